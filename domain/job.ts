@@ -1,0 +1,515 @@
+import type { Decider } from './decider.ts'
+import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './errors.ts'
+
+/**
+ * The job aggregate. Field names are snake_case because the state and the events are a public
+ * contract: the state is the job detail object of the API, and the events are what analytics
+ * consumers read from the stream (README, "Event log").
+ */
+
+export type JobState =
+  | 'pending'
+  | 'scheduled'
+  | 'processing'
+  | 'succeeded'
+  | 'failed'
+  | 'cancelled'
+  | 'dead_letter'
+
+export const jobStates: readonly JobState[] = [
+  'pending',
+  'scheduled',
+  'processing',
+  'succeeded',
+  'failed',
+  'cancelled',
+  'dead_letter',
+]
+
+export const terminalJobStates: readonly JobState[] = ['succeeded', 'failed', 'cancelled', 'dead_letter']
+
+export function isTerminal(state: JobState): boolean {
+  return terminalJobStates.includes(state)
+}
+
+export interface JobError {
+  type: string
+  message: string
+  stack_trace: string
+}
+
+export interface Job {
+  id: string
+  project_id: string
+  state: JobState
+  job_type: string
+  queue: string
+  payload: Record<string, unknown>
+  created_at: string
+  /** When the job may next be claimed or promoted; null means "as soon as it is pending". */
+  run_at: string | null
+  started_at: string | null
+  completed_at: string | null
+  attempt: number
+  max_attempts: number
+  timeout_seconds: number
+  progress: number | null
+  duration_ms: number | null
+  error: JobError | null
+  tags: Record<string, string> | null
+  parent_job_id: string | null
+  /** A continuation still waiting for its parent to succeed. */
+  waiting_for_parent: boolean
+  /** Continuations attached to this job, in the order they were created. */
+  children: string[]
+  worker_id: string | null
+  idempotency_key: string | null
+  updated_at: string
+}
+
+/** `null` until the job's first event. */
+export type JobAggregate = Job | null
+
+export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered'
+
+export type JobEvent =
+  | {
+      type: 'job_created'
+      data: {
+        job_id: string
+        project_id: string
+        job_type: string
+        queue: string
+        payload: Record<string, unknown>
+        state: 'pending' | 'scheduled'
+        run_at: string | null
+        max_attempts: number
+        timeout_seconds: number
+        tags: Record<string, string> | null
+        parent_job_id: string | null
+        waiting_for_parent: boolean
+        idempotency_key: string | null
+        created_at: string
+      }
+    }
+  | { type: 'job_child_attached'; data: { child_job_id: string; attached_at: string } }
+  | { type: 'job_promoted'; data: { promoted_at: string } }
+  | { type: 'job_activated'; data: { parent_job_id: string; state: 'pending' | 'scheduled'; activated_at: string } }
+  | { type: 'job_claimed'; data: { worker_id: string; attempt: number; started_at: string } }
+  | { type: 'job_progressed'; data: { worker_id: string; progress: number; reported_at: string } }
+  | { type: 'job_succeeded'; data: { worker_id: string; attempt: number; duration_ms: number; completed_at: string } }
+  | {
+      type: 'job_attempt_failed'
+      data: {
+        worker_id: string | null
+        attempt: number
+        error: JobError
+        duration_ms: number
+        retry_at: string
+        failed_at: string
+        reaped: boolean
+      }
+    }
+  | {
+      type: 'job_dead_lettered'
+      data: {
+        worker_id: string | null
+        attempt: number
+        error: JobError
+        duration_ms: number
+        completed_at: string
+        reaped: boolean
+      }
+    }
+  | { type: 'job_cancelled'; data: { reason: CancelReason; cancelled_at: string } }
+  | { type: 'job_retried'; data: { attempt: number; max_attempts: number; retried_at: string } }
+
+export type JobEventType = JobEvent['type']
+
+/** `now` is an ISO instant; `random` is in [0, 1) and only feeds the retry jitter. */
+export interface CommandMeta {
+  now: string
+  random?: number
+}
+
+export type JobCommand =
+  | {
+      type: 'create_job'
+      data: {
+        job_id: string
+        project_id: string
+        job_type: string
+        queue: string
+        payload: Record<string, unknown>
+        run_at: string | null
+        max_attempts: number
+        timeout_seconds: number
+        tags: Record<string, string> | null
+        parent_job_id: string | null
+        /** Decided on the parent first: true when the parent has yet to succeed. */
+        waits_for_parent: boolean
+        idempotency_key: string | null
+      }
+      meta: CommandMeta
+    }
+  | { type: 'attach_child'; data: { child_job_id: string }; meta: CommandMeta }
+  | { type: 'promote_job'; data: Record<string, never>; meta: CommandMeta }
+  | { type: 'activate_child'; data: { parent_job_id: string }; meta: CommandMeta }
+  | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested'> }; meta: CommandMeta }
+  | { type: 'claim_job'; data: { worker_id: string }; meta: CommandMeta }
+  | { type: 'report_progress'; data: { worker_id: string; progress: number }; meta: CommandMeta }
+  | {
+      type: 'ack_job'
+      data: {
+        worker_id: string
+        status: 'succeeded' | 'failed'
+        duration_ms: number | null
+        error: JobError | null
+      }
+      meta: CommandMeta
+    }
+  | { type: 'reap_job'; data: { attempt: number; error: JobError }; meta: CommandMeta }
+  | { type: 'cancel_job'; data: Record<string, never>; meta: CommandMeta }
+  | { type: 'retry_job'; data: Record<string, never>; meta: CommandMeta }
+
+export const retryBaseDelayMs = 15_000
+export const retryJitterMs = 3_000
+/** 15 s doubling reaches a day at attempt 14; beyond that the delay stays at a day. */
+export const retryMaxDelayMs = 24 * 60 * 60 * 1000
+
+/** The spec's backoff: 15 * 2^(attempt-1) seconds plus 0-3 s of jitter, capped at a day. */
+export function retryDelayMs(attempt: number, random: number): number {
+  const exponential = retryBaseDelayMs * 2 ** Math.max(0, attempt - 1)
+  return Math.min(exponential, retryMaxDelayMs) + Math.floor(random * retryJitterMs)
+}
+
+function addMs(iso: string, ms: number): string {
+  return new Date(Date.parse(iso) + ms).toISOString()
+}
+
+function isDue(runAt: string | null, now: string): boolean {
+  return runAt === null || Date.parse(runAt) <= Date.parse(now)
+}
+
+/** True when a worker may claim the job at `now`. */
+export function isClaimable(job: Job, now: string): boolean {
+  return job.state === 'pending' && isDue(job.run_at, now)
+}
+
+/** True when the scheduler should move a scheduled job to pending at `now`. */
+export function isDueForPromotion(job: Job, now: string): boolean {
+  return job.state === 'scheduled' && !job.waiting_for_parent && isDue(job.run_at, now)
+}
+
+function elapsedMs(from: string | null, to: string): number {
+  if (from === null) return 0
+  return Math.max(0, Date.parse(to) - Date.parse(from))
+}
+
+function requireJob(state: JobAggregate): Job {
+  if (state === null) throw new JobNotFound()
+  return state
+}
+
+function requireProcessingBy(job: Job, workerId: string, what: string): void {
+  if (job.state !== 'processing') throw new InvalidState(`cannot ${what} a job that is ${job.state}`)
+  if (job.worker_id !== workerId) {
+    throw new WorkerMismatch(`job ${job.id} is held by another worker, not ${workerId}`)
+  }
+}
+
+/**
+ * What a heartbeat may do: only the worker holding a processing job keeps it alive. Heartbeats
+ * are liveness, not history, so this is a check and not a command.
+ */
+export function assertHeartbeatAllowed(job: Job, workerId: string): void {
+  requireProcessingBy(job, workerId, 'heartbeat')
+}
+
+/** What a terminal move of a parent does to its continuations, if anything. */
+/**
+ * The reaper's rule. A worker is expected to heartbeat every max(timeout/3, 10 s). An attempt
+ * whose worker has heartbeated is stale after two missed heartbeats (never longer than the
+ * timeout); one that never heartbeated gets its whole timeout. `graceMs` is added to both so a
+ * slow network or a GC pause does not cost a worker its job.
+ */
+export function isAttemptStale(
+  job: Pick<Job, 'state' | 'started_at' | 'timeout_seconds'>,
+  lastHeartbeatAt: string | null,
+  now: string,
+  graceMs: number,
+): boolean {
+  if (job.state !== 'processing' || job.started_at === null) return false
+  const timeoutMs = job.timeout_seconds * 1000
+  const heartbeatIntervalMs = Math.max(timeoutMs / 3, 10_000)
+  const lastSeen = Math.max(Date.parse(job.started_at), lastHeartbeatAt === null ? 0 : Date.parse(lastHeartbeatAt))
+  const windowMs = lastHeartbeatAt === null ? timeoutMs : Math.min(timeoutMs, 2 * heartbeatIntervalMs)
+  return Date.parse(now) - lastSeen > windowMs + graceMs
+}
+
+export function cascadeOf(event: JobEvent): { kind: 'activate' } | { kind: 'cancel'; reason: Exclude<CancelReason, 'requested'> } | null {
+  switch (event.type) {
+    case 'job_succeeded':
+      return { kind: 'activate' }
+    case 'job_dead_lettered':
+      return { kind: 'cancel', reason: 'parent_dead_lettered' }
+    case 'job_cancelled':
+      return { kind: 'cancel', reason: 'parent_cancelled' }
+    default:
+      return null
+  }
+}
+
+function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
+  const { now } = command.meta
+  switch (command.type) {
+    case 'create_job': {
+      if (state !== null) throw new InvalidState(`job ${state.id} already exists`)
+      const d = command.data
+      const isScheduled = d.waits_for_parent || !isDue(d.run_at, now)
+      return [
+        {
+          type: 'job_created',
+          data: {
+            job_id: d.job_id,
+            project_id: d.project_id,
+            job_type: d.job_type,
+            queue: d.queue,
+            payload: d.payload,
+            state: isScheduled ? 'scheduled' : 'pending',
+            run_at: d.run_at,
+            max_attempts: d.max_attempts,
+            timeout_seconds: d.timeout_seconds,
+            tags: d.tags,
+            parent_job_id: d.parent_job_id,
+            waiting_for_parent: d.waits_for_parent,
+            idempotency_key: d.idempotency_key,
+            created_at: now,
+          },
+        },
+      ]
+    }
+    case 'attach_child': {
+      const parent = requireJob(state)
+      if (parent.state === 'succeeded') return []
+      if (parent.state === 'cancelled' || parent.state === 'dead_letter' || parent.state === 'failed') {
+        throw new ParentTerminal(parent.id, parent.state)
+      }
+      if (parent.children.includes(command.data.child_job_id)) return []
+      return [{ type: 'job_child_attached', data: { child_job_id: command.data.child_job_id, attached_at: now } }]
+    }
+    case 'promote_job': {
+      if (state === null || !isDueForPromotion(state, now)) return []
+      return [{ type: 'job_promoted', data: { promoted_at: now } }]
+    }
+    case 'activate_child': {
+      if (state === null || state.state !== 'scheduled' || !state.waiting_for_parent) return []
+      return [
+        {
+          type: 'job_activated',
+          data: {
+            parent_job_id: command.data.parent_job_id,
+            state: isDue(state.run_at, now) ? 'pending' : 'scheduled',
+            activated_at: now,
+          },
+        },
+      ]
+    }
+    case 'cancel_by_parent': {
+      if (state === null || state.state !== 'scheduled' || !state.waiting_for_parent) return []
+      return [{ type: 'job_cancelled', data: { reason: command.data.reason, cancelled_at: now } }]
+    }
+    case 'claim_job': {
+      const job = requireJob(state)
+      if (!isClaimable(job, now)) throw new InvalidState(`job ${job.id} is ${job.state} and cannot be claimed now`)
+      return [{ type: 'job_claimed', data: { worker_id: command.data.worker_id, attempt: job.attempt + 1, started_at: now } }]
+    }
+    case 'report_progress': {
+      const job = requireJob(state)
+      requireProcessingBy(job, command.data.worker_id, 'report progress on')
+      if (job.progress === command.data.progress) return []
+      return [
+        {
+          type: 'job_progressed',
+          data: { worker_id: command.data.worker_id, progress: command.data.progress, reported_at: now },
+        },
+      ]
+    }
+    case 'ack_job': {
+      const job = requireJob(state)
+      requireProcessingBy(job, command.data.worker_id, 'acknowledge')
+      const durationMs = command.data.duration_ms ?? elapsedMs(job.started_at, now)
+      if (command.data.status === 'succeeded') {
+        return [
+          {
+            type: 'job_succeeded',
+            data: { worker_id: command.data.worker_id, attempt: job.attempt, duration_ms: durationMs, completed_at: now },
+          },
+        ]
+      }
+      const error = command.data.error ?? { type: 'Error', message: 'the worker reported a failure', stack_trace: '' }
+      return [failedAttempt(job, command.data.worker_id, error, durationMs, now, command.meta.random ?? 0, false)]
+    }
+    case 'reap_job': {
+      if (state === null || state.state !== 'processing' || state.attempt !== command.data.attempt) return []
+      return [
+        failedAttempt(state, state.worker_id, command.data.error, elapsedMs(state.started_at, now), now, command.meta.random ?? 0, true),
+      ]
+    }
+    case 'cancel_job': {
+      const job = requireJob(state)
+      if (job.state !== 'pending' && job.state !== 'scheduled') {
+        throw new InvalidState(`job ${job.id} is ${job.state}; only pending or scheduled jobs can be cancelled`)
+      }
+      return [{ type: 'job_cancelled', data: { reason: 'requested', cancelled_at: now } }]
+    }
+    case 'retry_job': {
+      const job = requireJob(state)
+      if (job.state !== 'failed' && job.state !== 'dead_letter') {
+        throw new InvalidState(`job ${job.id} is ${job.state}; only failed or dead-lettered jobs can be retried`)
+      }
+      return [
+        {
+          type: 'job_retried',
+          data: {
+            attempt: job.attempt,
+            max_attempts: job.attempt >= job.max_attempts ? job.attempt + 1 : job.max_attempts,
+            retried_at: now,
+          },
+        },
+      ]
+    }
+  }
+}
+
+function failedAttempt(
+  job: Job,
+  workerId: string | null,
+  error: JobError,
+  durationMs: number,
+  now: string,
+  random: number,
+  reaped: boolean,
+): JobEvent {
+  if (job.attempt < job.max_attempts) {
+    return {
+      type: 'job_attempt_failed',
+      data: {
+        worker_id: workerId,
+        attempt: job.attempt,
+        error,
+        duration_ms: durationMs,
+        retry_at: addMs(now, retryDelayMs(job.attempt, random)),
+        failed_at: now,
+        reaped,
+      },
+    }
+  }
+  return {
+    type: 'job_dead_lettered',
+    data: { worker_id: workerId, attempt: job.attempt, error, duration_ms: durationMs, completed_at: now, reaped },
+  }
+}
+
+function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
+  if (event.type === 'job_created') {
+    const d = event.data
+    return {
+      id: d.job_id,
+      project_id: d.project_id,
+      state: d.state,
+      job_type: d.job_type,
+      queue: d.queue,
+      payload: d.payload,
+      created_at: d.created_at,
+      run_at: d.run_at,
+      started_at: null,
+      completed_at: null,
+      attempt: 0,
+      max_attempts: d.max_attempts,
+      timeout_seconds: d.timeout_seconds,
+      progress: null,
+      duration_ms: null,
+      error: null,
+      tags: d.tags,
+      parent_job_id: d.parent_job_id,
+      waiting_for_parent: d.waiting_for_parent,
+      children: [],
+      worker_id: null,
+      idempotency_key: d.idempotency_key,
+      updated_at: d.created_at,
+    }
+  }
+  if (state === null) return state
+  switch (event.type) {
+    case 'job_child_attached':
+      return { ...state, children: [...state.children, event.data.child_job_id], updated_at: event.data.attached_at }
+    case 'job_promoted':
+      return { ...state, state: 'pending', updated_at: event.data.promoted_at }
+    case 'job_activated':
+      return { ...state, state: event.data.state, waiting_for_parent: false, updated_at: event.data.activated_at }
+    case 'job_claimed':
+      return {
+        ...state,
+        state: 'processing',
+        attempt: event.data.attempt,
+        worker_id: event.data.worker_id,
+        started_at: event.data.started_at,
+        completed_at: null,
+        duration_ms: null,
+        updated_at: event.data.started_at,
+      }
+    case 'job_progressed':
+      return { ...state, progress: event.data.progress, updated_at: event.data.reported_at }
+    case 'job_succeeded':
+      return {
+        ...state,
+        state: 'succeeded',
+        completed_at: event.data.completed_at,
+        duration_ms: event.data.duration_ms,
+        error: null,
+        updated_at: event.data.completed_at,
+      }
+    case 'job_attempt_failed':
+      return {
+        ...state,
+        state: 'pending',
+        run_at: event.data.retry_at,
+        worker_id: null,
+        duration_ms: event.data.duration_ms,
+        error: event.data.error,
+        updated_at: event.data.failed_at,
+      }
+    case 'job_dead_lettered':
+      return {
+        ...state,
+        state: 'dead_letter',
+        completed_at: event.data.completed_at,
+        duration_ms: event.data.duration_ms,
+        error: event.data.error,
+        updated_at: event.data.completed_at,
+      }
+    case 'job_cancelled':
+      return { ...state, state: 'cancelled', waiting_for_parent: false, updated_at: event.data.cancelled_at }
+    case 'job_retried':
+      return {
+        ...state,
+        state: 'pending',
+        max_attempts: event.data.max_attempts,
+        run_at: null,
+        started_at: null,
+        completed_at: null,
+        duration_ms: null,
+        progress: null,
+        error: null,
+        worker_id: null,
+        updated_at: event.data.retried_at,
+      }
+  }
+}
+
+export const jobDecider: Decider<JobCommand, JobEvent, JobAggregate> = {
+  initialState: null,
+  decide,
+  evolve,
+}

@@ -1,0 +1,33 @@
+import tseslint from 'typescript-eslint'
+
+export default tseslint.config(
+  { ignores: ['node_modules/**', '.tap/**'] },
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      '@typescript-eslint/no-explicit-any': 'off',
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+    },
+  },
+  {
+    // The domain is pure: no I/O, no clock, no randomness. The edge passes them in on commands.
+    files: ['domain/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { group: ['node:*', 'fs', 'net', 'http', 'crypto'], message: 'domain/ does no I/O' },
+            { group: ['@nats-io/*', 'postgres', 'fastify', 'fastify-*', 'pino', 'ulid'], message: 'domain/ does no I/O' },
+            { group: ['../streams/*', '../projections/*', '../services/*'], message: 'dependencies point services -> streams, projections -> domain' },
+          ],
+        },
+      ],
+      'no-restricted-properties': [
+        'error',
+        { object: 'Date', property: 'now', message: 'time arrives on the command (meta.now)' },
+        { object: 'Math', property: 'random', message: 'randomness arrives on the command (meta.random)' },
+      ],
+    },
+  },
+)

@@ -1,0 +1,61 @@
+import postgres from 'postgres'
+
+export type Sql = postgres.Sql<Record<string, unknown>>
+export type Tx = postgres.TransactionSql<Record<string, unknown>>
+/** Anything queries can run on: the pool or a transaction. */
+export type Queryable = Sql | Tx
+
+/**
+ * int8 columns (sequences, durations) come back as numbers: stream sequences stay far below
+ * 2^53, and strings would leak into every comparison.
+ */
+export function openSql(url: string, options: { max?: number; applicationName?: string } = {}): Sql {
+  return postgres(url, {
+    max: options.max ?? 10,
+    onnotice: () => undefined,
+    connection: { application_name: options.applicationName ?? 'jobsvc' },
+    types: {
+      bigint: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) },
+    },
+  }) as unknown as Sql
+}
+
+function databaseName(url: string): string {
+  const name = decodeURIComponent(new URL(url).pathname.replace(/^\//, ''))
+  if (!name) throw new Error(`DATABASE_URL names no database: ${url}`)
+  return name
+}
+
+function maintenanceUrl(url: string): string {
+  const u = new URL(url)
+  u.pathname = '/postgres'
+  return u.toString()
+}
+
+/** Creates the database named by `url` when it is absent; safe when several processes race. */
+export async function ensureDatabase(url: string): Promise<void> {
+  const name = databaseName(url)
+  const admin = postgres(maintenanceUrl(url), { max: 1, onnotice: () => undefined })
+  try {
+    const rows = await admin`SELECT 1 FROM pg_database WHERE datname = ${name}`
+    if (rows.length > 0) return
+    try {
+      await admin.unsafe(`CREATE DATABASE "${name.replace(/"/g, '""')}"`)
+    } catch (err) {
+      if ((err as { code?: string }).code !== '42P04') throw err
+    }
+  } finally {
+    await admin.end()
+  }
+}
+
+/** Drops the database named by `url` (tests drop only what they created). */
+export async function dropDatabase(url: string): Promise<void> {
+  const name = databaseName(url)
+  const admin = postgres(maintenanceUrl(url), { max: 1, onnotice: () => undefined })
+  try {
+    await admin.unsafe(`DROP DATABASE IF EXISTS "${name.replace(/"/g, '""')}" WITH (FORCE)`)
+  } finally {
+    await admin.end()
+  }
+}

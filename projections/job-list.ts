@@ -1,0 +1,110 @@
+import type { Job, JobEventType } from '../domain/job.ts'
+import type { EventRecord } from '../streams/event-store.ts'
+import type { Queryable, Tx } from './database.ts'
+import { latestPerAggregate, type Projection } from './projection.ts'
+
+const handledTypes: readonly JobEventType[] = [
+  'job_created',
+  'job_child_attached',
+  'job_promoted',
+  'job_activated',
+  'job_claimed',
+  'job_progressed',
+  'job_succeeded',
+  'job_attempt_failed',
+  'job_dead_lettered',
+  'job_cancelled',
+  'job_retried',
+]
+
+/** Rows per statement: 23 parameters a row stays well under Postgres's 65535. */
+const rowsPerStatement = 1000
+
+const columns = [
+  'id',
+  'project_id',
+  'state',
+  'job_type',
+  'queue',
+  'payload',
+  'created_at',
+  'run_at',
+  'started_at',
+  'completed_at',
+  'attempt',
+  'max_attempts',
+  'timeout_seconds',
+  'progress',
+  'duration_ms',
+  'error',
+  'tags',
+  'parent_job_id',
+  'waiting_for_parent',
+  'worker_id',
+  'idempotency_key',
+  'updated_at',
+  'last_seq',
+] as const
+
+function toRow(job: Job, seq: number): Record<(typeof columns)[number], unknown> {
+  return {
+    id: job.id,
+    project_id: job.project_id,
+    state: job.state,
+    job_type: job.job_type,
+    queue: job.queue,
+    payload: job.payload,
+    created_at: job.created_at,
+    run_at: job.run_at,
+    started_at: job.started_at,
+    completed_at: job.completed_at,
+    attempt: job.attempt,
+    max_attempts: job.max_attempts,
+    timeout_seconds: job.timeout_seconds,
+    progress: job.progress,
+    duration_ms: job.duration_ms,
+    error: job.error,
+    tags: job.tags,
+    parent_job_id: job.parent_job_id,
+    waiting_for_parent: job.waiting_for_parent,
+    worker_id: job.worker_id,
+    idempotency_key: job.idempotency_key,
+    updated_at: job.updated_at,
+    last_seq: seq,
+  }
+}
+
+/**
+ * Upserts the job rows carried by `records`, each only if it is newer than the row (its own
+ * `last_seq`). Shared by the projector and by the claim path, which writes the rows of the jobs
+ * it claims in its own transaction: both write the same snapshot for the same sequence, so the
+ * read model ends the same whichever writes first.
+ */
+export async function upsertJobRows(db: Queryable, records: readonly EventRecord[]): Promise<void> {
+  const rows = latestPerAggregate(records.filter((r) => r.message.aggregate === 'job'))
+    .filter((r) => r.message.state !== null)
+    .map((r) => toRow(r.message.state as Job, r.seq))
+  for (let i = 0; i < rows.length; i += rowsPerStatement) {
+    const chunk = rows.slice(i, i + rowsPerStatement)
+    await db`
+      INSERT INTO jobs ${db(chunk, ...columns)}
+      ON CONFLICT (id) DO UPDATE SET
+        state = excluded.state, job_type = excluded.job_type, queue = excluded.queue,
+        payload = excluded.payload, created_at = excluded.created_at, run_at = excluded.run_at,
+        started_at = excluded.started_at, completed_at = excluded.completed_at,
+        attempt = excluded.attempt, max_attempts = excluded.max_attempts,
+        timeout_seconds = excluded.timeout_seconds, progress = excluded.progress,
+        duration_ms = excluded.duration_ms, error = excluded.error, tags = excluded.tags,
+        parent_job_id = excluded.parent_job_id, waiting_for_parent = excluded.waiting_for_parent,
+        worker_id = excluded.worker_id, idempotency_key = excluded.idempotency_key,
+        updated_at = excluded.updated_at, last_seq = excluded.last_seq
+      WHERE jobs.last_seq < excluded.last_seq`
+  }
+}
+
+export const jobList: Projection = {
+  name: 'job-list',
+  handles: handledTypes,
+  tables: ['jobs'],
+  apply: (tx: Tx, records) => upsertJobRows(tx, records),
+}

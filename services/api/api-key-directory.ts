@@ -1,0 +1,78 @@
+import type { Subscription } from '@nats-io/transport-node'
+import type { Project } from '../../domain/project.ts'
+import { decodeEventMessage } from '../../streams/event-store.ts'
+import { aggregateKindFilter } from '../../streams/names.ts'
+import { apiKeyPrefix, isApiKeyShape, isKeyMatch } from '../projects/api-keys.ts'
+import { projectRef } from '../projects/project-service.ts'
+import type { Deps } from '../runtime.ts'
+import { unauthorized } from './errors.ts'
+
+export interface Principal {
+  projectId: string
+  /** API keys act for the whole project (role owner); dashboard users get their membership role. */
+  role: 'owner' | 'admin' | 'member' | 'viewer'
+}
+
+/** A cached project older than this is loaded again even if no event said it changed. */
+const cacheTtlMs = 60_000
+
+/**
+ * Authenticates API keys. The prefix finds the project in Postgres; the keys themselves are
+ * checked against the project aggregate's state, cached in memory and replaced by every project
+ * event this process sees on the log's subjects, so a revocation applies here as soon as it is
+ * appended, without waiting for a projection.
+ */
+export class ApiKeyDirectory {
+  readonly #deps: Deps
+  readonly #projects = new Map<string, { project: Project; loadedAt: number }>()
+  #subscription: Subscription | undefined
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+  }
+
+  start(): void {
+    this.#subscription = this.#deps.nats.nc.subscribe(aggregateKindFilter(this.#deps.config.namespace, 'project'), {
+      callback: (err, msg) => {
+        if (err) return
+        try {
+          const message = decodeEventMessage<{ type: string; data: unknown }, Project | null>(msg.data)
+          if (message.state === null) this.#projects.delete(message.project_id)
+          else this.#projects.set(message.project_id, { project: message.state, loadedAt: Date.now() })
+        } catch (e) {
+          this.#deps.log.warn({ err: e }, 'api keys: undecodable project event')
+        }
+      },
+    })
+  }
+
+  stop(): void {
+    this.#subscription?.unsubscribe()
+  }
+
+  async #project(projectId: string): Promise<Project | null> {
+    const cached = this.#projects.get(projectId)
+    if (cached && Date.now() - cached.loadedAt < cacheTtlMs) return cached.project
+    const loaded = await this.#deps.store.load<Project>(projectRef(projectId))
+    if (loaded.state !== null) this.#projects.set(projectId, { project: loaded.state, loadedAt: Date.now() })
+    return loaded.state
+  }
+
+  /** Resolves the `Authorization` header to a project, or throws 401 `unauthorized`. */
+  async authenticate(authorization: string | undefined): Promise<Principal> {
+    const match = /^Bearer ([^\s]+)$/.exec(authorization ?? '')
+    const key = match?.[1]
+    if (key === undefined || !isApiKeyShape(key)) throw unauthorized()
+    const rows = await this.#deps.sql<{ project_id: string }[]>`
+      SELECT project_id FROM api_keys WHERE prefix = ${apiKeyPrefix(key)}`
+    const projectId = rows[0]?.project_id
+    if (projectId === undefined) throw unauthorized()
+    const project = await this.#project(projectId)
+    const now = this.#deps.now().getTime()
+    const record = project?.keys.find((k) => k.prefix === apiKeyPrefix(key))
+    if (record === undefined || !isKeyMatch(key, record.key_hash)) throw unauthorized()
+    const isUsable = record.status === 'active' || (record.status === 'grace' && record.expires_at !== null && Date.parse(record.expires_at) > now)
+    if (!isUsable) throw unauthorized()
+    return { projectId, role: 'owner' }
+  }
+}

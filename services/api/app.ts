@@ -1,0 +1,98 @@
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod'
+import { JobService } from '../jobs/job-service.ts'
+import type { Deps } from '../runtime.ts'
+import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
+import { invalidRequest, registerErrorHandling } from './errors.ts'
+import { ProjectionWatcher } from './projection-watcher.ts'
+import { ReadyNotifier } from './ready-notifier.ts'
+import { healthRoutes } from './routes/health.ts'
+import { jobRoutes } from './routes/jobs.ts'
+import { workerRoutes } from './routes/workers.ts'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal
+  }
+}
+
+/** What routes are handed: the runtime plus the per-process helpers built on it. */
+export interface ApiContext {
+  deps: Deps
+  jobs: JobService
+  keys: ApiKeyDirectory
+  ready: ReadyNotifier
+  watcher: ProjectionWatcher
+  /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
+  stopping: AbortSignal
+}
+
+/** Bodies above this are refused with 413 before parsing; payloads have their own, smaller limit. */
+const bodyLimitBytes = 1024 * 1024
+
+/**
+ * Builds the HTTP app without listening (app/server split): tests inject requests or listen on
+ * port 0 themselves.
+ */
+export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app: FastifyInstance; context: ApiContext }> {
+  const app = Fastify({
+    loggerInstance: deps.log as FastifyBaseLogger,
+    // One log line per request would dominate the log at thousands of requests per second.
+    logController: new LogController({ disableRequestLogging: true }),
+    genReqId: () => deps.newUlid(),
+    requestIdHeader: false,
+    bodyLimit: bodyLimitBytes,
+    trustProxy: deps.config.trustProxy,
+    return503OnClosing: false,
+  })
+  app.setValidatorCompiler(validatorCompiler)
+  app.setSerializerCompiler(serializerCompiler)
+
+  // An empty body is "no body" (cancel and retry take none, yet many clients send the header).
+  app.removeContentTypeParser('application/json')
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    const text = String(body)
+    if (text.trim() === '') return done(null, undefined)
+    try {
+      done(null, JSON.parse(text))
+    } catch {
+      done(invalidRequest('the body is not valid JSON'), undefined)
+    }
+  })
+
+  app.decorateRequest('principal', null as unknown as Principal)
+  app.addHook('onRequest', async (request, reply) => {
+    void reply.header('X-Request-Id', request.id)
+  })
+  registerErrorHandling(app)
+
+  const context: ApiContext = {
+    deps,
+    jobs: new JobService(deps),
+    keys: new ApiKeyDirectory(deps),
+    ready: new ReadyNotifier(deps),
+    watcher: new ProjectionWatcher(deps),
+    stopping,
+  }
+  context.keys.start()
+  context.ready.start()
+  context.watcher.start()
+  app.addHook('onClose', async () => {
+    context.keys.stop()
+    context.ready.stop()
+    context.watcher.stop()
+  })
+
+  await app.register(healthRoutes(context), { prefix: '/jobsvc/health' })
+  await app.register(
+    async (v1) => {
+      v1.addHook('onRequest', async (request) => {
+        request.principal = await context.keys.authenticate(request.headers.authorization)
+      })
+      await v1.register(jobRoutes(context), { prefix: '/jobs' })
+      await v1.register(workerRoutes(context), { prefix: '/workers' })
+    },
+    { prefix: '/jobsvc/v1' },
+  )
+  return { app, context }
+}

@@ -1,0 +1,141 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
+import {
+  DomainError,
+  InvalidState,
+  JobNotFound,
+  ParentNotFound,
+  ParentTerminal,
+  ProjectAlreadyExists,
+  ProjectNotFound,
+  RecurringJobTypeConflict,
+  WorkerMismatch,
+} from '../../domain/errors.ts'
+import { ConcurrencyConflict } from '../../streams/errors.ts'
+
+/**
+ * An error that exists only at the HTTP edge (authentication, query parsing, routing). Domain
+ * refusals stay DomainErrors and get their status from the registry below.
+ */
+export class ApiError extends Error {
+  readonly status: number
+  readonly code: string
+  readonly headers: Record<string, string>
+  constructor(status: number, code: string, message: string, headers: Record<string, string> = {}) {
+    super(message)
+    this.name = 'ApiError'
+    this.status = status
+    this.code = code
+    this.headers = headers
+  }
+}
+
+export const unauthorized = (message = 'missing or invalid API key') => new ApiError(401, 'unauthorized', message)
+export const invalidRequest = (message: string, status = 400) => new ApiError(status, 'invalid_request', message)
+export const invalidLimit = (message: string) => new ApiError(400, 'invalid_limit', message)
+export const invalidCursor = () => new ApiError(400, 'invalid_cursor', 'the cursor is not one this service issued')
+export const serviceUnavailable = (message: string) => new ApiError(503, 'service_unavailable', message)
+export const routeNotFound = (method: string, url: string) => new ApiError(404, 'route_not_found', `no route ${method} ${url}`)
+
+type DomainErrorClass = abstract new (...args: never[]) => DomainError
+
+/** Domain refusal → HTTP status; the code comes from the error itself. */
+const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
+  [JobNotFound, 404],
+  [ProjectNotFound, 404],
+  [InvalidState, 409],
+  [WorkerMismatch, 409],
+  [ParentTerminal, 409],
+  [RecurringJobTypeConflict, 409],
+  [ProjectAlreadyExists, 409],
+  [ParentNotFound, 422],
+]
+
+/**
+ * Every code this API can answer, with its status: the README's error reference lists the same
+ * (a test compares them).
+ */
+export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
+  { status: 400, code: 'invalid_request' },
+  { status: 400, code: 'invalid_limit' },
+  { status: 400, code: 'invalid_cursor' },
+  { status: 401, code: 'unauthorized' },
+  { status: 404, code: 'job_not_found' },
+  { status: 404, code: 'project_not_found' },
+  { status: 404, code: 'route_not_found' },
+  { status: 409, code: 'invalid_state' },
+  { status: 409, code: 'worker_mismatch' },
+  { status: 409, code: 'parent_terminal' },
+  { status: 409, code: 'recurring_job_type_conflict' },
+  { status: 413, code: 'invalid_request' },
+  { status: 415, code: 'invalid_request' },
+  { status: 422, code: 'parent_not_found' },
+  { status: 500, code: 'internal_error' },
+  { status: 503, code: 'service_unavailable' },
+]
+
+interface Rendered {
+  status: number
+  code: string
+  message: string
+  headers?: Record<string, string>
+}
+
+/** Fastify's own errors for bodies it could not read, by its error code. */
+const fastifyBodyErrors: Record<string, number> = {
+  FST_ERR_CTP_INVALID_JSON_BODY: 400,
+  FST_ERR_CTP_EMPTY_JSON_BODY: 400,
+  FST_ERR_CTP_BODY_TOO_LARGE: 413,
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 415,
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 400,
+  FST_ERR_CTP_INVALID_TYPE: 400,
+}
+
+/** Names the first failure as `body.field: message` (the spec: validation stops at the first). */
+function describeValidation(err: FastifyError): string {
+  if (hasZodFastifySchemaValidationErrors(err)) {
+    const first = err.validation[0]!
+    const path = first.instancePath.split('/').filter(Boolean)
+    return `${[err.validationContext, ...path].filter(Boolean).join('.')}: ${first.message}`
+  }
+  return err.message
+}
+
+/** Maps anything thrown to the envelope's status, code and message. */
+export function renderError(err: unknown): Rendered {
+  if (err instanceof ApiError) return { status: err.status, code: err.code, message: err.message, headers: err.headers }
+  if (err instanceof DomainError) {
+    const status = domainStatuses.find(([cls]) => err instanceof cls)?.[1] ?? 409
+    return { status, code: err.code, message: err.message }
+  }
+  if (err instanceof ConcurrencyConflict) {
+    return { status: 409, code: 'invalid_state', message: 'the job changed concurrently; read it again and retry' }
+  }
+  const fe = err as FastifyError
+  if (fe && typeof fe === 'object' && fe.validation) {
+    return { status: 400, code: 'invalid_request', message: describeValidation(fe) }
+  }
+  if (fe && typeof fe.code === 'string' && fe.code in fastifyBodyErrors) {
+    return { status: fastifyBodyErrors[fe.code]!, code: 'invalid_request', message: fe.message }
+  }
+  if (fe && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    return { status: fe.statusCode, code: 'invalid_request', message: fe.message }
+  }
+  return { status: 500, code: 'internal_error', message: 'internal error; safe to retry with backoff' }
+}
+
+export function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): FastifyReply {
+  const rendered = renderError(err)
+  if (rendered.status >= 500) request.log.error({ err }, 'request failed')
+  if (rendered.headers) void reply.headers(rendered.headers)
+  return reply
+    .code(rendered.status)
+    .type('application/json; charset=utf-8')
+    .send({ error: { code: rendered.code, message: rendered.message, request_id: request.id } })
+}
+
+/** The one error handler and the one not-found handler of the app. */
+export function registerErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((err, request, reply) => sendError(request, reply, err))
+  app.setNotFoundHandler((request, reply) => sendError(request, reply, routeNotFound(request.method, request.url.split('?')[0]!)))
+}

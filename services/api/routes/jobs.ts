@@ -1,0 +1,137 @@
+import type { FastifyPluginAsync } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import { jobStates } from '../../../domain/job.ts'
+import type { ApiContext } from '../app.ts'
+import { invalidRequest } from '../errors.ts'
+import { jobFromRow, toJobDetail } from '../job-views.ts'
+import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
+
+/** Tag limits the spec leaves open (README, "Limits we chose"). */
+export const maxTags = 50
+export const maxTagKeyLength = 100
+export const maxTagValueLength = 500
+
+const isoInstant = z.iso.datetime({ offset: true }).transform((s) => new Date(s).toISOString())
+
+export const createJobBody = z.object({
+  job_type: z.string().min(1).max(500),
+  payload: z.record(z.string(), z.unknown()),
+  queue: z.string().min(1).max(100).nullish(),
+  run_at: isoInstant.nullish(),
+  max_attempts: z.number().int().min(1).max(100).nullish(),
+  timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
+  idempotency_key: z.string().min(1).max(200).nullish(),
+  tags: z
+    .record(z.string().min(1).max(maxTagKeyLength), z.string().max(maxTagValueLength))
+    .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
+    .nullish(),
+  parent_job_id: z.string().min(1).max(36).nullish(),
+})
+
+const jobIdParams = z.object({ jobId: z.string() })
+
+const listQuery = z.object({
+  state: z.enum(jobStates as [string, ...string[]]).optional(),
+  queue: z.string().max(100).optional(),
+  job_type: z.string().max(500).optional(),
+  created_after: isoInstant.optional(),
+  created_before: isoInstant.optional(),
+  limit: z.string().optional(),
+  cursor: z.string().optional(),
+  min_seq: z.coerce.number().int().min(0).optional(),
+})
+
+export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
+  const { deps, jobs } = ctx
+  return async (plugin) => {
+    const app = plugin.withTypeProvider<ZodTypeProvider>()
+
+    app.post('/', { schema: { body: createJobBody } }, async (request, reply) => {
+      const body = request.body
+      const payloadBytes = Buffer.byteLength(JSON.stringify(body.payload))
+      if (payloadBytes > deps.config.tunables.max_payload_bytes) {
+        throw invalidRequest(`body.payload: ${payloadBytes} bytes is over the limit of ${deps.config.tunables.max_payload_bytes}`)
+      }
+      const { job, seq } = await jobs.create(request.principal.projectId, {
+        job_type: body.job_type,
+        payload: body.payload,
+        queue: body.queue ?? 'default',
+        run_at: body.run_at ?? null,
+        max_attempts: body.max_attempts ?? 3,
+        timeout_seconds: body.timeout_seconds ?? 1800,
+        tags: body.tags ?? null,
+        parent_job_id: body.parent_job_id ?? null,
+        idempotency_key: body.idempotency_key ?? null,
+      })
+      return reply
+        .code(201)
+        .header('Location', `/jobsvc/v1/jobs/${job.id}`)
+        .header('X-Event-Seq', String(seq))
+        .send({
+          id: job.id,
+          state: job.state,
+          job_type: job.job_type,
+          queue: job.queue,
+          created_at: job.created_at,
+          run_at: job.run_at,
+          attempt: job.attempt,
+          max_attempts: job.max_attempts,
+        })
+    })
+
+    app.get('/', { schema: { querystring: listQuery } }, async (request, reply) => {
+      const q = request.query
+      const projectId = request.principal.projectId
+      const limit = parseLimit(q.limit, 50, 1, 100)
+      const after = q.cursor === undefined ? null : decodeCursor(q.cursor)
+      const target = Math.max(jobs.lastWrittenSeq.get(projectId) ?? 0, q.min_seq ?? 0)
+      if (target > 0) await ctx.watcher.waitFor(target, deps.config.tunables.read_your_writes_wait_ms)
+      const sql = deps.sql
+      const rows = await sql`
+        SELECT * FROM jobs
+        WHERE project_id = ${projectId}
+          ${q.state ? sql`AND state = ${q.state}` : sql``}
+          ${q.queue ? sql`AND queue = ${q.queue}` : sql``}
+          ${q.job_type ? sql`AND job_type = ${q.job_type}` : sql``}
+          ${q.created_after ? sql`AND created_at > ${q.created_after}` : sql``}
+          ${q.created_before ? sql`AND created_at < ${q.created_before}` : sql``}
+          ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
+        ORDER BY created_at DESC, id DESC
+        LIMIT ${limit + 1}`
+      const page = rows.slice(0, limit).map((r) => jobFromRow(r))
+      const hasMore = rows.length > limit
+      const last = page.at(-1)
+      return reply.send({
+        data: page.map(toJobDetail),
+        has_more: hasMore,
+        next_cursor: hasMore && last ? encodeCursor({ created_at: last.created_at, id: last.id }) : null,
+      })
+    })
+
+    app.get('/:jobId', { schema: { params: jobIdParams } }, async (request, reply) => {
+      const { job, seq } = await jobs.get(request.principal.projectId, request.params.jobId)
+      return reply.header('X-Event-Seq', String(seq)).send(toJobDetail(job))
+    })
+
+    app.get('/:jobId/history', { schema: { params: jobIdParams } }, async (request) => {
+      const records = await jobs.history(request.principal.projectId, request.params.jobId)
+      return {
+        job_id: request.params.jobId,
+        data: records.flatMap((r) =>
+          r.message.events.map((e) => ({ sequence: r.seq, id: e.id, type: e.type, time: e.time, data: e.data })),
+        ),
+      }
+    })
+
+    app.post('/:jobId/cancel', { schema: { params: jobIdParams } }, async (request, reply) => {
+      const { job, seq } = await jobs.cancel(request.principal.projectId, request.params.jobId)
+      return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state })
+    })
+
+    app.post('/:jobId/retry', { schema: { params: jobIdParams } }, async (request, reply) => {
+      const { job, seq } = await jobs.retry(request.principal.projectId, request.params.jobId)
+      return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state, attempt: job.attempt })
+    })
+  }
+}

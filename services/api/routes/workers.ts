@@ -1,0 +1,140 @@
+import type { FastifyPluginAsync } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import type { Job } from '../../../domain/job.ts'
+import { claimJobs } from '../../jobs/claimer.ts'
+import { registerRecurringSchedules } from '../../jobs/recurring-service.ts'
+import type { ApiContext } from '../app.ts'
+import { serviceUnavailable } from '../errors.ts'
+
+/** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
+const maxErrorMessage = 10_000
+const maxStackTrace = 65_536
+
+const workerId = z.string().min(1).max(200)
+const queueName = z.string().min(1).max(100)
+
+export const pollBody = z.object({
+  worker_id: workerId,
+  queues: z.array(queueName).min(1).max(50),
+  capacity: z.number().int().min(1).max(50).default(1),
+  job_types: z.array(z.string().min(1).max(500)).min(1).max(100).nullish(),
+  /** Extension: how long to hold the poll when nothing is claimable (0 answers at once). */
+  wait_seconds: z.number().min(0).max(30).optional(),
+})
+
+const errorDetail = z.object({
+  type: z.string().max(500).default('Error'),
+  message: z.string().default('').transform((s) => s.slice(0, maxErrorMessage)),
+  stack_trace: z.string().default('').transform((s) => s.slice(0, maxStackTrace)),
+})
+
+export const ackBody = z.object({
+  job_id: z.string().min(1),
+  worker_id: workerId,
+  status: z.enum(['succeeded', 'failed']),
+  duration_ms: z.number().int().min(0).nullish(),
+  error: errorDetail.nullish(),
+})
+
+export const heartbeatBody = z.object({
+  job_id: z.string().min(1),
+  worker_id: workerId,
+  /** Extension: the job's progress, 0.0 to 1.0; a change is recorded as an event. */
+  progress: z.number().min(0).max(1).nullish(),
+})
+
+const recurringSchedule = z.object({
+  job_type: z.string().min(1).max(500),
+  cron_expression: z.string().min(1).max(200),
+  queue: z.string().min(1).max(100).nullish(),
+  timezone: z.string().min(1).max(100).nullish(),
+  max_attempts: z.number().int().min(1).max(100).nullish(),
+  timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
+})
+
+export const registerBody = z.object({
+  worker_id: workerId,
+  queues: z.array(queueName).max(50),
+  job_types: z.array(z.string().min(1).max(500)).max(100),
+  hostname: z.string().max(255).nullish(),
+  sdk_version: z.string().max(100).nullish(),
+  // Items are checked one by one in the handler: a bad schedule is logged, not a 400 (spec).
+  recurring_schedules: z.array(z.unknown()).max(100).nullish(),
+})
+
+function toPolledJob(job: Job) {
+  return {
+    id: job.id,
+    job_type: job.job_type,
+    payload: job.payload,
+    attempt: job.attempt,
+    max_attempts: job.max_attempts,
+    timeout_seconds: job.timeout_seconds,
+    enqueued_at: job.created_at,
+  }
+}
+
+export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
+  const { deps, jobs } = ctx
+  return async (plugin) => {
+    const app = plugin.withTypeProvider<ZodTypeProvider>()
+
+    /**
+     * Claims at once when it can; otherwise waits for a wake-up from the projector or scheduler
+     * (milliseconds after a job becomes claimable), re-checking every tick as a safety net.
+     */
+    app.post('/poll', { schema: { body: pollBody } }, async (request) => {
+      const b = request.body
+      const claim = {
+        projectId: request.principal.projectId,
+        workerId: b.worker_id,
+        queues: [...new Set(b.queues)],
+        jobTypes: b.job_types ? [...new Set(b.job_types)] : null,
+        capacity: b.capacity,
+      }
+      const t = deps.config.tunables
+      const deadline = Date.now() + Math.min(b.wait_seconds === undefined ? t.poll_max_wait_ms : b.wait_seconds * 1000, t.poll_max_wait_ms)
+      const gone = new AbortController()
+      request.raw.once('close', () => gone.abort())
+      const signal = AbortSignal.any([ctx.stopping, gone.signal])
+      for (;;) {
+        if (ctx.stopping.aborted) throw serviceUnavailable('the service is restarting; poll again with backoff')
+        const listener = ctx.ready.listen(claim.projectId, claim.queues)
+        try {
+          const claimed = await claimJobs(deps, jobs, claim)
+          const remaining = deadline - Date.now()
+          if (claimed.length > 0 || remaining <= 0 || gone.signal.aborted) return { jobs: claimed.map(toPolledJob) }
+          await listener.wait(Math.min(remaining, t.poll_tick_ms), signal)
+        } finally {
+          listener.close()
+        }
+      }
+    })
+
+    app.post('/ack', { schema: { body: ackBody } }, async (request) => {
+      const b = request.body
+      return jobs.ack(request.principal.projectId, b.job_id, {
+        worker_id: b.worker_id,
+        status: b.status,
+        duration_ms: b.duration_ms ?? null,
+        error: b.error ?? null,
+      })
+    })
+
+    app.post('/heartbeat', { schema: { body: heartbeatBody } }, async (request) => {
+      const b = request.body
+      await jobs.heartbeat(request.principal.projectId, b.job_id, b.worker_id, b.progress ?? null)
+      return { status: 'ok' as const }
+    })
+
+    app.post('/register', { schema: { body: registerBody } }, async (request) => {
+      const b = request.body
+      const results = await registerRecurringSchedules(deps, request.principal.projectId, b.recurring_schedules ?? [], recurringSchedule)
+      for (const r of results) {
+        if (!r.ok) request.log.warn({ worker_id: b.worker_id, schedule: r.input, reason: r.reason }, 'register: schedule not saved')
+      }
+      return { status: 'registered' as const }
+    })
+  }
+}

@@ -1,0 +1,54 @@
+import { InvalidState } from '../../domain/errors.ts'
+import type { Job } from '../../domain/job.ts'
+import { upsertJobRows } from '../../projections/job-list.ts'
+import type { EventRecord } from '../../streams/event-store.ts'
+import type { Deps } from '../runtime.ts'
+import type { JobService } from './job-service.ts'
+
+export interface ClaimRequest {
+  projectId: string
+  workerId: string
+  queues: string[]
+  jobTypes: string[] | null
+  capacity: number
+}
+
+/**
+ * Finds candidates in the job list and claims them through the log. `FOR UPDATE SKIP LOCKED`
+ * keeps concurrent pollers (in any process) off each other's rows; the claim's append at the
+ * job's last sequence is the real guard, so a row that lags the log can cost a skipped
+ * candidate but never a double claim. The claimed rows are written in the same transaction,
+ * before the locks are released, so the next poller already sees them as processing.
+ */
+export async function claimJobs(deps: Deps, jobs: JobService, req: ClaimRequest): Promise<Job[]> {
+  const now = deps.now()
+  return deps.sql.begin(async (tx) => {
+    const candidates = await tx<{ id: string }[]>`
+      SELECT id FROM jobs
+      WHERE project_id = ${req.projectId} AND state = 'pending' AND queue = ANY(${req.queues})
+        AND available_at <= ${now}
+        ${req.jobTypes === null ? tx`` : tx`AND job_type = ANY(${req.jobTypes})`}
+      ORDER BY available_at, id
+      LIMIT ${req.capacity}
+      FOR UPDATE SKIP LOCKED`
+    if (candidates.length === 0) return []
+    const outcomes = await Promise.all(candidates.map((c) => claimOne(deps, jobs, req, c.id)))
+    const records = outcomes.filter((o): o is EventRecord => o !== null)
+    await upsertJobRows(tx, records)
+    return records
+      .filter((r) => r.message.events.some((e) => e.type === 'job_claimed'))
+      .map((r) => r.message.state as Job)
+  })
+}
+
+/** Claims one job; on refusal returns the log's newer state instead, so the stale row heals. */
+async function claimOne(deps: Deps, jobs: JobService, req: ClaimRequest, jobId: string): Promise<EventRecord | null> {
+  try {
+    return (await jobs.claim(req.projectId, jobId, req.workerId)).record
+  } catch (err) {
+    if (!(err instanceof InvalidState)) throw err
+    const ref = jobs.ref(req.projectId, jobId)
+    const loaded = await deps.store.load<Job>(ref)
+    return loaded.state === null ? null : deps.store.recordOf(ref, loaded.seq, [], loaded.state)
+  }
+}

@@ -1,0 +1,234 @@
+import { JobNotFound, ParentNotFound } from '../../domain/errors.ts'
+import {
+  assertHeartbeatAllowed,
+  cascadeOf,
+  jobDecider,
+  type Job,
+  type JobCommand,
+  type JobError,
+  type JobEvent,
+} from '../../domain/job.ts'
+import { upsertJobRows } from '../../projections/job-list.ts'
+import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
+import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
+import { isSubjectToken, readySubject } from '../../streams/names.ts'
+import type { Deps } from '../runtime.ts'
+
+/** `job_` and a ULID: anything else cannot name a job, so it is not found without a lookup. */
+const jobIdPattern = /^job_[0-9A-HJKMNP-TV-Z]{26}$/
+
+export function isJobId(id: string): boolean {
+  return jobIdPattern.test(id)
+}
+
+export interface NewJob {
+  job_type: string
+  payload: Record<string, unknown>
+  queue: string
+  run_at: string | null
+  max_attempts: number
+  timeout_seconds: number
+  tags: Record<string, string> | null
+  parent_job_id: string | null
+  idempotency_key: string | null
+}
+
+export interface AckInput {
+  worker_id: string
+  status: 'succeeded' | 'failed'
+  duration_ms: number | null
+  error: JobError | null
+}
+
+export interface AckOutcome {
+  action: 'done' | 'retry'
+  retry_at?: string
+  children_activated?: number
+}
+
+export interface Written {
+  job: Job
+  seq: number
+}
+
+/** Children are re-decided a few at a time so a parent with thousands of them stays polite. */
+const cascadeConcurrency = 16
+
+/**
+ * The job use cases shared by the API, the scheduler and the reactor: each one is a command on
+ * the job aggregate, plus the cross-aggregate follow-ups (continuations) written child by child.
+ */
+export class JobService {
+  readonly #deps: Deps
+  /** Per project, the last stream sequence this process wrote: lists wait for the projector to reach it. */
+  readonly lastWrittenSeq = new Map<string, number>()
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+  }
+
+  ref(projectId: string, jobId: string): AggregateRef {
+    return { aggregate: 'job', projectId, id: jobId }
+  }
+
+  #meta(): { now: string; random: number } {
+    return { now: this.#deps.now().toISOString(), random: Math.random() }
+  }
+
+  #newEventId = (): string => `evt_${this.#deps.newUlid()}`
+
+  newJobId(): string {
+    return `job_${this.#deps.newUlid()}`
+  }
+
+  #noteWrite(projectId: string, seq: number): void {
+    if (seq > (this.lastWrittenSeq.get(projectId) ?? 0)) this.lastWrittenSeq.set(projectId, seq)
+  }
+
+  async #run(projectId: string, jobId: string, command: JobCommand): Promise<CommandResult<JobEvent, Job>> {
+    if (!isJobId(jobId)) throw new JobNotFound(jobId)
+    const result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId)
+    if (result.appended) this.#noteWrite(projectId, result.seq)
+    return result as CommandResult<JobEvent, Job>
+  }
+
+  /** The job as of its latest event, straight from the log (read-your-writes for single reads). */
+  async get(projectId: string, jobId: string): Promise<Written> {
+    if (!isJobId(jobId) || !isSubjectToken(projectId)) throw new JobNotFound(jobId)
+    const loaded = await this.#deps.store.load<Job>(this.ref(projectId, jobId))
+    if (loaded.state === null) throw new JobNotFound(jobId)
+    return { job: loaded.state, seq: loaded.seq }
+  }
+
+  async history(projectId: string, jobId: string): Promise<EventRecord<JobEvent, Job>[]> {
+    if (!isJobId(jobId)) throw new JobNotFound(jobId)
+    const records = await this.#deps.store.history<JobEvent, Job>(this.ref(projectId, jobId))
+    if (records.length === 0) throw new JobNotFound(jobId)
+    return records
+  }
+
+  /**
+   * A continuation is attached to its parent before it exists, so a parent that succeeds in
+   * between still finds it; a crash between the two leaves the parent naming a child that never
+   * appeared, which activation skips.
+   */
+  async create(projectId: string, input: NewJob): Promise<Written> {
+    const jobId = this.newJobId()
+    let waitsForParent = false
+    if (input.parent_job_id !== null) {
+      if (!isJobId(input.parent_job_id)) throw new ParentNotFound(input.parent_job_id)
+      try {
+        const attached = await this.#run(projectId, input.parent_job_id, {
+          type: 'attach_child',
+          data: { child_job_id: jobId },
+          meta: this.#meta(),
+        })
+        waitsForParent = attached.appended
+      } catch (err) {
+        if (err instanceof JobNotFound) throw new ParentNotFound(input.parent_job_id)
+        throw err
+      }
+    }
+    const created = await this.#run(projectId, jobId, {
+      type: 'create_job',
+      data: { ...input, job_id: jobId, project_id: projectId, waits_for_parent: waitsForParent },
+      meta: this.#meta(),
+    })
+    return { job: created.state!, seq: created.seq }
+  }
+
+  async cancel(projectId: string, jobId: string): Promise<Written> {
+    const result = await this.#run(projectId, jobId, { type: 'cancel_job', data: {}, meta: this.#meta() })
+    await this.cascade(projectId, result.events, result.state)
+    return { job: result.state!, seq: result.seq }
+  }
+
+  async retry(projectId: string, jobId: string): Promise<Written> {
+    const result = await this.#run(projectId, jobId, { type: 'retry_job', data: {}, meta: this.#meta() })
+    return { job: result.state!, seq: result.seq }
+  }
+
+  async ack(projectId: string, jobId: string, input: AckInput): Promise<AckOutcome> {
+    const result = await this.#run(projectId, jobId, { type: 'ack_job', data: input, meta: this.#meta() })
+    const job = result.state!
+    const outcome: AckOutcome = job.state === 'pending' ? { action: 'retry', retry_at: job.run_at! } : { action: 'done' }
+    const activated = await this.cascade(projectId, result.events, result.state)
+    if (job.children.length > 0 && job.state === 'succeeded') outcome.children_activated = activated
+    return outcome
+  }
+
+  /** Liveness only: a KV write, no event, unless the worker reports a new progress value. */
+  async heartbeat(projectId: string, jobId: string, workerId: string, progress: number | null): Promise<void> {
+    const { job } = await this.get(projectId, jobId)
+    assertHeartbeatAllowed(job, workerId)
+    const beat: Heartbeat = { worker_id: workerId, attempt: job.attempt, at: this.#deps.now().toISOString() }
+    await this.#deps.heartbeats.put(jobId, JSON.stringify(beat))
+    if (progress !== null && progress !== job.progress) {
+      await this.#run(projectId, jobId, { type: 'report_progress', data: { worker_id: workerId, progress }, meta: this.#meta() })
+    }
+  }
+
+  async lastHeartbeat(jobId: string, attempt: number): Promise<Heartbeat | null> {
+    const entry = await this.#deps.heartbeats.get(jobId)
+    if (entry === null || entry.operation !== 'PUT') return null
+    const beat = entry.json<Heartbeat>()
+    return beat.attempt === attempt ? beat : null
+  }
+
+  /** The reaper's move: a no-op when the attempt already ended (an ack won the race). */
+  async reap(projectId: string, jobId: string, attempt: number, error: JobError): Promise<CommandResult<JobEvent, Job>> {
+    const result = await this.#run(projectId, jobId, { type: 'reap_job', data: { attempt, error }, meta: this.#meta() })
+    await this.cascade(projectId, result.events, result.state)
+    return result
+  }
+
+  async claim(projectId: string, jobId: string, workerId: string): Promise<CommandResult<JobEvent, Job>> {
+    return this.#run(projectId, jobId, { type: 'claim_job', data: { worker_id: workerId }, meta: this.#meta() })
+  }
+
+  async promote(projectId: string, jobId: string): Promise<CommandResult<JobEvent, Job>> {
+    return this.#run(projectId, jobId, { type: 'promote_job', data: {}, meta: this.#meta() })
+  }
+
+  /**
+   * Activates or cancels the continuations of a parent whose decision just ended it. Each child
+   * is its own append with its own expected sequence; the domain makes a repeat a no-op, which is
+   * what lets the cascade reactor run the same step again after a crash. Resolves to the number
+   * of children moved.
+   */
+  async cascade(projectId: string, events: readonly JobEvent[], job: Job | null): Promise<number> {
+    if (job === null || job.children.length === 0) return 0
+    const step = events.map(cascadeOf).find((c) => c !== null)
+    if (step === undefined || step === null) return 0
+    let moved = 0
+    const children = [...job.children]
+    const worker = async () => {
+      for (let childId = children.shift(); childId !== undefined; childId = children.shift()) {
+        const command: JobCommand =
+          step.kind === 'activate'
+            ? { type: 'activate_child', data: { parent_job_id: job.id }, meta: this.#meta() }
+            : { type: 'cancel_by_parent', data: { reason: step.reason }, meta: this.#meta() }
+        const result = await this.#run(projectId, childId, command)
+        if (result.appended) moved++
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(cascadeConcurrency, children.length) }, worker))
+    return moved
+  }
+
+  /** Writes read-model rows for records this process appended (claim, promotion, reaping paths). */
+  async writeRows(records: readonly EventRecord[]): Promise<void> {
+    await upsertJobRows(this.#deps.sql, records)
+  }
+
+  /** Wakes long polls waiting on this project and queue, in every API process. */
+  notifyReady(projectId: string, queue: string): void {
+    this.#deps.nats.nc.publish(readySubject(this.#deps.config.namespace, projectId, queue))
+  }
+}
+
+export interface Heartbeat {
+  worker_id: string
+  attempt: number
+  at: string
+}

@@ -1,0 +1,46 @@
+import { projectDecider, type Plan, type Project, type ProjectEvent } from '../../domain/project.ts'
+import { upsertProjectRows } from '../../projections/project-directory.ts'
+import type { AggregateRef } from '../../streams/event-store.ts'
+import { handleCommand } from '../../streams/handle-command.ts'
+import type { Deps } from '../runtime.ts'
+import { apiKeyPrefix, generateApiKey, hashApiKey, type KeyEnvironment } from './api-keys.ts'
+
+export function projectRef(projectId: string): AggregateRef {
+  return { aggregate: 'project', projectId, id: projectId }
+}
+
+export interface CreatedProject {
+  project: Project
+  apiKey: string
+}
+
+/**
+ * Creates a project and its first API key. The key's plaintext exists only in the answer. The
+ * directory rows are written here as well as by the projector, so the key authenticates at once.
+ */
+export async function createProject(
+  deps: Deps,
+  input: { name: string; plan: Plan; ownerEmail: string | null; keyEnvironment: KeyEnvironment },
+): Promise<CreatedProject> {
+  const projectId = `prj_${deps.newUlid().toLowerCase()}`
+  const apiKey = generateApiKey(input.keyEnvironment)
+  const result = await handleCommand<Parameters<typeof projectDecider.decide>[0], ProjectEvent, Project>(
+    deps.store,
+    projectDecider,
+    projectRef(projectId),
+    {
+      type: 'create_project',
+      data: {
+        project_id: projectId,
+        name: input.name,
+        plan: input.plan,
+        owner_email: input.ownerEmail,
+        key: { prefix: apiKeyPrefix(apiKey), key_hash: hashApiKey(apiKey) },
+      },
+      meta: { now: deps.now().toISOString() },
+    },
+    () => `evt_${deps.newUlid()}`,
+  )
+  await upsertProjectRows(deps.sql, [result.record])
+  return { project: result.state!, apiKey }
+}

@@ -1,0 +1,64 @@
+import type { KV } from '@nats-io/kv'
+import { pino, type Logger } from 'pino'
+import { monotonicFactory } from 'ulid'
+import { ensureDatabase, openSql, type Sql } from '../projections/database.ts'
+import { migrate } from '../projections/migrate.ts'
+import { connectNats, type NatsHandles } from '../streams/connection.ts'
+import { ensureStreams, openHeartbeatBucket } from '../streams/definitions.ts'
+import { EventStore } from '../streams/event-store.ts'
+import type { Config } from './config.ts'
+
+/** What every role is handed: connections, clock and id source are passed in, never imported. */
+export interface Deps {
+  config: Readonly<Config>
+  log: Logger
+  nats: NatsHandles
+  store: EventStore
+  sql: Sql
+  heartbeats: KV
+  /** The current instant; tests may pass a fixed or shifted clock. */
+  now: () => Date
+  /** A new ULID, monotonic within this process. */
+  newUlid: () => string
+}
+
+export interface Runtime extends Deps {
+  close(): Promise<void>
+}
+
+export function createLogger(config: Pick<Config, 'logLevel'>): Logger {
+  return pino({ level: config.logLevel })
+}
+
+/**
+ * Connects to NATS and Postgres and creates what is missing: the database, the migrations,
+ * the event stream and the heartbeat bucket. Idempotent, so every role and the CLI call it.
+ */
+export async function openRuntime(config: Readonly<Config>, log: Logger, name = 'jobsvc'): Promise<Runtime> {
+  await ensureDatabase(config.databaseUrl)
+  const sql = openSql(config.databaseUrl, { max: 20, applicationName: name })
+  try {
+    await migrate(sql)
+  } catch (err) {
+    await sql.end()
+    throw err
+  }
+  const nats = await connectNats(config.natsUrl, name)
+  await ensureStreams(nats.jsm, config.namespace)
+  const heartbeats = await openHeartbeatBucket(nats.nc, config.namespace)
+  const ulid = monotonicFactory()
+  return {
+    config,
+    log,
+    nats,
+    store: new EventStore(config.namespace, nats.js, nats.jsm),
+    sql,
+    heartbeats,
+    now: () => new Date(),
+    newUlid: () => ulid(),
+    async close() {
+      await nats.nc.drain().catch(() => undefined)
+      await sql.end({ timeout: 5 })
+    },
+  }
+}

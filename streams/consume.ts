@@ -1,0 +1,92 @@
+import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import type { NatsHandles } from './connection.ts'
+import { decodeEventMessage, type EventRecord } from './event-store.ts'
+
+export interface BatchConsumerOptions {
+  stream: string
+  durable: string
+  filterSubject: string
+  /** Largest batch handed to `handle` at once. */
+  maxBatch: number
+  /**
+   * Where the handler's own durable position says to resume (its checkpoint + 1). When given,
+   * the consumer is re-created there whenever it disagrees, or still holds unacked messages from
+   * a crashed run: redelivery after ack_wait would otherwise arrive after newer messages.
+   */
+  resumeFrom?: () => Promise<number>
+}
+
+/**
+ * Creates the durable consumer if it is missing. NATS 2.9 takes one filter subject (a string,
+ * not an array). Ack policy "all": acking a batch's last message acks the batch.
+ */
+export async function ensureDurable(nats: NatsHandles, opts: Omit<BatchConsumerOptions, 'maxBatch'>, startSeq = 1): Promise<void> {
+  try {
+    await nats.jsm.consumers.info(opts.stream, opts.durable)
+  } catch {
+    await nats.jsm.consumers.add(opts.stream, {
+      durable_name: opts.durable,
+      ack_policy: AckPolicy.All,
+      filter_subject: opts.filterSubject,
+      ...(startSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq } : { deliver_policy: DeliverPolicy.All }),
+      ack_wait: 60_000_000_000,
+      max_ack_pending: 20_000,
+    })
+  }
+}
+
+/**
+ * Runs `handle` on batches of event records in stream order until `signal` aborts. A batch is
+ * whatever has arrived while the previous one was handled (at most `maxBatch`), so a quiet log
+ * is handled message by message with no added latency and a busy one in large batches. The batch
+ * is acked only after `handle` resolves; if it throws, the consumer is restarted and the
+ * unacked messages come again.
+ */
+export async function consumeBatches(
+  nats: NatsHandles,
+  opts: BatchConsumerOptions,
+  handle: (records: EventRecord[]) => Promise<void>,
+  signal: AbortSignal,
+  onError: (err: unknown) => void,
+): Promise<void> {
+  while (!signal.aborted) {
+    try {
+      await ensureDurableAt(nats, opts)
+      const consumer = await nats.js.consumers.get(opts.stream, opts.durable)
+      const messages = await consumer.consume({ max_messages: Math.max(opts.maxBatch * 2, 100) })
+      const stop = () => void messages.stop()
+      signal.addEventListener('abort', stop, { once: true })
+      try {
+        let batch: JsMsg[] = []
+        for await (const m of messages) {
+          batch.push(m)
+          if (batch.length < opts.maxBatch && messages.getPending() > 0) continue
+          await handle(batch.map(toRecord))
+          batch.at(-1)!.ack()
+          batch = []
+          if (signal.aborted) break
+        }
+      } finally {
+        signal.removeEventListener('abort', stop)
+        messages.stop()
+      }
+    } catch (err) {
+      if (signal.aborted) return
+      onError(err)
+      await new Promise((r) => setTimeout(r, 500))
+    }
+  }
+}
+
+async function ensureDurableAt(nats: NatsHandles, opts: BatchConsumerOptions): Promise<void> {
+  if (opts.resumeFrom === undefined) return ensureDurable(nats, opts)
+  const wanted = await opts.resumeFrom()
+  const info = await nats.jsm.consumers.info(opts.stream, opts.durable).catch(() => null)
+  if (info !== null && info.num_ack_pending === 0 && info.ack_floor.stream_seq + 1 === wanted) return
+  if (info !== null) await nats.jsm.consumers.delete(opts.stream, opts.durable)
+  await ensureDurable(nats, opts, wanted)
+}
+
+function toRecord(m: JsMsg): EventRecord {
+  return { seq: m.seq, subject: m.subject, message: decodeEventMessage(m.data) }
+}

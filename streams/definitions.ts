@@ -1,0 +1,63 @@
+import {
+  DiscardPolicy,
+  RetentionPolicy,
+  StorageType,
+  type JetStreamManager,
+  type StreamConfig,
+} from '@nats-io/jetstream'
+import { Kvm, type KV } from '@nats-io/kv'
+import type { NatsConnection } from '@nats-io/transport-node'
+import { eventsStreamName, eventsSubjectFilter, heartbeatBucketName } from './names.ts'
+
+const nanosPerMs = 1_000_000
+
+/**
+ * The event log: one stream for every aggregate of the install. Direct gets are on because
+ * loading an aggregate is one direct get of its subject's last message. The duplicate window
+ * bounds how long a re-sent message id is recognised (the publish retry horizon, not the
+ * Idempotency-Key lifetime, which lives elsewhere).
+ */
+export function eventsStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
+  return {
+    name: eventsStreamName(ns),
+    subjects: [eventsSubjectFilter(ns)],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    discard: DiscardPolicy.Old,
+    allow_direct: true,
+    duplicate_window: 2 * 60 * 1000 * nanosPerMs,
+    num_replicas: 1,
+  }
+}
+
+/** Heartbeats are liveness, not history: one KV entry per running job, gone after two days. */
+export const heartbeatMaxAgeMs = 2 * 24 * 60 * 60 * 1000
+
+/** Creates what is missing and leaves what exists (several processes start at once). */
+export async function ensureStreams(jsm: JetStreamManager, ns: string): Promise<void> {
+  const config = eventsStreamConfig(ns)
+  try {
+    await jsm.streams.info(config.name)
+  } catch {
+    try {
+      await jsm.streams.add(config)
+    } catch (err) {
+      await jsm.streams.info(config.name).catch(() => {
+        throw err
+      })
+    }
+  }
+}
+
+export async function openHeartbeatBucket(nc: NatsConnection, ns: string): Promise<KV> {
+  const kvm = new Kvm(nc)
+  return kvm.create(heartbeatBucketName(ns), { history: 1, ttl: heartbeatMaxAgeMs })
+}
+
+/** Removes everything `ensureStreams` and `openHeartbeatBucket` made for `ns` (tests only). */
+export async function deleteNamespace(jsm: JetStreamManager, ns: string): Promise<void> {
+  const names = [eventsStreamName(ns), `KV_${heartbeatBucketName(ns)}`]
+  for (const name of names) {
+    await jsm.streams.delete(name).catch(() => undefined)
+  }
+}

@@ -1,0 +1,88 @@
+/**
+ * Every stream, consumer, bucket and subject name, built from the install's namespace. No other
+ * file concatenates subjects: a namespace change or a new aggregate kind is made here.
+ */
+
+export type AggregateKind = 'job' | 'project' | 'recurring'
+
+const namespacePattern = /^[A-Za-z0-9_-]{1,64}$/
+const tokenPattern = /^[A-Za-z0-9_-]+$/
+
+/** True when `ns` can prefix stream names (no dots) and subjects. */
+export function isValidNamespace(ns: string): boolean {
+  return namespacePattern.test(ns)
+}
+
+/** True when `id` is safe as one subject token (ids of jobs, projects and recurring jobs are). */
+export function isSubjectToken(id: string): boolean {
+  return tokenPattern.test(id)
+}
+
+function token(id: string): string {
+  if (!isSubjectToken(id)) throw new Error(`not a valid subject token: ${JSON.stringify(id)}`)
+  return id
+}
+
+export function eventsStreamName(ns: string): string {
+  return `${ns}_events`
+}
+
+export function eventsSubjectFilter(ns: string): string {
+  return `${ns}.evt.>`
+}
+
+/** `<ns>.evt.<project_id>.<aggregate>.<aggregate_id>`, the contract of CONTRACT.md. */
+export function eventSubject(ns: string, projectId: string, aggregate: AggregateKind, aggregateId: string): string {
+  return `${ns}.evt.${token(projectId)}.${aggregate}.${token(aggregateId)}`
+}
+
+/** Matches every aggregate of one kind in every project, e.g. `<ns>.evt.*.job.*`. */
+export function aggregateKindFilter(ns: string, aggregate: AggregateKind): string {
+  return `${ns}.evt.*.${aggregate}.*`
+}
+
+/** Splits an event subject back into its parts; null for any other subject. */
+export function parseEventSubject(ns: string, subject: string): { projectId: string; aggregate: AggregateKind; aggregateId: string } | null {
+  const parts = subject.split('.')
+  if (parts.length !== 5 || parts[0] !== ns || parts[1] !== 'evt') return null
+  return { projectId: parts[2]!, aggregate: parts[3] as AggregateKind, aggregateId: parts[4]! }
+}
+
+/**
+ * Queue names are free text (up to 100 characters) but a subject token cannot hold dots,
+ * wildcards or white space, so anything outside `[A-Za-z0-9_-]` is written as `~` plus hex.
+ */
+export function queueToken(queue: string): string {
+  return queue.replace(/[^A-Za-z0-9_-]/g, (c) => `~${c.codePointAt(0)!.toString(16)}~`)
+}
+
+/** Plain-NATS wake-up for pollers: a job in this project and queue became claimable. */
+export function readySubject(ns: string, projectId: string, queue: string): string {
+  return `${ns}.ready.${token(projectId)}.${queueToken(queue)}`
+}
+
+export function readyWildcard(ns: string): string {
+  return `${ns}.ready.>`
+}
+
+/** The projector announces each committed checkpoint here, for read-your-writes waits. */
+export function checkpointSubject(ns: string): string {
+  return `${ns}.ctl.checkpoint`
+}
+
+/** A replay asks the leading projector to step down here. */
+export function projectorYieldSubject(ns: string): string {
+  return `${ns}.ctl.projector.yield`
+}
+
+export function heartbeatBucketName(ns: string): string {
+  return `${ns}_heartbeats`
+}
+
+export function projectorConsumerName(ns: string): string {
+  return `${ns}_projector`
+}
+
+export function cascadeConsumerName(ns: string): string {
+  return `${ns}_cascade`
+}
