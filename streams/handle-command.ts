@@ -20,7 +20,8 @@ export interface CommandResult<E extends DomainEventShape, S> {
 }
 
 /**
- * Load (one direct get), decide, append at the sequence seen. On a conflict the command is
+ * Load (one direct get), decide, append at the sequence seen (`isNew` skips the load for ids
+ * this process just generated). On a conflict the command is
  * decided again on fresh state, so the loser of a race either finds a legal move on the new
  * state or gets the domain's refusal (for instance InvalidState after a competing claim).
  */
@@ -30,10 +31,13 @@ export async function handleCommand<C extends { meta: { now: string } }, E exten
   ref: AggregateRef,
   command: C,
   newEventId: () => string,
+  options: { isNew?: boolean } = {},
 ): Promise<CommandResult<E, S>> {
   let lastConflict: ConcurrencyConflict | undefined
   for (let attempt = 0; attempt <= maxRetries; attempt++) {
-    const loaded = await store.load<S>(ref)
+    // A freshly generated id names no aggregate yet: skip the load and append at sequence 0;
+    // should it exist after all, the append conflicts and the retry loads it.
+    const loaded = options.isNew && attempt === 0 ? { state: null, seq: 0 } : await store.load<S>(ref)
     const decided = decider.decide(command, loaded.state)
     if (decided.length === 0) {
       const record = store.recordOf<E, S | null>(ref, loaded.seq, [], loaded.state)

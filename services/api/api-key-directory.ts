@@ -7,14 +7,25 @@ import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../runtime.ts'
 import { unauthorized } from './errors.ts'
 
+export type ProjectRole = 'owner' | 'admin' | 'member' | 'viewer'
+
+const roleRank: Record<ProjectRole, number> = { viewer: 0, member: 1, admin: 2, owner: 3 }
+
+/** True when `role` is `least` or above (viewer < member < admin < owner). */
+export function hasRoleAtLeast(role: ProjectRole, least: ProjectRole): boolean {
+  return roleRank[role] >= roleRank[least]
+}
+
 export interface Principal {
   projectId: string
   /** API keys act for the whole project (role owner); dashboard users get their membership role. */
-  role: 'owner' | 'admin' | 'member' | 'viewer'
+  role: ProjectRole
 }
 
 /** A cached project older than this is loaded again even if no event said it changed. */
 const cacheTtlMs = 60_000
+/** Prefix → project ids never change once issued, so they are remembered (bounded). */
+const maxRememberedPrefixes = 10_000
 
 /**
  * Authenticates API keys. The prefix finds the project in Postgres; the keys themselves are
@@ -25,6 +36,7 @@ const cacheTtlMs = 60_000
 export class ApiKeyDirectory {
   readonly #deps: Deps
   readonly #projects = new Map<string, { project: Project; loadedAt: number }>()
+  readonly #prefixes = new Map<string, string>()
   #subscription: Subscription | undefined
 
   constructor(deps: Deps) {
@@ -58,14 +70,24 @@ export class ApiKeyDirectory {
     return loaded.state
   }
 
+  async #projectIdOf(prefix: string): Promise<string | undefined> {
+    const known = this.#prefixes.get(prefix)
+    if (known !== undefined) return known
+    const rows = await this.#deps.sql<{ project_id: string }[]>`SELECT project_id FROM api_keys WHERE prefix = ${prefix}`
+    const projectId = rows[0]?.project_id
+    if (projectId !== undefined) {
+      if (this.#prefixes.size >= maxRememberedPrefixes) this.#prefixes.clear()
+      this.#prefixes.set(prefix, projectId)
+    }
+    return projectId
+  }
+
   /** Resolves the `Authorization` header to a project, or throws 401 `unauthorized`. */
   async authenticate(authorization: string | undefined): Promise<Principal> {
     const match = /^Bearer ([^\s]+)$/.exec(authorization ?? '')
     const key = match?.[1]
     if (key === undefined || !isApiKeyShape(key)) throw unauthorized()
-    const rows = await this.#deps.sql<{ project_id: string }[]>`
-      SELECT project_id FROM api_keys WHERE prefix = ${apiKeyPrefix(key)}`
-    const projectId = rows[0]?.project_id
+    const projectId = await this.#projectIdOf(apiKeyPrefix(key))
     if (projectId === undefined) throw unauthorized()
     const project = await this.#project(projectId)
     const now = this.#deps.now().getTime()

@@ -34,6 +34,7 @@ export const unauthorized = (message = 'missing or invalid API key') => new ApiE
 export const invalidRequest = (message: string, status = 400) => new ApiError(status, 'invalid_request', message)
 export const invalidLimit = (message: string) => new ApiError(400, 'invalid_limit', message)
 export const invalidCursor = () => new ApiError(400, 'invalid_cursor', 'the cursor is not one this service issued')
+export const forbidden = (message: string) => new ApiError(403, 'forbidden', message)
 export const serviceUnavailable = (message: string) => new ApiError(503, 'service_unavailable', message)
 export const routeNotFound = (method: string, url: string) => new ApiError(404, 'route_not_found', `no route ${method} ${url}`)
 
@@ -60,6 +61,7 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 400, code: 'invalid_limit' },
   { status: 400, code: 'invalid_cursor' },
   { status: 401, code: 'unauthorized' },
+  { status: 403, code: 'forbidden' },
   { status: 404, code: 'job_not_found' },
   { status: 404, code: 'project_not_found' },
   { status: 404, code: 'route_not_found' },

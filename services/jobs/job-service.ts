@@ -87,7 +87,9 @@ export class JobService {
 
   async #run(projectId: string, jobId: string, command: JobCommand): Promise<CommandResult<JobEvent, Job>> {
     if (!isJobId(jobId)) throw new JobNotFound(jobId)
-    const result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId)
+    const result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId, {
+      isNew: command.type === 'create_job',
+    })
     if (result.appended) this.#noteWrite(projectId, result.seq)
     return result as CommandResult<JobEvent, Job>
   }
@@ -148,13 +150,14 @@ export class JobService {
     return { job: result.state!, seq: result.seq }
   }
 
-  async ack(projectId: string, jobId: string, input: AckInput): Promise<AckOutcome> {
+  /** `seq` is the ack's own message; continuations it activates are appended after it. */
+  async ack(projectId: string, jobId: string, input: AckInput): Promise<{ outcome: AckOutcome; seq: number }> {
     const result = await this.#run(projectId, jobId, { type: 'ack_job', data: input, meta: this.#meta() })
     const job = result.state!
     const outcome: AckOutcome = job.state === 'pending' ? { action: 'retry', retry_at: job.run_at! } : { action: 'done' }
     const activated = await this.cascade(projectId, result.events, result.state)
     if (job.children.length > 0 && job.state === 'succeeded') outcome.children_activated = activated
-    return outcome
+    return { outcome, seq: result.seq }
   }
 
   /** Liveness only: a KV write, no event, unless the worker reports a new progress value. */

@@ -3,7 +3,8 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { jobStates } from '../../../domain/job.ts'
 import type { ApiContext } from '../app.ts'
-import { invalidRequest } from '../errors.ts'
+import { hasRoleAtLeast } from '../api-key-directory.ts'
+import { forbidden, invalidRequest } from '../errors.ts'
 import { jobFromRow, toJobDetail } from '../job-views.ts'
 import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
 
@@ -125,6 +126,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     })
 
     app.post('/:jobId/cancel', { schema: { params: jobIdParams } }, async (request, reply) => {
+      if (!hasRoleAtLeast(request.principal.role, 'member')) throw forbidden('cancelling a job needs the project role member or above')
       const { job, seq } = await jobs.cancel(request.principal.projectId, request.params.jobId)
       return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state })
     })

@@ -112,14 +112,15 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       }
     })
 
-    app.post('/ack', { schema: { body: ackBody } }, async (request) => {
+    app.post('/ack', { schema: { body: ackBody } }, async (request, reply) => {
       const b = request.body
-      return jobs.ack(request.principal.projectId, b.job_id, {
+      const { outcome, seq } = await jobs.ack(request.principal.projectId, b.job_id, {
         worker_id: b.worker_id,
         status: b.status,
         duration_ms: b.duration_ms ?? null,
         error: b.error ?? null,
       })
+      return reply.header('X-Event-Seq', String(seq)).send(outcome)
     })
 
     app.post('/heartbeat', { schema: { body: heartbeatBody } }, async (request) => {

@@ -1,0 +1,707 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import http from 'node:http'
+import https from 'node:https'
+import { dirname, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { performance } from 'node:perf_hooks'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { parseArgs } from 'node:util'
+import { dropDatabase } from '../projections/database.ts'
+import { connectNats, type NatsHandles } from '../streams/connection.ts'
+import { deleteNamespace } from '../streams/definitions.ts'
+import { checkpointSubject } from '../streams/names.ts'
+import { ConfigError, loadConfig } from './config.ts'
+
+const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
+  [--jobs N] [--producers P] [--workers W] [--capacity C] [--timeout-s S] [--nats-url URL]`
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..')
+
+/**
+ * The list route waits at most this long for the projector (the read_your_writes_wait_ms
+ * default); a probe that answers well inside it has seen the projector reach its min_seq.
+ */
+const serviceListWaitMs = 2_000
+const probeReachedWithinMs = serviceListWaitMs * 0.75
+const probeIntervalMs = 50
+/** Workers hold each poll this long when nothing is claimable, so they notice the end quickly. */
+const pollWaitSeconds = 1
+const maxRetries = 5
+
+interface Options {
+  url: string | null
+  apiKey: string | null
+  spawn: boolean
+  namespace: string | null
+  natsUrl: string
+  databaseUrl: string
+  jobs: number
+  producers: number
+  workers: number
+  capacity: number
+  timeoutMs: number
+}
+
+function positiveInt(name: string, raw: string | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (raw === undefined) return fallback
+  const n = Number(raw)
+  if (!Number.isInteger(n) || n < 1 || n > max) throw new ConfigError(`--${name} must be an integer from 1 to ${max}`)
+  return n
+}
+
+function parseOptions(argv: string[]): Options {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      url: { type: 'string' },
+      'api-key': { type: 'string' },
+      spawn: { type: 'boolean', default: false },
+      namespace: { type: 'string' },
+      'nats-url': { type: 'string' },
+      jobs: { type: 'string' },
+      producers: { type: 'string' },
+      workers: { type: 'string' },
+      capacity: { type: 'string' },
+      'timeout-s': { type: 'string' },
+    },
+  })
+  if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
+  if (values.url !== undefined && values['api-key'] === undefined) throw new ConfigError(`--url needs --api-key\n${usage}`)
+  // The same environment the service reads (CONTRACT.md) supplies the defaults for --spawn.
+  const config = loadConfig(process.env)
+  return {
+    url: values.url ?? null,
+    apiKey: values['api-key'] ?? null,
+    spawn: values.spawn,
+    namespace: values.namespace ?? null,
+    natsUrl: values['nats-url'] ?? config.natsUrl,
+    databaseUrl: config.databaseUrl,
+    jobs: positiveInt('jobs', values.jobs, 10_000),
+    producers: positiveInt('producers', values.producers, 16, 1000),
+    workers: positiveInt('workers', values.workers, 8, 1000),
+    capacity: positiveInt('capacity', values.capacity, 10, 50),
+    timeoutMs: positiveInt('timeout-s', values['timeout-s'], 300) * 1000,
+  }
+}
+
+interface Reply {
+  status: number
+  headers: http.IncomingHttpHeaders
+  body: any
+  /** performance.now() when the whole response had arrived. */
+  at: number
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly what: string,
+    readonly reply: Reply,
+  ) {
+    super(`${what}: HTTP ${reply.status} ${JSON.stringify(reply.body)}`)
+    this.name = 'HttpError'
+  }
+}
+
+/**
+ * A keep-alive client on node:http: one socket per request in flight, so the pool is sized to
+ * the bench's concurrency and no request waits for a connection (no pipelining).
+ */
+class Client {
+  readonly #base: URL
+  readonly #auth: string
+  readonly #agent: http.Agent
+  readonly #transport: typeof http | typeof https
+
+  constructor(base: string, apiKey: string, connections: number) {
+    this.#base = new URL(base)
+    this.#auth = `Bearer ${apiKey}`
+    const secure = this.#base.protocol === 'https:'
+    this.#transport = secure ? https : http
+    const agentOptions = { keepAlive: true, maxSockets: connections, maxFreeSockets: connections }
+    this.#agent = secure ? new https.Agent(agentOptions) : new http.Agent(agentOptions)
+  }
+
+  request(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Reply> {
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
+    const headers: http.OutgoingHttpHeaders = { authorization: this.#auth, accept: 'application/json' }
+    if (payload) {
+      headers['content-type'] = 'application/json'
+      headers['content-length'] = payload.length
+    }
+    return new Promise((resolvePromise, reject) => {
+      const req = this.#transport.request(
+        new URL(path, this.#base),
+        { method, headers, agent: this.#agent, ...(signal ? { signal } : {}) },
+        (res) => {
+          const chunks: Buffer[] = []
+          res.on('data', (c: Buffer) => chunks.push(c))
+          res.on('error', reject)
+          res.on('end', () => {
+            const at = performance.now()
+            const text = Buffer.concat(chunks).toString('utf8')
+            let parsed: unknown = text
+            if (String(res.headers['content-type'] ?? '').includes('json')) {
+              try {
+                parsed = JSON.parse(text)
+              } catch {
+                parsed = text
+              }
+            }
+            resolvePromise({ status: res.statusCode ?? 0, headers: res.headers, body: parsed, at })
+          })
+        },
+      )
+      req.on('error', reject)
+      req.end(payload)
+    })
+  }
+
+  close(): void {
+    this.#agent.destroy()
+  }
+}
+
+function eventSeq(reply: Reply): number | null {
+  const raw = reply.headers['x-event-seq']
+  const n = Number(Array.isArray(raw) ? raw[0] : raw)
+  return Number.isFinite(n) && n > 0 ? n : null
+}
+
+/** 429 and 503 mean "not done, come back"; anything else is an answer. */
+function isRetryable(reply: Reply): boolean {
+  return reply.status === 429 || reply.status === 503
+}
+
+async function withRetries(what: string, signal: AbortSignal, attempt: () => Promise<Reply>, ok: number): Promise<Reply> {
+  for (let i = 0; ; i++) {
+    const reply = await attempt()
+    if (reply.status === ok) return reply
+    if (!isRetryable(reply) || i >= maxRetries) throw new HttpError(what, reply)
+    await sleep(50 * 2 ** i, undefined, { signal })
+  }
+}
+
+/** Nearest-rank percentile; null when nothing was measured. */
+function percentile(values: readonly number[], p: number): number | null {
+  if (values.length === 0) return null
+  const sorted = Float64Array.from(values).sort()
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!
+}
+
+function round(ms: number | null): number | null {
+  return ms === null ? null : Math.round(ms * 10) / 10
+}
+
+/** A min-heap of writes by sequence, so each checkpoint settles exactly the writes it covers. */
+class WriteHeap {
+  readonly #items: Array<{ seq: number; at: number }> = []
+
+  get size(): number {
+    return this.#items.length
+  }
+
+  peek(): { seq: number; at: number } | undefined {
+    return this.#items[0]
+  }
+
+  push(item: { seq: number; at: number }): void {
+    const a = this.#items
+    a.push(item)
+    for (let i = a.length - 1; i > 0; ) {
+      const parent = (i - 1) >> 1
+      if (a[parent]!.seq <= a[i]!.seq) break
+      ;[a[parent], a[i]] = [a[i]!, a[parent]!]
+      i = parent
+    }
+  }
+
+  pop(): { seq: number; at: number } | undefined {
+    const a = this.#items
+    const top = a[0]
+    const last = a.pop()
+    if (a.length > 0 && last !== undefined) {
+      a[0] = last
+      for (let i = 0; ; ) {
+        const l = 2 * i + 1
+        const r = l + 1
+        let m = i
+        if (l < a.length && a[l]!.seq < a[m]!.seq) m = l
+        if (r < a.length && a[r]!.seq < a[m]!.seq) m = r
+        if (m === i) break
+        ;[a[m], a[i]] = [a[i]!, a[m]!]
+        i = m
+      }
+    }
+    return top
+  }
+}
+
+/**
+ * Projection lag: for a write the service answered at `at` (a 201 or an ack, with its
+ * X-Event-Seq), the time until the read models are seen to include that sequence. It is the
+ * staleness a list reader without read-your-writes would see, measured from the moment the
+ * client learnt of the write.
+ */
+interface ProjectionTracker {
+  readonly method: string
+  observe(seq: number, at: number): void
+  /** Resolves with the moment the read models were seen to include `seq`. */
+  reachedAt(seq: number, signal: AbortSignal): Promise<number>
+  lags(): readonly number[]
+  close(): void
+}
+
+/**
+ * Exact, for every write: the projector announces each committed checkpoint on
+ * `<ns>.ctl.checkpoint` (the subject the API's read-your-writes waits use). The first
+ * announcement at or beyond a write's sequence settles it. An announcement that arrived before
+ * the client had its answer counts as zero lag.
+ */
+class CheckpointTracker implements ProjectionTracker {
+  readonly method = 'projector checkpoint announcements (every write)'
+  readonly #pending = new WriteHeap()
+  readonly #lags: number[] = []
+  readonly #waiters = new Set<{ seq: number; resolve: (at: number) => void }>()
+  readonly #subscription: { unsubscribe(): void }
+  #reached = 0
+
+  constructor(nats: NatsHandles, ns: string) {
+    this.#subscription = nats.nc.subscribe(checkpointSubject(ns), {
+      callback: (err, msg) => {
+        if (err) return
+        const seq = Number(msg.string())
+        if (Number.isFinite(seq)) this.#advance(seq, performance.now())
+      },
+    })
+  }
+
+  #advance(seq: number, now: number): void {
+    if (seq <= this.#reached) return
+    this.#reached = seq
+    for (let top = this.#pending.peek(); top !== undefined && top.seq <= seq; top = this.#pending.peek()) {
+      this.#pending.pop()
+      this.#lags.push(Math.max(0, now - top.at))
+    }
+    for (const w of this.#waiters) {
+      if (w.seq <= seq) {
+        this.#waiters.delete(w)
+        w.resolve(now)
+      }
+    }
+  }
+
+  observe(seq: number, at: number): void {
+    if (seq <= this.#reached) this.#lags.push(0)
+    else this.#pending.push({ seq, at })
+  }
+
+  reachedAt(seq: number, signal: AbortSignal): Promise<number> {
+    if (seq <= this.#reached) return Promise.resolve(performance.now())
+    return new Promise((resolvePromise, reject) => {
+      const waiter = { seq, resolve: resolvePromise }
+      this.#waiters.add(waiter)
+      signal.addEventListener('abort', () => {
+        this.#waiters.delete(waiter)
+        reject(signal.reason)
+      }, { once: true })
+    })
+  }
+
+  lags(): readonly number[] {
+    return this.#lags
+  }
+
+  close(): void {
+    this.#subscription.unsubscribe()
+  }
+}
+
+/**
+ * Over HTTP only (the namespace is unknown): every ~50 ms a probe takes the newest write seen
+ * so far and asks `GET /jobs?limit=1&min_seq=<its seq>`, which the service holds until its
+ * projector reaches that sequence (bounded by serviceListWaitMs). The lag sample is from that
+ * write's answer to the probe's answer. It is an upper bound: it includes one round trip, and the
+ * service also waits for the project's later writes it already made.
+ */
+class ProbeTracker implements ProjectionTracker {
+  readonly method = 'min_seq list probes every 50 ms (upper bound)'
+  readonly #client: Client
+  readonly #lags: number[] = []
+  #newest: { seq: number; at: number } | null = null
+  #probed = 0
+  readonly #stop = new AbortController()
+  readonly #loop: Promise<void>
+
+  constructor(client: Client, signal: AbortSignal) {
+    this.#client = client
+    this.#loop = this.#sample(AbortSignal.any([signal, this.#stop.signal])).catch(() => undefined)
+  }
+
+  async #probe(seq: number, signal: AbortSignal): Promise<number> {
+    for (;;) {
+      const sent = performance.now()
+      const reply = await this.#client.request('GET', `/jobsvc/v1/jobs?limit=1&min_seq=${seq}`, undefined, signal)
+      if (reply.status !== 200) throw new HttpError('projection probe', reply)
+      if (reply.at - sent < probeReachedWithinMs) return reply.at
+    }
+  }
+
+  async #sample(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      const write = this.#newest
+      if (write !== null && write.seq > this.#probed) {
+        this.#probed = write.seq
+        const at = await this.#probe(write.seq, signal)
+        this.#lags.push(Math.max(0, at - write.at))
+      }
+      await sleep(probeIntervalMs, undefined, { signal })
+    }
+  }
+
+  observe(seq: number, at: number): void {
+    if (this.#newest === null || seq > this.#newest.seq) this.#newest = { seq, at }
+  }
+
+  reachedAt(seq: number, signal: AbortSignal): Promise<number> {
+    return this.#probe(seq, signal)
+  }
+
+  lags(): readonly number[] {
+    return this.#lags
+  }
+
+  close(): void {
+    this.#stop.abort()
+    void this.#loop
+  }
+}
+
+interface Results {
+  complete: boolean
+  jobs: number
+  elapsedMs: number | null
+  createLatencies: number[]
+  claimLatencies: number[]
+  lags: readonly number[]
+  lagMethod: string
+  duplicateClaims: number
+  acked: number
+}
+
+/** Producers create `jobs` jobs; workers poll, then ack each claimed job, acks in parallel. */
+async function drive(client: Client, opts: Options, tracker: ProjectionTracker, signal: AbortSignal): Promise<Results> {
+  const runId = randomBytes(4).toString('hex')
+  // A queue of its own, so that against a shared project the workers claim only this run's jobs.
+  const queue = `bench_${runId}`
+  const createLatencies: number[] = []
+  const claimLatencies: number[] = []
+  const createdAt = new Map<string, number>()
+  const claimedEarly = new Map<string, number>()
+  const claimedIds = new Set<string>()
+  let next = 0
+  let created = 0
+  let claimed = 0
+  let acked = 0
+  let duplicateClaims = 0
+  let maxSeq = 0
+  let firstCreateAt: number | null = null
+  let lastAckAt = 0
+  const finished = new AbortController()
+  const stop = AbortSignal.any([signal, finished.signal])
+
+  const noteWrite = (reply: Reply) => {
+    const seq = eventSeq(reply)
+    if (seq === null) throw new Error(`${reply.headers['x-request-id'] ?? 'a response'} carries no X-Event-Seq; the service is too old for this bench`)
+    if (seq > maxSeq) maxSeq = seq
+    tracker.observe(seq, reply.at)
+  }
+
+  const producer = async () => {
+    while (next < opts.jobs && !stop.aborted) {
+      const i = next++
+      let sent = 0
+      const reply = await withRetries('create', stop, () => {
+        sent = performance.now()
+        firstCreateAt ??= sent
+        return client.request('POST', '/jobsvc/v1/jobs', { job_type: 'bench', queue, payload: { i } }, stop)
+      }, 201)
+      createLatencies.push(reply.at - sent)
+      created++
+      noteWrite(reply)
+      const id = String(reply.body.id)
+      const early = claimedEarly.get(id)
+      // The poll can answer before the 201 reaches us; the job was then claimable at once.
+      if (early !== undefined) {
+        claimedEarly.delete(id)
+        claimLatencies.push(Math.max(0, early - reply.at))
+      } else {
+        createdAt.set(id, reply.at)
+      }
+    }
+  }
+
+  const ack = async (jobId: string, workerId: string) => {
+    const reply = await withRetries('ack', stop, () =>
+      client.request('POST', '/jobsvc/v1/workers/ack', { job_id: jobId, worker_id: workerId, status: 'succeeded', duration_ms: 0 }, stop),
+    200)
+    noteWrite(reply)
+    lastAckAt = Math.max(lastAckAt, reply.at)
+    if (++acked === opts.jobs) finished.abort()
+  }
+
+  const worker = async (w: number) => {
+    const workerId = `bench-${runId}-w${w}`
+    const body = { worker_id: workerId, queues: [queue], capacity: opts.capacity, wait_seconds: pollWaitSeconds }
+    while (!stop.aborted) {
+      let reply: Reply
+      try {
+        reply = await withRetries('poll', stop, () => client.request('POST', '/jobsvc/v1/workers/poll', body, stop), 200)
+      } catch (err) {
+        if (stop.aborted) return
+        throw err
+      }
+      const jobs = reply.body.jobs as Array<{ id: string }>
+      for (const job of jobs) {
+        if (claimedIds.has(job.id)) duplicateClaims++
+        claimedIds.add(job.id)
+        claimed++
+        const at = createdAt.get(job.id)
+        if (at === undefined) claimedEarly.set(job.id, reply.at)
+        else {
+          createdAt.delete(job.id)
+          claimLatencies.push(reply.at - at)
+        }
+      }
+      await Promise.all(jobs.map((job) => ack(job.id, workerId)))
+    }
+  }
+
+  const startedAt = performance.now()
+  let lastAcked = 0
+  const progress = setInterval(() => {
+    const s = ((performance.now() - startedAt) / 1000).toFixed(0).padStart(4)
+    process.stderr.write(`[${s}s] created ${created}/${opts.jobs}  claimed ${claimed}  acked ${acked}  (${acked - lastAcked} acked/s)\n`)
+    lastAcked = acked
+  }, 1000)
+  try {
+    const failed = new AbortController()
+    const guard = <T>(p: Promise<T>) =>
+      p.catch((err) => {
+        if (!stop.aborted) failed.abort(err)
+        throw err
+      })
+    // The first failure ends the run; the others then stop on the aborted signal.
+    const all = Promise.allSettled([
+      ...Array.from({ length: opts.producers }, () => guard(producer())),
+      ...Array.from({ length: opts.workers }, (_, w) => guard(worker(w))),
+    ])
+    await new Promise<void>((resolvePromise, reject) => {
+      const onFail = () => reject(failed.signal.reason)
+      failed.signal.addEventListener('abort', onFail, { once: true })
+      stop.addEventListener('abort', () => resolvePromise(), { once: true })
+      if (failed.signal.aborted) onFail()
+    })
+    await all
+    if (!finished.signal.aborted) throw signal.reason ?? new Error('the run stopped early')
+    const projectedAt = await tracker.reachedAt(maxSeq, signal)
+    const endAt = Math.max(lastAckAt, projectedAt)
+    return {
+      complete: true,
+      jobs: opts.jobs,
+      elapsedMs: endAt - firstCreateAt!,
+      createLatencies,
+      claimLatencies,
+      lags: tracker.lags(),
+      lagMethod: tracker.method,
+      duplicateClaims,
+      acked,
+    }
+  } catch (err) {
+    process.stderr.write(`bench: run incomplete: ${err instanceof Error ? err.message : String(err)}\n`)
+    return {
+      complete: false,
+      jobs: opts.jobs,
+      elapsedMs: null,
+      createLatencies,
+      claimLatencies,
+      lags: tracker.lags(),
+      lagMethod: tracker.method,
+      duplicateClaims,
+      acked,
+    }
+  } finally {
+    clearInterval(progress)
+  }
+}
+
+interface SpawnedService {
+  url: string
+  child: ChildProcess
+  output(): string
+}
+
+/** Keeps only the tail of a child's output: enough to explain a failure, never unbounded. */
+function tailBuffer(limit = 64 * 1024) {
+  let text = ''
+  return {
+    add: (chunk: unknown) => {
+      text += String(chunk)
+      if (text.length > limit) text = text.slice(-limit)
+    },
+    text: () => text,
+  }
+}
+
+async function spawnService(env: NodeJS.ProcessEnv, signal: AbortSignal): Promise<SpawnedService> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
+  const out = tailBuffer()
+  // Drained for the whole run: a full pipe would block the service's logging.
+  child.stdout!.on('data', out.add)
+  child.stderr!.on('data', out.add)
+  const url = await new Promise<string>((resolvePromise, reject) => {
+    const fail = (why: string) => {
+      clearTimeout(timer)
+      reject(new Error(`${why}\n${out.text()}`))
+    }
+    const timer = setTimeout(() => fail('the service did not start within 30 s'), 30_000)
+    child.stdout!.on('data', () => {
+      const m = /jobsvc listening on (http:\/\/[^"\s]+)/.exec(out.text())
+      if (m) {
+        clearTimeout(timer)
+        resolvePromise(m[1]!)
+      }
+    })
+    child.once('exit', (code) => fail(`the service exited with ${code}`))
+    signal.addEventListener('abort', () => fail('interrupted'), { once: true })
+  })
+  return { url, child, output: out.text }
+}
+
+async function stopService(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  const exited = new Promise<void>((r) => child.once('exit', () => r()))
+  child.kill('SIGTERM')
+  const killer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+  await exited
+  clearTimeout(killer)
+}
+
+function createProject(env: NodeJS.ProcessEnv): Promise<{ project_id: string; api_key: string }> {
+  // business: its request rate (500,000/h) and allowance leave the bench unthrottled.
+  const args = ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'bench', '--plan', 'business']
+  return new Promise((resolvePromise, reject) => {
+    execFile(process.execPath, args, { cwd: repoRoot, env, timeout: 60_000 }, (err, stdout, stderr) => {
+      if (err) return reject(new Error(`project create failed: ${err.message}\n${stderr}`))
+      try {
+        resolvePromise(JSON.parse(stdout.trim().split('\n').at(-1)!))
+      } catch {
+        reject(new Error(`project create printed no JSON: ${stdout}\n${stderr}`))
+      }
+    })
+  })
+}
+
+/** The key may need a moment to become usable (the key table is a read model); also checks the URL. */
+async function awaitAccess(client: Client, signal: AbortSignal): Promise<void> {
+  const deadline = performance.now() + 15_000
+  for (;;) {
+    const reply = await client.request('GET', '/jobsvc/v1/jobs?limit=1', undefined, signal)
+    if (reply.status === 200) return
+    if (performance.now() > deadline) throw new HttpError('GET /jobsvc/v1/jobs', reply)
+    await sleep(100, undefined, { signal })
+  }
+}
+
+function report(opts: Options, r: Results): void {
+  const summary = {
+    jobs_per_s: r.complete && r.elapsedMs !== null ? Math.round((r.jobs / r.elapsedMs) * 1000 * 10) / 10 : null,
+    create_p50_ms: round(percentile(r.createLatencies, 50)),
+    create_p99_ms: round(percentile(r.createLatencies, 99)),
+    claim_p50_ms: round(percentile(r.claimLatencies, 50)),
+    claim_p99_ms: round(percentile(r.claimLatencies, 99)),
+    projection_lag_p99_ms: round(percentile(r.lags, 99)),
+  }
+  const ms = (v: number | null) => (v === null ? 'n/a' : `${v} ms`)
+  const lines = [
+    '',
+    `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers, ${opts.workers} workers x capacity ${opts.capacity}${r.complete ? '' : ' (INCOMPLETE)'}`,
+    `  end to end (first create -> last ack projected): ${r.elapsedMs === null ? 'n/a' : `${(r.elapsedMs / 1000).toFixed(2)} s`}, ${summary.jobs_per_s ?? 'n/a'} jobs/s`,
+    `  create latency      p50 ${ms(summary.create_p50_ms)}  p99 ${ms(summary.create_p99_ms)}  (${r.createLatencies.length} creates)`,
+    `  created -> claimed  p50 ${ms(summary.claim_p50_ms)}  p99 ${ms(summary.claim_p99_ms)}  (${r.claimLatencies.length} claims)`,
+    `  projection lag      p50 ${ms(round(percentile(r.lags, 50)))}  p99 ${ms(summary.projection_lag_p99_ms)}  (${r.lags.length} samples; ${r.lagMethod})`,
+    `  acked ${r.acked}/${r.jobs}; jobs claimed twice: ${r.duplicateClaims}`,
+    '',
+  ]
+  process.stdout.write(lines.join('\n') + JSON.stringify(summary) + '\n')
+}
+
+async function main(argv: string[]): Promise<boolean> {
+  const opts = parseOptions(argv)
+  const run = new AbortController()
+  const timeout = setTimeout(() => run.abort(new Error(`timed out after ${opts.timeoutMs / 1000} s`)), opts.timeoutMs)
+  let interrupts = 0
+  const onSigint = () => {
+    if (++interrupts > 1) process.exit(130)
+    run.abort(new Error('interrupted'))
+  }
+  process.on('SIGINT', onSigint)
+  process.on('SIGTERM', onSigint)
+
+  const runId = randomBytes(4).toString('hex')
+  const namespace = opts.spawn ? `jobsvc_bench_${runId}` : opts.namespace
+  const dbUrl = new URL(opts.databaseUrl)
+  dbUrl.pathname = `/${namespace}`
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    PORT: '0',
+    JOBSVC_NAMESPACE: namespace ?? '',
+    DATABASE_URL: dbUrl.toString(),
+    NATS_URL: opts.natsUrl,
+  }
+  let service: SpawnedService | null = null
+  let nats: NatsHandles | null = null
+  let client: Client | null = null
+  let tracker: ProjectionTracker | null = null
+  try {
+    if (namespace !== null) nats = await connectNats(opts.natsUrl, 'jobsvc-bench')
+    let url = opts.url
+    let apiKey = opts.apiKey
+    if (opts.spawn) {
+      process.stderr.write(`bench: starting a service in namespace ${namespace}\n`)
+      service = await spawnService(env, run.signal)
+      apiKey = (await createProject(env)).api_key
+      url = service.url
+    }
+    client = new Client(url!, apiKey!, opts.producers + opts.workers * opts.capacity + 4)
+    await awaitAccess(client, run.signal)
+    tracker = nats !== null && namespace !== null ? new CheckpointTracker(nats, namespace) : new ProbeTracker(client, run.signal)
+    process.stderr.write(`bench: ${opts.jobs} jobs against ${url}\n`)
+    const results = await drive(client, opts, tracker, run.signal)
+    report(opts, results)
+    if (service !== null && service.child.exitCode !== null) process.stderr.write(`bench: the service died:\n${service.output()}\n`)
+    return results.complete && results.duplicateClaims === 0
+  } finally {
+    clearTimeout(timeout)
+    tracker?.close()
+    client?.close()
+    if (service !== null) await stopService(service.child)
+    if (opts.spawn && namespace !== null) {
+      if (nats !== null) await deleteNamespace(nats.jsm, namespace).catch((err) => process.stderr.write(`bench: cleanup: ${err}\n`))
+      await dropDatabase(dbUrl.toString()).catch((err) => process.stderr.write(`bench: cleanup: ${err}\n`))
+    }
+    await nats?.nc.close()
+    process.off('SIGINT', onSigint)
+    process.off('SIGTERM', onSigint)
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (ok) => {
+    process.exitCode = ok ? 0 : 1
+  },
+  (err) => {
+    process.stderr.write(`bench failed: ${err instanceof ConfigError ? err.message : String(err?.stack ?? err)}\n`)
+    process.exitCode = err instanceof ConfigError ? 2 : 1
+  },
+)

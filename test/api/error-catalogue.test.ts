@@ -1,0 +1,41 @@
+import { readFileSync } from 'node:fs'
+import t from 'tap'
+import { errorCatalogue, renderError } from '../../services/api/errors.ts'
+import * as domainErrors from '../../domain/errors.ts'
+import { repoRoot } from '../support/harness.ts'
+
+function readmeErrorTable(): Array<{ status: number; code: string }> {
+  const readme = readFileSync(`${repoRoot}README.md`, 'utf8')
+  const section = readme.split('### Error reference')[1]!.split('\n## ')[0]!
+  return [...section.matchAll(/^\| (\d{3}) \| `([a-z_]+)` \|/gm)].map((m) => ({ status: Number(m[1]), code: m[2]! }))
+}
+
+const key = (e: { status: number; code: string }) => `${e.status} ${e.code}`
+
+t.test('the error registry and the README error reference list the same codes', async (t) => {
+  t.same(readmeErrorTable().map(key).sort(), errorCatalogue.map(key).sort())
+})
+
+t.test('every domain error renders to a catalogued status and code', async (t) => {
+  const samples = [
+    new domainErrors.InvalidState('x'),
+    new domainErrors.WorkerMismatch('x'),
+    new domainErrors.JobNotFound('job_x'),
+    new domainErrors.ParentNotFound('job_x'),
+    new domainErrors.ParentTerminal('job_x', 'cancelled'),
+    new domainErrors.ProjectNotFound('prj_x'),
+    new domainErrors.RecurringJobTypeConflict('rjob_x', 'x'),
+  ]
+  const catalogued = new Set(errorCatalogue.map(key))
+  for (const err of samples) {
+    const rendered = renderError(err)
+    t.ok(catalogued.has(key(rendered)), `${err.name} renders as ${key(rendered)}`)
+  }
+})
+
+t.test('an unknown error is a 500 internal_error that hides its message', async (t) => {
+  const rendered = renderError(new Error('secret detail'))
+  t.equal(rendered.status, 500)
+  t.equal(rendered.code, 'internal_error')
+  t.notMatch(rendered.message, /secret/)
+})

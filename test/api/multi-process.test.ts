@@ -1,0 +1,124 @@
+import { execFile } from 'node:child_process'
+import { promisify } from 'node:util'
+import t from 'tap'
+import { openSql } from '../../projections/database.ts'
+import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService, type SpawnedService } from '../support/harness.ts'
+
+const run = promisify(execFile)
+
+const totalJobs = 2000
+const createConcurrency = 32
+const pollersPerProcess = 8
+const capacity = 5
+
+/** Runs `work` on every item with at most `limit` in flight. */
+async function inFlight<T>(items: readonly T[], limit: number, work: (item: T, index: number) => Promise<void>): Promise<void> {
+  let next = 0
+  const lane = async () => {
+    for (let i = next++; i < items.length; i = next++) await work(items[i]!, i)
+  }
+  await Promise.all(Array.from({ length: limit }, lane))
+}
+
+t.test('two service processes with 8 pollers each claim 2,000 jobs exactly once', async (t) => {
+  const names = isolatedNames(import.meta.filename)
+  t.teardown(() => removeIsolated(names))
+  const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl }
+
+  // Both processes start together on a fresh install and both run every role: the projector is
+  // leader-elected, so one of them projects and the other stands by.
+  const services: SpawnedService[] = await Promise.all([spawnService(env), spawnService(env)])
+  t.teardown(() => Promise.all(services.map((s) => s.stop())))
+  const sql = openSql(names.databaseUrl, { max: 2, applicationName: 'jobsvc-test' })
+  t.teardown(() => sql.end({ timeout: 5 }))
+
+  const cli = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'x'], {
+    cwd: repoRoot,
+    env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
+  })
+  const { project_id: projectId, api_key: apiKey } = JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { project_id: string; api_key: string }
+  t.match(projectId, /^\S+$/, 'the CLI printed a project id')
+
+  const created: string[] = []
+  const createFailures: unknown[] = []
+  await inFlight(Array.from({ length: totalJobs }), createConcurrency, async (_, i) => {
+    const svc = services[i % services.length]!
+    const res = await httpRequest(svc.url, apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'mp', payload: { n: i } })
+    if (res.status === 201) created.push(res.body.id)
+    else createFailures.push({ status: res.status, body: res.body })
+  })
+  t.same(createFailures, [], 'every create answered 201 on both processes')
+  t.equal(new Set(created).size, totalJobs, `${totalJobs} distinct jobs created`)
+
+  const claims = new Map<string, string>()
+  const duplicateClaims: string[] = []
+  const overCapacity: number[] = []
+  const ackFailures: unknown[] = []
+  const acked = new Set<string>()
+  // A safety bound only, so that a lost job fails the assertions below instead of hanging the run.
+  const giveUpAt = Date.now() + 180_000
+  const poller = async (svc: SpawnedService, workerId: string) => {
+    while (acked.size < totalJobs && Date.now() < giveUpAt) {
+      const res = await httpRequest(svc.url, apiKey, 'POST', '/jobsvc/v1/workers/poll', {
+        worker_id: workerId,
+        queues: ['default'],
+        capacity,
+        wait_seconds: 1,
+      })
+      if (res.status !== 200) throw new Error(`poll answered ${res.status}: ${JSON.stringify(res.body)}`)
+      const jobs = res.body.jobs as Array<{ id: string; attempt: number }>
+      if (jobs.length > capacity) overCapacity.push(jobs.length)
+      for (const job of jobs) {
+        const key = `${job.id}#${job.attempt}`
+        if (claims.has(key)) duplicateClaims.push(`${key} by ${claims.get(key)} and ${workerId}`)
+        claims.set(key, workerId)
+      }
+      await Promise.all(
+        jobs.map(async (job) => {
+          const ack = await httpRequest(svc.url, apiKey, 'POST', '/jobsvc/v1/workers/ack', {
+            job_id: job.id,
+            worker_id: workerId,
+            status: 'succeeded',
+            duration_ms: 1,
+          })
+          if (ack.status === 200 && ack.body.action === 'done') acked.add(job.id)
+          else ackFailures.push({ job: job.id, status: ack.status, body: ack.body })
+        }),
+      )
+    }
+  }
+  await Promise.all(
+    services.flatMap((svc, p) => Array.from({ length: pollersPerProcess }, (_, w) => poller(svc, `p${p}-w${w}`))),
+  )
+
+  t.same(duplicateClaims, [], 'no job was claimed twice for the same attempt')
+  t.same(overCapacity, [], 'no poll answered more jobs than its capacity')
+  t.same(ackFailures, [], 'every ack of a claimed job was accepted')
+  const lost = created.filter((id) => !acked.has(id))
+  t.same(lost.slice(0, 10), [], `no job lost (${lost.length} never claimed and acked)`)
+  t.equal(claims.size, totalJobs, 'exactly one claim per job')
+  t.ok([...claims.keys()].every((k) => k.endsWith('#1')), 'every claim was the first attempt')
+
+  const states = await eventually(
+    async () => {
+      const rows = await sql<{ state: string; n: number }[]>`SELECT state, count(*)::int AS n FROM jobs WHERE project_id = ${projectId} GROUP BY state`
+      const byState = Object.fromEntries(rows.map((r) => [r.state, r.n]))
+      return byState.succeeded === totalJobs ? byState : null
+    },
+    30_000,
+    'every job row to be succeeded',
+  )
+  t.same(states, { succeeded: totalJobs }, 'the read model holds every job, all succeeded')
+
+  const listed = new Map<string, string>()
+  let cursor: string | null = null
+  do {
+    const query: string = cursor === null ? '' : `&cursor=${encodeURIComponent(cursor)}`
+    const page = await httpRequest(services[1]!.url, apiKey, 'GET', `/jobsvc/v1/jobs?limit=100${query}`)
+    t.equal(page.status, 200)
+    for (const job of page.body.data as Array<{ id: string; state: string }>) listed.set(job.id, job.state)
+    cursor = page.body.next_cursor
+  } while (cursor !== null)
+  t.equal(listed.size, totalJobs, 'the list pages through every job')
+  t.ok(created.every((id) => listed.get(id) === 'succeeded'), 'the list shows every created job succeeded')
+})
