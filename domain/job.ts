@@ -457,6 +457,8 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
         started_at: event.data.started_at,
         completed_at: null,
         duration_ms: null,
+        // Each attempt reports its own progress from the start.
+        progress: null,
         updated_at: event.data.started_at,
       }
     case 'job_progressed':

@@ -42,7 +42,10 @@ export async function ensureDatabase(url: string): Promise<void> {
     try {
       await admin.unsafe(`CREATE DATABASE "${name.replace(/"/g, '""')}"`)
     } catch (err) {
-      if ((err as { code?: string }).code !== '42P04') throw err
+      // 42P04 duplicate_database; a CREATE racing another one fails instead on the catalog's
+      // unique index (23505), which means the same thing.
+      const code = (err as { code?: string }).code
+      if (code !== '42P04' && code !== '23505') throw err
     }
   } finally {
     await admin.end()

@@ -21,8 +21,13 @@ async function listMigrations(): Promise<Migration[]> {
  */
 export async function migrate(sql: Sql): Promise<number[]> {
   const applied: number[] = []
-  await sql`CREATE TABLE IF NOT EXISTS schema_migrations (
-    version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`
+  // Under the same lock: two concurrent CREATE TABLE IF NOT EXISTS can both miss the table and
+  // one then fails on pg_type's unique index (seen when two processes start on a fresh database).
+  await sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(hashtext('jobsvc.migrate'))`
+    await tx`CREATE TABLE IF NOT EXISTS schema_migrations (
+      version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`
+  })
   for (const m of await listMigrations()) {
     await sql.begin(async (tx) => {
       await tx`SELECT pg_advisory_xact_lock(hashtext('jobsvc.migrate'))`

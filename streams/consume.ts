@@ -56,6 +56,9 @@ export async function consumeBatches(
       const messages = await consumer.consume({ max_messages: Math.max(opts.maxBatch * 2, 100) })
       const stop = () => void messages.stop()
       signal.addEventListener('abort', stop, { once: true })
+      // An abort that came while the consumer was being set up fires no listener added after it;
+      // on a quiet log the loop below would then wait forever (a projector that never steps down).
+      if (signal.aborted) stop()
       try {
         let batch: JsMsg[] = []
         for await (const m of messages) {

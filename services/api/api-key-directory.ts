@@ -84,7 +84,7 @@ export class ApiKeyDirectory {
 
   /** Resolves the `Authorization` header to a project, or throws 401 `unauthorized`. */
   async authenticate(authorization: string | undefined): Promise<Principal> {
-    const match = /^Bearer ([^\s]+)$/.exec(authorization ?? '')
+    const match = /^bearer ([^\s]+)$/i.exec(authorization ?? '')
     const key = match?.[1]
     if (key === undefined || !isApiKeyShape(key)) throw unauthorized()
     const projectId = await this.#projectIdOf(apiKeyPrefix(key))

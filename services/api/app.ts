@@ -48,6 +48,9 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   app.setValidatorCompiler(validatorCompiler)
   app.setSerializerCompiler(serializerCompiler)
 
+  // Every body here is JSON: without this, Fastify's default text/plain parser hands the routes a
+  // string, answered 400 instead of 415 like any other media type.
+  app.removeContentTypeParser('text/plain')
   // An empty body is "no body" (cancel and retry take none, yet many clients send the header).
   app.removeContentTypeParser('application/json')
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {

@@ -1,4 +1,5 @@
 import { invalidCursor, invalidLimit } from './errors.ts'
+import { isStorableInstant, isStorableText } from './storable.ts'
 
 /**
  * Keyset cursors: the position of the last row served, so rows written between pages cause no
@@ -16,8 +17,10 @@ export function encodeCursor(p: Position): string {
 export function decodeCursor(cursor: string): Position {
   try {
     const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'))
-    if (Array.isArray(value) && value.length === 2 && typeof value[0] === 'string' && typeof value[1] === 'string' && !Number.isNaN(Date.parse(value[0]))) {
-      return { created_at: value[0], id: value[1] }
+    // A tampered cursor reaches SQL as parameters: values Postgres refuses must be a 400, not a 500.
+    if (Array.isArray(value) && value.length === 2 && typeof value[0] === 'string' && typeof value[1] === 'string') {
+      const at = Date.parse(value[0])
+      if (isStorableInstant(at) && isStorableText(value[1])) return { created_at: new Date(at).toISOString(), id: value[1] }
     }
   } catch {
     // falls through to the refusal below

@@ -90,7 +90,10 @@ export class JobService {
     const result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId, {
       isNew: command.type === 'create_job',
     })
-    if (result.appended) this.#noteWrite(projectId, result.seq)
+    // A no-op still reports the state it was decided on, which another writer (the cascade
+    // reactor, another API process) may have just appended: a list that follows must wait for the
+    // projector to reach it too, or a cascade the reactor won shows stale children.
+    this.#noteWrite(projectId, result.seq)
     return result as CommandResult<JobEvent, Job>
   }
 
@@ -212,7 +215,10 @@ export class JobService {
             ? { type: 'activate_child', data: { parent_job_id: job.id }, meta: this.#meta() }
             : { type: 'cancel_by_parent', data: { reason: step.reason }, meta: this.#meta() }
         const result = await this.#run(projectId, childId, command)
-        if (result.appended) moved++
+        // The cascade reactor races this request and may move a child first; for activation the
+        // child still counts in `children_activated` (a child leaves waiting_for_parent only by
+        // activation or cancellation).
+        if (result.appended || (step.kind === 'activate' && isActivated(result.state))) moved++
       }
     }
     await Promise.all(Array.from({ length: Math.min(cascadeConcurrency, children.length) }, worker))
@@ -228,6 +234,10 @@ export class JobService {
   notifyReady(projectId: string, queue: string): void {
     this.#deps.nats.nc.publish(readySubject(this.#deps.config.namespace, projectId, queue))
   }
+}
+
+function isActivated(child: Job | null): boolean {
+  return child !== null && child.parent_job_id !== null && !child.waiting_for_parent && child.state !== 'cancelled'
 }
 
 export interface Heartbeat {

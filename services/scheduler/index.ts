@@ -44,9 +44,16 @@ async function every(ms: number, signal: AbortSignal, pass: () => Promise<void>,
     } catch (err) {
       if (!signal.aborted) onError(err)
     }
+    // The abort listener is removed when the timer fires: one left behind per pass would pile up
+    // on the role's signal (a leak, and MaxListenersExceededWarning after 10 passes).
     await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, ms)
-      signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true })
+      const done = () => {
+        clearTimeout(timer)
+        signal.removeEventListener('abort', done)
+        resolve()
+      }
+      const timer = setTimeout(done, ms)
+      signal.addEventListener('abort', done, { once: true })
     })
   }
 }

@@ -212,7 +212,7 @@ t.test('GET /jobs pages with limit and cursor, stable under concurrent creates',
     t.type(page.body.next_cursor, 'string')
     cursor = page.body.next_cursor
     // Newer jobs written between pages sort before the cursor: they must not shift the rest.
-    await create({ job_type: 'page' }, other.apiKey)
+    made.push(await create({ job_type: 'page' }, other.apiKey))
     await as(other.apiKey, 'POST', `/jobsvc/v1/jobs/${seen[seen.length - 1]}/cancel`)
   }
   t.equal(pages, 3)
@@ -224,7 +224,11 @@ t.test('GET /jobs pages with limit and cursor, stable under concurrent creates',
   t.equal(one.body.data.length, 1, 'limit 1 is accepted')
   t.equal(one.body.has_more, true)
   const def = await as(other.apiKey, 'GET', '/jobsvc/v1/jobs')
-  t.equal(def.body.data.length, 11, 'limit defaults to 50 (all 11 fit)')
+  t.equal(def.body.data.length, made.length, `limit defaults to 50 (all ${made.length} fit)`)
+  for (let i = 0; i < 3; i++) made.push(...(await Promise.all(Array.from({ length: 15 }, () => create({ job_type: 'page' }, other.apiKey)))))
+  const capped = await as(other.apiKey, 'GET', '/jobsvc/v1/jobs')
+  t.equal(capped.body.data.length, 50, 'the default page is 50')
+  t.equal(capped.body.has_more, true)
 })
 
 t.test('GET /jobs refuses a limit outside 1..100 and a cursor it did not issue', async (t) => {

@@ -17,7 +17,7 @@ import { deciderSpec } from '../support/decider-spec.ts'
 
 const t0 = Date.parse('2025-03-01T12:00:00.000Z')
 /** The instant `seconds` after t0. */
-const at = (seconds: number) => new Date(t0 + seconds * 1000).toISOString()
+const at = (seconds: number) => new Date(t0 + Math.round(seconds * 1000)).toISOString()
 
 type CreateData = Extract<JobCommand, { type: 'create_job' }>['data']
 
@@ -467,7 +467,8 @@ t.test('cancel', async (t) => {
     t.test(`a ${state} job is cancelled`, async (t) => {
       const job = deciderSpec(t, jobDecider).given(histories[state]).when(cmd.cancel(3)).then([ev.cancelled(3)])
       t.equal(job?.state, 'cancelled')
-      t.same(jobDecider.decide(cmd.cancel(3), stateAfter(histories[state])).map(cascadeOf), [{ kind: 'cancel', reason: 'parent_cancelled' }], 'its waiting children are cancelled in turn')
+      const cascades = jobDecider.decide(cmd.cancel(3), stateAfter(histories[state])).map(cascadeOf)
+      t.same(cascades, [{ kind: 'cancel', reason: 'parent_cancelled' }], 'its waiting children are cancelled in turn')
     })
   }
 
@@ -730,7 +731,7 @@ t.test('isAttemptStale: the reaper rule', async (t) => {
     t.equal(isAttemptStale(tiny, at(5), at(15.001), 0), true)
   })
 
-  t.test('a heartbeat from before the claim does not shorten the attempt', async (t) => {
+  t.test('a heartbeat older than the claim (a previous attempt) counts from the claim, not from the heartbeat', async (t) => {
     t.equal(isAttemptStale(processing, at(-1000), at(200), 0), false)
     t.equal(isAttemptStale(processing, at(-1000), at(200.001), 0), true)
   })

@@ -2,7 +2,7 @@ import type { Test } from 'tap'
 import { fold, type Decider } from '../../domain/decider.ts'
 import type { DomainError } from '../../domain/errors.ts'
 
-type Asserts = Pick<Test, 'same' | 'equal' | 'type' | 'fail'>
+type Asserts = Pick<Test, 'strictSame' | 'equal' | 'type' | 'fail'>
 
 type DomainErrorClass = new (...args: never[]) => DomainError
 
@@ -21,7 +21,7 @@ export function deciderSpec<Command, Event, State>(t: Asserts, decider: Decider<
     when: (command: Command) => ({
       then(expected: readonly Event[], message = 'decides the expected events'): State {
         const events = decider.decide(command, state)
-        t.same(events, expected, message)
+        t.strictSame(events, expected, message)
         return fold(decider, state, events)
       },
       thenThrows(errorClass: DomainErrorClass, code: string, message = `refuses with ${errorClass.name}`): void {

@@ -7,35 +7,58 @@ import { hasRoleAtLeast } from '../api-key-directory.ts'
 import { forbidden, invalidRequest } from '../errors.ts'
 import { jobFromRow, toJobDetail } from '../job-views.ts'
 import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
+import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
 
 /** Tag limits the spec leaves open (README, "Limits we chose"). */
 export const maxTags = 50
 export const maxTagKeyLength = 100
 export const maxTagValueLength = 500
+/** Deeper payloads are refused: serializing them (JSON, msgpack) recurses and would overflow the stack. */
+export const maxPayloadDepth = 64
 
-const isoInstant = z.iso.datetime({ offset: true }).transform((s) => new Date(s).toISOString())
+const isoInstant = z.iso
+  .datetime({ offset: true })
+  .refine((s) => isStorableInstant(Date.parse(s)), unstorableInstantMessage)
+  .transform((s) => new Date(s).toISOString())
+
+/** Goes into a `text` column of the read model. */
+const text = (min: number, max: number) => z.string().min(min).max(max).refine(isStorableText, unstorableTextMessage)
+
+/** Levels of nested objects and arrays, counted without recursion (the input is untrusted). */
+function nestingDepth(value: unknown): number {
+  let deepest = 0
+  const stack: Array<[unknown, number]> = [[value, 1]]
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!
+    if (v === null || typeof v !== 'object') continue
+    if (depth > deepest) deepest = depth
+    if (deepest > maxPayloadDepth) break
+    for (const child of Object.values(v)) stack.push([child, depth + 1])
+  }
+  return deepest
+}
 
 export const createJobBody = z.object({
-  job_type: z.string().min(1).max(500),
-  payload: z.record(z.string(), z.unknown()),
-  queue: z.string().min(1).max(100).nullish(),
+  job_type: text(1, 500),
+  payload: z.record(z.string(), z.unknown()).refine((p) => nestingDepth(p) <= maxPayloadDepth, `must not nest deeper than ${maxPayloadDepth} levels`),
+  queue: text(1, 100).nullish(),
   run_at: isoInstant.nullish(),
   max_attempts: z.number().int().min(1).max(100).nullish(),
   timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
-  idempotency_key: z.string().min(1).max(200).nullish(),
+  idempotency_key: text(1, 200).nullish(),
   tags: z
     .record(z.string().min(1).max(maxTagKeyLength), z.string().max(maxTagValueLength))
     .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
     .nullish(),
-  parent_job_id: z.string().min(1).max(36).nullish(),
+  parent_job_id: text(1, 36).nullish(),
 })
 
 const jobIdParams = z.object({ jobId: z.string() })
 
 const listQuery = z.object({
   state: z.enum(jobStates as [string, ...string[]]).optional(),
-  queue: z.string().max(100).optional(),
-  job_type: z.string().max(500).optional(),
+  queue: text(0, 100).optional(),
+  job_type: text(0, 500).optional(),
   created_after: isoInstant.optional(),
   created_before: isoInstant.optional(),
   limit: z.string().optional(),

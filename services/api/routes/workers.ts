@@ -6,19 +6,23 @@ import { claimJobs } from '../../jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../jobs/recurring-service.ts'
 import type { ApiContext } from '../app.ts'
 import { serviceUnavailable } from '../errors.ts'
+import { isStorableText, unstorableTextMessage } from '../storable.ts'
 
 /** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
 const maxErrorMessage = 10_000
 const maxStackTrace = 65_536
 
-const workerId = z.string().min(1).max(200)
-const queueName = z.string().min(1).max(100)
+/** Goes into a `text` column of the read model. */
+const text = (max: number) => z.string().min(1).max(max).refine(isStorableText, unstorableTextMessage)
+const workerId = text(200)
+const queueName = text(100)
+const jobType = text(500)
 
 export const pollBody = z.object({
   worker_id: workerId,
   queues: z.array(queueName).min(1).max(50),
   capacity: z.number().int().min(1).max(50).default(1),
-  job_types: z.array(z.string().min(1).max(500)).min(1).max(100).nullish(),
+  job_types: z.array(jobType).min(1).max(100).nullish(),
   /** Extension: how long to hold the poll when nothing is claimable (0 answers at once). */
   wait_seconds: z.number().min(0).max(30).optional(),
 })
@@ -45,10 +49,10 @@ export const heartbeatBody = z.object({
 })
 
 const recurringSchedule = z.object({
-  job_type: z.string().min(1).max(500),
-  cron_expression: z.string().min(1).max(200),
-  queue: z.string().min(1).max(100).nullish(),
-  timezone: z.string().min(1).max(100).nullish(),
+  job_type: jobType,
+  cron_expression: text(200),
+  queue: queueName.nullish(),
+  timezone: text(100).nullish(),
   max_attempts: z.number().int().min(1).max(100).nullish(),
   timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
 })
@@ -56,7 +60,7 @@ const recurringSchedule = z.object({
 export const registerBody = z.object({
   worker_id: workerId,
   queues: z.array(queueName).max(50),
-  job_types: z.array(z.string().min(1).max(500)).max(100),
+  job_types: z.array(jobType).max(100),
   hostname: z.string().max(255).nullish(),
   sdk_version: z.string().max(100).nullish(),
   // Items are checked one by one in the handler: a bad schedule is logged, not a 400 (spec).
@@ -84,7 +88,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
      * Claims at once when it can; otherwise waits for a wake-up from the projector or scheduler
      * (milliseconds after a job becomes claimable), re-checking every tick as a safety net.
      */
-    app.post('/poll', { schema: { body: pollBody } }, async (request) => {
+    app.post('/poll', { schema: { body: pollBody } }, async (request, reply) => {
       const b = request.body
       const claim = {
         projectId: request.principal.projectId,
@@ -96,7 +100,11 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       const t = deps.config.tunables
       const deadline = Date.now() + Math.min(b.wait_seconds === undefined ? t.poll_max_wait_ms : b.wait_seconds * 1000, t.poll_max_wait_ms)
       const gone = new AbortController()
-      request.raw.once('close', () => gone.abort())
+      // The request's own `close` fires as soon as its body has been read (Node >= 16), which
+      // ended every long poll at once; the response closes before it ends only on a disconnect.
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableEnded) gone.abort()
+      })
       const signal = AbortSignal.any([ctx.stopping, gone.signal])
       for (;;) {
         if (ctx.stopping.aborted) throw serviceUnavailable('the service is restarting; poll again with backoff')
