@@ -16,14 +16,66 @@ export async function applyBatch(sql: Sql, projections: readonly Projection[], r
       const from = checkpoints.get(p.name) ?? 0
       const fresh = records.filter((r) => r.seq > from && isHandledBy(p, r))
       if (fresh.length > 0) await p.apply(tx, fresh)
-      if (lastSeq > from) {
-        await tx`
-          INSERT INTO projection_checkpoints (name, last_seq, updated_at) VALUES (${p.name}, ${lastSeq}, now())
-          ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, updated_at = now()
-          WHERE projection_checkpoints.last_seq < excluded.last_seq`
-      }
     }
+    await advanceCheckpoints(tx, projections, lastSeq)
   })
+  return lastSeq
+}
+
+async function advanceCheckpoints(tx: Tx, projections: readonly Projection[], seq: number): Promise<void> {
+  for (const p of projections) {
+    await tx`
+      INSERT INTO projection_checkpoints (name, last_seq, updated_at) VALUES (${p.name}, ${seq}, now())
+      ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, updated_at = now()
+      WHERE projection_checkpoints.last_seq < excluded.last_seq`
+  }
+}
+
+/**
+ * True when Postgres refused the data itself (SQLSTATE classes 22 data exception, 23 integrity
+ * constraint, 54 program limit): applying the same message again can never succeed. Anything
+ * else (a lost connection, a restart) is transient and is retried.
+ */
+export function isDataError(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code
+  return typeof code === 'string' && /^(22|23|54)[0-9A-Z]{3}$/.test(code)
+}
+
+/**
+ * `applyBatch`, except that a message the read models cannot hold does not stall them: when a
+ * batch fails on its data, its messages are applied one by one, and each one that still fails
+ * is recorded in `projection_failures` (and reported through `onFailure`) while the checkpoints
+ * move past it. A replay meets the same message and records it the same way.
+ */
+export async function applyBatchIsolatingFailures(
+  sql: Sql,
+  projections: readonly Projection[],
+  records: readonly EventRecord[],
+  onFailure: (record: EventRecord, err: unknown) => void,
+): Promise<number> {
+  try {
+    return await applyBatch(sql, projections, records)
+  } catch (err) {
+    if (!isDataError(err)) throw err
+  }
+  let lastSeq = 0
+  for (const record of records) {
+    try {
+      lastSeq = await applyBatch(sql, projections, [record])
+    } catch (err) {
+      if (!isDataError(err)) throw err
+      const e = err as { code?: string; message?: string }
+      await sql.begin(async (tx) => {
+        await tx`
+          INSERT INTO projection_failures (seq, subject, error_code, error_message)
+          VALUES (${record.seq}, ${record.subject}, ${e.code ?? null}, ${String(e.message ?? err)})
+          ON CONFLICT (seq) DO NOTHING`
+        await advanceCheckpoints(tx, projections, record.seq)
+      })
+      onFailure(record, err)
+      lastSeq = record.seq
+    }
+  }
   return lastSeq
 }
 
@@ -46,7 +98,7 @@ export async function projectedThrough(db: Sql | Tx, projections: readonly Proje
 export async function resetReadModels(sql: Sql, projections: readonly Projection[]): Promise<void> {
   await sql.begin(async (tx) => {
     const tables = projections.flatMap((p) => p.tables)
-    await tx.unsafe(`TRUNCATE ${tables.map((t) => `"${t}"`).join(', ')}`)
+    await tx.unsafe(`TRUNCATE ${[...tables, 'projection_failures'].map((t) => `"${t}"`).join(', ')}`)
     await tx`DELETE FROM projection_checkpoints WHERE name = ANY(${projections.map((p) => p.name)})`
   })
 }

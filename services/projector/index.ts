@@ -1,6 +1,6 @@
 import type { Job } from '../../domain/job.ts'
 import { isClaimable } from '../../domain/job.ts'
-import { applyBatch, projectedThrough } from '../../projections/checkpoints.ts'
+import { applyBatchIsolatingFailures, projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { consumeBatches } from '../../streams/consume.ts'
 import type { EventRecord } from '../../streams/event-store.ts'
@@ -47,7 +47,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
         resumeFrom: async () => (await projectedThrough(deps.sql, projections)) + 1,
       },
       async (records) => {
-        const seq = await applyBatch(deps.sql, projections, records)
+        const seq = await applyBatchIsolatingFailures(deps.sql, projections, records, (record, err) =>
+          deps.log.error({ err, seq: record.seq, subject: record.subject }, 'projector: a message the read models cannot hold was skipped (see projection_failures)'),
+        )
         announce(deps, records, seq)
       },
       signal,

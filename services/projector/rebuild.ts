@@ -1,4 +1,4 @@
-import { applyBatch, resetReadModels } from '../../projections/checkpoints.ts'
+import { applyBatchIsolatingFailures, resetReadModels } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { decodeEventMessage, type EventRecord } from '../../streams/event-store.ts'
 import { eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../streams/names.ts'
@@ -40,7 +40,9 @@ export async function rebuildReadModels(deps: Deps, say: (message: string) => vo
         const last = await deps.store.lastSequence()
         let through = 0
         await readStream(deps, last, async (records) => {
-          through = await applyBatch(deps.sql, projections, records)
+          through = await applyBatchIsolatingFailures(deps.sql, projections, records, (record) =>
+            say(`replay: message ${record.seq} (${record.subject}) cannot be held by the read models; recorded in projection_failures`),
+          )
         })
         result = { through, ms: Date.now() - started }
       } catch (err) {
