@@ -59,11 +59,14 @@ export async function consumeBatches(
       // An abort that came while the consumer was being set up fires no listener added after it;
       // on a quiet log the loop below would then wait forever (a projector that never steps down).
       if (signal.aborted) stop()
+      const iterator = messages[Symbol.asyncIterator]()
+      let next = iterator.next()
       try {
         let batch: JsMsg[] = []
-        for await (const m of messages) {
-          batch.push(m)
-          if (batch.length < opts.maxBatch && messages.getPending() > 0) continue
+        for (let r = await next; !r.done; r = await next) {
+          batch.push(r.value)
+          next = iterator.next()
+          if (batch.length < opts.maxBatch && (await hasArrived(messages, next))) continue
           await handle(batch.map(toRecord))
           batch.at(-1)!.ack()
           batch = []
@@ -72,6 +75,7 @@ export async function consumeBatches(
       } finally {
         signal.removeEventListener('abort', stop)
         messages.stop()
+        next.catch(() => undefined)
       }
     } catch (err) {
       if (signal.aborted) return
@@ -79,6 +83,19 @@ export async function consumeBatches(
       await new Promise((r) => setTimeout(r, 500))
     }
   }
+}
+
+/**
+ * True when the next message is already buffered, so it can join the batch without waiting.
+ * `getPending()` alone cannot say so: nats.js 3.4 keeps counting the status callbacks it has
+ * already run among the pending messages, so it may stay above 0 with nothing buffered, and a
+ * batch waiting for that phantom message would sit unhandled until the log moves again. Zero is
+ * exact; otherwise the next message counts as arrived only if it is delivered before the event
+ * loop turns (a buffered one resolves within microtasks).
+ */
+async function hasArrived(messages: { getPending(): number }, next: Promise<unknown>): Promise<boolean> {
+  if (messages.getPending() === 0) return false
+  return Promise.race([next.then(() => true, () => true), new Promise<boolean>((resolve) => setImmediate(resolve, false))])
 }
 
 async function ensureDurableAt(nats: NatsHandles, opts: BatchConsumerOptions): Promise<void> {

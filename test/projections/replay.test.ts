@@ -1,0 +1,215 @@
+import { spawn } from 'node:child_process'
+import t from 'tap'
+import { projectedThrough } from '../../projections/checkpoints.ts'
+import type { Sql } from '../../projections/database.ts'
+import { projections } from '../../projections/index.ts'
+import { rebuildReadModels } from '../../services/projector/rebuild.ts'
+import { eventually, httpRequest, repoRoot, startHarness, type Harness } from '../support/harness.ts'
+
+/**
+ * Every read-model table, row by row in primary-key order. A row is compared as Postgres's own
+ * text form of the whole row, so json payloads are compared byte for byte. Checkpoints are
+ * compared by sequence only, and skipped messages without their time: `updated_at` and
+ * `failed_at` say when a batch was applied, not what it applied.
+ */
+async function readModels(sql: Sql) {
+  const rows = async (query: Promise<{ row: string }[]>) => (await query).map((r) => r.row)
+  return {
+    jobs: await rows(sql`SELECT r::text AS row FROM jobs r ORDER BY id`),
+    projects: await rows(sql`SELECT r::text AS row FROM projects r ORDER BY id`),
+    api_keys: await rows(sql`SELECT r::text AS row FROM api_keys r ORDER BY prefix`),
+    recurring_jobs: await rows(sql`SELECT r::text AS row FROM recurring_jobs r ORDER BY project_id, id`),
+    projection_checkpoints: await rows(sql`SELECT name || ' ' || last_seq AS row FROM projection_checkpoints ORDER BY name`),
+    projection_failures: await rows(sql`SELECT concat_ws(' ', seq, subject, error_code, error_message) AS row FROM projection_failures ORDER BY seq`),
+  }
+}
+
+/** Runs `npm run replay`'s script in its own process, as an operator would, against the harness's install. */
+function runReplay(h: Harness): Promise<{ code: number | null; output: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'services/replay.ts'], {
+      cwd: repoRoot,
+      env: { ...process.env, JOBSVC_NAMESPACE: h.config.namespace, DATABASE_URL: h.config.databaseUrl, LOG_LEVEL: 'info' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let output = ''
+    child.stdout.on('data', (d) => (output += String(d)))
+    child.stderr.on('data', (d) => (output += String(d)))
+    // A safety bound only: a replay that never gets the projector's lock would otherwise hang the file.
+    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000)
+    child.once('error', reject)
+    child.once('exit', (code) => {
+      clearTimeout(timer)
+      resolve({ code, output })
+    })
+  })
+}
+
+async function caughtUp(h: Harness): Promise<number | null> {
+  const last = await h.runtime.store.lastSequence()
+  return (await projectedThrough(h.runtime.sql, projections)) === last ? last : null
+}
+
+t.test('npm run replay, while the projector runs, rebuilds read models identical to the live ones', async (t) => {
+  const h = await startHarness(t, import.meta.filename)
+  const req = async (method: string, path: string, body?: unknown, expected = 200) => {
+    const res = await h.request(method, path, body)
+    if (res.status !== expected) throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(res.body)}`)
+    return res.body
+  }
+  const create = (body: Record<string, unknown>) => req('POST', '/jobsvc/v1/jobs', { job_type: 'replay', payload: { a: 1, nested: { b: [1, 2.5, 'x'] } }, ...body }, 201)
+  // A poll answers as soon as one job is claimable, so a few may be needed to claim `count`.
+  const poll = async (queue: string, worker: string, count: number) => {
+    const claimed: Array<{ id: string; attempt: number }> = []
+    while (claimed.length < count) {
+      const res = await req('POST', '/jobsvc/v1/workers/poll', { worker_id: worker, queues: [queue], capacity: count - claimed.length, wait_seconds: 5 })
+      if (res.jobs.length === 0) throw new Error(`poll on ${queue} claimed ${claimed.length}, wanted ${count}`)
+      claimed.push(...res.jobs)
+    }
+    return claimed
+  }
+  const ack = (jobId: string, worker: string, status: 'succeeded' | 'failed') =>
+    req('POST', '/jobsvc/v1/workers/ack', {
+      job_id: jobId,
+      worker_id: worker,
+      status,
+      duration_ms: 12,
+      ...(status === 'failed' ? { error: { type: 'Boom', message: 'it broke', stack_trace: 'at x' } } : {}),
+    })
+
+  // Succeeded, with tags, an idempotency key and reported progress.
+  for (let i = 0; i < 3; i++) await create({ queue: 'q-ok', tags: { n: String(i) }, idempotency_key: `ok-${i}` })
+  for (const job of await poll('q-ok', 'w-ok', 3)) {
+    await req('POST', '/jobsvc/v1/workers/heartbeat', { job_id: job.id, worker_id: 'w-ok', progress: 0.5 })
+    await ack(job.id, 'w-ok', 'succeeded')
+  }
+  // A failed attempt that is retried later (pending with a future run_at).
+  await create({ queue: 'q-retry', max_attempts: 3 })
+  const [retrying] = await poll('q-retry', 'w-retry', 1)
+  t.equal((await ack(retrying!.id, 'w-retry', 'failed')).action, 'retry', 'a failed first attempt of three is retried')
+  // Dead-lettered; one of them retried by hand and then succeeding on its second attempt.
+  await create({ queue: 'q-dead', max_attempts: 1 })
+  await create({ queue: 'q-dead', max_attempts: 1 })
+  const dead = await poll('q-dead', 'w-dead', 2)
+  for (const job of dead) t.equal((await ack(job.id, 'w-dead', 'failed')).action, 'done', 'a failed last attempt is dead-lettered')
+  t.equal((await req('POST', `/jobsvc/v1/jobs/${dead[0]!.id}/retry`)).state, 'pending', 'a dead-lettered job retried by hand is pending')
+  const [again] = await poll('q-dead', 'w-dead-2', 1)
+  t.equal(again!.attempt, 2, 'the retried job is claimed for its second attempt')
+  await ack(again!.id, 'w-dead-2', 'succeeded')
+  // Cancelled while pending and while scheduled; one left scheduled far ahead; one promoted by the scheduler.
+  const cancelPending = await create({ queue: 'q-cancel' })
+  await req('POST', `/jobsvc/v1/jobs/${cancelPending.id}/cancel`)
+  const later = new Date(Date.now() + 3_600_000).toISOString()
+  const cancelScheduled = await create({ queue: 'q-cancel', run_at: later })
+  await req('POST', `/jobsvc/v1/jobs/${cancelScheduled.id}/cancel`)
+  await create({ queue: 'q-later', run_at: later })
+  const soon = await create({ queue: 'q-soon', run_at: new Date(Date.now() + 200).toISOString() })
+  // Continuations: activated by the parent's success, cancelled by its cancellation and by its dead-letter.
+  const parentOk = await create({ queue: 'q-parent-ok' })
+  const childOk = await create({ queue: 'q-child', parent_job_id: parentOk.id })
+  const [p1] = await poll('q-parent-ok', 'w-parent', 1)
+  await ack(p1!.id, 'w-parent', 'succeeded')
+  const [c1] = await poll('q-child', 'w-child', 1)
+  t.equal(c1!.id, childOk.id, 'the parent\'s success made its continuation claimable')
+  await ack(c1!.id, 'w-child', 'succeeded')
+  const parentCancelled = await create({ queue: 'q-parent-cancel' })
+  const childCancelled = await create({ queue: 'q-child', parent_job_id: parentCancelled.id })
+  await req('POST', `/jobsvc/v1/jobs/${parentCancelled.id}/cancel`)
+  const parentDead = await create({ queue: 'q-parent-dead', max_attempts: 1 })
+  const childOfDead = await create({ queue: 'q-child', parent_job_id: parentDead.id })
+  const [p3] = await poll('q-parent-dead', 'w-parent', 1)
+  await ack(p3!.id, 'w-parent', 'failed')
+  // A recurring schedule, and a second project with a job of its own.
+  await req('POST', '/jobsvc/v1/workers/register', {
+    worker_id: 'w-reg',
+    queues: ['default'],
+    job_types: ['nightly'],
+    recurring_schedules: [{ job_type: 'nightly', cron_expression: '0 3 * * *', timezone: 'Europe/Paris' }],
+  })
+  const other = await h.newProject()
+  const otherJob = await httpRequest(h.url, other.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'other', payload: {} })
+  t.equal(otherJob.status, 201, 'a second project has a job of its own')
+
+  await eventually(async () => (await req('GET', `/jobsvc/v1/jobs/${soon.id}`)).state === 'pending', 15_000, 'the scheduler to promote the due job')
+  for (const [job, state] of [[childCancelled, 'cancelled'], [childOfDead, 'cancelled'], [dead[1], 'dead_letter']] as const) {
+    t.equal((await req('GET', `/jobsvc/v1/jobs/${job!.id}`)).state, state, `${job!.id} is ${state}`)
+  }
+  const last = await eventually(() => caughtUp(h), 15_000, 'the projector to reach the end of the log')
+  const live = await readModels(h.runtime.sql)
+  t.same(
+    projections.flatMap((p) => p.tables).sort(),
+    Object.keys(live).filter((k) => !k.startsWith('projection_')).sort(),
+    'the comparison covers every read-model table',
+  )
+  t.same(
+    { jobs: live.jobs.length, projects: live.projects.length, api_keys: live.api_keys.length, recurring_jobs: live.recurring_jobs.length },
+    { jobs: 17, projects: 2, api_keys: 2, recurring_jobs: 1 },
+    'the live read models hold the whole history',
+  )
+  const states = await h.runtime.sql<{ state: string }[]>`SELECT DISTINCT state FROM jobs ORDER BY state`
+  t.same(
+    states.map((r) => r.state),
+    ['cancelled', 'dead_letter', 'pending', 'scheduled', 'succeeded'],
+    'the history reaches every state a job rests in',
+  )
+
+  // Damage the read models behind the projector's back: only a rebuild from the log repairs this,
+  // so equal tables afterwards show that the replay rebuilt them rather than left them alone.
+  const sql = h.runtime.sql
+  await sql`DELETE FROM jobs WHERE id = ${childOk.id}`
+  await sql`UPDATE jobs SET state = 'failed', payload = '{"damaged":true}' WHERE id = ${soon.id}`
+  await sql`DELETE FROM recurring_jobs`
+  await sql`UPDATE api_keys SET status = 'revoked' WHERE project_id = ${other.projectId}`
+  await sql`INSERT INTO projects (id, name, plan, created_at, updated_at, last_seq) VALUES ('proj_bogus', 'bogus', 'free', now(), now(), 1)`
+  await sql`UPDATE projection_checkpoints SET last_seq = last_seq + 1000 WHERE name = 'job-list'`
+  t.not(JSON.stringify(await readModels(sql)), JSON.stringify(live), 'the read models were damaged')
+
+  const replay = await runReplay(h)
+  t.equal(replay.code, 0, 'the replay exits 0 while the projector runs (it stepped down)')
+  t.match(replay.output, `read models rebuilt through sequence ${last}`, 'the replay read the whole log')
+  t.equal(await h.runtime.store.lastSequence(), last, 'nothing was appended meanwhile')
+  const rebuilt = await readModels(h.runtime.sql)
+  t.same(rebuilt, live, 'every read-model table equals the live projection row by row')
+
+  const after = await create({ queue: 'q-after' })
+  const seen = await eventually(async () => {
+    const list = await req('GET', '/jobsvc/v1/jobs?queue=q-after')
+    return list.data.some((j: { id: string }) => j.id === after.id)
+  }, 15_000, 'the live projector to project a job created after the replay')
+  t.ok(seen, 'the live projector resumed after the replay')
+  t.ok(await eventually(() => caughtUp(h), 15_000, 'the projector to catch up again'), 'its checkpoint reaches the end of the log')
+
+  // Again under traffic: jobs are created, claimed and acked before, during and after the replay;
+  // the claim path keeps writing rows, and the projector resumes from where the replay stopped.
+  let busy = true
+  const traffic = (async () => {
+    for (let i = 0; busy; i++) await create({ queue: 'q-traffic', payload: { i } })
+  })()
+  const trafficWorker = (async () => {
+    while (busy) {
+      const res = await req('POST', '/jobsvc/v1/workers/poll', { worker_id: 'w-traffic', queues: ['q-traffic'], capacity: 5, wait_seconds: 0.2 })
+      for (const job of res.jobs as Array<{ id: string }>) await ack(job.id, 'w-traffic', 'succeeded')
+    }
+  })()
+  traffic.catch(() => undefined)
+  trafficWorker.catch(() => undefined)
+  await eventually(async () => (await req('GET', '/jobsvc/v1/jobs?queue=q-traffic&state=succeeded')).data.length > 0, 15_000, 'traffic to flow')
+  const busyReplay = await runReplay(h)
+  t.equal(busyReplay.code, 0, 'a replay under traffic exits 0')
+  const busyThrough = Number(/rebuilt through sequence (\d+)/.exec(busyReplay.output)?.[1])
+  await eventually(async () => (await h.runtime.store.lastSequence()) > busyThrough + 20, 15_000, 'traffic to go on after the replay')
+  busy = false
+  await Promise.all([traffic, trafficWorker])
+  const busyLast = await eventually(() => caughtUp(h), 15_000, 'the projector to catch up after the traffic')
+  t.comment(`replay under traffic rebuilt through ${busyThrough}; the log ended at ${busyLast}`)
+  t.ok(busyLast > busyThrough, 'events appended after the replay\'s end were projected by the resumed projector')
+  const afterTraffic = await readModels(sql)
+  t.same(
+    (await sql<{ state: string }[]>`SELECT DISTINCT state FROM jobs WHERE queue = 'q-traffic' AND state NOT IN ('pending', 'succeeded')`).map((r) => r.state),
+    [],
+    'traffic jobs are pending or succeeded, none left processing',
+  )
+  const reference = await rebuildReadModels(h.runtime, () => undefined)
+  t.equal(reference.through, busyLast, 'the reference rebuild read the whole log')
+  t.same(await readModels(sql), afterTraffic, 'read models after a replay under traffic equal a quiet rebuild row by row')
+})
