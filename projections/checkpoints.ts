@@ -2,16 +2,30 @@ import type { EventRecord } from '../streams/event-store.ts'
 import type { Sql, Tx } from './database.ts'
 import { isHandledBy, type Projection } from './projection.ts'
 
+export interface ApplyOptions {
+  /**
+   * Throws unless this process still leads (checked inside the batch's transaction, after the
+   * checkpoint rows are locked), so a projector that lost its lock cannot commit a batch.
+   */
+  assertLeader?: (tx: Tx) => Promise<void>
+}
+
 /**
  * Applies a batch to every projection in one transaction that also advances each projection's
  * checkpoint, so a batch is applied entirely or not at all and a redelivered message
  * (`seq <= last_seq`) is skipped. Resolves to the batch's last sequence.
  */
-export async function applyBatch(sql: Sql, projections: readonly Projection[], records: readonly EventRecord[]): Promise<number> {
+export async function applyBatch(
+  sql: Sql,
+  projections: readonly Projection[],
+  records: readonly EventRecord[],
+  options: ApplyOptions = {},
+): Promise<number> {
   const lastSeq = records.reduce((m, r) => Math.max(m, r.seq), 0)
   if (records.length === 0) return lastSeq
   await sql.begin(async (tx) => {
     const checkpoints = await readCheckpoints(tx, projections, true)
+    await options.assertLeader?.(tx)
     for (const p of projections) {
       const from = checkpoints.get(p.name) ?? 0
       const fresh = records.filter((r) => r.seq > from && isHandledBy(p, r))
@@ -52,20 +66,22 @@ export async function applyBatchIsolatingFailures(
   projections: readonly Projection[],
   records: readonly EventRecord[],
   onFailure: (record: EventRecord, err: unknown) => void,
+  options: ApplyOptions = {},
 ): Promise<number> {
   try {
-    return await applyBatch(sql, projections, records)
+    return await applyBatch(sql, projections, records, options)
   } catch (err) {
     if (!isDataError(err)) throw err
   }
   let lastSeq = 0
   for (const record of records) {
     try {
-      lastSeq = await applyBatch(sql, projections, [record])
+      lastSeq = await applyBatch(sql, projections, [record], options)
     } catch (err) {
       if (!isDataError(err)) throw err
       const e = err as { code?: string; message?: string }
       await sql.begin(async (tx) => {
+        await options.assertLeader?.(tx)
         await tx`
           INSERT INTO projection_failures (seq, subject, error_code, error_message)
           VALUES (${record.seq}, ${record.subject}, ${e.code ?? null}, ${String(e.message ?? err)})

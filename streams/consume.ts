@@ -14,11 +14,17 @@ export interface BatchConsumerOptions {
    * a crashed run: redelivery after ack_wait would otherwise arrive after newer messages.
    */
   resumeFrom?: () => Promise<number>
+  /**
+   * `all` (one leader, in order): acking a batch's last message acks the batch. `explicit`
+   * (several processes share the consumer): every message is acked on its own, so one process's
+   * ack never covers messages another took and did not finish.
+   */
+  ack: 'all' | 'explicit'
 }
 
 /**
  * Creates the durable consumer if it is missing. NATS 2.9 takes one filter subject (a string,
- * not an array). Ack policy "all": acking a batch's last message acks the batch.
+ * not an array).
  */
 export async function ensureDurable(nats: NatsHandles, opts: Omit<BatchConsumerOptions, 'maxBatch'>, startSeq = 1): Promise<void> {
   try {
@@ -26,7 +32,7 @@ export async function ensureDurable(nats: NatsHandles, opts: Omit<BatchConsumerO
   } catch {
     await nats.jsm.consumers.add(opts.stream, {
       durable_name: opts.durable,
-      ack_policy: AckPolicy.All,
+      ack_policy: opts.ack === 'all' ? AckPolicy.All : AckPolicy.Explicit,
       filter_subject: opts.filterSubject,
       ...(startSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq } : { deliver_policy: DeliverPolicy.All }),
       ack_wait: 60_000_000_000,
@@ -68,7 +74,8 @@ export async function consumeBatches(
           next = iterator.next()
           if (batch.length < opts.maxBatch && (await hasArrived(messages, next))) continue
           await handle(batch.map(toRecord))
-          batch.at(-1)!.ack()
+          if (opts.ack === 'all') batch.at(-1)!.ack()
+          else for (const m of batch) m.ack()
           batch = []
           if (signal.aborted) break
         }

@@ -13,7 +13,7 @@ import {
   readySubject,
 } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
-import { holdLeadership } from './leadership.ts'
+import { assertStillLeading, holdLeadership, LeadershipLost } from './leadership.ts'
 
 /** Messages applied per transaction at most; a busy log is applied in batches this large. */
 const maxBatch = 1000
@@ -33,7 +33,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       lead?.abort()
     },
   })
-  const done = holdLeadership(deps.sql, 'jobsvc.projector:' + ns, controller.signal, async () => {
+  const done = holdLeadership(deps.sql, 'jobsvc.projector:' + ns, controller.signal, async (leaderPid) => {
     deps.log.info('projector: leading')
     lead = new AbortController()
     const signal = AbortSignal.any([controller.signal, lead.signal])
@@ -44,16 +44,25 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
         durable: projectorConsumerName(ns),
         filterSubject: eventsSubjectFilter(ns),
         maxBatch,
+        ack: 'all',
         resumeFrom: async () => (await projectedThrough(deps.sql, projections)) + 1,
       },
       async (records) => {
-        const seq = await applyBatchIsolatingFailures(deps.sql, projections, records, (record, err) =>
-          deps.log.error({ err, seq: record.seq, subject: record.subject }, 'projector: a message the read models cannot hold was skipped (see projection_failures)'),
+        const seq = await applyBatchIsolatingFailures(
+          deps.sql,
+          projections,
+          records,
+          (record, err) =>
+            deps.log.error({ err, seq: record.seq, subject: record.subject }, 'projector: a message the read models cannot hold was skipped (see projection_failures)'),
+          { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
         )
         announce(deps, records, seq)
       },
       signal,
-      (err) => deps.log.error({ err }, 'projector: consumer failed; resuming from the checkpoint'),
+      (err) => {
+        deps.log.error({ err }, 'projector: consumer failed; resuming from the checkpoint')
+        if (err instanceof LeadershipLost) lead?.abort()
+      },
     )
   }, (err) => deps.log.error({ err }, 'projector: leadership lost'))
   return async () => {

@@ -1,4 +1,4 @@
-import type { Sql } from '../../projections/database.ts'
+import type { Sql, Tx } from '../../projections/database.ts'
 
 const retryMs = 1000
 
@@ -12,7 +12,7 @@ export async function holdLeadership(
   sql: Sql,
   name: string,
   signal: AbortSignal,
-  lead: () => Promise<void>,
+  lead: (leaderPid: number) => Promise<void>,
   onError: (err: unknown) => void,
   options: { blocking?: boolean } = {},
 ): Promise<void> {
@@ -24,8 +24,9 @@ export async function holdLeadership(
         ? await conn<{ ok: boolean }[]>`SELECT pg_advisory_lock(hashtext(${name})) IS NOT NULL AS ok`
         : await conn<{ ok: boolean }[]>`SELECT pg_try_advisory_lock(hashtext(${name})) AS ok`
       if (row?.ok) {
+        const [me] = await conn<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`
         try {
-          await lead()
+          await lead(me!.pid)
         } finally {
           await conn`SELECT pg_advisory_unlock(hashtext(${name}))`.catch(() => undefined)
         }
@@ -36,6 +37,24 @@ export async function holdLeadership(
       conn?.release()
     }
     if (!signal.aborted) await sleep(retryMs, signal)
+  }
+}
+
+/**
+ * Throws unless the session `leaderPid` still holds an advisory lock. The leadership connection
+ * holds nothing else, so any granted advisory lock of that session is the leadership lock; if the
+ * connection dropped, the lock is gone and another process may lead.
+ */
+export async function assertStillLeading(tx: Tx, leaderPid: number): Promise<void> {
+  const [row] = await tx<{ held: boolean }[]>`
+    SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = ${leaderPid} AND granted) AS held`
+  if (!row?.held) throw new LeadershipLost()
+}
+
+export class LeadershipLost extends Error {
+  constructor() {
+    super('this process no longer holds the leadership lock')
+    this.name = 'LeadershipLost'
   }
 }
 

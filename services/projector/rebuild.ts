@@ -3,7 +3,7 @@ import { projections } from '../../projections/index.ts'
 import { decodeEventMessage, type EventRecord } from '../../streams/event-store.ts'
 import { eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
-import { holdLeadership } from './leadership.ts'
+import { assertStillLeading, holdLeadership } from './leadership.ts'
 
 const batchSize = 1000
 
@@ -31,7 +31,7 @@ export async function rebuildReadModels(deps: Deps, say: (message: string) => vo
     deps.sql,
     'jobsvc.projector:' + ns,
     controller.signal,
-    async () => {
+    async (leaderPid) => {
       clearTimeout(timer)
       clearInterval(asking)
       try {
@@ -40,8 +40,12 @@ export async function rebuildReadModels(deps: Deps, say: (message: string) => vo
         const last = await deps.store.lastSequence()
         let through = 0
         await readStream(deps, last, async (records) => {
-          through = await applyBatchIsolatingFailures(deps.sql, projections, records, (record) =>
-            say(`replay: message ${record.seq} (${record.subject}) cannot be held by the read models; recorded in projection_failures`),
+          through = await applyBatchIsolatingFailures(
+            deps.sql,
+            projections,
+            records,
+            (record) => say(`replay: message ${record.seq} (${record.subject}) cannot be held by the read models; recorded in projection_failures`),
+            { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
           )
         })
         result = { through, ms: Date.now() - started }

@@ -142,7 +142,7 @@ function runCascadeReactor(deps: Deps, jobs: JobService, signal: AbortSignal): P
   const ns = deps.config.namespace
   return consumeBatches(
     deps.nats,
-    { stream: eventsStreamName(ns), durable: cascadeConsumerName(ns), filterSubject: aggregateKindFilter(ns, 'job'), maxBatch: 200 },
+    { stream: eventsStreamName(ns), durable: cascadeConsumerName(ns), filterSubject: aggregateKindFilter(ns, 'job'), maxBatch: 200, ack: 'explicit' },
     async (records) => {
       for (const r of records) {
         const state = r.message.state as Job | null
