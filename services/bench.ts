@@ -1,5 +1,6 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { createWriteStream, readFileSync } from 'node:fs'
 import http from 'node:http'
 import https from 'node:https'
 import { dirname, resolve } from 'node:path'
@@ -13,8 +14,27 @@ import { deleteNamespace } from '../streams/definitions.ts'
 import { checkpointSubject } from '../streams/names.ts'
 import { ConfigError, loadConfig } from './config.ts'
 
+/**
+ * `npm run bench`: drives a service over HTTP as its clients would. Producers create jobs;
+ * workers poll with a capacity, then ack every claimed job as succeeded, acks in parallel.
+ *
+ * - jobs/s end to end: jobs / (first create sent -> the last ack answered AND the read models
+ *   holding it). "Projected" is judged by sequence: every write answers with X-Event-Seq, and the
+ *   run ends when the projector is seen past the highest sequence any response carried.
+ * - create latency: each POST /jobs, request sent to 201 received.
+ * - created -> claimed: a job's 201 to the poll answer that returned it, keyed by job id.
+ * - projection lag: see ProjectionTracker.
+ *
+ * Progress goes to stderr once a second; a summary and, as the last line of stdout, one JSON
+ * object with the headline numbers.
+ */
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
-  [--jobs N] [--producers P] [--workers W] [--capacity C] [--timeout-s S] [--nats-url URL]`
+  [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
+  [--nats-url URL] [--service-log FILE]
+
+Without --rate producers create as fast as the service answers, so created->claimed includes the
+backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
+latency at a load the service keeps up with.`
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 
@@ -28,6 +48,8 @@ const probeIntervalMs = 50
 /** Workers hold each poll this long when nothing is claimable, so they notice the end quickly. */
 const pollWaitSeconds = 1
 const maxRetries = 5
+/** Longer than any poll holds (wait_seconds) or a list waits for the projector. */
+const requestTimeoutMs = 30_000
 
 interface Options {
   url: string | null
@@ -41,6 +63,9 @@ interface Options {
   workers: number
   capacity: number
   timeoutMs: number
+  serviceLog: string | null
+  /** Creates per second across all producers; null: as fast as they can. */
+  rate: number | null
 }
 
 function positiveInt(name: string, raw: string | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -51,6 +76,15 @@ function positiveInt(name: string, raw: string | undefined, fallback: number, ma
 }
 
 function parseOptions(argv: string[]): Options {
+  try {
+    return toOptions(argv)
+  } catch (err) {
+    if (err instanceof ConfigError) throw err
+    throw new ConfigError(`${(err as Error).message}\n${usage}`)
+  }
+}
+
+function toOptions(argv: string[]): Options {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -64,6 +98,8 @@ function parseOptions(argv: string[]): Options {
       workers: { type: 'string' },
       capacity: { type: 'string' },
       'timeout-s': { type: 'string' },
+      'service-log': { type: 'string' },
+      rate: { type: 'string' },
     },
   })
   if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
@@ -82,6 +118,8 @@ function parseOptions(argv: string[]): Options {
     workers: positiveInt('workers', values.workers, 8, 1000),
     capacity: positiveInt('capacity', values.capacity, 10, 50),
     timeoutMs: positiveInt('timeout-s', values['timeout-s'], 300) * 1000,
+    serviceLog: values['service-log'] ?? null,
+    rate: values.rate === undefined ? null : positiveInt('rate', values.rate, 0),
   }
 }
 
@@ -91,6 +129,14 @@ interface Reply {
   body: any
   /** performance.now() when the whole response had arrived. */
   at: number
+}
+
+/** The run's own end: its time limit or an interrupt. */
+class RunStopped extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'RunStopped'
+  }
 }
 
 class HttpError extends Error {
@@ -105,24 +151,29 @@ class HttpError extends Error {
 
 /**
  * A keep-alive client on node:http: one socket per request in flight, so the pool is sized to
- * the bench's concurrency and no request waits for a connection (no pipelining).
+ * the bench's concurrency and no request waits for a connection (no pipelining). Requests take no
+ * AbortSignal (a listener per request costs client CPU on a 2-core box); `close()` ends whatever
+ * is in flight instead, and a stuck request times out.
  */
 class Client {
-  readonly #base: URL
+  readonly #options: http.RequestOptions
+  readonly #basePath: string
   readonly #auth: string
   readonly #agent: http.Agent
   readonly #transport: typeof http | typeof https
 
   constructor(base: string, apiKey: string, connections: number) {
-    this.#base = new URL(base)
-    this.#auth = `Bearer ${apiKey}`
-    const secure = this.#base.protocol === 'https:'
+    const url = new URL(base)
+    const secure = url.protocol === 'https:'
     this.#transport = secure ? https : http
     const agentOptions = { keepAlive: true, maxSockets: connections, maxFreeSockets: connections }
     this.#agent = secure ? new https.Agent(agentOptions) : new http.Agent(agentOptions)
+    this.#options = { hostname: url.hostname, port: url.port, agent: this.#agent, timeout: requestTimeoutMs }
+    this.#basePath = url.pathname.replace(/\/$/, '')
+    this.#auth = `Bearer ${apiKey}`
   }
 
-  request(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Reply> {
+  request(method: string, path: string, body?: unknown): Promise<Reply> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
     const headers: http.OutgoingHttpHeaders = { authorization: this.#auth, accept: 'application/json' }
     if (payload) {
@@ -130,33 +181,31 @@ class Client {
       headers['content-length'] = payload.length
     }
     return new Promise((resolvePromise, reject) => {
-      const req = this.#transport.request(
-        new URL(path, this.#base),
-        { method, headers, agent: this.#agent, ...(signal ? { signal } : {}) },
-        (res) => {
-          const chunks: Buffer[] = []
-          res.on('data', (c: Buffer) => chunks.push(c))
-          res.on('error', reject)
-          res.on('end', () => {
-            const at = performance.now()
-            const text = Buffer.concat(chunks).toString('utf8')
-            let parsed: unknown = text
-            if (String(res.headers['content-type'] ?? '').includes('json')) {
-              try {
-                parsed = JSON.parse(text)
-              } catch {
-                parsed = text
-              }
+      const req = this.#transport.request({ ...this.#options, method, path: this.#basePath + path, headers }, (res) => {
+        const chunks: Buffer[] = []
+        res.on('data', (c: Buffer) => chunks.push(c))
+        res.on('error', reject)
+        res.on('end', () => {
+          const at = performance.now()
+          const text = Buffer.concat(chunks).toString('utf8')
+          let parsed: unknown = text
+          if (String(res.headers['content-type'] ?? '').includes('json')) {
+            try {
+              parsed = JSON.parse(text)
+            } catch {
+              parsed = text
             }
-            resolvePromise({ status: res.statusCode ?? 0, headers: res.headers, body: parsed, at })
-          })
-        },
-      )
+          }
+          resolvePromise({ status: res.statusCode ?? 0, headers: res.headers, body: parsed, at })
+        })
+      })
+      req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer within ${requestTimeoutMs} ms`)))
       req.on('error', reject)
       req.end(payload)
     })
   }
 
+  /** Ends every request in flight; the pool stays usable. */
   close(): void {
     this.#agent.destroy()
   }
@@ -249,6 +298,8 @@ interface ProjectionTracker {
   /** Resolves with the moment the read models were seen to include `seq`. */
   reachedAt(seq: number, signal: AbortSignal): Promise<number>
   lags(): readonly number[]
+  /** The highest sequence known to be projected, when the method knows it. */
+  position(): number | null
   close(): void
 }
 
@@ -312,6 +363,10 @@ class CheckpointTracker implements ProjectionTracker {
     return this.#lags
   }
 
+  position(): number | null {
+    return this.#reached
+  }
+
   close(): void {
     this.#subscription.unsubscribe()
   }
@@ -331,17 +386,17 @@ class ProbeTracker implements ProjectionTracker {
   #newest: { seq: number; at: number } | null = null
   #probed = 0
   readonly #stop = new AbortController()
-  readonly #loop: Promise<void>
 
   constructor(client: Client, signal: AbortSignal) {
     this.#client = client
-    this.#loop = this.#sample(AbortSignal.any([signal, this.#stop.signal])).catch(() => undefined)
+    this.#sample(AbortSignal.any([signal, this.#stop.signal])).catch(() => undefined)
   }
 
   async #probe(seq: number, signal: AbortSignal): Promise<number> {
     for (;;) {
       const sent = performance.now()
-      const reply = await this.#client.request('GET', `/jobsvc/v1/jobs?limit=1&min_seq=${seq}`, undefined, signal)
+      signal.throwIfAborted()
+      const reply = await this.#client.request('GET', `/jobsvc/v1/jobs?limit=1&min_seq=${seq}`)
       if (reply.status !== 200) throw new HttpError('projection probe', reply)
       if (reply.at - sent < probeReachedWithinMs) return reply.at
     }
@@ -371,9 +426,12 @@ class ProbeTracker implements ProjectionTracker {
     return this.#lags
   }
 
+  position(): number | null {
+    return null
+  }
+
   close(): void {
     this.#stop.abort()
-    void this.#loop
   }
 }
 
@@ -387,6 +445,11 @@ interface Results {
   lagMethod: string
   duplicateClaims: number
   acked: number
+  polls: number
+  emptyPolls: number
+  /** This process's CPU time over the run, to tell whether the client was the bottleneck. */
+  clientCpuMs: number
+  wallMs: number
 }
 
 /** Producers create `jobs` jobs; workers poll, then ack each claimed job, acks in parallel. */
@@ -404,11 +467,19 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
   let claimed = 0
   let acked = 0
   let duplicateClaims = 0
+  let polls = 0
+  let emptyPolls = 0
   let maxSeq = 0
   let firstCreateAt: number | null = null
   let lastAckAt = 0
+  let projected: Promise<number> | null = null
   const finished = new AbortController()
-  const stop = AbortSignal.any([signal, finished.signal])
+  const halt = new AbortController()
+  const stop = AbortSignal.any([signal, finished.signal, halt.signal])
+  // A failed or interrupted run ends its requests in flight; a finished one lets polls return.
+  const failed = AbortSignal.any([signal, halt.signal])
+  const endRequests = () => client.close()
+  failed.addEventListener('abort', endRequests, { once: true })
 
   const noteWrite = (reply: Reply) => {
     const seq = eventSeq(reply)
@@ -420,11 +491,15 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
   const producer = async () => {
     while (next < opts.jobs && !stop.aborted) {
       const i = next++
+      if (opts.rate !== null && firstCreateAt !== null) {
+        const due = firstCreateAt + (i * 1000) / opts.rate - performance.now()
+        if (due > 0) await sleep(due, undefined, { signal: stop })
+      }
       let sent = 0
       const reply = await withRetries('create', stop, () => {
         sent = performance.now()
         firstCreateAt ??= sent
-        return client.request('POST', '/jobsvc/v1/jobs', { job_type: 'bench', queue, payload: { i } }, stop)
+        return client.request('POST', '/jobsvc/v1/jobs', { job_type: 'bench', queue, payload: { i } })
       }, 201)
       createLatencies.push(reply.at - sent)
       created++
@@ -443,28 +518,34 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
 
   const ack = async (jobId: string, workerId: string) => {
     const reply = await withRetries('ack', stop, () =>
-      client.request('POST', '/jobsvc/v1/workers/ack', { job_id: jobId, worker_id: workerId, status: 'succeeded', duration_ms: 0 }, stop),
+      client.request('POST', '/jobsvc/v1/workers/ack', { job_id: jobId, worker_id: workerId, status: 'succeeded', duration_ms: 0 }),
     200)
     noteWrite(reply)
     lastAckAt = Math.max(lastAckAt, reply.at)
-    if (++acked === opts.jobs) finished.abort()
+    if (++acked === opts.jobs) {
+      // Watched from this moment on, not after the workers' last polls have returned.
+      projected = tracker.reachedAt(maxSeq, signal)
+      projected.catch(() => undefined)
+      finished.abort()
+    }
   }
 
   const worker = async (w: number) => {
     const workerId = `bench-${runId}-w${w}`
     const body = { worker_id: workerId, queues: [queue], capacity: opts.capacity, wait_seconds: pollWaitSeconds }
     while (!stop.aborted) {
-      let reply: Reply
-      try {
-        reply = await withRetries('poll', stop, () => client.request('POST', '/jobsvc/v1/workers/poll', body, stop), 200)
-      } catch (err) {
-        if (stop.aborted) return
-        throw err
-      }
+      const reply = await withRetries('poll', stop, () => client.request('POST', '/jobsvc/v1/workers/poll', body), 200)
       const jobs = reply.body.jobs as Array<{ id: string }>
+      polls++
+      if (jobs.length === 0) emptyPolls++
+      const fresh: typeof jobs = []
       for (const job of jobs) {
-        if (claimedIds.has(job.id)) duplicateClaims++
+        if (claimedIds.has(job.id)) {
+          duplicateClaims++
+          continue
+        }
         claimedIds.add(job.id)
+        fresh.push(job)
         claimed++
         const at = createdAt.get(job.id)
         if (at === undefined) claimedEarly.set(job.id, reply.at)
@@ -473,39 +554,37 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
           claimLatencies.push(reply.at - at)
         }
       }
-      await Promise.all(jobs.map((job) => ack(job.id, workerId)))
+      await Promise.all(fresh.map((job) => ack(job.id, workerId)))
     }
   }
 
   const startedAt = performance.now()
+  const cpuAtStart = process.cpuUsage()
+  const measured = () => {
+    const cpu = process.cpuUsage(cpuAtStart)
+    return { clientCpuMs: (cpu.user + cpu.system) / 1000, wallMs: performance.now() - startedAt }
+  }
   let lastAcked = 0
   const progress = setInterval(() => {
     const s = ((performance.now() - startedAt) / 1000).toFixed(0).padStart(4)
-    process.stderr.write(`[${s}s] created ${created}/${opts.jobs}  claimed ${claimed}  acked ${acked}  (${acked - lastAcked} acked/s)\n`)
+    const projected = tracker.position()
+    const where = projected === null ? '' : `  projected seq ${projected}/${maxSeq}`
+    process.stderr.write(`[${s}s] created ${created}/${opts.jobs}  claimed ${claimed}  acked ${acked}  (${acked - lastAcked} acked/s)${where}\n`)
     lastAcked = acked
   }, 1000)
   try {
-    const failed = new AbortController()
-    const guard = <T>(p: Promise<T>) =>
+    // The first failure halts the run; what fails after that is only the abort itself.
+    const guard = (p: Promise<void>) =>
       p.catch((err) => {
-        if (!stop.aborted) failed.abort(err)
-        throw err
+        if (!stop.aborted) halt.abort(err)
       })
-    // The first failure ends the run; the others then stop on the aborted signal.
-    const all = Promise.allSettled([
+    await Promise.all([
       ...Array.from({ length: opts.producers }, () => guard(producer())),
       ...Array.from({ length: opts.workers }, (_, w) => guard(worker(w))),
     ])
-    await new Promise<void>((resolvePromise, reject) => {
-      const onFail = () => reject(failed.signal.reason)
-      failed.signal.addEventListener('abort', onFail, { once: true })
-      stop.addEventListener('abort', () => resolvePromise(), { once: true })
-      if (failed.signal.aborted) onFail()
-    })
-    await all
+    if (halt.signal.aborted) throw halt.signal.reason
     if (!finished.signal.aborted) throw signal.reason ?? new Error('the run stopped early')
-    const projectedAt = await tracker.reachedAt(maxSeq, signal)
-    const endAt = Math.max(lastAckAt, projectedAt)
+    const endAt = Math.max(lastAckAt, await projected!)
     return {
       complete: true,
       jobs: opts.jobs,
@@ -516,6 +595,9 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
       lagMethod: tracker.method,
       duplicateClaims,
       acked,
+      polls,
+      emptyPolls,
+      ...measured(),
     }
   } catch (err) {
     process.stderr.write(`bench: run incomplete: ${err instanceof Error ? err.message : String(err)}\n`)
@@ -529,8 +611,12 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
       lagMethod: tracker.method,
       duplicateClaims,
       acked,
+      polls,
+      emptyPolls,
+      ...measured(),
     }
   } finally {
+    failed.removeEventListener('abort', endRequests)
     clearInterval(progress)
   }
 }
@@ -553,29 +639,48 @@ function tailBuffer(limit = 64 * 1024) {
   }
 }
 
-async function spawnService(env: NodeJS.ProcessEnv, signal: AbortSignal): Promise<SpawnedService> {
+async function spawnService(env: NodeJS.ProcessEnv, logPath: string | null, signal: AbortSignal): Promise<SpawnedService> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
   const out = tailBuffer()
   // Drained for the whole run: a full pipe would block the service's logging.
   child.stdout!.on('data', out.add)
   child.stderr!.on('data', out.add)
+  if (logPath !== null) {
+    const file = createWriteStream(logPath)
+    child.stdout!.pipe(file)
+    child.stderr!.pipe(file)
+  }
   const url = await new Promise<string>((resolvePromise, reject) => {
     const fail = (why: string) => {
       clearTimeout(timer)
       reject(new Error(`${why}\n${out.text()}`))
     }
     const timer = setTimeout(() => fail('the service did not start within 30 s'), 30_000)
-    child.stdout!.on('data', () => {
+    const onData = () => {
       const m = /jobsvc listening on (http:\/\/[^"\s]+)/.exec(out.text())
       if (m) {
         clearTimeout(timer)
+        child.stdout!.off('data', onData)
         resolvePromise(m[1]!)
       }
-    })
+    }
+    child.stdout!.on('data', onData)
     child.once('exit', (code) => fail(`the service exited with ${code}`))
     signal.addEventListener('abort', () => fail('interrupted'), { once: true })
   })
   return { url, child, output: out.text }
+}
+
+/** CPU seconds a process has used (Linux /proc; null elsewhere), to show where the time went. */
+function processCpuSeconds(pid: number | undefined): number | null {
+  if (pid === undefined) return null
+  try {
+    // Fields after the parenthesised command: utime and stime are the 12th and 13th.
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / 100
+  } catch {
+    return null
+  }
 }
 
 async function stopService(child: ChildProcess): Promise<void> {
@@ -606,7 +711,8 @@ function createProject(env: NodeJS.ProcessEnv): Promise<{ project_id: string; ap
 async function awaitAccess(client: Client, signal: AbortSignal): Promise<void> {
   const deadline = performance.now() + 15_000
   for (;;) {
-    const reply = await client.request('GET', '/jobsvc/v1/jobs?limit=1', undefined, signal)
+    signal.throwIfAborted()
+    const reply = await client.request('GET', '/jobsvc/v1/jobs?limit=1')
     if (reply.status === 200) return
     if (performance.now() > deadline) throw new HttpError('GET /jobsvc/v1/jobs', reply)
     await sleep(100, undefined, { signal })
@@ -625,12 +731,13 @@ function report(opts: Options, r: Results): void {
   const ms = (v: number | null) => (v === null ? 'n/a' : `${v} ms`)
   const lines = [
     '',
-    `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers, ${opts.workers} workers x capacity ${opts.capacity}${r.complete ? '' : ' (INCOMPLETE)'}`,
+    `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers${opts.rate === null ? '' : ` paced at ${opts.rate}/s`}, ${opts.workers} workers x capacity ${opts.capacity}${r.complete ? '' : ' (INCOMPLETE)'}`,
     `  end to end (first create -> last ack projected): ${r.elapsedMs === null ? 'n/a' : `${(r.elapsedMs / 1000).toFixed(2)} s`}, ${summary.jobs_per_s ?? 'n/a'} jobs/s`,
     `  create latency      p50 ${ms(summary.create_p50_ms)}  p99 ${ms(summary.create_p99_ms)}  (${r.createLatencies.length} creates)`,
     `  created -> claimed  p50 ${ms(summary.claim_p50_ms)}  p99 ${ms(summary.claim_p99_ms)}  (${r.claimLatencies.length} claims)`,
     `  projection lag      p50 ${ms(round(percentile(r.lags, 50)))}  p99 ${ms(summary.projection_lag_p99_ms)}  (${r.lags.length} samples; ${r.lagMethod})`,
-    `  acked ${r.acked}/${r.jobs}; jobs claimed twice: ${r.duplicateClaims}`,
+    `  acked ${r.acked}/${r.jobs}; jobs claimed twice: ${r.duplicateClaims}; polls ${r.polls} (${r.emptyPolls} empty, ${r.polls === r.emptyPolls ? 0 : ((r.acked) / (r.polls - r.emptyPolls)).toFixed(1)} jobs per non-empty poll)`,
+    `  bench client CPU: ${(r.clientCpuMs / 1000).toFixed(1)} s over ${(r.wallMs / 1000).toFixed(1)} s (${Math.round((r.clientCpuMs / r.wallMs) * 100)}% of one core)`,
     '',
   ]
   process.stdout.write(lines.join('\n') + JSON.stringify(summary) + '\n')
@@ -639,11 +746,11 @@ function report(opts: Options, r: Results): void {
 async function main(argv: string[]): Promise<boolean> {
   const opts = parseOptions(argv)
   const run = new AbortController()
-  const timeout = setTimeout(() => run.abort(new Error(`timed out after ${opts.timeoutMs / 1000} s`)), opts.timeoutMs)
+  const timeout = setTimeout(() => run.abort(new RunStopped(`timed out after ${opts.timeoutMs / 1000} s`)), opts.timeoutMs)
   let interrupts = 0
   const onSigint = () => {
     if (++interrupts > 1) process.exit(130)
-    run.abort(new Error('interrupted'))
+    run.abort(new RunStopped('interrupted'))
   }
   process.on('SIGINT', onSigint)
   process.on('SIGTERM', onSigint)
@@ -669,7 +776,7 @@ async function main(argv: string[]): Promise<boolean> {
     let apiKey = opts.apiKey
     if (opts.spawn) {
       process.stderr.write(`bench: starting a service in namespace ${namespace}\n`)
-      service = await spawnService(env, run.signal)
+      service = await spawnService(env, opts.serviceLog, run.signal)
       apiKey = (await createProject(env)).api_key
       url = service.url
     }
@@ -677,8 +784,14 @@ async function main(argv: string[]): Promise<boolean> {
     await awaitAccess(client, run.signal)
     tracker = nats !== null && namespace !== null ? new CheckpointTracker(nats, namespace) : new ProbeTracker(client, run.signal)
     process.stderr.write(`bench: ${opts.jobs} jobs against ${url}\n`)
+    const serviceCpuBefore = processCpuSeconds(service?.child.pid)
     const results = await drive(client, opts, tracker, run.signal)
     report(opts, results)
+    const serviceCpuAfter = processCpuSeconds(service?.child.pid)
+    if (serviceCpuBefore !== null && serviceCpuAfter !== null) {
+      const cpu = serviceCpuAfter - serviceCpuBefore
+      process.stderr.write(`bench: service CPU ${cpu.toFixed(1)} s over ${(results.wallMs / 1000).toFixed(1)} s (${Math.round((cpu * 1000 * 100) / results.wallMs)}% of one core)\n`)
+    }
     if (service !== null && service.child.exitCode !== null) process.stderr.write(`bench: the service died:\n${service.output()}\n`)
     return results.complete && results.duplicateClaims === 0
   } finally {
@@ -701,7 +814,9 @@ main(process.argv.slice(2)).then(
     process.exitCode = ok ? 0 : 1
   },
   (err) => {
-    process.stderr.write(`bench failed: ${err instanceof ConfigError ? err.message : String(err?.stack ?? err)}\n`)
+    // Expected failures (bad options, an unreachable or refusing service) need no stack trace.
+    const expected = err instanceof ConfigError || err instanceof HttpError || err instanceof RunStopped || typeof err?.code === 'string' || err?.name === 'AbortError'
+    process.stderr.write(`bench failed: ${expected ? err.message : String(err?.stack ?? err)}\n`)
     process.exitCode = err instanceof ConfigError ? 2 : 1
   },
 )
