@@ -17,7 +17,7 @@ const handledTypes: readonly JobEventType[] = [
   'job_retried',
 ]
 
-/** Rows per statement: 23 parameters a row stays well under Postgres's 65535. */
+/** Rows per statement: 24 parameters a row stays well under Postgres's 65535. */
 const rowsPerStatement = 1000
 
 const columns = [
@@ -43,6 +43,7 @@ const columns = [
   'worker_id',
   'idempotency_key',
   'updated_at',
+  'children',
   'last_seq',
 ] as const
 
@@ -70,7 +71,41 @@ function toRow(job: Job, seq: number): Record<(typeof columns)[number], unknown>
     worker_id: job.worker_id,
     idempotency_key: job.idempotency_key,
     updated_at: job.updated_at,
+    children: job.children,
     last_seq: seq,
+  }
+}
+
+function toIso(v: unknown): string | null {
+  return v instanceof Date ? v.toISOString() : v === null || v === undefined ? null : String(v)
+}
+
+/** A `jobs` row back into the aggregate state it is a snapshot of (the inverse of the upsert). */
+export function jobFromRow(r: Record<string, unknown>): Job {
+  return {
+    id: r.id as string,
+    project_id: r.project_id as string,
+    state: r.state as Job['state'],
+    job_type: r.job_type as string,
+    queue: r.queue as string,
+    payload: r.payload as Job['payload'],
+    created_at: toIso(r.created_at)!,
+    run_at: toIso(r.run_at),
+    started_at: toIso(r.started_at),
+    completed_at: toIso(r.completed_at),
+    attempt: r.attempt as number,
+    max_attempts: r.max_attempts as number,
+    timeout_seconds: r.timeout_seconds as number,
+    progress: (r.progress as number | null) ?? null,
+    duration_ms: (r.duration_ms as number | null) ?? null,
+    error: (r.error as Job['error']) ?? null,
+    tags: (r.tags as Job['tags']) ?? null,
+    parent_job_id: (r.parent_job_id as string | null) ?? null,
+    waiting_for_parent: r.waiting_for_parent as boolean,
+    children: (r.children as string[] | null) ?? [],
+    worker_id: (r.worker_id as string | null) ?? null,
+    idempotency_key: (r.idempotency_key as string | null) ?? null,
+    updated_at: toIso(r.updated_at)!,
   }
 }
 
@@ -97,7 +132,7 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
         duration_ms = excluded.duration_ms, error = excluded.error, tags = excluded.tags,
         parent_job_id = excluded.parent_job_id, waiting_for_parent = excluded.waiting_for_parent,
         worker_id = excluded.worker_id, idempotency_key = excluded.idempotency_key,
-        updated_at = excluded.updated_at, last_seq = excluded.last_seq
+        updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq
       WHERE jobs.last_seq < excluded.last_seq`
   }
 }

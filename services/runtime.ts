@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import type { KV } from '@nats-io/kv'
 import { pino, type Logger } from 'pino'
 import { monotonicFactory } from 'ulid'
@@ -20,6 +21,23 @@ export interface Deps {
   now: () => Date
   /** A new ULID, monotonic within this process. */
   newUlid: () => string
+}
+
+/**
+ * A ULID takes 16 random characters; the ulid package asks the OS for each one separately, which
+ * was ~5% of a request's CPU. Drawing them from a pooled crypto buffer keeps them
+ * cryptographically random at a fraction of the cost.
+ */
+function pooledRandom(): () => number {
+  let pool = randomBytes(4096)
+  let at = 0
+  return () => {
+    if (at >= pool.length) {
+      pool = randomBytes(4096)
+      at = 0
+    }
+    return pool[at++]! / 256
+  }
 }
 
 export interface Runtime extends Deps {
@@ -46,7 +64,7 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
   const nats = await connectNats(config.natsUrl, name)
   await ensureStreams(nats.jsm, config.namespace)
   const heartbeats = await openHeartbeatBucket(nats.nc, config.namespace)
-  const ulid = monotonicFactory()
+  const ulid = monotonicFactory(pooledRandom())
   return {
     config,
     log,

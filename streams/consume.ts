@@ -1,4 +1,5 @@
 import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import type { MsgHdrs } from '@nats-io/transport-node'
 import type { NatsHandles } from './connection.ts'
 import { decodeEventMessage, type EventRecord } from './event-store.ts'
 
@@ -20,6 +21,11 @@ export interface BatchConsumerOptions {
    * ack never covers messages another took and did not finish.
    */
   ack: 'all' | 'explicit'
+  /**
+   * Decides from the headers alone whether `handle` needs a message; the others are acked with
+   * the batch without being decoded (the cascade reactor wants one event type in three).
+   */
+  select?: (headers: MsgHdrs | undefined) => boolean
 }
 
 /**
@@ -73,7 +79,8 @@ export async function consumeBatches(
           batch.push(r.value)
           next = iterator.next()
           if (batch.length < opts.maxBatch && (await hasArrived(messages, next))) continue
-          await handle(batch.map(toRecord))
+          const wanted = opts.select === undefined ? batch : batch.filter((m) => opts.select!(m.headers))
+          if (wanted.length > 0) await handle(wanted.map(toRecord))
           if (opts.ack === 'all') batch.at(-1)!.ack()
           else for (const m of batch) m.ack()
           batch = []

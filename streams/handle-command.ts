@@ -1,7 +1,7 @@
 import type { Decider } from '../domain/decider.ts'
 import { fold } from '../domain/decider.ts'
 import { ConcurrencyConflict } from './errors.ts'
-import type { AggregateRef, DomainEventShape, EventRecord, EventStore, StoredEvent } from './event-store.ts'
+import type { AggregateRef, DomainEventShape, EventRecord, EventStore, Loaded, StoredEvent } from './event-store.ts'
 
 /** Re-decisions after a conflict before giving up (Emmett uses 3). */
 const maxRetries = 3
@@ -20,8 +20,13 @@ export interface CommandResult<E extends DomainEventShape, S> {
 }
 
 /**
- * Load (one direct get), decide, append at the sequence seen (`isNew` skips the load for ids
- * this process just generated). On a conflict the command is
+ * Load (one direct get), decide, append at the sequence seen.
+ *
+ * A `hint` (state and sequence known without a load: a new id's `{null, 0}`, a read-model row,
+ * this process's last write) replaces the first load. It is safe because the append checks the
+ * sequence: a stale hint makes the append conflict and the command is decided again on loaded
+ * state. A refusal or a no-op decided on a hint is never answered; it is decided again on
+ * loaded state too, since no append verified it. On a conflict the command is
  * decided again on fresh state, so the loser of a race either finds a legal move on the new
  * state or gets the domain's refusal (for instance InvalidState after a competing claim).
  */
@@ -31,14 +36,21 @@ export async function handleCommand<C extends { meta: { now: string } }, E exten
   ref: AggregateRef,
   command: C,
   newEventId: () => string,
-  options: { isNew?: boolean } = {},
+  options: { hint?: Loaded<S> } = {},
 ): Promise<CommandResult<E, S>> {
   let lastConflict: ConcurrencyConflict | undefined
   for (let attempt = 0; attempt <= maxRetries; attempt++) {
-    // A freshly generated id names no aggregate yet: skip the load and append at sequence 0;
-    // should it exist after all, the append conflicts and the retry loads it.
-    const loaded = options.isNew && attempt === 0 ? { state: null, seq: 0 } : await store.load<S>(ref)
-    const decided = decider.decide(command, loaded.state)
+    const fromHint = attempt === 0 && options.hint !== undefined
+    const loaded = fromHint ? options.hint! : await store.load<S>(ref)
+    let decided: E[]
+    try {
+      decided = decider.decide(command, loaded.state)
+    } catch (err) {
+      // A refusal or a no-op is only trusted on loaded state: a hint may be stale.
+      if (fromHint) continue
+      throw err
+    }
+    if (decided.length === 0 && fromHint) continue
     if (decided.length === 0) {
       const record = store.recordOf<E, S | null>(ref, loaded.seq, [], loaded.state)
       return { before: loaded.state, state: loaded.state, events: [], seq: loaded.seq, appended: false, record }

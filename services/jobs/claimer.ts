@@ -1,7 +1,7 @@
 import { InvalidState } from '../../domain/errors.ts'
 import type { Job } from '../../domain/job.ts'
-import { upsertJobRows } from '../../projections/job-list.ts'
-import type { EventRecord } from '../../streams/event-store.ts'
+import { jobFromRow, upsertJobRows } from '../../projections/job-list.ts'
+import type { EventRecord, Loaded } from '../../streams/event-store.ts'
 import type { Deps } from '../runtime.ts'
 import type { JobService } from './job-service.ts'
 
@@ -14,7 +14,8 @@ export interface ClaimRequest {
 }
 
 /**
- * Finds candidates in the job list and claims them through the log. `FOR UPDATE SKIP LOCKED`
+ * Finds candidates in the job list and claims them through the log, deciding on the row itself
+ * (a row is the job's whole state at its last_seq), so a claim is one append and no load. `FOR UPDATE SKIP LOCKED`
  * keeps concurrent pollers (in any process) off each other's rows; the claim's append at the
  * job's last sequence is the real guard, so a row that lags the log can cost a skipped
  * candidate but never a double claim. The claimed rows are written in the same transaction,
@@ -23,8 +24,8 @@ export interface ClaimRequest {
 export async function claimJobs(deps: Deps, jobs: JobService, req: ClaimRequest): Promise<Job[]> {
   const now = deps.now()
   return deps.sql.begin(async (tx) => {
-    const candidates = await tx<{ id: string }[]>`
-      SELECT id FROM jobs
+    const candidates = await tx`
+      SELECT * FROM jobs
       WHERE project_id = ${req.projectId} AND state = 'pending' AND queue = ANY(${req.queues})
         AND available_at <= ${now}
         ${req.jobTypes === null ? tx`` : tx`AND job_type = ANY(${req.jobTypes})`}
@@ -32,7 +33,9 @@ export async function claimJobs(deps: Deps, jobs: JobService, req: ClaimRequest)
       LIMIT ${req.capacity}
       FOR UPDATE SKIP LOCKED`
     if (candidates.length === 0) return []
-    const outcomes = await Promise.all(candidates.map((c) => claimOne(deps, jobs, req, c.id)))
+    const outcomes = await Promise.all(
+      candidates.map((row) => claimOne(deps, jobs, req, row.id as string, { state: jobFromRow(row), seq: row.last_seq as number })),
+    )
     const records = outcomes.filter((o): o is EventRecord => o !== null)
     await upsertJobRows(tx, records)
     return records
@@ -42,9 +45,9 @@ export async function claimJobs(deps: Deps, jobs: JobService, req: ClaimRequest)
 }
 
 /** Claims one job; on refusal returns the log's newer state instead, so the stale row heals. */
-async function claimOne(deps: Deps, jobs: JobService, req: ClaimRequest, jobId: string): Promise<EventRecord | null> {
+async function claimOne(deps: Deps, jobs: JobService, req: ClaimRequest, jobId: string, row: Loaded<Job>): Promise<EventRecord | null> {
   try {
-    return (await jobs.claim(req.projectId, jobId, req.workerId)).record
+    return (await jobs.claim(req.projectId, jobId, req.workerId, row)).record
   } catch (err) {
     if (!(err instanceof InvalidState)) throw err
     const ref = jobs.ref(req.projectId, jobId)

@@ -2,6 +2,7 @@ import { JobNotFound, ParentNotFound } from '../../domain/errors.ts'
 import {
   assertHeartbeatAllowed,
   cascadeOf,
+  isTerminal,
   jobDecider,
   type Job,
   type JobCommand,
@@ -9,7 +10,7 @@ import {
   type JobEvent,
 } from '../../domain/job.ts'
 import { upsertJobRows } from '../../projections/job-list.ts'
-import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
+import type { AggregateRef, EventRecord, Loaded } from '../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
 import { isSubjectToken, readySubject } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
@@ -51,6 +52,9 @@ export interface Written {
   seq: number
 }
 
+/** Jobs whose last known state this process keeps as hints (state includes the payload). */
+const maxKnownJobs = 20_000
+
 /** Children are re-decided a few at a time so a parent with thousands of them stays polite. */
 const cascadeConcurrency = 16
 
@@ -62,6 +66,12 @@ export class JobService {
   readonly #deps: Deps
   /** Per project, the last stream sequence this process wrote: lists wait for the projector to reach it. */
   readonly lastWrittenSeq = new Map<string, number>()
+  /**
+   * The state and sequence of jobs this process last decided on, used as the next command's
+   * hint: an ack after a claim in the same process then costs one append and no load. A stale
+   * entry only costs a conflict and a reload (see handleCommand).
+   */
+  readonly #known = new Map<string, Loaded<Job>>()
 
   constructor(deps: Deps) {
     this.#deps = deps
@@ -85,11 +95,20 @@ export class JobService {
     if (seq > (this.lastWrittenSeq.get(projectId) ?? 0)) this.lastWrittenSeq.set(projectId, seq)
   }
 
-  async #run(projectId: string, jobId: string, command: JobCommand): Promise<CommandResult<JobEvent, Job>> {
+  #remember(jobId: string, known: Loaded<Job>): void {
+    this.#known.delete(jobId)
+    if (this.#known.size >= maxKnownJobs) this.#known.delete(this.#known.keys().next().value!)
+    this.#known.set(jobId, known)
+  }
+
+  async #run(projectId: string, jobId: string, command: JobCommand, hint?: Loaded<Job>): Promise<CommandResult<JobEvent, Job>> {
     if (!isJobId(jobId)) throw new JobNotFound(jobId)
+    const known = command.type === 'create_job' ? { state: null, seq: 0 } : (hint ?? this.#known.get(jobId))
     const result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId, {
-      isNew: command.type === 'create_job',
+      hint: known,
     })
+    if (result.state !== null && !isTerminal(result.state.state)) this.#remember(jobId, { state: result.state as Job, seq: result.seq })
+    else this.#known.delete(jobId)
     // A no-op still reports the state it was decided on, which another writer (the cascade
     // reactor, another API process) may have just appended: a list that follows must wait for the
     // projector to reach it too, or a cascade the reactor won shows stale children.
@@ -188,8 +207,9 @@ export class JobService {
     return result
   }
 
-  async claim(projectId: string, jobId: string, workerId: string): Promise<CommandResult<JobEvent, Job>> {
-    return this.#run(projectId, jobId, { type: 'claim_job', data: { worker_id: workerId }, meta: this.#meta() })
+  /** `row` is the job's read-model snapshot, used as the hint so a claim needs no load. */
+  async claim(projectId: string, jobId: string, workerId: string, row?: Loaded<Job>): Promise<CommandResult<JobEvent, Job>> {
+    return this.#run(projectId, jobId, { type: 'claim_job', data: { worker_id: workerId }, meta: this.#meta() }, row)
   }
 
   async promote(projectId: string, jobId: string): Promise<CommandResult<JobEvent, Job>> {

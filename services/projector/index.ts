@@ -13,7 +13,7 @@ import {
   readySubject,
 } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
-import { assertStillLeading, holdLeadership, LeadershipLost } from './leadership.ts'
+import { assertStillLeading, holdLeadership, LeadershipLost } from '../leadership.ts'
 
 /** Messages applied per transaction at most; a busy log is applied in batches this large. */
 const maxBatch = 1000

@@ -3,7 +3,7 @@ import { projections } from '../../projections/index.ts'
 import { decodeEventMessage, type EventRecord } from '../../streams/event-store.ts'
 import { eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
-import { assertStillLeading, holdLeadership } from './leadership.ts'
+import { assertStillLeading, holdLeadership } from '../leadership.ts'
 
 const batchSize = 1000
 

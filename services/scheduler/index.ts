@@ -1,5 +1,7 @@
 import { isAttemptStale, type Job, type JobEvent } from '../../domain/job.ts'
 import { consumeBatches } from '../../streams/consume.ts'
+import { eventHeaders } from '../../streams/event-store.ts'
+import { holdLeadership } from '../leadership.ts'
 import { aggregateKindFilter, cascadeConsumerName, eventsStreamName } from '../../streams/names.ts'
 import { JobService } from '../jobs/job-service.ts'
 import type { Deps } from '../runtime.ts'
@@ -140,9 +142,18 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService): Promise<n
  */
 function runCascadeReactor(deps: Deps, jobs: JobService, signal: AbortSignal): Promise<void> {
   const ns = deps.config.namespace
-  return consumeBatches(
+  // One reactor leads at a time across scheduler processes, so the consumer can ack whole
+  // batches in order; standbys take over when the leader's connection goes.
+  return holdLeadership(deps.sql, 'jobsvc.cascade:' + ns, signal, () => consumeBatches(
     deps.nats,
-    { stream: eventsStreamName(ns), durable: cascadeConsumerName(ns), filterSubject: aggregateKindFilter(ns, 'job'), maxBatch: 200, ack: 'explicit' },
+    {
+      stream: eventsStreamName(ns),
+      durable: cascadeConsumerName(ns),
+      filterSubject: aggregateKindFilter(ns, 'job'),
+      maxBatch: 500,
+      ack: 'all',
+      select: (headers) => (headers?.get(eventHeaders.eventTypes) ?? '').split(',').some((type) => cascadingEvents.has(type)),
+    },
     async (records) => {
       for (const r of records) {
         const state = r.message.state as Job | null
@@ -152,5 +163,8 @@ function runCascadeReactor(deps: Deps, jobs: JobService, signal: AbortSignal): P
     },
     signal,
     (err) => deps.log.error({ err }, 'scheduler: cascade reactor failed; retrying'),
-  )
+  ), (err) => deps.log.error({ err }, 'scheduler: cascade reactor lost its lock'))
 }
+
+/** Events after which a parent's continuations move (see cascadeOf). */
+const cascadingEvents = new Set<string>(['job_succeeded', 'job_dead_lettered', 'job_cancelled'])

@@ -153,16 +153,31 @@ t.test('after three re-decisions that all conflict, ConcurrencyConflict escapes'
   t.same(children, ['job_rival1', 'job_rival2', 'job_rival3', 'job_rival4'], 'only the rivals were stored')
 })
 
-t.test('isNew skips the first load; an id that exists after all is loaded on the conflict', async (t) => {
+t.test('a {null, 0} hint skips the first load; an id that exists after all is loaded on the conflict', async (t) => {
   const fresh: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid()}` }
   const counting = new ConflictCountingStore(names.namespace, nats.js, nats.jsm)
-  const created = await handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, fresh, createCommand(fresh), newEventId, { isNew: true })
+  const created = await handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, fresh, createCommand(fresh), newEventId, { hint: { state: null, seq: 0 } })
   t.ok(created.appended)
   t.equal(counting.conflicts, 0)
   t.same(await store.load(fresh), { state: created.state, seq: created.seq })
   const existing = await createJob()
-  const again = handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, existing, createCommand(existing), newEventId, { isNew: true })
+  const again = handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, existing, createCommand(existing), newEventId, { hint: { state: null, seq: 0 } })
   await t.rejects(again, InvalidState, 'the retry decides on the loaded job and refuses a second creation')
   t.equal(counting.conflicts, 1, 'the blind append at sequence 0 conflicted')
   t.equal((await store.history(existing)).length, 1)
+})
+
+t.test('a stale hint never decides the answer: refusals and no-ops are decided again on loaded state', async (t) => {
+  const ref = await createJob()
+  const loaded = await store.load<Job>(ref)
+  const staleAsSucceeded = { state: { ...loaded.state!, state: 'succeeded' as const }, seq: loaded.seq }
+  const cancelled = await handleCommand<JobCommand, JobEvent, Job>(store, jobDecider, ref, { type: 'cancel_job', data: {}, meta: { now: new Date().toISOString() } }, newEventId, { hint: staleAsSucceeded })
+  t.equal(cancelled.state!.state, 'cancelled', 'the refusal the hint implied was not answered')
+
+  const other = await createJob()
+  const fresh = await store.load<Job>(other)
+  await run({ type: 'claim_job', data: { worker_id: 'w-real' }, meta: { now: new Date().toISOString() } }, other)
+  const claim = handleCommand<JobCommand, JobEvent, Job>(store, jobDecider, other, { type: 'claim_job', data: { worker_id: 'w-late' }, meta: { now: new Date().toISOString() } }, newEventId, { hint: fresh })
+  await t.rejects(claim, InvalidState, 'a hint that lags the log conflicts on append and the loaded state refuses')
+  t.equal((await store.load<Job>(other)).state!.worker_id, 'w-real')
 })

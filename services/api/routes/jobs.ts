@@ -5,7 +5,8 @@ import { jobStates } from '../../../domain/job.ts'
 import type { ApiContext } from '../app.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
 import { forbidden, invalidRequest } from '../errors.ts'
-import { jobFromRow, toJobDetail } from '../job-views.ts'
+import { jobFromRow } from '../../../projections/job-list.ts'
+import { toJobDetail } from '../job-views.ts'
 import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
 import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
 
@@ -24,23 +25,29 @@ const isoInstant = z.iso
 /** Goes into a `text` column of the read model. */
 const text = (min: number, max: number) => z.string().min(min).max(max).refine(isStorableText, unstorableTextMessage)
 
-/** Levels of nested objects and arrays, counted without recursion (the input is untrusted). */
-function nestingDepth(value: unknown): number {
-  let deepest = 0
+/**
+ * What makes a payload unfit, if anything, checked without recursion (the input is untrusted):
+ * nesting deeper than maxPayloadDepth, or a number JSON cannot write back (`1e999` parses as
+ * Infinity, which the read model would store as null and the log as Infinity).
+ */
+function payloadProblem(value: unknown): string | null {
   const stack: Array<[unknown, number]> = [[value, 1]]
   while (stack.length > 0) {
     const [v, depth] = stack.pop()!
+    if (typeof v === 'number' && !Number.isFinite(v)) return 'must not hold numbers outside the range of a double'
     if (v === null || typeof v !== 'object') continue
-    if (depth > deepest) deepest = depth
-    if (deepest > maxPayloadDepth) break
+    if (depth > maxPayloadDepth) return `must not nest deeper than ${maxPayloadDepth} levels`
     for (const child of Object.values(v)) stack.push([child, depth + 1])
   }
-  return deepest
+  return null
 }
 
 export const createJobBody = z.object({
   job_type: text(1, 500),
-  payload: z.record(z.string(), z.unknown()).refine((p) => nestingDepth(p) <= maxPayloadDepth, `must not nest deeper than ${maxPayloadDepth} levels`),
+  payload: z.record(z.string(), z.unknown()).superRefine((p, ctx) => {
+    const problem = payloadProblem(p)
+    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem })
+  }),
   queue: text(1, 100).nullish(),
   run_at: isoInstant.nullish(),
   max_attempts: z.number().int().min(1).max(100).nullish(),

@@ -1,4 +1,4 @@
-import type { Sql, Tx } from '../../projections/database.ts'
+import type { Sql, Tx } from '../projections/database.ts'
 
 const retryMs = 1000
 
