@@ -247,7 +247,26 @@ export function isAttemptStale(
   return Date.parse(now) - lastSeen > windowMs + graceMs
 }
 
-export function cascadeOf(event: JobEvent): { kind: 'activate' } | { kind: 'cancel'; reason: Exclude<CancelReason, 'requested'> } | null {
+export type CascadeStep = { kind: 'activate' } | { kind: 'cancel'; reason: Exclude<CancelReason, 'requested'> }
+
+/**
+ * What a parent's current state means for continuations still waiting on it: the view of the
+ * scheduler's sweep, which finishes cascades a crash interrupted.
+ */
+export function cascadeOfState(job: Job): CascadeStep | null {
+  switch (job.state) {
+    case 'succeeded':
+      return { kind: 'activate' }
+    case 'dead_letter':
+      return { kind: 'cancel', reason: 'parent_dead_lettered' }
+    case 'cancelled':
+      return { kind: 'cancel', reason: 'parent_cancelled' }
+    default:
+      return null
+  }
+}
+
+export function cascadeOf(event: JobEvent): CascadeStep | null {
   switch (event.type) {
     case 'job_succeeded':
       return { kind: 'activate' }

@@ -37,6 +37,8 @@ export const tunablesSchema = z
     /** Extra time a processing attempt gets beyond its heartbeat window or timeout before the reaper takes it. */
     reaper_grace_ms: z.number().int().min(0).default(30_000),
     reaper_interval_ms: z.number().int().min(50).default(5_000),
+    /** How often the scheduler looks for continuations left waiting on a parent that has ended. */
+    cascade_sweep_interval_ms: z.number().int().min(50).default(1_000),
     /** How often the scheduler moves due scheduled jobs to pending (and wakes pollers for due retries). */
     scheduler_interval_ms: z.number().int().min(10).default(250),
     /** The spec's long-poll re-check interval; wake-ups normally answer far sooner. */

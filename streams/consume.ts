@@ -1,5 +1,4 @@
 import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
-import type { MsgHdrs } from '@nats-io/transport-node'
 import type { NatsHandles } from './connection.ts'
 import { decodeEventMessage, type EventRecord } from './event-store.ts'
 
@@ -15,22 +14,12 @@ export interface BatchConsumerOptions {
    * a crashed run: redelivery after ack_wait would otherwise arrive after newer messages.
    */
   resumeFrom?: () => Promise<number>
-  /**
-   * `all` (one leader, in order): acking a batch's last message acks the batch. `explicit`
-   * (several processes share the consumer): every message is acked on its own, so one process's
-   * ack never covers messages another took and did not finish.
-   */
-  ack: 'all' | 'explicit'
-  /**
-   * Decides from the headers alone whether `handle` needs a message; the others are acked with
-   * the batch without being decoded (the cascade reactor wants one event type in three).
-   */
-  select?: (headers: MsgHdrs | undefined) => boolean
 }
 
 /**
  * Creates the durable consumer if it is missing. NATS 2.9 takes one filter subject (a string,
- * not an array).
+ * not an array). Ack policy "all": its single consumer (the leading projector) handles messages
+ * in order, so acking a batch's last message acks the batch.
  */
 export async function ensureDurable(nats: NatsHandles, opts: Omit<BatchConsumerOptions, 'maxBatch'>, startSeq = 1): Promise<void> {
   try {
@@ -38,7 +27,7 @@ export async function ensureDurable(nats: NatsHandles, opts: Omit<BatchConsumerO
   } catch {
     await nats.jsm.consumers.add(opts.stream, {
       durable_name: opts.durable,
-      ack_policy: opts.ack === 'all' ? AckPolicy.All : AckPolicy.Explicit,
+      ack_policy: AckPolicy.All,
       filter_subject: opts.filterSubject,
       ...(startSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq } : { deliver_policy: DeliverPolicy.All }),
       ack_wait: 60_000_000_000,
@@ -79,10 +68,8 @@ export async function consumeBatches(
           batch.push(r.value)
           next = iterator.next()
           if (batch.length < opts.maxBatch && (await hasArrived(messages, next))) continue
-          const wanted = opts.select === undefined ? batch : batch.filter((m) => opts.select!(m.headers))
-          if (wanted.length > 0) await handle(wanted.map(toRecord))
-          if (opts.ack === 'all') batch.at(-1)!.ack()
-          else for (const m of batch) m.ack()
+          await handle(batch.map(toRecord))
+          batch.at(-1)!.ack()
           batch = []
           if (signal.aborted) break
         }

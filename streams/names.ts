@@ -82,7 +82,3 @@ export function heartbeatBucketName(ns: string): string {
 export function projectorConsumerName(ns: string): string {
   return `${ns}_projector`
 }
-
-export function cascadeConsumerName(ns: string): string {
-  return `${ns}_cascade`
-}

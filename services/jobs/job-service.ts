@@ -2,6 +2,8 @@ import { JobNotFound, ParentNotFound } from '../../domain/errors.ts'
 import {
   assertHeartbeatAllowed,
   cascadeOf,
+  cascadeOfState,
+  type CascadeStep,
   isTerminal,
   jobDecider,
   type Job,
@@ -59,7 +61,7 @@ const maxKnownJobs = 20_000
 const cascadeConcurrency = 16
 
 /**
- * The job use cases shared by the API, the scheduler and the reactor: each one is a command on
+ * The job use cases shared by the API and the scheduler: each one is a command on
  * the job aggregate, plus the cross-aggregate follow-ups (continuations) written child by child.
  */
 export class JobService {
@@ -109,9 +111,9 @@ export class JobService {
     })
     if (result.state !== null && !isTerminal(result.state.state)) this.#remember(jobId, { state: result.state as Job, seq: result.seq })
     else this.#known.delete(jobId)
-    // A no-op still reports the state it was decided on, which another writer (the cascade
-    // reactor, another API process) may have just appended: a list that follows must wait for the
-    // projector to reach it too, or a cascade the reactor won shows stale children.
+    // A no-op still reports the state it was decided on, which another writer (the
+    // scheduler, another API process) may have just appended: a list that follows must wait for the
+    // projector to reach it too, or a cascade the scheduler won shows stale children.
     this.#noteWrite(projectId, result.seq)
     return result as CommandResult<JobEvent, Job>
   }
@@ -219,13 +221,24 @@ export class JobService {
   /**
    * Activates or cancels the continuations of a parent whose decision just ended it. Each child
    * is its own append with its own expected sequence; the domain makes a repeat a no-op, which is
-   * what lets the cascade reactor run the same step again after a crash. Resolves to the number
+   * what lets the scheduler's sweep run the same step again after a crash. Resolves to the number
    * of children moved.
    */
   async cascade(projectId: string, events: readonly JobEvent[], job: Job | null): Promise<number> {
     if (job === null || job.children.length === 0) return 0
     const step = events.map(cascadeOf).find((c) => c !== null)
     if (step === undefined || step === null) return 0
+    return this.#moveChildren(projectId, job, step)
+  }
+
+  /** The sweep's cascade: decided from the parent's state rather than the event that ended it. */
+  async cascadeFromState(projectId: string, job: Job): Promise<number> {
+    const step = cascadeOfState(job)
+    if (step === null || job.children.length === 0) return 0
+    return this.#moveChildren(projectId, job, step)
+  }
+
+  async #moveChildren(projectId: string, job: Job, step: CascadeStep): Promise<number> {
     let moved = 0
     const children = [...job.children]
     const worker = async () => {
@@ -235,7 +248,7 @@ export class JobService {
             ? { type: 'activate_child', data: { parent_job_id: job.id }, meta: this.#meta() }
             : { type: 'cancel_by_parent', data: { reason: step.reason }, meta: this.#meta() }
         const result = await this.#run(projectId, childId, command)
-        // The cascade reactor races this request and may move a child first; for activation the
+        // The scheduler's sweep may race this request and move a child first; for activation the
         // child still counts in `children_activated` (a child leaves waiting_for_parent only by
         // activation or cancellation).
         if (result.appended || (step.kind === 'activate' && isActivated(result.state))) moved++

@@ -44,7 +44,6 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
         durable: projectorConsumerName(ns),
         filterSubject: eventsSubjectFilter(ns),
         maxBatch,
-        ack: 'all',
         resumeFrom: async () => (await projectedThrough(deps.sql, projections)) + 1,
       },
       async (records) => {

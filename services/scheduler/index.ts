@@ -1,8 +1,4 @@
-import { isAttemptStale, type Job, type JobEvent } from '../../domain/job.ts'
-import { consumeBatches } from '../../streams/consume.ts'
-import { eventHeaders } from '../../streams/event-store.ts'
-import { holdLeadership } from '../leadership.ts'
-import { aggregateKindFilter, cascadeConsumerName, eventsStreamName } from '../../streams/names.ts'
+import { isAttemptStale } from '../../domain/job.ts'
 import { JobService } from '../jobs/job-service.ts'
 import type { Deps } from '../runtime.ts'
 
@@ -31,7 +27,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     every(t.reaper_interval_ms, signal, async () => void (await reapStaleAttempts(deps, jobs)), (err) =>
       deps.log.error({ err }, 'scheduler: reaper pass failed'),
     ),
-    runCascadeReactor(deps, jobs, signal),
+    every(t.cascade_sweep_interval_ms, signal, async () => void (await healInterruptedCascades(deps, jobs)), (err) =>
+      deps.log.error({ err }, 'scheduler: cascade sweep failed'),
+    ),
   ]
   return async () => {
     controller.abort()
@@ -137,34 +135,23 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService): Promise<n
 }
 
 /**
- * Repeats every parent's continuation cascade from the log. The API already ran it in the
- * request; this is what heals a crash between the parent's append and its children's.
+ * Finishes continuation cascades a crash interrupted. The API moves a parent's children right
+ * after the parent's own append; if the process died in between, the read model shows children
+ * still waiting on a parent that has ended. Each such parent is loaded from the log and its
+ * cascade run again: a child already moved is a no-op in the domain, so repeating is harmless.
+ * A sweep of the read model rather than a consumer of the log, because only crashed requests
+ * need it and reading every job event to find them cost a third of the scheduler's CPU.
  */
-function runCascadeReactor(deps: Deps, jobs: JobService, signal: AbortSignal): Promise<void> {
-  const ns = deps.config.namespace
-  // One reactor leads at a time across scheduler processes, so the consumer can ack whole
-  // batches in order; standbys take over when the leader's connection goes.
-  return holdLeadership(deps.sql, 'jobsvc.cascade:' + ns, signal, () => consumeBatches(
-    deps.nats,
-    {
-      stream: eventsStreamName(ns),
-      durable: cascadeConsumerName(ns),
-      filterSubject: aggregateKindFilter(ns, 'job'),
-      maxBatch: 500,
-      ack: 'all',
-      select: (headers) => (headers?.get(eventHeaders.eventTypes) ?? '').split(',').some((type) => cascadingEvents.has(type)),
-    },
-    async (records) => {
-      for (const r of records) {
-        const state = r.message.state as Job | null
-        if (state === null || state.children.length === 0) continue
-        await jobs.cascade(r.message.project_id, r.message.events as JobEvent[], state)
-      }
-    },
-    signal,
-    (err) => deps.log.error({ err }, 'scheduler: cascade reactor failed; retrying'),
-  ), (err) => deps.log.error({ err }, 'scheduler: cascade reactor lost its lock'))
+export async function healInterruptedCascades(deps: Deps, jobs: JobService): Promise<number> {
+  const parents = await deps.sql<{ project_id: string; id: string }[]>`
+    SELECT DISTINCT p.project_id, p.id FROM jobs c JOIN jobs p ON p.id = c.parent_job_id
+    WHERE c.state = 'scheduled' AND c.waiting_for_parent AND p.state IN ('succeeded', 'dead_letter', 'cancelled')
+    LIMIT ${passLimit}`
+  let moved = 0
+  await inParallel(parents, async (p) => {
+    const { job } = await jobs.get(p.project_id, p.id)
+    moved += await jobs.cascadeFromState(p.project_id, job)
+  })
+  if (moved > 0) deps.log.warn({ moved }, 'scheduler: finished interrupted continuation cascades')
+  return moved
 }
-
-/** Events after which a parent's continuations move (see cascadeOf). */
-const cascadingEvents = new Set<string>(['job_succeeded', 'job_dead_lettered', 'job_cancelled'])
