@@ -226,7 +226,6 @@ export function assertHeartbeatAllowed(job: Job, workerId: string): void {
   requireProcessingBy(job, workerId, 'heartbeat')
 }
 
-/** What a terminal move of a parent does to its continuations, if anything. */
 /**
  * The reaper's rule. A worker is expected to heartbeat every max(timeout/3, 10 s). An attempt
  * whose worker has heartbeated is stale after two missed heartbeats (never longer than the
@@ -249,34 +248,31 @@ export function isAttemptStale(
 
 export type CascadeStep = { kind: 'activate' } | { kind: 'cancel'; reason: Exclude<CancelReason, 'requested'> }
 
+/** What a parent ending in each state does to the continuations still waiting on it. */
+const cascadeByEndState: Partial<Record<JobState, CascadeStep>> = {
+  succeeded: { kind: 'activate' },
+  dead_letter: { kind: 'cancel', reason: 'parent_dead_lettered' },
+  cancelled: { kind: 'cancel', reason: 'parent_cancelled' },
+}
+
+const endStateOf: Partial<Record<JobEventType, JobState>> = {
+  job_succeeded: 'succeeded',
+  job_dead_lettered: 'dead_letter',
+  job_cancelled: 'cancelled',
+}
+
 /**
  * What a parent's current state means for continuations still waiting on it: the view of the
  * scheduler's sweep, which finishes cascades a crash interrupted.
  */
 export function cascadeOfState(job: Job): CascadeStep | null {
-  switch (job.state) {
-    case 'succeeded':
-      return { kind: 'activate' }
-    case 'dead_letter':
-      return { kind: 'cancel', reason: 'parent_dead_lettered' }
-    case 'cancelled':
-      return { kind: 'cancel', reason: 'parent_cancelled' }
-    default:
-      return null
-  }
+  return cascadeByEndState[job.state] ?? null
 }
 
+/** What a terminal move of a parent does to its continuations, if anything. */
 export function cascadeOf(event: JobEvent): CascadeStep | null {
-  switch (event.type) {
-    case 'job_succeeded':
-      return { kind: 'activate' }
-    case 'job_dead_lettered':
-      return { kind: 'cancel', reason: 'parent_dead_lettered' }
-    case 'job_cancelled':
-      return { kind: 'cancel', reason: 'parent_cancelled' }
-    default:
-      return null
-  }
+  const endState = endStateOf[event.type]
+  return endState === undefined ? null : (cascadeByEndState[endState] ?? null)
 }
 
 function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
