@@ -24,9 +24,9 @@ export function hashApiKey(key: string): string {
   return createHash('sha256').update(key).digest('hex')
 }
 
-/** Compares the key's SHA-256 with a stored hex digest in constant time. */
-export function isKeyMatch(key: string, storedHash: string): boolean {
-  const given = Buffer.from(hashApiKey(key), 'hex')
+/** Compares two hex digests in constant time. */
+export function isHashMatch(givenHash: string, storedHash: string): boolean {
+  const given = Buffer.from(givenHash, 'hex')
   const stored = Buffer.from(storedHash, 'hex')
   return given.length === stored.length && timingSafeEqual(given, stored)
 }
