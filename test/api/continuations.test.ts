@@ -1,29 +1,9 @@
 import t from 'tap'
-import { startHarness, type HttpResponse } from '../support/harness.ts'
-
-type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
+import { startHarness } from '../support/harness.ts'
+import { isError, jobsApi } from '../support/jobs-api.ts'
 
 const h = await startHarness(t, import.meta.filename)
-
-async function create(body: Record<string, unknown>): Promise<any> {
-  const res = await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'step', payload: {}, ...body })
-  if (res.status !== 201) throw new Error(`create answered ${res.status}: ${JSON.stringify(res.body)}`)
-  return res.body
-}
-
-const getJob = async (id: string) => (await h.request('GET', `/jobsvc/v1/jobs/${id}`)).body
-const ack = (body: Record<string, unknown>) => h.request('POST', '/jobsvc/v1/workers/ack', body)
-
-async function claimOne(queue: string, workerId: string): Promise<any> {
-  const res = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: workerId, queues: [queue], wait_seconds: 5 })
-  if (res.body?.jobs?.length !== 1) throw new Error(`poll on ${queue} answered ${JSON.stringify(res.body)}`)
-  return res.body.jobs[0]
-}
-
-function isError(t: Tap, res: HttpResponse, status: number, code: string, what?: string): void {
-  t.equal(res.status, status, what ?? `status ${status}`)
-  t.equal(res.body?.error?.code, code, what ?? `code ${code}`)
-}
+const { create, getJob, ack, claimOne } = jobsApi(h, { jobType: 'step' })
 
 t.test('a child of a pending, scheduled or processing parent is scheduled and waits', async (t) => {
   const pending = await create({ queue: 'c-parent' })

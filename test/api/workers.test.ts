@@ -1,19 +1,11 @@
 import t from 'tap'
-import { eventually, httpRequest, startHarness, type HttpResponse } from '../support/harness.ts'
-
-type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
+import { eventually, httpRequest, startHarness } from '../support/harness.ts'
+import { isError, jobsApi } from '../support/jobs-api.ts'
 
 const h = await startHarness(t, import.meta.filename)
+const { create, getJob, poll, ack, claimOne } = jobsApi(h, { jobType: 'work' })
 
 const missingJob = 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV'
-
-async function create(body: Record<string, unknown>): Promise<any> {
-  const res = await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'work', payload: {}, ...body })
-  if (res.status !== 201) throw new Error(`create answered ${res.status}: ${JSON.stringify(res.body)}`)
-  return res.body
-}
-
-const getJob = async (id: string) => (await h.request('GET', `/jobsvc/v1/jobs/${id}`)).body
 
 /**
  * An unfiltered list waits for the projector to reach this project's last write, so a poll
@@ -24,20 +16,7 @@ async function settle(): Promise<void> {
   if (res.status !== 200) throw new Error(`list answered ${res.status}`)
 }
 
-const poll = (body: Record<string, unknown>) => h.request('POST', '/jobsvc/v1/workers/poll', { wait_seconds: 0, ...body })
-const ack = (body: Record<string, unknown>) => h.request('POST', '/jobsvc/v1/workers/ack', body)
 const heartbeat = (body: Record<string, unknown>) => h.request('POST', '/jobsvc/v1/workers/heartbeat', body)
-
-async function claimOne(queue: string, workerId: string): Promise<any> {
-  const res = await poll({ worker_id: workerId, queues: [queue], wait_seconds: 5 })
-  if (res.body?.jobs?.length !== 1) throw new Error(`poll on ${queue} answered ${JSON.stringify(res.body)}`)
-  return res.body.jobs[0]
-}
-
-function isError(t: Tap, res: HttpResponse, status: number, code: string, what?: string): void {
-  t.equal(res.status, status, what ?? `status ${status}`)
-  t.equal(res.body?.error?.code, code, what ?? `code ${code}`)
-}
 
 t.test('poll claims a job: processing, attempt 1, the spec’s item fields', async (t) => {
   const job = await create({ job_type: 'resize', queue: 'w-claim', payload: { w: 100 }, max_attempts: 4, timeout_seconds: 120 })

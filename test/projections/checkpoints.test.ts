@@ -3,28 +3,16 @@ import { ulid } from 'ulid'
 import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
 import { projectDecider, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
 import { applyBatch, projectedThrough, readCheckpoints, resetReadModels } from '../../projections/checkpoints.ts'
-import { ensureDatabase, openSql } from '../../projections/database.ts'
 import { projections } from '../../projections/index.ts'
 import { jobList } from '../../projections/job-list.ts'
-import { migrate } from '../../projections/migrate.ts'
 import { projectDirectory } from '../../projections/project-directory.ts'
 import type { Projection } from '../../projections/projection.ts'
-import { connectNats } from '../../streams/connection.ts'
-import { ensureStreams } from '../../streams/definitions.ts'
-import { EventStore, type AggregateRef, type EventRecord } from '../../streams/event-store.ts'
+import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
-import { isolatedNames, removeIsolated } from '../support/harness.ts'
+import { openIsolatedStore } from '../support/isolated-store.ts'
+import { createJobData } from '../support/job-commands.ts'
 
-const names = isolatedNames(import.meta.filename)
-t.teardown(() => removeIsolated(names))
-await ensureDatabase(names.databaseUrl)
-const sql = openSql(names.databaseUrl, { max: 4 })
-t.teardown(() => sql.end({ timeout: 5 }))
-await migrate(sql)
-const nats = await connectNats(process.env.NATS_URL ?? 'nats://127.0.0.1:4222', 'jobsvc-test-checkpoints')
-t.teardown(() => nats.nc.close())
-await ensureStreams(nats.jsm, names.namespace)
-const store = new EventStore(names.namespace, nats.js, nats.jsm)
+const { sql, store } = await openIsolatedStore(t, import.meta.filename)
 
 const projectId = 'prj_checkpoints'
 const meta = () => ({ now: new Date().toISOString(), random: 0 })
@@ -39,20 +27,7 @@ async function newJob(): Promise<EventRecord> {
     ref,
     {
       type: 'create_job',
-      data: {
-        job_id: ref.id,
-        project_id: projectId,
-        job_type: 'report',
-        queue: 'default',
-        payload: {},
-        run_at: null,
-        max_attempts: 1,
-        timeout_seconds: 60,
-        tags: null,
-        parent_job_id: null,
-        waits_for_parent: false,
-        idempotency_key: null,
-      },
+      data: createJobData({ job_id: ref.id, project_id: projectId, job_type: 'report', max_attempts: 1 }),
       meta: meta(),
     },
     newEventId,

@@ -2,25 +2,12 @@ import assert from 'node:assert/strict'
 import t from 'tap'
 import { ulid } from 'ulid'
 import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
-import { ensureDatabase, openSql } from '../../projections/database.ts'
 import { jobList, upsertJobRows } from '../../projections/job-list.ts'
-import { migrate } from '../../projections/migrate.ts'
-import { connectNats } from '../../streams/connection.ts'
-import { ensureStreams } from '../../streams/definitions.ts'
-import { EventStore, type AggregateRef, type EventRecord } from '../../streams/event-store.ts'
+import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
-import { isolatedNames, removeIsolated } from '../support/harness.ts'
+import { openIsolatedStore } from '../support/isolated-store.ts'
 
-const names = isolatedNames(import.meta.filename)
-t.teardown(() => removeIsolated(names))
-await ensureDatabase(names.databaseUrl)
-const sql = openSql(names.databaseUrl, { max: 4 })
-t.teardown(() => sql.end({ timeout: 5 }))
-await migrate(sql)
-const nats = await connectNats(process.env.NATS_URL ?? 'nats://127.0.0.1:4222', 'jobsvc-test-job-list')
-t.teardown(() => nats.nc.close())
-await ensureStreams(nats.jsm, names.namespace)
-const store = new EventStore(names.namespace, nats.js, nats.jsm)
+const { sql, store } = await openIsolatedStore(t, import.meta.filename)
 
 const projectId = 'prj_joblist'
 let clock = Date.parse('2024-03-01T12:00:00.000Z')

@@ -3,25 +3,12 @@ import { ulid } from 'ulid'
 import { fold } from '../../domain/decider.ts'
 import { projectDecider, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
 import { applyBatch } from '../../projections/checkpoints.ts'
-import { ensureDatabase, openSql } from '../../projections/database.ts'
-import { migrate } from '../../projections/migrate.ts'
 import { projectDirectory, upsertProjectRows } from '../../projections/project-directory.ts'
-import { connectNats } from '../../streams/connection.ts'
-import { ensureStreams } from '../../streams/definitions.ts'
-import { EventStore, type AggregateRef, type EventRecord } from '../../streams/event-store.ts'
+import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
-import { isolatedNames, removeIsolated } from '../support/harness.ts'
+import { openIsolatedStore } from '../support/isolated-store.ts'
 
-const names = isolatedNames(import.meta.filename)
-t.teardown(() => removeIsolated(names))
-await ensureDatabase(names.databaseUrl)
-const sql = openSql(names.databaseUrl, { max: 4 })
-t.teardown(() => sql.end({ timeout: 5 }))
-await migrate(sql)
-const nats = await connectNats(process.env.NATS_URL ?? 'nats://127.0.0.1:4222', 'jobsvc-test-project-directory')
-t.teardown(() => nats.nc.close())
-await ensureStreams(nats.jsm, names.namespace)
-const store = new EventStore(names.namespace, nats.js, nats.jsm)
+const { sql, store } = await openIsolatedStore(t, import.meta.filename)
 
 const newEventId = () => `evt_${ulid()}`
 const keyPrefix = () => `jobsvc_test_${ulid().slice(-12).toLowerCase()}`

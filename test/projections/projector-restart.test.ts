@@ -1,30 +1,12 @@
 import t from 'tap'
 import { projectedThrough } from '../../projections/checkpoints.ts'
-import type { Sql } from '../../projections/database.ts'
 import { projections } from '../../projections/index.ts'
 import { rebuildReadModels } from '../../services/projector/rebuild.ts'
 import { eventually, spawnService, startHarness, type Harness, type SpawnedService } from '../support/harness.ts'
+import { readModels } from '../support/read-models.ts'
 
 const totalJobs = 300
 const createConcurrency = 8
-
-/**
- * Every read-model table, row by row in primary-key order. A row is compared as Postgres's own
- * text form of the whole row, so json payloads are compared byte for byte. Checkpoints are
- * compared by sequence only, and skipped messages without their time: `updated_at` and
- * `failed_at` say when a batch was applied, not what it applied.
- */
-async function readModels(sql: Sql) {
-  const rows = async (query: Promise<{ row: string }[]>) => (await query).map((r) => r.row)
-  return {
-    jobs: await rows(sql`SELECT r::text AS row FROM jobs r ORDER BY id`),
-    projects: await rows(sql`SELECT r::text AS row FROM projects r ORDER BY id`),
-    api_keys: await rows(sql`SELECT r::text AS row FROM api_keys r ORDER BY prefix`),
-    recurring_jobs: await rows(sql`SELECT r::text AS row FROM recurring_jobs r ORDER BY project_id, id`),
-    projection_checkpoints: await rows(sql`SELECT name || ' ' || last_seq AS row FROM projection_checkpoints ORDER BY name`),
-    projection_failures: await rows(sql`SELECT concat_ws(' ', seq, subject, error_code, error_message) AS row FROM projection_failures ORDER BY seq`),
-  }
-}
 
 const through = (h: Harness) => projectedThrough(h.runtime.sql, projections)
 

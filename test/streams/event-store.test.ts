@@ -5,19 +5,12 @@ import { ulid } from 'ulid'
 import { fold } from '../../domain/decider.ts'
 import { DomainError } from '../../domain/errors.ts'
 import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
-import { connectNats } from '../../streams/connection.ts'
-import { ensureStreams } from '../../streams/definitions.ts'
 import { ConcurrencyConflict } from '../../streams/errors.ts'
-import { eventHeaders, EventStore, type AggregateRef, type StoredEvent } from '../../streams/event-store.ts'
+import { eventHeaders, type AggregateRef, type StoredEvent } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
-import { isolatedNames, removeIsolated } from '../support/harness.ts'
+import { openIsolatedStore } from '../support/isolated-store.ts'
 
-const names = isolatedNames(import.meta.filename)
-t.teardown(() => removeIsolated(names))
-const nats = await connectNats(process.env.NATS_URL ?? 'nats://127.0.0.1:4222', 'jobsvc-test-event-store')
-t.teardown(() => nats.nc.close())
-await ensureStreams(nats.jsm, names.namespace)
-const store = new EventStore(names.namespace, nats.js, nats.jsm)
+const { names, nats, store } = await openIsolatedStore(t, import.meta.filename, { database: false })
 
 const projectId = 'prj_eventstore'
 const newEventId = () => `evt_${ulid()}`

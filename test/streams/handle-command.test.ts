@@ -2,19 +2,13 @@ import t from 'tap'
 import { ulid } from 'ulid'
 import { InvalidState } from '../../domain/errors.ts'
 import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
-import { connectNats } from '../../streams/connection.ts'
-import { ensureStreams } from '../../streams/definitions.ts'
 import { ConcurrencyConflict } from '../../streams/errors.ts'
 import { EventStore, type AggregateRef, type DomainEventShape, type StoredEvent } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
-import { isolatedNames, removeIsolated } from '../support/harness.ts'
+import { openIsolatedStore } from '../support/isolated-store.ts'
+import { createJobData } from '../support/job-commands.ts'
 
-const names = isolatedNames(import.meta.filename)
-t.teardown(() => removeIsolated(names))
-const nats = await connectNats(process.env.NATS_URL ?? 'nats://127.0.0.1:4222', 'jobsvc-test-handle-command')
-t.teardown(() => nats.nc.close())
-await ensureStreams(nats.jsm, names.namespace)
-const store = new EventStore(names.namespace, nats.js, nats.jsm)
+const { names, nats, store } = await openIsolatedStore(t, import.meta.filename, { database: false })
 
 /** The real store, counting the conflicts its appends meet, to show a race did happen. */
 class ConflictCountingStore extends EventStore {
@@ -38,24 +32,7 @@ function run(command: JobCommand, ref: AggregateRef, on: EventStore = store) {
 }
 
 function createCommand(ref: AggregateRef): JobCommand {
-  return {
-    type: 'create_job',
-    data: {
-      job_id: ref.id,
-      project_id: projectId,
-      job_type: 'email',
-      queue: 'default',
-      payload: {},
-      run_at: null,
-      max_attempts: 3,
-      timeout_seconds: 60,
-      tags: null,
-      parent_job_id: null,
-      waits_for_parent: false,
-      idempotency_key: null,
-    },
-    meta: meta(),
-  }
+  return { type: 'create_job', data: createJobData({ job_id: ref.id, project_id: projectId }), meta: meta() }
 }
 
 async function createJob(): Promise<AggregateRef> {
