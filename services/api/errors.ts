@@ -128,7 +128,7 @@ export function renderError(err: unknown): Rendered {
 
 export function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): FastifyReply {
   const rendered = renderError(err)
-  if (rendered.status >= 500) request.log.error({ err }, 'request failed')
+  if (rendered.status >= 500) request.log.error({ err, request_id: request.id, route: request.url }, 'request failed')
   if (rendered.headers) void reply.headers(rendered.headers)
   return reply
     .code(rendered.status)

@@ -99,23 +99,34 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       }
       const t = deps.config.tunables
       const deadline = Date.now() + Math.min(b.wait_seconds === undefined ? t.poll_max_wait_ms : b.wait_seconds * 1000, t.poll_max_wait_ms)
+      // Ends the wait on a disconnect or on shutdown. The request's own `close` fires as soon as
+      // its body has been read (Node >= 16), which ended every long poll at once; the response
+      // closes before it ends only on a disconnect. The shutdown listener is removed when the
+      // poll ends: one left per poll would pile up on the process-wide signal.
       const gone = new AbortController()
-      // The request's own `close` fires as soon as its body has been read (Node >= 16), which
-      // ended every long poll at once; the response closes before it ends only on a disconnect.
+      const end = () => gone.abort()
       reply.raw.once('close', () => {
-        if (!reply.raw.writableEnded) gone.abort()
+        if (!reply.raw.writableEnded) end()
       })
-      const signal = AbortSignal.any([ctx.stopping, gone.signal])
-      for (;;) {
-        if (ctx.stopping.aborted) throw serviceUnavailable('the service is restarting; poll again with backoff')
-        const listener = ctx.ready.listen(claim.projectId, claim.queues)
-        try {
-          const claimed = await claimJobs(deps, jobs, claim)
-          const remaining = deadline - Date.now()
-          if (claimed.length > 0 || remaining <= 0 || gone.signal.aborted) return { jobs: claimed.map(toPolledJob) }
-          await listener.wait(Math.min(remaining, t.poll_tick_ms), signal)
-        } finally {
-          listener.close()
+      ctx.stopping.addEventListener('abort', end, { once: true })
+      try {
+        return await pollUntilClaimedOrDeadline()
+      } finally {
+        ctx.stopping.removeEventListener('abort', end)
+      }
+
+      async function pollUntilClaimedOrDeadline() {
+        for (;;) {
+          if (ctx.stopping.aborted) throw serviceUnavailable('the service is restarting; poll again with backoff')
+          const listener = ctx.ready.listen(claim.projectId, claim.queues)
+          try {
+            const claimed = await claimJobs(deps, jobs, claim)
+            const remaining = deadline - Date.now()
+            if (claimed.length > 0 || remaining <= 0 || gone.signal.aborted) return { jobs: claimed.map(toPolledJob) }
+            await listener.wait(Math.min(remaining, t.poll_tick_ms), gone.signal)
+          } finally {
+            listener.close()
+          }
         }
       }
     })
@@ -141,7 +152,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       const b = request.body
       const results = await registerRecurringSchedules(deps, request.principal.projectId, b.recurring_schedules ?? [], recurringSchedule)
       for (const r of results) {
-        if (!r.ok) request.log.warn({ worker_id: b.worker_id, schedule: r.input, reason: r.reason }, 'register: schedule not saved')
+        if (!r.ok) request.log.warn({ request_id: request.id, worker_id: b.worker_id, schedule: r.input, reason: r.reason }, 'register: schedule not saved')
       }
       return { status: 'registered' as const }
     })
