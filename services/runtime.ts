@@ -65,16 +65,18 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
   await ensureStreams(nats.jsm, config.namespace)
   const heartbeats = await openHeartbeatBucket(nats.nc, config.namespace)
   const ulid = monotonicFactory(pooledRandom())
+  const store = new EventStore(config.namespace, nats.nc, nats.jsm)
   return {
     config,
     log,
     nats,
-    store: new EventStore(config.namespace, nats.js, nats.jsm),
+    store,
     sql,
     heartbeats,
     now: () => new Date(),
     newUlid: () => ulid(),
     async close() {
+      store.close()
       await nats.nc.drain().catch(() => undefined)
       await sql.end({ timeout: 5 })
     },

@@ -12,10 +12,11 @@
  * 10071, surfaced as ConcurrencyConflict. A message id (the first event's id) lets JetStream drop
  * a re-sent publish inside the duplicate window.
  */
-import { JetStreamApiError, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream'
-import { headers as natsHeaders, type MsgHdrs } from '@nats-io/transport-node'
+import type { JetStreamManager } from '@nats-io/jetstream'
+import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node'
 import { decode, encode } from './codec.ts'
 import { ConcurrencyConflict } from './errors.ts'
+import { JetStreamPublishError, JetStreamPublisher } from './publisher.ts'
 import { eventsStreamName, eventSubject, type AggregateKind } from './names.ts'
 
 export const eventSchemaVersion = 1
@@ -69,20 +70,26 @@ export interface Loaded<S> {
 }
 
 function isWrongLastSequence(err: unknown): boolean {
-  return err instanceof JetStreamApiError && err.apiError().err_code === 10071
+  return err instanceof JetStreamPublishError && err.errCode === 10071
 }
 
 export class EventStore {
   readonly ns: string
   readonly stream: string
-  readonly #js: JetStreamClient
   readonly #jsm: JetStreamManager
 
-  constructor(ns: string, js: JetStreamClient, jsm: JetStreamManager) {
+  readonly #publisher: JetStreamPublisher
+
+  constructor(ns: string, nc: NatsConnection, jsm: JetStreamManager) {
     this.ns = ns
     this.stream = eventsStreamName(ns)
-    this.#js = js
+    this.#publisher = new JetStreamPublisher(nc)
     this.#jsm = jsm
+  }
+
+  /** Stops listening for acknowledgements (appends still waiting fail). */
+  close(): void {
+    this.#publisher.close()
   }
 
   subjectOf(ref: AggregateRef): string {
@@ -126,12 +133,10 @@ export class EventStore {
     if (events.length === 0) throw new Error('append needs at least one event')
     const { subject, message } = this.recordOf(ref, 0, events, state)
     try {
-      const ack = await this.#js.publish(subject, encode(message), {
-        msgID: events[0]!.id,
-        expect: { lastSubjectSequence: expectedSeq },
-        headers: buildHeaders(ref, events),
-      })
-      return { seq: ack.seq, duplicate: ack.duplicate }
+      const h = buildHeaders(ref, events)
+      h.set('Nats-Msg-Id', events[0]!.id)
+      h.set('Nats-Expected-Last-Subject-Sequence', String(expectedSeq))
+      return await this.#publisher.publish(subject, encode(message), h)
     } catch (err) {
       if (isWrongLastSequence(err)) throw new ConcurrencyConflict(subject, { cause: err })
       throw err

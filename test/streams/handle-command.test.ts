@@ -47,7 +47,7 @@ const progress = (value: number): JobCommand => ({ type: 'report_progress', data
 
 t.test('of concurrent claims on one pending job exactly one wins; the others are refused as invalid_state', async (t) => {
   const ref = await createJob()
-  const counting = new ConflictCountingStore(names.namespace, nats.js, nats.jsm)
+  const counting = new ConflictCountingStore(names.namespace, nats.nc, nats.jsm)
   const workers = ['w1', 'w2', 'w3', 'w4']
   const outcomes = await Promise.allSettled(workers.map((w) => run(claim(w), ref, counting)))
   const won = outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []))
@@ -65,7 +65,7 @@ t.test('of concurrent claims on one pending job exactly one wins; the others are
 
 t.test('concurrent attach_child on one parent: the losers re-decide and every child is attached', async (t) => {
   const ref = await createJob()
-  const counting = new ConflictCountingStore(names.namespace, nats.js, nats.jsm)
+  const counting = new ConflictCountingStore(names.namespace, nats.nc, nats.jsm)
   const children = ['job_c1', 'job_c2', 'job_c3', 'job_c4']
   const results = await Promise.all(children.map((c) => run(attach(c), ref, counting)))
   t.ok(results.every((r) => r.appended), 'every command appended')
@@ -78,7 +78,7 @@ t.test('concurrent attach_child on one parent: the losers re-decide and every ch
 t.test('concurrent progress reports of different values both land', async (t) => {
   const ref = await createJob()
   await run(claim('w1'), ref)
-  const counting = new ConflictCountingStore(names.namespace, nats.js, nats.jsm)
+  const counting = new ConflictCountingStore(names.namespace, nats.nc, nats.jsm)
   const [a, b] = await Promise.all([run(progress(30), ref, counting), run(progress(60), ref, counting)])
   t.ok(a.appended && b.appended)
   t.equal(counting.conflicts, 1, 'the second one conflicted once and was re-decided')
@@ -123,7 +123,7 @@ class AlwaysOvertakenStore extends EventStore {
 
 t.test('after three re-decisions that all conflict, ConcurrencyConflict escapes', async (t) => {
   const ref = await createJob()
-  const overtaken = new AlwaysOvertakenStore(names.namespace, nats.js, nats.jsm)
+  const overtaken = new AlwaysOvertakenStore(names.namespace, nats.nc, nats.jsm)
   await t.rejects(run(attach('job_mine'), ref, overtaken), ConcurrencyConflict)
   t.equal(overtaken.attempts, 4, 'the first decision and three retries')
   const children = (await store.load<Job>(ref)).state!.children
@@ -132,7 +132,7 @@ t.test('after three re-decisions that all conflict, ConcurrencyConflict escapes'
 
 t.test('a {null, 0} hint skips the first load; an id that exists after all is loaded on the conflict', async (t) => {
   const fresh: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid()}` }
-  const counting = new ConflictCountingStore(names.namespace, nats.js, nats.jsm)
+  const counting = new ConflictCountingStore(names.namespace, nats.nc, nats.jsm)
   const created = await handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, fresh, createCommand(fresh), newEventId, { hint: { state: null, seq: 0 } })
   t.ok(created.appended)
   t.equal(counting.conflicts, 0)

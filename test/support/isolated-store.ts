@@ -35,6 +35,6 @@ export async function openIsolatedStore(t: TestLike, file: string, options: { da
   const nats = await connectNats(process.env.NATS_URL ?? 'nats://127.0.0.1:4222', `jobsvc-test-${basename(file).replace(/\.test\.ts$/, '')}`)
   t.teardown(() => nats.nc.close())
   await ensureStreams(nats.jsm, names.namespace)
-  const store = new EventStore(names.namespace, nats.js, nats.jsm)
+  const store = new EventStore(names.namespace, nats.nc, nats.jsm)
   return { names, sql, nats, store }
 }
