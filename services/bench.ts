@@ -572,6 +572,19 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
     process.stderr.write(`[${s}s] created ${created}/${opts.jobs}  claimed ${claimed}  acked ${acked}  (${acked - lastAcked} acked/s)${where}\n`)
     lastAcked = acked
   }, 1000)
+  /** What the run saw, complete or not. */
+  const observed = () => ({
+    jobs: opts.jobs,
+    createLatencies,
+    claimLatencies,
+    lags: tracker.lags(),
+    lagMethod: tracker.method,
+    duplicateClaims,
+    acked,
+    polls,
+    emptyPolls,
+    ...measured(),
+  })
   try {
     // The first failure halts the run; what fails after that is only the abort itself.
     const guard = (p: Promise<void>) =>
@@ -585,36 +598,10 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
     if (halt.signal.aborted) throw halt.signal.reason
     if (!finished.signal.aborted) throw signal.reason ?? new Error('the run stopped early')
     const endAt = Math.max(lastAckAt, await projected!)
-    return {
-      complete: true,
-      jobs: opts.jobs,
-      elapsedMs: endAt - firstCreateAt!,
-      createLatencies,
-      claimLatencies,
-      lags: tracker.lags(),
-      lagMethod: tracker.method,
-      duplicateClaims,
-      acked,
-      polls,
-      emptyPolls,
-      ...measured(),
-    }
+    return { ...observed(), complete: true, elapsedMs: endAt - firstCreateAt! }
   } catch (err) {
     process.stderr.write(`bench: run incomplete: ${err instanceof Error ? err.message : String(err)}\n`)
-    return {
-      complete: false,
-      jobs: opts.jobs,
-      elapsedMs: null,
-      createLatencies,
-      claimLatencies,
-      lags: tracker.lags(),
-      lagMethod: tracker.method,
-      duplicateClaims,
-      acked,
-      polls,
-      emptyPolls,
-      ...measured(),
-    }
+    return { ...observed(), complete: false, elapsedMs: null }
   } finally {
     failed.removeEventListener('abort', endRequests)
     clearInterval(progress)
