@@ -3,6 +3,7 @@ import fc from 'fast-check'
 import t, { type Test } from 'tap'
 import { fold } from '../../domain/decider.ts'
 import { DomainError } from '../../domain/errors.ts'
+import { failedJobState } from '../support/job-commands.ts'
 import {
   isTerminal,
   jobDecider,
@@ -97,31 +98,16 @@ const step = (opArb: fc.Arbitrary<Op>): fc.Arbitrary<Step> =>
 /** A job in `failed`: no command leads there (spec rule 7), so it is built as a starting point. */
 const failedJob: fc.Arbitrary<Job> = fc
   .record({ attempt: fc.integer({ min: 1, max: 4 }), extra: fc.integer({ min: 0, max: 2 }) })
-  .map(({ attempt, extra }) => ({
-    id: 'job_1',
-    project_id: 'prj_1',
-    state: 'failed' as const,
-    job_type: 'email',
-    queue: 'default',
-    payload: {},
-    created_at: new Date(t0 - 60_000).toISOString(),
-    run_at: null,
-    started_at: new Date(t0 - 30_000).toISOString(),
-    completed_at: new Date(t0 - 29_000).toISOString(),
-    attempt,
-    max_attempts: attempt + extra,
-    timeout_seconds: 300,
-    progress: 0.5,
-    duration_ms: 1000,
-    error: boom,
-    tags: null,
-    parent_job_id: null,
-    waiting_for_parent: false,
-    children: [],
-    worker_id: 'w1',
-    idempotency_key: null,
-    updated_at: new Date(t0 - 29_000).toISOString(),
-  }))
+  .map(({ attempt, extra }) =>
+    failedJobState({
+      attempt,
+      maxAttempts: attempt + extra,
+      error: boom,
+      createdAt: new Date(t0 - 60_000).toISOString(),
+      startedAt: new Date(t0 - 30_000).toISOString(),
+      completedAt: new Date(t0 - 29_000).toISOString(),
+    }),
+  )
 
 interface Scenario {
   start: JobAggregate

@@ -13,6 +13,7 @@ import {
   type JobError,
   type JobEvent,
 } from '../../domain/job.ts'
+import { failedJobState } from '../support/job-commands.ts'
 import { deciderSpec } from '../support/decider-spec.ts'
 
 const t0 = Date.parse('2025-03-01T12:00:00.000Z')
@@ -117,33 +118,8 @@ const ev = {
   promoted: (now: number): JobEvent => ({ type: 'job_promoted', data: { promoted_at: at(now) } }),
 }
 
-/** A job in `failed`: no command leads there (spec rule 7), so the state is built directly. */
 function failedJob(attempt: number, maxAttempts: number): Job {
-  return {
-    id: 'job_1',
-    project_id: 'prj_1',
-    state: 'failed',
-    job_type: 'email',
-    queue: 'default',
-    payload: { to: 'a@b.c' },
-    created_at: at(0),
-    run_at: null,
-    started_at: at(10),
-    completed_at: at(11),
-    attempt,
-    max_attempts: maxAttempts,
-    timeout_seconds: 300,
-    progress: 0.5,
-    duration_ms: 1000,
-    error: boom,
-    tags: null,
-    parent_job_id: null,
-    waiting_for_parent: false,
-    children: [],
-    worker_id: 'w1',
-    idempotency_key: null,
-    updated_at: at(11),
-  }
+  return failedJobState({ attempt, maxAttempts, error: boom, payload: { to: 'a@b.c' }, createdAt: at(0), startedAt: at(10), completedAt: at(11) })
 }
 
 /** Event histories ending in each state the decider can reach. */

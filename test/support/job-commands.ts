@@ -1,4 +1,4 @@
-import type { JobCommand } from '../../domain/job.ts'
+import type { Job, JobCommand, JobError } from '../../domain/job.ts'
 
 export type CreateJobData = Extract<JobCommand, { type: 'create_job' }>['data']
 
@@ -19,5 +19,37 @@ export function createJobData(data: Pick<CreateJobData, 'job_id' | 'project_id'>
     waits_for_parent: false,
     idempotency_key: null,
     ...data,
+  }
+}
+
+/**
+ * A job in `failed`: no command leads there (spec rule 7), so tests build the state directly.
+ * `startedAt` and `completedAt` are ISO instants of the failed attempt.
+ */
+export function failedJobState(f: { attempt: number; maxAttempts: number; error: JobError; createdAt: string; startedAt: string; completedAt: string; payload?: Job['payload'] }): Job {
+  return {
+    id: 'job_1',
+    project_id: 'prj_1',
+    state: 'failed',
+    job_type: 'email',
+    queue: 'default',
+    payload: f.payload ?? {},
+    created_at: f.createdAt,
+    run_at: null,
+    started_at: f.startedAt,
+    completed_at: f.completedAt,
+    attempt: f.attempt,
+    max_attempts: f.maxAttempts,
+    timeout_seconds: 300,
+    progress: 0.5,
+    duration_ms: 1000,
+    error: f.error,
+    tags: null,
+    parent_job_id: null,
+    waiting_for_parent: false,
+    children: [],
+    worker_id: 'w1',
+    idempotency_key: null,
+    updated_at: f.completedAt,
   }
 }
