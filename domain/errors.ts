@@ -58,3 +58,34 @@ export class RecurringJobTypeConflict extends DomainError {
     super('recurring_job_type_conflict', `recurring job ${id} already schedules job type ${JSON.stringify(existingJobType)}`)
   }
 }
+
+/** A refusal whose whole meaning is its code (platform rules have many; one class each adds nothing). */
+function refusal(code: string) {
+  return class extends DomainError {
+    constructor(message: string) {
+      super(code, message)
+    }
+  }
+}
+
+export class EmailAlreadyRegistered extends refusal('email_already_registered') {}
+export class InvalidVerificationToken extends refusal('invalid_verification_token') {}
+export class InvalidResetToken extends refusal('invalid_reset_token') {}
+export class InvalidToken extends refusal('invalid_token') {}
+export class UserNotFound extends refusal('user_not_found') {}
+export class TotpAlreadyEnabled extends refusal('totp_already_enabled') {}
+export class TotpNotEnabled extends refusal('totp_not_enabled') {}
+export class TotpNotInitialized extends refusal('totp_not_initialized') {}
+/** A second factor that does not match, or a code from a step already used. */
+export class InvalidTotpCode extends refusal('invalid_totp_code') {}
+export class KeyRevoked extends refusal('key_revoked') {}
+export class AlreadyRevoked extends refusal('already_revoked') {}
+export class LastProject extends refusal('last_project') {}
+export class MemberNotFound extends refusal('member_not_found') {}
+export class MemberExists extends refusal('member_exists') {}
+export class CannotModifyOwner extends refusal('cannot_modify_owner') {}
+export class CannotRemoveOwner extends refusal('cannot_remove_owner') {}
+export class RoleExceedsCaller extends refusal('role_exceeds_caller') {}
+export class InvalidRole extends refusal('invalid_role') {}
+/** The acting member's role is too low for the command. */
+export class Forbidden extends refusal('forbidden') {}

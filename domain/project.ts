@@ -1,14 +1,46 @@
 import type { Decider } from './decider.ts'
 import type { CommandMeta } from './job.ts'
-import { ProjectAlreadyExists, ProjectNotFound } from './errors.ts'
+import {
+  AlreadyRevoked,
+  CannotModifyOwner,
+  CannotRemoveOwner,
+  Forbidden,
+  InvalidRole,
+  InvalidToken,
+  KeyRevoked,
+  LastProject,
+  MemberExists,
+  MemberNotFound,
+  ProjectAlreadyExists,
+  ProjectNotFound,
+  RoleExceedsCaller,
+} from './errors.ts'
 
 /**
- * The project aggregate: the unit of isolation, and the owner of the project's API keys. Keys
- * are stored only as their 24-character lookup prefix and the SHA-256 of the whole key.
+ * The project aggregate: the unit of isolation, the owner of the project's API keys and of its
+ * team. Keys are stored only as their 24-character lookup prefix and the SHA-256 of the whole
+ * key; invitation tokens only as their SHA-256.
  */
 
 export type Plan = 'free' | 'starter' | 'pro' | 'business' | 'enterprise'
 export const plans: readonly Plan[] = ['free', 'starter', 'pro', 'business', 'enterprise']
+
+export type ProjectRole = 'owner' | 'admin' | 'member' | 'viewer'
+export const projectRoles: readonly ProjectRole[] = ['owner', 'admin', 'member', 'viewer']
+
+const roleRank: Record<ProjectRole, number> = { viewer: 0, member: 1, admin: 2, owner: 3 }
+
+/** True when `role` is `least` or above (viewer < member < admin < owner). */
+export function hasRoleAtLeast(role: ProjectRole, least: ProjectRole): boolean {
+  return roleRank[role] >= roleRank[least]
+}
+
+export function isProjectRole(role: string): role is ProjectRole {
+  return (projectRoles as readonly string[]).includes(role)
+}
+
+/** How long a rotated-out key keeps working (spec, Time limits). */
+export const apiKeyGraceMs = 24 * 60 * 60 * 1000
 
 export interface ApiKeyRecord {
   prefix: string
@@ -19,6 +51,23 @@ export interface ApiKeyRecord {
   expires_at: string | null
 }
 
+export interface Member {
+  user_id: string
+  email: string
+  role: ProjectRole
+  joined_at: string
+}
+
+export interface Invite {
+  invite_id: string
+  email: string
+  role: ProjectRole
+  token_hash: string
+  expires_at: string
+  invited_by: string
+  invited_at: string
+}
+
 export interface Project {
   id: string
   name: string
@@ -26,57 +75,225 @@ export interface Project {
   owner_email: string | null
   created_at: string
   updated_at: string
+  status: 'active' | 'deleted'
   keys: ApiKeyRecord[]
+  /** Set once by a revocation: no key of this project ever works again. */
+  keys_revoked_at: string | null
+  members: Member[]
+  invites: Invite[]
 }
 
 export type ProjectAggregate = Project | null
 
-export type ProjectEventType = ProjectEvent["type"]
-
 export type ProjectEvent =
   | {
       type: 'project_created'
-      data: { project_id: string; name: string; plan: Plan; owner_email: string | null; created_at: string }
+      data: { project_id: string; name: string; plan: Plan; owner_email: string | null; owner_user_id: string | null; created_at: string }
     }
   | { type: 'api_key_issued'; data: { prefix: string; key_hash: string; issued_at: string } }
+  | { type: 'api_key_rotated'; data: { prefix: string; key_hash: string; rotated_at: string; grace_until: string } }
+  | { type: 'api_key_revoked'; data: { revoked_at: string } }
+  | { type: 'project_renamed'; data: { name: string; previous_name: string; renamed_at: string } }
+  | { type: 'project_deleted'; data: { deleted_at: string } }
+  | { type: 'member_invited'; data: Invite }
+  | { type: 'team_invite_accepted'; data: { invite_id: string; user_id: string } }
+  | { type: 'member_joined'; data: Member }
+  | { type: 'member_role_changed'; data: { user_id: string; role: ProjectRole; previous_role: ProjectRole; changed_at: string } }
+  | { type: 'member_removed'; data: { user_id: string; removed_at: string } }
+  | { type: 'ownership_transferred'; data: { from_user_id: string; to_user_id: string; transferred_at: string } }
 
-export type ProjectCommand = {
-  type: 'create_project'
-  data: { project_id: string; name: string; plan: Plan; owner_email: string | null; key: { prefix: string; key_hash: string } }
-  meta: CommandMeta
+export type ProjectEventType = ProjectEvent['type']
+
+type Command<T extends string, D> = { type: T; data: D; meta: CommandMeta }
+
+/** `actor_user_id: null` is the operator (command line), who may do anything. */
+type Acting = { actor_user_id: string | null }
+
+export type ProjectCommand =
+  | Command<
+      'create_project',
+      {
+        project_id: string
+        name: string
+        plan: Plan
+        owner_email: string | null
+        owner_user_id?: string | null
+        key: { prefix: string; key_hash: string }
+      }
+    >
+  | Command<'rotate_api_key', Acting & { key: { prefix: string; key_hash: string } }>
+  | Command<'revoke_api_keys', Acting>
+  | Command<'rename_project', Acting & { name: string }>
+  | Command<'delete_project', Acting & { other_projects_of_actor: number }>
+  | Command<'invite_member', Acting & { invite_id: string; email: string; role: string; token_hash: string; expires_at: string }>
+  | Command<'accept_invite', { invite_id: string; token_hash: string; user_id: string; email: string }>
+  | Command<'change_member_role', Acting & { user_id: string; role: string }>
+  | Command<'remove_member', Acting & { user_id: string }>
+  | Command<'transfer_ownership', Acting & { user_id: string }>
+
+/** The lookup prefix of the key that works now; null once the keys are revoked. */
+export function activeKeyPrefix(project: Project): string | null {
+  return project.keys.find((k) => k.status === 'active')?.prefix ?? null
+}
+
+function requireProject(state: ProjectAggregate, id = '(unknown)'): Project {
+  if (state === null || state.status === 'deleted') throw new ProjectNotFound(id)
+  return state
+}
+
+/** The role the actor holds; a non-member is told the project does not exist (no probing). */
+export function roleOf(project: Project, userId: string | null): ProjectRole | null {
+  if (userId === null) return 'owner'
+  return project.members.find((m) => m.user_id === userId)?.role ?? null
+}
+
+function requireRole(project: Project, actor: string | null, least: ProjectRole, what: string): ProjectRole {
+  const role = roleOf(project, actor)
+  if (role === null) throw new ProjectNotFound(project.id)
+  if (!hasRoleAtLeast(role, least)) throw new Forbidden(`${what} needs the project role ${least} or above`)
+  return role
+}
+
+function requireMember(project: Project, userId: string): Member {
+  const member = project.members.find((m) => m.user_id === userId)
+  if (member === undefined) throw new MemberNotFound(`user ${userId} is not a member of this project`)
+  return member
+}
+
+/** Roles that can be given by invitation or role change; ownership moves only by transfer. */
+function requireAssignableRole(role: string, actorRole: ProjectRole): ProjectRole {
+  if (!isProjectRole(role)) throw new InvalidRole(`role must be one of ${projectRoles.join(', ')}`)
+  if (role === 'owner') throw new InvalidRole('ownership is given only by a transfer')
+  if (!hasRoleAtLeast(actorRole, role)) throw new RoleExceedsCaller(`a ${actorRole} cannot grant the role ${role}`)
+  return role
 }
 
 function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[] {
   const { now } = command.meta
+  if (command.type === 'create_project') {
+    if (state !== null) throw new ProjectAlreadyExists(state.id)
+    const d = command.data
+    return [
+      {
+        type: 'project_created',
+        data: { project_id: d.project_id, name: d.name, plan: d.plan, owner_email: d.owner_email, owner_user_id: d.owner_user_id ?? null, created_at: now },
+      },
+      { type: 'api_key_issued', data: { prefix: d.key.prefix, key_hash: d.key.key_hash, issued_at: now } },
+    ]
+  }
+  if (command.type === 'accept_invite') {
+    const project = requireProject(state)
+    const d = command.data
+    const invite = project.invites.find((i) => i.invite_id === d.invite_id)
+    const isValid =
+      invite !== undefined &&
+      invite.token_hash === d.token_hash &&
+      invite.email === d.email &&
+      Date.parse(invite.expires_at) > Date.parse(now)
+    if (!isValid) throw new InvalidToken('the invitation is invalid, used, expired or for another address')
+    if (project.members.some((m) => m.user_id === d.user_id)) throw new MemberExists('you are already a member of this project')
+    return [
+      { type: 'team_invite_accepted', data: { invite_id: invite.invite_id, user_id: d.user_id } },
+      { type: 'member_joined', data: { user_id: d.user_id, email: d.email, role: invite.role, joined_at: now } },
+    ]
+  }
+  const project = requireProject(state)
+  const actor = command.data.actor_user_id
   switch (command.type) {
-    case 'create_project': {
-      if (state !== null) throw new ProjectAlreadyExists(state.id)
-      const d = command.data
+    case 'rotate_api_key':
+      requireRole(project, actor, 'admin', 'rotating the API key')
+      if (project.keys_revoked_at !== null) throw new KeyRevoked('the API keys of this project were revoked')
       return [
         {
-          type: 'project_created',
-          data: { project_id: d.project_id, name: d.name, plan: d.plan, owner_email: d.owner_email, created_at: now },
+          type: 'api_key_rotated',
+          data: { ...command.data.key, rotated_at: now, grace_until: new Date(Date.parse(now) + apiKeyGraceMs).toISOString() },
         },
-        { type: 'api_key_issued', data: { prefix: d.key.prefix, key_hash: d.key.key_hash, issued_at: now } },
       ]
+    case 'revoke_api_keys':
+      requireRole(project, actor, 'admin', 'revoking the API keys')
+      if (project.keys_revoked_at !== null) throw new AlreadyRevoked('the API keys of this project are already revoked')
+      return [{ type: 'api_key_revoked', data: { revoked_at: now } }]
+    case 'rename_project':
+      requireRole(project, actor, 'admin', 'renaming the project')
+      if (command.data.name === project.name) return []
+      return [{ type: 'project_renamed', data: { name: command.data.name, previous_name: project.name, renamed_at: now } }]
+    case 'delete_project':
+      requireRole(project, actor, 'owner', 'deleting the project')
+      if (actor !== null && command.data.other_projects_of_actor === 0) throw new LastProject('this is your only project')
+      return [{ type: 'project_deleted', data: { deleted_at: now } }]
+    case 'invite_member': {
+      const actorRole = requireRole(project, actor, 'admin', 'inviting members')
+      const d = command.data
+      const role = requireAssignableRole(d.role, actorRole)
+      if (project.members.some((m) => m.email === d.email)) throw new MemberExists(`${d.email} is already a member`)
+      return [
+        {
+          type: 'member_invited',
+          data: {
+            invite_id: d.invite_id,
+            email: d.email,
+            role,
+            token_hash: d.token_hash,
+            expires_at: d.expires_at,
+            invited_by: actor ?? 'operator',
+            invited_at: now,
+          },
+        },
+      ]
+    }
+    case 'change_member_role': {
+      const actorRole = requireRole(project, actor, 'admin', 'changing roles')
+      const member = requireMember(project, command.data.user_id)
+      if (member.role === 'owner') throw new CannotModifyOwner('the owner keeps the owner role until ownership is transferred')
+      if (!hasRoleAtLeast(actorRole, member.role)) throw new RoleExceedsCaller(`a ${actorRole} cannot change a ${member.role}`)
+      const role = requireAssignableRole(command.data.role, actorRole)
+      if (role === member.role) return []
+      return [{ type: 'member_role_changed', data: { user_id: member.user_id, role, previous_role: member.role, changed_at: now } }]
+    }
+    case 'remove_member': {
+      const leavingSelf = actor === command.data.user_id
+      const actorRole = leavingSelf ? roleOf(project, actor) : requireRole(project, actor, 'admin', 'removing members')
+      if (actorRole === null) throw new ProjectNotFound(project.id)
+      const member = requireMember(project, command.data.user_id)
+      if (member.role === 'owner') throw new CannotRemoveOwner('the owner cannot be removed; transfer ownership first')
+      if (!hasRoleAtLeast(actorRole, member.role)) throw new RoleExceedsCaller(`a ${actorRole} cannot remove a ${member.role}`)
+      return [{ type: 'member_removed', data: { user_id: member.user_id, removed_at: now } }]
+    }
+    case 'transfer_ownership': {
+      requireRole(project, actor, 'owner', 'transferring ownership')
+      const target = requireMember(project, command.data.user_id)
+      const owner = project.members.find((m) => m.role === 'owner')
+      if (owner === undefined || target.user_id === owner.user_id) return []
+      return [{ type: 'ownership_transferred', data: { from_user_id: owner.user_id, to_user_id: target.user_id, transferred_at: now } }]
     }
   }
 }
 
+function withRole(members: Member[], userId: string, role: ProjectRole): Member[] {
+  return members.map((m) => (m.user_id === userId ? { ...m, role } : m))
+}
+
 function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate {
+  if (event.type === 'project_created') {
+    const d = event.data
+    const ownerUserId = d.owner_user_id ?? null
+    return {
+      id: d.project_id,
+      name: d.name,
+      plan: d.plan,
+      owner_email: d.owner_email,
+      created_at: d.created_at,
+      updated_at: d.created_at,
+      status: 'active',
+      keys: [],
+      keys_revoked_at: null,
+      members: ownerUserId === null ? [] : [{ user_id: ownerUserId, email: d.owner_email ?? '', role: 'owner', joined_at: d.created_at }],
+      invites: [],
+    }
+  }
+  if (state === null) throw new ProjectNotFound('(unknown)')
   switch (event.type) {
-    case 'project_created':
-      return {
-        id: event.data.project_id,
-        name: event.data.name,
-        plan: event.data.plan,
-        owner_email: event.data.owner_email,
-        created_at: event.data.created_at,
-        updated_at: event.data.created_at,
-        keys: [],
-      }
     case 'api_key_issued':
-      if (state === null) throw new ProjectNotFound('(unknown)')
       return {
         ...state,
         keys: [
@@ -85,6 +302,52 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
         ],
         updated_at: event.data.issued_at,
       }
+    case 'api_key_rotated': {
+      // The active key enters its grace window; a key already in grace is dropped, so back-to-back
+      // rotations keep one previous key with a fresh window (spec, Authentication 7).
+      const previous = state.keys
+        .filter((k) => k.status === 'active')
+        .map((k) => ({ ...k, status: 'grace' as const, expires_at: event.data.grace_until }))
+      const next: ApiKeyRecord = { prefix: event.data.prefix, key_hash: event.data.key_hash, status: 'active', issued_at: event.data.rotated_at, expires_at: null }
+      return { ...state, keys: [...previous, next], updated_at: event.data.rotated_at }
+    }
+    case 'api_key_revoked':
+      return {
+        ...state,
+        keys: state.keys.map((k) => ({ ...k, status: 'revoked' as const, expires_at: event.data.revoked_at })),
+        keys_revoked_at: event.data.revoked_at,
+        updated_at: event.data.revoked_at,
+      }
+    case 'project_renamed':
+      return { ...state, name: event.data.name, updated_at: event.data.renamed_at }
+    case 'project_deleted':
+      return {
+        ...state,
+        status: 'deleted',
+        keys: state.keys.map((k) => ({ ...k, status: 'revoked' as const, expires_at: event.data.deleted_at })),
+        invites: [],
+        updated_at: event.data.deleted_at,
+      }
+    case 'member_invited':
+      return { ...state, invites: [...state.invites.filter((i) => i.email !== event.data.email), event.data] }
+    case 'team_invite_accepted':
+      return { ...state, invites: state.invites.filter((i) => i.invite_id !== event.data.invite_id) }
+    case 'member_joined':
+      return { ...state, members: [...state.members, event.data], updated_at: event.data.joined_at }
+    case 'member_role_changed':
+      return { ...state, members: withRole(state.members, event.data.user_id, event.data.role), updated_at: event.data.changed_at }
+    case 'member_removed':
+      return { ...state, members: state.members.filter((m) => m.user_id !== event.data.user_id), updated_at: event.data.removed_at }
+    case 'ownership_transferred': {
+      const demoted = withRole(state.members, event.data.from_user_id, 'admin')
+      const newOwner = state.members.find((m) => m.user_id === event.data.to_user_id)
+      return {
+        ...state,
+        members: withRole(demoted, event.data.to_user_id, 'owner'),
+        owner_email: newOwner?.email ?? state.owner_email,
+        updated_at: event.data.transferred_at,
+      }
+    }
   }
 }
 

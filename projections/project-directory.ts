@@ -3,7 +3,21 @@ import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable } from './database.ts'
 import { latestPerAggregate, type Projection } from './projection.ts'
 
-const handledTypes: readonly ProjectEventType[] = ['project_created', 'api_key_issued']
+/** Every project event: each can change the name, plan, status, owner or keys. */
+const handledTypes: readonly ProjectEventType[] = [
+  'project_created',
+  'api_key_issued',
+  'api_key_rotated',
+  'api_key_revoked',
+  'project_renamed',
+  'project_deleted',
+  'member_invited',
+  'team_invite_accepted',
+  'member_joined',
+  'member_role_changed',
+  'member_removed',
+  'ownership_transferred',
+]
 
 /**
  * Projects and their API keys as authentication reads them. Like the job list, rows are
@@ -15,10 +29,10 @@ export async function upsertProjectRows(db: Queryable, records: readonly EventRe
     const p = r.message.state as Project | null
     if (p === null) continue
     const updated = await db`
-      INSERT INTO projects (id, name, plan, owner_email, created_at, updated_at, last_seq)
-      VALUES (${p.id}, ${p.name}, ${p.plan}, ${p.owner_email}, ${p.created_at}, ${p.updated_at}, ${r.seq})
-      ON CONFLICT (id) DO UPDATE SET name = excluded.name, plan = excluded.plan,
-        owner_email = excluded.owner_email, updated_at = excluded.updated_at, last_seq = excluded.last_seq
+      INSERT INTO projects (id, name, plan, owner_email, status, created_at, updated_at, last_seq)
+      VALUES (${p.id}, ${p.name}, ${p.plan}, ${p.owner_email}, ${p.status ?? 'active'}, ${p.created_at}, ${p.updated_at}, ${r.seq})
+      ON CONFLICT (id) DO UPDATE SET name = excluded.name, plan = excluded.plan, owner_email = excluded.owner_email,
+        status = excluded.status, updated_at = excluded.updated_at, last_seq = excluded.last_seq
       WHERE projects.last_seq < excluded.last_seq
       RETURNING id`
     if (updated.length === 0) continue

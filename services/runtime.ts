@@ -5,9 +5,10 @@ import { monotonicFactory } from 'ulid'
 import { ensureDatabase, openSql, type Sql } from '../projections/database.ts'
 import { migrate } from '../projections/migrate.ts'
 import { connectNats, type NatsHandles } from '../streams/connection.ts'
-import { ensureStreams, openHeartbeatBucket } from '../streams/definitions.ts'
+import { ensureStreams, openAuthLimitsBucket, openHeartbeatBucket } from '../streams/definitions.ts'
 import { EventStore } from '../streams/event-store.ts'
 import type { Config } from './config.ts'
+import { createMailer, type Mailer } from './platform/mailer.ts'
 
 /** What every role is handed: connections, clock and id source are passed in, never imported. */
 export interface Deps {
@@ -17,6 +18,9 @@ export interface Deps {
   store: EventStore
   sql: Sql
   heartbeats: KV
+  /** Sliding windows of the anonymous auth routes, login failures and cooldowns. */
+  authLimits: KV
+  mailer: Mailer
   /** The current instant; tests may pass a fixed or shifted clock. */
   now: () => Date
   /** A new ULID, monotonic within this process. */
@@ -64,6 +68,8 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
   const nats = await connectNats(config.natsUrl, name)
   await ensureStreams(nats.jsm, config.namespace)
   const heartbeats = await openHeartbeatBucket(nats.nc, config.namespace)
+  const authLimits = await openAuthLimitsBucket(nats.nc, config.namespace)
+  const mailer = createMailer(config.smtpUrl, log)
   const ulid = monotonicFactory(pooledRandom())
   const store = new EventStore(config.namespace, nats.nc, nats.jsm)
   return {
@@ -73,10 +79,13 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
     store,
     sql,
     heartbeats,
+    authLimits,
+    mailer,
     now: () => new Date(),
     newUlid: () => ulid(),
     async close() {
       store.close()
+      mailer.close()
       await nats.nc.drain().catch(() => undefined)
       await sql.end({ timeout: 5 })
     },

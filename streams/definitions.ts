@@ -7,7 +7,7 @@ import {
 } from '@nats-io/jetstream'
 import { Kvm, type KV } from '@nats-io/kv'
 import type { NatsConnection } from '@nats-io/transport-node'
-import { eventsStreamName, eventsSubjectFilter, heartbeatBucketName } from './names.ts'
+import { authLimitsBucketName, eventsStreamName, eventsSubjectFilter, heartbeatBucketName } from './names.ts'
 
 const nanosPerMs = 1_000_000
 
@@ -54,9 +54,18 @@ export async function openHeartbeatBucket(nc: NatsConnection, ns: string): Promi
   return kvm.create(heartbeatBucketName(ns), { history: 1, ttl: heartbeatMaxAgeMs })
 }
 
-/** Removes everything `ensureStreams` and `openHeartbeatBucket` made for `ns` (tests only). */
+/**
+ * Windows of the auth limits (15 minutes at most) and cooldowns: an entry not written for an
+ * hour has nothing left to count, so the bucket forgets it.
+ */
+export async function openAuthLimitsBucket(nc: NatsConnection, ns: string): Promise<KV> {
+  const kvm = new Kvm(nc)
+  return kvm.create(authLimitsBucketName(ns), { history: 1, ttl: 60 * 60 * 1000 })
+}
+
+/** Removes everything `ensureStreams` and the bucket openers made for `ns` (tests only). */
 export async function deleteNamespace(jsm: JetStreamManager, ns: string): Promise<void> {
-  const names = [eventsStreamName(ns), `KV_${heartbeatBucketName(ns)}`]
+  const names = [eventsStreamName(ns), `KV_${heartbeatBucketName(ns)}`, `KV_${authLimitsBucketName(ns)}`]
   for (const name of names) {
     await jsm.streams.delete(name).catch(() => undefined)
   }

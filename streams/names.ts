@@ -3,7 +3,13 @@
  * file concatenates subjects: a namespace change or a new aggregate kind is made here.
  */
 
-export type AggregateKind = 'job' | 'project' | 'recurring'
+export type AggregateKind = 'job' | 'project' | 'recurring' | 'user' | 'email'
+
+/**
+ * The project token of aggregates that belong to no project (users and e-mail claims). Project
+ * ids start with `prj_`, so this cannot collide with one.
+ */
+export const platformScope = '_platform'
 
 const namespacePattern = /^[A-Za-z0-9_-]{1,64}$/
 const tokenPattern = /^[A-Za-z0-9_-]+$/
@@ -73,6 +79,11 @@ export function checkpointSubject(ns: string): string {
 /** A replay asks the leading projector to step down here. */
 export function projectorYieldSubject(ns: string): string {
   return `${ns}.ctl.projector.yield`
+}
+
+/** Sliding windows of the anonymous auth routes and login failures, shared by every API process. */
+export function authLimitsBucketName(ns: string): string {
+  return `${ns}_auth_limits`
 }
 
 export function heartbeatBucketName(ns: string): string {

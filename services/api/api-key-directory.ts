@@ -1,5 +1,5 @@
 import type { Subscription } from '@nats-io/transport-node'
-import type { Project } from '../../domain/project.ts'
+import type { Project, ProjectRole } from '../../domain/project.ts'
 import { decodeEventMessage } from '../../streams/event-store.ts'
 import { aggregateKindFilter } from '../../streams/names.ts'
 import { apiKeyPrefix, hashApiKey, isApiKeyShape, isHashMatch } from '../projects/api-keys.ts'
@@ -7,14 +7,7 @@ import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../runtime.ts'
 import { unauthorized } from './errors.ts'
 
-export type ProjectRole = 'owner' | 'admin' | 'member' | 'viewer'
-
-const roleRank: Record<ProjectRole, number> = { viewer: 0, member: 1, admin: 2, owner: 3 }
-
-/** True when `role` is `least` or above (viewer < member < admin < owner). */
-export function hasRoleAtLeast(role: ProjectRole, least: ProjectRole): boolean {
-  return roleRank[role] >= roleRank[least]
-}
+export { hasRoleAtLeast, type ProjectRole } from '../../domain/project.ts'
 
 export interface Principal {
   projectId: string

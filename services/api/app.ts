@@ -1,6 +1,9 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod'
 import { JobService } from '../jobs/job-service.ts'
+import { AccountLifecycle } from '../platform/account-lifecycle.ts'
+import { AccountService } from '../platform/accounts.ts'
+import { TeamService } from '../projects/team-service.ts'
 import type { Deps } from '../runtime.ts'
 import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
 import { invalidRequest, registerErrorHandling } from './errors.ts'
@@ -8,6 +11,8 @@ import { ProjectionWatcher } from './projection-watcher.ts'
 import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
 import { jobRoutes } from './routes/jobs.ts'
+import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
+import { platformProjectRoutes } from './routes/platform-projects.ts'
 import { workerRoutes } from './routes/workers.ts'
 
 declare module 'fastify' {
@@ -23,6 +28,9 @@ export interface ApiContext {
   keys: ApiKeyDirectory
   ready: ReadyNotifier
   watcher: ProjectionWatcher
+  accounts: AccountService
+  team: TeamService
+  accountExports: AccountLifecycle
   /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
   stopping: AbortSignal
 }
@@ -72,12 +80,17 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   })
   registerErrorHandling(app)
 
+  const accounts = new AccountService(deps)
+  const team = new TeamService(deps, accounts)
   const context: ApiContext = {
     deps,
     jobs: new JobService(deps),
     keys: new ApiKeyDirectory(deps),
     ready: new ReadyNotifier(deps),
     watcher: new ProjectionWatcher(deps),
+    accounts,
+    team,
+    accountExports: new AccountLifecycle(deps, accounts, team),
     stopping,
   }
   context.keys.start()
@@ -100,5 +113,8 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     },
     { prefix: '/jobsvc/v1' },
   )
+  await app.register(anonymousAuthRoutes(context), { prefix: '/platform/v1/auth' })
+  await app.register(sessionAuthRoutes(context), { prefix: '/platform/v1/auth' })
+  await app.register(platformProjectRoutes(context), { prefix: '/platform/v1' })
   return { app, context }
 }

@@ -1,7 +1,26 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
 import {
+  AlreadyRevoked,
+  CannotModifyOwner,
+  CannotRemoveOwner,
   DomainError,
+  EmailAlreadyRegistered,
+  Forbidden,
+  InvalidResetToken,
+  InvalidRole,
+  InvalidToken,
+  InvalidTotpCode,
+  InvalidVerificationToken,
+  KeyRevoked,
+  LastProject,
+  MemberExists,
+  MemberNotFound,
+  RoleExceedsCaller,
+  TotpAlreadyEnabled,
+  TotpNotEnabled,
+  TotpNotInitialized,
+  UserNotFound,
   InvalidState,
   JobNotFound,
   ParentNotFound,
@@ -36,6 +55,11 @@ export const invalidLimit = (message: string) => new ApiError(400, 'invalid_limi
 export const invalidCursor = () => new ApiError(400, 'invalid_cursor', 'the cursor is not one this service issued')
 export const forbidden = (message: string) => new ApiError(403, 'forbidden', message)
 export const serviceUnavailable = (message: string) => new ApiError(503, 'service_unavailable', message)
+export const validationError = (message: string) => new ApiError(400, 'validation_error', message)
+export const invalidEmail = (message = 'the e-mail address is malformed') => new ApiError(422, 'invalid_email', message)
+export const confirmRequired = () => new ApiError(400, 'confirm_required', 'pass confirm=<the account e-mail address> to delete the account')
+export const rateLimitExceeded = (retryAfterMs: number, message = 'too many requests; retry later') =>
+  new ApiError(429, 'rate_limit_exceeded', message, { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) })
 export const routeNotFound = (method: string, url: string) => new ApiError(404, 'route_not_found', `no route ${method} ${url}`)
 
 type DomainErrorClass = abstract new (...args: never[]) => DomainError
@@ -50,6 +74,26 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [RecurringJobTypeConflict, 409],
   [ProjectAlreadyExists, 409],
   [ParentNotFound, 422],
+  [EmailAlreadyRegistered, 409],
+  [InvalidVerificationToken, 400],
+  [InvalidResetToken, 400],
+  [InvalidToken, 422],
+  [UserNotFound, 404],
+  [TotpAlreadyEnabled, 409],
+  [TotpNotEnabled, 409],
+  [TotpNotInitialized, 400],
+  // At login a wrong second factor is 401; the login route answers that itself.
+  [InvalidTotpCode, 400],
+  [KeyRevoked, 409],
+  [AlreadyRevoked, 409],
+  [LastProject, 409],
+  [MemberNotFound, 404],
+  [MemberExists, 409],
+  [CannotModifyOwner, 403],
+  [CannotRemoveOwner, 403],
+  [RoleExceedsCaller, 403],
+  [InvalidRole, 422],
+  [Forbidden, 403],
 ]
 
 /**
@@ -60,18 +104,49 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 400, code: 'invalid_request' },
   { status: 400, code: 'invalid_limit' },
   { status: 400, code: 'invalid_cursor' },
+  { status: 400, code: 'validation_error' },
+  { status: 400, code: 'invalid_verification_token' },
+  { status: 400, code: 'invalid_reset_token' },
+  { status: 400, code: 'invalid_totp_code' },
+  { status: 400, code: 'totp_not_initialized' },
+  { status: 400, code: 'display_name_too_long' },
+  { status: 400, code: 'invalid_timezone' },
+  { status: 400, code: 'invalid_locale' },
+  { status: 400, code: 'confirm_required' },
   { status: 401, code: 'unauthorized' },
+  { status: 401, code: 'invalid_credentials' },
+  { status: 401, code: 'invalid_totp_code' },
   { status: 403, code: 'forbidden' },
+  { status: 403, code: 'email_not_verified' },
+  { status: 403, code: 'totp_required' },
+  { status: 403, code: 'account_suspended' },
+  { status: 403, code: 'cannot_modify_owner' },
+  { status: 403, code: 'cannot_remove_owner' },
+  { status: 403, code: 'role_exceeds_caller' },
   { status: 404, code: 'job_not_found' },
   { status: 404, code: 'project_not_found' },
+  { status: 404, code: 'user_not_found' },
+  { status: 404, code: 'member_not_found' },
   { status: 404, code: 'route_not_found' },
   { status: 409, code: 'invalid_state' },
+  { status: 409, code: 'email_already_registered' },
+  { status: 409, code: 'totp_already_enabled' },
+  { status: 409, code: 'totp_not_enabled' },
+  { status: 409, code: 'key_revoked' },
+  { status: 409, code: 'already_revoked' },
+  { status: 409, code: 'last_project' },
+  { status: 409, code: 'member_exists' },
   { status: 409, code: 'worker_mismatch' },
   { status: 409, code: 'parent_terminal' },
   { status: 409, code: 'recurring_job_type_conflict' },
   { status: 413, code: 'invalid_request' },
   { status: 415, code: 'invalid_request' },
   { status: 422, code: 'parent_not_found' },
+  { status: 422, code: 'invalid_email' },
+  { status: 422, code: 'invalid_role' },
+  { status: 422, code: 'invalid_token' },
+  { status: 429, code: 'rate_limit_exceeded' },
+  { status: 429, code: 'account_locked' },
   { status: 500, code: 'internal_error' },
   { status: 503, code: 'service_unavailable' },
 ]

@@ -1,4 +1,4 @@
-import { projectDecider, type Plan, type Project, type ProjectEvent } from '../../domain/project.ts'
+import { projectDecider, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
 import { upsertProjectRows } from '../../projections/project-directory.ts'
 import type { AggregateRef } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
@@ -20,11 +20,11 @@ export interface CreatedProject {
  */
 export async function createProject(
   deps: Deps,
-  input: { name: string; plan: Plan; ownerEmail: string | null; keyEnvironment: KeyEnvironment },
+  input: { name: string; plan: Plan; ownerEmail: string | null; ownerUserId?: string | null; keyEnvironment: KeyEnvironment },
 ): Promise<CreatedProject> {
   const projectId = `prj_${deps.newUlid().toLowerCase()}`
   const apiKey = generateApiKey(input.keyEnvironment)
-  const result = await handleCommand<Parameters<typeof projectDecider.decide>[0], ProjectEvent, Project>(
+  const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(
     deps.store,
     projectDecider,
     projectRef(projectId),
@@ -35,6 +35,7 @@ export async function createProject(
         name: input.name,
         plan: input.plan,
         owner_email: input.ownerEmail,
+        owner_user_id: input.ownerUserId ?? null,
         key: { prefix: apiKeyPrefix(apiKey), key_hash: hashApiKey(apiKey) },
       },
       meta: { now: deps.now().toISOString() },
@@ -43,4 +44,16 @@ export async function createProject(
   )
   await upsertProjectRows(deps.sql, [result.record])
   return { project: result.state!, apiKey }
+}
+
+/** Deletes a project with the operator's authority (an account opening that lost a race). */
+export async function deleteProjectAsOperator(deps: Deps, projectId: string): Promise<void> {
+  const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(
+    deps.store,
+    projectDecider,
+    projectRef(projectId),
+    { type: 'delete_project', data: { actor_user_id: null, other_projects_of_actor: 0 }, meta: { now: deps.now().toISOString() } },
+    () => `evt_${deps.newUlid()}`,
+  )
+  await upsertProjectRows(deps.sql, [result.record])
 }

@@ -17,15 +17,13 @@ t.test('the error registry and the README error reference list the same codes', 
 })
 
 t.test('every domain error renders to a catalogued status and code', async (t) => {
-  const samples = [
-    new domainErrors.InvalidState('x'),
-    new domainErrors.WorkerMismatch('x'),
-    new domainErrors.JobNotFound('job_x'),
-    new domainErrors.ParentNotFound('job_x'),
-    new domainErrors.ParentTerminal('job_x', 'cancelled'),
-    new domainErrors.ProjectNotFound('prj_x'),
-    new domainErrors.RecurringJobTypeConflict('rjob_x', 'x'),
-  ]
+  // Every refusal the domain exports, so a new one cannot go unmapped.
+  const classes = (Object.values(domainErrors) as unknown[]).filter(
+    (v): v is new (a: string, b: string) => domainErrors.DomainError =>
+      typeof v === 'function' && v.prototype instanceof domainErrors.DomainError,
+  )
+  t.ok(classes.length >= 25, `${classes.length} domain refusals`)
+  const samples = classes.map((cls) => new cls('x', 'x'))
   const catalogued = new Set(errorCatalogue.map(key))
   for (const err of samples) {
     const rendered = renderError(err)

@@ -19,7 +19,7 @@ const createProject: ProjectCommand = {
 
 function createdEvents(ownerEmail: string | null = 'ops@acme.test'): ProjectEvent[] {
   return [
-    { type: 'project_created', data: { project_id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: ownerEmail, created_at: now } },
+    { type: 'project_created', data: { project_id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: ownerEmail, owner_user_id: null, created_at: now } },
     { type: 'api_key_issued', data: { prefix: 'jsk_live_0123456789abcde', key_hash: 'a'.repeat(64), issued_at: now } },
   ]
 }
@@ -33,7 +33,11 @@ t.test('create project: the project and its first API key', async (t) => {
     owner_email: 'ops@acme.test',
     created_at: now,
     updated_at: now,
+    status: 'active',
     keys: [{ prefix: 'jsk_live_0123456789abcde', key_hash: 'a'.repeat(64), status: 'active', issued_at: now, expires_at: null }],
+    keys_revoked_at: null,
+    members: [],
+    invites: [],
   })
 })
 

@@ -115,10 +115,10 @@ export async function httpRequest<T = any>(
 export async function startHarness(
   t: TestLike,
   file: string,
-  options: { roles?: Role[]; tunables?: Partial<Tunables>; suffix?: string } = {},
+  options: { roles?: Role[]; tunables?: Partial<Tunables>; suffix?: string; config?: Partial<Config> } = {},
 ): Promise<Harness> {
   const names = isolatedNames(file, options.suffix)
-  const config = testConfig(names, { reaper_interval_ms: 200, scheduler_interval_ms: 100, ...options.tunables })
+  const config = testConfig({ ...options.config, ...names }, { reaper_interval_ms: 200, scheduler_interval_ms: 100, ...options.tunables })
   t.teardown(() => removeIsolated(names))
   const runtime = await openRuntime(config, pino({ level: 'silent' }), 'jobsvc-test')
   t.teardown(() => runtime.close())

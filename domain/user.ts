@@ -1,0 +1,286 @@
+import type { Decider } from './decider.ts'
+import {
+  InvalidResetToken,
+  InvalidTotpCode,
+  InvalidVerificationToken,
+  TotpAlreadyEnabled,
+  TotpNotEnabled,
+  TotpNotInitialized,
+  UserNotFound,
+} from './errors.ts'
+import type { CommandMeta } from './job.ts'
+
+/**
+ * A dashboard user and the account that verifying their address opens. Secrets never reach
+ * this module in plaintext: passwords arrive as KDF hashes, tokens and recovery codes as SHA-256
+ * digests, the TOTP secret encrypted. What needs a secret to decide (does this password match,
+ * which time step does this code belong to) is worked out at the edge; the aggregate keeps the
+ * rules that need only state: single use, expiry, step replay, what 2FA state allows.
+ */
+
+export type SignupPlan = 'free' | 'starter' | 'pro' | 'business'
+
+/** A single-use token, kept as its digest, with its end of life. */
+export interface TokenGrant {
+  token_hash: string
+  expires_at: string
+}
+
+export interface TotpState {
+  secret_encrypted: string
+  /** Null while set up but not yet confirmed with a code. */
+  enabled_at: string | null
+  /** Highest time step accepted so far; a code of this step or earlier is refused (no replay). */
+  last_step: number
+}
+
+export interface User {
+  id: string
+  email: string
+  password_hash: string
+  /** Sessions issued before this instant are no longer accepted. */
+  password_changed_at: string
+  plan: SignupPlan
+  status: 'active' | 'suspended' | 'deleted'
+  created_at: string
+  updated_at: string
+  terms_accepted_at: string
+  email_verified_at: string | null
+  display_name: string | null
+  timezone: string
+  locale: string
+  is_admin: boolean
+  account: { id: string; name: string } | null
+  verification: TokenGrant | null
+  password_reset: TokenGrant | null
+  totp: TotpState | null
+  recovery_code_hashes: string[]
+  /**
+   * Projects this user joined, newest last. An index for listing, written after the project's
+   * own membership change; the project aggregate is the truth and listings check it.
+   */
+  project_ids: string[]
+}
+
+export type UserAggregate = User | null
+
+export type UserEvent =
+  | {
+      type: 'user_signed_up'
+      data: { user_id: string; email: string; password_hash: string; plan: SignupPlan; created_at: string }
+    }
+  | { type: 'terms_accepted'; data: { accepted_at: string } }
+  | { type: 'verification_token_issued'; data: TokenGrant }
+  | { type: 'email_verified'; data: { account_id: string; account_name: string; project_id: string; verified_at: string } }
+  | { type: 'password_reset_requested'; data: TokenGrant }
+  | { type: 'password_reset'; data: { password_hash: string; changed_at: string } }
+  | { type: 'password_changed'; data: { password_hash: string; changed_at: string } }
+  | { type: 'profile_updated'; data: { display_name?: string | null; timezone?: string; locale?: string } }
+  | { type: 'totp_secret_staged'; data: { secret_encrypted: string } }
+  | { type: 'two_factor_enabled'; data: { enabled_at: string; step: number } }
+  | { type: 'totp_step_accepted'; data: { step: number } }
+  | { type: 'recovery_codes_regenerated'; data: { code_hashes: string[] } }
+  | { type: 'recovery_code_used'; data: { code_hash: string } }
+  | { type: 'two_factor_disabled'; data: { disabled_at: string } }
+  | { type: 'project_joined'; data: { project_id: string } }
+  | { type: 'project_left'; data: { project_id: string } }
+  | { type: 'account_deleted'; data: { deleted_at: string } }
+
+export type UserEventType = UserEvent['type']
+
+type Command<T extends string, D> = { type: T; data: D; meta: CommandMeta }
+
+export type UserCommand =
+  | Command<'sign_up', { user_id: string; email: string; password_hash: string; plan: SignupPlan; verification: TokenGrant }>
+  | Command<'issue_verification_token', { verification: TokenGrant }>
+  | Command<'verify_email', { token_hash: string; account_id: string; account_name: string; project_id: string }>
+  | Command<'request_password_reset', { reset: TokenGrant }>
+  | Command<'reset_password', { token_hash: string; password_hash: string }>
+  | Command<'change_password', { password_hash: string }>
+  | Command<'update_profile', { display_name?: string | null; timezone?: string; locale?: string }>
+  | Command<'stage_totp', { secret_encrypted: string }>
+  | Command<'enable_totp', { step: number }>
+  | Command<'accept_totp_step', { step: number }>
+  | Command<'use_recovery_code', { code_hash: string }>
+  | Command<'regenerate_recovery_codes', { code_hashes: string[] }>
+  | Command<'disable_totp', { step: number }>
+  | Command<'join_project', { project_id: string }>
+  | Command<'leave_project', { project_id: string }>
+  | Command<'delete_account', Record<string, never>>
+
+const isLive = (grant: TokenGrant | null, tokenHash: string, now: string): boolean =>
+  grant !== null && grant.token_hash === tokenHash && Date.parse(grant.expires_at) > Date.parse(now)
+
+function requireUser(state: UserAggregate): User {
+  if (state === null || state.status === 'deleted') throw new UserNotFound('the user was not found')
+  return state
+}
+
+function requireEnabledTotp(user: User): TotpState {
+  if (user.totp === null || user.totp.enabled_at === null) throw new TotpNotEnabled('two-factor authentication is not enabled')
+  return user.totp
+}
+
+/** A code's step must be newer than every step accepted before (RFC 6238 §5.2). */
+function requireFreshStep(totp: TotpState, step: number): void {
+  if (step <= totp.last_step) throw new InvalidTotpCode('this code was already used')
+}
+
+function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
+  const { now } = command.meta
+  if (command.type === 'sign_up') {
+    // A deleted user's id is never reused; a new sign-up with the same address gets a new id.
+    if (state !== null) throw new UserNotFound('a user with this id already exists')
+    const d = command.data
+    return [
+      { type: 'user_signed_up', data: { user_id: d.user_id, email: d.email, password_hash: d.password_hash, plan: d.plan, created_at: now } },
+      { type: 'terms_accepted', data: { accepted_at: now } },
+      { type: 'verification_token_issued', data: d.verification },
+    ]
+  }
+  const user = requireUser(state)
+  switch (command.type) {
+    case 'issue_verification_token':
+      // Verified addresses get nothing new; the answer to the caller is the same either way.
+      return user.email_verified_at !== null ? [] : [{ type: 'verification_token_issued', data: command.data.verification }]
+    case 'verify_email': {
+      if (user.email_verified_at !== null || !isLive(user.verification, command.data.token_hash, now)) {
+        throw new InvalidVerificationToken('the verification token is invalid, used or expired')
+      }
+      const { account_id, account_name, project_id } = command.data
+      return [
+        { type: 'email_verified', data: { account_id, account_name, project_id, verified_at: now } },
+        { type: 'project_joined', data: { project_id } },
+      ]
+    }
+    case 'request_password_reset':
+      return [{ type: 'password_reset_requested', data: command.data.reset }]
+    case 'reset_password':
+      if (!isLive(user.password_reset, command.data.token_hash, now)) {
+        throw new InvalidResetToken('the reset token is invalid, used or expired')
+      }
+      return [{ type: 'password_reset', data: { password_hash: command.data.password_hash, changed_at: now } }]
+    case 'change_password':
+      return [{ type: 'password_changed', data: { password_hash: command.data.password_hash, changed_at: now } }]
+    case 'update_profile': {
+      const changes: Extract<UserEvent, { type: 'profile_updated' }>['data'] = {}
+      const d = command.data
+      if (d.display_name !== undefined && d.display_name !== user.display_name) changes.display_name = d.display_name
+      if (d.timezone !== undefined && d.timezone !== user.timezone) changes.timezone = d.timezone
+      if (d.locale !== undefined && d.locale !== user.locale) changes.locale = d.locale
+      return Object.keys(changes).length === 0 ? [] : [{ type: 'profile_updated', data: changes }]
+    }
+    case 'stage_totp':
+      if (user.totp?.enabled_at) throw new TotpAlreadyEnabled('two-factor authentication is already enabled')
+      return [{ type: 'totp_secret_staged', data: command.data }]
+    case 'enable_totp':
+      if (user.totp?.enabled_at) throw new TotpAlreadyEnabled('two-factor authentication is already enabled')
+      if (user.totp === null) throw new TotpNotInitialized('call 2fa/setup first')
+      requireFreshStep(user.totp, command.data.step)
+      return [{ type: 'two_factor_enabled', data: { enabled_at: now, step: command.data.step } }]
+    case 'accept_totp_step':
+      requireFreshStep(requireEnabledTotp(user), command.data.step)
+      return [{ type: 'totp_step_accepted', data: { step: command.data.step } }]
+    case 'use_recovery_code':
+      requireEnabledTotp(user)
+      if (!user.recovery_code_hashes.includes(command.data.code_hash)) throw new InvalidTotpCode('the recovery code is invalid or used')
+      return [{ type: 'recovery_code_used', data: command.data }]
+    case 'regenerate_recovery_codes':
+      requireEnabledTotp(user)
+      return [{ type: 'recovery_codes_regenerated', data: command.data }]
+    case 'disable_totp':
+      requireFreshStep(requireEnabledTotp(user), command.data.step)
+      return [{ type: 'two_factor_disabled', data: { disabled_at: now } }]
+    case 'join_project':
+      return user.project_ids.includes(command.data.project_id) ? [] : [{ type: 'project_joined', data: command.data }]
+    case 'leave_project':
+      return user.project_ids.includes(command.data.project_id) ? [{ type: 'project_left', data: command.data }] : []
+    case 'delete_account':
+      return [{ type: 'account_deleted', data: { deleted_at: now } }]
+  }
+}
+
+function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
+  if (event.type === 'user_signed_up') {
+    const d = event.data
+    return {
+      id: d.user_id,
+      email: d.email,
+      password_hash: d.password_hash,
+      password_changed_at: d.created_at,
+      plan: d.plan,
+      status: 'active',
+      created_at: d.created_at,
+      updated_at: d.created_at,
+      terms_accepted_at: d.created_at,
+      email_verified_at: null,
+      display_name: null,
+      timezone: 'UTC',
+      locale: 'en-US',
+      is_admin: false,
+      account: null,
+      verification: null,
+      password_reset: null,
+      totp: null,
+      recovery_code_hashes: [],
+      project_ids: [],
+    }
+  }
+  if (state === null) throw new UserNotFound(`${event.type} before user_signed_up`)
+  switch (event.type) {
+    case 'terms_accepted':
+      return { ...state, terms_accepted_at: event.data.accepted_at }
+    case 'verification_token_issued':
+      return { ...state, verification: event.data }
+    case 'email_verified':
+      return {
+        ...state,
+        email_verified_at: event.data.verified_at,
+        verification: null,
+        account: { id: event.data.account_id, name: event.data.account_name },
+        updated_at: event.data.verified_at,
+      }
+    case 'password_reset_requested':
+      return { ...state, password_reset: event.data }
+    case 'password_reset':
+    case 'password_changed':
+      return {
+        ...state,
+        password_hash: event.data.password_hash,
+        password_changed_at: event.data.changed_at,
+        password_reset: null,
+        updated_at: event.data.changed_at,
+      }
+    case 'profile_updated':
+      return { ...state, ...event.data }
+    case 'totp_secret_staged':
+      return { ...state, totp: { secret_encrypted: event.data.secret_encrypted, enabled_at: null, last_step: 0 } }
+    case 'two_factor_enabled':
+      return { ...state, totp: { ...state.totp!, enabled_at: event.data.enabled_at, last_step: event.data.step } }
+    case 'totp_step_accepted':
+      return { ...state, totp: { ...state.totp!, last_step: event.data.step } }
+    case 'recovery_codes_regenerated':
+      return { ...state, recovery_code_hashes: event.data.code_hashes }
+    case 'recovery_code_used':
+      return { ...state, recovery_code_hashes: state.recovery_code_hashes.filter((h) => h !== event.data.code_hash) }
+    case 'two_factor_disabled':
+      return { ...state, totp: null, recovery_code_hashes: [], updated_at: event.data.disabled_at }
+    case 'project_joined':
+      return { ...state, project_ids: [...state.project_ids, event.data.project_id] }
+    case 'project_left':
+      return { ...state, project_ids: state.project_ids.filter((id) => id !== event.data.project_id) }
+    case 'account_deleted':
+      return {
+        ...state,
+        status: 'deleted',
+        updated_at: event.data.deleted_at,
+        verification: null,
+        password_reset: null,
+        totp: null,
+        recovery_code_hashes: [],
+        project_ids: [],
+      }
+  }
+}
+
+export const userDecider: Decider<UserCommand, UserEvent, UserAggregate> = { initialState: null, decide, evolve }

@@ -1,0 +1,133 @@
+import type { Project, ProjectEvent } from '../domain/project.ts'
+import type { UserEvent } from '../domain/user.ts'
+import type { EventRecord } from '../streams/event-store.ts'
+import type { Queryable } from './database.ts'
+import type { Projection } from './projection.ts'
+
+export interface ActivityRow {
+  id: string
+  project_id: string | null
+  user_id: string | null
+  kind: string
+  target_type: string
+  target_id: string | null
+  summary: string
+  metadata: string | null
+  created_at: string
+  seq: number
+}
+
+type Described = Pick<ActivityRow, 'kind' | 'target_type' | 'target_id' | 'summary'> & { metadata?: Record<string, unknown> }
+
+/** Account events → activity; the kinds are the spec's (a `password_reset_requested` is not one). */
+function describeUserEvent(e: UserEvent, userId: string): Described | null {
+  const target = { target_type: 'user', target_id: userId }
+  switch (e.type) {
+    case 'terms_accepted':
+      return { kind: 'terms_accepted', ...target, summary: 'Terms of service accepted' }
+    case 'password_reset':
+      return { kind: 'password_reset', ...target, summary: 'Password reset through an e-mailed link' }
+    case 'password_changed':
+      return { kind: 'password_changed', ...target, summary: 'Password changed' }
+    case 'profile_updated':
+      return { kind: 'profile_updated', ...target, summary: 'Profile updated', metadata: { changed: Object.keys(e.data) } }
+    case 'two_factor_enabled':
+      return { kind: 'two_factor_enabled', ...target, summary: 'Two-factor authentication enabled' }
+    case 'two_factor_disabled':
+      return { kind: 'two_factor_disabled', ...target, summary: 'Two-factor authentication disabled' }
+    case 'recovery_codes_regenerated':
+      return { kind: 'recovery_codes_regenerated', ...target, summary: 'Recovery codes regenerated' }
+    case 'recovery_code_used':
+      return { kind: 'recovery_code_used', ...target, summary: 'A recovery code was used to log in' }
+    case 'account_deleted':
+      return { kind: 'account_deleted', ...target, summary: 'Account deleted' }
+    default:
+      return null
+  }
+}
+
+function describeProjectEvent(e: ProjectEvent, project: Project | null): Described | null {
+  switch (e.type) {
+    case 'api_key_rotated':
+      return { kind: 'api_key_rotated', target_type: 'api_key', target_id: e.data.prefix, summary: 'API key rotated; the previous key works for 24 hours', metadata: { grace_until: e.data.grace_until } }
+    case 'api_key_revoked':
+      return { kind: 'api_key_revoked', target_type: 'project', target_id: project?.id ?? null, summary: 'Every API key of the project revoked' }
+    case 'project_renamed':
+      return { kind: 'project_renamed', target_type: 'project', target_id: project?.id ?? null, summary: `Project renamed to ${e.data.name}`, metadata: { previous_name: e.data.previous_name, name: e.data.name } }
+    case 'project_deleted':
+      return { kind: 'project_deleted', target_type: 'project', target_id: project?.id ?? null, summary: 'Project deleted' }
+    case 'member_invited':
+      return { kind: 'member_invited', target_type: 'member', target_id: e.data.invite_id, summary: `${e.data.email} invited as ${e.data.role}`, metadata: { email: e.data.email, role: e.data.role, invited_by: e.data.invited_by } }
+    case 'team_invite_accepted':
+      return { kind: 'team_invite_accepted', target_type: 'member', target_id: e.data.user_id, summary: 'Invitation accepted', metadata: { invite_id: e.data.invite_id } }
+    case 'member_joined':
+      return { kind: 'member_joined', target_type: 'member', target_id: e.data.user_id, summary: `${e.data.email} joined as ${e.data.role}`, metadata: { role: e.data.role } }
+    case 'member_role_changed':
+      return { kind: 'member_role_changed', target_type: 'member', target_id: e.data.user_id, summary: `Role changed from ${e.data.previous_role} to ${e.data.role}`, metadata: { role: e.data.role, previous_role: e.data.previous_role } }
+    case 'member_removed':
+      return { kind: 'member_removed', target_type: 'member', target_id: e.data.user_id, summary: 'Member removed' }
+    case 'ownership_transferred':
+      return { kind: 'ownership_transferred', target_type: 'member', target_id: e.data.to_user_id, summary: 'Ownership transferred', metadata: { from_user_id: e.data.from_user_id, to_user_id: e.data.to_user_id } }
+    default:
+      return null
+  }
+}
+
+/** The activity rows one log message yields (pure; the id is the event's ULID). */
+export function activityRowsOf(record: EventRecord): ActivityRow[] {
+  const m = record.message
+  const rows: ActivityRow[] = []
+  for (const event of m.events) {
+    const described =
+      m.aggregate === 'user'
+        ? describeUserEvent(event as UserEvent, m.aggregate_id)
+        : m.aggregate === 'project'
+          ? describeProjectEvent(event as ProjectEvent, m.state as Project | null)
+          : null
+    if (described === null) continue
+    const { metadata, ...rest } = described
+    rows.push({
+      id: event.id.replace(/^evt_/, ''),
+      project_id: m.aggregate === 'project' ? m.aggregate_id : null,
+      user_id: m.aggregate === 'user' ? m.aggregate_id : null,
+      ...rest,
+      metadata: metadata === undefined ? null : JSON.stringify(metadata),
+      created_at: event.time,
+      seq: record.seq,
+    })
+  }
+  return rows
+}
+
+const columns = ['id', 'project_id', 'user_id', 'kind', 'target_type', 'target_id', 'summary', 'metadata', 'created_at', 'seq'] as const
+
+export const activityFeed: Projection = {
+  name: 'activity',
+  handles: [
+    'terms_accepted',
+    'password_reset',
+    'password_changed',
+    'profile_updated',
+    'two_factor_enabled',
+    'two_factor_disabled',
+    'recovery_codes_regenerated',
+    'recovery_code_used',
+    'account_deleted',
+    'api_key_rotated',
+    'api_key_revoked',
+    'project_renamed',
+    'project_deleted',
+    'member_invited',
+    'team_invite_accepted',
+    'member_joined',
+    'member_role_changed',
+    'member_removed',
+    'ownership_transferred',
+  ],
+  tables: ['activity'],
+  async apply(tx: Queryable, records) {
+    const rows = records.flatMap(activityRowsOf)
+    if (rows.length === 0) return
+    await tx`INSERT INTO activity ${tx(rows, ...columns)} ON CONFLICT (id) DO NOTHING`
+  },
+}

@@ -1,0 +1,237 @@
+import type { FastifyPluginAsync, FastifyReply } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import { isIanaTimezone } from '../../jobs/recurring-service.ts'
+import { LoginRefused, WrongPassword } from '../../platform/accounts.ts'
+import { expiredSessionCookie, sessionCookie } from '../../platform/sessions.ts'
+import { recoveryCodePattern } from '../../platform/totp.ts'
+import type { ApiContext } from '../app.ts'
+import { ApiError, invalidEmail, rateLimitExceeded, validationError } from '../errors.ts'
+import { authenticateSession } from '../session-auth.ts'
+
+const emailText = z.string().trim().min(1).max(320)
+/** Shape only; the spec's 422 `invalid_email` is for a string that is present but malformed. */
+const emailPattern = /^[^\s@<>()[\]\\,;:"]+@[^\s@<>()[\]\\,;:"]+\.[^\s@<>()[\]\\,;:"]+$/
+const newPassword = z.string().min(10).max(128)
+const sixDigits = z.string().regex(/^\d{6}$/, 'must be a 6-digit string')
+
+const signupBody = z.object({
+  email: emailText,
+  password: z.string().min(8).max(128),
+  accept_terms: z.literal(true, 'accept_terms must be true'),
+  plan: z.enum(['free', 'starter', 'pro', 'business']).default('free'),
+})
+const tokenBody = z.object({ token: z.string().min(1).max(1000) })
+const emailBody = z.object({ email: emailText })
+const loginBody = z.object({
+  email: emailText,
+  password: z.string().min(1).max(1024),
+  totp_code: sixDigits.optional(),
+  recovery_code: z.string().regex(recoveryCodePattern, 'must be in the form xxxx-xxxx').optional(),
+})
+const resetBody = z.object({ token: z.string().min(1).max(1000), new_password: newPassword })
+const changePasswordBody = z.object({ current_password: z.string().min(1).max(1024), new_password: newPassword })
+const profileBody = z.object({
+  display_name: z.string().nullable().optional(),
+  timezone: z.string().optional(),
+  locale: z.string().optional(),
+})
+
+/** The fixed answers of the routes that must not reveal whether an address is registered. */
+export const messages = {
+  signup: 'Account created. Check your e-mail for a verification link (valid 24 hours).',
+  verify: 'E-mail verified. Your first project and its API key are ready; the key is shown only once.',
+  resend: 'If that address has an unverified account, a new verification link (valid 24 hours) is on its way.',
+  forgot: 'If an account exists for that address, a password reset link (valid 1 hour) is on its way.',
+  reset: 'Password changed. Log in with the new password.',
+  changePassword: 'Password changed. Other sessions have been signed out.',
+  profile: 'Profile updated.',
+  disable: 'Two-factor authentication is disabled; its secret and recovery codes are deleted.',
+  recovery: 'Store these codes somewhere safe: each works once, and they are not shown again.',
+}
+
+/** Forgot (and resend) answer no sooner than this, whatever the address, so timing tells nothing. */
+const minimumAnswerMs = 300
+
+async function answerNoSoonerThan<T>(ms: number, work: () => Promise<T>): Promise<T> {
+  const started = performance.now()
+  try {
+    return await work()
+  } finally {
+    const left = ms - (performance.now() - started)
+    if (left > 0) await new Promise((resolve) => setTimeout(resolve, left))
+  }
+}
+
+function requireEmailShape(email: string): string {
+  if (!emailPattern.test(email)) throw invalidEmail()
+  return email
+}
+
+const loginErrors: Record<LoginRefused['reason'], { status: number; message: string }> = {
+  invalid_credentials: { status: 401, message: 'wrong e-mail or password' },
+  invalid_totp_code: { status: 401, message: 'the two-factor code is wrong or was already used' },
+  email_not_verified: { status: 403, message: 'verify your e-mail address first' },
+  totp_required: { status: 403, message: 'two-factor authentication is on: send totp_code or recovery_code' },
+  account_suspended: { status: 403, message: 'this account is suspended' },
+  account_locked: { status: 429, message: 'too many failed logins; try again later' },
+}
+
+function loginError(err: LoginRefused): ApiError {
+  const { status, message } = loginErrors[err.reason]
+  const headers: Record<string, string> = err.reason === 'account_locked' ? { 'Retry-After': String(Math.max(1, Math.ceil(err.retryAfterMs / 1000))) } : {}
+  return new ApiError(status, err.reason, message, headers)
+}
+
+const wrongPassword = (err: unknown): never => {
+  if (err instanceof WrongPassword) throw new ApiError(401, 'invalid_credentials', 'the password is wrong')
+  throw err
+}
+
+/** A body the 2FA routes validate themselves: their spec'd code is `validation_error`. */
+function twoFactorBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  const parsed = schema.safeParse(body ?? {})
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!
+    throw validationError(`${['body', ...issue.path].join('.')}: ${issue.message}`)
+  }
+  return parsed.data
+}
+
+function isKnownLocale(locale: string): string | null {
+  try {
+    const [canonical] = Intl.getCanonicalLocales(locale)
+    return canonical !== undefined && Intl.DateTimeFormat.supportedLocalesOf([canonical]).length === 1 ? canonical : null
+  } catch {
+    return null
+  }
+}
+
+function setSession(reply: FastifyReply, token: string): void {
+  void reply.header('Set-Cookie', sessionCookie(token))
+}
+
+/** The anonymous routes: every POST counts against the per-IP window first, valid or not. */
+export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
+  return async (app) => {
+    const r = app.withTypeProvider<ZodTypeProvider>()
+    r.addHook('onRequest', async (request) => {
+      if (request.method !== 'POST') return
+      const verdict = await ctx.accounts.limits.admitAnonymousPost(request.ip, ctx.deps.now())
+      if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'too many requests from this address; retry later')
+    })
+
+    r.post('/signup', { schema: { body: signupBody } }, async (request, reply) => {
+      const email = requireEmailShape(request.body.email)
+      const user = await ctx.accounts.signUp({ email, password: request.body.password, plan: request.body.plan })
+      return reply.code(201).send({ user_id: user.id, email: user.email, message: messages.signup })
+    })
+
+    r.post('/verify', { schema: { body: tokenBody } }, async (request) => {
+      const { user, project, apiKey } = await ctx.accounts.verifyEmail(request.body.token)
+      return { user_id: user.id, project_id: project.id, project_name: project.name, api_key: apiKey, message: messages.verify }
+    })
+
+    r.post('/login', { schema: { body: loginBody } }, async (request, reply) => {
+      const b = request.body
+      const result = await ctx.accounts
+        .login({ email: b.email, password: b.password, totpCode: b.totp_code, recoveryCode: b.recovery_code })
+        .catch((err) => {
+          throw err instanceof LoginRefused ? loginError(err) : err
+        })
+      setSession(reply, result.session)
+      return {
+        user_id: result.user.id,
+        email: result.user.email,
+        email_verified: result.user.email_verified_at !== null,
+        recovery_code_used: result.recoveryCodeUsed,
+        projects: result.projects,
+      }
+    })
+
+    r.post('/resend', { schema: { body: emailBody } }, async (request) => {
+      await answerNoSoonerThan(minimumAnswerMs, () => ctx.accounts.resendVerification(request.body.email))
+      return { message: messages.resend }
+    })
+
+    r.post('/forgot', { schema: { body: emailBody } }, async (request) => {
+      await answerNoSoonerThan(minimumAnswerMs, () => ctx.accounts.requestPasswordReset(request.body.email))
+      return { message: messages.forgot }
+    })
+
+    r.post('/reset', { schema: { body: resetBody } }, async (request) => {
+      await ctx.accounts.resetPassword(request.body.token, request.body.new_password)
+      return { message: messages.reset }
+    })
+  }
+}
+
+/** Routes that need a session (Bearer JWT or the `sv_jwt` cookie), and logout, which does not. */
+export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
+  return async (app) => {
+    const r = app.withTypeProvider<ZodTypeProvider>()
+    const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>
+      authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
+
+    // Idempotent and harmless without a session: it only tells the browser to drop the cookie.
+    r.post('/logout', async (_request, reply) => {
+      return reply.code(204).header('Set-Cookie', expiredSessionCookie).send()
+    })
+
+    r.get('/me', async (request) => ctx.accounts.profile(await userOf(request)))
+
+    r.patch('/profile', { schema: { body: profileBody } }, async (request) => {
+      const user = await userOf(request)
+      const b = request.body
+      const changes: { display_name?: string | null; timezone?: string; locale?: string } = {}
+      if (b.display_name !== undefined) {
+        const trimmed = b.display_name?.trim() ?? ''
+        if (trimmed.length > 100) throw new ApiError(400, 'display_name_too_long', 'display_name must be at most 100 characters')
+        changes.display_name = trimmed === '' ? null : trimmed
+      }
+      if (b.timezone !== undefined) {
+        if (!isIanaTimezone(b.timezone)) throw new ApiError(400, 'invalid_timezone', `${JSON.stringify(b.timezone)} is not an IANA timezone`)
+        changes.timezone = b.timezone
+      }
+      if (b.locale !== undefined) {
+        const locale = isKnownLocale(b.locale)
+        if (locale === null) throw new ApiError(400, 'invalid_locale', `${JSON.stringify(b.locale)} is not a known BCP-47 locale`)
+        changes.locale = locale
+      }
+      await ctx.accounts.updateProfile(user, changes)
+      return { message: messages.profile }
+    })
+
+    r.post('/change-password', { schema: { body: changePasswordBody } }, async (request, reply) => {
+      const user = await userOf(request)
+      const changed = await ctx.accounts.changePassword(user, request.body.current_password, request.body.new_password).catch(wrongPassword)
+      // Every earlier session ends, this one included; the caller gets a fresh one.
+      setSession(reply, await ctx.accounts.sessions.issue(changed.id, ctx.deps.now()))
+      return { message: messages.changePassword }
+    })
+
+    r.post('/2fa/setup', async (request) => {
+      const { secret, uri } = await ctx.accounts.setUpTotp(await userOf(request))
+      return { secret, otpauth_uri: uri }
+    })
+
+    r.post('/2fa/verify', async (request) => {
+      const user = await userOf(request)
+      const { code } = twoFactorBody(z.object({ code: z.string() }), request.body)
+      const enabled = await ctx.accounts.enableTotp(user, code)
+      return { enabled: true, enabled_at: enabled.totp!.enabled_at }
+    })
+
+    r.post('/2fa/disable', async (request) => {
+      const user = await userOf(request)
+      const { password, code } = twoFactorBody(z.object({ password: z.string(), code: z.string() }), request.body)
+      await ctx.accounts.disableTotp(user, password, code).catch(wrongPassword)
+      return { message: messages.disable }
+    })
+
+    r.post('/2fa/recovery/regenerate', async (request) => {
+      const codes = await ctx.accounts.regenerateRecoveryCodes(await userOf(request))
+      return { codes, message: messages.recovery }
+    })
+  }
+}

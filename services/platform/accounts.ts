@@ -1,0 +1,394 @@
+import { emailRegistryDecider, type EmailClaim, type EmailClaimCommand, type EmailClaimEvent } from '../../domain/email-registry.ts'
+import {
+  InvalidResetToken,
+  InvalidTotpCode,
+  InvalidVerificationToken,
+  TotpAlreadyEnabled,
+  TotpNotEnabled,
+  TotpNotInitialized,
+  UserNotFound,
+} from '../../domain/errors.ts'
+import { activeKeyPrefix, type Project } from '../../domain/project.ts'
+import { userDecider, type SignupPlan, type TokenGrant, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
+import type { AggregateRef } from '../../streams/event-store.ts'
+import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
+import { platformScope } from '../../streams/names.ts'
+import { createProject, deleteProjectAsOperator, projectRef } from '../projects/project-service.ts'
+import type { Deps } from '../runtime.ts'
+import { AuthLimits } from './auth-limits.ts'
+import { passwordResetMail, tokenLink, verificationMail, type Mail } from './mailer.ts'
+import { decoyPasswordHash, hashPassword, verifyPassword } from './passwords.ts'
+import { decryptAtRest, deriveKey, encryptAtRest, randomSecret, sha256Hex } from './secrets.ts'
+import { SessionIssuer } from './sessions.ts'
+import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, otpauthUri, stepOfCode } from './totp.ts'
+
+export const verificationTtlMs = 24 * 60 * 60 * 1000
+export const passwordResetTtlMs = 60 * 60 * 1000
+
+export function normalizeEmail(email: string): string {
+  return email.trim().toLowerCase()
+}
+
+export function userRef(userId: string): AggregateRef {
+  return { aggregate: 'user', projectId: platformScope, id: userId }
+}
+
+/** The claim's id is a digest: addresses hold characters a subject token cannot. */
+export function emailRef(email: string): AggregateRef {
+  return { aggregate: 'email', projectId: platformScope, id: sha256Hex(normalizeEmail(email)).slice(0, 40) }
+}
+
+const userIdPattern = /^usr_[0-9a-z]{26}$/
+
+/** E-mailed tokens are `<user id>.<secret>`: the id finds the aggregate, the secret's digest is checked there. */
+function newUserToken(userId: string, ttlMs: number, now: Date): { token: string; grant: TokenGrant } {
+  const token = `${userId}.${randomSecret()}`
+  return { token, grant: { token_hash: sha256Hex(token), expires_at: new Date(now.getTime() + ttlMs).toISOString() } }
+}
+
+function userIdOfToken(token: string): string | null {
+  const userId = token.split('.')[0] ?? ''
+  return userIdPattern.test(userId) ? userId : null
+}
+
+export interface ProjectSummary {
+  id: string
+  name: string
+  plan: string
+  api_key_prefix: string | null
+}
+
+export interface Profile {
+  user_id: string
+  email: string
+  email_verified: boolean
+  created_at: string
+  is_admin: boolean
+  display_name: string | null
+  timezone: string
+  locale: string
+  totp_enabled: boolean
+  account: { id: string; name: string }
+  products: Array<{ product_slug: string; enabled: boolean; plan: string }>
+  projects: ProjectSummary[]
+}
+
+export interface LoginResult {
+  user: User
+  session: string
+  recoveryCodeUsed: boolean
+  projects: ProjectSummary[]
+}
+
+/** Why a login was refused, for the edge to turn into the spec's statuses. */
+export class LoginRefused extends Error {
+  constructor(
+    readonly reason: 'invalid_credentials' | 'invalid_totp_code' | 'email_not_verified' | 'totp_required' | 'account_suspended' | 'account_locked',
+    readonly retryAfterMs = 0,
+  ) {
+    super(reason)
+    this.name = 'LoginRefused'
+  }
+}
+
+export class WrongPassword extends Error {
+  constructor() {
+    super('the password is wrong')
+    this.name = 'WrongPassword'
+  }
+}
+
+/**
+ * Sign-up, verification, login, passwords, profile and two-factor: every change a command on
+ * the user aggregate (or the e-mail claim), every read a direct get of the log, so a login right
+ * after a verification never waits for a projection.
+ */
+export class AccountService {
+  readonly #deps: Deps
+  readonly limits: AuthLimits
+  readonly sessions: SessionIssuer
+  readonly #totpKey: Uint8Array
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+    this.limits = new AuthLimits(deps.authLimits)
+    this.sessions = new SessionIssuer(deps.config.secret)
+    this.#totpKey = deriveKey(deps.config.secret, 'totp-at-rest')
+  }
+
+  #meta() {
+    return { now: this.#deps.now().toISOString() }
+  }
+
+  #eventId = () => `evt_${this.#deps.newUlid()}`
+
+  #onUser(userId: string, command: UserCommand): Promise<CommandResult<UserEvent, User>> {
+    return handleCommand<UserCommand, UserEvent, User>(this.#deps.store, userDecider, userRef(userId), command, this.#eventId)
+  }
+
+  async loadUser(userId: string): Promise<User | null> {
+    const user = (await this.#deps.store.load<User>(userRef(userId))).state
+    return user === null || user.status === 'deleted' ? null : user
+  }
+
+  async findUserByEmail(email: string): Promise<User | null> {
+    const claim = (await this.#deps.store.load<EmailClaim>(emailRef(email))).state
+    return claim?.user_id ? this.loadUser(claim.user_id) : null
+  }
+
+  publicUrl(): string {
+    const { publicUrl, host, port } = this.#deps.config
+    return publicUrl ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`
+  }
+
+  /** A failed delivery must not fail the request (the user can ask again); it is logged. */
+  async sendMail(mail: Mail): Promise<void> {
+    try {
+      await this.#deps.mailer.send(mail)
+    } catch (err) {
+      this.#deps.log.error({ err, subject: mail.subject }, 'e-mail could not be sent')
+    }
+  }
+
+  async signUp(input: { email: string; password: string; plan: SignupPlan }): Promise<User> {
+    const email = normalizeEmail(input.email)
+    const passwordHash = await hashPassword(input.password)
+    const userId = `usr_${this.#deps.newUlid().toLowerCase()}`
+    // The claim comes first: it is the uniqueness check. A claim whose user never got written
+    // (a crash between the two appends) names a holder that does not exist, and is taken over.
+    const ref = emailRef(email)
+    const holder = (await this.#deps.store.load<EmailClaim>(ref)).state?.user_id ?? null
+    const goneHolder = holder !== null && (await this.loadUser(holder)) === null ? holder : null
+    await handleCommand<EmailClaimCommand, EmailClaimEvent, EmailClaim>(
+      this.#deps.store,
+      emailRegistryDecider,
+      ref,
+      { type: 'claim_email', data: { user_id: userId, gone_holder: goneHolder }, meta: this.#meta() },
+      this.#eventId,
+    )
+    const { token, grant } = newUserToken(userId, verificationTtlMs, this.#deps.now())
+    const result = await this.#onUser(userId, {
+      type: 'sign_up',
+      data: { user_id: userId, email, password_hash: passwordHash, plan: input.plan, verification: grant },
+      meta: this.#meta(),
+    })
+    await this.sendMail(verificationMail(email, tokenLink(this.publicUrl(), '/verify', token)))
+    return result.state!
+  }
+
+  /**
+   * Opens the account: the first project and its key are created before the token is spent, so
+   * a crash in between leaves the token usable; a verification that loses a race deletes the
+   * project it made.
+   */
+  async verifyEmail(token: string): Promise<{ user: User; project: Project; apiKey: string }> {
+    const userId = userIdOfToken(token)
+    const user = userId === null ? null : await this.loadUser(userId)
+    if (userId === null || user === null) throw new InvalidVerificationToken('the verification token is invalid, used or expired')
+    const tokenHash = sha256Hex(token)
+    const accountId = `acct_${this.#deps.newUlid().toLowerCase()}`
+    const dryRun = {
+      type: 'verify_email' as const,
+      data: { token_hash: tokenHash, account_id: accountId, account_name: user.email, project_id: 'prj_dry_run' },
+      meta: this.#meta(),
+    }
+    userDecider.decide(dryRun, user)
+    const { project, apiKey } = await createProject(this.#deps, {
+      name: 'My first project',
+      plan: user.plan,
+      ownerEmail: user.email,
+      ownerUserId: user.id,
+      keyEnvironment: 'live',
+    })
+    try {
+      const result = await this.#onUser(userId, { ...dryRun, data: { ...dryRun.data, project_id: project.id } })
+      return { user: result.state!, project, apiKey }
+    } catch (err) {
+      await deleteProjectAsOperator(this.#deps, project.id).catch(() => undefined)
+      throw err
+    }
+  }
+
+  /** Issues a fresh 24-hour verification token to an unverified address; nothing otherwise. */
+  async resendVerification(email: string): Promise<void> {
+    const user = await this.findUserByEmail(email)
+    if (user === null || user.email_verified_at !== null) return
+    const { token, grant } = newUserToken(user.id, verificationTtlMs, this.#deps.now())
+    const result = await this.#onUser(user.id, { type: 'issue_verification_token', data: { verification: grant }, meta: this.#meta() })
+    if (result.appended) await this.sendMail(verificationMail(user.email, tokenLink(this.publicUrl(), '/verify', token)))
+  }
+
+  async requestPasswordReset(email: string): Promise<void> {
+    const user = await this.findUserByEmail(email)
+    if (user === null || user.status !== 'active') return
+    const { token, grant } = newUserToken(user.id, passwordResetTtlMs, this.#deps.now())
+    await this.#onUser(user.id, { type: 'request_password_reset', data: { reset: grant }, meta: this.#meta() })
+    await this.sendMail(passwordResetMail(user.email, tokenLink(this.publicUrl(), '/reset-password', token)))
+  }
+
+  async resetPassword(token: string, newPassword: string): Promise<void> {
+    const userId = userIdOfToken(token)
+    const user = userId === null ? null : await this.loadUser(userId)
+    if (user === null) throw new InvalidResetToken('the reset token is invalid, used or expired')
+    // Checked before the slow hash, so bad tokens cost nothing.
+    userDecider.decide({ type: 'reset_password', data: { token_hash: sha256Hex(token), password_hash: '' }, meta: this.#meta() }, user)
+    const passwordHash = await hashPassword(newPassword)
+    await this.#onUser(user.id, { type: 'reset_password', data: { token_hash: sha256Hex(token), password_hash: passwordHash }, meta: this.#meta() })
+    await this.limits.clearLoginFailures(user.id)
+  }
+
+  async login(input: { email: string; password: string; totpCode?: string | undefined; recoveryCode?: string | undefined }): Promise<LoginResult> {
+    const now = this.#deps.now()
+    const user = await this.findUserByEmail(input.email)
+    if (user !== null) {
+      const lockedForMs = await this.limits.lockedForMs(user.id, now)
+      if (lockedForMs > 0) throw new LoginRefused('account_locked', lockedForMs)
+    }
+    const isMatch = await verifyPassword(input.password, user?.password_hash ?? (await decoyPasswordHash()))
+    if (user === null || !isMatch) {
+      if (user !== null) await this.limits.recordLoginFailure(user.id, now)
+      throw new LoginRefused('invalid_credentials')
+    }
+    if (user.email_verified_at === null) throw new LoginRefused('email_not_verified')
+    if (user.status === 'suspended') throw new LoginRefused('account_suspended')
+    let recoveryCodeUsed = false
+    if (user.totp?.enabled_at) {
+      if (input.totpCode !== undefined) {
+        await this.#acceptTotpCode(user, input.totpCode, now)
+      } else if (input.recoveryCode !== undefined) {
+        await this.#useRecoveryCode(user, input.recoveryCode, now)
+        recoveryCodeUsed = true
+      } else {
+        throw new LoginRefused('totp_required')
+      }
+    }
+    await this.limits.clearLoginFailures(user.id)
+    return { user, session: await this.sessions.issue(user.id, now), recoveryCodeUsed, projects: await this.ownedProjects(user) }
+  }
+
+  async #acceptTotpCode(user: User, code: string, now: Date): Promise<void> {
+    const step = await stepOfCode(this.#totpSecretOf(user), code, now)
+    try {
+      if (step === null) throw new InvalidTotpCode('the code does not match')
+      await this.#onUser(user.id, { type: 'accept_totp_step', data: { step }, meta: this.#meta() })
+    } catch (err) {
+      if (!(err instanceof InvalidTotpCode)) throw err
+      await this.limits.recordLoginFailure(user.id, now)
+      throw new LoginRefused('invalid_totp_code')
+    }
+  }
+
+  async #useRecoveryCode(user: User, code: string, now: Date): Promise<void> {
+    try {
+      await this.#onUser(user.id, { type: 'use_recovery_code', data: { code_hash: hashRecoveryCode(code) }, meta: this.#meta() })
+    } catch (err) {
+      if (!(err instanceof InvalidTotpCode)) throw err
+      await this.limits.recordLoginFailure(user.id, now)
+      throw new LoginRefused('invalid_totp_code')
+    }
+  }
+
+  #totpSecretOf(user: User): string {
+    return decryptAtRest(this.#totpKey, user.totp!.secret_encrypted)
+  }
+
+  /**
+   * Projects the user owns, oldest first. The user's index may name a project it has since left
+   * (the index is written second); the project aggregate decides.
+   */
+  async ownedProjects(user: User): Promise<ProjectSummary[]> {
+    const summaries = await Promise.all(
+      user.project_ids.map(async (id) => {
+        const project = (await this.#deps.store.load<Project>(projectRef(id))).state
+        const isOwner = project?.status === 'active' && project.members.some((m) => m.user_id === user.id && m.role === 'owner')
+        return isOwner ? project : null
+      }),
+    )
+    return summaries
+      .filter((p): p is Project => p !== null)
+      .sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id))
+      .map((p) => ({ id: p.id, name: p.name, plan: p.plan, api_key_prefix: activeKeyPrefix(p) }))
+  }
+
+  /** The spec's profile object (`GET /platform/v1/auth/me`). */
+  async profile(user: User): Promise<Profile> {
+    return {
+      user_id: user.id,
+      email: user.email,
+      email_verified: user.email_verified_at !== null,
+      created_at: user.created_at,
+      is_admin: user.is_admin,
+      display_name: user.display_name,
+      timezone: user.timezone,
+      locale: user.locale,
+      totp_enabled: Boolean(user.totp?.enabled_at),
+      account: user.account ?? { id: '', name: '' },
+      products: [{ product_slug: 'jobsvc', enabled: user.email_verified_at !== null, plan: user.plan }],
+      projects: await this.ownedProjects(user),
+    }
+  }
+
+  async changePassword(user: User, currentPassword: string, newPassword: string): Promise<User> {
+    if (!(await verifyPassword(currentPassword, user.password_hash))) throw new WrongPassword()
+    const passwordHash = await hashPassword(newPassword)
+    const result = await this.#onUser(user.id, { type: 'change_password', data: { password_hash: passwordHash }, meta: this.#meta() })
+    return result.state!
+  }
+
+  async updateProfile(user: User, changes: { display_name?: string | null; timezone?: string; locale?: string }): Promise<User> {
+    const result = await this.#onUser(user.id, { type: 'update_profile', data: changes, meta: this.#meta() })
+    return result.state!
+  }
+
+  async setUpTotp(user: User): Promise<{ secret: string; uri: string }> {
+    if (user.totp?.enabled_at) throw new TotpAlreadyEnabled('two-factor authentication is already enabled')
+    const secret = newTotpSecret()
+    await this.#onUser(user.id, { type: 'stage_totp', data: { secret_encrypted: encryptAtRest(this.#totpKey, secret) }, meta: this.#meta() })
+    return { secret, uri: otpauthUri(secret, user.email) }
+  }
+
+  async enableTotp(user: User, code: string): Promise<User> {
+    if (user.totp?.enabled_at) throw new TotpAlreadyEnabled('two-factor authentication is already enabled')
+    if (user.totp === null) throw new TotpNotInitialized('call 2fa/setup first')
+    const step = await stepOfCode(this.#totpSecretOf(user), code, this.#deps.now())
+    if (step === null) throw new InvalidTotpCode('the code does not match')
+    return (await this.#onUser(user.id, { type: 'enable_totp', data: { step }, meta: this.#meta() })).state!
+  }
+
+  async disableTotp(user: User, password: string, code: string): Promise<void> {
+    if (!user.totp?.enabled_at) throw new TotpNotEnabled('two-factor authentication is not enabled')
+    if (!(await verifyPassword(password, user.password_hash))) throw new WrongPassword()
+    const step = await stepOfCode(this.#totpSecretOf(user), code, this.#deps.now())
+    if (step === null) throw new InvalidTotpCode('the code does not match')
+    await this.#onUser(user.id, { type: 'disable_totp', data: { step }, meta: this.#meta() })
+  }
+
+  async regenerateRecoveryCodes(user: User): Promise<string[]> {
+    const codes = newRecoveryCodes()
+    await this.#onUser(user.id, { type: 'regenerate_recovery_codes', data: { code_hashes: codes.map(hashRecoveryCode) }, meta: this.#meta() })
+    return codes
+  }
+
+  /** Adds a project to the user's index (after the project's own membership change). */
+  async indexProject(userId: string, projectId: string, joined: boolean): Promise<void> {
+    await this.#onUser(userId, {
+      type: joined ? 'join_project' : 'leave_project',
+      data: { project_id: projectId },
+      meta: this.#meta(),
+    }).catch((err) => {
+      if (!(err instanceof UserNotFound)) throw err
+    })
+  }
+
+  async deleteAccount(user: User): Promise<void> {
+    await this.#onUser(user.id, { type: 'delete_account', data: {}, meta: this.#meta() })
+    await handleCommand<EmailClaimCommand, EmailClaimEvent, EmailClaim>(
+      this.#deps.store,
+      emailRegistryDecider,
+      emailRef(user.email),
+      { type: 'release_email', data: { user_id: user.id }, meta: this.#meta() },
+      this.#eventId,
+    )
+  }
+}
+

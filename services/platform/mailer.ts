@@ -1,0 +1,67 @@
+import { createTransport, type Transporter } from 'nodemailer'
+import type { Logger } from 'pino'
+
+export interface Mail {
+  to: string
+  subject: string
+  text: string
+}
+
+/** Sends the service's e-mails: over SMTP when SMTP_URL is set, to the log otherwise. */
+export interface Mailer {
+  send(mail: Mail): Promise<void>
+  close(): void
+}
+
+const sender = 'jobsvc <no-reply@jobsvc.local>'
+
+export function createMailer(smtpUrl: string | null, log: Logger): Mailer {
+  if (smtpUrl === null) {
+    return {
+      async send(mail) {
+        log.info({ mail }, 'e-mail (SMTP_URL is unset, so it is logged instead of sent)')
+      },
+      close() {},
+    }
+  }
+  const transport: Transporter = createTransport(smtpUrl)
+  return {
+    async send(mail) {
+      await transport.sendMail({ from: sender, to: mail.to, subject: mail.subject, text: mail.text })
+    },
+    close() {
+      transport.close()
+    },
+  }
+}
+
+/** A link under PUBLIC_URL carrying the token as `token=<token>` (CONTRACT.md, E-mail). */
+export function tokenLink(publicUrl: string, path: string, token: string): string {
+  const url = new URL(path, publicUrl.endsWith('/') ? publicUrl : `${publicUrl}/`)
+  url.searchParams.set('token', token)
+  return url.toString()
+}
+
+export function verificationMail(to: string, link: string): Mail {
+  return {
+    to,
+    subject: 'Verify your e-mail address',
+    text: `Welcome to jobsvc.\n\nOpen this link within 24 hours to verify your address and create your first project:\n\n${link}\n\nIf you did not sign up, ignore this message.\n`,
+  }
+}
+
+export function passwordResetMail(to: string, link: string): Mail {
+  return {
+    to,
+    subject: 'Reset your password',
+    text: `Someone asked to reset the password of your jobsvc account.\n\nOpen this link within 1 hour to choose a new password:\n\n${link}\n\nIf it was not you, ignore this message; your password is unchanged.\n`,
+  }
+}
+
+export function inviteMail(to: string, projectName: string, role: string, link: string): Mail {
+  return {
+    to,
+    subject: `You are invited to ${projectName} on jobsvc`,
+    text: `You were invited to join the project "${projectName}" as ${role}.\n\nSign in with this address and open this link within 7 days to accept:\n\n${link}\n`,
+  }
+}
