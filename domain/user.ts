@@ -71,7 +71,13 @@ export type UserEvent =
     }
   | { type: 'terms_accepted'; data: { accepted_at: string } }
   | { type: 'verification_token_issued'; data: TokenGrant }
-  | { type: 'email_verified'; data: { account_id: string; account_name: string; project_id: string; verified_at: string } }
+  | {
+      type: 'email_verified'
+      /** `project_id` null: an operator opened the account (command line) without a first project. */
+      data: { account_id: string; account_name: string; project_id: string | null; verified_at: string }
+    }
+  | { type: 'user_suspended'; data: { suspended_at: string } }
+  | { type: 'user_reinstated'; data: { reinstated_at: string } }
   | { type: 'password_reset_requested'; data: TokenGrant }
   | { type: 'password_reset'; data: { password_hash: string; changed_at: string } }
   | { type: 'password_changed'; data: { password_hash: string; changed_at: string } }
@@ -94,6 +100,9 @@ export type UserCommand =
   | Command<'sign_up', { user_id: string; email: string; password_hash: string; plan: SignupPlan; verification: TokenGrant }>
   | Command<'issue_verification_token', { verification: TokenGrant }>
   | Command<'verify_email', { token_hash: string; account_id: string; account_name: string; project_id: string }>
+  | Command<'open_account_by_operator', { account_id: string; account_name: string }>
+  | Command<'suspend_user', Record<string, never>>
+  | Command<'reinstate_user', Record<string, never>>
   | Command<'request_password_reset', { reset: TokenGrant }>
   | Command<'reset_password', { token_hash: string; password_hash: string }>
   | Command<'change_password', { password_hash: string }>
@@ -153,6 +162,13 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
         { type: 'project_joined', data: { project_id } },
       ]
     }
+    case 'open_account_by_operator':
+      if (user.email_verified_at !== null) return []
+      return [{ type: 'email_verified', data: { ...command.data, project_id: null, verified_at: now } }]
+    case 'suspend_user':
+      return user.status === 'suspended' ? [] : [{ type: 'user_suspended', data: { suspended_at: now } }]
+    case 'reinstate_user':
+      return user.status === 'active' ? [] : [{ type: 'user_reinstated', data: { reinstated_at: now } }]
     case 'request_password_reset':
       return [{ type: 'password_reset_requested', data: command.data.reset }]
     case 'reset_password':
@@ -240,6 +256,10 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
         account: { id: event.data.account_id, name: event.data.account_name },
         updated_at: event.data.verified_at,
       }
+    case 'user_suspended':
+      return { ...state, status: 'suspended', updated_at: event.data.suspended_at }
+    case 'user_reinstated':
+      return { ...state, status: 'active', updated_at: event.data.reinstated_at }
     case 'password_reset_requested':
       return { ...state, password_reset: event.data }
     case 'password_reset':

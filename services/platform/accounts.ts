@@ -152,7 +152,13 @@ export class AccountService {
 
   async signUp(input: { email: string; password: string; plan: SignupPlan }): Promise<User> {
     const email = normalizeEmail(input.email)
-    const passwordHash = await hashPassword(input.password)
+    const { user, verificationToken } = await this.#createUser(email, input.password, input.plan)
+    await this.sendMail(verificationMail(email, tokenLink(this.publicUrl(), '/verify', verificationToken)))
+    return user
+  }
+
+  async #createUser(email: string, password: string, plan: SignupPlan): Promise<{ user: User; verificationToken: string }> {
+    const passwordHash = await hashPassword(password)
     const userId = `usr_${this.#deps.newUlid().toLowerCase()}`
     // The claim comes first: it is the uniqueness check. A claim whose user never got written
     // (a crash between the two appends) names a holder that does not exist, and is taken over.
@@ -169,11 +175,10 @@ export class AccountService {
     const { token, grant } = newUserToken(userId, verificationTtlMs, this.#deps.now())
     const result = await this.#onUser(userId, {
       type: 'sign_up',
-      data: { user_id: userId, email, password_hash: passwordHash, plan: input.plan, verification: grant },
+      data: { user_id: userId, email, password_hash: passwordHash, plan, verification: grant },
       meta: this.#meta(),
     })
-    await this.sendMail(verificationMail(email, tokenLink(this.publicUrl(), '/verify', token)))
-    return result.state!
+    return { user: result.state!, verificationToken: token }
   }
 
   /**
@@ -207,6 +212,30 @@ export class AccountService {
       await deleteProjectAsOperator(this.#deps, project.id).catch(() => undefined)
       throw err
     }
+  }
+
+  /**
+   * The operator's way in (`cli project create --email`): the user with this address, created
+   * verified if there is none. Its password is random and unknown; the owner sets one through
+   * "forgot password".
+   */
+  async ensureVerifiedUser(email: string, plan: SignupPlan): Promise<User> {
+    const existing = await this.findUserByEmail(email)
+    const user = existing ?? (await this.#createUser(normalizeEmail(email), randomSecret(), plan)).user
+    const result = await this.#onUser(user.id, {
+      type: 'open_account_by_operator',
+      data: { account_id: user.account?.id ?? `acct_${this.#deps.newUlid().toLowerCase()}`, account_name: user.email },
+      meta: this.#meta(),
+    })
+    return result.state!
+  }
+
+  /** Operator actions (command line): a suspended user cannot log in; sessions end at once. */
+  async setSuspended(email: string, suspended: boolean): Promise<User> {
+    const user = await this.findUserByEmail(email)
+    if (user === null) throw new UserNotFound(`no user has the address ${email}`)
+    const result = await this.#onUser(user.id, { type: suspended ? 'suspend_user' : 'reinstate_user', data: {}, meta: this.#meta() })
+    return result.state!
   }
 
   /** Issues a fresh 24-hour verification token to an unverified address; nothing otherwise. */
