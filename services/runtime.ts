@@ -5,7 +5,7 @@ import { monotonicFactory } from 'ulid'
 import { ensureDatabase, openSql, type Sql } from '../projections/database.ts'
 import { migrate } from '../projections/migrate.ts'
 import { connectNats, type NatsHandles } from '../streams/connection.ts'
-import { ensureStreams, openAuthLimitsBucket, openHeartbeatBucket } from '../streams/definitions.ts'
+import { ensureStreams, openAuthLimitsBucket, openHeartbeatBucket, openIdempotencyBucket } from '../streams/definitions.ts'
 import { EventStore } from '../streams/event-store.ts'
 import type { Config } from './config.ts'
 import { createMailer, type Mailer } from './platform/mailer.ts'
@@ -20,6 +20,8 @@ export interface Deps {
   heartbeats: KV
   /** Sliding windows of the anonymous auth routes, login failures and cooldowns. */
   authLimits: KV
+  /** Stored answers of requests sent with an idempotency key. */
+  idempotency: KV
   mailer: Mailer
   /** The current instant; tests may pass a fixed or shifted clock. */
   now: () => Date
@@ -69,6 +71,7 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
   await ensureStreams(nats.jsm, config.namespace)
   const heartbeats = await openHeartbeatBucket(nats.nc, config.namespace)
   const authLimits = await openAuthLimitsBucket(nats.nc, config.namespace)
+  const idempotency = await openIdempotencyBucket(nats.nc, config.namespace)
   const mailer = createMailer(config.smtpUrl, log)
   const ulid = monotonicFactory(pooledRandom())
   const store = new EventStore(config.namespace, nats.nc, nats.jsm)
@@ -80,6 +83,7 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
     sql,
     heartbeats,
     authLimits,
+    idempotency,
     mailer,
     now: () => new Date(),
     newUlid: () => ulid(),

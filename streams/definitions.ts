@@ -7,7 +7,7 @@ import {
 } from '@nats-io/jetstream'
 import { Kvm, type KV } from '@nats-io/kv'
 import type { NatsConnection } from '@nats-io/transport-node'
-import { authLimitsBucketName, eventsStreamName, eventsSubjectFilter, heartbeatBucketName } from './names.ts'
+import { authLimitsBucketName, eventsStreamName, eventsSubjectFilter, heartbeatBucketName, idempotencyBucketName } from './names.ts'
 
 const nanosPerMs = 1_000_000
 
@@ -63,9 +63,15 @@ export async function openAuthLimitsBucket(nc: NatsConnection, ns: string): Prom
   return kvm.create(authLimitsBucketName(ns), { history: 1, ttl: 60 * 60 * 1000 })
 }
 
+/** Stored answers of requests sent with an idempotency key, forgotten 24 hours after their last write. */
+export async function openIdempotencyBucket(nc: NatsConnection, ns: string): Promise<KV> {
+  const kvm = new Kvm(nc)
+  return kvm.create(idempotencyBucketName(ns), { history: 1, ttl: 24 * 60 * 60 * 1000 })
+}
+
 /** Removes everything `ensureStreams` and the bucket openers made for `ns` (tests only). */
 export async function deleteNamespace(jsm: JetStreamManager, ns: string): Promise<void> {
-  const names = [eventsStreamName(ns), `KV_${heartbeatBucketName(ns)}`, `KV_${authLimitsBucketName(ns)}`]
+  const names = [eventsStreamName(ns), `KV_${heartbeatBucketName(ns)}`, `KV_${authLimitsBucketName(ns)}`, `KV_${idempotencyBucketName(ns)}`]
   for (const name of names) {
     await jsm.streams.delete(name).catch(() => undefined)
   }

@@ -86,6 +86,11 @@ export function authLimitsBucketName(ns: string): string {
   return `${ns}_auth_limits`
 }
 
+/** Idempotency keys of state-changing requests (24-hour TTL). */
+export function idempotencyBucketName(ns: string): string {
+  return `${ns}_idempotency`
+}
+
 export function heartbeatBucketName(ns: string): string {
   return `${ns}_heartbeats`
 }

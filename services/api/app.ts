@@ -7,6 +7,7 @@ import { TeamService } from '../projects/team-service.ts'
 import type { Deps } from '../runtime.ts'
 import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
 import { invalidRequest, registerErrorHandling } from './errors.ts'
+import { registerIdempotency } from './idempotency-hooks.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
 import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -108,6 +109,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
       v1.addHook('onRequest', async (request) => {
         request.principal = await context.keys.authenticate(request.headers.authorization)
       })
+      registerIdempotency(v1, deps)
       await v1.register(jobRoutes(context), { prefix: '/jobs' })
       await v1.register(workerRoutes(context), { prefix: '/workers' })
     },
