@@ -160,11 +160,19 @@ function requireMember(project: Project, userId: string): Member {
   return member
 }
 
+/**
+ * Below the owner, a member manages only roles strictly below their own: an admin invites,
+ * changes and removes members and viewers, not other admins. The owner manages everyone.
+ */
+function outranks(actorRole: ProjectRole, role: ProjectRole): boolean {
+  return actorRole === 'owner' || (hasRoleAtLeast(actorRole, role) && actorRole !== role)
+}
+
 /** Roles that can be given by invitation or role change; ownership moves only by transfer. */
 function requireAssignableRole(role: string, actorRole: ProjectRole): ProjectRole {
   if (!isProjectRole(role)) throw new InvalidRole(`role must be one of ${projectRoles.join(', ')}`)
   if (role === 'owner') throw new InvalidRole('ownership is given only by a transfer')
-  if (!hasRoleAtLeast(actorRole, role)) throw new RoleExceedsCaller(`a ${actorRole} cannot grant the role ${role}`)
+  if (!outranks(actorRole, role)) throw new RoleExceedsCaller(`a ${actorRole} cannot grant the role ${role}`)
   return role
 }
 
@@ -245,7 +253,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       const actorRole = requireRole(project, actor, 'admin', 'changing roles')
       const member = requireMember(project, command.data.user_id)
       if (member.role === 'owner') throw new CannotModifyOwner('the owner keeps the owner role until ownership is transferred')
-      if (!hasRoleAtLeast(actorRole, member.role)) throw new RoleExceedsCaller(`a ${actorRole} cannot change a ${member.role}`)
+      if (!outranks(actorRole, member.role)) throw new RoleExceedsCaller(`a ${actorRole} cannot change a ${member.role}`)
       const role = requireAssignableRole(command.data.role, actorRole)
       if (role === member.role) return []
       return [{ type: 'member_role_changed', data: { user_id: member.user_id, role, previous_role: member.role, changed_at: now } }]
@@ -256,7 +264,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       if (actorRole === null) throw new ProjectNotFound(project.id)
       const member = requireMember(project, command.data.user_id)
       if (member.role === 'owner') throw new CannotRemoveOwner('the owner cannot be removed; transfer ownership first')
-      if (!hasRoleAtLeast(actorRole, member.role)) throw new RoleExceedsCaller(`a ${actorRole} cannot remove a ${member.role}`)
+      if (!leavingSelf && !outranks(actorRole, member.role)) throw new RoleExceedsCaller(`a ${actorRole} cannot remove a ${member.role}`)
       return [{ type: 'member_removed', data: { user_id: member.user_id, removed_at: now } }]
     }
     case 'transfer_ownership': {

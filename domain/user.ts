@@ -108,7 +108,8 @@ export type UserCommand =
   | Command<'change_password', { password_hash: string }>
   | Command<'update_profile', { display_name?: string | null; timezone?: string; locale?: string }>
   | Command<'stage_totp', { secret_encrypted: string }>
-  | Command<'enable_totp', { step: number }>
+  /** `secret_encrypted`: the staged secret the code was checked against (a setup in between makes it stale). */
+  | Command<'enable_totp', { step: number; secret_encrypted: string }>
   | Command<'accept_totp_step', { step: number }>
   | Command<'use_recovery_code', { code_hash: string }>
   | Command<'regenerate_recovery_codes', { code_hashes: string[] }>
@@ -192,6 +193,7 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
     case 'enable_totp':
       if (user.totp?.enabled_at) throw new TotpAlreadyEnabled('two-factor authentication is already enabled')
       if (user.totp === null) throw new TotpNotInitialized('call 2fa/setup first')
+      if (user.totp.secret_encrypted !== command.data.secret_encrypted) throw new InvalidTotpCode('2fa/setup ran again meanwhile; use the newest secret')
       requireFreshStep(user.totp, command.data.step)
       return [{ type: 'two_factor_enabled', data: { enabled_at: now, step: command.data.step } }]
     case 'accept_totp_step':

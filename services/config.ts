@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { z } from 'zod'
+import type { Plan } from '../domain/project.ts'
 import { isValidNamespace } from '../streams/names.ts'
+import { plansFileSchema, resolvePlans, type PlanLimits } from './metering/plans.ts'
 
 const booleanString = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
@@ -55,7 +57,7 @@ export type Tunables = z.infer<typeof tunablesSchema>
 
 const configFileSchema = z
   .object({
-    plans: z.record(z.string(), z.unknown()).optional(),
+    plans: plansFileSchema.optional(),
     tunables: tunablesSchema.partial().optional(),
   })
   .passthrough()
@@ -75,6 +77,7 @@ export interface Config {
   webhookAllowHosts: string[]
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
   tunables: Tunables
+  plans: Readonly<Record<Plan, PlanLimits>>
 }
 
 export class ConfigError extends Error {
@@ -93,6 +96,7 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
   }
   const e = parsed.data
   let fileTunables: Partial<Tunables> = {}
+  let filePlans: z.infer<typeof plansFileSchema> = {}
   if (e.JOBSVC_CONFIG) {
     let raw: unknown
     try {
@@ -103,6 +107,7 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
     const file = configFileSchema.safeParse(raw)
     if (!file.success) throw new ConfigError(`JOBSVC_CONFIG ${e.JOBSVC_CONFIG}: ${file.error.issues[0]!.message}`)
     fileTunables = file.data.tunables ?? {}
+    filePlans = file.data.plans ?? {}
   }
   return Object.freeze({
     port: e.PORT,
@@ -118,5 +123,6 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
     webhookAllowHosts: e.WEBHOOK_ALLOW_HOSTS.split(',').map((s) => s.trim()).filter(Boolean),
     logLevel: e.LOG_LEVEL,
     tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
+    plans: resolvePlans(filePlans),
   })
 }

@@ -13,6 +13,8 @@ export interface Principal {
   projectId: string
   /** API keys act for the whole project (role owner); dashboard users get their membership role. */
   role: ProjectRole
+  /** The project as this process last saw it (plan, billing settings). */
+  project: Project
 }
 
 /** A cached project older than this is loaded again even if no event said it changed. */
@@ -103,6 +105,6 @@ export class ApiKeyDirectory {
     if (record === undefined || !isHashMatch(this.#hashOf(key), record.key_hash)) throw unauthorized()
     const isUsable = record.status === 'active' || (record.status === 'grace' && record.expires_at !== null && Date.parse(record.expires_at) > now)
     if (!isUsable) throw unauthorized()
-    return { projectId, role: 'owner' }
+    return { projectId, role: 'owner', project: project! }
   }
 }

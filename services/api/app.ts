@@ -1,12 +1,13 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod'
 import { JobService } from '../jobs/job-service.ts'
+import { RequestRateLimiter } from '../metering/request-rate.ts'
 import { AccountLifecycle } from '../platform/account-lifecycle.ts'
 import { AccountService } from '../platform/accounts.ts'
 import { TeamService } from '../projects/team-service.ts'
 import type { Deps } from '../runtime.ts'
 import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
-import { invalidRequest, registerErrorHandling } from './errors.ts'
+import { invalidRequest, rateLimitExceeded, registerErrorHandling } from './errors.ts'
 import { registerIdempotency } from './idempotency-hooks.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
 import { ReadyNotifier } from './ready-notifier.ts'
@@ -32,6 +33,7 @@ export interface ApiContext {
   accounts: AccountService
   team: TeamService
   accountExports: AccountLifecycle
+  requestRate: RequestRateLimiter
   /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
   stopping: AbortSignal
 }
@@ -92,6 +94,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     accounts,
     team,
     accountExports: new AccountLifecycle(deps, accounts, team),
+    requestRate: new RequestRateLimiter(deps.sql),
     stopping,
   }
   context.keys.start()
@@ -101,13 +104,25 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     context.keys.stop()
     context.ready.stop()
     context.watcher.stop()
+    await context.requestRate.stop()
   })
 
   await app.register(healthRoutes(context), { prefix: '/jobsvc/health' })
   await app.register(
     async (v1) => {
-      v1.addHook('onRequest', async (request) => {
+      v1.addHook('onRequest', async (request, reply) => {
         request.principal = await context.keys.authenticate(request.headers.authorization)
+        const { project } = request.principal
+        const verdict = await context.requestRate.admit(project.id, deps.config.plans[project.plan].requests_per_hour, deps.now())
+        void reply.headers({
+          'X-RateLimit-Limit': String(verdict.limit),
+          'X-RateLimit-Remaining': String(verdict.remaining),
+          'X-RateLimit-Reset': String(verdict.resetAt),
+        })
+        if (!verdict.admitted) {
+          const retryAfterMs = verdict.resetAt * 1000 - deps.now().getTime()
+          throw rateLimitExceeded(retryAfterMs, `the project's plan allows ${verdict.limit} requests per hour`)
+        }
       })
       registerIdempotency(v1, deps)
       await v1.register(jobRoutes(context), { prefix: '/jobs' })

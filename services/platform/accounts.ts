@@ -381,7 +381,8 @@ export class AccountService {
     if (user.totp === null) throw new TotpNotInitialized('call 2fa/setup first')
     const step = await stepOfCode(this.#totpSecretOf(user), code, this.#deps.now())
     if (step === null) throw new InvalidTotpCode('the code does not match')
-    return (await this.#onUser(user.id, { type: 'enable_totp', data: { step }, meta: this.#meta() })).state!
+    const checked = { step, secret_encrypted: user.totp.secret_encrypted }
+    return (await this.#onUser(user.id, { type: 'enable_totp', data: checked, meta: this.#meta() })).state!
   }
 
   async disableTotp(user: User, password: string, code: string): Promise<void> {

@@ -8,6 +8,7 @@ import { connectNats } from '../../streams/connection.ts'
 import { deleteNamespace } from '../../streams/definitions.ts'
 import * as api from '../../services/api/index.ts'
 import { tunablesSchema, type Config, type Tunables } from '../../services/config.ts'
+import { resolvePlans } from '../../services/metering/plans.ts'
 import * as projector from '../../services/projector/index.ts'
 import { createProject } from '../../services/projects/project-service.ts'
 import { openRuntime, type Runtime } from '../../services/runtime.ts'
@@ -44,6 +45,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     trustProxy: false,
     webhookAllowHosts: [],
     logLevel: 'silent',
+    plans: resolvePlans(),
     ...overrides,
     tunables: tunablesSchema.parse(tunables),
   }

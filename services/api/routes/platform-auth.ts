@@ -186,7 +186,8 @@ export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
       const changes: { display_name?: string | null; timezone?: string; locale?: string } = {}
       if (b.display_name !== undefined) {
         const trimmed = b.display_name?.trim() ?? ''
-        if (trimmed.length > 100) throw new ApiError(400, 'display_name_too_long', 'display_name must be at most 100 characters')
+        // Characters as a person counts them (code points), not UTF-16 units.
+        if ([...trimmed].length > 100) throw new ApiError(400, 'display_name_too_long', 'display_name must be at most 100 characters')
         changes.display_name = trimmed === '' ? null : trimmed
       }
       if (b.timezone !== undefined) {
