@@ -89,3 +89,6 @@ export class RoleExceedsCaller extends refusal('role_exceeds_caller') {}
 export class InvalidRole extends refusal('invalid_role') {}
 /** The acting member's role is too low for the command. */
 export class Forbidden extends refusal('forbidden') {}
+export class OverageUnavailable extends refusal('overage_unavailable') {}
+/** Job creation (and webhook changes) while the project's billing state is not active. */
+export class BillingStateBlocked extends refusal('billing_state_blocked') {}

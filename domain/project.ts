@@ -9,6 +9,7 @@ import {
   InvalidToken,
   KeyRevoked,
   LastProject,
+  OverageUnavailable,
   MemberExists,
   MemberNotFound,
   ProjectAlreadyExists,
@@ -24,6 +25,9 @@ import {
 
 export type Plan = 'free' | 'starter' | 'pro' | 'business' | 'enterprise'
 export const plans: readonly Plan[] = ['free', 'starter', 'pro', 'business', 'enterprise']
+
+export type BillingState = 'active' | 'past_due' | 'unpaid' | 'cancelled' | 'suspended'
+export const billingStates: readonly BillingState[] = ['active', 'past_due', 'unpaid', 'cancelled', 'suspended']
 
 export type ProjectRole = 'owner' | 'admin' | 'member' | 'viewer'
 export const projectRoles: readonly ProjectRole[] = ['owner', 'admin', 'member', 'viewer']
@@ -81,6 +85,19 @@ export interface Project {
   keys_revoked_at: string | null
   members: Member[]
   invites: Invite[]
+  /** Billing (absent in projects created before billing existed: read with `billingOf`). */
+  billing_state?: BillingState
+  overage_enabled?: boolean
+  spend_cap_cents?: number | null
+  /** Allowance warnings already sent, as `<period>:<percent>`, for the current period only. */
+  allowance_warnings?: string[]
+  /** The billing period the project was last rolled into (`YYYY-MM-01`). */
+  billing_period?: string | null
+}
+
+/** A project's billing settings with their defaults. */
+export function billingOf(project: Project): { state: BillingState; overageEnabled: boolean; spendCapCents: number | null } {
+  return { state: project.billing_state ?? 'active', overageEnabled: project.overage_enabled ?? false, spendCapCents: project.spend_cap_cents ?? null }
 }
 
 export type ProjectAggregate = Project | null
@@ -101,6 +118,17 @@ export type ProjectEvent =
   | { type: 'member_role_changed'; data: { user_id: string; role: ProjectRole; previous_role: ProjectRole; changed_at: string } }
   | { type: 'member_removed'; data: { user_id: string; removed_at: string } }
   | { type: 'ownership_transferred'; data: { from_user_id: string; to_user_id: string; transferred_at: string } }
+  | { type: 'plan_changed'; data: { plan: Plan; previous_plan: Plan; changed_at: string } }
+  | { type: 'overage_enabled'; data: { enabled_at: string } }
+  | { type: 'overage_disabled'; data: { disabled_at: string } }
+  | { type: 'spend_cap_updated'; data: { spend_cap_cents: number | null; updated_at: string } }
+  | { type: 'billing_state_changed'; data: { state: BillingState; previous_state: BillingState; provider_event_id: string | null; changed_at: string } }
+  | { type: 'allowance_warning_80' | 'allowance_warning_100'; data: { period: string; used: number; allowance: number; warned_at: string } }
+  | {
+      type: 'billing_period_reset'
+      data: { period: string; previous_period: string | null; previous_used: number; previous_overage: number; previous_overage_cents: number; reset_at: string }
+    }
+  | { type: 'overage_charged'; data: { period: string; overage: number; cents: number; charged_at: string } }
 
 export type ProjectEventType = ProjectEvent['type']
 
@@ -130,6 +158,13 @@ export type ProjectCommand =
   | Command<'change_member_role', Acting & { user_id: string; role: string }>
   | Command<'remove_member', Acting & { user_id: string }>
   | Command<'transfer_ownership', Acting & { user_id: string }>
+  /** `overage_available`: whether the new plan has an overage rate (plan numbers live outside the domain). */
+  | Command<'change_plan', Acting & { plan: Plan; overage_available: boolean }>
+  | Command<'set_overage', Acting & { enabled: boolean; overage_available: boolean }>
+  | Command<'set_spend_cap', Acting & { spend_cap_cents: number | null }>
+  | Command<'set_billing_state', { state: BillingState; provider_event_id: string | null }>
+  | Command<'warn_allowance', { period: string; percent: 80 | 100; used: number; allowance: number }>
+  | Command<'roll_billing_period', { period: string; previous_used: number; previous_overage: number; previous_overage_cents: number }>
 
 /** The lookup prefix of the key that works now; null once the keys are revoked. */
 export function activeKeyPrefix(project: Project): string | null {
@@ -188,6 +223,35 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       },
       { type: 'api_key_issued', data: { prefix: d.key.prefix, key_hash: d.key.key_hash, issued_at: now } },
     ]
+  }
+  if (command.type === 'set_billing_state') {
+    const project = requireProject(state)
+    const current = billingOf(project).state
+    if (command.data.state === current) return []
+    return [{ type: 'billing_state_changed', data: { state: command.data.state, previous_state: current, provider_event_id: command.data.provider_event_id, changed_at: now } }]
+  }
+  if (command.type === 'warn_allowance') {
+    const project = requireProject(state)
+    const mark = `${command.data.period}:${command.data.percent}`
+    if ((project.allowance_warnings ?? []).includes(mark)) return []
+    const { period, used, allowance } = command.data
+    return [{ type: command.data.percent === 80 ? 'allowance_warning_80' : 'allowance_warning_100', data: { period, used, allowance, warned_at: now } }]
+  }
+  if (command.type === 'roll_billing_period') {
+    const project = requireProject(state)
+    if ((project.billing_period ?? null) !== null && project.billing_period! >= command.data.period) return []
+    const d = command.data
+    const previous = project.billing_period ?? null
+    const events: ProjectEvent[] = [
+      {
+        type: 'billing_period_reset',
+        data: { period: d.period, previous_period: previous, previous_used: d.previous_used, previous_overage: d.previous_overage, previous_overage_cents: d.previous_overage_cents, reset_at: now },
+      },
+    ]
+    if (previous !== null && d.previous_overage > 0) {
+      events.unshift({ type: 'overage_charged', data: { period: previous, overage: d.previous_overage, cents: d.previous_overage_cents, charged_at: now } })
+    }
+    return events
   }
   if (command.type === 'accept_invite') {
     const project = requireProject(state)
@@ -267,6 +331,23 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       if (!leavingSelf && !outranks(actorRole, member.role)) throw new RoleExceedsCaller(`a ${actorRole} cannot remove a ${member.role}`)
       return [{ type: 'member_removed', data: { user_id: member.user_id, removed_at: now } }]
     }
+    case 'change_plan': {
+      requireRole(project, actor, 'owner', 'changing the plan')
+      if (command.data.plan === project.plan) return []
+      const events: ProjectEvent[] = [{ type: 'plan_changed', data: { plan: command.data.plan, previous_plan: project.plan, changed_at: now } }]
+      if (billingOf(project).overageEnabled && !command.data.overage_available) events.push({ type: 'overage_disabled', data: { disabled_at: now } })
+      return events
+    }
+    case 'set_overage': {
+      requireRole(project, actor, 'admin', 'changing overage')
+      if (command.data.enabled && !command.data.overage_available) throw new OverageUnavailable(`the ${project.plan} plan has no overage; change the plan first`)
+      if (command.data.enabled === billingOf(project).overageEnabled) return []
+      return [command.data.enabled ? { type: 'overage_enabled', data: { enabled_at: now } } : { type: 'overage_disabled', data: { disabled_at: now } }]
+    }
+    case 'set_spend_cap':
+      requireRole(project, actor, 'admin', 'changing the spend cap')
+      if (command.data.spend_cap_cents === billingOf(project).spendCapCents) return []
+      return [{ type: 'spend_cap_updated', data: { spend_cap_cents: command.data.spend_cap_cents, updated_at: now } }]
     case 'transfer_ownership': {
       requireRole(project, actor, 'owner', 'transferring ownership')
       const target = requireMember(project, command.data.user_id)
@@ -297,6 +378,12 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
       keys_revoked_at: null,
       members: ownerUserId === null ? [] : [{ user_id: ownerUserId, email: d.owner_email ?? '', role: 'owner', joined_at: d.created_at }],
       invites: [],
+      billing_state: 'active',
+      overage_enabled: false,
+      spend_cap_cents: null,
+      allowance_warnings: [],
+      // A project starts in the period it is created in (UTC calendar months).
+      billing_period: `${d.created_at.slice(0, 7)}-01`,
     }
   }
   if (state === null) throw new ProjectNotFound('(unknown)')
@@ -346,6 +433,26 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
       return { ...state, members: withRole(state.members, event.data.user_id, event.data.role), updated_at: event.data.changed_at }
     case 'member_removed':
       return { ...state, members: state.members.filter((m) => m.user_id !== event.data.user_id), updated_at: event.data.removed_at }
+    case 'plan_changed':
+      return { ...state, plan: event.data.plan, updated_at: event.data.changed_at }
+    case 'overage_enabled':
+      return { ...state, overage_enabled: true, updated_at: event.data.enabled_at }
+    case 'overage_disabled':
+      return { ...state, overage_enabled: false, updated_at: event.data.disabled_at }
+    case 'spend_cap_updated':
+      return { ...state, spend_cap_cents: event.data.spend_cap_cents, updated_at: event.data.updated_at }
+    case 'billing_state_changed':
+      return { ...state, billing_state: event.data.state, updated_at: event.data.changed_at }
+    case 'allowance_warning_80':
+    case 'allowance_warning_100': {
+      const mark = `${event.data.period}:${event.type === 'allowance_warning_80' ? 80 : 100}`
+      const kept = (state.allowance_warnings ?? []).filter((w) => w.startsWith(`${event.data.period}:`))
+      return { ...state, allowance_warnings: [...kept, mark] }
+    }
+    case 'billing_period_reset':
+      return { ...state, billing_period: event.data.period, allowance_warnings: [] }
+    case 'overage_charged':
+      return state
     case 'ownership_transferred': {
       const demoted = withRole(state.members, event.data.from_user_id, 'admin')
       const newOwner = state.members.find((m) => m.user_id === event.data.to_user_id)

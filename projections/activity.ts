@@ -66,6 +66,43 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
       return { kind: 'member_role_changed', target_type: 'member', target_id: e.data.user_id, summary: `Role changed from ${e.data.previous_role} to ${e.data.role}`, metadata: { role: e.data.role, previous_role: e.data.previous_role } }
     case 'member_removed':
       return { kind: 'member_removed', target_type: 'member', target_id: e.data.user_id, summary: 'Member removed' }
+    case 'overage_enabled':
+      return { kind: 'overage_enabled', target_type: 'project', target_id: project?.id ?? null, summary: 'Overage enabled: creation continues past the allowance and is billed' }
+    case 'overage_disabled':
+      return { kind: 'overage_disabled', target_type: 'project', target_id: project?.id ?? null, summary: 'Overage disabled' }
+    case 'spend_cap_updated':
+      return {
+        kind: 'spend_cap_updated',
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary: e.data.spend_cap_cents === null ? 'Spend cap removed' : `Spend cap set to ${(e.data.spend_cap_cents / 100).toFixed(2)} USD`,
+        metadata: { spend_cap_cents: e.data.spend_cap_cents },
+      }
+    case 'allowance_warning_80':
+    case 'allowance_warning_100':
+      return {
+        kind: e.type,
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary: `${e.type === 'allowance_warning_80' ? 80 : 100}% of the monthly job allowance used (${e.data.used} of ${e.data.allowance})`,
+        metadata: { period: e.data.period, used: e.data.used, allowance: e.data.allowance },
+      }
+    case 'billing_period_reset':
+      return {
+        kind: 'billing_period_reset',
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary: `Billing period ${e.data.period} started; the allowance is fresh`,
+        metadata: { period: e.data.period, previous_period: e.data.previous_period, previous_used: e.data.previous_used },
+      }
+    case 'overage_charged':
+      return {
+        kind: 'overage_charged',
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary: `Overage of ${e.data.overage} jobs charged: ${(e.data.cents / 100).toFixed(2)} USD`,
+        metadata: { period: e.data.period, overage: e.data.overage, cents: e.data.cents },
+      }
     case 'ownership_transferred':
       return { kind: 'ownership_transferred', target_type: 'member', target_id: e.data.to_user_id, summary: 'Ownership transferred', metadata: { from_user_id: e.data.from_user_id, to_user_id: e.data.to_user_id } }
     default:
@@ -123,6 +160,13 @@ export const activityFeed: Projection = {
     'member_role_changed',
     'member_removed',
     'ownership_transferred',
+    'overage_enabled',
+    'overage_disabled',
+    'spend_cap_updated',
+    'allowance_warning_80',
+    'allowance_warning_100',
+    'billing_period_reset',
+    'overage_charged',
   ],
   tables: ['activity'],
   async apply(tx: Queryable, records) {

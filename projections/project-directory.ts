@@ -1,6 +1,6 @@
 import type { Project, ProjectEventType } from '../domain/project.ts'
 import type { EventRecord } from '../streams/event-store.ts'
-import type { Queryable } from './database.ts'
+import type { Queryable, Sql } from './database.ts'
 import { latestPerAggregate, type Projection } from './projection.ts'
 
 /** Every project event: each can change the name, plan, status, owner or keys. */
@@ -17,6 +17,7 @@ const handledTypes: readonly ProjectEventType[] = [
   'member_role_changed',
   'member_removed',
   'ownership_transferred',
+  'plan_changed',
 ]
 
 /**
@@ -49,6 +50,16 @@ export async function upsertProjectRows(db: Queryable, records: readonly EventRe
     }))
     await db`INSERT INTO api_keys ${db(keys, 'prefix', 'project_id', 'key_hash', 'status', 'issued_at', 'expires_at', 'last_seq')}`
   }
+}
+
+/**
+ * The same rows written by a request, outside the projector, so a new or rotated key works at
+ * once. One transaction: its first statement locks the project's row, so the delete-and-insert
+ * of its keys never interleaves with another writer's (the projector's, or a concurrent
+ * request's) and a stale snapshot changes nothing.
+ */
+export async function writeProjectRowsNow(sql: Sql, records: readonly EventRecord[]): Promise<void> {
+  await sql.begin((tx) => upsertProjectRows(tx, records))
 }
 
 export const projectDirectory: Projection = {

@@ -48,6 +48,8 @@ export const tunablesSchema = z
     poll_max_wait_ms: z.number().int().min(0).max(30_000).default(30_000),
     /** Longest a list waits for the projector to reach the caller's last write. */
     read_your_writes_wait_ms: z.number().int().min(0).default(2_000),
+    /** How often the scheduler checks whether a new billing period (UTC month) began. */
+    billing_period_check_interval_ms: z.number().int().min(50).default(60_000),
     /** Largest JSON payload accepted on job creation, in bytes. */
     max_payload_bytes: z.number().int().min(1).default(256 * 1024),
   })
@@ -59,6 +61,8 @@ const configFileSchema = z
   .object({
     plans: plansFileSchema.optional(),
     tunables: tunablesSchema.partial().optional(),
+    /** The payment provider's webhook signing secret; without it, billing webhooks answer 503. */
+    billing: z.object({ webhook_secret: z.string().min(16) }).partial().strict().optional(),
   })
   .passthrough()
 
@@ -78,6 +82,8 @@ export interface Config {
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
   tunables: Tunables
   plans: Readonly<Record<Plan, PlanLimits>>
+  /** HMAC secret of the payment provider's webhooks; null: billing is not configured. */
+  billingWebhookSecret: string | null
 }
 
 export class ConfigError extends Error {
@@ -97,6 +103,7 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
   const e = parsed.data
   let fileTunables: Partial<Tunables> = {}
   let filePlans: z.infer<typeof plansFileSchema> = {}
+  let billingWebhookSecret: string | null = null
   if (e.JOBSVC_CONFIG) {
     let raw: unknown
     try {
@@ -108,6 +115,7 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
     if (!file.success) throw new ConfigError(`JOBSVC_CONFIG ${e.JOBSVC_CONFIG}: ${file.error.issues[0]!.message}`)
     fileTunables = file.data.tunables ?? {}
     filePlans = file.data.plans ?? {}
+    billingWebhookSecret = file.data.billing?.webhook_secret ?? null
   }
   return Object.freeze({
     port: e.PORT,
@@ -124,5 +132,6 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
     logLevel: e.LOG_LEVEL,
     tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
     plans: resolvePlans(filePlans),
+    billingWebhookSecret,
   })
 }

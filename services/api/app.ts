@@ -1,6 +1,7 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod'
 import { JobService } from '../jobs/job-service.ts'
+import { BillingService } from '../metering/billing-service.ts'
 import { RequestRateLimiter } from '../metering/request-rate.ts'
 import { AccountLifecycle } from '../platform/account-lifecycle.ts'
 import { AccountService } from '../platform/accounts.ts'
@@ -14,6 +15,7 @@ import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
 import { jobRoutes } from './routes/jobs.ts'
 import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
+import { platformBillingRoutes, providerWebhookRoutes } from './routes/platform-billing.ts'
 import { platformProjectRoutes } from './routes/platform-projects.ts'
 import { workerRoutes } from './routes/workers.ts'
 
@@ -34,6 +36,7 @@ export interface ApiContext {
   team: TeamService
   accountExports: AccountLifecycle
   requestRate: RequestRateLimiter
+  billing: BillingService
   /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
   stopping: AbortSignal
 }
@@ -95,6 +98,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     team,
     accountExports: new AccountLifecycle(deps, accounts, team),
     requestRate: new RequestRateLimiter(deps.sql),
+    billing: new BillingService(deps),
     stopping,
   }
   context.keys.start()
@@ -133,5 +137,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(anonymousAuthRoutes(context), { prefix: '/platform/v1/auth' })
   await app.register(sessionAuthRoutes(context), { prefix: '/platform/v1/auth' })
   await app.register(platformProjectRoutes(context), { prefix: '/platform/v1' })
+  await app.register(platformBillingRoutes(context), { prefix: '/platform/v1' })
+  await app.register(providerWebhookRoutes(context), { prefix: '/platform/v1' })
   return { app, context }
 }

@@ -2,6 +2,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
 import {
   AlreadyRevoked,
+  BillingStateBlocked,
   CannotModifyOwner,
   CannotRemoveOwner,
   DomainError,
@@ -22,6 +23,7 @@ import {
   TotpNotInitialized,
   UserNotFound,
   InvalidState,
+  OverageUnavailable,
   JobNotFound,
   ParentNotFound,
   ParentTerminal,
@@ -94,6 +96,8 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [RoleExceedsCaller, 403],
   [InvalidRole, 422],
   [Forbidden, 403],
+  [OverageUnavailable, 409],
+  [BillingStateBlocked, 402],
 ]
 
 /**
@@ -114,7 +118,10 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 400, code: 'invalid_timezone' },
   { status: 400, code: 'invalid_locale' },
   { status: 400, code: 'confirm_required' },
+  { status: 400, code: 'missing_signature' },
+  { status: 400, code: 'invalid_signature' },
   { status: 401, code: 'unauthorized' },
+  { status: 402, code: 'billing_state_blocked' },
   { status: 401, code: 'invalid_credentials' },
   { status: 401, code: 'invalid_totp_code' },
   { status: 403, code: 'forbidden' },
@@ -138,6 +145,7 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 409, code: 'already_revoked' },
   { status: 409, code: 'last_project' },
   { status: 409, code: 'member_exists' },
+  { status: 409, code: 'overage_unavailable' },
   { status: 409, code: 'worker_mismatch' },
   { status: 409, code: 'parent_terminal' },
   { status: 409, code: 'recurring_job_type_conflict' },
@@ -149,8 +157,11 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 422, code: 'invalid_token' },
   { status: 429, code: 'rate_limit_exceeded' },
   { status: 429, code: 'account_locked' },
+  { status: 429, code: 'monthly_allowance_exceeded' },
+  { status: 429, code: 'spend_cap_reached' },
   { status: 500, code: 'internal_error' },
   { status: 503, code: 'service_unavailable' },
+  { status: 503, code: 'billing_disabled' },
 ]
 
 interface Rendered {

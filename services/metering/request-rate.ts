@@ -18,6 +18,8 @@ interface ProjectCounts {
   shared: Map<number, number>
   /** This process's admissions not yet written. */
   pending: Map<number, number>
+  /** Admissions being written now: still counted until the shared counts are read back. */
+  writing: Map<number, number>
   loaded: Promise<void> | null
 }
 
@@ -52,7 +54,7 @@ export class RequestRateLimiter {
     const nowMinute = Math.floor(now.getTime() / 60_000)
     let counts = this.#projects.get(projectId)
     if (counts === undefined) {
-      counts = { shared: new Map(), pending: new Map(), loaded: null }
+      counts = { shared: new Map(), pending: new Map(), writing: new Map(), loaded: null }
       counts.loaded = this.#load(projectId, counts, nowMinute)
       this.#projects.set(projectId, counts)
     }
@@ -61,8 +63,8 @@ export class RequestRateLimiter {
       counts.loaded = null
     }
     const from = nowMinute - windowMinutes
-    const used = sum(counts.shared, from) + sum(counts.pending, from)
-    const minutes = [...counts.shared.keys(), ...counts.pending.keys()].filter((m) => m > from)
+    const used = sum(counts.shared, from) + sum(counts.writing, from) + sum(counts.pending, from)
+    const minutes = [...counts.shared.keys(), ...counts.writing.keys(), ...counts.pending.keys()].filter((m) => m > from)
     const oldest = minutes.length > 0 ? Math.min(...minutes) : nowMinute
     const resetAt = (oldest + windowMinutes) * 60
     if (used >= limit) return { admitted: false, limit, remaining: 0, resetAt }
@@ -83,11 +85,13 @@ export class RequestRateLimiter {
       if (counts.pending.size === 0) continue
       for (const [minute, n] of counts.pending) rows.push({ project_id: projectId, minute, n })
       taken.set(projectId, counts.pending)
+      counts.writing = counts.pending
       counts.pending = new Map()
     }
     // Every known project is read back, written to or not: other processes count too.
     const known = [...this.#projects.keys()]
     if (known.length === 0) return
+    let written = false
     try {
       if (rows.length > 0) {
         await this.#sql`
@@ -95,6 +99,7 @@ export class RequestRateLimiter {
           SELECT * FROM unnest(${rows.map((r) => r.project_id)}::text[], ${rows.map((r) => r.minute)}::bigint[], ${rows.map((r) => r.n)}::bigint[])
           ON CONFLICT (project_id, minute) DO UPDATE SET n = request_counts.n + excluded.n`
       }
+      written = true
       // Minutes are those of the newest admission's clock, which tests may shift; a day back is plenty.
       const newest = Math.max(0, ...rows.map((r) => r.minute))
       const fresh = await this.#sql<{ project_id: string; minute: number; n: number }[]>`
@@ -104,11 +109,15 @@ export class RequestRateLimiter {
         const counts = this.#projects.get(projectId)!
         if (counts.loaded !== null) continue
         counts.shared = new Map(fresh.filter((r) => r.project_id === projectId).map((r) => [r.minute, r.n]))
+        counts.writing = new Map()
       }
     } catch (err) {
+      // Written but not read back: they stay counted as `writing` until the next read.
+      if (written) throw err
       // Not written: count them again next time rather than lose them.
       for (const [projectId, pending] of taken) {
         const counts = this.#projects.get(projectId)!
+        counts.writing = new Map()
         for (const [minute, n] of pending) counts.pending.set(minute, (counts.pending.get(minute) ?? 0) + n)
       }
       throw err

@@ -1,5 +1,5 @@
 import { projectDecider, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
-import { upsertProjectRows } from '../../projections/project-directory.ts'
+import { writeProjectRowsNow } from '../../projections/project-directory.ts'
 import type { AggregateRef } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
 import type { Deps } from '../runtime.ts'
@@ -42,7 +42,7 @@ export async function createProject(
     },
     () => `evt_${deps.newUlid()}`,
   )
-  await upsertProjectRows(deps.sql, [result.record])
+  await writeProjectRowsNow(deps.sql, [result.record])
   return { project: result.state!, apiKey }
 }
 
@@ -55,5 +55,5 @@ export async function deleteProjectAsOperator(deps: Deps, projectId: string): Pr
     { type: 'delete_project', data: { actor_user_id: null, other_projects_of_actor: 0 }, meta: { now: deps.now().toISOString() } },
     () => `evt_${deps.newUlid()}`,
   )
-  await upsertProjectRows(deps.sql, [result.record])
+  await writeProjectRowsNow(deps.sql, [result.record])
 }

@@ -1,7 +1,7 @@
 import { InvalidToken, ProjectNotFound } from '../../domain/errors.ts'
 import { activeKeyPrefix, projectDecider, roleOf, type Member, type Plan, type Project, type ProjectCommand, type ProjectEvent, type ProjectRole } from '../../domain/project.ts'
 import type { User } from '../../domain/user.ts'
-import { upsertProjectRows } from '../../projections/project-directory.ts'
+import { writeProjectRowsNow } from '../../projections/project-directory.ts'
 import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
 import type { AccountService } from '../platform/accounts.ts'
 import { inviteMail, tokenLink } from '../platform/mailer.ts'
@@ -84,7 +84,7 @@ export class TeamService {
       () => `evt_${this.#deps.newUlid()}`,
     )
     // Written here as well as by the projector, so a rotated key authenticates at once.
-    if (result.appended) await upsertProjectRows(this.#deps.sql, [result.record])
+    if (result.appended) await writeProjectRowsNow(this.#deps.sql, [result.record])
     return result
   }
 

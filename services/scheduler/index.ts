@@ -1,5 +1,9 @@
 import { isAttemptStale } from '../../domain/job.ts'
+import type { Project } from '../../domain/project.ts'
 import { JobService } from '../jobs/job-service.ts'
+import { billingPeriodOf } from '../metering/allowance.ts'
+import { BillingService } from '../metering/billing-service.ts'
+import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../runtime.ts'
 
 /** Rows handled per promotion or reaping pass; the next pass takes the rest. */
@@ -18,6 +22,8 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const jobs = new JobService(deps)
   const t = deps.config.tunables
   let lastDueScan = deps.now()
+  const billing = new BillingService(deps)
+  const rolled = { period: '', projects: new Set<string>() }
 
   const loops = [
     every(t.scheduler_interval_ms, signal, async () => {
@@ -29,6 +35,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     ),
     every(t.cascade_sweep_interval_ms, signal, async () => void (await healInterruptedCascades(deps, jobs)), (err) =>
       deps.log.error({ err }, 'scheduler: cascade sweep failed'),
+    ),
+    every(t.billing_period_check_interval_ms, signal, async () => void (await rollBillingPeriods(deps, billing, rolled)), (err) =>
+      deps.log.error({ err }, 'scheduler: billing period pass failed'),
     ),
   ]
   return async () => {
@@ -153,5 +162,30 @@ export async function healInterruptedCascades(deps: Deps, jobs: JobService): Pro
     moved += await jobs.cascadeFromState(p.project_id, job)
   })
   if (moved > 0) deps.log.warn({ moved }, 'scheduler: finished interrupted continuation cascades')
+  return moved
+}
+
+/**
+ * At the start of each billing period (UTC month), moves every active project into it: the
+ * previous period's overage is charged and the allowance starts again (one `billing_period_reset`
+ * per project and period, decided by the aggregate). Projects already moved this period are
+ * remembered, so later passes read nothing but the project list.
+ */
+export async function rollBillingPeriods(deps: Deps, billing: BillingService, rolled: { period: string; projects: Set<string> }): Promise<number> {
+  const { start } = billingPeriodOf(deps.now())
+  if (rolled.period !== start) {
+    rolled.period = start
+    rolled.projects.clear()
+  }
+  const rows = await deps.sql<{ id: string }[]>`SELECT id FROM projects WHERE status = 'active'`
+  let moved = 0
+  await inParallel(
+    rows.filter((r) => !rolled.projects.has(r.id)),
+    async ({ id }) => {
+      const project = (await deps.store.load<Project>(projectRef(id))).state
+      if (project !== null && project.status === 'active' && (await billing.rollPeriod(project))) moved++
+      rolled.projects.add(id)
+    },
+  )
   return moved
 }

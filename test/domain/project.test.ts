@@ -68,6 +68,11 @@ t.test('create project: the project and its first API key', async (t) => {
     keys_revoked_at: null,
     members: [],
     invites: [],
+    billing_state: 'active',
+    overage_enabled: false,
+    spend_cap_cents: null,
+    allowance_warnings: [],
+    billing_period: `${now.slice(0, 7)}-01`,
   })
 })
 

@@ -46,6 +46,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     webhookAllowHosts: [],
     logLevel: 'silent',
     plans: resolvePlans(),
+    billingWebhookSecret: null,
     ...overrides,
     tunables: tunablesSchema.parse(tunables),
   }

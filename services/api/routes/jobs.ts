@@ -4,7 +4,10 @@ import { z } from 'zod'
 import { jobStates } from '../../../domain/job.ts'
 import type { ApiContext } from '../app.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
-import { forbidden, invalidRequest } from '../errors.ts'
+import { ApiError, forbidden, invalidRequest } from '../errors.ts'
+import { BillingStateBlocked } from '../../../domain/errors.ts'
+import { billingOf } from '../../../domain/project.ts'
+import { quotaHeaders } from '../../metering/allowance.ts'
 import { jobFromRow } from '../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
 import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
@@ -78,6 +81,17 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
+    // Every job-creation answer carries the quota headers, replays and refusals included; the
+    // handler sets them when it takes a unit, this fills them in for every other answer.
+    app.addHook('onSend', async (request, reply, payload) => {
+      if (request.method !== 'POST' || request.routeOptions.url !== '/jobsvc/v1/jobs/' && request.routeOptions.url !== '/jobsvc/v1/jobs') return payload
+      if (reply.hasHeader('X-Quota-Limit') || !request.principal) return payload
+      const { project } = request.principal
+      const reading = await ctx.billing.allowance.read(project.id, ctx.billing.termsOf(project), deps.now()).catch(() => null)
+      if (reading !== null) void reply.headers(quotaHeaders(reading))
+      return payload
+    })
+
     app.post('/', { schema: { body: createJobBody } }, async (request, reply) => {
       const body = request.body
       // The payload is part of the body, so a body within the limit needs no measuring.
@@ -87,7 +101,19 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       if (payloadBytes > limit) {
         throw invalidRequest(`body.payload: ${payloadBytes} bytes is over the limit of ${limit}`)
       }
-      const { job, seq } = await jobs.create(request.principal.projectId, {
+      const { project } = request.principal
+      if (billingOf(project).state !== 'active') {
+        throw new BillingStateBlocked(`the project's billing state is ${billingOf(project).state}; job reads still work`)
+      }
+      // The allowance is taken before the append (so it is never exceeded) and given back if the
+      // job is not created after all.
+      const terms = ctx.billing.termsOf(project)
+      const consumption = await ctx.billing.allowance.consume(project.id, terms, deps.now())
+      void reply.headers(quotaHeaders(consumption.reading))
+      if (!consumption.admitted) {
+        throw new ApiError(429, consumption.code, consumption.code === 'spend_cap_reached' ? 'the spend cap is reached' : "this period's job allowance is used up")
+      }
+      const created = await jobs.create(request.principal.projectId, {
         job_type: body.job_type,
         payload: body.payload,
         queue: body.queue ?? 'default',
@@ -97,7 +123,16 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
         tags: body.tags ?? null,
         parent_job_id: body.parent_job_id ?? null,
         idempotency_key: body.idempotency_key ?? null,
+      }).catch(async (err) => {
+        await ctx.billing.allowance.release(project.id, consumption.period)
+        throw err
       })
+      const { job, seq } = created
+      if (consumption.usedAfter >= Math.ceil(terms.allowance * 0.8)) {
+        ctx.billing.noteUsage(project, terms, consumption.usedAfter, consumption.period).catch((err) => {
+          deps.log.warn({ err, project_id: project.id }, 'allowance warning not recorded')
+        })
+      }
       return reply
         .code(201)
         .header('Location', `/jobsvc/v1/jobs/${job.id}`)

@@ -1,0 +1,81 @@
+import type { FastifyPluginAsync } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import { ProjectNotFound } from '../../../domain/errors.ts'
+import { billingStates, type BillingState, type Project } from '../../../domain/project.ts'
+import { checkSignature, signatureHeader } from '../../metering/provider-signature.ts'
+import { projectRef } from '../../projects/project-service.ts'
+import type { ApiContext } from '../app.ts'
+import { ApiError, invalidRequest } from '../errors.ts'
+import { authenticateSession } from '../session-auth.ts'
+
+const projectParams = z.object({ projectId: z.string().min(1).max(100) })
+const billingChanges = z
+  .object({
+    plan: z.enum(['free', 'starter', 'pro', 'business', 'enterprise']).optional(),
+    overage_enabled: z.boolean().optional(),
+    spend_cap_cents: z.number().int().min(0).max(1_000_000_000).nullable().optional(),
+  })
+  .strict()
+
+/** The provider's event: which project, and the billing state it is in now. */
+const providerEvent = z.object({
+  id: z.string().min(1).max(200),
+  type: z.literal('billing_state.updated'),
+  data: z.object({ project_id: z.string().min(1).max(100), state: z.enum(billingStates as [BillingState, ...BillingState[]]) }),
+})
+
+/** `GET`/`PATCH /platform/v1/projects/{id}/billing` (session) — README, "Billing". */
+export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
+  return async (app) => {
+    const r = app.withTypeProvider<ZodTypeProvider>()
+    const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>
+      authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
+
+    r.get('/projects/:projectId/billing', { schema: { params: projectParams } }, async (request) => {
+      const { project } = await ctx.team.load(await userOf(request), request.params.projectId)
+      return ctx.billing.view(project)
+    })
+
+    r.patch('/projects/:projectId/billing', { schema: { params: projectParams, body: billingChanges } }, async (request) => {
+      const user = await userOf(request)
+      const { project } = await ctx.team.load(user, request.params.projectId)
+      const updated = await ctx.billing.update(user, project, request.body)
+      return ctx.billing.view(updated)
+    })
+  }
+}
+
+/**
+ * The payment provider's webhook: signed, not authenticated, outside the anonymous limit. Its
+ * body is checked as the raw bytes the signature covers, so this scope reads JSON as text.
+ */
+export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
+  return async (app) => {
+    app.removeContentTypeParser('application/json')
+    app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => done(null, body))
+
+    app.post('/billing/webhook', async (request) => {
+      const secret = ctx.deps.config.billingWebhookSecret
+      if (secret === null) throw new ApiError(503, 'billing_disabled', 'billing is not configured on this installation')
+      const raw = typeof request.body === 'string' ? request.body : ''
+      const header = request.headers[signatureHeader]
+      const check = checkSignature(secret, Array.isArray(header) ? header.join(',') : header, raw, ctx.deps.now())
+      if (check === 'missing') throw new ApiError(400, 'missing_signature', `the ${signatureHeader} header is missing`)
+      if (check === 'invalid') throw new ApiError(400, 'invalid_signature', 'the signature does not verify or its timestamp is outside 5 minutes')
+      let parsed: unknown
+      try {
+        parsed = JSON.parse(raw)
+      } catch {
+        throw invalidRequest('the body is not valid JSON')
+      }
+      const event = providerEvent.safeParse(parsed)
+      if (!event.success) throw invalidRequest(`body: ${event.error.issues[0]!.message}`)
+      const { project_id: projectId, state } = event.data.data
+      const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await ctx.deps.store.load<Project>(projectRef(projectId))).state : null
+      if (project === null || project.status !== 'active') throw new ProjectNotFound(projectId)
+      const updated = await ctx.billing.setBillingState(projectId, state, event.data.id)
+      return { received: true, project_id: projectId, billing_state: updated.billing_state }
+    })
+  }
+}
