@@ -1,9 +1,10 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { createWriteStream, readFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { createWriteStream, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import https from 'node:https'
-import { dirname, resolve } from 'node:path'
+import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -30,7 +31,7 @@ import { ConfigError, loadConfig } from './config.ts'
  */
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
-  [--nats-url URL] [--service-log FILE]
+  [--nats-url URL] [--service-log FILE] [--no-metering]
 
 Without --rate producers create as fast as the service answers, so created->claimed includes the
 backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
@@ -58,6 +59,8 @@ interface Options {
   namespace: string | null
   natsUrl: string
   databaseUrl: string
+  /** False: the spawned service runs with the request limit and allowance off, to measure their cost. */
+  metering: boolean
   jobs: number
   producers: number
   workers: number
@@ -100,6 +103,7 @@ function toOptions(argv: string[]): Options {
       'timeout-s': { type: 'string' },
       'service-log': { type: 'string' },
       rate: { type: 'string' },
+      'no-metering': { type: 'boolean', default: false },
     },
   })
   if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
@@ -120,6 +124,7 @@ function toOptions(argv: string[]): Options {
     timeoutMs: positiveInt('timeout-s', values['timeout-s'], 300) * 1000,
     serviceLog: values['service-log'] ?? null,
     rate: values.rate === undefined ? null : positiveInt('rate', values.rate, 0),
+    metering: !values['no-metering'],
   }
 }
 
@@ -753,6 +758,12 @@ async function main(argv: string[]): Promise<boolean> {
     DATABASE_URL: dbUrl.toString(),
     NATS_URL: opts.natsUrl,
   }
+  let configPath: string | null = null
+  if (opts.spawn && !opts.metering) {
+    configPath = join(tmpdir(), `jobsvc-bench-${runId}.json`)
+    writeFileSync(configPath, JSON.stringify({ tunables: { metering_enabled: false } }))
+    env.JOBSVC_CONFIG = configPath
+  }
   let service: SpawnedService | null = null
   let nats: NatsHandles | null = null
   let client: Client | null = null
@@ -791,6 +802,7 @@ async function main(argv: string[]): Promise<boolean> {
       await dropDatabase(dbUrl.toString()).catch((err) => process.stderr.write(`bench: cleanup: ${err}\n`))
     }
     await nats?.nc.close()
+    if (configPath !== null) rmSync(configPath, { force: true })
     process.off('SIGINT', onSigint)
     process.off('SIGTERM', onSigint)
   }

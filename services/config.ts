@@ -48,6 +48,11 @@ export const tunablesSchema = z
     poll_max_wait_ms: z.number().int().min(0).max(30_000).default(30_000),
     /** Longest a list waits for the projector to reach the caller's last write. */
     read_your_writes_wait_ms: z.number().int().min(0).default(2_000),
+    /**
+     * The request limit and the monthly allowance. Off only to measure their cost (`npm run bench
+     * -- --no-metering`) or on a self-hosted install that bills nobody.
+     */
+    metering_enabled: z.boolean().default(true),
     /** How often the scheduler checks whether a new billing period (UTC month) began. */
     billing_period_check_interval_ms: z.number().int().min(50).default(60_000),
     /** Largest JSON payload accepted on job creation, in bytes. */

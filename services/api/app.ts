@@ -116,6 +116,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     async (v1) => {
       v1.addHook('onRequest', async (request, reply) => {
         request.principal = await context.keys.authenticate(request.headers.authorization)
+        if (!deps.config.tunables.metering_enabled) return
         const { project } = request.principal
         const verdict = await context.requestRate.admit(project.id, deps.config.plans[project.plan].requests_per_hour, deps.now())
         void reply.headers({

@@ -7,7 +7,7 @@ import { hasRoleAtLeast } from '../api-key-directory.ts'
 import { ApiError, forbidden, invalidRequest } from '../errors.ts'
 import { BillingStateBlocked } from '../../../domain/errors.ts'
 import { billingOf } from '../../../domain/project.ts'
-import { quotaHeaders } from '../../metering/allowance.ts'
+import { quotaHeaders, type Consumption } from '../../metering/allowance.ts'
 import { jobFromRow } from '../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
 import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
@@ -76,6 +76,14 @@ const listQuery = z.object({
   min_seq: z.coerce.number().int().min(0).optional(),
 })
 
+/** Creation with metering off (a tunable): nothing is counted and no quota headers are sent. */
+const unmetered: Consumption = {
+  admitted: true,
+  period: '',
+  usedAfter: 0,
+  reading: { limit: 0, used: 0, overage: 0, overageCostCents: 0, spendCapCents: null, resetAt: 0 },
+}
+
 export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
   const { deps, jobs } = ctx
   return async (plugin) => {
@@ -85,7 +93,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     // handler sets them when it takes a unit, this fills them in for every other answer.
     app.addHook('onSend', async (request, reply, payload) => {
       if (request.method !== 'POST' || request.routeOptions.url !== '/jobsvc/v1/jobs/' && request.routeOptions.url !== '/jobsvc/v1/jobs') return payload
-      if (reply.hasHeader('X-Quota-Limit') || !request.principal) return payload
+      if (reply.hasHeader('X-Quota-Limit') || !request.principal || !deps.config.tunables.metering_enabled) return payload
       const { project } = request.principal
       const reading = await ctx.billing.allowance.read(project.id, ctx.billing.termsOf(project), deps.now()).catch(() => null)
       if (reading !== null) void reply.headers(quotaHeaders(reading))
@@ -108,8 +116,10 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       // The allowance is taken before the append (so it is never exceeded) and given back if the
       // job is not created after all.
       const terms = ctx.billing.termsOf(project)
-      const consumption = await ctx.billing.allowance.consume(project.id, terms, deps.now())
-      void reply.headers(quotaHeaders(consumption.reading))
+      const consumption = deps.config.tunables.metering_enabled
+        ? await ctx.billing.allowance.consume(project.id, terms, deps.now())
+        : unmetered
+      if (consumption !== unmetered) void reply.headers(quotaHeaders(consumption.reading))
       if (!consumption.admitted) {
         throw new ApiError(429, consumption.code, consumption.code === 'spend_cap_reached' ? 'the spend cap is reached' : "this period's job allowance is used up")
       }
@@ -124,11 +134,11 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
         parent_job_id: body.parent_job_id ?? null,
         idempotency_key: body.idempotency_key ?? null,
       }).catch(async (err) => {
-        await ctx.billing.allowance.release(project.id, consumption.period)
+        if (consumption !== unmetered) await ctx.billing.allowance.release(project.id, consumption.period)
         throw err
       })
       const { job, seq } = created
-      if (consumption.usedAfter >= Math.ceil(terms.allowance * 0.8)) {
+      if (consumption !== unmetered && consumption.usedAfter >= Math.ceil(terms.allowance * 0.8)) {
         ctx.billing.noteUsage(project, terms, consumption.usedAfter, consumption.period).catch((err) => {
           deps.log.warn({ err, project_id: project.id }, 'allowance warning not recorded')
         })
