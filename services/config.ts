@@ -26,7 +26,7 @@ export const environmentSchema = z.object({
     .describe('prefix of every stream, consumer, KV bucket and subject'),
   JOBSVC_SECRET: z.string().min(16).optional().describe('key material for JWT signing and encryption at rest'),
   SMTP_URL: z.string().optional().describe('e-mail transport; unset: e-mails are logged'),
-  PUBLIC_URL: z.string().optional().describe('base of links in e-mails; default http://HOST:PORT'),
+  PUBLIC_URL: z.url().optional().describe('base of links in e-mails and the dashboard origin allowed by CORS; default http://HOST:PORT'),
   TRUST_PROXY: booleanString.default(false).describe('take the client IP from X-Forwarded-For'),
   WEBHOOK_ALLOW_HOSTS: z.string().default('').describe('host:port list exempt from the public-address rule'),
   JOBSVC_CONFIG: z.string().optional().describe('path of a JSON file overriding plan limits and tunables'),

@@ -1,3 +1,4 @@
+import cors from '@fastify/cors'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod'
 import { JobService } from '../jobs/job-service.ts'
@@ -85,6 +86,18 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     void reply.header('X-Request-Id', request.id)
   })
   registerErrorHandling(app)
+
+  // The dashboard may be served from another origin than the API (spec: "cross-origin browser
+  // clients send credentials"): the PUBLIC_URL origin may call the platform routes with cookies.
+  const dashboardOrigin = deps.config.publicUrl === null ? null : new URL(deps.config.publicUrl).origin
+  await app.register(cors, {
+    origin: (origin, callback) => callback(null, origin !== undefined && origin === dashboardOrigin),
+    credentials: true,
+    methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
+    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key'],
+    exposedHeaders: ['X-Request-Id', 'X-Event-Seq', 'Location', 'Retry-After', 'Idempotent-Replay'],
+    maxAge: 600,
+  })
 
   const accounts = new AccountService(deps)
   const team = new TeamService(deps, accounts)

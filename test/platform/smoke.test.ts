@@ -28,3 +28,19 @@ t.test('a new customer signs up, verifies, logs in, enables 2FA, rotates and rev
   t.equal((await httpRequest(h.url, rotated.body.api_key, 'GET', '/jobsvc/v1/jobs')).status, 401)
   t.equal((await httpRequest(h.url, u.apiKey, 'GET', '/jobsvc/v1/jobs')).status, 401)
 })
+
+t.test('the dashboard origin (PUBLIC_URL) may call the platform routes with credentials', async (t) => {
+  const h = await startPlatformHarness(t, import.meta.filename, { suffix: '_cors' })
+  const preflight = await h.platform('OPTIONS', '/platform/v1/auth/me', undefined, {
+    headers: { origin: 'https://dash.example.test', 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' },
+  })
+  t.equal(preflight.status, 204)
+  t.equal(preflight.headers.get('access-control-allow-origin'), 'https://dash.example.test')
+  t.equal(preflight.headers.get('access-control-allow-credentials'), 'true')
+  const actual = await h.platform('GET', '/platform/v1/auth/me', undefined, { headers: { origin: 'https://dash.example.test' } })
+  t.equal(actual.status, 401)
+  t.equal(actual.headers.get('access-control-allow-origin'), 'https://dash.example.test', 'errors too, so the client can read them')
+  t.match(actual.headers.get('access-control-expose-headers'), /X-Request-Id/)
+  const foreign = await h.platform('GET', '/platform/v1/auth/me', undefined, { headers: { origin: 'https://evil.example' } })
+  t.equal(foreign.headers.get('access-control-allow-origin'), null, 'any other origin gets no CORS grant')
+})
