@@ -1,8 +1,7 @@
-import { billingOf, projectDecider, type BillingState, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
+import { billingOf, type BillingState, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
 import type { User } from '../../domain/user.ts'
-import { writeProjectRowsNow } from '../../projections/project-directory.ts'
-import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
-import { projectRef } from '../projects/project-service.ts'
+import type { CommandResult } from '../../streams/handle-command.ts'
+import { commandProject } from '../projects/project-service.ts'
 import type { Deps } from '../runtime.ts'
 import { Allowance, billingPeriodOf, overageCostCents, type QuotaTerms } from './allowance.ts'
 
@@ -46,16 +45,8 @@ export class BillingService {
     }
   }
 
-  async #on(projectId: string, command: ProjectCommand): Promise<CommandResult<ProjectEvent, Project>> {
-    const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(
-      this.#deps.store,
-      projectDecider,
-      projectRef(projectId),
-      command,
-      () => `evt_${this.#deps.newUlid()}`,
-    )
-    if (result.appended) await writeProjectRowsNow(this.#deps.sql, [result.record])
-    return result
+  #on(projectId: string, command: ProjectCommand): Promise<CommandResult<ProjectEvent, Project>> {
+    return commandProject(this.#deps, projectId, command)
   }
 
   #meta() {

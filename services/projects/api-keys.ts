@@ -1,4 +1,5 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
+import { isSameDigest, sha256Hex } from '../platform/secrets.ts'
 
 /** `sv_<env>_sk_` and 32 lowercase hex characters: 43 characters in all (spec, Authentication). */
 const apiKeyPattern = /^sv_(live|test)_sk_[0-9a-f]{32}$/
@@ -20,13 +21,8 @@ export function apiKeyPrefix(key: string): string {
   return key.slice(0, apiKeyPrefixLength)
 }
 
-export function hashApiKey(key: string): string {
-  return createHash('sha256').update(key).digest('hex')
-}
+/** The stored form of a key: its SHA-256 (the spec, Authentication 3). */
+export const hashApiKey = sha256Hex
 
 /** Compares two hex digests in constant time. */
-export function isHashMatch(givenHash: string, storedHash: string): boolean {
-  const given = Buffer.from(givenHash, 'hex')
-  const stored = Buffer.from(storedHash, 'hex')
-  return given.length === stored.length && timingSafeEqual(given, stored)
-}
+export const isHashMatch = isSameDigest

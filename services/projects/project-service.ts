@@ -1,7 +1,7 @@
 import { projectDecider, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
 import { writeProjectRowsNow } from '../../projections/project-directory.ts'
 import type { AggregateRef } from '../../streams/event-store.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
+import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
 import type { Deps } from '../runtime.ts'
 import { apiKeyPrefix, generateApiKey, hashApiKey, type KeyEnvironment } from './api-keys.ts'
 
@@ -46,14 +46,21 @@ export async function createProject(
   return { project: result.state!, apiKey }
 }
 
+/**
+ * A command on a project from a request (not the projector): the project's directory rows are
+ * written at once, so what it changed about keys applies before any projector runs.
+ */
+export async function commandProject(deps: Deps, projectId: string, command: ProjectCommand): Promise<CommandResult<ProjectEvent, Project>> {
+  const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(deps.store, projectDecider, projectRef(projectId), command, () => `evt_${deps.newUlid()}`)
+  if (result.appended) await writeProjectRowsNow(deps.sql, [result.record])
+  return result
+}
+
 /** Deletes a project with the operator's authority (an account opening that lost a race). */
 export async function deleteProjectAsOperator(deps: Deps, projectId: string): Promise<void> {
-  const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(
-    deps.store,
-    projectDecider,
-    projectRef(projectId),
-    { type: 'delete_project', data: { actor_user_id: null, other_projects_of_actor: 0 }, meta: { now: deps.now().toISOString() } },
-    () => `evt_${deps.newUlid()}`,
-  )
-  await writeProjectRowsNow(deps.sql, [result.record])
+  await commandProject(deps, projectId, {
+    type: 'delete_project',
+    data: { actor_user_id: null, other_projects_of_actor: 0 },
+    meta: { now: deps.now().toISOString() },
+  })
 }

@@ -1,14 +1,13 @@
 import { InvalidToken, ProjectNotFound } from '../../domain/errors.ts'
-import { activeKeyPrefix, projectDecider, roleOf, type Member, type Plan, type Project, type ProjectCommand, type ProjectEvent, type ProjectRole } from '../../domain/project.ts'
+import { activeKeyPrefix, roleOf, type Member, type Plan, type Project, type ProjectCommand, type ProjectEvent, type ProjectRole } from '../../domain/project.ts'
 import type { User } from '../../domain/user.ts'
-import { writeProjectRowsNow } from '../../projections/project-directory.ts'
-import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
+import type { CommandResult } from '../../streams/handle-command.ts'
 import type { AccountService } from '../platform/accounts.ts'
 import { inviteMail, tokenLink } from '../platform/mailer.ts'
 import { randomSecret, sha256Hex } from '../platform/secrets.ts'
 import type { Deps } from '../runtime.ts'
 import { apiKeyPrefix, generateApiKey, hashApiKey, type KeyEnvironment } from './api-keys.ts'
-import { createProject, projectRef } from './project-service.ts'
+import { commandProject, createProject, projectRef } from './project-service.ts'
 
 export const inviteTtlMs = 7 * 24 * 60 * 60 * 1000
 
@@ -75,17 +74,8 @@ export class TeamService {
     this.#accounts = accounts
   }
 
-  async #on(projectId: string, command: ProjectCommand): Promise<CommandResult<ProjectEvent, Project>> {
-    const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(
-      this.#deps.store,
-      projectDecider,
-      projectRef(projectId),
-      command,
-      () => `evt_${this.#deps.newUlid()}`,
-    )
-    // Written here as well as by the projector, so a rotated key authenticates at once.
-    if (result.appended) await writeProjectRowsNow(this.#deps.sql, [result.record])
-    return result
+  #on(projectId: string, command: ProjectCommand): Promise<CommandResult<ProjectEvent, Project>> {
+    return commandProject(this.#deps, projectId, command)
   }
 
   #meta() {
