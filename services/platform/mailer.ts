@@ -37,7 +37,8 @@ export function createMailer(smtpUrl: string | null, log: Logger): Mailer {
 
 /** A link under PUBLIC_URL carrying the token as `token=<token>` (CONTRACT.md, E-mail). */
 export function tokenLink(publicUrl: string, path: string, token: string): string {
-  const url = new URL(path, publicUrl.endsWith('/') ? publicUrl : `${publicUrl}/`)
+  // Relative to PUBLIC_URL's own path, so a dashboard served under a prefix keeps it.
+  const url = new URL(path.replace(/^\/+/, ''), publicUrl.endsWith('/') ? publicUrl : `${publicUrl}/`)
   url.searchParams.set('token', token)
   return url.toString()
 }
