@@ -92,3 +92,6 @@ export class Forbidden extends refusal('forbidden') {}
 export class OverageUnavailable extends refusal('overage_unavailable') {}
 /** Job creation (and webhook changes) while the project's billing state is not active. */
 export class BillingStateBlocked extends refusal('billing_state_blocked') {}
+export class RecurringJobNotFound extends refusal('recurring_job_not_found') {}
+export class InvalidCronExpression extends refusal('invalid_cron_expression') {}
+export class InvalidTimezone extends refusal('invalid_timezone') {}

@@ -158,10 +158,12 @@ export type ProjectCommand =
   | Command<'change_member_role', Acting & { user_id: string; role: string }>
   | Command<'remove_member', Acting & { user_id: string }>
   | Command<'transfer_ownership', Acting & { user_id: string }>
-  /** `overage_available`: whether the new plan has an overage rate (plan numbers live outside the domain). */
-  | Command<'change_plan', Acting & { plan: Plan; overage_available: boolean }>
-  | Command<'set_overage', Acting & { enabled: boolean; overage_available: boolean }>
-  | Command<'set_spend_cap', Acting & { spend_cap_cents: number | null }>
+  /**
+   * Plan, overage and cap in one decision, so a refused part leaves everything unchanged.
+   * `overage_available`: whether the plan the project ends on has an overage rate (plan numbers
+   * live outside the domain).
+   */
+  | Command<'update_billing', Acting & { plan?: Plan; overage_enabled?: boolean; spend_cap_cents?: number | null; overage_available: boolean }>
   | Command<'set_billing_state', { state: BillingState; provider_event_id: string | null }>
   | Command<'warn_allowance', { period: string; percent: 80 | 100; used: number; allowance: number }>
   | Command<'roll_billing_period', { period: string; previous_used: number; previous_overage: number; previous_overage_cents: number }>
@@ -331,23 +333,25 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       if (!leavingSelf && !outranks(actorRole, member.role)) throw new RoleExceedsCaller(`a ${actorRole} cannot remove a ${member.role}`)
       return [{ type: 'member_removed', data: { user_id: member.user_id, removed_at: now } }]
     }
-    case 'change_plan': {
-      requireRole(project, actor, 'owner', 'changing the plan')
-      if (command.data.plan === project.plan) return []
-      const events: ProjectEvent[] = [{ type: 'plan_changed', data: { plan: command.data.plan, previous_plan: project.plan, changed_at: now } }]
-      if (billingOf(project).overageEnabled && !command.data.overage_available) events.push({ type: 'overage_disabled', data: { disabled_at: now } })
+    case 'update_billing': {
+      const d = command.data
+      const billing = billingOf(project)
+      const changesPlan = d.plan !== undefined && d.plan !== project.plan
+      requireRole(project, actor, changesPlan ? 'owner' : 'admin', changesPlan ? 'changing the plan' : 'changing billing settings')
+      const wantsOverage = d.overage_enabled ?? billing.overageEnabled
+      if (d.overage_enabled === true && !d.overage_available) throw new OverageUnavailable(`the ${d.plan ?? project.plan} plan has no overage`)
+      const events: ProjectEvent[] = []
+      if (changesPlan) events.push({ type: 'plan_changed', data: { plan: d.plan!, previous_plan: project.plan, changed_at: now } })
+      // A plan without overage turns it off, whatever was asked for.
+      const overage = wantsOverage && d.overage_available
+      if (overage !== billing.overageEnabled) {
+        events.push(overage ? { type: 'overage_enabled', data: { enabled_at: now } } : { type: 'overage_disabled', data: { disabled_at: now } })
+      }
+      if (d.spend_cap_cents !== undefined && d.spend_cap_cents !== billing.spendCapCents) {
+        events.push({ type: 'spend_cap_updated', data: { spend_cap_cents: d.spend_cap_cents, updated_at: now } })
+      }
       return events
     }
-    case 'set_overage': {
-      requireRole(project, actor, 'admin', 'changing overage')
-      if (command.data.enabled && !command.data.overage_available) throw new OverageUnavailable(`the ${project.plan} plan has no overage; change the plan first`)
-      if (command.data.enabled === billingOf(project).overageEnabled) return []
-      return [command.data.enabled ? { type: 'overage_enabled', data: { enabled_at: now } } : { type: 'overage_disabled', data: { disabled_at: now } }]
-    }
-    case 'set_spend_cap':
-      requireRole(project, actor, 'admin', 'changing the spend cap')
-      if (command.data.spend_cap_cents === billingOf(project).spendCapCents) return []
-      return [{ type: 'spend_cap_updated', data: { spend_cap_cents: command.data.spend_cap_cents, updated_at: now } }]
     case 'transfer_ownership': {
       requireRole(project, actor, 'owner', 'transferring ownership')
       const target = requireMember(project, command.data.user_id)

@@ -1,10 +1,12 @@
 import type { Decider } from './decider.ts'
 import type { CommandMeta } from './job.ts'
-import { RecurringJobTypeConflict } from './errors.ts'
+import { RecurringJobNotFound, RecurringJobTypeConflict } from './errors.ts'
 
 /**
- * A recurring schedule, registered by workers or (later) through the recurring routes. Its id is
- * derived from the job type, so registering the same type again updates the same schedule.
+ * A recurring schedule, registered by workers or through the recurring routes. Its id is derived
+ * from the job type, so registering the same type again updates the same schedule. Occurrences
+ * are computed at the edge (cron parsing is a library's job); the aggregate records which
+ * occurrence fired last, so each fires at most once whoever fires it.
  */
 
 export interface RecurringSchedule {
@@ -14,6 +16,8 @@ export interface RecurringSchedule {
   timezone: string
   max_attempts: number
   timeout_seconds: number
+  /** Payload of every job the schedule creates (absent in schedules registered before it existed). */
+  payload?: Record<string, unknown>
 }
 
 export interface RecurringJob extends RecurringSchedule {
@@ -21,20 +25,44 @@ export interface RecurringJob extends RecurringSchedule {
   project_id: string
   created_at: string
   updated_at: string
+  status?: 'active' | 'deleted'
+  /** The next occurrence due (ISO instant), as computed when the schedule last changed or fired. */
+  next_run_at?: string | null
+  /** The occurrence that fired last, and when. */
+  last_occurrence_at?: string | null
+  last_run_at?: string | null
+  last_job_id?: string | null
 }
 
 export type RecurringJobAggregate = RecurringJob | null
 
-export type RecurringJobEvent = {
-  type: 'recurring_upserted'
-  data: RecurringSchedule & { recurring_id: string; project_id: string; upserted_at: string }
-}
+export type RecurringJobEvent =
+  | {
+      type: 'recurring_upserted'
+      data: RecurringSchedule & { recurring_id: string; project_id: string; upserted_at: string; next_run_at?: string | null }
+    }
+  | { type: 'recurring_deleted'; data: { recurring_id: string; deleted_at: string } }
+  | { type: 'recurring_rescheduled'; data: { next_run_at: string | null; rescheduled_at: string } }
+  | {
+      type: 'recurring_fired'
+      /** `job_id` null: the occurrence was due but no job was created (allowance or billing refused it). */
+      data: { occurrence_at: string; job_id: string | null; skipped_reason: string | null; fired_at: string; next_run_at: string | null }
+    }
 
-export type RecurringJobCommand = {
-  type: 'upsert_recurring'
-  data: RecurringSchedule & { recurring_id: string; project_id: string }
-  meta: CommandMeta
-}
+export type RecurringJobCommand =
+  | {
+      type: 'upsert_recurring'
+      data: RecurringSchedule & { recurring_id: string; project_id: string; next_run_at?: string | null }
+      meta: CommandMeta
+    }
+  | { type: 'delete_recurring'; data: { recurring_id: string }; meta: CommandMeta }
+  /** The next occurrence moved without a firing (a clock change, a stale read model). */
+  | { type: 'reschedule'; data: { next_run_at: string | null }; meta: CommandMeta }
+  | {
+      type: 'record_fire'
+      data: { occurrence_at: string; job_id: string | null; skipped_reason: string | null; next_run_at: string | null }
+      meta: CommandMeta
+    }
 
 /** `rjob_` followed by the job type lowercased, with every run of other characters made one `-`. */
 export function recurringIdFor(jobType: string): string {
@@ -45,32 +73,80 @@ export function recurringIdFor(jobType: string): string {
   return `rjob_${slug || 'job'}`
 }
 
-function isSameSchedule(a: RecurringSchedule, b: RecurringSchedule): boolean {
+export function isActiveSchedule(state: RecurringJobAggregate): state is RecurringJob {
+  return state !== null && (state.status ?? 'active') === 'active'
+}
+
+function isSameSchedule(a: RecurringJob, b: RecurringSchedule): boolean {
   return (
     a.job_type === b.job_type &&
     a.cron_expression === b.cron_expression &&
     a.queue === b.queue &&
     a.timezone === b.timezone &&
     a.max_attempts === b.max_attempts &&
-    a.timeout_seconds === b.timeout_seconds
+    a.timeout_seconds === b.timeout_seconds &&
+    JSON.stringify(a.payload ?? {}) === JSON.stringify(b.payload ?? {})
   )
 }
 
 function decide(command: RecurringJobCommand, state: RecurringJobAggregate): RecurringJobEvent[] {
-  const d = command.data
-  if (state !== null && state.job_type !== d.job_type) throw new RecurringJobTypeConflict(state.id, state.job_type)
-  if (state !== null && isSameSchedule(state, d)) return []
-  return [{ type: 'recurring_upserted', data: { ...d, upserted_at: command.meta.now } }]
+  const now = command.meta.now
+  switch (command.type) {
+    case 'upsert_recurring': {
+      const d = command.data
+      const live = isActiveSchedule(state) ? state : null
+      if (live !== null && live.job_type !== d.job_type) throw new RecurringJobTypeConflict(live.id, live.job_type)
+      if (live !== null && isSameSchedule(live, d)) return []
+      return [{ type: 'recurring_upserted', data: { ...d, payload: d.payload ?? {}, upserted_at: now } }]
+    }
+    case 'delete_recurring':
+      if (!isActiveSchedule(state)) throw new RecurringJobNotFound(command.data.recurring_id)
+      return [{ type: 'recurring_deleted', data: { recurring_id: state.id, deleted_at: now } }]
+    case 'reschedule':
+      if (!isActiveSchedule(state) || (state.next_run_at ?? null) === command.data.next_run_at) return []
+      return [{ type: 'recurring_rescheduled', data: { next_run_at: command.data.next_run_at, rescheduled_at: now } }]
+    case 'record_fire': {
+      if (!isActiveSchedule(state)) return []
+      // An occurrence at or before the last one fired was fired already (by this or another scheduler).
+      const last = state.last_occurrence_at ?? null
+      if (last !== null && Date.parse(command.data.occurrence_at) <= Date.parse(last)) return []
+      return [{ type: 'recurring_fired', data: { ...command.data, fired_at: now } }]
+    }
+  }
 }
 
 function evolve(state: RecurringJobAggregate, event: RecurringJobEvent): RecurringJobAggregate {
-  const { recurring_id, project_id, upserted_at, ...schedule } = event.data
-  return {
-    ...schedule,
-    id: recurring_id,
-    project_id,
-    created_at: state?.created_at ?? upserted_at,
-    updated_at: upserted_at,
+  switch (event.type) {
+    case 'recurring_upserted': {
+      const { recurring_id, project_id, upserted_at, next_run_at, ...schedule } = event.data
+      const live = isActiveSchedule(state) ? state : null
+      return {
+        ...schedule,
+        id: recurring_id,
+        project_id,
+        created_at: live?.created_at ?? upserted_at,
+        updated_at: upserted_at,
+        status: 'active',
+        next_run_at: next_run_at ?? null,
+        last_occurrence_at: live?.last_occurrence_at ?? null,
+        last_run_at: live?.last_run_at ?? null,
+        last_job_id: live?.last_job_id ?? null,
+      }
+    }
+    case 'recurring_deleted':
+      return state === null ? null : { ...state, status: 'deleted', next_run_at: null, updated_at: event.data.deleted_at }
+    case 'recurring_rescheduled':
+      return state === null ? null : { ...state, next_run_at: event.data.next_run_at }
+    case 'recurring_fired':
+      return state === null
+        ? null
+        : {
+            ...state,
+            last_occurrence_at: event.data.occurrence_at,
+            last_run_at: event.data.job_id === null ? (state.last_run_at ?? null) : event.data.fired_at,
+            last_job_id: event.data.job_id ?? state.last_job_id ?? null,
+            next_run_at: event.data.next_run_at,
+          }
   }
 }
 

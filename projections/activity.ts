@@ -1,4 +1,5 @@
 import type { Project, ProjectEvent } from '../domain/project.ts'
+import type { RecurringJobEvent } from '../domain/recurring-job.ts'
 import type { UserEvent } from '../domain/user.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable } from './database.ts'
@@ -110,6 +111,23 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
   }
 }
 
+function describeRecurringEvent(e: RecurringJobEvent): Described | null {
+  switch (e.type) {
+    case 'recurring_upserted':
+      return {
+        kind: 'recurring_upserted',
+        target_type: 'recurring',
+        target_id: e.data.recurring_id,
+        summary: `Schedule ${e.data.recurring_id} set to "${e.data.cron_expression}" (${e.data.timezone})`,
+        metadata: { job_type: e.data.job_type, cron_expression: e.data.cron_expression, timezone: e.data.timezone, queue: e.data.queue },
+      }
+    case 'recurring_deleted':
+      return { kind: 'recurring_deleted', target_type: 'recurring', target_id: e.data.recurring_id, summary: `Schedule ${e.data.recurring_id} deleted` }
+    default:
+      return null
+  }
+}
+
 /** The activity rows one log message yields (pure; the id is the event's ULID). */
 export function activityRowsOf(record: EventRecord): ActivityRow[] {
   const m = record.message
@@ -120,12 +138,14 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
         ? describeUserEvent(event as UserEvent, m.aggregate_id)
         : m.aggregate === 'project'
           ? describeProjectEvent(event as ProjectEvent, m.state as Project | null)
-          : null
+          : m.aggregate === 'recurring'
+            ? describeRecurringEvent(event as RecurringJobEvent)
+            : null
     if (described === null) continue
     const { metadata, ...rest } = described
     rows.push({
       id: event.id.replace(/^evt_/, ''),
-      project_id: m.aggregate === 'project' ? m.aggregate_id : null,
+      project_id: m.aggregate === 'project' ? m.aggregate_id : m.aggregate === 'recurring' ? m.project_id : null,
       user_id: m.aggregate === 'user' ? m.aggregate_id : null,
       ...rest,
       metadata: metadata === undefined ? null : JSON.stringify(metadata),
@@ -167,6 +187,8 @@ export const activityFeed: Projection = {
     'allowance_warning_100',
     'billing_period_reset',
     'overage_charged',
+    'recurring_upserted',
+    'recurring_deleted',
   ],
   tables: ['activity'],
   async apply(tx: Queryable, records) {

@@ -15,6 +15,7 @@ import { ProjectionWatcher } from './projection-watcher.ts'
 import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
 import { jobRoutes } from './routes/jobs.ts'
+import { recurringRoutes } from './routes/recurring.ts'
 import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
 import { platformBillingRoutes, providerWebhookRoutes } from './routes/platform-billing.ts'
 import { platformProjectRoutes } from './routes/platform-projects.ts'
@@ -145,6 +146,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
       registerIdempotency(v1, deps)
       await v1.register(jobRoutes(context), { prefix: '/jobs' })
       await v1.register(workerRoutes(context), { prefix: '/workers' })
+      await v1.register(recurringRoutes(context), { prefix: '/recurring' })
     },
     { prefix: '/jobsvc/v1' },
   )

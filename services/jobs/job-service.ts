@@ -93,6 +93,11 @@ export class JobService {
     return `job_${this.#deps.newUlid()}`
   }
 
+  /** A write of this project's made elsewhere (recurring routes), for read-your-writes on lists. */
+  noteWritten(projectId: string, seq: number): void {
+    this.#noteWrite(projectId, seq)
+  }
+
   #noteWrite(projectId: string, seq: number): void {
     if (seq > (this.lastWrittenSeq.get(projectId) ?? 0)) this.lastWrittenSeq.set(projectId, seq)
   }
@@ -138,8 +143,9 @@ export class JobService {
    * between still finds it; a crash between the two leaves the parent naming a child that never
    * appeared, which activation skips.
    */
-  async create(projectId: string, input: NewJob): Promise<Written> {
-    const jobId = this.newJobId()
+  /** `options.jobId`: an id decided by the caller (a recurring occurrence); InvalidState if it exists. */
+  async create(projectId: string, input: NewJob, options: { jobId?: string } = {}): Promise<Written> {
+    const jobId = options.jobId ?? this.newJobId()
     let waitsForParent = false
     if (input.parent_job_id !== null) {
       if (!isJobId(input.parent_job_id)) throw new ParentNotFound(input.parent_job_id)

@@ -21,7 +21,7 @@ export interface QuotaReading {
 }
 
 export type Consumption =
-  | { admitted: true; reading: QuotaReading; period: string; usedAfter: number }
+  | { admitted: true; reading: QuotaReading; period: string; usedAfter: number; asOverage: boolean }
   | { admitted: false; code: 'monthly_allowance_exceeded' | 'spend_cap_reached'; reading: QuotaReading }
 
 /** Billing periods are UTC calendar months; the allowance resets on the first. */
@@ -36,8 +36,7 @@ export function overageCostCents(overageJobs: number, centsPer10k: number): numb
   return overageJobs <= 0 ? 0 : Math.ceil((overageJobs * centsPer10k) / 10_000)
 }
 
-function readingOf(terms: QuotaTerms, used: number, endsAt: Date): QuotaReading {
-  const overage = Math.max(0, used - terms.allowance)
+function readingOf(terms: QuotaTerms, used: number, overage: number, endsAt: Date): QuotaReading {
   return {
     limit: terms.allowance,
     used,
@@ -65,30 +64,45 @@ export class Allowance {
     const { start, endsAt } = billingPeriodOf(now)
     const overage = terms.overageEnabled
     const cap = terms.spendCapCents
-    const rows = await this.#sql<{ used: number }[]>`
-      INSERT INTO project_usage (project_id, period_start, used)
-      SELECT ${projectId}, ${start}, 1
+    // A unit beyond the allowance is overage: counted as such now, at the terms of this moment.
+    const rows = await this.#sql<{ used: number; overage: number }[]>`
+      INSERT INTO project_usage (project_id, period_start, used, overage)
+      SELECT ${projectId}, ${start}, 1, CASE WHEN 1 > ${terms.allowance}::bigint THEN 1 ELSE 0 END
       WHERE 0 < ${terms.allowance}::bigint OR (${overage}::boolean AND (${cap}::bigint IS NULL OR ceil(${terms.centsPer10k}::numeric / 10000) <= ${cap}::bigint))
-      ON CONFLICT (project_id, period_start) DO UPDATE SET used = project_usage.used + 1
+      ON CONFLICT (project_id, period_start) DO UPDATE SET used = project_usage.used + 1,
+        overage = project_usage.overage + CASE WHEN project_usage.used + 1 > ${terms.allowance}::bigint THEN 1 ELSE 0 END
       WHERE project_usage.used < ${terms.allowance}::bigint
          OR (${overage}::boolean AND (${cap}::bigint IS NULL
-             OR ceil((project_usage.used + 1 - ${terms.allowance}::bigint) * ${terms.centsPer10k}::numeric / 10000) <= ${cap}::bigint))
-      RETURNING used`
-    const usedAfter = rows[0]?.used
-    if (usedAfter !== undefined) return { admitted: true, reading: readingOf(terms, usedAfter - 1, endsAt), period: start, usedAfter }
+             OR ceil((project_usage.overage + 1) * ${terms.centsPer10k}::numeric / 10000) <= ${cap}::bigint))
+      RETURNING used, overage`
+    const row = rows[0]
+    if (row !== undefined) {
+      const asOverage = row.used > terms.allowance
+      const reading = readingOf(terms, row.used - 1, row.overage - (asOverage ? 1 : 0), endsAt)
+      return { admitted: true, reading, period: start, usedAfter: row.used, asOverage }
+    }
     const reading = await this.read(projectId, terms, now)
     return { admitted: false, code: overage ? 'spend_cap_reached' : 'monthly_allowance_exceeded', reading }
   }
 
   /** Gives back a unit whose job was not created after all (the append failed). */
-  async release(projectId: string, period: string): Promise<void> {
-    await this.#sql`UPDATE project_usage SET used = used - 1 WHERE project_id = ${projectId} AND period_start = ${period} AND used > 0`
+  async release(projectId: string, taken: { period: string; asOverage: boolean }): Promise<void> {
+    const overage = taken.asOverage ? 1 : 0
+    await this.#sql`
+      UPDATE project_usage SET used = used - 1, overage = greatest(overage - ${overage}, 0)
+      WHERE project_id = ${projectId} AND period_start = ${taken.period} AND used > 0`
   }
 
   async read(projectId: string, terms: QuotaTerms, now: Date): Promise<QuotaReading> {
     const { start, endsAt } = billingPeriodOf(now)
-    const rows = await this.#sql<{ used: number }[]>`SELECT used FROM project_usage WHERE project_id = ${projectId} AND period_start = ${start}`
-    return readingOf(terms, rows[0]?.used ?? 0, endsAt)
+    const usage = await this.usageOf(projectId, start)
+    return readingOf(terms, usage.used, usage.overage, endsAt)
+  }
+
+  async usageOf(projectId: string, period: string): Promise<{ used: number; overage: number }> {
+    const rows = await this.#sql<{ used: number; overage: number }[]>`
+      SELECT used, overage FROM project_usage WHERE project_id = ${projectId} AND period_start = ${period}`
+    return rows[0] ?? { used: 0, overage: 0 }
   }
 }
 

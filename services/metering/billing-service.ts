@@ -76,22 +76,16 @@ export class BillingService {
     }
   }
 
-  /** Applies the changes given, in a fixed order: plan, then overage, then the cap. */
+  /** Applies plan, overage and cap changes as one decision: all of them or, on a refusal, none. */
   async update(user: User, project: Project, changes: { plan?: Plan; overage_enabled?: boolean; spend_cap_cents?: number | null }): Promise<Project> {
-    let current = project
-    const actor = { actor_user_id: user.id }
-    if (changes.plan !== undefined) {
-      const overageAvailable = this.#deps.config.plans[changes.plan].overage_cents_per_10k !== null
-      current = (await this.#on(project.id, { type: 'change_plan', data: { ...actor, plan: changes.plan, overage_available: overageAvailable }, meta: this.#meta() })).state!
-    }
-    if (changes.overage_enabled !== undefined) {
-      const overageAvailable = this.#deps.config.plans[current.plan].overage_cents_per_10k !== null
-      current = (await this.#on(project.id, { type: 'set_overage', data: { ...actor, enabled: changes.overage_enabled, overage_available: overageAvailable }, meta: this.#meta() })).state!
-    }
-    if (changes.spend_cap_cents !== undefined) {
-      current = (await this.#on(project.id, { type: 'set_spend_cap', data: { ...actor, spend_cap_cents: changes.spend_cap_cents }, meta: this.#meta() })).state!
-    }
-    return current
+    const plan = changes.plan ?? project.plan
+    const overageAvailable = this.#deps.config.plans[plan].overage_cents_per_10k !== null
+    const result = await this.#on(project.id, {
+      type: 'update_billing',
+      data: { actor_user_id: user.id, ...changes, overage_available: overageAvailable },
+      meta: this.#meta(),
+    })
+    return result.state!
   }
 
   /** The payment provider's word (a verified webhook) on a project's billing state. */
@@ -131,11 +125,11 @@ export class BillingService {
     let overage = 0
     let cents = 0
     if (previous !== null) {
-      const rows = await this.#deps.sql<{ used: number }[]>`SELECT used FROM project_usage WHERE project_id = ${project.id} AND period_start = ${previous}`
-      usedBefore = rows[0]?.used ?? 0
-      const terms = this.termsOf(project)
-      overage = Math.max(0, usedBefore - terms.allowance)
-      cents = overageCostCents(overage, terms.centsPer10k)
+      // Only jobs created as overage (overage on, beyond the allowance at the time) are charged.
+      const usage = await this.allowance.usageOf(project.id, previous)
+      usedBefore = usage.used
+      overage = usage.overage
+      cents = overageCostCents(overage, this.termsOf(project).centsPer10k)
     }
     const result = await this.#on(project.id, {
       type: 'roll_billing_period',

@@ -1,6 +1,7 @@
 import { isAttemptStale } from '../../domain/job.ts'
 import type { Project } from '../../domain/project.ts'
 import { JobService } from '../jobs/job-service.ts'
+import { fireDueSchedules } from '../jobs/recurring-service.ts'
 import { billingPeriodOf } from '../metering/allowance.ts'
 import { BillingService } from '../metering/billing-service.ts'
 import { projectRef } from '../projects/project-service.ts'
@@ -12,8 +13,8 @@ const passConcurrency = 16
 
 /**
  * The scheduler role: moves due scheduled jobs to pending, wakes pollers when a retry's backoff
- * ends, reaps attempts whose heartbeat went stale, and finishes continuation cascades that a
- * crash interrupted. Every move is a command on the job aggregate, so several schedulers may run:
+ * ends, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
+ * continuation cascades that a crash interrupted, and starts billing periods. Every move is a command on the job aggregate, so several schedulers may run:
  * the expected-sequence append lets exactly one of them win each move.
  */
 export async function start(deps: Deps): Promise<() => Promise<void>> {
@@ -30,6 +31,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       await promoteDueJobs(deps, jobs)
       lastDueScan = await wakeForDueRetries(deps, jobs, lastDueScan)
     }, (err) => deps.log.error({ err }, 'scheduler: promotion pass failed')),
+    every(t.scheduler_interval_ms, signal, async () => void (await fireDueSchedules(deps, jobs, billing)), (err) =>
+      deps.log.error({ err }, 'scheduler: recurring pass failed'),
+    ),
     every(t.reaper_interval_ms, signal, async () => void (await reapStaleAttempts(deps, jobs)), (err) =>
       deps.log.error({ err }, 'scheduler: reaper pass failed'),
     ),

@@ -19,6 +19,7 @@ const schedule: RecurringSchedule = {
   timezone: 'Europe/Paris',
   max_attempts: 3,
   timeout_seconds: 600,
+  payload: {},
 }
 
 function upsert(over: Partial<RecurringSchedule> = {}, now = first): RecurringJobCommand {
@@ -31,7 +32,18 @@ function upserted(over: Partial<RecurringSchedule> = {}, now = first): Recurring
 
 t.test('a new schedule is upserted', async (t) => {
   const recurring = deciderSpec(t, recurringJobDecider).given([]).when(upsert()).then([upserted()])
-  t.same(recurring, { ...schedule, id: 'rjob_nightly-report', project_id: 'prj_1', created_at: first, updated_at: first })
+  t.same(recurring, {
+    ...schedule,
+    id: 'rjob_nightly-report',
+    project_id: 'prj_1',
+    created_at: first,
+    updated_at: first,
+    status: 'active',
+    next_run_at: null,
+    last_occurrence_at: null,
+    last_run_at: null,
+    last_job_id: null,
+  })
 })
 
 t.test('registering the same schedule again records nothing', async (t) => {

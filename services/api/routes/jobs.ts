@@ -81,6 +81,7 @@ const unmetered: Consumption = {
   admitted: true,
   period: '',
   usedAfter: 0,
+  asOverage: false,
   reading: { limit: 0, used: 0, overage: 0, overageCostCents: 0, spendCapCents: null, resetAt: 0 },
 }
 
@@ -134,7 +135,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
         parent_job_id: body.parent_job_id ?? null,
         idempotency_key: body.idempotency_key ?? null,
       }).catch(async (err) => {
-        if (consumption !== unmetered) await ctx.billing.allowance.release(project.id, consumption.period)
+        if (consumption !== unmetered) await ctx.billing.allowance.release(project.id, consumption)
         throw err
       })
       const { job, seq } = created
