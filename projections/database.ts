@@ -9,11 +9,14 @@ export type Queryable = Sql | Tx
  * int8 columns (sequences, durations) come back as numbers: stream sequences stay far below
  * 2^53, and strings would leak into every comparison.
  */
-export function openSql(url: string, options: { max?: number; applicationName?: string } = {}): Sql {
+export function openSql(url: string, options: { max?: number; applicationName?: string; synchronousCommit?: boolean } = {}): Sql {
   return postgres(url, {
     max: options.max ?? 10,
     onnotice: () => undefined,
-    connection: { application_name: options.applicationName ?? 'jobsvc' },
+    connection: {
+      application_name: options.applicationName ?? 'jobsvc',
+      ...(options.synchronousCommit === false ? { synchronous_commit: 'off' } : {}),
+    },
     types: {
       bigint: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) },
     },

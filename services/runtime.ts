@@ -17,6 +17,13 @@ export interface Deps {
   nats: NatsHandles
   store: EventStore
   sql: Sql
+  /**
+   * Counters of the allowance and the request limit. Their commits do not wait for the WAL
+   * flush (synchronous_commit off): a Postgres crash may forget the last few hundred
+   * milliseconds of counts, a service restart forgets nothing, and creation stops waiting on a
+   * disk flush for every job.
+   */
+  meteringSql: Sql
   heartbeats: KV
   /** Sliding windows of the anonymous auth routes, login failures and cooldowns. */
   authLimits: KV
@@ -67,6 +74,7 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
     await sql.end()
     throw err
   }
+  const meteringSql = openSql(config.databaseUrl, { max: 4, applicationName: `${name}-metering`, synchronousCommit: false })
   const nats = await connectNats(config.natsUrl, name)
   await ensureStreams(nats.jsm, config.namespace)
   const heartbeats = await openHeartbeatBucket(nats.nc, config.namespace)
@@ -81,6 +89,7 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
     nats,
     store,
     sql,
+    meteringSql,
     heartbeats,
     authLimits,
     idempotency,
@@ -91,6 +100,7 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
       store.close()
       mailer.close()
       await nats.nc.drain().catch(() => undefined)
+      await meteringSql.end({ timeout: 5 })
       await sql.end({ timeout: 5 })
     },
   }

@@ -111,7 +111,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     accounts,
     team,
     accountExports: new AccountLifecycle(deps, accounts, team),
-    requestRate: new RequestRateLimiter(deps.sql),
+    requestRate: new RequestRateLimiter(deps.meteringSql),
     billing: new BillingService(deps),
     stopping,
   }

@@ -24,6 +24,16 @@ export type Consumption =
   | { admitted: true; reading: QuotaReading; period: string; usedAfter: number; asOverage: boolean }
   | { admitted: false; code: 'monthly_allowance_exceeded' | 'spend_cap_reached'; reading: QuotaReading }
 
+interface Waiter {
+  terms: QuotaTerms
+  endsAt: Date
+  resolve(consumption: Consumption): void
+  reject(err: unknown): void
+}
+
+/** Creates served by one statement at most. */
+const maxBatch = 256
+
 /** Billing periods are UTC calendar months; the allowance resets on the first. */
 export function billingPeriodOf(now: Date): { start: string; endsAt: Date } {
   const start = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1))
@@ -48,10 +58,10 @@ function readingOf(terms: QuotaTerms, used: number, overage: number, endsAt: Dat
 }
 
 /**
- * The monthly job allowance: one row per project and period, taken one unit at a time by a
- * single guarded upsert. The guard (room in the allowance, or overage on and the cap not
- * passed) is checked by Postgres on the row it locks, so concurrent creates in any number of
- * processes never take more than the terms allow, and each success sees a distinct count.
+ * The monthly job allowance: one row per project and period. Units are taken by one UPDATE that
+ * computes the room (allowance left, or overage on and the cap not passed) from the row it
+ * locks, so concurrent creates in any number of processes never take more than the terms allow,
+ * and each success sees a distinct count.
  */
 export class Allowance {
   readonly #sql: Sql
@@ -60,29 +70,93 @@ export class Allowance {
     this.#sql = sql
   }
 
-  async consume(projectId: string, terms: QuotaTerms, now: Date): Promise<Consumption> {
+  /**
+   * Takes one unit for a create. Creates waiting in this process for the same project and period
+   * are served by one statement (a group commit): while a batch is in flight the next waiters
+   * queue, and the following statement takes units for all of them. Each admitted create gets
+   * its own count, in order.
+   */
+  consume(projectId: string, terms: QuotaTerms, now: Date): Promise<Consumption> {
     const { start, endsAt } = billingPeriodOf(now)
-    const overage = terms.overageEnabled
-    const cap = terms.spendCapCents
-    // A unit beyond the allowance is overage: counted as such now, at the terms of this moment.
-    const rows = await this.#sql<{ used: number; overage: number }[]>`
-      INSERT INTO project_usage (project_id, period_start, used, overage)
-      SELECT ${projectId}, ${start}, 1, CASE WHEN 1 > ${terms.allowance}::bigint THEN 1 ELSE 0 END
-      WHERE 0 < ${terms.allowance}::bigint OR (${overage}::boolean AND (${cap}::bigint IS NULL OR ceil(${terms.centsPer10k}::numeric / 10000) <= ${cap}::bigint))
-      ON CONFLICT (project_id, period_start) DO UPDATE SET used = project_usage.used + 1,
-        overage = project_usage.overage + CASE WHEN project_usage.used + 1 > ${terms.allowance}::bigint THEN 1 ELSE 0 END
-      WHERE project_usage.used < ${terms.allowance}::bigint
-         OR (${overage}::boolean AND (${cap}::bigint IS NULL
-             OR ceil((project_usage.overage + 1) * ${terms.centsPer10k}::numeric / 10000) <= ${cap}::bigint))
-      RETURNING used, overage`
-    const row = rows[0]
-    if (row !== undefined) {
-      const asOverage = row.used > terms.allowance
-      const reading = readingOf(terms, row.used - 1, row.overage - (asOverage ? 1 : 0), endsAt)
-      return { admitted: true, reading, period: start, usedAfter: row.used, asOverage }
+    const key = `${projectId}/${start}`
+    return new Promise((resolve, reject) => {
+      let queue = this.#queues.get(key)
+      if (queue === undefined) {
+        queue = { waiters: [], draining: false }
+        this.#queues.set(key, queue)
+      }
+      queue.waiters.push({ terms, endsAt, resolve, reject })
+      if (!queue.draining) void this.#drain(key, projectId, start, queue)
+    })
+  }
+
+  readonly #queues = new Map<string, { waiters: Waiter[]; draining: boolean }>()
+  /** Usage rows known to exist (they are never deleted), so the insert is skipped. */
+  readonly #knownRows = new Set<string>()
+
+  async #drain(key: string, projectId: string, period: string, queue: { waiters: Waiter[]; draining: boolean }): Promise<void> {
+    queue.draining = true
+    try {
+      while (queue.waiters.length > 0) {
+        const batch = queue.waiters.splice(0, maxBatch)
+        try {
+          await this.#serve(key, projectId, period, batch)
+        } catch (err) {
+          for (const w of batch) w.reject(err)
+        }
+      }
+    } finally {
+      queue.draining = false
+      if (queue.waiters.length === 0) this.#queues.delete(key)
     }
-    const reading = await this.read(projectId, terms, now)
-    return { admitted: false, code: overage ? 'spend_cap_reached' : 'monthly_allowance_exceeded', reading }
+  }
+
+  async #serve(key: string, projectId: string, period: string, batch: Waiter[]): Promise<void> {
+    // The newest request carries the newest view of the project's terms.
+    const terms = batch[batch.length - 1]!.terms
+    const n = batch.length
+    if (!this.#knownRows.has(key)) {
+      await this.#sql`INSERT INTO project_usage (project_id, period_start, used, overage) VALUES (${projectId}, ${period}, 0, 0) ON CONFLICT DO NOTHING`
+      this.#knownRows.add(key)
+    }
+    const on = terms.overageEnabled
+    const cap = terms.spendCapCents
+    const rate = terms.centsPer10k
+    // Room: what the allowance has left, plus with overage on what the cap still allows
+    // (o overage jobs cost ceil(o × rate ÷ 10,000) cents ≤ cap  ⇔  o ≤ floor(cap × 10,000 ÷ rate)).
+    // Every SET expression reads the row as it was, under the row's lock.
+    const rows = await this.#sql<{ used: number; overage: number; last_take: number }[]>`
+      UPDATE project_usage SET
+        used = used + LEAST(${n}::bigint, GREATEST(${terms.allowance}::bigint - used, 0)
+          + CASE WHEN ${on}::boolean THEN (CASE WHEN ${cap}::bigint IS NULL OR ${rate}::numeric = 0 THEN ${n}::bigint
+                 ELSE GREATEST(floor(${cap}::bigint * 10000 / ${rate}::numeric)::bigint - overage, 0) END) ELSE 0 END),
+        overage = overage + GREATEST(0, used + LEAST(${n}::bigint, GREATEST(${terms.allowance}::bigint - used, 0)
+          + CASE WHEN ${on}::boolean THEN (CASE WHEN ${cap}::bigint IS NULL OR ${rate}::numeric = 0 THEN ${n}::bigint
+                 ELSE GREATEST(floor(${cap}::bigint * 10000 / ${rate}::numeric)::bigint - overage, 0) END) ELSE 0 END)
+          - GREATEST(${terms.allowance}::bigint, used)),
+        last_take = LEAST(${n}::bigint, GREATEST(${terms.allowance}::bigint - used, 0)
+          + CASE WHEN ${on}::boolean THEN (CASE WHEN ${cap}::bigint IS NULL OR ${rate}::numeric = 0 THEN ${n}::bigint
+                 ELSE GREATEST(floor(${cap}::bigint * 10000 / ${rate}::numeric)::bigint - overage, 0) END) ELSE 0 END)
+      WHERE project_id = ${projectId} AND period_start = ${period}
+      RETURNING used, overage, last_take`
+    const row = rows[0]
+    if (row === undefined) {
+      this.#knownRows.delete(key)
+      throw new Error(`usage row of ${key} is missing`)
+    }
+    const take = row.last_take
+    const oldUsed = row.used - take
+    const oldOverage = row.overage - Math.max(0, row.used - Math.max(terms.allowance, oldUsed))
+    batch.forEach((w, i) => {
+      if (i < take) {
+        const used = oldUsed + i
+        const overage = oldOverage + Math.max(0, used - Math.max(terms.allowance, oldUsed))
+        const asOverage = used >= terms.allowance
+        w.resolve({ admitted: true, reading: readingOf(terms, used, overage, w.endsAt), period, usedAfter: used + 1, asOverage })
+      } else {
+        w.resolve({ admitted: false, code: on ? 'spend_cap_reached' : 'monthly_allowance_exceeded', reading: readingOf(terms, row.used, row.overage, w.endsAt) })
+      }
+    })
   }
 
   /** Gives back a unit whose job was not created after all (the append failed). */

@@ -31,7 +31,7 @@ export class BillingService {
 
   constructor(deps: Deps) {
     this.#deps = deps
-    this.allowance = new Allowance(deps.sql)
+    this.allowance = new Allowance(deps.meteringSql)
   }
 
   termsOf(project: Project): QuotaTerms {

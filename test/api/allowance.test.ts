@@ -365,7 +365,9 @@ t.test('two API processes hand out the last 50 units exactly once', async (t) =>
   t.ok(refused.every((r) => r.headers.get('x-quota-used') === String(allowance)), 'every refusal reports the allowance used up')
   const usedValues = created.map((r) => Number(r.headers.get('x-quota-used'))).sort((a, b) => a - b)
   t.strictSame(usedValues, Array.from({ length: 50 }, (_, i) => allowance - 50 + i), 'the 201s saw 50 consecutive counts, none skipped or repeated')
-  t.ok([0, 1].every((p) => answers.some((r, i) => i % 2 === p && r.status === 201)), 'both processes created some')
+  // Which process gets the units is not part of the contract: each serves its waiting creates
+  // in one statement, so one process may take all 50.
+  t.comment(`201s by process: ${[0, 1].map((p) => answers.filter((r, i) => i % 2 === p && r.status === 201).length).join(' and ')}`)
 
   const ids = new Set(created.map((r) => r.body.id as string))
   t.equal(ids.size, 50)
