@@ -49,9 +49,24 @@ export async function ensureStreams(jsm: JetStreamManager, ns: string): Promise<
   }
 }
 
-export async function openHeartbeatBucket(nc: NatsConnection, ns: string): Promise<KV> {
+/**
+ * Creates or opens a KV bucket. Processes starting together race to create it, and the loser's
+ * create can fail ("subjects overlap"); the bucket then exists, so opening it again succeeds.
+ */
+async function openBucket(nc: NatsConnection, name: string, ttlMs: number): Promise<KV> {
   const kvm = new Kvm(nc)
-  return kvm.create(heartbeatBucketName(ns), { history: 1, ttl: heartbeatMaxAgeMs })
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await kvm.create(name, { history: 1, ttl: ttlMs })
+    } catch (err) {
+      if (attempt >= 5) throw err
+      await new Promise((resolve) => setTimeout(resolve, 50 * attempt))
+    }
+  }
+}
+
+export async function openHeartbeatBucket(nc: NatsConnection, ns: string): Promise<KV> {
+  return openBucket(nc, heartbeatBucketName(ns), heartbeatMaxAgeMs)
 }
 
 /**
@@ -59,14 +74,12 @@ export async function openHeartbeatBucket(nc: NatsConnection, ns: string): Promi
  * hour has nothing left to count, so the bucket forgets it.
  */
 export async function openAuthLimitsBucket(nc: NatsConnection, ns: string): Promise<KV> {
-  const kvm = new Kvm(nc)
-  return kvm.create(authLimitsBucketName(ns), { history: 1, ttl: 60 * 60 * 1000 })
+  return openBucket(nc, authLimitsBucketName(ns), 60 * 60 * 1000)
 }
 
 /** Stored answers of requests sent with an idempotency key, forgotten 24 hours after their last write. */
 export async function openIdempotencyBucket(nc: NatsConnection, ns: string): Promise<KV> {
-  const kvm = new Kvm(nc)
-  return kvm.create(idempotencyBucketName(ns), { history: 1, ttl: 24 * 60 * 60 * 1000 })
+  return openBucket(nc, idempotencyBucketName(ns), 24 * 60 * 60 * 1000)
 }
 
 /** Removes everything `ensureStreams` and the bucket openers made for `ns` (tests only). */

@@ -123,6 +123,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     context.ready.stop()
     context.watcher.stop()
     await context.requestRate.stop()
+    await context.billing.allowance.stop()
   })
 
   await app.register(healthRoutes(context), { prefix: '/jobsvc/health' })

@@ -31,8 +31,33 @@ interface Waiter {
   reject(err: unknown): void
 }
 
+/** Units taken ahead by one process: counted as used in the row, handed out without a round trip. */
+interface Lease {
+  /** Next unit's count (0-based) and the end of the leased range. */
+  next: number
+  end: number
+  /** The period's overage when the lease was taken (leased units are never overage). */
+  overage: number
+  grantedAt: number
+  lastUsedAt: number
+}
+
+interface KeyState {
+  waiters: Waiter[]
+  draining: boolean
+  lease: Lease | null
+  /** Consumes since the last statement, to size the next lease. */
+  demand: number
+}
+
 /** Creates served by one statement at most. */
 const maxBatch = 256
+const maxLease = 500
+/** Creates since the last statement that make a process lease ahead. */
+const leaseFromDemand = 8
+const leaseIdleMs = 500
+const leaseMaxAgeMs = 2_000
+const leaseCheckMs = 250
 
 /** Billing periods are UTC calendar months; the allowance resets on the first. */
 export function billingPeriodOf(now: Date): { start: string; endsAt: Date } {
@@ -71,50 +96,83 @@ export class Allowance {
   }
 
   /**
-   * Takes one unit for a create. Creates waiting in this process for the same project and period
-   * are served by one statement (a group commit): while a batch is in flight the next waiters
-   * queue, and the following statement takes units for all of them. Each admitted create gets
-   * its own count, in order.
+   * Takes one unit for a create. Units come from this process's lease when it has one (no round
+   * trip); otherwise creates waiting for the same project and period are served by one statement
+   * (a group commit), which also leases a few units ahead when the allowance has plenty of room.
+   * Each admitted create gets its own count.
    */
   consume(projectId: string, terms: QuotaTerms, now: Date): Promise<Consumption> {
     const { start, endsAt } = billingPeriodOf(now)
     const key = `${projectId}/${start}`
+    const state = this.#stateOf(key)
+    state.demand++
+    const leased = this.#fromLease(state, terms, start, endsAt)
+    if (leased !== null) return Promise.resolve(leased)
     return new Promise((resolve, reject) => {
-      let queue = this.#queues.get(key)
-      if (queue === undefined) {
-        queue = { waiters: [], draining: false }
-        this.#queues.set(key, queue)
-      }
-      queue.waiters.push({ terms, endsAt, resolve, reject })
-      if (!queue.draining) void this.#drain(key, projectId, start, queue)
+      state.waiters.push({ terms, endsAt, resolve, reject })
+      if (!state.draining) void this.#drain(key, projectId, start, state)
     })
   }
 
-  readonly #queues = new Map<string, { waiters: Waiter[]; draining: boolean }>()
+  readonly #states = new Map<string, KeyState>()
   /** Usage rows known to exist (they are never deleted), so the insert is skipped. */
   readonly #knownRows = new Set<string>()
+  #timer: NodeJS.Timeout | undefined
 
-  async #drain(key: string, projectId: string, period: string, queue: { waiters: Waiter[]; draining: boolean }): Promise<void> {
-    queue.draining = true
+  #stateOf(key: string): KeyState {
+    let state = this.#states.get(key)
+    if (state === undefined) {
+      state = { waiters: [], draining: false, lease: null, demand: 0 }
+      this.#states.set(key, state)
+    }
+    return state
+  }
+
+  /** A unit of the lease, if it holds one and the terms still give the allowance room for it. */
+  #fromLease(state: KeyState, terms: QuotaTerms, period: string, endsAt: Date): Consumption | null {
+    const lease = state.lease
+    if (lease === null || lease.next >= lease.end || lease.next >= terms.allowance) return null
+    const used = lease.next++
+    lease.lastUsedAt = Date.now()
+    return { admitted: true, reading: readingOf(terms, used, lease.overage, endsAt), period, usedAfter: used + 1, asOverage: false }
+  }
+
+  async #drain(key: string, projectId: string, period: string, state: KeyState): Promise<void> {
+    state.draining = true
     try {
-      while (queue.waiters.length > 0) {
-        const batch = queue.waiters.splice(0, maxBatch)
+      while (state.waiters.length > 0) {
+        const batch = state.waiters.splice(0, maxBatch)
         try {
-          await this.#serve(key, projectId, period, batch)
+          await this.#serve(key, projectId, period, state, batch)
         } catch (err) {
           for (const w of batch) w.reject(err)
         }
       }
     } finally {
-      queue.draining = false
-      if (queue.waiters.length === 0) this.#queues.delete(key)
+      state.draining = false
     }
   }
 
-  async #serve(key: string, projectId: string, period: string, batch: Waiter[]): Promise<void> {
+  async #serve(key: string, projectId: string, period: string, state: KeyState, waiting: Waiter[]): Promise<void> {
+    // Creates that queued while the statement granting a lease was in flight take from it first.
+    const batch: Waiter[] = []
+    for (const w of waiting) {
+      const leased = this.#fromLease(state, w.terms, period, w.endsAt)
+      if (leased !== null) w.resolve(leased)
+      else batch.push(w)
+    }
+    if (batch.length === 0) return
+    // A lease with units left that the terms no longer allow (a smaller allowance) goes back.
+    await this.#returnLease(projectId, period, state)
     // The newest request carries the newest view of the project's terms.
     const terms = batch[batch.length - 1]!.terms
     const n = batch.length
+    // Ahead of demand, only under load (a quiet project's counts stay exact to the unit): about
+    // twice what this process took since its last statement, at most a quarter of what the
+    // allowance has left after this batch (so other processes keep room), never overage (overage
+    // units are each checked against the cap).
+    const ahead = state.demand >= leaseFromDemand ? Math.min(maxLease, state.demand * 2) : 0
+    state.demand = 0
     if (!this.#knownRows.has(key)) {
       await this.#sql`INSERT INTO project_usage (project_id, period_start, used, overage) VALUES (${projectId}, ${period}, 0, 0) ON CONFLICT DO NOTHING`
       this.#knownRows.add(key)
@@ -125,18 +183,17 @@ export class Allowance {
     // Room: what the allowance has left, plus with overage on what the cap still allows
     // (o overage jobs cost ceil(o × rate ÷ 10,000) cents ≤ cap  ⇔  o ≤ floor(cap × 10,000 ÷ rate)).
     // Every SET expression reads the row as it was, under the row's lock.
-    const rows = await this.#sql<{ used: number; overage: number; last_take: number }[]>`
+    const sql = this.#sql
+    const allowance = sql`${terms.allowance}::bigint`
+    const takeSql = sql`LEAST(${n}::bigint, GREATEST(${allowance} - used, 0)
+      + CASE WHEN ${on}::boolean THEN (CASE WHEN ${cap}::bigint IS NULL OR ${rate}::numeric = 0 THEN ${n}::bigint
+             ELSE GREATEST(floor(${cap}::bigint * 10000 / ${rate}::numeric)::bigint - overage, 0) END) ELSE 0 END)`
+    const leaseSql = sql`LEAST(${ahead}::bigint, GREATEST((${allowance} - used - ${takeSql}) / 4, 0))`
+    const rows = await sql<{ used: number; overage: number; last_take: number }[]>`
       UPDATE project_usage SET
-        used = used + LEAST(${n}::bigint, GREATEST(${terms.allowance}::bigint - used, 0)
-          + CASE WHEN ${on}::boolean THEN (CASE WHEN ${cap}::bigint IS NULL OR ${rate}::numeric = 0 THEN ${n}::bigint
-                 ELSE GREATEST(floor(${cap}::bigint * 10000 / ${rate}::numeric)::bigint - overage, 0) END) ELSE 0 END),
-        overage = overage + GREATEST(0, used + LEAST(${n}::bigint, GREATEST(${terms.allowance}::bigint - used, 0)
-          + CASE WHEN ${on}::boolean THEN (CASE WHEN ${cap}::bigint IS NULL OR ${rate}::numeric = 0 THEN ${n}::bigint
-                 ELSE GREATEST(floor(${cap}::bigint * 10000 / ${rate}::numeric)::bigint - overage, 0) END) ELSE 0 END)
-          - GREATEST(${terms.allowance}::bigint, used)),
-        last_take = LEAST(${n}::bigint, GREATEST(${terms.allowance}::bigint - used, 0)
-          + CASE WHEN ${on}::boolean THEN (CASE WHEN ${cap}::bigint IS NULL OR ${rate}::numeric = 0 THEN ${n}::bigint
-                 ELSE GREATEST(floor(${cap}::bigint * 10000 / ${rate}::numeric)::bigint - overage, 0) END) ELSE 0 END)
+        used = used + ${takeSql} + ${leaseSql},
+        overage = overage + GREATEST(0, used + ${takeSql} - GREATEST(${allowance}, used)),
+        last_take = ${takeSql} + ${leaseSql}
       WHERE project_id = ${projectId} AND period_start = ${period}
       RETURNING used, overage, last_take`
     const row = rows[0]
@@ -144,9 +201,12 @@ export class Allowance {
       this.#knownRows.delete(key)
       throw new Error(`usage row of ${key} is missing`)
     }
-    const take = row.last_take
-    const oldUsed = row.used - take
-    const oldOverage = row.overage - Math.max(0, row.used - Math.max(terms.allowance, oldUsed))
+    const total = row.last_take
+    const take = Math.min(n, total)
+    const lease = total - take
+    const oldUsed = row.used - total
+    const overageAfterTake = row.overage
+    const oldOverage = overageAfterTake - Math.max(0, oldUsed + take - Math.max(terms.allowance, oldUsed))
     batch.forEach((w, i) => {
       if (i < take) {
         const used = oldUsed + i
@@ -157,6 +217,42 @@ export class Allowance {
         w.resolve({ admitted: false, code: on ? 'spend_cap_reached' : 'monthly_allowance_exceeded', reading: readingOf(terms, row.used, row.overage, w.endsAt) })
       }
     })
+    if (lease > 0) {
+      state.lease = { next: oldUsed + take, end: row.used, overage: overageAfterTake, grantedAt: Date.now(), lastUsedAt: Date.now() }
+      this.#timer ??= setInterval(() => void this.#expireLeases(), leaseCheckMs).unref()
+    }
+  }
+
+  /** Gives back what a lease did not use, so unused units are never counted as jobs. */
+  async #returnLease(projectId: string, period: string, state: KeyState): Promise<void> {
+    const lease = state.lease
+    state.lease = null
+    const unused = lease === null ? 0 : lease.end - lease.next
+    if (unused <= 0) return
+    await this.#sql`UPDATE project_usage SET used = used - ${unused} WHERE project_id = ${projectId} AND period_start = ${period}`
+  }
+
+  /** Leases idle or old are returned, so a plan change or another process sees the room soon. */
+  async #expireLeases(force = false): Promise<void> {
+    const now = Date.now()
+    for (const [key, state] of this.#states) {
+      const lease = state.lease
+      const idle = lease === null || now - lease.lastUsedAt > leaseIdleMs || now - lease.grantedAt > leaseMaxAgeMs
+      if (lease !== null && (force || idle) && !state.draining) {
+        const [projectId, period] = key.split('/') as [string, string]
+        await this.#returnLease(projectId, period, state).catch(() => {
+          state.lease = lease
+        })
+      }
+      if (state.lease === null && state.waiters.length === 0 && !state.draining) this.#states.delete(key)
+    }
+  }
+
+  /** Returns every lease (on shutdown). */
+  async stop(): Promise<void> {
+    clearInterval(this.#timer)
+    this.#timer = undefined
+    await this.#expireLeases(true)
   }
 
   /** Gives back a unit whose job was not created after all (the append failed). */

@@ -47,6 +47,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   return async () => {
     controller.abort()
     await Promise.all(loops)
+    await billing.allowance.stop()
   }
 }
 
