@@ -5,6 +5,7 @@ import { fireDueSchedules } from '../jobs/recurring-service.ts'
 import { billingPeriodOf } from '../metering/allowance.ts'
 import { BillingService } from '../metering/billing-service.ts'
 import { projectRef } from '../projects/project-service.ts'
+import { purgeExpiredJobs } from './retention.ts'
 import type { Deps } from '../runtime.ts'
 
 /** Rows handled per promotion or reaping pass; the next pass takes the rest. */
@@ -14,7 +15,8 @@ const passConcurrency = 16
 /**
  * The scheduler role: moves due scheduled jobs to pending, wakes pollers when a retry's backoff
  * ends, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
- * continuation cascades that a crash interrupted, and starts billing periods. Every move is a command on the job aggregate, so several schedulers may run:
+ * continuation cascades that a crash interrupted, starts billing periods and deletes terminal
+ * jobs past their plan's retention. Every move is a command on the job aggregate, so several schedulers may run:
  * the expected-sequence append lets exactly one of them win each move.
  */
 export async function start(deps: Deps): Promise<() => Promise<void>> {
@@ -39,6 +41,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     ),
     every(t.cascade_sweep_interval_ms, signal, async () => void (await healInterruptedCascades(deps, jobs)), (err) =>
       deps.log.error({ err }, 'scheduler: cascade sweep failed'),
+    ),
+    every(t.retention_interval_ms, signal, async () => void (await purgeExpiredJobs(deps)), (err) =>
+      deps.log.error({ err }, 'scheduler: retention pass failed'),
     ),
     every(t.billing_period_check_interval_ms, signal, async () => void (await rollBillingPeriods(deps, billing, rolled)), (err) =>
       deps.log.error({ err }, 'scheduler: billing period pass failed'),
