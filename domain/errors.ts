@@ -95,3 +95,4 @@ export class BillingStateBlocked extends refusal('billing_state_blocked') {}
 export class RecurringJobNotFound extends refusal('recurring_job_not_found') {}
 export class InvalidCronExpression extends refusal('invalid_cron_expression') {}
 export class InvalidTimezone extends refusal('invalid_timezone') {}
+export class AlertNotFound extends refusal('alert_not_found') {}

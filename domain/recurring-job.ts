@@ -1,3 +1,4 @@
+import { canonicalJson } from './canonical-json.ts'
 import type { Decider } from './decider.ts'
 import type { CommandMeta } from './job.ts'
 import { RecurringJobNotFound, RecurringJobTypeConflict } from './errors.ts'
@@ -85,7 +86,7 @@ function isSameSchedule(a: RecurringJob, b: RecurringSchedule): boolean {
     a.timezone === b.timezone &&
     a.max_attempts === b.max_attempts &&
     a.timeout_seconds === b.timeout_seconds &&
-    JSON.stringify(a.payload ?? {}) === JSON.stringify(b.payload ?? {})
+    canonicalJson(a.payload ?? {}) === canonicalJson(b.payload ?? {})
   )
 }
 

@@ -1,4 +1,5 @@
 import type { Project, ProjectEvent } from '../domain/project.ts'
+import type { Alert, AlertEvent } from '../domain/alert.ts'
 import type { RecurringJobEvent } from '../domain/recurring-job.ts'
 import type { UserEvent } from '../domain/user.ts'
 import type { EventRecord } from '../streams/event-store.ts'
@@ -128,6 +129,20 @@ function describeRecurringEvent(e: RecurringJobEvent): Described | null {
   }
 }
 
+function describeAlertEvent(e: AlertEvent, alert: Alert | null): Described | null {
+  const target = { target_type: 'alert', target_id: alert?.id ?? null }
+  switch (e.type) {
+    case 'alert_created':
+      return { kind: 'alert_created', ...target, summary: `Alert "${e.data.name}" created (${e.data.kind} over ${e.data.threshold})`, metadata: { kind: e.data.kind, queue: e.data.queue, threshold: e.data.threshold } }
+    case 'alert_updated':
+      return { kind: 'alert_updated', ...target, summary: `Alert "${e.data.name}" updated`, metadata: { kind: e.data.kind, queue: e.data.queue, threshold: e.data.threshold, enabled: e.data.enabled } }
+    case 'alert_deleted':
+      return { kind: 'alert_deleted', ...target, summary: `Alert "${alert?.name ?? ''}" deleted` }
+    default:
+      return null
+  }
+}
+
 /** The activity rows one log message yields (pure; the id is the event's ULID). */
 export function activityRowsOf(record: EventRecord): ActivityRow[] {
   const m = record.message
@@ -140,12 +155,14 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
           ? describeProjectEvent(event as ProjectEvent, m.state as Project | null)
           : m.aggregate === 'recurring'
             ? describeRecurringEvent(event as RecurringJobEvent)
-            : null
+            : m.aggregate === 'alert'
+              ? describeAlertEvent(event as AlertEvent, m.state as Alert | null)
+              : null
     if (described === null) continue
     const { metadata, ...rest } = described
     rows.push({
       id: event.id.replace(/^evt_/, ''),
-      project_id: m.aggregate === 'project' ? m.aggregate_id : m.aggregate === 'recurring' ? m.project_id : null,
+      project_id: m.aggregate === 'project' ? m.aggregate_id : m.aggregate === 'recurring' || m.aggregate === 'alert' ? m.project_id : null,
       user_id: m.aggregate === 'user' ? m.aggregate_id : null,
       ...rest,
       metadata: metadata === undefined ? null : JSON.stringify(metadata),
@@ -189,6 +206,9 @@ export const activityFeed: Projection = {
     'overage_charged',
     'recurring_upserted',
     'recurring_deleted',
+    'alert_created',
+    'alert_updated',
+    'alert_deleted',
   ],
   tables: ['activity'],
   async apply(tx: Queryable, records) {

@@ -53,6 +53,8 @@ export const tunablesSchema = z
      * -- --no-metering`) or on a self-hosted install that bills nobody.
      */
     metering_enabled: z.boolean().default(true),
+    /** How often the scheduler evaluates the alert settings. */
+    alert_interval_ms: z.number().int().min(50).default(30_000),
     /** How often the scheduler deletes terminal jobs past their plan's retention (a bounded batch each time). */
     retention_interval_ms: z.number().int().min(50).default(60_000),
     /** How often the scheduler checks whether a new billing period (UTC month) began. */

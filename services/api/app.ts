@@ -14,6 +14,7 @@ import { registerIdempotency } from './idempotency-hooks.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
 import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
+import { alertRoutes } from './routes/alerts.ts'
 import { jobRoutes } from './routes/jobs.ts'
 import { recurringRoutes } from './routes/recurring.ts'
 import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
@@ -148,6 +149,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
       await v1.register(jobRoutes(context), { prefix: '/jobs' })
       await v1.register(workerRoutes(context), { prefix: '/workers' })
       await v1.register(recurringRoutes(context), { prefix: '/recurring' })
+      await v1.register(alertRoutes(context), { prefix: '/alerts' })
     },
     { prefix: '/jobsvc/v1' },
   )

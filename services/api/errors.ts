@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
 import {
+  AlertNotFound,
   AlreadyRevoked,
   BillingStateBlocked,
   CannotModifyOwner,
@@ -101,6 +102,7 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [Forbidden, 403],
   [OverageUnavailable, 409],
   [RecurringJobNotFound, 404],
+  [AlertNotFound, 404],
   [InvalidCronExpression, 400],
   [InvalidTimezone, 400],
   [BillingStateBlocked, 402],
@@ -143,6 +145,7 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 404, code: 'user_not_found' },
   { status: 404, code: 'member_not_found' },
   { status: 404, code: 'recurring_job_not_found' },
+  { status: 404, code: 'alert_not_found' },
   { status: 404, code: 'route_not_found' },
   { status: 409, code: 'invalid_state' },
   { status: 409, code: 'email_already_registered' },

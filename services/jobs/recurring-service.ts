@@ -44,8 +44,9 @@ export function isIanaTimezone(tz: string): boolean {
 
 /**
  * The first occurrence strictly after `after`, in the schedule's timezone. cron-parser resolves
- * daylight-saving changes the way people expect: a local time skipped by a spring-forward fires
- * at the first instant after the gap, a local time repeated by a fall-back fires once (the first).
+ * daylight-saving changes the way people expect: a daily local time skipped by a spring-forward
+ * fires shifted by the gap (02:30 → 03:30), a daily local time repeated by a fall-back fires once
+ * (the first); an hourly schedule fires every real hour, both repeated ones included.
  */
 export function nextOccurrence(expression: string, timezone: string, after: Date): Date | null {
   try {
@@ -55,10 +56,20 @@ export function nextOccurrence(expression: string, timezone: string, after: Date
   }
 }
 
-/** The latest occurrence at or before `at`. */
+/**
+ * The latest occurrence at or before `at`. cron-parser's `prev()` does not mirror `next()`
+ * across a spring-forward gap (it skips the shifted occurrence), so its answer is walked
+ * forward with `next()` for as long as that stays at or before `at`.
+ */
 export function latestOccurrence(expression: string, timezone: string, at: Date): Date | null {
   try {
-    return CronExpressionParser.parse(expression, { tz: timezone, currentDate: new Date(at.getTime() + 1) }).prev().toDate()
+    let latest = CronExpressionParser.parse(expression, { tz: timezone, currentDate: new Date(at.getTime() + 1) }).prev().toDate()
+    for (let step = 0; step < 10; step++) {
+      const following = nextOccurrence(expression, timezone, latest)
+      if (following === null || following.getTime() > at.getTime()) break
+      latest = following
+    }
+    return latest
   } catch {
     return null
   }

@@ -1,5 +1,6 @@
 import type { KV } from '@nats-io/kv'
 import { createHash } from 'node:crypto'
+import { canonicalJson } from '../../domain/canonical-json.ts'
 
 /** Spec, Time limits: a key answers with the original response for 24 hours after first use. */
 export const idempotencyLifetimeMs = 24 * 60 * 60 * 1000
@@ -38,13 +39,7 @@ export type Reservation =
  * the same JSON written with other spacing or key order is the same request.
  */
 export function fingerprintOf(method: string, path: string, body: unknown): string {
-  const canonical = (v: unknown): unknown =>
-    Array.isArray(v)
-      ? v.map(canonical)
-      : v !== null && typeof v === 'object'
-        ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, canonical((v as Record<string, unknown>)[k])]))
-        : v
-  return createHash('sha256').update(`${method} ${path}\n${JSON.stringify(canonical(body ?? null))}`).digest('hex')
+  return createHash('sha256').update(`${method} ${path}\n${canonicalJson(body ?? null)}`).digest('hex')
 }
 
 /**

@@ -6,6 +6,7 @@ import { billingPeriodOf } from '../metering/allowance.ts'
 import { BillingService } from '../metering/billing-service.ts'
 import { projectRef } from '../projects/project-service.ts'
 import { purgeExpiredJobs } from './retention.ts'
+import { evaluateAlerts } from '../alerts/alert-service.ts'
 import type { Deps } from '../runtime.ts'
 
 /** Rows handled per promotion or reaping pass; the next pass takes the rest. */
@@ -41,6 +42,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     ),
     every(t.cascade_sweep_interval_ms, signal, async () => void (await healInterruptedCascades(deps, jobs)), (err) =>
       deps.log.error({ err }, 'scheduler: cascade sweep failed'),
+    ),
+    every(t.alert_interval_ms, signal, async () => void (await evaluateAlerts(deps)), (err) =>
+      deps.log.error({ err }, 'scheduler: alert pass failed'),
     ),
     every(t.retention_interval_ms, signal, async () => void (await purgeExpiredJobs(deps)), (err) =>
       deps.log.error({ err }, 'scheduler: retention pass failed'),

@@ -1,0 +1,105 @@
+import { alertDecider, type Alert, type AlertCommand, type AlertEvent, type AlertSettings } from '../../domain/alert.ts'
+import { AlertNotFound } from '../../domain/errors.ts'
+import type { Project } from '../../domain/project.ts'
+import { applyAlertRows } from '../../projections/alerts.ts'
+import type { AggregateRef } from '../../streams/event-store.ts'
+import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
+import { projectRef } from '../projects/project-service.ts'
+import type { Deps } from '../runtime.ts'
+
+export function alertRef(projectId: string, alertId: string): AggregateRef {
+  return { aggregate: 'alert', projectId, id: alertId }
+}
+
+const alertIdPattern = /^alr_[0-9a-z]{26}$/
+
+export async function commandAlert(deps: Deps, projectId: string, alertId: string, command: AlertCommand): Promise<CommandResult<AlertEvent, Alert>> {
+  if (!alertIdPattern.test(alertId)) throw new AlertNotFound(`alert ${alertId} was not found`)
+  const result = await handleCommand<AlertCommand, AlertEvent, Alert>(deps.store, alertDecider, alertRef(projectId, alertId), command, () => `evt_${deps.newUlid()}`)
+  // Written at once too, so a list right after a change shows it and the scheduler sees it.
+  if (result.appended) await applyAlertRows(deps.sql, [result.record])
+  return result
+}
+
+export async function createAlert(deps: Deps, projectId: string, settings: AlertSettings): Promise<CommandResult<AlertEvent, Alert>> {
+  const alertId = `alr_${deps.newUlid().toLowerCase()}`
+  return commandAlert(deps, projectId, alertId, { type: 'create_alert', data: { ...settings, alert_id: alertId, project_id: projectId }, meta: { now: deps.now().toISOString() } })
+}
+
+export async function loadAlert(deps: Deps, projectId: string, alertId: string): Promise<Alert> {
+  const alert = alertIdPattern.test(alertId) ? (await deps.store.load<Alert>(alertRef(projectId, alertId))).state : null
+  if (alert === null || alert.deleted) throw new AlertNotFound(`alert ${alertId} was not found`)
+  return alert
+}
+
+/** What an alert measures, now, from the jobs read model. */
+export async function measure(deps: Deps, alert: Pick<Alert, 'project_id' | 'kind' | 'queue' | 'window_minutes'>, now: Date): Promise<number> {
+  const sql = deps.sql
+  const inQueue = alert.queue === null ? sql`` : sql`AND queue = ${alert.queue}`
+  switch (alert.kind) {
+    case 'dead_letter_count': {
+      const since = new Date(now.getTime() - alert.window_minutes * 60_000)
+      const [row] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM jobs WHERE project_id = ${alert.project_id} AND state = 'dead_letter' AND completed_at > ${since} ${inQueue}`
+      return row!.n
+    }
+    case 'queue_depth': {
+      const [row] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM jobs WHERE project_id = ${alert.project_id} AND state = 'pending' ${inQueue}`
+      return row!.n
+    }
+    case 'oldest_pending_age': {
+      const [row] = await sql<{ oldest: Date | null }[]>`
+        SELECT min(available_at) AS oldest FROM jobs
+        WHERE project_id = ${alert.project_id} AND state = 'pending' AND available_at <= ${now} ${inQueue}`
+      return row!.oldest === null ? 0 : Math.max(0, Math.floor((now.getTime() - row!.oldest.getTime()) / 1000))
+    }
+  }
+}
+
+const describe = (a: Alert) =>
+  `${a.kind === 'dead_letter_count' ? `dead-lettered jobs in the last ${a.window_minutes} min` : a.kind === 'queue_depth' ? 'pending jobs' : 'age of the oldest pending job (s)'}` +
+  `${a.queue === null ? '' : ` in queue ${a.queue}`}`
+
+/**
+ * Evaluates every enabled alert: measures it and records the result on the aggregate, which
+ * decides whether that is a trigger (condition newly holds), a resolution (it no longer holds)
+ * or nothing (no change: a condition that keeps holding notifies once). Notifications follow an
+ * appended trigger or resolution: e-mail here, `alert_triggered` / `alert_resolved` on the log
+ * for webhook delivery.
+ */
+export async function evaluateAlerts(deps: Deps, limit = 1000): Promise<{ triggered: number; resolved: number }> {
+  const now = deps.now()
+  const rows = await deps.sql<{ project_id: string; id: string }[]>`
+    SELECT project_id, id FROM alerts WHERE NOT deleted AND (enabled OR status = 'firing') ORDER BY project_id, id LIMIT ${limit}`
+  let triggered = 0
+  let resolved = 0
+  for (const row of rows) {
+    try {
+      const alert = await loadAlert(deps, row.project_id, row.id)
+      const value = await measure(deps, alert, now)
+      const result = await commandAlert(deps, row.project_id, row.id, { type: 'record_evaluation', data: { value }, meta: { now: now.toISOString() } })
+      const event = result.events[0]
+      if (event === undefined) continue
+      if (event.type === 'alert_triggered') triggered++
+      if (event.type === 'alert_resolved') resolved++
+      await notify(deps, result.state!, event, value)
+    } catch (err) {
+      deps.log.error({ err, project_id: row.project_id, alert_id: row.id }, 'scheduler: alert evaluation failed')
+    }
+  }
+  return { triggered, resolved }
+}
+
+async function notify(deps: Deps, alert: Alert, event: AlertEvent, value: number): Promise<void> {
+  if (alert.email.length === 0) return
+  const project = (await deps.store.load<Project>(projectRef(alert.project_id))).state
+  const firing = event.type === 'alert_triggered'
+  const subject = `${firing ? '[alert] ' : '[resolved] '}${alert.name} (${project?.name ?? alert.project_id})`
+  const text = firing
+    ? `The alert "${alert.name}" of project ${alert.project_id} is firing: ${describe(alert)} is ${value}, above the threshold of ${alert.threshold}.\n`
+    : `The alert "${alert.name}" of project ${alert.project_id} is resolved: ${describe(alert)} is ${value}, at or below the threshold of ${alert.threshold}.\n`
+  for (const to of alert.email) {
+    await deps.mailer.send({ to, subject, text }).catch((err) => deps.log.error({ err, alert_id: alert.id }, 'alert e-mail could not be sent'))
+  }
+}
