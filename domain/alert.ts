@@ -31,7 +31,7 @@ export interface Alert extends AlertSettings {
   id: string
   project_id: string
   status: 'ok' | 'firing'
-  /** The value the last evaluation measured, and when. */
+  /** The value measured at the last trigger or resolution, and when (evaluations that change nothing are not recorded). */
   last_value: number | null
   last_evaluated_at: string | null
   last_triggered_at: string | null

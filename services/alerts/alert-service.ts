@@ -68,10 +68,25 @@ const describe = (a: Alert) =>
  * appended trigger or resolution: e-mail here, `alert_triggered` / `alert_resolved` on the log
  * for webhook delivery.
  */
-export async function evaluateAlerts(deps: Deps, limit = 1000): Promise<{ triggered: number; resolved: number }> {
+export async function evaluateAlerts(deps: Deps, pageSize = 1000): Promise<{ triggered: number; resolved: number }> {
   const now = deps.now()
-  const rows = await deps.sql<{ project_id: string; id: string }[]>`
-    SELECT project_id, id FROM alerts WHERE NOT deleted AND (enabled OR status = 'firing') ORDER BY project_id, id LIMIT ${limit}`
+  let triggered = 0
+  let resolved = 0
+  for (let after = { project_id: '', id: '' }; ; ) {
+    const page = await deps.sql<{ project_id: string; id: string }[]>`
+      SELECT project_id, id FROM alerts
+      WHERE NOT deleted AND (enabled OR status = 'firing') AND (project_id, id) > (${after.project_id}, ${after.id})
+      ORDER BY project_id, id LIMIT ${pageSize}`
+    const counts = await evaluatePage(deps, page, now)
+    triggered += counts.triggered
+    resolved += counts.resolved
+    if (page.length < pageSize) break
+    after = page.at(-1)!
+  }
+  return { triggered, resolved }
+}
+
+async function evaluatePage(deps: Deps, rows: Array<{ project_id: string; id: string }>, now: Date): Promise<{ triggered: number; resolved: number }> {
   let triggered = 0
   let resolved = 0
   for (const row of rows) {

@@ -62,6 +62,9 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     genReqId: () => deps.newUlid(),
     requestIdHeader: false,
     bodyLimit: bodyLimitBytes,
+    // Fastify's default (100) answers a longer path parameter with its own 414 body; ids this
+    // long are simply unknown (404 in the envelope), so the routes get to say so.
+    maxParamLength: 2048,
     trustProxy: deps.config.trustProxy,
     return503OnClosing: false,
   })

@@ -33,6 +33,7 @@ export function isCronExpression(expression: string, timezone: string): boolean 
   }
 }
 
+/** True for a timezone name the runtime's tz database knows (IANA names; kept as given). */
 export function isIanaTimezone(tz: string): boolean {
   try {
     new Intl.DateTimeFormat('en-US', { timeZone: tz })

@@ -21,7 +21,7 @@ const alertBody = z.object({
   enabled: z.boolean().nullish(),
 })
 
-const idParams = z.object({ id: z.string().min(1).max(100) })
+const idParams = z.object({ id: z.string().min(1) })
 
 function settingsOf(body: z.infer<typeof alertBody>) {
   return {
