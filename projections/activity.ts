@@ -1,5 +1,6 @@
 import type { Project, ProjectEvent } from '../domain/project.ts'
 import type { Alert, AlertEvent } from '../domain/alert.ts'
+import type { JobEvent } from '../domain/job.ts'
 import type { RecurringJobEvent } from '../domain/recurring-job.ts'
 import type { UserEvent } from '../domain/user.ts'
 import type { EventRecord } from '../streams/event-store.ts'
@@ -143,13 +144,29 @@ function describeAlertEvent(e: AlertEvent, alert: Alert | null): Described | nul
   }
 }
 
+function describeJobEvent(e: JobEvent, jobId: string): Described | null {
+  const target = { target_type: 'job', target_id: jobId }
+  switch (e.type) {
+    case 'job_created':
+      return { kind: 'job_created', ...target, summary: `Job ${e.data.job_type} created in queue ${e.data.queue}`, metadata: { job_type: e.data.job_type, queue: e.data.queue } }
+    case 'job_cancelled':
+      return { kind: 'job_cancelled', ...target, summary: `Job cancelled (${e.data.reason.replace(/_/g, ' ')})`, metadata: { reason: e.data.reason } }
+    case 'job_retried':
+      return { kind: 'job_retried', ...target, summary: `Job retried: attempt ${e.data.attempt + 1} of ${e.data.max_attempts}`, metadata: { max_attempts: e.data.max_attempts } }
+    default:
+      return null
+  }
+}
+
 /** The activity rows one log message yields (pure; the id is the event's ULID). */
 export function activityRowsOf(record: EventRecord): ActivityRow[] {
   const m = record.message
   const rows: ActivityRow[] = []
   for (const event of m.events) {
     const described =
-      m.aggregate === 'user'
+      m.aggregate === 'job'
+        ? describeJobEvent(event as JobEvent, m.aggregate_id)
+        : m.aggregate === 'user'
         ? describeUserEvent(event as UserEvent, m.aggregate_id)
         : m.aggregate === 'project'
           ? describeProjectEvent(event as ProjectEvent, m.state as Project | null)
@@ -162,7 +179,7 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
     const { metadata, ...rest } = described
     rows.push({
       id: event.id.replace(/^evt_/, ''),
-      project_id: m.aggregate === 'project' ? m.aggregate_id : m.aggregate === 'recurring' || m.aggregate === 'alert' ? m.project_id : null,
+      project_id: m.aggregate === 'project' ? m.aggregate_id : m.aggregate === 'user' || m.aggregate === 'email' ? null : m.project_id,
       user_id: m.aggregate === 'user' ? m.aggregate_id : null,
       ...rest,
       metadata: metadata === undefined ? null : JSON.stringify(metadata),
@@ -178,6 +195,9 @@ const columns = ['id', 'project_id', 'user_id', 'kind', 'target_type', 'target_i
 export const activityFeed: Projection = {
   name: 'activity',
   handles: [
+    'job_created',
+    'job_cancelled',
+    'job_retried',
     'terms_accepted',
     'password_reset',
     'password_changed',

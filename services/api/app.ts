@@ -14,6 +14,7 @@ import { registerIdempotency } from './idempotency-hooks.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
 import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
+import { activityRoutes } from './routes/activity.ts'
 import { alertRoutes } from './routes/alerts.ts'
 import { jobRoutes } from './routes/jobs.ts'
 import { recurringRoutes } from './routes/recurring.ts'
@@ -153,6 +154,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
       await v1.register(workerRoutes(context), { prefix: '/workers' })
       await v1.register(recurringRoutes(context), { prefix: '/recurring' })
       await v1.register(alertRoutes(context), { prefix: '/alerts' })
+      await v1.register(activityRoutes(context), { prefix: '/activity' })
     },
     { prefix: '/jobsvc/v1' },
   )

@@ -35,3 +35,11 @@ export function parseLimit(raw: string | undefined, fallback: number, min: numbe
   if (!Number.isSafeInteger(n) || n < min || n > max) throw invalidLimit(`limit must be an integer from ${min} to ${max}`)
   return n
 }
+
+/** A `limit` query value clamped into [min, max] (the activity and deliveries lists clamp). */
+export function clampLimit(raw: string | undefined, fallback: number, min: number, max: number): number {
+  if (raw === undefined || raw === '') return fallback
+  const n = Number(raw)
+  if (!Number.isFinite(n)) return fallback
+  return Math.min(max, Math.max(min, Math.trunc(n)))
+}
