@@ -1,5 +1,5 @@
 import t from 'tap'
-import { eventually, startHarness } from '../support/harness.ts'
+import { eventually, startHarness, type HttpResponse } from '../support/harness.ts'
 
 t.test('the activity feed', async (t) => {
   const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'] })
@@ -30,7 +30,7 @@ t.test('the activity feed', async (t) => {
     let cursor: string | null = null
     let page = 0
     do {
-      const res = await h.request('GET', `/jobsvc/v1/activity?limit=4${cursor ? `&cursor=${cursor}` : ''}`)
+      const res: HttpResponse = await h.request('GET', `/jobsvc/v1/activity?limit=4${cursor ? `&cursor=${cursor}` : ''}`)
       seen.push(...res.body.data.map((a: { target_id: string }) => a.target_id))
       cursor = res.body.next_cursor
       // New rows land between pages.

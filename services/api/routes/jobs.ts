@@ -10,6 +10,7 @@ import { billingOf } from '../../../domain/project.ts'
 import { quotaHeaders, type Consumption } from '../../metering/allowance.ts'
 import { jobFromRow } from '../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
+import { streamJobProgress } from '../progress-stream.ts'
 import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
 import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
 
@@ -202,6 +203,10 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
           r.message.events.map((e) => ({ sequence: r.seq, id: e.id, type: e.type, time: e.time, data: e.data })),
         ),
       }
+    })
+
+    app.get('/:jobId/events', { schema: { params: jobIdParams } }, async (request, reply) => {
+      await streamJobProgress(deps, jobs, ctx.stopping, request, reply, request.principal.projectId, request.params.jobId)
     })
 
     app.post('/:jobId/cancel', { schema: { params: jobIdParams } }, async (request, reply) => {
