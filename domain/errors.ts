@@ -96,3 +96,4 @@ export class RecurringJobNotFound extends refusal('recurring_job_not_found') {}
 export class InvalidCronExpression extends refusal('invalid_cron_expression') {}
 export class InvalidTimezone extends refusal('invalid_timezone') {}
 export class AlertNotFound extends refusal('alert_not_found') {}
+export class WebhookNotFound extends refusal('webhook_not_found') {}

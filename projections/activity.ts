@@ -1,6 +1,7 @@
 import type { Project, ProjectEvent } from '../domain/project.ts'
 import type { Alert, AlertEvent } from '../domain/alert.ts'
 import type { JobEvent } from '../domain/job.ts'
+import type { Webhook, WebhookEvent } from '../domain/webhook.ts'
 import type { RecurringJobEvent } from '../domain/recurring-job.ts'
 import type { UserEvent } from '../domain/user.ts'
 import type { EventRecord } from '../streams/event-store.ts'
@@ -158,6 +159,24 @@ function describeJobEvent(e: JobEvent, jobId: string): Described | null {
   }
 }
 
+function describeWebhookEvent(e: WebhookEvent, hook: Webhook | null): Described | null {
+  const target = { target_type: 'webhook', target_id: hook?.id ?? null }
+  switch (e.type) {
+    case 'webhook_created':
+      return { kind: 'webhook_created', ...target, summary: `Webhook to ${e.data.url} created`, metadata: { url: e.data.url, events: e.data.events } }
+    case 'webhook_updated': {
+      const { updated_at: _at, ...changes } = e.data
+      return { kind: 'webhook_updated', ...target, summary: 'Webhook updated', metadata: changes }
+    }
+    case 'webhook_secret_rotated':
+      return { kind: 'webhook_secret_rotated', ...target, summary: 'Webhook secret rotated; the previous one works for 24 hours', metadata: { previous_secret_expires_at: e.data.previous_secret_expires_at } }
+    case 'webhook_deleted':
+      return { kind: 'webhook_deleted', ...target, summary: 'Webhook deleted' }
+    default:
+      return null
+  }
+}
+
 /** The activity rows one log message yields (pure; the id is the event's ULID). */
 export function activityRowsOf(record: EventRecord): ActivityRow[] {
   const m = record.message
@@ -174,7 +193,9 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
             ? describeRecurringEvent(event as RecurringJobEvent)
             : m.aggregate === 'alert'
               ? describeAlertEvent(event as AlertEvent, m.state as Alert | null)
-              : null
+              : m.aggregate === 'webhook'
+                ? describeWebhookEvent(event as WebhookEvent, m.state as Webhook | null)
+                : null
     if (described === null) continue
     const { metadata, ...rest } = described
     rows.push({
@@ -229,6 +250,10 @@ export const activityFeed: Projection = {
     'alert_created',
     'alert_updated',
     'alert_deleted',
+    'webhook_created',
+    'webhook_updated',
+    'webhook_secret_rotated',
+    'webhook_deleted',
   ],
   tables: ['activity'],
   async apply(tx: Queryable, records) {

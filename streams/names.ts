@@ -3,7 +3,7 @@
  * file concatenates subjects: a namespace change or a new aggregate kind is made here.
  */
 
-export type AggregateKind = 'job' | 'project' | 'recurring' | 'user' | 'email' | 'alert'
+export type AggregateKind = 'job' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook'
 
 /**
  * The project token of aggregates that belong to no project (users and e-mail claims). Project

@@ -16,6 +16,7 @@ import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
 import { activityRoutes } from './routes/activity.ts'
 import { alertRoutes } from './routes/alerts.ts'
+import { webhookRoutes } from './routes/webhooks.ts'
 import { jobRoutes } from './routes/jobs.ts'
 import { recurringRoutes } from './routes/recurring.ts'
 import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
@@ -155,6 +156,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
       await v1.register(recurringRoutes(context), { prefix: '/recurring' })
       await v1.register(alertRoutes(context), { prefix: '/alerts' })
       await v1.register(activityRoutes(context), { prefix: '/activity' })
+      await v1.register(webhookRoutes(context), { prefix: '/webhooks' })
     },
     { prefix: '/jobsvc/v1' },
   )

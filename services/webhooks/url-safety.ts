@@ -1,0 +1,92 @@
+import { lookup } from 'node:dns/promises'
+import { BlockList, isIP } from 'node:net'
+
+/**
+ * Addresses a webhook may never reach (the service's own network and everything that is not the
+ * public internet), by IANA special-purpose registries: the checks use node's BlockList, the
+ * ranges are the whole of this list.
+ */
+// Two lists: a BlockList holding IPv6 rules also matches IPv4 addresses against ::ffff:0:0/96.
+const blockedV4 = new BlockList()
+const blockedV6 = new BlockList()
+for (const [net, prefix] of [
+  ['0.0.0.0', 8], // "this network", unspecified
+  ['10.0.0.0', 8], // private
+  ['100.64.0.0', 10], // carrier-grade NAT
+  ['127.0.0.0', 8], // loopback
+  ['169.254.0.0', 16], // link-local (cloud metadata lives here)
+  ['172.16.0.0', 12], // private
+  ['192.0.0.0', 24], // IETF protocol assignments
+  ['192.0.2.0', 24], // documentation
+  ['192.88.99.0', 24], // 6to4 relay anycast
+  ['192.168.0.0', 16], // private
+  ['198.18.0.0', 15], // benchmarking
+  ['198.51.100.0', 24], // documentation
+  ['203.0.113.0', 24], // documentation
+  ['224.0.0.0', 4], // multicast
+  ['240.0.0.0', 4], // reserved, broadcast
+] as const) {
+  blockedV4.addSubnet(net, prefix, 'ipv4')
+}
+for (const [net, prefix] of [
+  ['::', 128], // unspecified
+  ['::1', 128], // loopback
+  ['::ffff:0:0', 96], // IPv4-mapped: refused outright rather than unwrapped
+  ['64:ff9b::', 96], // NAT64
+  ['64:ff9b:1::', 48], // local NAT64
+  ['100::', 64], // discard
+  ['2001::', 23], // IETF protocol assignments (Teredo and friends)
+  ['2001:db8::', 32], // documentation
+  ['2002::', 16], // 6to4
+  ['fc00::', 7], // unique local
+  ['fe80::', 10], // link-local
+  ['ff00::', 8], // multicast
+] as const) {
+  blockedV6.addSubnet(net, prefix, 'ipv6')
+}
+
+export function isPublicAddress(address: string): boolean {
+  const family = isIP(address)
+  if (family === 0) return false
+  return family === 4 ? !blockedV4.check(address, 'ipv4') : !blockedV6.check(address, 'ipv6')
+}
+
+export type UrlVerdict = { ok: true; url: URL; addresses: string[] } | { ok: false; reason: string }
+
+/** host:port as `WEBHOOK_ALLOW_HOSTS` lists it (development and tests only). */
+function hostPort(url: URL): string {
+  const port = url.port || (url.protocol === 'https:' ? '443' : '80')
+  return `${url.hostname}:${port}`
+}
+
+/**
+ * Checks a webhook URL: absolute http(s), at most 2048 characters, and a host whose every
+ * address is public. The WHATWG parser has already turned numeric tricks (decimal, octal, hex,
+ * short IPv4 forms) into dotted quads, so they meet the same ranges. The same check runs again
+ * at delivery on the address actually connected to, so a name that later resolves elsewhere
+ * (DNS rebinding) is refused then.
+ */
+export async function checkWebhookUrl(raw: string, allowHosts: readonly string[]): Promise<UrlVerdict> {
+  if (raw.length > 2048) return { ok: false, reason: 'url must be at most 2048 characters' }
+  let url: URL
+  try {
+    url = new URL(raw)
+  } catch {
+    return { ok: false, reason: 'url must be an absolute URL' }
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return { ok: false, reason: 'url must be http or https' }
+  const host = url.hostname.replace(/^\[|\]$/g, '')
+  if (allowHosts.includes(hostPort(url))) return { ok: true, url, addresses: [] }
+  let addresses: string[]
+  if (isIP(host) !== 0) {
+    addresses = [host]
+  } else {
+    try {
+      addresses = (await lookup(host, { all: true, verbatim: true })).map((a) => a.address)
+    } catch {
+      return { ok: false, reason: `url host ${host} does not resolve` }
+    }
+  }
+  if (addresses.length === 0 || !addresses.every(isPublicAddress)) return { ok: false, reason: `url host ${host} is not a public address` }
+  return { ok: true, url, addresses }
+}
