@@ -3,6 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import type { ApiContext } from '../app.ts'
 import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
+import { awaitOwnWrites } from '../read-your-writes.ts'
 
 const listQuery = z.object({
   limit: z.string().optional(),
@@ -12,7 +13,7 @@ const listQuery = z.object({
 
 /** `GET /jobsvc/v1/activity`: the project's audit trail, newest first (spec, Activity). */
 export function activityRoutes(ctx: ApiContext): FastifyPluginAsync {
-  const { deps, jobs } = ctx
+  const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
     app.get('/', { schema: { querystring: listQuery } }, async (request) => {
@@ -20,8 +21,7 @@ export function activityRoutes(ctx: ApiContext): FastifyPluginAsync {
       const projectId = request.principal.projectId
       const limit = clampLimit(q.limit, 20, 1, 100)
       const after = q.cursor === undefined ? null : decodeCursor(q.cursor)
-      const target = Math.max(jobs.lastWrittenSeq.get(projectId) ?? 0, q.min_seq ?? 0)
-      if (target > 0) await ctx.watcher.waitFor(target, deps.config.tunables.read_your_writes_wait_ms)
+      await awaitOwnWrites(ctx, projectId, q.min_seq)
       const sql = deps.sql
       const rows = await sql<{ id: string; kind: string; target_type: string; target_id: string | null; summary: string; metadata: string | null; created_at: Date }[]>`
         SELECT id, kind, target_type, target_id, summary, metadata, created_at FROM activity

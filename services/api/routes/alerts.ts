@@ -5,6 +5,7 @@ import { alertKinds, type Alert, type AlertKind } from '../../../domain/alert.ts
 import { commandAlert, createAlert, loadAlert } from '../../alerts/alert-service.ts'
 import type { ApiContext } from '../app.ts'
 import { isStorableText, unstorableTextMessage } from '../storable.ts'
+import { isoOrNull } from '../read-your-writes.ts'
 
 const text = (min: number, max: number) => z.string().min(min).max(max).refine(isStorableText, unstorableTextMessage)
 const emailAddress = z.string().max(320).regex(/^[^\s@<>()[\]\\,;:"]+@[^\s@<>()[\]\\,;:"]+\.[^\s@<>()[\]\\,;:"]+$/, 'must be an e-mail address')
@@ -38,7 +39,7 @@ function settingsOf(body: z.infer<typeof alertBody>) {
 
 export function alertView(a: Alert | Record<string, unknown>) {
   const r = a as Record<string, unknown>
-  const iso = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string).toISOString())
+  const iso = isoOrNull
   return {
     id: r.id,
     name: r.name,

@@ -13,6 +13,7 @@ import { toJobDetail } from '../job-views.ts'
 import { streamJobProgress } from '../progress-stream.ts'
 import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
 import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
+import { awaitOwnWrites } from '../read-your-writes.ts'
 
 /** Tag limits the spec leaves open (README, "Limits we chose"). */
 export const maxTags = 50
@@ -166,8 +167,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       const projectId = request.principal.projectId
       const limit = parseLimit(q.limit, 50, 1, 100)
       const after = q.cursor === undefined ? null : decodeCursor(q.cursor)
-      const target = Math.max(jobs.lastWrittenSeq.get(projectId) ?? 0, q.min_seq ?? 0)
-      if (target > 0) await ctx.watcher.waitFor(target, deps.config.tunables.read_your_writes_wait_ms)
+      await awaitOwnWrites(ctx, projectId, q.min_seq)
       const sql = deps.sql
       const rows = await sql`
         SELECT * FROM jobs

@@ -7,6 +7,7 @@ import { deleteSchedule, recurringRef, upsertSchedule } from '../../jobs/recurri
 import type { ApiContext } from '../app.ts'
 import { invalidRequest } from '../errors.ts'
 import { isStorableText, unstorableTextMessage } from '../storable.ts'
+import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
 
 const text = (min: number, max: number) => z.string().min(min).max(max).refine(isStorableText, unstorableTextMessage)
 
@@ -26,7 +27,7 @@ const listQuery = z.object({ min_seq: z.coerce.number().int().min(0).optional() 
 /** A schedule as the routes show it (README, "Recurring schedules"). */
 export function scheduleView(s: RecurringJob | Record<string, unknown>) {
   const r = s as Record<string, unknown>
-  const iso = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string).toISOString())
+  const iso = isoOrNull
   return {
     id: r.id,
     job_type: r.job_type,
@@ -52,8 +53,7 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.get('/', { schema: { querystring: listQuery } }, async (request) => {
       const projectId = request.principal.projectId
-      const target = Math.max(jobs.lastWrittenSeq.get(projectId) ?? 0, request.query.min_seq ?? 0)
-      if (target > 0) await ctx.watcher.waitFor(target, deps.config.tunables.read_your_writes_wait_ms)
+      await awaitOwnWrites(ctx, projectId, request.query.min_seq)
       const rows = await deps.sql`SELECT * FROM recurring_jobs WHERE project_id = ${projectId} AND status = 'active' ORDER BY id LIMIT 1000`
       return { data: rows.map(scheduleView) }
     })

@@ -8,6 +8,7 @@ import { checkWebhookUrl } from '../../webhooks/url-safety.ts'
 import { WebhookService } from '../../webhooks/webhook-service.ts'
 import type { ApiContext } from '../app.ts'
 import { invalidRequest } from '../errors.ts'
+import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
 
 /** `*`, or a list of the known event types (an unknown type is refused, so typos do not go silent). */
 const events = z.union([
@@ -21,7 +22,7 @@ const idParams = z.object({ id: z.string().min(1) })
 
 export function webhookView(w: Webhook | Record<string, unknown>) {
   const r = w as Record<string, unknown>
-  const iso = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string).toISOString())
+  const iso = isoOrNull
   return {
     id: r.id,
     url: r.url,
@@ -56,8 +57,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.get('/', async (request) => {
       const projectId = request.principal.projectId
-      const target = jobs.lastWrittenSeq.get(projectId) ?? 0
-      if (target > 0) await ctx.watcher.waitFor(target, deps.config.tunables.read_your_writes_wait_ms)
+      await awaitOwnWrites(ctx, projectId, undefined)
       const rows = await deps.sql`SELECT * FROM webhooks WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
       return { data: rows.map(webhookView) }
     })
