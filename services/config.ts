@@ -53,6 +53,10 @@ export const tunablesSchema = z
      * -- --no-metering`) or on a self-hosted install that bills nobody.
      */
     metering_enabled: z.boolean().default(true),
+    /** Waits between webhook attempts (spec: 5 s, 30 s, 5 min, 1 h); tests shorten them. */
+    webhook_retry_delays_ms: z.array(z.number().int().min(0)).length(4).default([5_000, 30_000, 300_000, 3_600_000]),
+    /** Each webhook attempt's time limit (spec: 10 s). */
+    webhook_timeout_ms: z.number().int().min(1).default(10_000),
     /** How often the scheduler evaluates the alert settings. */
     alert_interval_ms: z.number().int().min(50).default(30_000),
     /** How often the scheduler deletes terminal jobs past their plan's retention (a bounded batch each time). */

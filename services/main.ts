@@ -1,11 +1,12 @@
 import { parseArgs } from 'node:util'
 import * as api from './api/index.ts'
+import * as dispatcher from './dispatcher/index.ts'
 import { ConfigError, loadConfig } from './config.ts'
 import * as projector from './projector/index.ts'
 import { createLogger, openRuntime } from './runtime.ts'
 import * as scheduler from './scheduler/index.ts'
 
-const roles = ['api', 'projector', 'scheduler'] as const
+const roles = ['api', 'projector', 'dispatcher', 'scheduler'] as const
 type Role = (typeof roles)[number]
 
 function parseRoles(argv: string[]): Role[] {
@@ -28,6 +29,7 @@ async function main(): Promise<void> {
   let address: string | null = null
   if (selected.includes('projector')) stops.push(await projector.start(runtime))
   if (selected.includes('scheduler')) stops.push(await scheduler.start(runtime))
+  if (selected.includes('dispatcher')) stops.push(await dispatcher.start(runtime))
   if (selected.includes('api')) {
     const role = await api.start(runtime)
     address = role.address

@@ -7,7 +7,15 @@ import {
 } from '@nats-io/jetstream'
 import { Kvm, type KV } from '@nats-io/kv'
 import type { NatsConnection } from '@nats-io/transport-node'
-import { authLimitsBucketName, eventsStreamName, eventsSubjectFilter, heartbeatBucketName, idempotencyBucketName } from './names.ts'
+import {
+  authLimitsBucketName,
+  deliveriesStreamName,
+  deliveriesSubjectFilter,
+  eventsStreamName,
+  eventsSubjectFilter,
+  heartbeatBucketName,
+  idempotencyBucketName,
+} from './names.ts'
 
 const nanosPerMs = 1_000_000
 
@@ -33,9 +41,26 @@ export function eventsStreamConfig(ns: string): Partial<StreamConfig> & { name: 
 /** Heartbeats are liveness, not history: one KV entry per running job, gone after two days. */
 export const heartbeatMaxAgeMs = 2 * 24 * 60 * 60 * 1000
 
+/** The webhook work queue: a message is removed once its consumer acks it (the delivery settled). */
+export function deliveriesStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
+  return {
+    name: deliveriesStreamName(ns),
+    subjects: [deliveriesSubjectFilter(ns)],
+    retention: RetentionPolicy.Workqueue,
+    storage: StorageType.File,
+    discard: DiscardPolicy.Old,
+    duplicate_window: 2 * 60 * 1000 * nanosPerMs,
+    num_replicas: 1,
+  }
+}
+
 /** Creates what is missing and leaves what exists (several processes start at once). */
 export async function ensureStreams(jsm: JetStreamManager, ns: string): Promise<void> {
-  const config = eventsStreamConfig(ns)
+  await ensureStream(jsm, eventsStreamConfig(ns))
+  await ensureStream(jsm, deliveriesStreamConfig(ns))
+}
+
+async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }): Promise<void> {
   try {
     await jsm.streams.info(config.name)
   } catch {
@@ -84,7 +109,7 @@ export async function openIdempotencyBucket(nc: NatsConnection, ns: string): Pro
 
 /** Removes everything `ensureStreams` and the bucket openers made for `ns` (tests only). */
 export async function deleteNamespace(jsm: JetStreamManager, ns: string): Promise<void> {
-  const names = [eventsStreamName(ns), `KV_${heartbeatBucketName(ns)}`, `KV_${authLimitsBucketName(ns)}`, `KV_${idempotencyBucketName(ns)}`]
+  const names = [eventsStreamName(ns), deliveriesStreamName(ns), `KV_${heartbeatBucketName(ns)}`, `KV_${authLimitsBucketName(ns)}`, `KV_${idempotencyBucketName(ns)}`]
   for (const name of names) {
     await jsm.streams.delete(name).catch(() => undefined)
   }

@@ -3,7 +3,7 @@
  * file concatenates subjects: a namespace change or a new aggregate kind is made here.
  */
 
-export type AggregateKind = 'job' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook'
+export type AggregateKind = 'job' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook' | 'delivery'
 
 /**
  * The project token of aggregates that belong to no project (users and e-mail claims). Project
@@ -93,6 +93,28 @@ export function idempotencyBucketName(ns: string): string {
 
 export function heartbeatBucketName(ns: string): string {
   return `${ns}_heartbeats`
+}
+
+/** Work queue of webhook deliveries: one message per (event, subscription), acked when settled. */
+export function deliveriesStreamName(ns: string): string {
+  return `${ns}_deliveries`
+}
+
+export function deliverySubject(ns: string, projectId: string, webhookId: string): string {
+  return `${ns}.dlv.${token(projectId)}.${token(webhookId)}`
+}
+
+export function deliveriesSubjectFilter(ns: string): string {
+  return `${ns}.dlv.>`
+}
+
+/** The dispatcher's durable consumer of job events, and the deliverers' consumer of the work queue. */
+export function dispatcherConsumerName(ns: string): string {
+  return `${ns}_dispatcher`
+}
+
+export function delivererConsumerName(ns: string): string {
+  return `${ns}_deliverer`
 }
 
 export function projectorConsumerName(ns: string): string {

@@ -13,6 +13,7 @@ import * as projector from '../../services/projector/index.ts'
 import { createProject } from '../../services/projects/project-service.ts'
 import { openRuntime, type Runtime } from '../../services/runtime.ts'
 import * as scheduler from '../../services/scheduler/index.ts'
+import * as dispatcher from '../../services/dispatcher/index.ts'
 
 export const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -78,11 +79,11 @@ export interface Harness {
   request<T = any>(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<HttpResponse<T>>
   /** A second project in the same install, for isolation tests. */
   newProject(): Promise<{ projectId: string; apiKey: string }>
-  stopRole(role: 'api' | 'projector' | 'scheduler'): Promise<void>
-  startRole(role: 'projector' | 'scheduler'): Promise<void>
+  stopRole(role: Role): Promise<void>
+  startRole(role: 'projector' | 'scheduler' | 'dispatcher'): Promise<void>
 }
 
-export type Role = 'api' | 'projector' | 'scheduler'
+export type Role = 'api' | 'projector' | 'scheduler' | 'dispatcher'
 
 /** Sends one request with the project's key unless `authorization` is given in headers. */
 export async function httpRequest<T = any>(
@@ -127,8 +128,9 @@ export async function startHarness(
   t.teardown(() => runtime.close())
   const roles = new Set(options.roles ?? ['api', 'projector', 'scheduler'])
   const stops = new Map<Role, () => Promise<void>>()
-  const startRole = async (role: 'projector' | 'scheduler') => {
-    stops.set(role, role === 'projector' ? await projector.start(runtime) : await scheduler.start(runtime))
+  const startRole = async (role: 'projector' | 'scheduler' | 'dispatcher') => {
+    const starters = { projector: projector.start, scheduler: scheduler.start, dispatcher: dispatcher.start }
+    stops.set(role, await starters[role](runtime))
   }
   const stopRole = async (role: Role) => {
     const stop = stops.get(role)
@@ -136,10 +138,11 @@ export async function startHarness(
     await stop?.()
   }
   t.teardown(async () => {
-    for (const role of ['api', 'scheduler', 'projector'] as const) await stopRole(role)
+    for (const role of ['api', 'dispatcher', 'scheduler', 'projector'] as const) await stopRole(role)
   })
   if (roles.has('projector')) await startRole('projector')
   if (roles.has('scheduler')) await startRole('scheduler')
+  if (roles.has('dispatcher')) await startRole('dispatcher')
   let url = ''
   if (roles.has('api')) {
     const role = await api.start(runtime)

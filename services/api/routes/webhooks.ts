@@ -8,6 +8,7 @@ import { checkWebhookUrl } from '../../webhooks/url-safety.ts'
 import { WebhookService } from '../../webhooks/webhook-service.ts'
 import type { ApiContext } from '../app.ts'
 import { invalidRequest } from '../errors.ts'
+import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
 import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
 
 /** `*`, or a list of the known event types (an unknown type is refused, so typos do not go silent). */
@@ -43,7 +44,7 @@ async function checkSubscription(ctx: ApiContext, input: { url?: string | undefi
   }
 }
 
-/** The seven webhook routes of the spec (deliveries come with the dispatcher). */
+/** The seven webhook routes of the spec. */
 export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
   const { deps, jobs } = ctx
   const hooks = new WebhookService(deps)
@@ -84,6 +85,24 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       const { result, secret } = await hooks.rotateSecret(request.principal.projectId, request.params.id)
       const w = result.state!
       return { id: w.id, secret, previous_secret_expires_at: w.previous_secret_expires_at, rotated_at: w.updated_at }
+    })
+
+    app.get('/:id/deliveries', { schema: { params: idParams, querystring: z.object({ limit: z.string().optional(), cursor: z.string().optional() }) } }, async (request) => {
+      const projectId = request.principal.projectId
+      await hooks.load(projectId, request.params.id)
+      const limit = clampLimit(request.query.limit, 50, 1, 100)
+      const after = request.query.cursor === undefined ? null : decodeCursor(request.query.cursor)
+      const sql = deps.sql
+      const rows = await sql<{ id: string; event_type: string; status: string; response_status: number | null; attempt: number; attempted_at: Date; created_at: Date }[]>`
+        SELECT id, event_type, status, response_status, attempt, attempted_at, created_at FROM deliveries
+        WHERE project_id = ${projectId} AND webhook_id = ${request.params.id}
+          ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
+        ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`
+      const page = rows.slice(0, limit)
+      const data = page.map((r) => ({ id: r.id, event_type: r.event_type, status: r.status, response_status: r.response_status, attempt: Math.max(r.attempt, 1), attempted_at: isoOrNull(r.attempted_at) }))
+      const last = page.at(-1)
+      // Spec, Webhooks 4: next_cursor is omitted when there is nothing more.
+      return rows.length > limit && last ? { data, has_more: true, next_cursor: encodeCursor({ created_at: last.created_at.toISOString(), id: last.id }) } : { data, has_more: false }
     })
 
     app.delete('/:id', { schema: { params: idParams } }, async (request, reply) => {

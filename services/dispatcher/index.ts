@@ -1,0 +1,262 @@
+import { createHash, createHmac } from 'node:crypto'
+import http from 'node:http'
+import https from 'node:https'
+import type { LookupFunction } from 'node:net'
+import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import { headers as natsHeaders } from '@nats-io/transport-node'
+import { deliveryDecider, outcomeOf, type Delivery, type DeliveryCommand, type DeliveryEvent } from '../../domain/delivery.ts'
+import type { Job, JobEvent } from '../../domain/job.ts'
+import { matchesFilter, type Webhook } from '../../domain/webhook.ts'
+import { applyDeliveryRows } from '../../projections/deliveries.ts'
+import { consumeBatches } from '../../streams/consume.ts'
+import type { EventRecord } from '../../streams/event-store.ts'
+import { handleCommand } from '../../streams/handle-command.ts'
+import {
+  aggregateKindFilter,
+  delivererConsumerName,
+  deliveriesStreamName,
+  deliverySubject,
+  dispatcherConsumerName,
+  eventsStreamName,
+} from '../../streams/names.ts'
+import { decryptAtRest, deriveKey } from '../platform/secrets.ts'
+import type { Deps } from '../runtime.ts'
+import { checkWebhookUrl } from '../webhooks/url-safety.ts'
+import { webhookRef } from '../webhooks/webhook-service.ts'
+
+/** Work items a deliverer holds at once: one slow receiver occupies one slot, never the others. */
+const parallelDeliveries = 64
+export const userAgent = 'Service-Webhooks/1.0'
+
+interface WorkItem {
+  delivery_id: string
+  project_id: string
+  webhook_id: string
+  body: string
+  event_id: string
+  event_type: string
+}
+
+/** Which job events are webhook events, and their `data` (spec, Outbound webhooks). */
+export function webhookEventOf(event: { type: string; data: unknown }, job: Job): { type: string; data: Record<string, unknown> } | null {
+  switch (event.type) {
+    case 'job_created':
+      return { type: 'job.created', data: { schema_version: 1, job_id: job.id, queue: job.queue } }
+    case 'job_succeeded': {
+      const d = event.data as Extract<JobEvent, { type: 'job_succeeded' }>['data']
+      return {
+        type: 'job.succeeded',
+        data: { schema_version: 1, job_id: job.id, project_id: job.project_id, job_type: job.job_type, queue: job.queue, state: 'succeeded', duration_ms: d.duration_ms, completed_at: d.completed_at },
+      }
+    }
+    case 'job_dead_lettered': {
+      const d = event.data as Extract<JobEvent, { type: 'job_dead_lettered' }>['data']
+      return {
+        type: 'job.failed',
+        data: {
+          schema_version: 1,
+          job_id: job.id,
+          project_id: job.project_id,
+          job_type: job.job_type,
+          queue: job.queue,
+          state: 'dead_letter',
+          attempt_number: d.attempt,
+          max_attempts: job.max_attempts,
+          error_type: d.error?.type ?? null,
+          error_message: d.error?.message ?? null,
+          duration_ms: d.duration_ms,
+          completed_at: d.completed_at,
+        },
+      }
+    }
+    default:
+      return null
+  }
+}
+
+/** `t=<unix>,v1=<hex>[,v1=<hex of the previous secret>]` over `<t>.<body>`, new secret first. */
+export function signatureHeader(secrets: string[], body: string, at: Date): string {
+  const t = Math.floor(at.getTime() / 1000)
+  return [`t=${t}`, ...secrets.map((s) => `v1=${createHmac('sha256', s).update(`${t}.${body}`).digest('hex')}`)].join(',')
+}
+
+function deliveryIdOf(eventId: string, webhookId: string): string {
+  return `del_${createHash('sha256').update(`${eventId}/${webhookId}`).digest('hex').slice(0, 26)}`
+}
+
+/**
+ * The dispatcher role. Fan-out: a durable consumer of the job events turns each webhook event
+ * and each matching active subscription into a scheduled delivery (an event on the log) and a
+ * work item on the deliveries work queue. Delivery: a pull consumer sends each item, records the
+ * attempt, and acks it when settled or naks it with the policy's wait, so pending retries live
+ * in the stream and survive restarts. Several dispatchers may run: delivery ids are derived from
+ * event and subscription, and a recorded attempt number is never recorded twice.
+ */
+export async function start(deps: Deps): Promise<() => Promise<void>> {
+  const controller = new AbortController()
+  const ns = deps.config.namespace
+  const sealKey = deriveKey(deps.config.secret, 'webhook-secret-at-rest')
+  const onDelivery = (projectId: string, id: string, command: DeliveryCommand) =>
+    handleCommand<DeliveryCommand, DeliveryEvent, Delivery>(deps.store, deliveryDecider, { aggregate: 'delivery', projectId, id }, command, () => `evt_${deps.newUlid()}`)
+
+  // Active subscriptions per project, read once a second at most and dropped as soon as any of
+  // the project's subscriptions changes on the log (most job events have none to go to).
+  const subscriptions = new Map<string, { at: number; subs: Array<{ id: string; events: string }> }>()
+  const changes = deps.nats.nc.subscribe(aggregateKindFilter(ns, 'webhook'), {
+    callback: (_err, msg) => void subscriptions.delete(msg.subject.split('.')[2] ?? ''),
+  })
+  async function subscriptionsOf(projectId: string): Promise<Array<{ id: string; events: string }>> {
+    const cached = subscriptions.get(projectId)
+    if (cached && Date.now() - cached.at < 1_000) return cached.subs
+    const subs = await deps.sql<{ id: string; events: string }[]>`
+      SELECT id, events FROM webhooks WHERE project_id = ${projectId} AND is_active AND NOT deleted`
+    subscriptions.set(projectId, { at: Date.now(), subs })
+    return subs
+  }
+
+  async function fanOut(records: EventRecord[]): Promise<void> {
+    for (const record of records) {
+      const job = record.message.state as Job | null
+      if (job === null) continue
+      for (const event of record.message.events) {
+        const hook = webhookEventOf(event, job)
+        if (hook === null) continue
+        for (const sub of await subscriptionsOf(job.project_id)) {
+          if (!matchesFilter(JSON.parse(sub.events), hook.type)) continue
+          const deliveryId = deliveryIdOf(event.id, sub.id)
+          const result = await onDelivery(job.project_id, deliveryId, {
+            type: 'schedule_delivery',
+            data: { delivery_id: deliveryId, project_id: job.project_id, webhook_id: sub.id, event_id: event.id, event_type: hook.type },
+            meta: { now: deps.now().toISOString() },
+          })
+          if (result.appended) await applyDeliveryRows(deps.sql, [result.record])
+          else if (result.state?.status !== 'pending') continue
+          const body = JSON.stringify({ event_id: event.id, event_type: hook.type, created_at: event.time, data: hook.data })
+          const item: WorkItem = { delivery_id: deliveryId, project_id: job.project_id, webhook_id: sub.id, body, event_id: event.id, event_type: hook.type }
+          const h = natsHeaders()
+          h.set('Nats-Msg-Id', deliveryId)
+          await deps.nats.js.publish(deliverySubject(ns, job.project_id, sub.id), JSON.stringify(item), { headers: h })
+        }
+      }
+    }
+  }
+
+  /** One attempt at one work item; resolves to the receiver's status, or null when nothing was received. */
+  async function send(hook: Webhook, item: WorkItem): Promise<number | null> {
+    const verdict = await checkWebhookUrl(hook.url, deps.config.webhookAllowHosts)
+    if (!verdict.ok) return null
+    const now = deps.now()
+    const secrets = [decryptAtRest(sealKey, hook.secret_encrypted)]
+    if (hook.previous_secret_encrypted && hook.previous_secret_expires_at && Date.parse(hook.previous_secret_expires_at) > now.getTime()) {
+      secrets.push(decryptAtRest(sealKey, hook.previous_secret_encrypted))
+    }
+    // Connect to the address that was checked, not to the name again (DNS rebinding).
+    const pinned = verdict.addresses[0]
+    const lookup: LookupFunction | undefined =
+      pinned === undefined ? undefined : (_host, options, callback) => {
+        const family = pinned.includes(':') ? 6 : 4
+        if ((options as { all?: boolean }).all) (callback as unknown as (e: null, a: Array<{ address: string; family: number }>) => void)(null, [{ address: pinned, family }])
+        else callback(null, pinned, family)
+      }
+    const client = verdict.url.protocol === 'https:' ? https : http
+    return new Promise((resolve) => {
+      const request = client.request(
+        verdict.url,
+        {
+          method: 'POST',
+          lookup,
+          timeout: deps.config.tunables.webhook_timeout_ms,
+          headers: {
+            'Content-Type': 'application/json',
+            'Content-Length': Buffer.byteLength(item.body),
+            'User-Agent': userAgent,
+            'X-Service-Signature': signatureHeader(secrets, item.body, now),
+            'X-Service-Event-Id': item.event_id,
+            'X-Service-Event-Type': item.event_type,
+          },
+        },
+        (response) => {
+          response.resume()
+          response.on('end', () => resolve(response.statusCode ?? null))
+          response.on('error', () => resolve(response.statusCode ?? null))
+        },
+      )
+      request.on('timeout', () => request.destroy(new Error('timeout')))
+      request.on('error', () => resolve(null))
+      request.end(item.body)
+    })
+  }
+
+  async function deliver(msg: JsMsg): Promise<void> {
+    const item = JSON.parse(new TextDecoder().decode(msg.data)) as WorkItem
+    const delivery = (await deps.store.load<Delivery>({ aggregate: 'delivery', projectId: item.project_id, id: item.delivery_id })).state
+    if (delivery === null || delivery.status !== 'pending') return msg.ack()
+    // Spec: deleting a subscription leaves pending deliveries alone, so a deleted one still receives.
+    const hook = (await deps.store.load<Webhook>(webhookRef(item.project_id, item.webhook_id))).state
+    const responseStatus = hook === null ? null : await send(hook, item)
+    const attempt = delivery.attempt + 1
+    const result = await onDelivery(item.project_id, item.delivery_id, {
+      type: 'record_attempt',
+      data: { attempt, outcome: outcomeOf(responseStatus), response_status: responseStatus },
+      meta: { now: deps.now().toISOString() },
+    })
+    if (result.appended) await applyDeliveryRows(deps.sql, [result.record])
+    if (result.state?.status === 'pending') msg.nak(deps.config.tunables.webhook_retry_delays_ms[attempt - 1] ?? 3_600_000)
+    else msg.ack()
+  }
+
+  async function runDeliverer(signal: AbortSignal): Promise<void> {
+    const stream = deliveriesStreamName(ns)
+    const durable = delivererConsumerName(ns)
+    while (!signal.aborted) {
+      try {
+        await deps.nats.jsm.consumers.info(stream, durable).catch(() =>
+          deps.nats.jsm.consumers.add(stream, {
+            durable_name: durable,
+            ack_policy: AckPolicy.Explicit,
+            deliver_policy: DeliverPolicy.All,
+            // Longer than an attempt's time limit, so a slow receiver is not sent the same item twice.
+            ack_wait: (deps.config.tunables.webhook_timeout_ms + 20_000) * 1_000_000,
+            max_ack_pending: 10_000,
+          }),
+        )
+        const consumer = await deps.nats.js.consumers.get(stream, durable)
+        const messages = await consumer.consume({ max_messages: parallelDeliveries })
+        const stop = () => void messages.stop()
+        signal.addEventListener('abort', stop, { once: true })
+        if (signal.aborted) stop()
+        const inFlight = new Set<Promise<void>>()
+        for await (const msg of messages) {
+          const work = deliver(msg)
+            .catch((err) => {
+              deps.log.error({ err }, 'dispatcher: delivery failed; it will be retried')
+              msg.nak(1_000)
+            })
+            .finally(() => inFlight.delete(work))
+          inFlight.add(work)
+          if (inFlight.size >= parallelDeliveries) await Promise.race(inFlight)
+        }
+        await Promise.all(inFlight)
+        signal.removeEventListener('abort', stop)
+      } catch (err) {
+        if (signal.aborted) return
+        deps.log.error({ err }, 'dispatcher: deliverer restarting')
+        await new Promise((r) => setTimeout(r, 500))
+      }
+    }
+  }
+
+  const fanOutDone = consumeBatches(
+    deps.nats,
+    { stream: eventsStreamName(ns), durable: dispatcherConsumerName(ns), filterSubject: aggregateKindFilter(ns, 'job'), maxBatch: 200 },
+    fanOut,
+    controller.signal,
+    (err) => deps.log.error({ err }, 'dispatcher: fan-out failed; retrying'),
+  )
+  const deliverDone = runDeliverer(controller.signal)
+  return async () => {
+    controller.abort()
+    changes.unsubscribe()
+    await Promise.all([fanOutDone, deliverDone])
+  }
+}

@@ -1,0 +1,153 @@
+import { createHmac, timingSafeEqual } from 'node:crypto'
+import http from 'node:http'
+import t from 'tap'
+import { eventually, startHarness } from '../support/harness.ts'
+
+interface Received {
+  path: string
+  headers: http.IncomingHttpHeaders
+  body: string
+  at: number
+}
+
+/** A real receiver on loopback that verifies nothing itself: the test does, with its own HMAC. */
+async function startReceiver(t: { teardown(fn: () => unknown): void }) {
+  const received: Received[] = []
+  const counts = new Map<string, number>()
+  const server = http.createServer((req, res) => {
+    let body = ''
+    req.on('data', (c) => (body += c))
+    req.on('end', () => {
+      const path = req.url ?? ''
+      received.push({ path, headers: req.headers, body, at: Date.now() })
+      const n = (counts.get(path) ?? 0) + 1
+      counts.set(path, n)
+      if (path.startsWith('/bad')) return res.writeHead(400).end()
+      if (path.startsWith('/flaky') && n <= 2) return res.writeHead(503).end()
+      if (path.startsWith('/down')) return res.writeHead(500).end()
+      res.writeHead(200).end('ok')
+    })
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())))
+  const port = (server.address() as { port: number }).port
+  return { received, port, base: `http://127.0.0.1:${port}` }
+}
+
+function verifies(header: string, secret: string, body: string): boolean {
+  const parts = header.split(',')
+  const ts = parts.find((p) => p.startsWith('t='))!.slice(2)
+  const expected = createHmac('sha256', secret).update(`${ts}.${body}`).digest()
+  return parts.filter((p) => p.startsWith('v1=')).some((p) => {
+    const given = Buffer.from(p.slice(3), 'hex')
+    return given.length === expected.length && timingSafeEqual(given, expected)
+  })
+}
+
+t.test('webhook delivery', async (t) => {
+  const receiver = await startReceiver(t)
+  const h = await startHarness(t, import.meta.filename, {
+    roles: ['api', 'projector', 'dispatcher'],
+    config: { webhookAllowHosts: [`127.0.0.1:${receiver.port}`] },
+    tunables: { webhook_retry_delays_ms: [100, 200, 300, 400], webhook_timeout_ms: 2_000 },
+  })
+  const subscribe = async (path: string, events: unknown = '*') => {
+    const res = await h.request('POST', '/jobsvc/v1/webhooks', { url: `${receiver.base}${path}`, events })
+    t.equal(res.status, 201, JSON.stringify(res.body))
+    return res.body as { id: string; secret: string }
+  }
+  const deliveriesOf = async (id: string) => (await h.request('GET', `/jobsvc/v1/webhooks/${id}/deliveries`)).body
+
+  await t.test('job.created and job.succeeded arrive signed, with the spec headers and data', async (t) => {
+    const sub = await subscribe('/ok')
+    const job = await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'hooked', queue: 'wh', payload: {} })
+    const created = await eventually(async () => receiver.received.find((r) => r.path === '/ok' && JSON.parse(r.body).event_type === 'job.created'))
+    t.equal(created.headers['user-agent'], 'Service-Webhooks/1.0')
+    t.equal(created.headers['content-type'], 'application/json')
+    t.ok(verifies(String(created.headers['x-service-signature']), sub.secret, created.body), 'the signature verifies with the secret')
+    const envelope = JSON.parse(created.body)
+    t.match(envelope, { event_id: /^evt_/, event_type: 'job.created', created_at: /Z$/ })
+    t.same(envelope.data, { schema_version: 1, job_id: job.body.id, queue: 'wh' })
+    t.equal(created.headers['x-service-event-id'], envelope.event_id)
+    t.equal(created.headers['x-service-event-type'], 'job.created')
+
+    const polled = await eventually(async () => {
+      const p = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'w', queues: ['wh'], wait_seconds: 1 })
+      return p.body.jobs?.length ? p : null
+    })
+    await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: polled.body.jobs[0].id, worker_id: 'w', status: 'succeeded', duration_ms: 12 })
+    const succeeded = await eventually(async () => receiver.received.find((r) => r.path === '/ok' && JSON.parse(r.body).event_type === 'job.succeeded'))
+    t.match(JSON.parse(succeeded.body).data, { schema_version: 1, job_id: job.body.id, job_type: 'hooked', queue: 'wh', state: 'succeeded', duration_ms: 12, completed_at: /Z$/ })
+    const list = await eventually(async () => {
+      const l = await deliveriesOf(sub.id)
+      return l.data.length === 2 && l.data.every((d: { status: string }) => d.status === 'delivered') ? l : null
+    })
+    t.match(list.data[0], { id: /^del_/, event_type: 'job.succeeded', status: 'delivered', response_status: 200, attempt: 1, attempted_at: /Z$/ })
+    t.equal(list.has_more, false)
+    t.notOk('next_cursor' in list, 'next_cursor is omitted when has_more is false')
+  })
+
+  await t.test('5xx is retried at the policy waits with the same event id; 4xx fails at once; 5 attempts at most', async (t) => {
+    const flaky = await subscribe('/flaky', ['job.created'])
+    const bad = await subscribe('/bad', ['job.created'])
+    const down = await subscribe('/down', ['job.created'])
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'retry-me', queue: 'other', payload: {} })
+    const settled = await eventually(async () => {
+      const [f, b, d] = await Promise.all([deliveriesOf(flaky.id), deliveriesOf(bad.id), deliveriesOf(down.id)])
+      const done = f.data[0]?.status === 'delivered' && b.data[0]?.status === 'failed' && d.data[0]?.status === 'failed'
+      return done ? { f: f.data[0], b: b.data[0], d: d.data[0] } : null
+    }, 20_000)
+    t.match(settled.f, { status: 'delivered', response_status: 200, attempt: 3 })
+    t.match(settled.b, { status: 'failed', response_status: 400, attempt: 1 })
+    t.match(settled.d, { status: 'failed', response_status: 500, attempt: 5 })
+    const flakyHits = receiver.received.filter((r) => r.path === '/flaky')
+    t.equal(flakyHits.length, 3)
+    t.equal(new Set(flakyHits.map((r) => r.headers['x-service-event-id'])).size, 1, 'the same event id on every retry')
+    t.ok(flakyHits[1]!.at - flakyHits[0]!.at >= 90, 'the first wait is the policy’s first delay')
+    t.equal(receiver.received.filter((r) => r.path === '/bad').length, 1, 'a 4xx is not retried')
+    t.equal(receiver.received.filter((r) => r.path === '/down').length, 5)
+  })
+
+  await t.test('after a rotation the header carries both digests, new first', async (t) => {
+    const sub = await subscribe('/rotated', ['job.created'])
+    const rotated = await h.request('POST', `/jobsvc/v1/webhooks/${sub.id}/rotate-secret`)
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'after-rotation', queue: 'other', payload: {} })
+    const hit = await eventually(async () => receiver.received.find((r) => r.path === '/rotated'))
+    const header = String(hit.headers['x-service-signature'])
+    const v1 = header.split(',').filter((p) => p.startsWith('v1='))
+    t.equal(v1.length, 2)
+    const ts = header.split(',')[0]!.slice(2)
+    t.equal(v1[0]!.slice(3), createHmac('sha256', rotated.body.secret).update(`${ts}.${hit.body}`).digest('hex'), 'new secret first')
+    t.equal(v1[1]!.slice(3), createHmac('sha256', sub.secret).update(`${ts}.${hit.body}`).digest('hex'), 'then the previous one')
+  })
+
+  await t.test('a pending retry survives a dispatcher restart', async (t) => {
+    const sub = await subscribe('/flaky-restart', ['job.created'])
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'restart', queue: 'other', payload: {} })
+    await eventually(async () => receiver.received.some((r) => r.path === '/flaky-restart'))
+    await h.stopRole('dispatcher')
+    await h.startRole('dispatcher')
+    const done = await eventually(async () => {
+      const l = await deliveriesOf(sub.id)
+      return l.data[0]?.status === 'delivered' ? l.data[0] : null
+    }, 20_000)
+    t.match(done, { status: 'delivered', attempt: 3 })
+  })
+
+  await t.test('an inactive subscription receives nothing; a filter lets only its types through', async (t) => {
+    const quiet = await subscribe('/quiet', '*')
+    await h.request('PATCH', `/jobsvc/v1/webhooks/${quiet.id}`, { is_active: false })
+    const only = await subscribe('/only-failed', ['job.failed'])
+    const job = await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'dies', queue: 'dl', payload: {}, max_attempts: 1 })
+    const polled = await eventually(async () => {
+      const p = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'w', queues: ['dl'], wait_seconds: 1 })
+      return p.body.jobs?.length ? p : null
+    })
+    await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: polled.body.jobs[0].id, worker_id: 'w', status: 'failed', error: { type: 'Boom', message: 'it broke' } })
+    const failed = await eventually(async () => receiver.received.find((r) => r.path === '/only-failed'))
+    t.match(JSON.parse(failed.body).data, { job_id: job.body.id, state: 'dead_letter', attempt_number: 1, max_attempts: 1, error_type: 'Boom', error_message: 'it broke' })
+    t.equal(receiver.received.filter((r) => r.path === '/only-failed').length, 1, 'job.created was filtered out')
+    t.equal(receiver.received.filter((r) => r.path === '/quiet').length, 0)
+    t.equal((await deliveriesOf(only.id)).data.length, 1)
+  })
+})
