@@ -14,6 +14,11 @@ export interface BatchConsumerOptions {
    * a crashed run: redelivery after ack_wait would otherwise arrive after newer messages.
    */
   resumeFrom?: () => Promise<number>
+  /**
+   * Messages for which this returns false are not decoded nor handed over (they are still acked
+   * with their batch): a consumer interested in a few event types reads the type header only.
+   */
+  accept?: (message: { subject: string; eventTypes: string }) => boolean
 }
 
 /**
@@ -68,7 +73,8 @@ export async function consumeBatches(
           batch.push(r.value)
           next = iterator.next()
           if (batch.length < opts.maxBatch && (await hasArrived(messages, next))) continue
-          await handle(batch.map(toRecord))
+          const accepted = opts.accept === undefined ? batch : batch.filter((m) => opts.accept!({ subject: m.subject, eventTypes: m.headers?.get('Jobsvc-Event-Type') ?? '' }))
+          if (accepted.length > 0) await handle(accepted.map(toRecord))
           batch.at(-1)!.ack()
           batch = []
           if (signal.aborted) break

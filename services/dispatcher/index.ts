@@ -102,12 +102,21 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   // Active subscriptions per project, read once a second at most and dropped as soon as any of
   // the project's subscriptions changes on the log (most job events have none to go to).
   const subscriptions = new Map<string, { at: number; subs: Array<{ id: string; events: string }> }>()
+  // A change is announced on the log before its row is written: for a moment after it, the
+  // project's subscriptions are read afresh every time rather than cached.
+  const changedUntil = new Map<string, number>()
   const changes = deps.nats.nc.subscribe(aggregateKindFilter(ns, 'webhook'), {
-    callback: (_err, msg) => void subscriptions.delete(msg.subject.split('.')[2] ?? ''),
+    callback: (_err, msg) => {
+      const projectId = msg.subject.split('.')[2] ?? ''
+      subscriptions.delete(projectId)
+      changedUntil.set(projectId, Date.now() + 2_000)
+    },
   })
+  const isFresh = (projectId: string, cached: { at: number } | undefined) =>
+    cached !== undefined && Date.now() - cached.at < 1_000 && (changedUntil.get(projectId) ?? 0) < Date.now()
   async function subscriptionsOf(projectId: string): Promise<Array<{ id: string; events: string }>> {
     const cached = subscriptions.get(projectId)
-    if (cached && Date.now() - cached.at < 1_000) return cached.subs
+    if (cached && isFresh(projectId, cached)) return cached.subs
     const subs = await deps.sql<{ id: string; events: string }[]>`
       SELECT id, events FROM webhooks WHERE project_id = ${projectId} AND is_active AND NOT deleted`
     subscriptions.set(projectId, { at: Date.now(), subs })
@@ -246,9 +255,17 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     }
   }
 
+  // Most job events are not webhook events, and most projects have no subscription: both are
+  // known from the headers and the subject, without decoding the message.
+  const accept = ({ subject, eventTypes }: { subject: string; eventTypes: string }) => {
+    if (!/job_created|job_succeeded|job_dead_lettered/.test(eventTypes)) return false
+    const projectId = subject.split('.')[2] ?? ''
+    const cached = subscriptions.get(projectId)
+    return !(isFresh(projectId, cached) && cached!.subs.length === 0)
+  }
   const fanOutDone = consumeBatches(
     deps.nats,
-    { stream: eventsStreamName(ns), durable: dispatcherConsumerName(ns), filterSubject: aggregateKindFilter(ns, 'job'), maxBatch: 200 },
+    { stream: eventsStreamName(ns), durable: dispatcherConsumerName(ns), filterSubject: aggregateKindFilter(ns, 'job'), maxBatch: 200, accept },
     fanOut,
     controller.signal,
     (err) => deps.log.error({ err }, 'dispatcher: fan-out failed; retrying'),
