@@ -7,7 +7,8 @@ import type { CommandMeta } from './job.ts'
  * edge); after a rotation the previous secret stays valid for 24 hours.
  */
 
-export const webhookEventTypes = ['job.created', 'job.succeeded', 'job.failed'] as const
+/** The spec's job events, and (an extension) the alert notifications of alerts with `webhook: true`. */
+export const webhookEventTypes = ['job.created', 'job.succeeded', 'job.failed', 'alert.triggered', 'alert.resolved'] as const
 export type WebhookEventType = (typeof webhookEventTypes)[number]
 export type EventFilter = '*' | WebhookEventType[]
 

@@ -5,6 +5,7 @@ import type { LookupFunction } from 'node:net'
 import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import { deliveryDecider, outcomeOf, type Delivery, type DeliveryCommand, type DeliveryEvent } from '../../domain/delivery.ts'
+import type { Alert } from '../../domain/alert.ts'
 import type { Job, JobEvent } from '../../domain/job.ts'
 import { matchesFilter, type Webhook } from '../../domain/webhook.ts'
 import { applyDeliveryRows } from '../../projections/deliveries.ts'
@@ -38,7 +39,8 @@ interface WorkItem {
 }
 
 /** Which job events are webhook events, and their `data` (spec, Outbound webhooks). */
-export function webhookEventOf(event: { type: string; data: unknown }, job: Job): { type: string; data: Record<string, unknown> } | null {
+export function webhookEventOf(event: { type: string; data: unknown }, job: Job | null): { type: string; data: Record<string, unknown> } | null {
+  if (job === null) return null
   switch (event.type) {
     case 'job_created':
       return { type: 'job.created', data: { schema_version: 1, job_id: job.id, queue: job.queue } }
@@ -71,6 +73,28 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job)
     }
     default:
       return null
+  }
+}
+
+/** Alert notifications as webhook events, for alerts that ask for them (`webhook: true`). */
+export function alertWebhookEventOf(event: { type: string; data: unknown }, alert: Alert | null): { type: string; data: Record<string, unknown> } | null {
+  if (alert === null || !alert.webhook) return null
+  if (event.type !== 'alert_triggered' && event.type !== 'alert_resolved') return null
+  const d = event.data as { value: number; threshold: number; triggered_at?: string; resolved_at?: string }
+  return {
+    type: event.type === 'alert_triggered' ? 'alert.triggered' : 'alert.resolved',
+    data: {
+      schema_version: 1,
+      alert_id: alert.id,
+      project_id: alert.project_id,
+      name: alert.name,
+      kind: alert.kind,
+      queue: alert.queue,
+      threshold: d.threshold,
+      value: d.value,
+      status: event.type === 'alert_triggered' ? 'firing' : 'ok',
+      at: d.triggered_at ?? d.resolved_at,
+    },
   }
 }
 
@@ -125,28 +149,31 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
 
   async function fanOut(records: EventRecord[]): Promise<void> {
     for (const record of records) {
-      const job = record.message.state as Job | null
-      if (job === null) continue
       for (const event of record.message.events) {
-        const hook = webhookEventOf(event, job)
+        const hook = record.message.aggregate === 'job' ? webhookEventOf(event, record.message.state as Job) : alertWebhookEventOf(event, record.message.state as Alert)
         if (hook === null) continue
-        for (const sub of await subscriptionsOf(job.project_id)) {
-          if (!matchesFilter(JSON.parse(sub.events), hook.type)) continue
-          const deliveryId = deliveryIdOf(event.id, sub.id)
-          const result = await onDelivery(job.project_id, deliveryId, {
-            type: 'schedule_delivery',
-            data: { delivery_id: deliveryId, project_id: job.project_id, webhook_id: sub.id, event_id: event.id, event_type: hook.type },
-            meta: { now: deps.now().toISOString() },
-          })
-          if (result.appended) await applyDeliveryRows(deps.sql, [result.record])
-          else if (result.state?.status !== 'pending') continue
-          const body = JSON.stringify({ event_id: event.id, event_type: hook.type, created_at: event.time, data: hook.data })
-          const item: WorkItem = { delivery_id: deliveryId, project_id: job.project_id, webhook_id: sub.id, body, event_id: event.id, event_type: hook.type }
-          const h = natsHeaders()
-          h.set('Nats-Msg-Id', deliveryId)
-          await deps.nats.js.publish(deliverySubject(ns, job.project_id, sub.id), JSON.stringify(item), { headers: h })
-        }
+        await fanOutEvent(record.message.project_id, event, hook)
       }
+    }
+  }
+
+  /** One webhook event to every active subscription of the project whose filter lets it through. */
+  async function fanOutEvent(projectId: string, event: { id: string; time: string }, hook: { type: string; data: Record<string, unknown> }): Promise<void> {
+    for (const sub of await subscriptionsOf(projectId)) {
+      if (!matchesFilter(JSON.parse(sub.events), hook.type)) continue
+      const deliveryId = deliveryIdOf(event.id, sub.id)
+      const result = await onDelivery(projectId, deliveryId, {
+        type: 'schedule_delivery',
+        data: { delivery_id: deliveryId, project_id: projectId, webhook_id: sub.id, event_id: event.id, event_type: hook.type },
+        meta: { now: deps.now().toISOString() },
+      })
+      if (result.appended) await applyDeliveryRows(deps.sql, [result.record])
+      else if (result.state?.status !== 'pending') continue
+      const body = JSON.stringify({ event_id: event.id, event_type: hook.type, created_at: event.time, data: hook.data })
+      const item: WorkItem = { delivery_id: deliveryId, project_id: projectId, webhook_id: sub.id, body, event_id: event.id, event_type: hook.type }
+      const h = natsHeaders()
+      h.set('Nats-Msg-Id', deliveryId)
+      await deps.nats.js.publish(deliverySubject(ns, projectId, sub.id), JSON.stringify(item), { headers: h })
     }
   }
 
@@ -270,10 +297,23 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     controller.signal,
     (err) => deps.log.error({ err }, 'dispatcher: fan-out failed; retrying'),
   )
+  const alertsDone = consumeBatches(
+    deps.nats,
+    {
+      stream: eventsStreamName(ns),
+      durable: `${dispatcherConsumerName(ns)}_alerts`,
+      filterSubject: aggregateKindFilter(ns, 'alert'),
+      maxBatch: 200,
+      accept: ({ eventTypes }) => /alert_triggered|alert_resolved/.test(eventTypes),
+    },
+    fanOut,
+    controller.signal,
+    (err) => deps.log.error({ err }, 'dispatcher: alert fan-out failed; retrying'),
+  )
   const deliverDone = runDeliverer(controller.signal)
   return async () => {
     controller.abort()
     changes.unsubscribe()
-    await Promise.all([fanOutDone, deliverDone])
+    await Promise.all([fanOutDone, alertsDone, deliverDone])
   }
 }

@@ -1,6 +1,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import t from 'tap'
+import { evaluateAlerts } from '../../services/alerts/alert-service.ts'
 import { eventually, startHarness } from '../support/harness.ts'
 
 interface Received {
@@ -132,6 +133,21 @@ t.test('webhook delivery', async (t) => {
       return l.data[0]?.status === 'delivered' ? l.data[0] : null
     }, 20_000)
     t.match(done, { status: 'delivered', attempt: 3 })
+  })
+
+  await t.test('an alert with webhook: true is delivered as alert.triggered and alert.resolved', async (t) => {
+    const sub = await subscribe('/alerts', ['alert.triggered', 'alert.resolved'])
+    const alert = await h.request('POST', '/jobsvc/v1/alerts', { name: 'depth', kind: 'queue_depth', queue: 'deep', threshold: 0, webhook: true })
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'deep', queue: 'deep', payload: {} })
+    await eventually(async () => (await h.runtime.sql`SELECT 1 FROM jobs WHERE queue = 'deep' AND state = 'pending'`).length === 1)
+    await evaluateAlerts(h.runtime)
+    const triggered = await eventually(async () => receiver.received.find((r) => r.path === '/alerts'))
+    t.ok(verifies(String(triggered.headers['x-service-signature']), sub.secret, triggered.body))
+    t.match(JSON.parse(triggered.body), { event_type: 'alert.triggered', data: { schema_version: 1, alert_id: alert.body.id, name: 'depth', kind: 'queue_depth', threshold: 0, value: 1, status: 'firing' } })
+    await h.request('PUT', `/jobsvc/v1/alerts/${alert.body.id}`, { name: 'depth', kind: 'queue_depth', queue: 'deep', threshold: 5, webhook: true })
+    await evaluateAlerts(h.runtime)
+    const resolved = await eventually(async () => receiver.received.filter((r) => r.path === '/alerts')[1])
+    t.match(JSON.parse(resolved.body), { event_type: 'alert.resolved', data: { alert_id: alert.body.id, status: 'ok', threshold: 5 } })
   })
 
   await t.test('an inactive subscription receives nothing; a filter lets only its types through', async (t) => {
