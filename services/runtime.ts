@@ -9,6 +9,7 @@ import { ensureStreams, openAuthLimitsBucket, openHeartbeatBucket, openIdempoten
 import { EventStore } from '../streams/event-store.ts'
 import type { Config } from './config.ts'
 import { createMailer, type Mailer } from './platform/mailer.ts'
+import { systemResolver, type HostResolver } from './webhooks/url-safety.ts'
 
 /** What every role is handed: connections, clock and id source are passed in, never imported. */
 export interface Deps {
@@ -32,6 +33,8 @@ export interface Deps {
   mailer: Mailer
   /** The current instant; tests may pass a fixed or shifted clock. */
   now: () => Date
+  /** Host name → addresses, for webhook URL checks (tests replace it to play DNS tricks). */
+  resolveHost: HostResolver
   /** A new ULID, monotonic within this process. */
   newUlid: () => string
 }
@@ -95,6 +98,7 @@ export async function openRuntime(config: Readonly<Config>, log: Logger, name = 
     idempotency,
     mailer,
     now: () => new Date(),
+    resolveHost: systemResolver,
     newUlid: () => ulid(),
     async close() {
       store.close()

@@ -179,7 +179,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
 
   /** One attempt at one work item; resolves to the receiver's status, or null when nothing was received. */
   async function send(hook: Webhook, item: WorkItem): Promise<number | null> {
-    const verdict = await checkWebhookUrl(hook.url, deps.config.webhookAllowHosts)
+    const verdict = await checkWebhookUrl(hook.url, deps.config.webhookAllowHosts, deps.resolveHost)
     if (!verdict.ok) return null
     const now = deps.now()
     const secrets = [decryptAtRest(sealKey, hook.secret_encrypted)]

@@ -51,6 +51,11 @@ export function isPublicAddress(address: string): boolean {
   return family === 4 ? !blockedV4.check(address, 'ipv4') : !blockedV6.check(address, 'ipv6')
 }
 
+/** Resolves a host name to its addresses (node's resolver unless a test passes its own). */
+export type HostResolver = (host: string) => Promise<string[]>
+
+export const systemResolver: HostResolver = async (host) => (await lookup(host, { all: true, verbatim: true })).map((a) => a.address)
+
 export type UrlVerdict = { ok: true; url: URL; addresses: string[] } | { ok: false; reason: string }
 
 /** host:port as `WEBHOOK_ALLOW_HOSTS` lists it (development and tests only). */
@@ -66,7 +71,7 @@ function hostPort(url: URL): string {
  * at delivery on the address actually connected to, so a name that later resolves elsewhere
  * (DNS rebinding) is refused then.
  */
-export async function checkWebhookUrl(raw: string, allowHosts: readonly string[]): Promise<UrlVerdict> {
+export async function checkWebhookUrl(raw: string, allowHosts: readonly string[], resolve: HostResolver = systemResolver): Promise<UrlVerdict> {
   if (raw.length > 2048) return { ok: false, reason: 'url must be at most 2048 characters' }
   let url: URL
   try {
@@ -82,7 +87,7 @@ export async function checkWebhookUrl(raw: string, allowHosts: readonly string[]
     addresses = [host]
   } else {
     try {
-      addresses = (await lookup(host, { all: true, verbatim: true })).map((a) => a.address)
+      addresses = await resolve(host)
     } catch {
       return { ok: false, reason: `url host ${host} does not resolve` }
     }

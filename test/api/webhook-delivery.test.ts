@@ -150,6 +150,36 @@ t.test('webhook delivery', async (t) => {
     t.match(JSON.parse(resolved.body), { event_type: 'alert.resolved', data: { alert_id: alert.body.id, status: 'ok', threshold: 5 } })
   })
 
+  await t.test('a name that resolves to a blocked address at delivery is refused there (DNS rebinding)', async (t) => {
+    const blockedForms = ['127.0.0.1', '10.1.2.3', '169.254.169.254', '100.64.0.1', '::1', '::ffff:127.0.0.1', 'fe80::1', '0.0.0.0']
+    const calls = new Map<string, number>()
+    const realResolve = h.runtime.resolveHost
+    t.teardown(() => void (h.runtime.resolveHost = realResolve))
+    // The first lookup of each name (the create-time check) answers a public address, every later one a blocked form.
+    h.runtime.resolveHost = async (host) => {
+      const n = (calls.get(host) ?? 0) + 1
+      calls.set(host, n)
+      const i = Number(/^rebind(\d+)\./.exec(host)?.[1] ?? -1)
+      if (i < 0) return realResolve(host)
+      return n === 1 ? ['93.184.216.34'] : [blockedForms[i]!]
+    }
+    const subs = []
+    for (let i = 0; i < blockedForms.length; i++) {
+      const res = await h.request('POST', '/jobsvc/v1/webhooks', { url: `http://rebind${i}.example.test:${receiver.port}/rebound`, events: ['job.created'] })
+      t.equal(res.status, 201, `create-time check passed for rebind${i}`)
+      subs.push(res.body.id as string)
+    }
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'rebind', queue: 'other', payload: {} })
+    for (const [i, id] of subs.entries()) {
+      const settled = await eventually(async () => {
+        const d = (await deliveriesOf(id)).data[0]
+        return d?.status === 'failed' ? d : null
+      }, 20_000)
+      t.match(settled, { status: 'failed', response_status: null, attempt: 5 }, `${blockedForms[i]} refused at delivery`)
+    }
+    t.equal(receiver.received.filter((r) => r.path === '/rebound').length, 0, 'nothing reached the receiver')
+  })
+
   await t.test('an inactive subscription receives nothing; a filter lets only its types through', async (t) => {
     const quiet = await subscribe('/quiet', '*')
     await h.request('PATCH', `/jobsvc/v1/webhooks/${quiet.id}`, { is_active: false })

@@ -39,7 +39,7 @@ export function webhookView(w: Webhook | Record<string, unknown>) {
 async function checkSubscription(ctx: ApiContext, input: { url?: string | undefined; events?: EventFilter | undefined }): Promise<void> {
   if (input.events !== undefined && JSON.stringify(input.events).length > 1024) throw invalidRequest('body.events: at most 1024 characters')
   if (input.url !== undefined) {
-    const verdict = await checkWebhookUrl(input.url, ctx.deps.config.webhookAllowHosts)
+    const verdict = await checkWebhookUrl(input.url, ctx.deps.config.webhookAllowHosts, ctx.deps.resolveHost)
     if (!verdict.ok) throw invalidRequest(`body.url: ${verdict.reason}`)
   }
 }
