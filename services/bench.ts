@@ -31,7 +31,7 @@ import { ConfigError, loadConfig } from './config.ts'
  */
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
-  [--nats-url URL] [--service-log FILE] [--no-metering]
+  [--nats-url URL] [--service-log FILE] [--no-metering] [--webhooks]
 
 Without --rate producers create as fast as the service answers, so created->claimed includes the
 backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
@@ -61,6 +61,8 @@ interface Options {
   databaseUrl: string
   /** False: the spawned service runs with the request limit and allowance off, to measure their cost. */
   metering: boolean
+  /** Subscribe a local receiver to job.created and report deliveries per second and delivery lag. */
+  webhooks: boolean
   jobs: number
   producers: number
   workers: number
@@ -104,6 +106,7 @@ function toOptions(argv: string[]): Options {
       'service-log': { type: 'string' },
       rate: { type: 'string' },
       'no-metering': { type: 'boolean', default: false },
+      webhooks: { type: 'boolean', default: false },
     },
   })
   if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
@@ -125,6 +128,7 @@ function toOptions(argv: string[]): Options {
     serviceLog: values['service-log'] ?? null,
     rate: values.rate === undefined ? null : positiveInt('rate', values.rate, 0),
     metering: !values['no-metering'],
+    webhooks: values.webhooks,
   }
 }
 
@@ -711,7 +715,61 @@ async function awaitAccess(client: Client, signal: AbortSignal): Promise<void> {
   }
 }
 
-function report(opts: Options, r: Results): void {
+/**
+ * A webhook receiver on loopback (`--webhooks`): answers 200 at once and notes, per delivery, the
+ * lag from the event's `created_at` to its arrival (service and bench share the machine's clock).
+ */
+class WebhookReceiver {
+  readonly lags: number[] = []
+  readonly jobs = new Set<string>()
+  firstAt: number | null = null
+  lastAt = 0
+  readonly #server = http.createServer((req, res) => {
+    let body = ''
+    req.on('data', (c) => (body += c))
+    req.on('end', () => {
+      res.writeHead(200).end()
+      try {
+        const envelope = JSON.parse(body) as { created_at: string; data: { job_id: string } }
+        if (this.jobs.has(envelope.data.job_id)) return
+        const now = Date.now()
+        this.jobs.add(envelope.data.job_id)
+        this.lags.push(now - Date.parse(envelope.created_at))
+        this.firstAt ??= now
+        this.lastAt = now
+      } catch {
+        // not a delivery
+      }
+    })
+  })
+
+  async listen(): Promise<number> {
+    await new Promise<void>((r) => this.#server.listen(0, '127.0.0.1', r))
+    return (this.#server.address() as { port: number }).port
+  }
+
+  /** Waits until `count` jobs were delivered or `ms` passed. */
+  async settle(count: number, ms: number): Promise<void> {
+    const end = performance.now() + ms
+    while (this.jobs.size < count && performance.now() < end) await sleep(50)
+  }
+
+  summary() {
+    const spanS = this.firstAt === null ? 0 : (this.lastAt - this.firstAt) / 1000
+    return {
+      webhook_deliveries: this.jobs.size,
+      webhook_deliveries_per_s: spanS > 0 ? Math.round((this.jobs.size / spanS) * 10) / 10 : null,
+      webhook_lag_p50_ms: round(percentile(this.lags, 50)),
+      webhook_lag_p99_ms: round(percentile(this.lags, 99)),
+    }
+  }
+
+  close(): void {
+    this.#server.close()
+  }
+}
+
+function report(opts: Options, r: Results, webhooks: ReturnType<WebhookReceiver['summary']> | null = null): void {
   const summary = {
     jobs_per_s: r.complete && r.elapsedMs !== null ? Math.round((r.jobs / r.elapsedMs) * 1000 * 10) / 10 : null,
     create_p50_ms: round(percentile(r.createLatencies, 50)),
@@ -719,6 +777,7 @@ function report(opts: Options, r: Results): void {
     claim_p50_ms: round(percentile(r.claimLatencies, 50)),
     claim_p99_ms: round(percentile(r.claimLatencies, 99)),
     projection_lag_p99_ms: round(percentile(r.lags, 99)),
+    ...(webhooks ?? {}),
   }
   const ms = (v: number | null) => (v === null ? 'n/a' : `${v} ms`)
   const lines = [
@@ -730,6 +789,9 @@ function report(opts: Options, r: Results): void {
     `  projection lag      p50 ${ms(round(percentile(r.lags, 50)))}  p99 ${ms(summary.projection_lag_p99_ms)}  (${r.lags.length} samples; ${r.lagMethod})`,
     `  acked ${r.acked}/${r.jobs}; jobs claimed twice: ${r.duplicateClaims}; polls ${r.polls} (${r.emptyPolls} empty, ${r.polls === r.emptyPolls ? 0 : ((r.acked) / (r.polls - r.emptyPolls)).toFixed(1)} jobs per non-empty poll)`,
     `  bench client CPU: ${(r.clientCpuMs / 1000).toFixed(1)} s over ${(r.wallMs / 1000).toFixed(1)} s (${Math.round((r.clientCpuMs / r.wallMs) * 100)}% of one core)`,
+    ...(webhooks
+      ? [`  webhooks: ${webhooks.webhook_deliveries} job.created delivered, ${webhooks.webhook_deliveries_per_s ?? 'n/a'}/s, lag p50 ${ms(webhooks.webhook_lag_p50_ms)} p99 ${ms(webhooks.webhook_lag_p99_ms)}`]
+      : []),
     '',
   ]
   process.stdout.write(lines.join('\n') + JSON.stringify(summary) + '\n')
@@ -758,6 +820,9 @@ async function main(argv: string[]): Promise<boolean> {
     DATABASE_URL: dbUrl.toString(),
     NATS_URL: opts.natsUrl,
   }
+  const receiver = opts.webhooks ? new WebhookReceiver() : null
+  const receiverPort = receiver === null ? null : await receiver.listen()
+  if (receiverPort !== null && opts.spawn) env.WEBHOOK_ALLOW_HOSTS = `127.0.0.1:${receiverPort}`
   let configPath: string | null = null
   if (opts.spawn && !opts.metering) {
     configPath = join(tmpdir(), `jobsvc-bench-${runId}.json`)
@@ -782,9 +847,14 @@ async function main(argv: string[]): Promise<boolean> {
     await awaitAccess(client, run.signal)
     tracker = nats !== null && namespace !== null ? new CheckpointTracker(nats, namespace) : new ProbeTracker(client, run.signal)
     process.stderr.write(`bench: ${opts.jobs} jobs against ${url}\n`)
+    if (receiverPort !== null) {
+      const sub = await client.request('POST', '/jobsvc/v1/webhooks', { url: `http://127.0.0.1:${receiverPort}/bench`, events: ['job.created'] })
+      if (sub.status !== 201) throw new HttpError('webhook subscription', sub)
+    }
     const serviceCpuBefore = processCpuSeconds(service?.child.pid)
     const results = await drive(client, opts, tracker, run.signal)
-    report(opts, results)
+    if (receiver !== null) await receiver.settle(results.jobs, 60_000)
+    report(opts, results, receiver?.summary() ?? null)
     const serviceCpuAfter = processCpuSeconds(service?.child.pid)
     if (serviceCpuBefore !== null && serviceCpuAfter !== null) {
       const cpu = serviceCpuAfter - serviceCpuBefore
@@ -796,6 +866,7 @@ async function main(argv: string[]): Promise<boolean> {
     clearTimeout(timeout)
     tracker?.close()
     client?.close()
+    receiver?.close()
     if (service !== null) await stopService(service.child)
     if (opts.spawn && namespace !== null) {
       if (nats !== null) await deleteNamespace(nats.jsm, namespace).catch((err) => process.stderr.write(`bench: cleanup: ${err}\n`))

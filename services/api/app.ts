@@ -66,7 +66,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     bodyLimit: bodyLimitBytes,
     // Fastify's default (100) answers a longer path parameter with its own 414 body; ids this
     // long are simply unknown (404 in the envelope), so the routes get to say so.
-    maxParamLength: 2048,
+    routerOptions: { maxParamLength: 2048 },
     trustProxy: deps.config.trustProxy,
     return503OnClosing: false,
   })

@@ -8,7 +8,6 @@ import { deliveryDecider, outcomeOf, type Delivery, type DeliveryCommand, type D
 import type { Alert } from '../../domain/alert.ts'
 import type { Job, JobEvent } from '../../domain/job.ts'
 import { matchesFilter, type Webhook } from '../../domain/webhook.ts'
-import { applyDeliveryRows } from '../../projections/deliveries.ts'
 import { consumeBatches } from '../../streams/consume.ts'
 import type { EventRecord } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
@@ -27,6 +26,10 @@ import { webhookRef } from '../webhooks/webhook-service.ts'
 
 /** Work items a deliverer holds at once: one slow receiver occupies one slot, never the others. */
 const parallelDeliveries = 64
+/** Webhook events of one batch scheduled at once. */
+const fanOutConcurrency = 32
+/** Connections to receivers are kept open between deliveries (a new TLS handshake per event adds up). */
+const agents = { 'http:': new http.Agent({ keepAlive: true, maxSockets: 16 }), 'https:': new https.Agent({ keepAlive: true, maxSockets: 16 }) }
 export const userAgent = 'Service-Webhooks/1.0'
 
 interface WorkItem {
@@ -147,14 +150,20 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     return subs
   }
 
+  /** A batch's webhook events fan out concurrently: their deliveries are independent of each other. */
   async function fanOut(records: EventRecord[]): Promise<void> {
+    const work: Array<() => Promise<void>> = []
     for (const record of records) {
       for (const event of record.message.events) {
         const hook = record.message.aggregate === 'job' ? webhookEventOf(event, record.message.state as Job) : alertWebhookEventOf(event, record.message.state as Alert)
-        if (hook === null) continue
-        await fanOutEvent(record.message.project_id, event, hook)
+        if (hook !== null) work.push(() => fanOutEvent(record.message.project_id, event, hook))
       }
     }
+    let next = 0
+    const lane = async () => {
+      while (next < work.length) await work[next++]!()
+    }
+    await Promise.all(Array.from({ length: Math.min(fanOutConcurrency, work.length) }, lane))
   }
 
   /** One webhook event to every active subscription of the project whose filter lets it through. */
@@ -167,8 +176,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
         data: { delivery_id: deliveryId, project_id: projectId, webhook_id: sub.id, event_id: event.id, event_type: hook.type },
         meta: { now: deps.now().toISOString() },
       })
-      if (result.appended) await applyDeliveryRows(deps.sql, [result.record])
-      else if (result.state?.status !== 'pending') continue
+      if (!result.appended && result.state?.status !== 'pending') continue
       const body = JSON.stringify({ event_id: event.id, event_type: hook.type, created_at: event.time, data: hook.data })
       const item: WorkItem = { delivery_id: deliveryId, project_id: projectId, webhook_id: sub.id, body, event_id: event.id, event_type: hook.type }
       const h = natsHeaders()
@@ -200,6 +208,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
         verdict.url,
         {
           method: 'POST',
+          agent: agents[verdict.url.protocol as 'http:' | 'https:'],
           lookup,
           timeout: deps.config.tunables.webhook_timeout_ms,
           headers: {
@@ -236,7 +245,6 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       data: { attempt, outcome: outcomeOf(responseStatus), response_status: responseStatus },
       meta: { now: deps.now().toISOString() },
     })
-    if (result.appended) await applyDeliveryRows(deps.sql, [result.record])
     if (result.state?.status === 'pending') msg.nak(deps.config.tunables.webhook_retry_delays_ms[attempt - 1] ?? 3_600_000)
     else msg.ack()
   }

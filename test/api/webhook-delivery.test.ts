@@ -194,6 +194,6 @@ t.test('webhook delivery', async (t) => {
     t.match(JSON.parse(failed.body).data, { job_id: job.body.id, state: 'dead_letter', attempt_number: 1, max_attempts: 1, error_type: 'Boom', error_message: 'it broke' })
     t.equal(receiver.received.filter((r) => r.path === '/only-failed').length, 1, 'job.created was filtered out')
     t.equal(receiver.received.filter((r) => r.path === '/quiet').length, 0)
-    t.equal((await deliveriesOf(only.id)).data.length, 1)
+    await eventually(async () => (await deliveriesOf(only.id)).data.length === 1, 5_000, 'the delivery is listed')
   })
 })
