@@ -26,6 +26,11 @@ import { webhookRef } from '../webhooks/webhook-service.ts'
 
 /** Work items a deliverer holds at once: one slow receiver occupies one slot, never the others. */
 const parallelDeliveries = 64
+/**
+ * Deliveries to one subscription in flight at once. More wait in the stream (a short nak), so a
+ * slow or dead receiver holds a few slots, never all of them.
+ */
+const perSubscriptionInFlight = 4
 /** Webhook events of one batch scheduled at once. */
 const fanOutConcurrency = 32
 /** Connections to receivers are kept open between deliveries (a new TLS handshake per event adds up). */
@@ -232,8 +237,23 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     })
   }
 
+  const busy = new Map<string, number>()
+
   async function deliver(msg: JsMsg): Promise<void> {
     const item = JSON.parse(new TextDecoder().decode(msg.data)) as WorkItem
+    const inFlight = busy.get(item.webhook_id) ?? 0
+    if (inFlight >= perSubscriptionInFlight) return msg.nak(250)
+    busy.set(item.webhook_id, inFlight + 1)
+    try {
+      await attemptDelivery(msg, item)
+    } finally {
+      const left = (busy.get(item.webhook_id) ?? 1) - 1
+      if (left <= 0) busy.delete(item.webhook_id)
+      else busy.set(item.webhook_id, left)
+    }
+  }
+
+  async function attemptDelivery(msg: JsMsg, item: WorkItem): Promise<void> {
     const delivery = (await deps.store.load<Delivery>({ aggregate: 'delivery', projectId: item.project_id, id: item.delivery_id })).state
     if (delivery === null || delivery.status !== 'pending') return msg.ack()
     // Spec: deleting a subscription leaves pending deliveries alone, so a deleted one still receives.

@@ -26,6 +26,7 @@ async function startReceiver(t: { teardown(fn: () => unknown): void }) {
       if (path.startsWith('/bad')) return res.writeHead(400).end()
       if (path.startsWith('/flaky') && n <= 2) return res.writeHead(503).end()
       if (path.startsWith('/down')) return res.writeHead(500).end()
+      if (path.startsWith('/slow')) return void setTimeout(() => res.writeHead(200).end(), 1_500)
       res.writeHead(200).end('ok')
     })
   })
@@ -178,6 +179,18 @@ t.test('webhook delivery', async (t) => {
       t.match(settled, { status: 'failed', response_status: null, attempt: 5 }, `${blockedForms[i]} refused at delivery`)
     }
     t.equal(receiver.received.filter((r) => r.path === '/rebound').length, 0, 'nothing reached the receiver')
+  })
+
+  await t.test('a slow receiver does not delay the others', async (t) => {
+    const slow = await subscribe('/slow', ['job.created'])
+    const fast = await subscribe('/fast', ['job.created'])
+    const ids: string[] = []
+    for (let i = 0; i < 16; i++) ids.push((await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'busy', queue: 'other', payload: { i } })).body.id)
+    await eventually(async () => receiver.received.filter((r) => r.path === '/fast').length === 16, 20_000, 'every fast delivery')
+    const slowDone = receiver.received.filter((r) => r.path === '/slow').length
+    t.ok(slowDone < 16, `the fast receiver had all 16 while the slow one had ${slowDone}`)
+    await eventually(async () => (await deliveriesOf(slow.id)).data.filter((d: { status: string }) => d.status === 'delivered').length === 16, 30_000, 'every slow delivery')
+    void fast
   })
 
   await t.test('an inactive subscription receives nothing; a filter lets only its types through', async (t) => {
