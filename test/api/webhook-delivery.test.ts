@@ -181,6 +181,19 @@ t.test('webhook delivery', async (t) => {
     t.equal(receiver.received.filter((r) => r.path === '/rebound').length, 0, 'nothing reached the receiver')
   })
 
+  await t.test('deleting a subscription leaves its pending deliveries alone', async (t) => {
+    const sub = await subscribe('/flaky-deleted', ['job.created'])
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'orphan', queue: 'other', payload: {} })
+    await eventually(async () => receiver.received.some((r) => r.path === '/flaky-deleted'))
+    t.equal((await h.request('DELETE', `/jobsvc/v1/webhooks/${sub.id}`)).status, 204)
+    await eventually(async () => receiver.received.filter((r) => r.path === '/flaky-deleted').length === 3, 20_000, 'the retries went on')
+    const settled = await eventually(async () => {
+      const rows = await h.runtime.sql`SELECT status, attempt FROM deliveries WHERE webhook_id = ${sub.id}`
+      return rows[0]?.status === 'delivered' ? rows[0] : null
+    })
+    t.match(settled, { status: 'delivered', attempt: 3 })
+  })
+
   await t.test('a slow receiver does not delay the others', async (t) => {
     const slow = await subscribe('/slow', ['job.created'])
     const fast = await subscribe('/fast', ['job.created'])
