@@ -129,6 +129,7 @@ export type ProjectEvent =
       data: { period: string; previous_period: string | null; previous_used: number; previous_overage: number; previous_overage_cents: number; reset_at: string }
     }
   | { type: 'overage_charged'; data: { period: string; overage: number; cents: number; charged_at: string } }
+  | { type: 'jobs_exported'; data: { from: string; until: string; format: string; exported_at: string } }
 
 export type ProjectEventType = ProjectEvent['type']
 
@@ -165,6 +166,7 @@ export type ProjectCommand =
    */
   | Command<'update_billing', Acting & { plan?: Plan; overage_enabled?: boolean; spend_cap_cents?: number | null; overage_available: boolean }>
   | Command<'set_billing_state', { state: BillingState; provider_event_id: string | null }>
+  | Command<'record_jobs_export', { from: string; until: string; format: string }>
   | Command<'warn_allowance', { period: string; percent: 80 | 100; used: number; allowance: number }>
   | Command<'roll_billing_period', { period: string; previous_used: number; previous_overage: number; previous_overage_cents: number }>
 
@@ -231,6 +233,10 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     const current = billingOf(project).state
     if (command.data.state === current) return []
     return [{ type: 'billing_state_changed', data: { state: command.data.state, previous_state: current, provider_event_id: command.data.provider_event_id, changed_at: now } }]
+  }
+  if (command.type === 'record_jobs_export') {
+    requireProject(state)
+    return [{ type: 'jobs_exported', data: { ...command.data, exported_at: now } }]
   }
   if (command.type === 'warn_allowance') {
     const project = requireProject(state)
@@ -456,6 +462,7 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
     case 'billing_period_reset':
       return { ...state, billing_period: event.data.period, allowance_warnings: [] }
     case 'overage_charged':
+    case 'jobs_exported':
       return state
     case 'ownership_transferred': {
       const demoted = withRole(state.members, event.data.from_user_id, 'admin')

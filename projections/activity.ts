@@ -107,6 +107,14 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         summary: `Overage of ${e.data.overage} jobs charged: ${(e.data.cents / 100).toFixed(2)} USD`,
         metadata: { period: e.data.period, overage: e.data.overage, cents: e.data.cents },
       }
+    case 'jobs_exported':
+      return {
+        kind: 'jobs_exported',
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary: `Jobs exported (${e.data.format}, ${e.data.from} to ${e.data.until})`,
+        metadata: { from: e.data.from, until: e.data.until, format: e.data.format },
+      }
     case 'ownership_transferred':
       return { kind: 'ownership_transferred', target_type: 'member', target_id: e.data.to_user_id, summary: 'Ownership transferred', metadata: { from_user_id: e.data.from_user_id, to_user_id: e.data.to_user_id } }
     default:
@@ -245,6 +253,7 @@ export const activityFeed: Projection = {
     'allowance_warning_100',
     'billing_period_reset',
     'overage_charged',
+    'jobs_exported',
     'recurring_upserted',
     'recurring_deleted',
     'alert_created',

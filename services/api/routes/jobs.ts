@@ -4,7 +4,9 @@ import { z } from 'zod'
 import { jobStates } from '../../../domain/job.ts'
 import type { ApiContext } from '../app.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
-import { ApiError, forbidden, invalidRequest } from '../errors.ts'
+import { ApiError, forbidden, invalidRequest, rateLimitExceeded } from '../errors.ts'
+import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../jobs-export.ts'
+import { commandProject } from '../../projects/project-service.ts'
 import { BillingStateBlocked } from '../../../domain/errors.ts'
 import { billingOf } from '../../../domain/project.ts'
 import { quotaHeaders, type Consumption } from '../../metering/allowance.ts'
@@ -188,6 +190,19 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
         has_more: hasMore,
         next_cursor: hasMore && last ? encodeCursor({ created_at: last.created_at, id: last.id }) : null,
       })
+    })
+
+    app.get('/export', { schema: { querystring: z.object({ from: z.string().optional(), until: z.string().optional(), format: z.string().optional() }) } }, async (request, reply) => {
+      const window = parseExportWindow(request.query)
+      const projectId = request.principal.projectId
+      const verdict = await ctx.accounts.limits.takeCooldown('jobs-export', projectId, exportCooldownMs, deps.now())
+      if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'one jobs export per project per 60 seconds')
+      await commandProject(deps, projectId, {
+        type: 'record_jobs_export',
+        data: { from: window.from.toISOString(), until: window.until.toISOString(), format: window.format },
+        meta: { now: deps.now().toISOString() },
+      })
+      return sendJobsExport(deps, reply, projectId, window)
     })
 
     app.get('/:jobId', { schema: { params: jobIdParams } }, async (request, reply) => {
