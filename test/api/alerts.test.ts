@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap'
 import type { AlertEvent } from '../../domain/alert.ts'
 import { evaluateAlerts, alertRef } from '../../services/alerts/alert-service.ts'
-import { eventually, httpRequest } from '../support/harness.ts'
+import { eventually, httpRequest, withClockShifted } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
 import { freshEmail, startPlatformHarness } from '../support/platform.ts'
 
@@ -65,15 +65,7 @@ async function claim(queue: string, n: number, workerId: string): Promise<any[]>
 }
 
 /** Runs `fn` with the service clock `ms` ahead, then puts the clock back. */
-async function withClockAhead<T>(ms: number, fn: () => Promise<T>): Promise<T> {
-  const real = h.runtime.now
-  h.runtime.now = () => new Date(Date.now() + ms)
-  try {
-    return await fn()
-  } finally {
-    h.runtime.now = real
-  }
-}
+const withClockAhead = <T>(ms: number, fn: () => Promise<T>): Promise<T> => withClockShifted(h.runtime, ms, fn)
 
 /** The event types on the alert's own subject, in log order. */
 async function logOf(t: Test, id: string, projectId = h.projectId): Promise<string[]> {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import t, { type Test } from 'tap'
-import { httpRequest, type HttpResponse } from '../support/harness.ts'
+import { httpRequest, type HttpResponse, withClockShifted } from '../support/harness.ts'
 import { freshEmail, freshIp, newVerifiedUser, sessionFrom, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 import { tokenFromMail, type ReceivedMail } from '../support/smtp-sink.ts'
 
@@ -44,15 +44,7 @@ function retryAfterOf(t: Test, res: HttpResponse, what: string): number {
 }
 
 /** The clock of every service role moved by `ms` for the duration of `fn`, then restored. */
-async function withClockShiftedBy<T>(ms: number, fn: () => Promise<T>): Promise<T> {
-  const real = h.runtime.now
-  h.runtime.now = () => new Date(Date.now() + ms)
-  try {
-    return await fn()
-  } finally {
-    h.runtime.now = real
-  }
-}
+const withClockShiftedBy = <T>(ms: number, fn: () => Promise<T>): Promise<T> => withClockShifted(h.runtime, ms, fn)
 
 async function timed<T>(fn: () => Promise<T>): Promise<{ res: T; ms: number }> {
   const started = performance.now()

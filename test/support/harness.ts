@@ -166,6 +166,17 @@ export async function startHarness(
   }
 }
 
+/** Runs `fn` with the service clock (`runtime.now`) `ms` ahead of real time, then puts it back. */
+export async function withClockShifted<T>(runtime: { now: () => Date }, ms: number, fn: () => Promise<T>): Promise<T> {
+  const real = runtime.now
+  runtime.now = () => new Date(Date.now() + ms)
+  try {
+    return await fn()
+  } finally {
+    runtime.now = real
+  }
+}
+
 /** Polls `check` until it returns a truthy value (state, not time), failing after `timeoutMs`. */
 export async function eventually<T>(check: () => Promise<T | null | undefined | false>, timeoutMs = 15_000, what = 'condition'): Promise<T> {
   const deadline = Date.now() + timeoutMs
