@@ -121,8 +121,10 @@ export type JobEvent =
         reaped: boolean
       }
     }
-  | { type: 'job_cancelled'; data: { reason: CancelReason; cancelled_at: string } }
-  | { type: 'job_retried'; data: { attempt: number; max_attempts: number; retried_at: string } }
+  // `previous_state` says which state the job left, so a consumer of the log (the metrics
+  // rollups, an analytics pipeline) can count transitions without holding every job's state.
+  | { type: 'job_cancelled'; data: { reason: CancelReason; previous_state: 'pending' | 'scheduled'; cancelled_at: string } }
+  | { type: 'job_retried'; data: { attempt: number; max_attempts: number; previous_state: 'failed' | 'dead_letter'; retried_at: string } }
 
 export type JobEventType = JobEvent['type']
 
@@ -332,7 +334,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
     }
     case 'cancel_by_parent': {
       if (state === null || state.state !== 'scheduled' || !state.waiting_for_parent) return []
-      return [{ type: 'job_cancelled', data: { reason: command.data.reason, cancelled_at: now } }]
+      return [{ type: 'job_cancelled', data: { reason: command.data.reason, previous_state: 'scheduled', cancelled_at: now } }]
     }
     case 'claim_job': {
       const job = requireJob(state)
@@ -376,7 +378,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       if (job.state !== 'pending' && job.state !== 'scheduled') {
         throw new InvalidState(`job ${job.id} is ${job.state}; only pending or scheduled jobs can be cancelled`)
       }
-      return [{ type: 'job_cancelled', data: { reason: 'requested', cancelled_at: now } }]
+      return [{ type: 'job_cancelled', data: { reason: 'requested', previous_state: job.state, cancelled_at: now } }]
     }
     case 'retry_job': {
       const job = requireJob(state)
@@ -389,6 +391,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
           data: {
             attempt: job.attempt,
             max_attempts: job.attempt >= job.max_attempts ? job.attempt + 1 : job.max_attempts,
+            previous_state: job.state,
             retried_at: now,
           },
         },

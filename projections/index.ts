@@ -3,9 +3,10 @@ import { alertSettings } from './alerts.ts'
 import { webhookSubscriptions } from './webhooks.ts'
 import { webhookDeliveries } from './deliveries.ts'
 import { jobList } from './job-list.ts'
+import { jobMetrics } from './job-metrics.ts'
 import { projectDirectory } from './project-directory.ts'
 import type { Projection } from './projection.ts'
 import { recurringJobs } from './recurring-jobs.ts'
 
 /** Every read model the projector maintains, in the order they are applied within a batch. */
-export const projections: readonly Projection[] = [projectDirectory, jobList, recurringJobs, alertSettings, webhookSubscriptions, webhookDeliveries, activityFeed]
+export const projections: readonly Projection[] = [projectDirectory, jobList, jobMetrics, recurringJobs, alertSettings, webhookSubscriptions, webhookDeliveries, activityFeed]

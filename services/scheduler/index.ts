@@ -5,7 +5,7 @@ import { fireDueSchedules } from '../jobs/recurring-service.ts'
 import { billingPeriodOf } from '../metering/allowance.ts'
 import { BillingService } from '../metering/billing-service.ts'
 import { projectRef } from '../projects/project-service.ts'
-import { purgeExpiredJobs } from './retention.ts'
+import { purgeExpiredJobs, pruneMinuteThroughput } from './retention.ts'
 import { evaluateAlerts } from '../alerts/alert-service.ts'
 import type { Deps } from '../runtime.ts'
 
@@ -46,8 +46,14 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     every(t.alert_interval_ms, signal, async () => void (await evaluateAlerts(deps)), (err) =>
       deps.log.error({ err }, 'scheduler: alert pass failed'),
     ),
-    every(t.retention_interval_ms, signal, async () => void (await purgeExpiredJobs(deps)), (err) =>
-      deps.log.error({ err }, 'scheduler: retention pass failed'),
+    every(
+      t.retention_interval_ms,
+      signal,
+      async () => {
+        await purgeExpiredJobs(deps)
+        await pruneMinuteThroughput(deps)
+      },
+      (err) => deps.log.error({ err }, 'scheduler: retention pass failed'),
     ),
     every(t.billing_period_check_interval_ms, signal, async () => void (await rollBillingPeriods(deps, billing, rolled)), (err) =>
       deps.log.error({ err }, 'scheduler: billing period pass failed'),

@@ -27,11 +27,27 @@ export async function purgeExpiredJobs(deps: Deps, batchSize = 200): Promise<num
     for (const job of expired) {
       const subject = eventSubject(deps.config.namespace, job.project_id, 'job', job.id)
       await deps.nats.jsm.streams.purge(stream, { filter: subject, seq: job.last_seq + 1 })
-      await deps.sql`DELETE FROM jobs WHERE id = ${job.id} AND last_seq = ${job.last_seq}`
+      // The state counts lose the job with its row (a replay, which no longer sees its
+      // purged events, would not count it either).
+      await deps.sql`
+        WITH gone AS (DELETE FROM jobs WHERE id = ${job.id} AND last_seq = ${job.last_seq} RETURNING project_id, queue, state)
+        UPDATE job_state_counts c SET count = c.count - 1 FROM gone
+        WHERE c.project_id = gone.project_id AND c.queue = gone.queue AND c.state = gone.state`
+      await deps.sql`DELETE FROM job_state_counts WHERE project_id = ${job.project_id} AND count = 0`
       await deps.heartbeats.delete(job.id).catch(() => undefined)
       purged++
     }
   }
   if (purged > 0) deps.log.info({ purged }, 'scheduler: expired terminal jobs deleted')
   return purged
+}
+
+/** Minute buckets serve windows of a day at most (README, "Metrics"); a week of them is kept. */
+export const minuteThroughputKeptMs = 7 * dayMs
+
+/** Deletes throughput minute buckets older than a week; hours and days stay. */
+export async function pruneMinuteThroughput(deps: Deps): Promise<number> {
+  const cutoff = new Date(deps.now().getTime() - minuteThroughputKeptMs)
+  const deleted = await deps.sql`DELETE FROM job_throughput WHERE resolution = 'minute' AND bucket_start < ${cutoff}`
+  return deleted.count
 }

@@ -63,4 +63,7 @@ t.test('retention deletes exactly the expired terminal jobs of each plan, from t
   t.equal(await rowCount(), 2, 'only the two pending jobs are left')
   t.same((await h.runtime.sql`SELECT id FROM jobs ORDER BY id`).map((r) => r.id).sort(), [b.pending, f.pending].sort())
   t.equal(await purgeExpiredJobs(h.runtime), 0, 'and a second pass finds nothing')
+  const counted = await h.runtime.sql<{ state: string; n: number }[]>`
+    SELECT state, sum(count)::int AS n FROM job_state_counts GROUP BY state HAVING sum(count) <> 0 ORDER BY state`
+  t.same(counted, [{ state: 'pending', n: 2 }], 'the metrics state counts lose the deleted jobs too')
 })

@@ -4,6 +4,7 @@ import t, { type Test } from 'tap'
 import { fold } from '../../domain/decider.ts'
 import { DomainError } from '../../domain/errors.ts'
 import { failedJobState } from '../support/job-commands.ts'
+import { metricsOfJobEvent } from '../../domain/job-metrics.ts'
 import {
   isTerminal,
   jobDecider,
@@ -297,6 +298,24 @@ t.test('nothing leaves a terminal state except a retry from failed or dead_lette
       assert.equal(command.type, 'retry_job', `${command.type} changed a ${before.state} job: ${JSON.stringify(events)}`)
       assert.ok(before.state === 'failed' || before.state === 'dead_letter', `retried a ${before.state} job`)
       assert.equal(after?.state, 'pending', 'a retry leads to pending')
+    }
+  })
+})
+
+t.test("the metrics state deltas of a decision's events move exactly one job from its state before to its state after", async (t) => {
+  check(t, 'metrics deltas', (s) => {
+    for (const { before, events, after } of run(s).decisions) {
+      const summed: Record<string, number> = {}
+      for (const e of events) {
+        for (const [state, n] of Object.entries(metricsOfJobEvent(e).states)) summed[state] = (summed[state] ?? 0) + n
+      }
+      const expected: Record<string, number> = {}
+      if (before?.state !== after?.state) {
+        if (before) expected[before.state] = -1
+        if (after) expected[after.state] = 1
+      }
+      const nonZero = Object.fromEntries(Object.entries(summed).filter(([, n]) => n !== 0))
+      assert.deepEqual(nonZero, expected, `${JSON.stringify(events.map((e) => e.type))}`)
     }
   })
 })

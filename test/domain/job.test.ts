@@ -114,7 +114,7 @@ const ev = {
     type: 'job_progressed',
     data: { worker_id: worker, progress, reported_at: at(now) },
   }),
-  cancelled: (now = 0): JobEvent => ({ type: 'job_cancelled', data: { reason: 'requested', cancelled_at: at(now) } }),
+  cancelled: (now = 0, previous_state: 'pending' | 'scheduled' = 'pending'): JobEvent => ({ type: 'job_cancelled', data: { reason: 'requested', previous_state, cancelled_at: at(now) } }),
   promoted: (now: number): JobEvent => ({ type: 'job_promoted', data: { promoted_at: at(now) } }),
 }
 
@@ -404,7 +404,7 @@ t.test('ack with status failed', async (t) => {
     const child = deciderSpec(t, jobDecider)
       .given([ev.created({ job_id: 'job_child', parent_job_id: 'job_1', waits_for_parent: true })])
       .when(cmd.cancelByParent('parent_dead_lettered', 1))
-      .then([{ type: 'job_cancelled', data: { reason: 'parent_dead_lettered', cancelled_at: at(1) } }])
+      .then([{ type: 'job_cancelled', data: { reason: 'parent_dead_lettered', previous_state: 'scheduled', cancelled_at: at(1) } }])
     t.equal(child?.state, 'cancelled')
   })
 })
@@ -441,7 +441,7 @@ t.test('ack refusals', async (t) => {
 t.test('cancel', async (t) => {
   for (const state of ['pending', 'scheduled'] as const) {
     t.test(`a ${state} job is cancelled`, async (t) => {
-      const job = deciderSpec(t, jobDecider).given(histories[state]).when(cmd.cancel(3)).then([ev.cancelled(3)])
+      const job = deciderSpec(t, jobDecider).given(histories[state]).when(cmd.cancel(3)).then([ev.cancelled(3, state)])
       t.equal(job?.state, 'cancelled')
       const cascades = jobDecider.decide(cmd.cancel(3), stateAfter(histories[state])).map(cascadeOf)
       t.same(cascades, [{ kind: 'cancel', reason: 'parent_cancelled' }], 'its waiting children are cancelled in turn')
@@ -452,7 +452,7 @@ t.test('cancel', async (t) => {
     const job = deciderSpec(t, jobDecider)
       .given([ev.created({ parent_job_id: 'job_parent', waits_for_parent: true })])
       .when(cmd.cancel(1))
-      .then([ev.cancelled(1)])
+      .then([ev.cancelled(1, 'scheduled')])
     t.equal(job?.waiting_for_parent, false)
   })
 
@@ -489,9 +489,9 @@ t.test('retry', async (t) => {
     const job = spec
       .given(history)
       .when(cmd.retry(9))
-      .then([{ type: 'job_retried', data: { attempt: 1, max_attempts: 2, retried_at: at(9) } }])
+      .then([{ type: 'job_retried', data: { attempt: 1, max_attempts: 2, previous_state: 'dead_letter', retried_at: at(9) } }])
     t.match(job, { ...cleared, attempt: 1, max_attempts: 2, updated_at: at(9) }, 'error, timing and worker are cleared')
-    const retried: JobEvent = { type: 'job_retried', data: { attempt: 1, max_attempts: 2, retried_at: at(9) } }
+    const retried: JobEvent = { type: 'job_retried', data: { attempt: 1, max_attempts: 2, previous_state: 'dead_letter', retried_at: at(9) } }
     spec.given([...history, retried]).when(cmd.claim('w2', 10)).then([ev.claimed(2, 'w2', 10)])
   })
 
@@ -499,7 +499,7 @@ t.test('retry', async (t) => {
     const job = deciderSpec(t, jobDecider)
       .givenState(failedJob(1, 3))
       .when(cmd.retry(20))
-      .then([{ type: 'job_retried', data: { attempt: 1, max_attempts: 3, retried_at: at(20) } }])
+      .then([{ type: 'job_retried', data: { attempt: 1, max_attempts: 3, previous_state: 'failed', retried_at: at(20) } }])
     t.match(job, { ...cleared, attempt: 1, max_attempts: 3 })
   })
 
@@ -507,7 +507,7 @@ t.test('retry', async (t) => {
     const job = deciderSpec(t, jobDecider)
       .givenState(failedJob(3, 3))
       .when(cmd.retry(20))
-      .then([{ type: 'job_retried', data: { attempt: 3, max_attempts: 4, retried_at: at(20) } }])
+      .then([{ type: 'job_retried', data: { attempt: 3, max_attempts: 4, previous_state: 'failed', retried_at: at(20) } }])
     t.match(job, { ...cleared, attempt: 3, max_attempts: 4 })
   })
 
@@ -567,7 +567,7 @@ t.test('cancel by parent (parent dead-lettered or cancelled)', async (t) => {
       const job = deciderSpec(t, jobDecider)
         .given([waiting])
         .when(cmd.cancelByParent(reason, 3))
-        .then([{ type: 'job_cancelled', data: { reason, cancelled_at: at(3) } }])
+        .then([{ type: 'job_cancelled', data: { reason, previous_state: 'scheduled', cancelled_at: at(3) } }])
       t.equal(job?.state, 'cancelled')
       t.equal(job?.waiting_for_parent, false)
     })
@@ -724,14 +724,14 @@ t.test('cascadeOf: what a parent event does to its continuations', async (t) => 
   t.same(cascadeOf(ev.succeeded()), { kind: 'activate' })
   t.same(cascadeOf(ev.deadLettered(1)), { kind: 'cancel', reason: 'parent_dead_lettered' })
   t.same(cascadeOf(ev.cancelled()), { kind: 'cancel', reason: 'parent_cancelled' })
-  t.same(cascadeOf({ type: 'job_cancelled', data: { reason: 'parent_dead_lettered', cancelled_at: at(0) } }), {
+  t.same(cascadeOf({ type: 'job_cancelled', data: { reason: 'parent_dead_lettered', previous_state: 'scheduled', cancelled_at: at(0) } }), {
     kind: 'cancel',
     reason: 'parent_cancelled',
   }, 'a child cancelled by its parent cancels its own children as cancelled')
   for (const event of [ev.created(), ev.claimed(), ev.attemptFailed(1, 0, 15), ev.promoted(1), ev.progress(0.1)]) {
     t.equal(cascadeOf(event), null, event.type)
   }
-  t.equal(cascadeOf({ type: 'job_retried', data: { attempt: 1, max_attempts: 2, retried_at: at(0) } }), null, 'job_retried')
+  t.equal(cascadeOf({ type: 'job_retried', data: { attempt: 1, max_attempts: 2, previous_state: 'dead_letter', retried_at: at(0) } }), null, 'job_retried')
   t.equal(cascadeOf({ type: 'job_child_attached', data: { child_job_id: 'c', attached_at: at(0) } }), null, 'job_child_attached')
   t.equal(cascadeOf({ type: 'job_activated', data: { parent_job_id: 'p', state: 'pending', activated_at: at(0) } }), null, 'job_activated')
 })

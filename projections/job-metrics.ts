@@ -1,0 +1,175 @@
+import type { Job, JobEvent, JobEventType } from '../domain/job.ts'
+import {
+  bucketStart,
+  allQueues,
+  emptyThroughput,
+  histogramIndex,
+  jobTypeResolutions,
+  metricsOfJobEvent,
+  throughputResolutions,
+  type ThroughputCounts,
+} from '../domain/job-metrics.ts'
+import type { EventRecord, StoredEvent } from '../streams/event-store.ts'
+import type { Tx } from './database.ts'
+import type { Projection } from './projection.ts'
+
+const handledTypes: readonly JobEventType[] = [
+  'job_created',
+  'job_promoted',
+  'job_activated',
+  'job_claimed',
+  'job_succeeded',
+  'job_attempt_failed',
+  'job_dead_lettered',
+  'job_cancelled',
+  'job_retried',
+]
+
+interface ThroughputRow extends ThroughputCounts {
+  project_id: string
+  resolution: string
+  bucket_start: string
+  queue: string
+  durations: number[]
+}
+
+interface TypeStatsRow {
+  project_id: string
+  resolution: string
+  bucket_start: string
+  job_type: string
+  created: number
+  succeeded: number
+  failed: number
+  dead_lettered: number
+  duration_sum_ms: number
+  duration_count: number
+}
+
+/** A batch's metric deltas, summed in memory so the batch writes each rollup row once. */
+export class MetricDeltas {
+  readonly states = new Map<string, { project_id: string; queue: string; state: string; count: number }>()
+  readonly throughput = new Map<string, ThroughputRow>()
+  readonly types = new Map<string, TypeStatsRow>()
+
+  add(job: Pick<Job, 'project_id' | 'queue' | 'job_type'>, event: StoredEvent<JobEvent>): void {
+    const effect = metricsOfJobEvent(event)
+    for (const [state, delta] of Object.entries(effect.states)) {
+      const key = `${job.project_id}\u0000${job.queue}\u0000${state}`
+      const row = this.states.get(key) ?? { project_id: job.project_id, queue: job.queue, state, count: 0 }
+      row.count += delta
+      this.states.set(key, row)
+    }
+    const counted = Object.keys(effect.counts).length > 0 || effect.duration_ms !== null
+    if (!counted) return
+    const at = Date.parse(event.time)
+    const durationIndex = effect.duration_ms === null ? null : histogramIndex(effect.duration_ms)
+    for (const resolution of throughputResolutions) {
+      const start = new Date(bucketStart(at, resolution)).toISOString()
+      // The queue's own row and the project's all-queues row.
+      for (const queue of [job.queue, allQueues]) {
+        const key = `${job.project_id}\u0000${resolution}\u0000${start}\u0000${queue}`
+        const row = this.throughput.get(key) ?? { project_id: job.project_id, resolution, bucket_start: start, queue, ...emptyThroughput(), durations: [] }
+        for (const [name, n] of Object.entries(effect.counts) as Array<[keyof ThroughputCounts, number]>) row[name] += n
+        if (durationIndex !== null) {
+          while (row.durations.length <= durationIndex) row.durations.push(0)
+          row.durations[durationIndex]! += 1
+        }
+        this.throughput.set(key, row)
+      }
+    }
+    for (const resolution of jobTypeResolutions) {
+      const start = new Date(bucketStart(at, resolution)).toISOString()
+      const key = `${job.project_id}\u0000${resolution}\u0000${start}\u0000${job.job_type}`
+      const stats = this.types.get(key) ?? {
+        project_id: job.project_id,
+        resolution,
+        bucket_start: start,
+        job_type: job.job_type,
+        created: 0,
+        succeeded: 0,
+        failed: 0,
+        dead_lettered: 0,
+        duration_sum_ms: 0,
+        duration_count: 0,
+      }
+      stats.created += effect.counts.created ?? 0
+      stats.succeeded += effect.counts.succeeded ?? 0
+      stats.failed += effect.counts.failed ?? 0
+      stats.dead_lettered += effect.counts.dead_lettered ?? 0
+      if (effect.duration_ms !== null) {
+        stats.duration_sum_ms += effect.duration_ms
+        stats.duration_count += 1
+      }
+      this.types.set(key, stats)
+    }
+  }
+}
+
+/** The deltas a batch of job messages adds to the rollups. */
+export function metricDeltasOf(records: readonly EventRecord[]): MetricDeltas {
+  const deltas = new MetricDeltas()
+  for (const record of records) {
+    if (record.message.aggregate !== 'job') continue
+    const job = record.message.state as Job | null
+    if (job === null) continue
+    for (const event of record.message.events as StoredEvent<JobEvent>[]) deltas.add(job, event)
+  }
+  return deltas
+}
+
+/**
+ * Adds a batch's deltas to the rollups: one statement per table, rows sent as one json
+ * document (as the job list does). Runs in the batch's transaction, so the checkpoint guards it
+ * against applying a message twice.
+ */
+export async function applyMetricDeltas(tx: Tx, deltas: MetricDeltas): Promise<void> {
+  const states = [...deltas.states.values()].filter((r) => r.count !== 0)
+  if (states.length > 0) {
+    await tx`
+      INSERT INTO job_state_counts (project_id, queue, state, count)
+      SELECT project_id, queue, state, count FROM json_populate_recordset(null::job_state_counts, ${JSON.stringify(states)}::text::json)
+      ON CONFLICT (project_id, queue, state) DO UPDATE SET count = job_state_counts.count + excluded.count`
+    // A state a queue has emptied leaves no row, so the rollup is the same however the log was
+    // cut into batches (a replay and a live run must agree row by row).
+    await tx`
+      DELETE FROM job_state_counts c USING json_populate_recordset(null::job_state_counts, ${JSON.stringify(states)}::text::json) d
+      WHERE c.count = 0 AND c.project_id = d.project_id AND c.queue = d.queue AND c.state = d.state`
+  }
+  const throughput = [...deltas.throughput.values()]
+  if (throughput.length > 0) {
+    await tx`
+      INSERT INTO job_throughput (project_id, resolution, bucket_start, queue, created, succeeded, failed, dead_lettered, cancelled, retried, durations)
+      SELECT project_id, resolution, bucket_start, queue, created, succeeded, failed, dead_lettered, cancelled, retried, durations
+      FROM json_populate_recordset(null::job_throughput, ${JSON.stringify(throughput)}::text::json)
+      ON CONFLICT (project_id, resolution, queue, bucket_start) DO UPDATE SET
+        created = job_throughput.created + excluded.created,
+        succeeded = job_throughput.succeeded + excluded.succeeded,
+        failed = job_throughput.failed + excluded.failed,
+        dead_lettered = job_throughput.dead_lettered + excluded.dead_lettered,
+        cancelled = job_throughput.cancelled + excluded.cancelled,
+        retried = job_throughput.retried + excluded.retried,
+        durations = add_histograms(job_throughput.durations, excluded.durations)`
+  }
+  const types = [...deltas.types.values()]
+  if (types.length > 0) {
+    await tx`
+      INSERT INTO job_type_stats (project_id, resolution, bucket_start, job_type, created, succeeded, failed, dead_lettered, duration_sum_ms, duration_count)
+      SELECT project_id, resolution, bucket_start, job_type, created, succeeded, failed, dead_lettered, duration_sum_ms, duration_count
+      FROM json_populate_recordset(null::job_type_stats, ${JSON.stringify(types)}::text::json)
+      ON CONFLICT (project_id, resolution, bucket_start, job_type) DO UPDATE SET
+        created = job_type_stats.created + excluded.created,
+        succeeded = job_type_stats.succeeded + excluded.succeeded,
+        failed = job_type_stats.failed + excluded.failed,
+        dead_lettered = job_type_stats.dead_lettered + excluded.dead_lettered,
+        duration_sum_ms = job_type_stats.duration_sum_ms + excluded.duration_sum_ms,
+        duration_count = job_type_stats.duration_count + excluded.duration_count`
+  }
+}
+
+export const jobMetrics: Projection = {
+  name: 'job-metrics',
+  handles: handledTypes,
+  tables: ['job_state_counts', 'job_throughput', 'job_type_stats'],
+  apply: (tx, records) => applyMetricDeltas(tx, metricDeltasOf(records)),
+}
