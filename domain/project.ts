@@ -130,6 +130,8 @@ export type ProjectEvent =
     }
   | { type: 'overage_charged'; data: { period: string; overage: number; cents: number; charged_at: string } }
   | { type: 'jobs_exported'; data: { from: string; until: string; format: string; exported_at: string } }
+  /** `exported_by`: the dashboard user who exported; null for the operator. */
+  | { type: 'audit_log_exported'; data: { from: string; until: string; format: string; exported_by: string | null; exported_at: string } }
 
 export type ProjectEventType = ProjectEvent['type']
 
@@ -167,6 +169,7 @@ export type ProjectCommand =
   | Command<'update_billing', Acting & { plan?: Plan; overage_enabled?: boolean; spend_cap_cents?: number | null; overage_available: boolean }>
   | Command<'set_billing_state', { state: BillingState; provider_event_id: string | null }>
   | Command<'record_jobs_export', { from: string; until: string; format: string }>
+  | Command<'record_audit_log_export', Acting & { from: string; until: string; format: string }>
   | Command<'warn_allowance', { period: string; percent: 80 | 100; used: number; allowance: number }>
   | Command<'roll_billing_period', { period: string; previous_used: number; previous_overage: number; previous_overage_cents: number }>
 
@@ -358,6 +361,11 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       }
       return events
     }
+    case 'record_audit_log_export': {
+      requireRole(project, actor, 'admin', 'exporting the audit log')
+      const { from, until, format } = command.data
+      return [{ type: 'audit_log_exported', data: { from, until, format, exported_by: actor, exported_at: now } }]
+    }
     case 'transfer_ownership': {
       requireRole(project, actor, 'owner', 'transferring ownership')
       const target = requireMember(project, command.data.user_id)
@@ -463,6 +471,7 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
       return { ...state, billing_period: event.data.period, allowance_warnings: [] }
     case 'overage_charged':
     case 'jobs_exported':
+    case 'audit_log_exported':
       return state
     case 'ownership_transferred': {
       const demoted = withRole(state.members, event.data.from_user_id, 'admin')

@@ -21,7 +21,8 @@ export interface ActivityRow {
   seq: number
 }
 
-type Described = Pick<ActivityRow, 'kind' | 'target_type' | 'target_id' | 'summary'> & { metadata?: Record<string, unknown> }
+/** `user_id` on a project kind: the dashboard user who acted, where the event names one. */
+type Described = Pick<ActivityRow, 'kind' | 'target_type' | 'target_id' | 'summary'> & { metadata?: Record<string, unknown>; user_id?: string | null }
 
 /** Account events → activity; the kinds are the spec's (a `password_reset_requested` is not one). */
 function describeUserEvent(e: UserEvent, userId: string): Described | null {
@@ -115,6 +116,15 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         summary: `Jobs exported (${e.data.format}, ${e.data.from} to ${e.data.until})`,
         metadata: { from: e.data.from, until: e.data.until, format: e.data.format },
       }
+    case 'audit_log_exported':
+      return {
+        kind: 'audit_log_exported',
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary: `Audit log exported (${e.data.format}, ${e.data.from} to ${e.data.until})`,
+        metadata: { from: e.data.from, until: e.data.until, format: e.data.format, exported_by: e.data.exported_by },
+        user_id: e.data.exported_by,
+      }
     case 'ownership_transferred':
       return { kind: 'ownership_transferred', target_type: 'member', target_id: e.data.to_user_id, summary: 'Ownership transferred', metadata: { from_user_id: e.data.from_user_id, to_user_id: e.data.to_user_id } }
     default:
@@ -205,11 +215,11 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
                 ? describeWebhookEvent(event as WebhookEvent, m.state as Webhook | null)
                 : null
     if (described === null) continue
-    const { metadata, ...rest } = described
+    const { metadata, user_id: actor, ...rest } = described
     rows.push({
       id: event.id.replace(/^evt_/, ''),
       project_id: m.aggregate === 'project' ? m.aggregate_id : m.aggregate === 'user' || m.aggregate === 'email' ? null : m.project_id,
-      user_id: m.aggregate === 'user' ? m.aggregate_id : null,
+      user_id: m.aggregate === 'user' ? m.aggregate_id : (actor ?? null),
       ...rest,
       metadata: metadata === undefined ? null : JSON.stringify(metadata),
       created_at: event.time,
@@ -254,6 +264,7 @@ export const activityFeed: Projection = {
     'billing_period_reset',
     'overage_charged',
     'jobs_exported',
+    'audit_log_exported',
     'recurring_upserted',
     'recurring_deleted',
     'alert_created',

@@ -9,11 +9,12 @@ import { fileURLToPath } from 'node:url'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs } from 'node:util'
-import { dropDatabase } from '../projections/database.ts'
+import { dropDatabase, openSql } from '../projections/database.ts'
 import { connectNats, type NatsHandles } from '../streams/connection.ts'
 import { deleteNamespace } from '../streams/definitions.ts'
 import { checkpointSubject } from '../streams/names.ts'
 import { ConfigError, loadConfig } from './config.ts'
+import { benchMetrics } from './bench-metrics.ts'
 
 /**
  * `npm run bench`: drives a service over HTTP as its clients would. Producers create jobs;
@@ -28,14 +29,28 @@ import { ConfigError, loadConfig } from './config.ts'
  *
  * Progress goes to stderr once a second; a summary and, as the last line of stdout, one JSON
  * object with the headline numbers.
+ *
+ * `--export-jobs N` measures something else: the spawned service's resident memory while it
+ * streams a jobs export of N rows (see benchExport). So does `--metrics-jobs N`: the metrics
+ * routes' latency with N jobs in the read model (services/bench-metrics.ts).
  */
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
   [--nats-url URL] [--service-log FILE] [--no-metering] [--webhooks]
+       npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
+       npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
 
 Without --rate producers create as fast as the service answers, so created->claimed includes the
 backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
-latency at a load the service keeps up with.`
+latency at a load the service keeps up with.
+
+--export-jobs seeds N jobs straight into the spawned service's jobs read model, then samples the
+service's resident memory every 100 ms while a client reading at --export-read-mbps (default 16)
+downloads the whole window as JSONL and then as CSV.
+
+--metrics-jobs seeds N jobs over 30 days straight into the spawned service's jobs read model and
+its metrics rollups (written by the projector's own code), then asks each metrics route R times
+(default 200), one request at a time, and prints p50, p99 and the worst per route.`
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 
@@ -71,6 +86,13 @@ interface Options {
   serviceLog: string | null
   /** Creates per second across all producers; null: as fast as they can. */
   rate: number | null
+  /** Jobs to seed and export instead of the throughput run; null: the throughput run. */
+  exportJobs: number | null
+  /** How fast the export client reads, in MB/s: slower than the service writes, so back-pressure holds. */
+  exportReadMbps: number
+  /** Jobs to seed before timing the metrics routes instead of the throughput run; null: the throughput run. */
+  metricsJobs: number | null
+  metricsRequests: number
 }
 
 function positiveInt(name: string, raw: string | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -107,10 +129,17 @@ function toOptions(argv: string[]): Options {
       rate: { type: 'string' },
       'no-metering': { type: 'boolean', default: false },
       webhooks: { type: 'boolean', default: false },
+      'export-jobs': { type: 'string' },
+      'export-read-mbps': { type: 'string' },
+      'metrics-jobs': { type: 'string' },
+      'metrics-requests': { type: 'string' },
     },
   })
   if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
   if (values.url !== undefined && values['api-key'] === undefined) throw new ConfigError(`--url needs --api-key\n${usage}`)
+  // The seeding writes to the service's database, which only a spawned service shares with us.
+  if (values['export-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--export-jobs needs --spawn\n${usage}`)
+  if (values['metrics-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--metrics-jobs needs --spawn\n${usage}`)
   // The same environment the service reads (CONTRACT.md) supplies the defaults for --spawn.
   const config = loadConfig(process.env)
   return {
@@ -129,6 +158,10 @@ function toOptions(argv: string[]): Options {
     rate: values.rate === undefined ? null : positiveInt('rate', values.rate, 0),
     metering: !values['no-metering'],
     webhooks: values.webhooks,
+    exportJobs: values['export-jobs'] === undefined ? null : positiveInt('export-jobs', values['export-jobs'], 0, 10_000_000),
+    exportReadMbps: positiveInt('export-read-mbps', values['export-read-mbps'], 16, 10_000),
+    metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),
+    metricsRequests: positiveInt('metrics-requests', values['metrics-requests'], 200, 100_000),
   }
 }
 
@@ -797,6 +830,195 @@ function report(opts: Options, r: Results, webhooks: ReturnType<WebhookReceiver[
   process.stdout.write(lines.join('\n') + JSON.stringify(summary) + '\n')
 }
 
+const mb = (bytes: number) => Math.round((bytes / 1024 / 1024) * 10) / 10
+
+/** A process's resident set size in bytes (Linux /proc; null elsewhere or once it has exited). */
+function residentBytes(pid: number | undefined): number | null {
+  if (pid === undefined) return null
+  try {
+    const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+    return m === null ? null : Number(m[1]) * 1024
+  } catch {
+    return null
+  }
+}
+
+/** The median of `count` RSS samples 100 ms apart: the idle level, not one moment's noise. */
+async function idleResidentBytes(pid: number | undefined, count = 10): Promise<number> {
+  const samples: number[] = []
+  for (let i = 0; i < count; i++) {
+    const rss = residentBytes(pid)
+    if (rss !== null) samples.push(rss)
+    await sleep(100)
+  }
+  if (samples.length === 0) throw new Error('cannot read the service process RSS from /proc')
+  return percentile(samples, 50)!
+}
+
+/**
+ * Seeds `count` finished jobs of one project with a single INSERT ... SELECT over
+ * generate_series, straight into the jobs read model, with no events behind them. The export
+ * reads only that table, so this is exactly what it streams, and 200,000 jobs take seconds where
+ * creating them over HTTP would take minutes. Payloads are about 300 bytes of JSON; creation
+ * times are 1 ms apart, ending at `newest`.
+ */
+async function seedJobs(databaseUrl: string, projects: readonly string[], count: number, newest: Date): Promise<void> {
+  const sql = openSql(databaseUrl, { max: 1, applicationName: 'jobsvc-bench-seed' })
+  try {
+    for (const [p, projectId] of projects.entries()) {
+      await sql`
+        INSERT INTO jobs (id, project_id, state, job_type, queue, payload, created_at, run_at, started_at, completed_at, attempt, max_attempts,
+          timeout_seconds, progress, duration_ms, error, tags, parent_job_id, waiting_for_parent, worker_id, idempotency_key, updated_at, last_seq)
+        SELECT 'job_bench' || ${p} || '_' || lpad(i::text, 9, '0'), ${projectId}, 'succeeded', 'bench.export', 'exports',
+          json_build_object('order_id', i, 'customer', 'cus_' || md5(i::text), 'lines', json_build_array(json_build_object('sku', 'sku-' || (i % 97), 'qty', i % 7 + 1, 'price_cents', i % 10000)),
+            'note', 'seeded for the export memory bench, "quoted", with a comma', 'padding', repeat('x', 96)),
+          at, at, at, at + interval '12 ms', 1, 3, 300, 1, 12, NULL, '{"team":"bench","tier":"gold"}'::json, NULL, false, 'bench-worker-1', NULL, at, 0
+        FROM generate_series(1, ${count}::int) AS i, LATERAL (SELECT ${newest}::timestamptz - (${count}::int - i) * interval '1 ms' AS at) t`
+    }
+    // As autovacuum would soon: fresh statistics, so the export's plan is the index scan it gets in production.
+    await sql`ANALYZE jobs`
+  } finally {
+    await sql.end()
+  }
+}
+
+/** The next quote, or (outside quotes) the next newline, from `from` on; -1 when there is none. */
+function nextCsvMark(chunk: Buffer, from: number, quoted: boolean): number {
+  const quote = chunk.indexOf(0x22, from)
+  if (quoted) return quote
+  const newline = chunk.indexOf(0x0a, from)
+  return newline === -1 ? quote : quote === -1 ? newline : Math.min(newline, quote)
+}
+
+interface ExportRead {
+  status: number
+  rows: number
+  bytes: number
+  elapsedMs: number
+}
+
+/**
+ * Downloads an export at no more than `bytesPerSecond` (pausing the response, so the service
+ * sees a slow reader's back-pressure) and counts its rows: JSONL lines, or CSV records found by
+ * an RFC 4180 scan (a line break inside quotes is not a record's end), the header left out.
+ */
+function readExport(base: string, apiKey: string, path: string, format: 'jsonl' | 'csv', bytesPerSecond: number): Promise<ExportRead> {
+  const url = new URL(path, base)
+  return new Promise((resolvePromise, reject) => {
+    const started = performance.now()
+    const req = http.get(url, { headers: { authorization: `Bearer ${apiKey}` } }, (res) => {
+      let bytes = 0
+      let records = 0
+      let quoted = false
+      let errorBody = ''
+      res.on('data', (chunk: Buffer) => {
+        bytes += chunk.length
+        if (res.statusCode !== 200) errorBody += chunk.toString('utf8')
+        if (format === 'jsonl') {
+          for (let i = chunk.indexOf(0x0a); i !== -1; i = chunk.indexOf(0x0a, i + 1)) records++
+        } else {
+          // A quote toggles quoting ("" toggles twice); a newline outside quotes ends a record.
+          for (let i = nextCsvMark(chunk, 0, quoted); i !== -1; i = nextCsvMark(chunk, i + 1, quoted)) {
+            if (chunk[i] === 0x22) quoted = !quoted
+            else records++
+          }
+        }
+        const wait = started + (bytes / bytesPerSecond) * 1000 - performance.now()
+        if (wait > 1) {
+          res.pause()
+          setTimeout(() => res.resume(), wait)
+        }
+      })
+      res.on('error', reject)
+      res.on('end', () => {
+        if (res.statusCode !== 200) return reject(new Error(`GET ${path}: HTTP ${res.statusCode} ${errorBody}`))
+        resolvePromise({ status: res.statusCode, rows: format === 'csv' ? records - 1 : records, bytes, elapsedMs: performance.now() - started })
+      })
+    })
+    req.on('error', reject)
+  })
+}
+
+interface ExportMeasure extends ExportRead {
+  format: 'jsonl' | 'csv'
+  rssBefore: number
+  rssPeak: number
+  samples: number
+}
+
+/** One export read to its end while the service's RSS is sampled every 100 ms. */
+async function measureExport(base: string, apiKey: string, pid: number | undefined, format: 'jsonl' | 'csv', bytesPerSecond: number, window: { from: Date; until: Date }): Promise<ExportMeasure> {
+  const rssBefore = await idleResidentBytes(pid)
+  let rssPeak = rssBefore
+  let samples = 0
+  const sample = () => {
+    const rss = residentBytes(pid)
+    if (rss === null) return
+    samples++
+    rssPeak = Math.max(rssPeak, rss)
+  }
+  const sampler = setInterval(sample, 100)
+  try {
+    const path = `/jobsvc/v1/jobs/export?from=${window.from.toISOString()}&until=${window.until.toISOString()}&format=${format}`
+    const read = await readExport(base, apiKey, path, format, bytesPerSecond)
+    sample()
+    return { ...read, format, rssBefore, rssPeak, samples }
+  } finally {
+    clearInterval(sampler)
+  }
+}
+
+/**
+ * `--export-jobs N`: the memory cost of streaming a large export (issue: "an export of 200,000
+ * jobs streams with the service's resident memory growing by less than 50 MB"). One project per
+ * format, so the second export does not wait out the first one's 60-second cooldown. Growth is
+ * the highest RSS seen during an export over the lowest idle RSS measured before any export
+ * (idle readings differ by tens of MB as V8 shrinks its heap while idle: the lowest is the
+ * conservative one).
+ */
+async function benchExport(opts: Options, base: string, pid: number | undefined, databaseUrl: string, projects: Array<{ project_id: string; api_key: string }>): Promise<boolean> {
+  const count = opts.exportJobs!
+  const newest = new Date()
+  const window = { from: new Date(newest.getTime() - count - 3_600_000), until: new Date(newest.getTime() + 60_000) }
+  const seedStarted = performance.now()
+  process.stderr.write(`bench: seeding ${count} jobs in each of ${projects.length} projects (bulk INSERT into the jobs read model)\n`)
+  await seedJobs(databaseUrl, projects.map((p) => p.project_id), count, newest)
+  process.stderr.write(`bench: seeded in ${((performance.now() - seedStarted) / 1000).toFixed(1)} s\n`)
+  const bytesPerSecond = opts.exportReadMbps * 1024 * 1024
+  const initial = await idleResidentBytes(pid, 20)
+  const runs: ExportMeasure[] = []
+  for (const [i, format] of (['jsonl', 'csv'] as const).entries()) {
+    process.stderr.write(`bench: ${format} export, read at ${opts.exportReadMbps} MB/s\n`)
+    runs.push(await measureExport(base, projects[i]!.api_key, pid, format, bytesPerSecond, window))
+  }
+  const baseline = Math.min(initial, ...runs.map((r) => r.rssBefore))
+  const peak = Math.max(...runs.map((r) => r.rssPeak))
+  const growth = peak - baseline
+  const complete = runs.every((r) => r.rows === count)
+  const limitMb = 50
+  const lines = [
+    '',
+    `jobsvc export bench: ${count} jobs per export (seeded by bulk INSERT into the jobs read model), client reading at ${opts.exportReadMbps} MB/s${complete ? '' : ' (INCOMPLETE)'}`,
+    ...runs.map(
+      (r) =>
+        `  ${r.format.padEnd(5)} ${r.rows} rows, ${mb(r.bytes)} MB in ${(r.elapsedMs / 1000).toFixed(1)} s; service RSS before ${mb(r.rssBefore)} MB, peak ${mb(r.rssPeak)} MB (${r.samples} samples every 100 ms)`,
+    ),
+    `  service RSS: baseline ${mb(baseline)} MB, peak ${mb(peak)} MB, growth ${mb(growth)} MB (${growth < limitMb * 1024 * 1024 ? 'under' : 'OVER'} the ${limitMb} MB limit)`,
+    '',
+  ]
+  const byFormat = Object.fromEntries(
+    runs.flatMap((r) => [
+      [`${r.format}_rows`, r.rows],
+      [`${r.format}_mb`, mb(r.bytes)],
+      [`${r.format}_s`, Math.round(r.elapsedMs / 100) / 10],
+      [`${r.format}_peak_rss_mb`, mb(r.rssPeak)],
+    ]),
+  )
+  const summary = { export_jobs: count, seeded: 'bulk insert into the jobs read model', read_mbps: opts.exportReadMbps, baseline_rss_mb: mb(baseline), peak_rss_mb: mb(peak), rss_growth_mb: mb(growth), ...byFormat }
+  process.stdout.write(lines.join('\n') + JSON.stringify(summary) + '\n')
+  return complete && growth < limitMb * 1024 * 1024
+}
+
 async function main(argv: string[]): Promise<boolean> {
   const opts = parseOptions(argv)
   const run = new AbortController()
@@ -837,14 +1059,36 @@ async function main(argv: string[]): Promise<boolean> {
     if (namespace !== null) nats = await connectNats(opts.natsUrl, 'jobsvc-bench')
     let url = opts.url
     let apiKey = opts.apiKey
+    const projects: Array<{ project_id: string; api_key: string }> = []
     if (opts.spawn) {
       process.stderr.write(`bench: starting a service in namespace ${namespace}\n`)
       service = await spawnService(env, opts.serviceLog, run.signal)
-      apiKey = (await createProject(env)).api_key
+      projects.push(await createProject(env))
+      apiKey = projects[0]!.api_key
       url = service.url
     }
     client = new Client(url!, apiKey!, opts.producers + opts.workers * opts.capacity + 4)
     await awaitAccess(client, run.signal)
+    if (opts.exportJobs !== null) {
+      projects.push(await createProject(env))
+      const second = new Client(url!, projects[1]!.api_key, 1)
+      await awaitAccess(second, run.signal).finally(() => second.close())
+      return await benchExport(opts, url!, service?.child.pid, dbUrl.toString(), projects)
+    }
+    if (opts.metricsJobs !== null) {
+      const results = await benchMetrics({
+        baseUrl: url!,
+        apiKey: apiKey!,
+        projectId: projects[0]!.project_id,
+        databaseUrl: dbUrl.toString(),
+        jobs: opts.metricsJobs,
+        requests: opts.metricsRequests,
+        log: (line) => process.stderr.write(`${line}\n`),
+      })
+      const worst = Math.max(...results.map((r) => r.p99_ms))
+      process.stdout.write(JSON.stringify({ metrics_jobs: opts.metricsJobs, worst_p99_ms: worst, routes: results }) + '\n')
+      return true
+    }
     tracker = nats !== null && namespace !== null ? new CheckpointTracker(nats, namespace) : new ProbeTracker(client, run.signal)
     process.stderr.write(`bench: ${opts.jobs} jobs against ${url}\n`)
     if (receiverPort !== null) {

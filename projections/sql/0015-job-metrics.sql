@@ -11,6 +11,27 @@ CREATE TABLE job_state_counts (
   PRIMARY KEY (project_id, queue, state)
 );
 
+-- The 0-based index of the histogram bucket holding the nearest-rank `p` percentile; null for an
+-- empty histogram. The same rule as histogramPercentile in domain/job-metrics.ts.
+CREATE FUNCTION histogram_rank_index(h integer[], p float8) RETURNS smallint
+  LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+  AS $$
+DECLARE
+  total bigint := 0;
+  seen bigint := 0;
+  wanted bigint;
+  n integer := coalesce(array_length(h, 1), 0);
+BEGIN
+  FOR i IN 1 .. n LOOP total := total + h[i]; END LOOP;
+  IF total = 0 THEN RETURN NULL; END IF;
+  wanted := greatest(1, ceil(p * total));
+  FOR i IN 1 .. n LOOP
+    seen := seen + h[i];
+    IF seen >= wanted THEN RETURN i - 1; END IF;
+  END LOOP;
+  RETURN n - 1;
+END $$;
+
 -- Throughput per project, queue and time bucket, at three resolutions (minute, hour, day):
 -- counts of what happened in the bucket and a histogram of finished attempts' durations
 -- (logarithmic buckets, domain/job-metrics.ts). Queue '' (no real queue name is empty) holds
@@ -27,6 +48,12 @@ CREATE TABLE job_throughput (
   cancelled bigint NOT NULL,
   retried bigint NOT NULL,
   durations integer[] NOT NULL,
+  -- The histogram buckets holding the p50, p95 and p99 durations (nearest rank), kept current
+  -- on every write so a read of a day of minutes reads three small numbers per bucket instead
+  -- of 1,440 histograms.
+  p50_index smallint GENERATED ALWAYS AS (histogram_rank_index(durations, 0.50)) STORED,
+  p95_index smallint GENERATED ALWAYS AS (histogram_rank_index(durations, 0.95)) STORED,
+  p99_index smallint GENERATED ALWAYS AS (histogram_rank_index(durations, 0.99)) STORED,
   PRIMARY KEY (project_id, resolution, queue, bucket_start)
 );
 

@@ -1,6 +1,6 @@
 import cors from '@fastify/cors'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
-import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod'
+import { validatorCompiler } from 'fastify-type-provider-zod'
 import { JobService } from '../jobs/job-service.ts'
 import { BillingService } from '../metering/billing-service.ts'
 import { RequestRateLimiter } from '../metering/request-rate.ts'
@@ -11,11 +11,14 @@ import type { Deps } from '../runtime.ts'
 import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
 import { invalidRequest, rateLimitExceeded, registerErrorHandling } from './errors.ts'
 import { registerIdempotency } from './idempotency-hooks.ts'
+import { registerApiDescription, serializeResponses } from './openapi.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
 import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
 import { activityRoutes } from './routes/activity.ts'
+import { metricsRoutes } from './routes/metrics.ts'
 import { alertRoutes } from './routes/alerts.ts'
+import { auditLogExportRoutes } from './routes/audit-log-export.ts'
 import { webhookRoutes } from './routes/webhooks.ts'
 import { jobRoutes } from './routes/jobs.ts'
 import { recurringRoutes } from './routes/recurring.ts'
@@ -71,7 +74,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     return503OnClosing: false,
   })
   app.setValidatorCompiler(validatorCompiler)
-  app.setSerializerCompiler(serializerCompiler)
+  app.setSerializerCompiler(serializeResponses)
 
   // Every body here is JSON: without this, Fastify's default text/plain parser hands the routes a
   // string, answered 400 instead of 415 like any other media type.
@@ -102,9 +105,10 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     credentials: true,
     methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
     allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key'],
-    exposedHeaders: ['X-Request-Id', 'X-Event-Seq', 'Location', 'Retry-After', 'Idempotent-Replay'],
+    exposedHeaders: ['X-Request-Id', 'X-Event-Seq', 'Location', 'Retry-After', 'Idempotent-Replay', 'Content-Disposition'],
     maxAge: 600,
   })
+  await registerApiDescription(app, deps.config.publicUrl)
 
   const accounts = new AccountService(deps)
   const team = new TeamService(deps, accounts)
@@ -156,10 +160,13 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
       await v1.register(recurringRoutes(context), { prefix: '/recurring' })
       await v1.register(alertRoutes(context), { prefix: '/alerts' })
       await v1.register(activityRoutes(context), { prefix: '/activity' })
+      await v1.register(metricsRoutes(context), { prefix: '/metrics' })
       await v1.register(webhookRoutes(context), { prefix: '/webhooks' })
     },
     { prefix: '/jobsvc/v1' },
   )
+  // Under /jobsvc/v1 but outside the key hook above: it authenticates by dashboard session.
+  await app.register(auditLogExportRoutes(context), { prefix: '/jobsvc/v1/projects' })
   await app.register(anonymousAuthRoutes(context), { prefix: '/platform/v1/auth' })
   await app.register(sessionAuthRoutes(context), { prefix: '/platform/v1/auth' })
   await app.register(platformProjectRoutes(context), { prefix: '/platform/v1' })

@@ -42,7 +42,7 @@ export async function purgeExpiredJobs(deps: Deps, batchSize = 200): Promise<num
   return purged
 }
 
-/** Minute buckets serve windows of a day at most (README, "Metrics"); a week of them is kept. */
+/** Minute buckets serve windows of 12 hours at most (README, "Metrics"); a week of them is kept. */
 export const minuteThroughputKeptMs = 7 * dayMs
 
 /** Deletes throughput minute buckets older than a week; hours and days stay. */

@@ -1,46 +1,6 @@
 import t from 'tap'
 import { eventually, startHarness, type HttpResponse } from '../support/harness.ts'
-
-/** RFC 4180, written here from the RFC (not the service's CSV library): CRLF records, quoted fields. */
-function parseCsv(text: string): string[][] {
-  const rows: string[][] = []
-  let row: string[] = []
-  let field = ''
-  let quoted = false
-  const endField = () => {
-    row.push(field)
-    field = ''
-  }
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]!
-    if (quoted) {
-      if (c === '"' && text[i + 1] === '"') {
-        field += '"'
-        i++
-      } else if (c === '"') {
-        quoted = false
-      } else {
-        field += c
-      }
-    } else if (c === '"') {
-      quoted = true
-    } else if (c === ',') {
-      endField()
-    } else if (c === '\r' && text[i + 1] === '\n') {
-      endField()
-      rows.push(row)
-      row = []
-      i++
-    } else {
-      field += c
-    }
-  }
-  if (field !== '' || row.length > 0) {
-    endField()
-    rows.push(row)
-  }
-  return rows
-}
+import { parseCsv } from '../support/rfc4180.ts'
 
 t.test('jobs export', async (t) => {
   const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'] })

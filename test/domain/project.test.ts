@@ -204,6 +204,18 @@ t.test('key routes: non-members get project_not_found, members below admin get f
   spec(t).given([]).when(rotate(null)).thenThrows(ProjectNotFound, 'project_not_found', 'no project')
 })
 
+t.test('record audit-log export: admin and owner, recorded with who exported', async (t) => {
+  const exportBy = (actor: string) => command('record_audit_log_export', { actor_user_id: actor, from: at(0), until: at(30), format: 'csv' })
+  for (const actor of ['usr_owner', 'usr_admin']) {
+    spec(t)
+      .given(team)
+      .when(exportBy(actor))
+      .then([{ type: 'audit_log_exported', data: { from: at(0), until: at(30), format: 'csv', exported_by: actor, exported_at: at(60) } }], actor)
+  }
+  for (const actor of ['usr_member', 'usr_viewer']) spec(t).given(team).when(exportBy(actor)).thenThrows(Forbidden, 'forbidden', actor)
+  spec(t).given(team).when(exportBy('usr_stranger')).thenThrows(ProjectNotFound, 'project_not_found', 'not a member')
+})
+
 t.test('rename: admin and above, nothing when the name is unchanged', async (t) => {
   const project = spec(t)
     .given(team)

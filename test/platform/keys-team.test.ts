@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap'
 import { eventually, httpRequest, type HttpResponse } from '../support/harness.ts'
-import { freshEmail, freshIp, newVerifiedUser, sessionFrom, startPlatformHarness, totpCode, type VerifiedUser } from '../support/platform.ts'
+import { freshEmail, freshIp, joinProject, newVerifiedUser, sessionFrom, startPlatformHarness, totpCode, type VerifiedUser } from '../support/platform.ts'
 import { tokenFromMail } from '../support/smtp-sink.ts'
 
 // The dashboard's project, key and team routes, and the account export and deletion, over HTTP
@@ -38,17 +38,7 @@ function isIsoDate(t: Test, value: unknown, what: string): void {
   t.ok(typeof value === 'string' && /^\d{4}-\d\d-\d\dT/.test(value) && !Number.isNaN(Date.parse(value)), `${what} is an ISO date-time`)
 }
 
-/** Invites a fresh address with `role`, signs it up, verifies it and accepts the invitation. */
-async function join(owner: VerifiedUser, projectId: string, role: string): Promise<VerifiedUser> {
-  const email = freshEmail(role)
-  const invited = await h.platform('POST', projectPath(projectId, '/members'), { email, role }, asUser(owner))
-  if (invited.status !== 201) throw new Error(`invite: ${invited.status} ${JSON.stringify(invited.body)}`)
-  const member = await newVerifiedUser(h, { email })
-  const token = tokenFromMail(await h.smtp.next(email, /invited/i))
-  const accepted = await h.platform('POST', '/platform/v1/invites/accept', { token }, asUser(member))
-  if (accepted.status !== 200) throw new Error(`accept: ${accepted.status} ${JSON.stringify(accepted.body)}`)
-  return member
-}
+const join = (owner: VerifiedUser, projectId: string, role: string) => joinProject(h, owner, projectId, role)
 
 interface Team {
   owner: VerifiedUser

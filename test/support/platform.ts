@@ -85,3 +85,15 @@ export async function newVerifiedUser(h: PlatformHarness, options: { email?: str
   if (login.status !== 200) throw new Error(`login: ${login.status} ${JSON.stringify(login.body)}`)
   return { userId: signup.body.user_id, email, password, projectId: verified.body.project_id, apiKey: verified.body.api_key, jwt: sessionFrom(login) }
 }
+
+/** Invites a fresh address into `projectId` with `role`, signs it up, verifies it and accepts the invitation. */
+export async function joinProject(h: PlatformHarness, owner: VerifiedUser, projectId: string, role: string): Promise<VerifiedUser> {
+  const email = freshEmail(role)
+  const invited = await h.platform('POST', `/platform/v1/projects/${projectId}/members`, { email, role }, { jwt: owner.jwt })
+  if (invited.status !== 201) throw new Error(`invite: ${invited.status} ${JSON.stringify(invited.body)}`)
+  const member = await newVerifiedUser(h, { email })
+  const token = tokenFromMail(await h.smtp.next(email, /invited/i))
+  const accepted = await h.platform('POST', '/platform/v1/invites/accept', { token }, { jwt: member.jwt })
+  if (accepted.status !== 200) throw new Error(`accept: ${accepted.status} ${JSON.stringify(accepted.body)}`)
+  return member
+}

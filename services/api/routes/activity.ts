@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import type { ApiContext } from '../app.ts'
+import { cursorPage, errorResponses, instant } from '../openapi.ts'
 import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 
@@ -11,12 +12,32 @@ const listQuery = z.object({
   min_seq: z.coerce.number().int().min(0).optional(),
 })
 
+export const activityItem = z
+  .strictObject({
+    id: z.string().describe('ULID'),
+    kind: z.string().describe('one of the activity kinds of the spec, e.g. job_created'),
+    target_type: z.string().describe('`job`, `recurring`, `alert`, `project`, `api_key` or `member`'),
+    target_id: z.string().nullable(),
+    summary: z.string(),
+    metadata: z.string().nullable().describe('JSON text with extra context'),
+    created_at: instant,
+  })
+  .meta({ id: 'ActivityItem' })
+
+const listSchema = {
+  summary: "The project's audit trail, newest first",
+  description: '`limit` is clamped to 1–100 (default 20). `min_seq` (an `X-Event-Seq` value) makes the read wait until the feed includes that write.',
+  tags: ['Activity'],
+  querystring: listQuery,
+  response: { 200: cursorPage(activityItem), ...errorResponses('invalid_cursor') },
+}
+
 /** `GET /jobsvc/v1/activity`: the project's audit trail, newest first (spec, Activity). */
 export function activityRoutes(ctx: ApiContext): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
-    app.get('/', { schema: { querystring: listQuery } }, async (request) => {
+    app.get('/', { schema: listSchema }, async (request) => {
       const q = request.query
       const projectId = request.principal.projectId
       const limit = clampLimit(q.limit, 20, 1, 100)

@@ -4,6 +4,7 @@ import { z } from 'zod'
 import { alertKinds, type Alert, type AlertKind } from '../../../domain/alert.ts'
 import { commandAlert, createAlert, loadAlert } from '../../alerts/alert-service.ts'
 import type { ApiContext } from '../app.ts'
+import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { isStorableText, unstorableTextMessage } from '../storable.ts'
 import { isoOrNull } from '../read-your-writes.ts'
 
@@ -37,26 +38,78 @@ function settingsOf(body: z.infer<typeof alertBody>) {
   }
 }
 
-export function alertView(a: Alert | Record<string, unknown>) {
+/** An alert as the routes show it: its settings, and what the scheduler last found. */
+export const alertSchema = z
+  .strictObject({
+    id: z.string().describe('`alr_…`'),
+    name: z.string(),
+    kind: z.enum(alertKinds),
+    queue: z.string().nullable().describe('null: every queue'),
+    threshold: z.number().int(),
+    window_minutes: z.number().int(),
+    email: z.array(z.string()),
+    webhook: z.boolean(),
+    enabled: z.boolean(),
+    status: z.enum(['ok', 'firing']),
+    last_value: z.number().nullable().describe('the value measured at the last trigger or resolution'),
+    last_triggered_at: instant.nullable(),
+    last_resolved_at: instant.nullable(),
+    created_at: instant,
+    updated_at: instant,
+  })
+  .meta({ id: 'Alert' })
+
+/** From the aggregate's state or a read-model row, which hold the same fields. */
+export function alertView(a: Alert | Record<string, unknown>): z.output<typeof alertSchema> {
   const r = a as Record<string, unknown>
   const iso = isoOrNull
   return {
-    id: r.id,
-    name: r.name,
-    kind: r.kind,
-    queue: r.queue ?? null,
+    id: r.id as string,
+    name: r.name as string,
+    kind: r.kind as AlertKind,
+    queue: (r.queue ?? null) as string | null,
     threshold: Number(r.threshold),
-    window_minutes: r.window_minutes,
-    email: r.email,
-    webhook: r.webhook,
-    enabled: r.enabled,
-    status: r.status,
-    last_value: r.last_value ?? null,
+    window_minutes: r.window_minutes as number,
+    email: r.email as string[],
+    webhook: r.webhook as boolean,
+    enabled: r.enabled as boolean,
+    status: r.status as Alert['status'],
+    last_value: (r.last_value ?? null) as number | null,
     last_triggered_at: iso(r.last_triggered_at),
     last_resolved_at: iso(r.last_resolved_at),
-    created_at: iso(r.created_at),
-    updated_at: iso(r.updated_at),
+    created_at: iso(r.created_at)!,
+    updated_at: iso(r.updated_at)!,
   }
+}
+
+const tags = ['Alerts']
+
+const listSchema = { summary: 'List alerts', tags, response: { 200: z.strictObject({ data: z.array(alertSchema) }), ...errorResponses() } }
+
+const createSchema = {
+  summary: 'Create an alert',
+  description: 'The answer carries `Location` and `X-Event-Seq`.',
+  tags,
+  body: alertBody,
+  response: { 201: alertSchema, ...errorResponses(...writeCodes) },
+}
+
+const readSchema = { summary: 'Read an alert', tags, params: idParams, response: { 200: alertSchema, ...errorResponses('alert_not_found') } }
+
+const replaceSchema = {
+  summary: "Replace an alert's settings",
+  description: 'Every setting is replaced; omitted optional ones take their defaults. The answer carries `X-Event-Seq`.',
+  tags,
+  params: idParams,
+  body: alertBody,
+  response: { 200: alertSchema, ...errorResponses(...writeCodes, 'alert_not_found') },
+}
+
+const deleteSchema = {
+  summary: 'Delete an alert',
+  tags,
+  params: idParams,
+  response: { 204: noContent('Deleted; the answer carries `X-Event-Seq`'), ...errorResponses(...writeCodes, 'alert_not_found') },
 }
 
 /** `/jobsvc/v1/alerts` and `/alerts/{id}` (README, "Alerts"). */
@@ -65,19 +118,19 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
-    app.get('/', async (request) => {
+    app.get('/', { schema: listSchema }, async (request) => {
       const rows = await deps.sql`SELECT * FROM alerts WHERE project_id = ${request.principal.projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
       return { data: rows.map(alertView) }
     })
 
-    app.post('/', { schema: { body: alertBody } }, async (request, reply) => {
+    app.post('/', { schema: createSchema }, async (request, reply) => {
       const result = await createAlert(deps, request.principal.projectId, settingsOf(request.body))
       return reply.code(201).header('Location', `/jobsvc/v1/alerts/${result.state!.id}`).header('X-Event-Seq', String(result.seq)).send(alertView(result.state!))
     })
 
-    app.get('/:id', { schema: { params: idParams } }, async (request) => alertView(await loadAlert(deps, request.principal.projectId, request.params.id)))
+    app.get('/:id', { schema: readSchema }, async (request) => alertView(await loadAlert(deps, request.principal.projectId, request.params.id)))
 
-    app.put('/:id', { schema: { params: idParams, body: alertBody } }, async (request, reply) => {
+    app.put('/:id', { schema: replaceSchema }, async (request, reply) => {
       const result = await commandAlert(deps, request.principal.projectId, request.params.id, {
         type: 'update_alert',
         data: settingsOf(request.body),
@@ -86,7 +139,7 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
       return reply.header('X-Event-Seq', String(result.seq)).send(alertView(result.state!))
     })
 
-    app.delete('/:id', { schema: { params: idParams } }, async (request, reply) => {
+    app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
       const result = await commandAlert(deps, request.principal.projectId, request.params.id, { type: 'delete_alert', data: {}, meta: { now: deps.now().toISOString() } })
       return reply.code(204).header('X-Event-Seq', String(result.seq)).send()
     })

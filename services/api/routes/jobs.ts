@@ -12,6 +12,7 @@ import { billingOf } from '../../../domain/project.ts'
 import { quotaHeaders, type Consumption } from '../../metering/allowance.ts'
 import { jobFromRow } from '../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
+import { cursorPage, errorResponses, instant, mediaResponse, writeCodes } from '../openapi.ts'
 import { streamJobProgress } from '../progress-stream.ts'
 import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
 import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
@@ -69,6 +70,32 @@ export const createJobBody = z.object({
 
 const jobIdParams = z.object({ jobId: z.string() })
 
+const jobError = z.strictObject({ type: z.string(), message: z.string(), stack_trace: z.string() }).describe('error detail object')
+
+/** The job detail object of the spec plus run_at, timeout_seconds, parent_job_id and worker_id (job-views.ts). */
+export const jobDetail = z
+  .strictObject({
+    id: z.string(),
+    state: z.enum(jobStates),
+    job_type: z.string(),
+    queue: z.string(),
+    payload: z.record(z.string(), z.unknown()),
+    created_at: instant,
+    run_at: instant.nullable().describe('when the job may run; null for immediate'),
+    started_at: instant.nullable(),
+    completed_at: instant.nullable(),
+    attempt: z.number().int().describe('0 before the first claim'),
+    max_attempts: z.number().int(),
+    timeout_seconds: z.number().int(),
+    progress: z.number().nullable().describe('0.0 to 1.0, as the worker last reported it'),
+    duration_ms: z.number().nullable(),
+    error: jobError.nullable(),
+    tags: z.record(z.string(), z.string()).nullable(),
+    parent_job_id: z.string().nullable(),
+    worker_id: z.string().nullable(),
+  })
+  .meta({ id: 'Job' })
+
 const listQuery = z.object({
   state: z.enum(jobStates as [string, ...string[]]).optional(),
   queue: text(0, 100).optional(),
@@ -79,6 +106,118 @@ const listQuery = z.object({
   cursor: z.string().optional(),
   min_seq: z.coerce.number().int().min(0).optional(),
 })
+
+const createSchema = {
+  summary: 'Create a job',
+  description:
+    'The answer carries `Location`, `X-Event-Seq` and, with metering on, the `X-Quota-*` headers (refusals too). The body field `idempotency_key` is deprecated in favour of the `Idempotency-Key` header; using it adds `Deprecation`.',
+  tags: ['Jobs'],
+  body: createJobBody,
+  response: {
+    201: z
+      .strictObject({
+        id: z.string(),
+        state: z.enum(jobStates).describe('`pending`, or `scheduled` when `run_at` or a live parent applies'),
+        job_type: z.string(),
+        queue: z.string(),
+        created_at: instant,
+        run_at: instant.nullable(),
+        attempt: z.number().int(),
+        max_attempts: z.number().int(),
+      })
+      .describe('The job was created (an idempotent replay repeats this answer)'),
+    ...errorResponses(...writeCodes, 'billing_state_blocked', 'parent_terminal', 'invalid_state', 'parent_not_found', 'monthly_allowance_exceeded', 'spend_cap_reached'),
+  },
+}
+
+const listSchema = {
+  summary: 'List jobs, newest first',
+  description: '`created_after` and `created_before` are exclusive. `min_seq` (an `X-Event-Seq` value) makes the read wait until the list includes that write.',
+  tags: ['Jobs'],
+  querystring: listQuery,
+  response: { 200: cursorPage(jobDetail), ...errorResponses('invalid_limit', 'invalid_cursor') },
+}
+
+const exportSchema = {
+  summary: "Export the project's jobs in a window",
+  description:
+    'Both bounds inclusive, at most 90 days. Chunked; rows by `created_at` then `id`; `Content-Disposition: attachment; filename="svc-jobs-<project_id>-<date>.<jsonl|csv>"`. One export per project per 60 s (429 with `Retry-After`).',
+  tags: ['Jobs'],
+  querystring: z.object({
+    from: z.string().optional().describe('ISO 8601 date-time, start of the window (required)'),
+    until: z.string().optional().describe('ISO 8601 date-time, end of the window (required)'),
+    format: z.string().optional().describe('`jsonl` (default) or `csv`'),
+  }),
+  response: {
+    200: mediaResponse('The jobs, streamed', {
+      'application/x-ndjson': 'one flat JSON object per line (format=jsonl)',
+      'text/csv': 'RFC 4180 with a header row (format=csv)',
+    }),
+    ...errorResponses('invalid_from', 'invalid_until', 'invalid_range', 'range_too_large', 'invalid_format'),
+  },
+}
+
+const readSchema = {
+  summary: 'Read a job',
+  description: 'The answer carries `X-Event-Seq`. A job of another project is `job_not_found` too.',
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: { 200: jobDetail, ...errorResponses('job_not_found') },
+}
+
+const historySchema = {
+  summary: "A job's events, oldest first",
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: {
+    200: z.strictObject({
+      job_id: z.string(),
+      data: z.array(
+        z.strictObject({
+          sequence: z.number().int().describe('position of the event in the log'),
+          id: z.string(),
+          type: z.string().describe('event type, e.g. job_created, job_claimed, job_succeeded'),
+          time: instant,
+          data: z.record(z.string(), z.unknown()),
+        }),
+      ),
+    }),
+    ...errorResponses('job_not_found'),
+  },
+}
+
+const eventsSchema = {
+  summary: "Follow a job's state and progress (server-sent events)",
+  description:
+    '`event: snapshot` frames: the current one at once, then one per change of state or progress. The stream closes when the job ends, and after 120 s.',
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: {
+    200: mediaResponse('The event stream', { 'text/event-stream': '`event: snapshot` frames whose `data` is `{state, progress, attempt, max_attempts}`' }),
+    ...errorResponses('job_not_found'),
+  },
+}
+
+const cancelSchema = {
+  summary: 'Cancel a pending or scheduled job',
+  description: 'Needs the project role member or above. Scheduled continuations are cancelled with it.',
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: {
+    200: z.strictObject({ id: z.string(), state: z.enum(jobStates).describe('`cancelled`') }),
+    ...errorResponses(...writeCodes, 'forbidden', 'job_not_found', 'invalid_state'),
+  },
+}
+
+const retrySchema = {
+  summary: 'Retry a failed or dead-lettered job',
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: {
+    200: z.strictObject({ id: z.string(), state: z.enum(jobStates).describe('`pending`'), attempt: z.number().int() }),
+    ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state'),
+  },
+}
 
 /** Creation with metering off (a tunable): nothing is counted and no quota headers are sent. */
 const unmetered: Consumption = {
@@ -105,7 +244,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       return payload
     })
 
-    app.post('/', { schema: { body: createJobBody } }, async (request, reply) => {
+    app.post('/', { schema: createSchema }, async (request, reply) => {
       const body = request.body
       // The payload is part of the body, so a body within the limit needs no measuring.
       const bodyBytes = Number(request.headers['content-length'] ?? Number.POSITIVE_INFINITY)
@@ -164,7 +303,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
         })
     })
 
-    app.get('/', { schema: { querystring: listQuery } }, async (request, reply) => {
+    app.get('/', { schema: listSchema }, async (request, reply) => {
       const q = request.query
       const projectId = request.principal.projectId
       const limit = parseLimit(q.limit, 50, 1, 100)
@@ -192,7 +331,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       })
     })
 
-    app.get('/export', { schema: { querystring: z.object({ from: z.string().optional(), until: z.string().optional(), format: z.string().optional() }) } }, async (request, reply) => {
+    app.get('/export', { schema: exportSchema }, async (request, reply) => {
       const window = parseExportWindow(request.query)
       const projectId = request.principal.projectId
       const verdict = await ctx.accounts.limits.takeCooldown('jobs-export', projectId, exportCooldownMs, deps.now())
@@ -205,12 +344,12 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       return sendJobsExport(deps, reply, projectId, window)
     })
 
-    app.get('/:jobId', { schema: { params: jobIdParams } }, async (request, reply) => {
+    app.get('/:jobId', { schema: readSchema }, async (request, reply) => {
       const { job, seq } = await jobs.get(request.principal.projectId, request.params.jobId)
       return reply.header('X-Event-Seq', String(seq)).send(toJobDetail(job))
     })
 
-    app.get('/:jobId/history', { schema: { params: jobIdParams } }, async (request) => {
+    app.get('/:jobId/history', { schema: historySchema }, async (request) => {
       const records = await jobs.history(request.principal.projectId, request.params.jobId)
       return {
         job_id: request.params.jobId,
@@ -220,17 +359,17 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       }
     })
 
-    app.get('/:jobId/events', { schema: { params: jobIdParams } }, async (request, reply) => {
+    app.get('/:jobId/events', { schema: eventsSchema }, async (request, reply) => {
       await streamJobProgress(deps, jobs, ctx.stopping, request, reply, request.principal.projectId, request.params.jobId)
     })
 
-    app.post('/:jobId/cancel', { schema: { params: jobIdParams } }, async (request, reply) => {
+    app.post('/:jobId/cancel', { schema: cancelSchema }, async (request, reply) => {
       if (!hasRoleAtLeast(request.principal.role, 'member')) throw forbidden('cancelling a job needs the project role member or above')
       const { job, seq } = await jobs.cancel(request.principal.projectId, request.params.jobId)
       return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state })
     })
 
-    app.post('/:jobId/retry', { schema: { params: jobIdParams } }, async (request, reply) => {
+    app.post('/:jobId/retry', { schema: retrySchema }, async (request, reply) => {
       const { job, seq } = await jobs.retry(request.principal.projectId, request.params.jobId)
       return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state, attempt: job.attempt })
     })

@@ -7,6 +7,7 @@ import { expiredSessionCookie, sessionCookie } from '../../platform/sessions.ts'
 import { recoveryCodePattern } from '../../platform/totp.ts'
 import type { ApiContext } from '../app.ts'
 import { ApiError, invalidEmail, rateLimitExceeded, validationError } from '../errors.ts'
+import { bodyCodes, instant, noContent, noSecurity, publicErrorResponses, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
 
 const emailText = z.string().trim().min(1).max(320)
@@ -36,6 +37,152 @@ const profileBody = z.object({
   timezone: z.string().optional(),
   locale: z.string().optional(),
 })
+
+/** The 2FA routes validate these themselves (twoFactorBody): their spec'd code is `validation_error`. */
+const totpCodeBody = z.object({ code: z.string() })
+const disableTotpBody = z.object({ password: z.string(), code: z.string() })
+
+const message = z.strictObject({ message: z.string() })
+
+const projectSummary = z
+  .strictObject({
+    id: z.string(),
+    name: z.string(),
+    plan: z.string(),
+    api_key_prefix: z.string().nullable().describe('the first 24 characters of the key; null once the keys are revoked'),
+  })
+  .meta({ id: 'ProjectSummary' })
+
+export const profileSchema = z
+  .strictObject({
+    user_id: z.string(),
+    email: z.string(),
+    email_verified: z.boolean(),
+    created_at: instant,
+    is_admin: z.boolean().describe('true only for service staff'),
+    display_name: z.string().nullable(),
+    timezone: z.string().describe('IANA name'),
+    locale: z.string().describe('BCP-47'),
+    totp_enabled: z.boolean(),
+    account: z.strictObject({ id: z.string(), name: z.string() }).describe('a placeholder with an empty id while no account exists'),
+    products: z.array(z.strictObject({ product_slug: z.string(), enabled: z.boolean(), plan: z.string() })),
+    projects: z.array(projectSummary).describe('the projects the user owns, oldest first'),
+  })
+  .meta({ id: 'Profile' })
+
+/**
+ * Anonymous routes: no credentials, and every POST counts against the per-IP limit (20 per 15
+ * minutes) before anything else, so each can answer 429 `rate_limit_exceeded`.
+ */
+const anonymous = { tags: ['Auth'], security: noSecurity }
+const anonymousErrors = (...codes: string[]) => publicErrorResponses('invalid_request', ...bodyCodes, 'rate_limit_exceeded', ...codes)
+
+const signupSchema = {
+  ...anonymous,
+  summary: 'Sign up',
+  description: 'Sends a verification link (valid 24 hours) to the address.',
+  body: signupBody,
+  response: { 201: z.strictObject({ user_id: z.string(), email: z.string(), message: z.string() }), ...anonymousErrors('invalid_email', 'email_already_registered') },
+}
+
+const verifySchema = {
+  ...anonymous,
+  summary: 'Verify the e-mail address',
+  description: "Opens the account and its first project; the project's API key is shown once, here.",
+  body: tokenBody,
+  response: {
+    200: z.strictObject({ user_id: z.string(), project_id: z.string(), project_name: z.string(), api_key: z.string(), message: z.string() }),
+    ...anonymousErrors('invalid_verification_token'),
+  },
+}
+
+const loginSchema = {
+  ...anonymous,
+  summary: 'Log in',
+  description: 'Sets the session cookie `sv_jwt` (HttpOnly, Secure, SameSite=Strict); the JWT is never in the body. With 2FA on, send `totp_code` or `recovery_code`.',
+  body: loginBody,
+  response: {
+    200: z.strictObject({ user_id: z.string(), email: z.string(), email_verified: z.boolean(), recovery_code_used: z.boolean(), projects: z.array(projectSummary) }),
+    ...anonymousErrors('invalid_credentials', '401:invalid_totp_code', 'email_not_verified', 'totp_required', 'account_suspended', 'account_locked'),
+  },
+}
+
+const resendSchema = {
+  ...anonymous,
+  summary: 'Send a new verification link',
+  description: 'The same answer whether or not the address has an unverified account; never sooner than 300 ms.',
+  body: emailBody,
+  response: { 200: message, ...anonymousErrors() },
+}
+
+const forgotSchema = {
+  ...anonymous,
+  summary: 'Ask for a password reset link',
+  description: 'The same answer whether or not the address is registered; never sooner than 300 ms. The link is valid 1 hour.',
+  body: emailBody,
+  response: { 200: message, ...anonymousErrors() },
+}
+
+const resetSchema = { ...anonymous, summary: 'Set a new password with a reset token', body: resetBody, response: { 200: message, ...anonymousErrors('invalid_reset_token') } }
+
+const session = { tags: ['Auth'] }
+
+const logoutSchema = {
+  ...session,
+  summary: 'Log out',
+  description: 'Expires the session cookie. Idempotent, and answers the same without a session.',
+  security: [{}, ...sessionSecurity],
+  response: { 204: noContent('The cookie is expired'), ...publicErrorResponses(...bodyCodes) },
+}
+
+const meSchema = { ...session, summary: 'The signed-in user', response: { 200: profileSchema, ...sessionErrorResponses() } }
+
+const profileUpdateSchema = {
+  ...session,
+  summary: 'Change the display name, timezone or locale',
+  body: profileBody,
+  response: { 200: message, ...sessionErrorResponses(...bodyCodes, 'display_name_too_long', 'invalid_timezone', 'invalid_locale') },
+}
+
+const changePasswordSchema = {
+  ...session,
+  summary: 'Change the password',
+  description: 'Every other session ends; this one gets a fresh cookie.',
+  body: changePasswordBody,
+  response: { 200: message, ...sessionErrorResponses(...bodyCodes, 'invalid_credentials') },
+}
+
+const totpSetupSchema = {
+  ...session,
+  summary: 'Start enabling two-factor authentication',
+  description: 'Not active until `2fa/verify` accepts a code. Calling it again replaces the pending secret.',
+  response: { 200: z.strictObject({ secret: z.string().describe('base32'), otpauth_uri: z.string() }), ...sessionErrorResponses(...bodyCodes, 'totp_already_enabled') },
+}
+
+const totpVerifySchema = {
+  ...session,
+  summary: 'Enable two-factor authentication with a first code',
+  body: totpCodeBody,
+  response: {
+    200: z.strictObject({ enabled: z.literal(true), enabled_at: instant }),
+    ...sessionErrorResponses(...bodyCodes, 'validation_error', 'invalid_totp_code', 'totp_not_initialized', 'totp_already_enabled'),
+  },
+}
+
+const totpDisableSchema = {
+  ...session,
+  summary: 'Disable two-factor authentication',
+  description: 'Checks, in order: 2FA on (409), the password (401), the code (400). The secret and recovery codes are deleted.',
+  body: disableTotpBody,
+  response: { 200: message, ...sessionErrorResponses(...bodyCodes, 'validation_error', 'invalid_totp_code', 'invalid_credentials', 'totp_not_enabled') },
+}
+
+const recoveryCodesSchema = {
+  ...session,
+  summary: 'Issue new recovery codes',
+  description: 'Ten single-use codes, shown once; earlier ones stop working.',
+  response: { 200: z.strictObject({ codes: z.array(z.string()).describe('`xxxx-xxxx`'), message: z.string() }), ...sessionErrorResponses(...bodyCodes, 'totp_not_enabled') },
+}
 
 /** The fixed answers of the routes that must not reveal whether an address is registered. */
 export const messages = {
@@ -121,18 +268,18 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
       if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'too many requests from this address; retry later')
     })
 
-    r.post('/signup', { schema: { body: signupBody } }, async (request, reply) => {
+    r.post('/signup', { schema: signupSchema }, async (request, reply) => {
       const email = requireEmailShape(request.body.email)
       const user = await ctx.accounts.signUp({ email, password: request.body.password, plan: request.body.plan })
       return reply.code(201).send({ user_id: user.id, email: user.email, message: messages.signup })
     })
 
-    r.post('/verify', { schema: { body: tokenBody } }, async (request) => {
+    r.post('/verify', { schema: verifySchema }, async (request) => {
       const { user, project, apiKey } = await ctx.accounts.verifyEmail(request.body.token)
       return { user_id: user.id, project_id: project.id, project_name: project.name, api_key: apiKey, message: messages.verify }
     })
 
-    r.post('/login', { schema: { body: loginBody } }, async (request, reply) => {
+    r.post('/login', { schema: loginSchema }, async (request, reply) => {
       const b = request.body
       const result = await ctx.accounts
         .login({ email: b.email, password: b.password, totpCode: b.totp_code, recoveryCode: b.recovery_code })
@@ -149,17 +296,17 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
       }
     })
 
-    r.post('/resend', { schema: { body: emailBody } }, async (request) => {
+    r.post('/resend', { schema: resendSchema }, async (request) => {
       await answerNoSoonerThan(minimumAnswerMs, () => ctx.accounts.resendVerification(request.body.email))
       return { message: messages.resend }
     })
 
-    r.post('/forgot', { schema: { body: emailBody } }, async (request) => {
+    r.post('/forgot', { schema: forgotSchema }, async (request) => {
       await answerNoSoonerThan(minimumAnswerMs, () => ctx.accounts.requestPasswordReset(request.body.email))
       return { message: messages.forgot }
     })
 
-    r.post('/reset', { schema: { body: resetBody } }, async (request) => {
+    r.post('/reset', { schema: resetSchema }, async (request) => {
       await ctx.accounts.resetPassword(request.body.token, request.body.new_password)
       return { message: messages.reset }
     })
@@ -174,13 +321,13 @@ export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
       authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
 
     // Idempotent and harmless without a session: it only tells the browser to drop the cookie.
-    r.post('/logout', async (_request, reply) => {
+    r.post('/logout', { schema: logoutSchema }, async (_request, reply) => {
       return reply.code(204).header('Set-Cookie', expiredSessionCookie).send()
     })
 
-    r.get('/me', async (request) => ctx.accounts.profile(await userOf(request)))
+    r.get('/me', { schema: meSchema }, async (request) => ctx.accounts.profile(await userOf(request)))
 
-    r.patch('/profile', { schema: { body: profileBody } }, async (request) => {
+    r.patch('/profile', { schema: profileUpdateSchema }, async (request) => {
       const user = await userOf(request)
       const b = request.body
       const changes: { display_name?: string | null; timezone?: string; locale?: string } = {}
@@ -203,7 +350,7 @@ export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
       return { message: messages.profile }
     })
 
-    r.post('/change-password', { schema: { body: changePasswordBody } }, async (request, reply) => {
+    r.post('/change-password', { schema: changePasswordSchema }, async (request, reply) => {
       const user = await userOf(request)
       const changed = await ctx.accounts.changePassword(user, request.body.current_password, request.body.new_password).catch(wrongPassword)
       // Every earlier session ends, this one included; the caller gets a fresh one.
@@ -211,26 +358,28 @@ export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
       return { message: messages.changePassword }
     })
 
-    r.post('/2fa/setup', async (request) => {
+    r.post('/2fa/setup', { schema: totpSetupSchema }, async (request) => {
       const { secret, uri } = await ctx.accounts.setUpTotp(await userOf(request))
       return { secret, otpauth_uri: uri }
     })
 
-    r.post('/2fa/verify', async (request) => {
+    // attachValidation: the handler refuses a bad body itself, after the session check, with the
+    // spec's `validation_error` rather than the schema's `invalid_request`.
+    r.post('/2fa/verify', { schema: totpVerifySchema, attachValidation: true }, async (request) => {
       const user = await userOf(request)
-      const { code } = twoFactorBody(z.object({ code: z.string() }), request.body)
+      const { code } = twoFactorBody(totpCodeBody, request.body)
       const enabled = await ctx.accounts.enableTotp(user, code)
-      return { enabled: true, enabled_at: enabled.totp!.enabled_at }
+      return { enabled: true as const, enabled_at: enabled.totp!.enabled_at! }
     })
 
-    r.post('/2fa/disable', async (request) => {
+    r.post('/2fa/disable', { schema: totpDisableSchema, attachValidation: true }, async (request) => {
       const user = await userOf(request)
-      const { password, code } = twoFactorBody(z.object({ password: z.string(), code: z.string() }), request.body)
+      const { password, code } = twoFactorBody(disableTotpBody, request.body)
       await ctx.accounts.disableTotp(user, password, code).catch(wrongPassword)
       return { message: messages.disable }
     })
 
-    r.post('/2fa/recovery/regenerate', async (request) => {
+    r.post('/2fa/recovery/regenerate', { schema: recoveryCodesSchema }, async (request) => {
       const codes = await ctx.accounts.regenerateRecoveryCodes(await userOf(request))
       return { codes, message: messages.recovery }
     })

@@ -2,11 +2,12 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { ProjectNotFound } from '../../../domain/errors.ts'
-import { billingStates, type BillingState, type Project } from '../../../domain/project.ts'
+import { billingOf, billingStates, type BillingState, type Project } from '../../../domain/project.ts'
 import { checkSignature, signatureHeader } from '../../metering/provider-signature.ts'
 import { projectRef } from '../../projects/project-service.ts'
 import type { ApiContext } from '../app.ts'
 import { ApiError, invalidRequest } from '../errors.ts'
+import { bodyCodes, instant, noSecurity, publicErrorResponses, sessionErrorResponses } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
 
 const projectParams = z.object({ projectId: z.string().min(1).max(100) })
@@ -25,6 +26,53 @@ const providerEvent = z.object({
   data: z.object({ project_id: z.string().min(1).max(100), state: z.enum(billingStates as [BillingState, ...BillingState[]]) }),
 })
 
+const billingView = z
+  .strictObject({
+    plan: z.enum(['free', 'starter', 'pro', 'business', 'enterprise']),
+    billing_state: z.enum(billingStates),
+    overage_enabled: z.boolean(),
+    overage_available: z.boolean().describe('whether the plan has an overage rate'),
+    spend_cap_cents: z.number().int().nullable(),
+    period_start: instant,
+    period_end: instant,
+    allowance: z.number().int().describe('jobs per billing period'),
+    used: z.number().int(),
+    overage: z.number().int(),
+    overage_cost_cents: z.number().int(),
+    overage_cents_per_10k: z.number().nullable(),
+    requests_per_hour: z.number().int(),
+  })
+  .meta({ id: 'Billing' })
+
+const readSchema = {
+  summary: "A project's plan, billing state and usage this period",
+  description: 'Any member may read it.',
+  tags: ['Billing'],
+  params: projectParams,
+  response: { 200: billingView, ...sessionErrorResponses('project_not_found') },
+}
+
+const updateSchema = {
+  summary: 'Change the plan, overage or spend cap',
+  description: 'Applied in the order plan, overage, cap, all or nothing. `plan` needs the owner; overage and cap need admin.',
+  tags: ['Billing'],
+  params: projectParams,
+  body: billingChanges,
+  response: { 200: billingView, ...sessionErrorResponses(...bodyCodes, 'project_not_found', 'forbidden', 'overage_unavailable') },
+}
+
+const providerWebhookSchema = {
+  summary: "The payment provider's billing-state webhook",
+  description:
+    'Signed, not authenticated: `Jobsvc-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">`, within 5 minutes. Not counted by the anonymous per-IP limit.',
+  tags: ['Billing'],
+  security: noSecurity,
+  response: {
+    200: z.strictObject({ received: z.literal(true), project_id: z.string(), billing_state: z.enum(billingStates) }),
+    ...publicErrorResponses(...bodyCodes, 'invalid_request', 'missing_signature', 'invalid_signature', 'project_not_found', 'billing_disabled'),
+  },
+}
+
 /** `GET`/`PATCH /platform/v1/projects/{id}/billing` (session) — README, "Billing". */
 export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (app) => {
@@ -32,12 +80,12 @@ export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
     const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>
       authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
 
-    r.get('/projects/:projectId/billing', { schema: { params: projectParams } }, async (request) => {
+    r.get('/projects/:projectId/billing', { schema: readSchema }, async (request) => {
       const { project } = await ctx.team.load(await userOf(request), request.params.projectId)
       return ctx.billing.view(project)
     })
 
-    r.patch('/projects/:projectId/billing', { schema: { params: projectParams, body: billingChanges } }, async (request) => {
+    r.patch('/projects/:projectId/billing', { schema: updateSchema }, async (request) => {
       const user = await userOf(request)
       const { project } = await ctx.team.load(user, request.params.projectId)
       const updated = await ctx.billing.update(user, project, request.body)
@@ -55,7 +103,7 @@ export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.removeContentTypeParser('application/json')
     app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => done(null, body))
 
-    app.post('/billing/webhook', async (request) => {
+    app.withTypeProvider<ZodTypeProvider>().post('/billing/webhook', { schema: providerWebhookSchema, config: { documentedBody: providerEvent } }, async (request) => {
       const secret = ctx.deps.config.billingWebhookSecret
       if (secret === null) throw new ApiError(503, 'billing_disabled', 'billing is not configured on this installation')
       const raw = typeof request.body === 'string' ? request.body : ''
@@ -75,7 +123,7 @@ export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await ctx.deps.store.load<Project>(projectRef(projectId))).state : null
       if (project === null || project.status !== 'active') throw new ProjectNotFound(projectId)
       const updated = await ctx.billing.setBillingState(projectId, state, event.data.id)
-      return { received: true, project_id: projectId, billing_state: updated.billing_state }
+      return { received: true as const, project_id: projectId, billing_state: billingOf(updated).state }
     })
   }
 }

@@ -6,6 +6,7 @@ import { isActiveSchedule, recurringIdFor, type RecurringJob } from '../../../do
 import { deleteSchedule, recurringRef, upsertSchedule } from '../../jobs/recurring-service.ts'
 import type { ApiContext } from '../app.ts'
 import { invalidRequest } from '../errors.ts'
+import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { isStorableText, unstorableTextMessage } from '../storable.ts'
 import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
 
@@ -25,24 +26,72 @@ const idParams = z.object({ id: z.string().min(1).max(600) })
 const listQuery = z.object({ min_seq: z.coerce.number().int().min(0).optional() })
 
 /** A schedule as the routes show it (README, "Recurring schedules"). */
-export function scheduleView(s: RecurringJob | Record<string, unknown>) {
+export const recurringSchedule = z
+  .strictObject({
+    id: z.string().describe('`rjob_` followed by the slug of the job type'),
+    job_type: z.string(),
+    cron_expression: z.string(),
+    queue: z.string(),
+    timezone: z.string().describe('IANA name'),
+    max_attempts: z.number().int(),
+    timeout_seconds: z.number().int(),
+    payload: z.record(z.string(), z.unknown()),
+    next_run_at: instant.nullable(),
+    last_run_at: instant.nullable(),
+    last_job_id: z.string().nullable(),
+    created_at: instant,
+    updated_at: instant,
+  })
+  .meta({ id: 'RecurringSchedule' })
+
+/** From the aggregate's state or a read-model row, which hold the same fields. */
+export function scheduleView(s: RecurringJob | Record<string, unknown>): z.output<typeof recurringSchedule> {
   const r = s as Record<string, unknown>
   const iso = isoOrNull
   return {
-    id: r.id,
-    job_type: r.job_type,
-    cron_expression: r.cron_expression,
-    queue: r.queue,
-    timezone: r.timezone,
-    max_attempts: r.max_attempts,
-    timeout_seconds: r.timeout_seconds,
-    payload: r.payload ?? {},
+    id: r.id as string,
+    job_type: r.job_type as string,
+    cron_expression: r.cron_expression as string,
+    queue: r.queue as string,
+    timezone: r.timezone as string,
+    max_attempts: r.max_attempts as number,
+    timeout_seconds: r.timeout_seconds as number,
+    payload: (r.payload ?? {}) as Record<string, unknown>,
     next_run_at: iso(r.next_run_at),
     last_run_at: iso(r.last_run_at),
-    last_job_id: r.last_job_id ?? null,
-    created_at: iso(r.created_at),
-    updated_at: iso(r.updated_at),
+    last_job_id: (r.last_job_id ?? null) as string | null,
+    created_at: iso(r.created_at)!,
+    updated_at: iso(r.updated_at)!,
   }
+}
+
+const listSchema = {
+  summary: 'List recurring schedules',
+  description: 'Live schedules, by id. `min_seq` (an `X-Event-Seq` value) makes the read wait until the list includes that write.',
+  tags: ['Recurring'],
+  querystring: listQuery,
+  response: { 200: z.strictObject({ data: z.array(recurringSchedule) }), ...errorResponses() },
+}
+
+const putSchema = {
+  summary: 'Create or update a schedule',
+  description:
+    "`{id}` must be the job type's `rjob_` slug. 201 when the schedule is created, 200 when it is updated (an identical PUT changes nothing). The answer carries `X-Event-Seq`.",
+  tags: ['Recurring'],
+  params: idParams,
+  body: scheduleBody,
+  response: {
+    200: recurringSchedule,
+    201: recurringSchedule,
+    ...errorResponses(...writeCodes, 'invalid_cron_expression', 'invalid_timezone', 'recurring_job_type_conflict'),
+  },
+}
+
+const deleteSchema = {
+  summary: 'Delete a schedule',
+  tags: ['Recurring'],
+  params: idParams,
+  response: { 204: noContent('Deleted; the answer carries `X-Event-Seq`'), ...errorResponses(...writeCodes, 'recurring_job_not_found') },
 }
 
 /** `GET /jobsvc/v1/recurring`, `PUT` and `DELETE /jobsvc/v1/recurring/{id}`. */
@@ -51,14 +100,14 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
-    app.get('/', { schema: { querystring: listQuery } }, async (request) => {
+    app.get('/', { schema: listSchema }, async (request) => {
       const projectId = request.principal.projectId
       await awaitOwnWrites(ctx, projectId, request.query.min_seq)
       const rows = await deps.sql`SELECT * FROM recurring_jobs WHERE project_id = ${projectId} AND status = 'active' ORDER BY id LIMIT 1000`
       return { data: rows.map(scheduleView) }
     })
 
-    app.put('/:id', { schema: { params: idParams, body: scheduleBody } }, async (request, reply) => {
+    app.put('/:id', { schema: putSchema }, async (request, reply) => {
       const projectId = request.principal.projectId
       const ownId = recurringIdFor(request.body.job_type)
       if (request.params.id !== ownId) {
@@ -74,7 +123,7 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
       return reply.code(created ? 201 : 200).header('X-Event-Seq', String(result.seq)).send(scheduleView(result.state!))
     })
 
-    app.delete('/:id', { schema: { params: idParams } }, async (request, reply) => {
+    app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
       const projectId = request.principal.projectId
       if (!/^rjob_[a-z0-9-]+$/.test(request.params.id)) throw new RecurringJobNotFound(`recurring job ${request.params.id} was not found`)
       const result = await deleteSchedule(deps, projectId, request.params.id)

@@ -3,11 +3,13 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { BillingStateBlocked } from '../../../domain/errors.ts'
 import { billingOf } from '../../../domain/project.ts'
+import type { DeliveryStatus } from '../../../domain/delivery.ts'
 import { webhookEventTypes, type EventFilter, type Webhook } from '../../../domain/webhook.ts'
 import { checkWebhookUrl } from '../../webhooks/url-safety.ts'
 import { WebhookService } from '../../webhooks/webhook-service.ts'
 import type { ApiContext } from '../app.ts'
 import { invalidRequest } from '../errors.ts'
+import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
 import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
 
@@ -21,18 +23,101 @@ const createBody = z.object({ url: z.string().min(1), events })
 const patchBody = z.object({ url: z.string().min(1).optional(), events: events.optional(), is_active: z.boolean().optional() }).strict()
 const idParams = z.object({ id: z.string().min(1) })
 
-export function webhookView(w: Webhook | Record<string, unknown>) {
+const eventFilter = z.union([z.literal('*'), z.array(z.enum(webhookEventTypes))]).describe('`*` (every type) or a list of event types')
+
+/** A subscription as reads show it: never the secret. */
+export const webhookSchema = z
+  .strictObject({ id: z.string().describe('`whk_…`'), url: z.string(), events: eventFilter, is_active: z.boolean(), created_at: instant, updated_at: instant.nullable() })
+  .meta({ id: 'Webhook' })
+
+export function webhookView(w: Webhook | Record<string, unknown>): z.output<typeof webhookSchema> {
   const r = w as Record<string, unknown>
   const iso = isoOrNull
   return {
-    id: r.id,
-    url: r.url,
+    id: r.id as string,
+    url: r.url as string,
     // Read-model rows hold the filter as JSON text; the aggregate holds the value itself.
-    events: typeof r.events === 'string' && r.events !== '*' ? JSON.parse(r.events) : r.events,
-    is_active: r.is_active,
-    created_at: iso(r.created_at),
+    events: (typeof r.events === 'string' && r.events !== '*' ? JSON.parse(r.events) : r.events) as EventFilter,
+    is_active: r.is_active as boolean,
+    created_at: iso(r.created_at)!,
     updated_at: iso(r.updated_at),
   }
+}
+
+const deliveryStatuses: readonly DeliveryStatus[] = ['pending', 'delivered', 'failed']
+
+const delivery = z
+  .strictObject({
+    id: z.string().describe('`del_…`'),
+    event_type: z.string(),
+    status: z.enum(deliveryStatuses),
+    response_status: z.number().int().nullable().describe("the receiver's HTTP status; null when the request could not be sent"),
+    attempt: z.number().int().describe('1-based'),
+    attempted_at: instant.nullable().describe('the latest attempt; for a pending delivery, its creation time'),
+  })
+  .meta({ id: 'WebhookDelivery' })
+
+/** Spec, Webhooks: every route answers 402 while the project's billing state is not active. */
+const webhookCodes = ['billing_state_blocked']
+const tags = ['Webhooks']
+
+const listSchema = { summary: 'List subscriptions', tags, response: { 200: z.strictObject({ data: z.array(webhookSchema) }), ...errorResponses(...webhookCodes) } }
+
+const readSchema = { summary: 'Read a subscription', tags, params: idParams, response: { 200: webhookSchema, ...errorResponses(...webhookCodes, 'webhook_not_found') } }
+
+const createSchema = {
+  summary: 'Subscribe a URL to events',
+  description: 'The URL must be absolute http(s) and resolve only to public addresses. The answer shows the signing secret, once.',
+  tags,
+  body: createBody,
+  response: {
+    201: z.strictObject({ id: z.string(), url: z.string(), events: eventFilter, secret: z.string().describe('`whsec_…`; shown only here and on rotation'), is_active: z.boolean(), created_at: instant }),
+    ...errorResponses(...writeCodes, ...webhookCodes),
+  },
+}
+
+const updateSchema = {
+  summary: 'Change a subscription',
+  tags,
+  params: idParams,
+  body: patchBody,
+  response: { 200: webhookSchema, ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_not_found') },
+}
+
+const rotateSchema = {
+  summary: "Rotate a subscription's signing secret",
+  description: 'The previous secret stays valid for 24 hours.',
+  tags,
+  params: idParams,
+  response: {
+    200: z.strictObject({
+      id: z.string(),
+      secret: z.string(),
+      previous_secret_expires_at: instant.nullable().describe('rotated_at plus 24 hours'),
+      rotated_at: instant.nullable(),
+    }),
+    ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_not_found'),
+  },
+}
+
+const deliveriesSchema = {
+  summary: "A subscription's deliveries, newest first",
+  description: '`limit` is clamped to 1–100 (default 50). `next_cursor` is omitted when `has_more` is false.',
+  tags,
+  params: idParams,
+  querystring: z.object({ limit: z.string().optional(), cursor: z.string().optional() }),
+  response: {
+    200: z.strictObject({ data: z.array(delivery), has_more: z.boolean(), next_cursor: z.string().optional() }),
+    ...errorResponses(...webhookCodes, 'webhook_not_found', 'invalid_cursor'),
+  },
+}
+
+const deleteSchema = {
+  summary: 'Delete a subscription',
+  description: 'Deliveries already pending still go out.',
+  tags,
+  params: idParams,
+  response: { 204: noContent('Deleted'), ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_not_found') },
 }
 
 /** The spec's limits on a subscription, checked after the schema: 400 `invalid_request`. */
@@ -56,16 +141,16 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       if (state !== 'active') throw new BillingStateBlocked(`the project's billing state is ${state}`)
     })
 
-    app.get('/', async (request) => {
+    app.get('/', { schema: listSchema }, async (request) => {
       const projectId = request.principal.projectId
       await awaitOwnWrites(ctx, projectId, undefined)
       const rows = await deps.sql`SELECT * FROM webhooks WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
       return { data: rows.map(webhookView) }
     })
 
-    app.get('/:id', { schema: { params: idParams } }, async (request) => webhookView(await hooks.load(request.principal.projectId, request.params.id)))
+    app.get('/:id', { schema: readSchema }, async (request) => webhookView(await hooks.load(request.principal.projectId, request.params.id)))
 
-    app.post('/', { schema: { body: createBody } }, async (request, reply) => {
+    app.post('/', { schema: createSchema }, async (request, reply) => {
       await checkSubscription(ctx, request.body)
       const { result, secret } = await hooks.create(request.principal.projectId, { url: request.body.url, events: request.body.events as EventFilter })
       jobs.noteWritten(request.principal.projectId, result.seq)
@@ -73,7 +158,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       return reply.code(201).send({ id: w.id, url: w.url, events: w.events, secret, is_active: w.is_active, created_at: w.created_at })
     })
 
-    app.patch('/:id', { schema: { params: idParams, body: patchBody } }, async (request) => {
+    app.patch('/:id', { schema: updateSchema }, async (request) => {
       await hooks.load(request.principal.projectId, request.params.id)
       await checkSubscription(ctx, request.body)
       const result = await hooks.update(request.principal.projectId, request.params.id, request.body as { url?: string; events?: EventFilter; is_active?: boolean })
@@ -81,19 +166,19 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       return webhookView(result.state!)
     })
 
-    app.post('/:id/rotate-secret', { schema: { params: idParams } }, async (request) => {
+    app.post('/:id/rotate-secret', { schema: rotateSchema }, async (request) => {
       const { result, secret } = await hooks.rotateSecret(request.principal.projectId, request.params.id)
       const w = result.state!
       return { id: w.id, secret, previous_secret_expires_at: w.previous_secret_expires_at, rotated_at: w.updated_at }
     })
 
-    app.get('/:id/deliveries', { schema: { params: idParams, querystring: z.object({ limit: z.string().optional(), cursor: z.string().optional() }) } }, async (request) => {
+    app.get('/:id/deliveries', { schema: deliveriesSchema }, async (request) => {
       const projectId = request.principal.projectId
       await hooks.load(projectId, request.params.id)
       const limit = clampLimit(request.query.limit, 50, 1, 100)
       const after = request.query.cursor === undefined ? null : decodeCursor(request.query.cursor)
       const sql = deps.sql
-      const rows = await sql<{ id: string; event_type: string; status: string; response_status: number | null; attempt: number; attempted_at: Date; created_at: Date }[]>`
+      const rows = await sql<{ id: string; event_type: string; status: DeliveryStatus; response_status: number | null; attempt: number; attempted_at: Date; created_at: Date }[]>`
         SELECT id, event_type, status, response_status, attempt, attempted_at, created_at FROM deliveries
         WHERE project_id = ${projectId} AND webhook_id = ${request.params.id}
           ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
@@ -105,7 +190,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       return rows.length > limit && last ? { data, has_more: true, next_cursor: encodeCursor({ created_at: last.created_at.toISOString(), id: last.id }) } : { data, has_more: false }
     })
 
-    app.delete('/:id', { schema: { params: idParams } }, async (request, reply) => {
+    app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
       const result = await hooks.delete(request.principal.projectId, request.params.id)
       jobs.noteWritten(request.principal.projectId, result.seq)
       return reply.code(204).send()

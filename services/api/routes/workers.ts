@@ -6,6 +6,7 @@ import { claimJobs } from '../../jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../jobs/recurring-service.ts'
 import type { ApiContext } from '../app.ts'
 import { serviceUnavailable } from '../errors.ts'
+import { errorResponses, instant, writeCodes } from '../openapi.ts'
 import { isStorableText, unstorableTextMessage } from '../storable.ts'
 
 /** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
@@ -67,6 +68,64 @@ export const registerBody = z.object({
   recurring_schedules: z.array(z.unknown()).max(100).nullish(),
 })
 
+const pollSchema = {
+  summary: 'Claim jobs (long poll)',
+  description:
+    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline.',
+  tags: ['Workers'],
+  body: pollBody,
+  response: {
+    200: z.strictObject({
+      jobs: z.array(
+        z.strictObject({
+          id: z.string(),
+          job_type: z.string(),
+          payload: z.record(z.string(), z.unknown()),
+          attempt: z.number().int().describe('1-based'),
+          max_attempts: z.number().int(),
+          timeout_seconds: z.number().int(),
+          enqueued_at: instant,
+        }),
+      ),
+    }),
+    ...errorResponses(...writeCodes, 'service_unavailable'),
+  },
+}
+
+const ackSchema = {
+  summary: 'Report the outcome of an attempt',
+  description: 'A failure is retried after `15 × 2^(attempt−1)` s plus 0–3 s of jitter, or dead-lettered on the last attempt. The answer carries `X-Event-Seq`.',
+  tags: ['Workers'],
+  body: ackBody,
+  response: {
+    200: z.strictObject({
+      action: z.enum(['done', 'retry']).describe('`done` (completed or dead-lettered) or `retry`'),
+      retry_at: instant.optional().describe('only when action is retry'),
+      children_activated: z.number().int().optional().describe('continuations activated by this success; omitted when the job has none'),
+    }),
+    ...errorResponses(...writeCodes, 'job_not_found', 'worker_mismatch', 'invalid_state'),
+  },
+}
+
+const heartbeatSchema = {
+  summary: 'Keep a claimed job alive (and report progress)',
+  description: 'Send one every `max(timeout_seconds / 3, 10 s)`. A changed `progress` is recorded as a `job_progressed` event.',
+  tags: ['Workers'],
+  body: heartbeatBody,
+  response: {
+    200: z.strictObject({ status: z.enum(['ok', 'cancel']).describe('`ok`: continue (`cancel` is reserved, not produced today)') }),
+    ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state', 'worker_mismatch'),
+  },
+}
+
+const registerSchema = {
+  summary: 'Announce a worker and upsert its recurring schedules',
+  description: 'Each schedule is upserted as `rjob_<slug of job_type>`; one that cannot be saved (a bad cron expression, say) is logged, and the answer is still `registered`.',
+  tags: ['Workers'],
+  body: registerBody,
+  response: { 200: z.strictObject({ status: z.literal('registered') }), ...errorResponses(...writeCodes) },
+}
+
 function toPolledJob(job: Job) {
   return {
     id: job.id,
@@ -88,7 +147,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
      * Claims at once when it can; otherwise waits for a wake-up from the projector or scheduler
      * (milliseconds after a job becomes claimable), re-checking every tick as a safety net.
      */
-    app.post('/poll', { schema: { body: pollBody } }, async (request, reply) => {
+    app.post('/poll', { schema: pollSchema }, async (request, reply) => {
       const b = request.body
       const claim = {
         projectId: request.principal.projectId,
@@ -131,7 +190,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       }
     })
 
-    app.post('/ack', { schema: { body: ackBody } }, async (request, reply) => {
+    app.post('/ack', { schema: ackSchema }, async (request, reply) => {
       const b = request.body
       const { outcome, seq } = await jobs.ack(request.principal.projectId, b.job_id, {
         worker_id: b.worker_id,
@@ -142,13 +201,13 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       return reply.header('X-Event-Seq', String(seq)).send(outcome)
     })
 
-    app.post('/heartbeat', { schema: { body: heartbeatBody } }, async (request) => {
+    app.post('/heartbeat', { schema: heartbeatSchema }, async (request) => {
       const b = request.body
       await jobs.heartbeat(request.principal.projectId, b.job_id, b.worker_id, b.progress ?? null)
       return { status: 'ok' as const }
     })
 
-    app.post('/register', { schema: { body: registerBody } }, async (request) => {
+    app.post('/register', { schema: registerSchema }, async (request) => {
       const b = request.body
       const results = await registerRecurringSchedules(deps, request.principal.projectId, b.recurring_schedules ?? [], recurringSchedule)
       for (const r of results) {

@@ -1,0 +1,183 @@
+import { Validator } from '@seriousme/openapi-schema-validator'
+import { Ajv2020 } from 'ajv/dist/2020.js'
+import addFormats from 'ajv-formats'
+import t from 'tap'
+import { z } from 'zod'
+import { buildApp } from '../../services/api/app.ts'
+import { errorCatalogue } from '../../services/api/errors.ts'
+import { errorResponses, serializeResponses } from '../../services/api/openapi.ts'
+import { httpRequest, startHarness } from '../support/harness.ts'
+
+// The API description (spec, Versioning 1): generated from the routes' zod schemas, public, and
+// a valid OpenAPI 3.1 document that lists every route and every error code.
+const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'] })
+
+interface Operation {
+  security?: Array<Record<string, string[]>>
+  responses: Record<string, { content?: Record<string, { schema: object }> }>
+}
+interface Document {
+  openapi: string
+  info: { title: string; version: string }
+  paths: Record<string, Record<string, Operation>>
+  components: { schemas: Record<string, object>; responses: Record<string, { content: Record<string, { schema: object }> }> }
+}
+
+const described = await httpRequest<Document>(h.url, null, 'GET', '/jobsvc/v1/openapi.json')
+const doc = described.body
+const methods = ['get', 'put', 'post', 'delete', 'patch']
+const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
+  Object.entries(item)
+    .filter(([method]) => methods.includes(method))
+    .map(([method, op]) => ({ path, method, op })),
+)
+
+t.test('GET /jobsvc/v1/openapi.json answers without a key, with a request id', async (t) => {
+  t.equal(described.status, 200)
+  t.match(described.headers.get('content-type') ?? '', /application\/json/)
+  t.match(described.headers.get('x-request-id') ?? '', /^[0-9A-HJKMNP-TV-Z]{26}$/)
+  t.equal(doc.openapi, '3.1.0')
+  t.strictSame(doc.info.title, 'jobsvc')
+  t.equal(doc.info.version, 'v1', 'labelled v1')
+})
+
+t.test('the document is valid OpenAPI 3.1 for a standard validator', async (t) => {
+  const validator = new Validator()
+  const result = await validator.validate(structuredClone(doc) as never)
+  t.equal(validator.version, '3.1')
+  t.ok(result.valid, `valid OpenAPI${result.valid ? '' : `: ${JSON.stringify(result.errors, null, 2)}`}`)
+})
+
+/**
+ * The real app's routes, from Fastify's own route tree (`printRoutes` with full paths): each line
+ * is a node, nested by four columns, whose path continues its parent's.
+ */
+function registeredRoutes(tree: string): Array<{ method: string; path: string }> {
+  const routes: Array<{ method: string; path: string }> = []
+  const stack: string[] = []
+  for (const line of tree.split('\n')) {
+    const node = /^([│ ]*)[├└]── (.+?)(?: \(([A-Z, ]+)\))?$/u.exec(line)
+    if (node === null) continue
+    const depth = [...node[1]!].length / 4
+    stack.length = depth
+    stack.push(node[2]!)
+    for (const method of node[3]?.split(', ') ?? []) routes.push({ method, path: stack.join('') })
+  }
+  return routes
+}
+
+t.test('every registered route is in the document', async (t) => {
+  const { app } = await buildApp(h.runtime, new AbortController().signal)
+  t.teardown(() => app.close())
+  await app.ready()
+  const routes = registeredRoutes(app.printRoutes({ commonPrefix: false }))
+  t.ok(routes.length > 100, `${routes.length} method and path pairs registered`)
+  t.ok(routes.some((r) => r.method === 'POST' && r.path === '/jobsvc/v1/workers/poll'), 'the parser reads plain routes')
+  t.ok(routes.some((r) => r.method === 'POST' && r.path === '/platform/v1/projects/:projectId/members'), 'the parser reads nested routes')
+  const documented = new Set(operations.map((o) => `${o.method.toUpperCase()} ${o.path}`))
+  const checked = routes.filter(
+    (r) =>
+      // HEAD is Fastify's automatic mirror of each GET; OPTIONS * is the CORS preflight.
+      r.method !== 'HEAD' &&
+      r.method !== 'OPTIONS' &&
+      // The reference page and its assets are not part of the API.
+      r.path !== '/docs' &&
+      !r.path.startsWith('/docs/'),
+  )
+  for (const route of checked) {
+    // A plugin's root route answers with and without a trailing slash: one operation.
+    const path = route.path.replace(/(.)\/$/, '$1').replace(/:(\w+)/g, '{$1}')
+    t.ok(documented.has(`${route.method} ${path}`), `${route.method} ${path} is documented`)
+  }
+  t.ok(documented.has('GET /jobsvc/v1/openapi.json'), 'the description describes itself')
+})
+
+function documentedCodes(responses: Operation['responses']): Array<{ status: number; code: string }> {
+  return Object.entries(responses).flatMap(([status, response]) => {
+    const schema = response.content?.['application/json']?.schema as { properties?: { error?: { properties?: { code?: { enum?: string[] } } } } } | undefined
+    return (schema?.properties?.error?.properties?.code?.enum ?? []).map((code) => ({ status: Number(status), code }))
+  })
+}
+
+t.test('every status and code of the error catalogue is documented', async (t) => {
+  const found = new Set([...operations.flatMap((o) => documentedCodes(o.op.responses)), ...documentedCodes({ 404: doc.components.responses.RouteNotFound! })].map((e) => `${e.status} ${e.code}`))
+  for (const { status, code } of errorCatalogue) t.ok(found.has(`${status} ${code}`), `${status} ${code}`)
+})
+
+t.test('every operation names its credentials, and the common codes of its surface', async (t) => {
+  for (const { path, method, op } of operations) {
+    const name = `${method.toUpperCase()} ${path}`
+    const codes = new Set(documentedCodes(op.responses).map((e) => `${e.status} ${e.code}`))
+    t.ok(op.security !== undefined, `${name}: security`)
+    t.ok(codes.has('500 internal_error'), `${name}: 500 internal_error`)
+    if (op.security?.some((s) => 'apiKey' in s)) {
+      for (const common of ['401 unauthorized', '429 rate_limit_exceeded', '400 invalid_request']) t.ok(codes.has(common), `${name}: ${common}`)
+      if (method !== 'get') t.ok(codes.has('400 invalid_idempotency_key') && codes.has('409 idempotency_key_reuse'), `${name}: the Idempotency-Key codes`)
+    }
+    if (op.security?.some((s) => 'sessionBearer' in s) && !op.security.some((s) => Object.keys(s).length === 0)) {
+      t.ok(codes.has('401 unauthorized'), `${name}: 401 unauthorized`)
+    }
+  }
+})
+
+t.test('the reference page is served at /docs, from local files, without a key', async (t) => {
+  const page = await httpRequest<string>(h.url, null, 'GET', '/docs')
+  t.equal(page.status, 200)
+  t.match(page.headers.get('content-type') ?? '', /text\/html/)
+  t.match(page.body, /swagger-ui/i)
+  t.match(page.headers.get('x-request-id') ?? '', /^[0-9A-HJKMNP-TV-Z]{26}$/)
+  const bundle = await fetch(`${h.url}/docs/static/swagger-ui-bundle.js`)
+  t.equal(bundle.status, 200, 'the UI script is served by the service itself')
+  await bundle.arrayBuffer()
+  const missing = await httpRequest(h.url, null, 'GET', '/docs/static/no-such-file.js')
+  t.equal(missing.status, 404)
+  t.equal(missing.body.error.code, 'route_not_found', 'unknown paths keep the envelope')
+})
+
+t.test('answers match the schemas the document gives for them', async (t) => {
+  const ajv = new Ajv2020({ strict: false, allErrors: true })
+  addFormats.default(ajv)
+  const check = (method: string, path: string, status: number, body: unknown) => {
+    const schema = doc.paths[path]?.[method]?.responses[String(status)]?.content?.['application/json']?.schema
+    if (schema === undefined) return t.fail(`${method.toUpperCase()} ${path} documents no JSON ${status}`)
+    // References point at #/components/schemas: give the schema the components to resolve them in.
+    const validate = ajv.compile({ ...schema, components: doc.components })
+    t.ok(validate(body), `${method.toUpperCase()} ${path} ${status}${validate.errors ? `: ${ajv.errorsText(validate.errors)}` : ''}`)
+  }
+
+  const created = await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'openapi.check', payload: { n: 1 }, tags: { team: 'docs' } })
+  check('post', '/jobsvc/v1/jobs', created.status, created.body)
+  const read = await h.request('GET', `/jobsvc/v1/jobs/${created.body.id}`)
+  check('get', '/jobsvc/v1/jobs/{jobId}', read.status, read.body)
+  const listed = await h.request('GET', `/jobsvc/v1/jobs?min_seq=${created.headers.get('x-event-seq')}`)
+  check('get', '/jobsvc/v1/jobs', listed.status, listed.body)
+  const polled = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'wrk_docs', queues: ['default'], wait_seconds: 0 })
+  check('post', '/jobsvc/v1/workers/poll', polled.status, polled.body)
+  t.equal(polled.body.jobs.length, 1, 'the poll claimed the job')
+  const acked = await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: created.body.id, worker_id: 'wrk_docs', status: 'failed', error: { message: 'boom' } })
+  check('post', '/jobsvc/v1/workers/ack', acked.status, acked.body)
+  const history = await h.request('GET', `/jobsvc/v1/jobs/${created.body.id}/history`)
+  check('get', '/jobsvc/v1/jobs/{jobId}/history', history.status, history.body)
+  const activity = await h.request('GET', `/jobsvc/v1/activity?min_seq=${created.headers.get('x-event-seq')}`)
+  check('get', '/jobsvc/v1/activity', activity.status, activity.body)
+  t.ok(activity.body.data.length > 0, 'the activity page has items to check')
+
+  const missing = await h.request('GET', '/jobsvc/v1/jobs/job_01ARZ3NDEKTSV4RRFFQ69G5FAV')
+  check('get', '/jobsvc/v1/jobs/{jobId}', missing.status, missing.body)
+  const unauthenticated = await httpRequest(h.url, null, 'GET', '/jobsvc/v1/jobs')
+  check('get', '/jobsvc/v1/jobs', unauthenticated.status, unauthenticated.body)
+  const live = await httpRequest(h.url, null, 'GET', '/jobsvc/health/live')
+  check('get', '/jobsvc/health/live', live.status, live.body)
+})
+
+t.test('error bodies are written as they are; success bodies must match their schema', async (t) => {
+  const compile = (status: string, schema: z.ZodType) => serializeResponses({ schema, method: 'GET', url: '/jobsvc/v1/jobs/:jobId', httpStatus: status })
+  // A code the route does not list must not turn the refusal into a 500.
+  const notFound = compile('404', errorResponses('job_not_found')[404]!)
+  const undocumented = { error: { code: 'route_not_found', message: 'no route', request_id: '01ARZ3NDEKTSV4RRFFQ69G5FAV' } }
+  t.equal(notFound(undocumented), JSON.stringify(undocumented), 'an undocumented code is written unchanged')
+  const ok = compile('200', z.strictObject({ id: z.string() }))
+  t.equal(ok({ id: 'job_1' }), '{"id":"job_1"}', 'a matching success body is written')
+  t.throws(() => ok({ id: 'job_1', secret: 'x' }), 'a field the schema does not list fails loudly')
+  t.throws(() => ok({ id: 1 }), 'a field of another type fails loudly')
+})
