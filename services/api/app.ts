@@ -9,8 +9,9 @@ import { AccountService } from '../platform/accounts.ts'
 import { TeamService } from '../projects/team-service.ts'
 import type { Deps } from '../runtime.ts'
 import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
-import { invalidRequest, rateLimitExceeded, registerErrorHandling } from './errors.ts'
+import { invalidRequest, registerErrorHandling } from './errors.ts'
 import { registerIdempotency } from './idempotency-hooks.ts'
+import { admitProjectRequest } from './request-limit.ts'
 import { registerApiDescription, serializeResponses } from './openapi.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
 import { ReadyNotifier } from './ready-notifier.ts'
@@ -141,18 +142,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     async (v1) => {
       v1.addHook('onRequest', async (request, reply) => {
         request.principal = await context.keys.authenticate(request.headers.authorization)
-        if (!deps.config.tunables.metering_enabled) return
-        const { project } = request.principal
-        const verdict = await context.requestRate.admit(project.id, deps.config.plans[project.plan].requests_per_hour, deps.now())
-        void reply.headers({
-          'X-RateLimit-Limit': String(verdict.limit),
-          'X-RateLimit-Remaining': String(verdict.remaining),
-          'X-RateLimit-Reset': String(verdict.resetAt),
-        })
-        if (!verdict.admitted) {
-          const retryAfterMs = verdict.resetAt * 1000 - deps.now().getTime()
-          throw rateLimitExceeded(retryAfterMs, `the project's plan allows ${verdict.limit} requests per hour`)
-        }
+        await admitProjectRequest(context, request.principal.project, reply)
       })
       registerIdempotency(v1, deps)
       await v1.register(jobRoutes(context), { prefix: '/jobs' })

@@ -126,6 +126,9 @@ t.test('JSONL: headers, fields, order, metadata as raw JSON, its own row left ou
   t.match(res.headers.get('content-type'), /^application\/x-ndjson/)
   t.equal(res.headers.get('content-length'), null, 'chunked')
   t.match(res.headers.get('content-disposition'), new RegExp(`^attachment; filename="svc-audit-log-${projectId}-\\d{4}-\\d{2}-\\d{2}\\.jsonl"$`))
+  // Under /jobsvc/v1, so it counts against the project's hourly limit like every route there.
+  t.match(res.headers.get('x-ratelimit-limit'), /^\d+$/, 'X-RateLimit-Limit')
+  t.equal(Number(res.headers.get('x-ratelimit-remaining')), Number(jobsExport.headers.get('x-ratelimit-remaining')) - 1, 'counted with the API-key calls')
   const lines = ndjson(res)
   for (const line of lines) t.same(Object.keys(line), jsonlFields, `fields of ${String(line.kind)}`)
 

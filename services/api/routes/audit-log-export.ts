@@ -4,6 +4,7 @@ import { z } from 'zod'
 import { hasRoleAtLeast } from '../../../domain/project.ts'
 import { commandProject } from '../../projects/project-service.ts'
 import type { ApiContext } from '../app.ts'
+import { admitProjectRequest } from '../request-limit.ts'
 import { forbidden, rateLimitExceeded } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendExport, type ExportLayout } from '../jobs-export.ts'
 import { mediaResponse, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
@@ -75,6 +76,7 @@ export function auditLogExportRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.get('/:projectId/audit-log/export', { schema: exportSchema }, async (request, reply) => {
       const user = await authenticateSession(ctx.accounts, request.headers, deps.now())
       const { project, role } = await ctx.team.load(user, request.params.projectId)
+      await admitProjectRequest(ctx, project, reply)
       // Checked before the cooldown, so that a viewer cannot hold the admins' export back.
       if (!hasRoleAtLeast(role, 'admin')) throw forbidden('exporting the audit log needs the project role admin or owner')
       const window = parseExportWindow(request.query)
