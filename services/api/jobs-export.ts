@@ -18,19 +18,26 @@ export interface ExportWindow {
   format: 'jsonl' | 'csv'
 }
 
-const instant = (value: string | undefined): Date | null => {
-  if (value === undefined || value === '' || !/^\d{4}-\d{2}-\d{2}/.test(value)) return null
-  const at = Date.parse(value)
-  return Number.isFinite(at) ? new Date(at) : null
+/**
+ * A window bound as the exports and the metrics read it: an ISO 8601 date-time, else 400
+ * `invalid_from` / `invalid_until` (a missing bound is passed as '').
+ */
+export function windowBound(value: string, bound: 'from' | 'until'): Date {
+  const at = /^\d{4}-\d{2}-\d{2}/.test(value) ? Date.parse(value) : Number.NaN
+  if (!Number.isFinite(at)) throw new ApiError(400, `invalid_${bound}`, `${bound} must be an ISO 8601 date-time`)
+  return new Date(at)
+}
+
+/** 400 `invalid_range` unless `from` is before `until`. */
+export function assertOrderedWindow(from: Date, until: Date): void {
+  if (from.getTime() >= until.getTime()) throw new ApiError(400, 'invalid_range', 'from must be before until')
 }
 
 /** The spec's window rules, in its order of codes. */
 export function parseExportWindow(query: { from?: string | undefined; until?: string | undefined; format?: string | undefined }): ExportWindow {
-  const from = instant(query.from)
-  if (from === null) throw new ApiError(400, 'invalid_from', 'from must be an ISO 8601 date-time')
-  const until = instant(query.until)
-  if (until === null) throw new ApiError(400, 'invalid_until', 'until must be an ISO 8601 date-time')
-  if (from.getTime() >= until.getTime()) throw new ApiError(400, 'invalid_range', 'from must be before until')
+  const from = windowBound(query.from ?? '', 'from')
+  const until = windowBound(query.until ?? '', 'until')
+  assertOrderedWindow(from, until)
   if (until.getTime() - from.getTime() > maxWindowMs) throw new ApiError(400, 'range_too_large', 'the window is at most 90 days')
   const format = query.format ?? 'jsonl'
   if (format !== 'jsonl' && format !== 'csv') throw new ApiError(400, 'invalid_format', 'format must be jsonl or csv')

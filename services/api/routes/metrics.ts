@@ -6,6 +6,7 @@ import { throughputResolutions, type Resolution } from '../../../domain/job-metr
 import type { ApiContext } from '../app.ts'
 import { ApiError, invalidRequest } from '../errors.ts'
 import { errorResponses, instant } from '../openapi.ts'
+import { assertOrderedWindow, windowBound } from '../jobs-export.ts'
 import { clampLimit } from '../pagination.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 import { queueDepths, summary, throughput, topJobTypes } from '../../jobs/metrics-service.ts'
@@ -21,19 +22,12 @@ export const maxThroughputWindowMs: Record<Resolution, number> = { minute: 12 * 
 /** The job-types window is summed from hourly rows: at most 90 days of them. */
 export const maxJobTypesWindowMs = 90 * dayMs
 
-const optionalInstant = (value: string | undefined, code: 'invalid_from' | 'invalid_until'): Date | null => {
-  if (value === undefined) return null
-  const at = /^\d{4}-\d{2}-\d{2}/.test(value) ? Date.parse(value) : Number.NaN
-  if (!Number.isFinite(at)) throw new ApiError(400, code, `${code === 'invalid_from' ? 'from' : 'until'} must be an ISO 8601 date-time`)
-  return new Date(at)
-}
-
 /** `from`/`until` with the export windows' codes; a missing bound defaults to `defaultSpanMs` before `until` (or now). */
 function parseWindow(query: { from?: string | undefined; until?: string | undefined }, now: Date, defaultSpanMs: number): { from: Date; until: Date } {
-  const from = optionalInstant(query.from, 'invalid_from')
-  const until = optionalInstant(query.until, 'invalid_until') ?? now
+  const from = query.from === undefined ? null : windowBound(query.from, 'from')
+  const until = query.until === undefined ? now : windowBound(query.until, 'until')
   const start = from ?? new Date(until.getTime() - defaultSpanMs)
-  if (start.getTime() >= until.getTime()) throw new ApiError(400, 'invalid_range', 'from must be before until')
+  assertOrderedWindow(start, until)
   return { from: start, until }
 }
 
