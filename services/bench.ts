@@ -15,6 +15,7 @@ import { deleteNamespace } from '../streams/definitions.ts'
 import { checkpointSubject } from '../streams/names.ts'
 import { ConfigError, loadConfig } from './config.ts'
 import { benchMetrics } from './bench-metrics.ts'
+import { CpuMeter, describeCpu, type CpuBreakdown } from './bench-cpu.ts'
 
 /**
  * `npm run bench`: drives a service over HTTP as its clients would. Producers create jobs;
@@ -36,13 +37,16 @@ import { benchMetrics } from './bench-metrics.ts'
  */
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
-  [--nats-url URL] [--service-log FILE] [--no-metering] [--webhooks]
+  [--nats-url URL] [--service-log FILE] [--service-cpu-prof DIR] [--no-metering] [--webhooks]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
 
 Without --rate producers create as fast as the service answers, so created->claimed includes the
 backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
 latency at a load the service keeps up with.
+
+--service-cpu-prof writes a V8 CPU profile of the spawned service into DIR when it stops (node
+--cpu-prof), to see where the service's share of the CPU per job goes.
 
 --export-jobs seeds N jobs straight into the spawned service's jobs read model, then samples the
 service's resident memory every 100 ms while a client reading at --export-read-mbps (default 16)
@@ -84,6 +88,7 @@ interface Options {
   capacity: number
   timeoutMs: number
   serviceLog: string | null
+  serviceCpuProfileDir: string | null
   /** Creates per second across all producers; null: as fast as they can. */
   rate: number | null
   /** Jobs to seed and export instead of the throughput run; null: the throughput run. */
@@ -126,6 +131,7 @@ function toOptions(argv: string[]): Options {
       capacity: { type: 'string' },
       'timeout-s': { type: 'string' },
       'service-log': { type: 'string' },
+      'service-cpu-prof': { type: 'string' },
       rate: { type: 'string' },
       'no-metering': { type: 'boolean', default: false },
       webhooks: { type: 'boolean', default: false },
@@ -155,6 +161,7 @@ function toOptions(argv: string[]): Options {
     capacity: positiveInt('capacity', values.capacity, 10, 50),
     timeoutMs: positiveInt('timeout-s', values['timeout-s'], 300) * 1000,
     serviceLog: values['service-log'] ?? null,
+    serviceCpuProfileDir: values['service-cpu-prof'] ?? null,
     rate: values.rate === undefined ? null : positiveInt('rate', values.rate, 0),
     metering: !values['no-metering'],
     webhooks: values.webhooks,
@@ -668,8 +675,8 @@ function tailBuffer(limit = 64 * 1024) {
   }
 }
 
-async function spawnService(env: NodeJS.ProcessEnv, logPath: string | null, signal: AbortSignal): Promise<SpawnedService> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
+async function spawnService(env: NodeJS.ProcessEnv, logPath: string | null, cpuProfileDir: string | null, signal: AbortSignal): Promise<SpawnedService> {
+  const child = spawn(process.execPath, [...(cpuProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfileDir}`]), '--import', 'tsx', 'services/main.ts'], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
   const out = tailBuffer()
   // Drained for the whole run: a full pipe would block the service's logging.
   child.stdout!.on('data', out.add)
@@ -698,18 +705,6 @@ async function spawnService(env: NodeJS.ProcessEnv, logPath: string | null, sign
     signal.addEventListener('abort', () => fail('interrupted'), { once: true })
   })
   return { url, child, output: out.text }
-}
-
-/** CPU seconds a process has used (Linux /proc; null elsewhere), to show where the time went. */
-function processCpuSeconds(pid: number | undefined): number | null {
-  if (pid === undefined) return null
-  try {
-    // Fields after the parenthesised command: utime and stime are the 12th and 13th.
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / 100
-  } catch {
-    return null
-  }
 }
 
 async function stopService(child: ChildProcess): Promise<void> {
@@ -802,7 +797,7 @@ class WebhookReceiver {
   }
 }
 
-function report(opts: Options, r: Results, webhooks: ReturnType<WebhookReceiver['summary']> | null = null): void {
+function report(opts: Options, r: Results, webhooks: ReturnType<WebhookReceiver['summary']> | null, cpu: CpuBreakdown | null): void {
   const summary = {
     jobs_per_s: r.complete && r.elapsedMs !== null ? Math.round((r.jobs / r.elapsedMs) * 1000 * 10) / 10 : null,
     create_p50_ms: round(percentile(r.createLatencies, 50)),
@@ -825,6 +820,7 @@ function report(opts: Options, r: Results, webhooks: ReturnType<WebhookReceiver[
     ...(webhooks
       ? [`  webhooks: ${webhooks.webhook_deliveries} job.created delivered, ${webhooks.webhook_deliveries_per_s ?? 'n/a'}/s, lag p50 ${ms(webhooks.webhook_lag_p50_ms)} p99 ${ms(webhooks.webhook_lag_p99_ms)}`]
       : []),
+    ...(cpu === null || r.acked === 0 ? [] : describeCpu(cpu, r.acked)),
     '',
   ]
   process.stdout.write(lines.join('\n') + JSON.stringify(summary) + '\n')
@@ -1062,7 +1058,7 @@ async function main(argv: string[]): Promise<boolean> {
     const projects: Array<{ project_id: string; api_key: string }> = []
     if (opts.spawn) {
       process.stderr.write(`bench: starting a service in namespace ${namespace}\n`)
-      service = await spawnService(env, opts.serviceLog, run.signal)
+      service = await spawnService(env, opts.serviceLog, opts.serviceCpuProfileDir, run.signal)
       projects.push(await createProject(env))
       apiKey = projects[0]!.api_key
       url = service.url
@@ -1095,15 +1091,12 @@ async function main(argv: string[]): Promise<boolean> {
       const sub = await client.request('POST', '/jobsvc/v1/webhooks', { url: `http://127.0.0.1:${receiverPort}/bench`, events: ['job.created'] })
       if (sub.status !== 201) throw new HttpError('webhook subscription', sub)
     }
-    const serviceCpuBefore = processCpuSeconds(service?.child.pid)
+    const cpuMeter = new CpuMeter(service?.child.pid)
+    cpuMeter.start()
     const results = await drive(client, opts, tracker, run.signal)
+    const cpu = cpuMeter.stop()
     if (receiver !== null) await receiver.settle(results.jobs, 60_000)
-    report(opts, results, receiver?.summary() ?? null)
-    const serviceCpuAfter = processCpuSeconds(service?.child.pid)
-    if (serviceCpuBefore !== null && serviceCpuAfter !== null) {
-      const cpu = serviceCpuAfter - serviceCpuBefore
-      process.stderr.write(`bench: service CPU ${cpu.toFixed(1)} s over ${(results.wallMs / 1000).toFixed(1)} s (${Math.round((cpu * 1000 * 100) / results.wallMs)}% of one core)\n`)
-    }
+    report(opts, results, receiver?.summary() ?? null, cpu)
     if (service !== null && service.child.exitCode !== null) process.stderr.write(`bench: the service died:\n${service.output()}\n`)
     return results.complete && results.duplicateClaims === 0
   } finally {
