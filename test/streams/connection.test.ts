@@ -49,7 +49,11 @@ t.test('a request answered by another connection still round-trips promptly', as
     await server.nc.close()
   })
   const subject = `test.echo.${randomBytes(6).toString('hex')}`
-  server.nc.subscribe(subject, { callback: (_err, msg) => msg.respond(msg.data) })
+  server.nc.subscribe(subject, {
+    callback: (_err, msg) => {
+      msg.respond(msg.data)
+    },
+  })
   await server.nc.flush()
   for (let i = 0; i < 20; i++) {
     const reply = await client.nc.request(subject, `ping ${i}`, { timeout: 2000 })
