@@ -34,12 +34,32 @@ export interface TotpState {
   last_step: number
 }
 
+/** A session (a JWT's `jti`) ended by logout before its own expiry. */
+export interface EndedSession {
+  session_id: string
+  expires_at: string
+}
+
+/**
+ * Ended sessions kept per user at most. Logging out while this many are still unexpired ends
+ * every session issued until then instead (`all_sessions_ended`), so the state stays small
+ * however often a user logs in and out within a token's lifetime.
+ */
+export const maxEndedSessions = 100
+
 export interface User {
   id: string
   email: string
   password_hash: string
   /** Sessions issued before this instant are no longer accepted. */
   password_changed_at: string
+  /**
+   * Sessions ended by logout that have not expired yet (absent in states written before
+   * logout ended sessions).
+   */
+  ended_sessions?: EndedSession[]
+  /** Sessions issued before this instant were ended all at once (see maxEndedSessions). */
+  sessions_ended_before?: string | null
   plan: SignupPlan
   status: 'active' | 'suspended' | 'deleted'
   created_at: string
@@ -82,6 +102,8 @@ export type UserEvent =
   | { type: 'password_reset'; data: { password_hash: string; changed_at: string } }
   | { type: 'password_changed'; data: { password_hash: string; changed_at: string } }
   | { type: 'profile_updated'; data: { display_name?: string | null; timezone?: string; locale?: string } }
+  | { type: 'session_ended'; data: EndedSession & { ended_at: string } }
+  | { type: 'all_sessions_ended'; data: { ended_at: string } }
   | { type: 'totp_secret_staged'; data: { secret_encrypted: string } }
   | { type: 'two_factor_enabled'; data: { enabled_at: string; step: number } }
   | { type: 'totp_step_accepted'; data: { step: number } }
@@ -107,6 +129,8 @@ export type UserCommand =
   | Command<'reset_password', { token_hash: string; password_hash: string }>
   | Command<'change_password', { password_hash: string }>
   | Command<'update_profile', { display_name?: string | null; timezone?: string; locale?: string }>
+  /** Logout: `issued_at` is the session's own issue instant (its JWT's). */
+  | Command<'end_session', EndedSession & { issued_at: string }>
   | Command<'stage_totp', { secret_encrypted: string }>
   /** `secret_encrypted`: the staged secret the code was checked against (a setup in between makes it stale). */
   | Command<'enable_totp', { step: number; secret_encrypted: string }>
@@ -135,6 +159,19 @@ function requireEnabledTotp(user: User): TotpState {
 function requireFreshStep(totp: TotpState, step: number): void {
   if (step <= totp.last_step) throw new InvalidTotpCode('this code was already used')
 }
+
+/**
+ * False for a session that logout, a password change or reset, or an end of every session has
+ * ended. The token's signature and expiry are checked at the edge; this is what only the
+ * user's state can say.
+ */
+export function isSessionLive(user: User, session: { session_id: string | null; issued_at_ms: number }): boolean {
+  if (session.issued_at_ms < Date.parse(user.password_changed_at)) return false
+  if (user.sessions_ended_before && session.issued_at_ms < Date.parse(user.sessions_ended_before)) return false
+  return session.session_id === null || !(user.ended_sessions ?? []).some((s) => s.session_id === session.session_id)
+}
+
+const unexpired = (sessions: readonly EndedSession[] | undefined, now: string) => (sessions ?? []).filter((s) => Date.parse(s.expires_at) > Date.parse(now))
 
 function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
   const { now } = command.meta
@@ -187,6 +224,13 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
       if (d.locale !== undefined && d.locale !== user.locale) changes.locale = d.locale
       return Object.keys(changes).length === 0 ? [] : [{ type: 'profile_updated', data: changes }]
     }
+    case 'end_session': {
+      const { session_id, expires_at, issued_at } = command.data
+      // Ending a session that has already ended, or expired, changes nothing (logout is idempotent).
+      if (Date.parse(expires_at) <= Date.parse(now) || !isSessionLive(user, { session_id, issued_at_ms: Date.parse(issued_at) })) return []
+      if (unexpired(user.ended_sessions, now).length >= maxEndedSessions) return [{ type: 'all_sessions_ended', data: { ended_at: now } }]
+      return [{ type: 'session_ended', data: { session_id, expires_at, ended_at: now } }]
+    }
     case 'stage_totp':
       if (user.totp?.enabled_at) throw new TotpAlreadyEnabled('two-factor authentication is already enabled')
       return [{ type: 'totp_secret_staged', data: command.data }]
@@ -226,6 +270,8 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
       email: d.email,
       password_hash: d.password_hash,
       password_changed_at: d.created_at,
+      ended_sessions: [],
+      sessions_ended_before: null,
       plan: d.plan,
       status: 'active',
       created_at: d.created_at,
@@ -270,11 +316,20 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
         ...state,
         password_hash: event.data.password_hash,
         password_changed_at: event.data.changed_at,
+        // Every ended session was issued before the change, which now refuses it on its own.
+        ended_sessions: [],
         password_reset: null,
         updated_at: event.data.changed_at,
       }
     case 'profile_updated':
       return { ...state, ...event.data }
+    case 'session_ended': {
+      const { session_id, expires_at, ended_at } = event.data
+      // Sessions past their expiry are refused on their own; only the live ones need keeping.
+      return { ...state, ended_sessions: [...unexpired(state.ended_sessions, ended_at), { session_id, expires_at }] }
+    }
+    case 'all_sessions_ended':
+      return { ...state, ended_sessions: [], sessions_ended_before: event.data.ended_at }
     case 'totp_secret_staged':
       return { ...state, totp: { secret_encrypted: event.data.secret_encrypted, enabled_at: null, last_step: 0 } }
     case 'two_factor_enabled':

@@ -238,6 +238,25 @@ export class AccountService {
     return result.state!
   }
 
+  /**
+   * Logout: the session token stops being accepted, in every process, before its own expiry.
+   * Anything that is not a valid session (none, garbage, expired, already ended, a deleted
+   * user's) is left as it is: logout answers the same either way.
+   */
+  async endSession(token: string | null): Promise<void> {
+    const claims = token === null ? null : await this.sessions.verify(token, this.#deps.now())
+    if (claims === null || claims.sessionId === null) return
+    try {
+      await this.#onUser(claims.userId, {
+        type: 'end_session',
+        data: { session_id: claims.sessionId, expires_at: claims.expiresAt, issued_at: new Date(claims.issuedAtMs).toISOString() },
+        meta: this.#meta(),
+      })
+    } catch (err) {
+      if (!(err instanceof UserNotFound)) throw err
+    }
+  }
+
   /** Issues a fresh 24-hour verification token to an unverified address; nothing otherwise. */
   async resendVerification(email: string): Promise<void> {
     const user = await this.findUserByEmail(email)

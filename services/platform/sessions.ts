@@ -16,6 +16,9 @@ export interface SessionClaims {
    * password change in the same second; sessions issued before the change are refused.
    */
   issuedAtMs: number
+  /** The JWT's `jti`: what logout ends. */
+  sessionId: string | null
+  expiresAt: string
 }
 
 export class SessionIssuer {
@@ -49,7 +52,7 @@ export class SessionIssuer {
         requiredClaims: ['sub', 'iat', 'exp'],
       })
       const issuedAtMs = typeof payload.iat_ms === 'number' ? payload.iat_ms : payload.iat! * 1000
-      return { userId: payload.sub!, issuedAtMs }
+      return { userId: payload.sub!, issuedAtMs, sessionId: typeof payload.jti === 'string' ? payload.jti : null, expiresAt: new Date(payload.exp! * 1000).toISOString() }
     } catch {
       return null
     }

@@ -9,7 +9,7 @@ import {
   TotpNotInitialized,
   UserNotFound,
 } from '../../domain/errors.ts'
-import { userDecider, type TokenGrant, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
+import { isSessionLive, maxEndedSessions, userDecider, type TokenGrant, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
 import { deciderSpec } from '../support/decider-spec.ts'
 
 const t0 = Date.parse('2025-03-01T12:00:00.000Z')
@@ -72,6 +72,8 @@ t.test('sign up: the user, the accepted terms and a verification token', async (
     email: 'ada@example.test',
     password_hash: 'scrypt$old',
     password_changed_at: at(0),
+    ended_sessions: [],
+    sessions_ended_before: null,
     plan: 'starter',
     status: 'active',
     created_at: at(0),
@@ -380,4 +382,70 @@ t.test('evolve refuses an event before user_signed_up', async (t) => {
 t.test('enable_totp refuses a code checked against a secret that a second setup replaced', async (t) => {
   const restaged: UserEvent[] = [...staged, { type: 'totp_secret_staged', data: { secret_encrypted: 'enc:secret-2' } }]
   userSpec(t).given(restaged).when(cmd('enable_totp', { step: 100, secret_encrypted: 'enc:secret-1' })).thenThrows(InvalidTotpCode, 'invalid_totp_code')
+})
+
+/** Logout of the session `id`, issued at `issued` and expiring 7 days later, decided at `seconds`. */
+const endSession = (id: string, seconds: number, issued = 60) =>
+  cmd('end_session', { session_id: id, issued_at: at(issued), expires_at: at(issued + 7 * day) }, seconds)
+const session = (id: string, issued = 60) => ({ session_id: id, issued_at_ms: Date.parse(at(issued)) })
+
+t.test('logout ends exactly the session it names, until that session would have expired anyway', async (t) => {
+  const user = userSpec(t)
+    .given(verified)
+    .when(endSession('s1', 600))
+    .then([{ type: 'session_ended', data: { session_id: 's1', expires_at: at(60 + 7 * day), ended_at: at(600) } }])
+  t.equal(isSessionLive(user!, session('s1')), false, 'the ended session is refused')
+  t.equal(isSessionLive(user!, session('s2')), true, 'another session of the same user still works')
+  t.equal(isSessionLive(user!, { session_id: null, issued_at_ms: Date.parse(at(60)) }), true, 'a token without an id is judged by its issue time only')
+
+  const ended: UserEvent[] = [...verified, { type: 'session_ended', data: { session_id: 's1', expires_at: at(60 + 7 * day), ended_at: at(600) } }]
+  userSpec(t).given(ended).when(endSession('s1', 700)).then([], 'ending it again changes nothing')
+  userSpec(t).given(verified).when(endSession('s3', 8 * day, 0)).then([], 'an expired session needs no ending')
+  const later = userSpec(t)
+    .given(ended)
+    .when(endSession('s4', 8 * day, 7 * day))
+    .then([{ type: 'session_ended', data: { session_id: 's4', expires_at: at(14 * day), ended_at: at(8 * day) } }])
+  t.strictSame(later!.ended_sessions, [{ session_id: 's4', expires_at: at(14 * day) }], 'sessions past their expiry are no longer kept')
+})
+
+t.test('logout of a session the password change already ended changes nothing; a change forgets ended sessions', async (t) => {
+  const changed: UserEvent[] = [
+    ...verified,
+    { type: 'session_ended', data: { session_id: 's1', expires_at: at(60 + 7 * day), ended_at: at(600) } },
+    { type: 'password_changed', data: { password_hash: 'scrypt$changed', changed_at: at(900) } },
+  ]
+  t.strictSame(stateOf(changed).ended_sessions, [], 'every ended session was issued before the change')
+  userSpec(t).given(changed).when(endSession('s2', 1000)).then([], 'issued before the change')
+  t.equal(isSessionLive(stateOf(changed), session('s5', 950)), true, 'a session issued after the change works')
+})
+
+t.test(`past ${maxEndedSessions} unexpired ended sessions, logout ends every session issued until then`, async (t) => {
+  const many: UserEvent[] = [...verified]
+  for (let i = 0; i < maxEndedSessions; i++) {
+    many.push({ type: 'session_ended', data: { session_id: `s${i}`, expires_at: at(60 + 7 * day), ended_at: at(100 + i) } })
+  }
+  const user = userSpec(t).given(many).when(endSession('last', 1000)).then([{ type: 'all_sessions_ended', data: { ended_at: at(1000) } }])
+  t.strictSame(user!.ended_sessions, [], 'the list is replaced by one instant')
+  t.equal(user!.sessions_ended_before, at(1000))
+  t.equal(isSessionLive(user!, session('last')), false, 'the session logging out is ended')
+  t.equal(isSessionLive(user!, session('other', 500)), false, 'so is every other session issued before')
+  t.equal(isSessionLive(user!, session('s0')), false, 'and those ended one by one before')
+  t.equal(isSessionLive(user!, session('fresh', 1001)), true, 'a session issued afterwards works')
+})
+
+t.test('a state written before logout ended sessions (no ended_sessions field) still decides and judges', async (t) => {
+  const { ended_sessions: _e, sessions_ended_before: _b, ...old } = stateOf(verified)
+  t.equal(isSessionLive(old as User, session('s1')), true)
+  const state = userSpec(t)
+    .givenState(old as User)
+    .when(endSession('s1', 600))
+    .then([{ type: 'session_ended', data: { session_id: 's1', expires_at: at(60 + 7 * day), ended_at: at(600) } }])
+  t.equal(isSessionLive(state!, session('s1')), false)
+})
+
+t.test('a deleted user has no session to end', async (t) => {
+  userSpec(t)
+    .given([...verified, { type: 'account_deleted', data: { deleted_at: at(90) } }])
+    .when(endSession('s1', 600))
+    .thenThrows(UserNotFound, 'user_not_found')
 })

@@ -145,6 +145,28 @@ t.test('logout: 204 with an expired sv_jwt cookie, idempotent, with or without a
   checkExpired(await h.platform('POST', '/platform/v1/auth/logout', undefined, { cookie: 'sv_jwt=garbage' }), 'logout with a garbage cookie')
 })
 
+t.test('logout ends its session in the service, not only in the browser; other sessions go on', async (t) => {
+  const u = await newVerifiedUser(h)
+  const second = sessionFrom(await login({ email: u.email, password: u.password }))
+  const third = sessionFrom(await login({ email: u.email, password: u.password }))
+  t.not(second, u.jwt, 'each login is its own session')
+  t.equal((await me(u.jwt)).status, 200, 'the first session works before logout')
+
+  t.equal((await h.platform('POST', '/platform/v1/auth/logout', undefined, { jwt: u.jwt })).status, 204)
+  expectError(t, await me(u.jwt), 401, 'unauthorized', 'the logged-out token, as Bearer')
+  expectError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${u.jwt}` }), 401, 'unauthorized', 'the logged-out token, as the cookie')
+  expectError(t, await h.platform('PATCH', '/platform/v1/auth/profile', { display_name: 'x' }, { jwt: u.jwt }), 401, 'unauthorized', 'a write with the logged-out token')
+  t.equal((await me(second)).status, 200, 'another session of the same user still works')
+
+  t.equal((await h.platform('POST', '/platform/v1/auth/logout', undefined, { cookie: `sv_jwt=${third}` })).status, 204, 'logout through the cookie')
+  expectError(t, await me(third), 401, 'unauthorized', 'the session logged out through its cookie')
+  t.equal((await me(second)).status, 200, 'the second session is still untouched')
+  t.equal((await h.platform('POST', '/platform/v1/auth/logout', undefined, { jwt: u.jwt })).status, 204, 'logging out an ended session again')
+
+  const fresh = sessionFrom(await login({ email: u.email, password: u.password }))
+  t.equal((await me(fresh)).status, 200, 'logging in again gives a working session')
+})
+
 t.test('GET me: the spec profile object with the right types', async (t) => {
   const u = await newVerifiedUser(h, { plan: 'pro' })
   const started = Date.now()

@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { isIanaTimezone } from '../../jobs/recurring-service.ts'
 import { LoginRefused, WrongPassword } from '../../platform/accounts.ts'
-import { expiredSessionCookie, sessionCookie } from '../../platform/sessions.ts'
+import { expiredSessionCookie, sessionCookie, sessionTokenOf } from '../../platform/sessions.ts'
 import { recoveryCodePattern } from '../../platform/totp.ts'
 import type { ApiContext } from '../app.ts'
 import { ApiError, invalidEmail, rateLimitExceeded, validationError } from '../errors.ts'
@@ -130,9 +130,10 @@ const session = { tags: ['Auth'] }
 const logoutSchema = {
   ...session,
   summary: 'Log out',
-  description: 'Expires the session cookie. Idempotent, and answers the same without a session.',
+  description:
+    'Ends the session: its token (Bearer or cookie) is refused from then on, in every process, and the cookie is expired. Idempotent, and answers the same without a valid session.',
   security: [{}, ...sessionSecurity],
-  response: { 204: noContent('The cookie is expired'), ...publicErrorResponses(...bodyCodes) },
+  response: { 204: noContent('The session is ended and the cookie expired'), ...publicErrorResponses(...bodyCodes) },
 }
 
 const meSchema = { ...session, summary: 'The signed-in user', response: { 200: profileSchema, ...sessionErrorResponses() } }
@@ -320,8 +321,9 @@ export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
     const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>
       authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
 
-    // Idempotent and harmless without a session: it only tells the browser to drop the cookie.
-    r.post('/logout', { schema: logoutSchema }, async (_request, reply) => {
+    // Idempotent and harmless without a session: then it only tells the browser to drop the cookie.
+    r.post('/logout', { schema: logoutSchema }, async (request, reply) => {
+      await ctx.accounts.endSession(sessionTokenOf(request.headers))
       return reply.code(204).header('Set-Cookie', expiredSessionCookie).send()
     })
 
