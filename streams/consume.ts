@@ -117,3 +117,63 @@ async function ensureDurableAt(nats: NatsHandles, opts: BatchConsumerOptions): P
 function toRecord(m: JsMsg): EventRecord {
   return { seq: m.seq, subject: m.subject, message: decodeEventMessage(m.data) }
 }
+
+export interface WorkQueueOptions {
+  stream: string
+  durable: string
+  /** Longer than one `handle` may take, or its message is handed out again meanwhile. */
+  ackWaitMs: number
+  maxAckPending: number
+  /** Messages handled at once. */
+  parallel: number
+}
+
+/**
+ * Runs `handle` on the messages of a work-queue stream through a durable consumer with explicit
+ * acks, `parallel` at a time, until `signal` aborts. `handle` settles each message itself (ack,
+ * nak with a wait, term); one that throws is reported to `onError` and nak'ed for 1 s. The
+ * consumer is created if missing and restarted after a failure.
+ */
+export async function consumeWorkQueue(
+  nats: NatsHandles,
+  opts: WorkQueueOptions,
+  handle: (msg: JsMsg) => Promise<void>,
+  signal: AbortSignal,
+  onError: (err: unknown, during: 'handling' | 'consuming') => void,
+): Promise<void> {
+  while (!signal.aborted) {
+    try {
+      await nats.jsm.consumers.info(opts.stream, opts.durable).catch(() =>
+        nats.jsm.consumers.add(opts.stream, {
+          durable_name: opts.durable,
+          ack_policy: AckPolicy.Explicit,
+          deliver_policy: DeliverPolicy.All,
+          ack_wait: opts.ackWaitMs * 1_000_000,
+          max_ack_pending: opts.maxAckPending,
+        }),
+      )
+      const consumer = await nats.js.consumers.get(opts.stream, opts.durable)
+      const messages = await consumer.consume({ max_messages: opts.parallel })
+      const stop = () => void messages.stop()
+      signal.addEventListener('abort', stop, { once: true })
+      if (signal.aborted) stop()
+      const inFlight = new Set<Promise<void>>()
+      for await (const msg of messages) {
+        const work = handle(msg)
+          .catch((err) => {
+            onError(err, 'handling')
+            msg.nak(1_000)
+          })
+          .finally(() => inFlight.delete(work))
+        inFlight.add(work)
+        if (inFlight.size >= opts.parallel) await Promise.race(inFlight)
+      }
+      await Promise.all(inFlight)
+      signal.removeEventListener('abort', stop)
+    } catch (err) {
+      if (signal.aborted) return
+      onError(err, 'consuming')
+      await new Promise((r) => setTimeout(r, 500))
+    }
+  }
+}

@@ -15,6 +15,8 @@ import {
   eventsSubjectFilter,
   heartbeatBucketName,
   idempotencyBucketName,
+  mailStreamName,
+  mailSubjectFilter,
 } from './names.ts'
 
 const nanosPerMs = 1_000_000
@@ -54,10 +56,16 @@ export function deliveriesStreamConfig(ns: string): Partial<StreamConfig> & { na
   }
 }
 
+/** The alert e-mail work queue: a message is removed once its consumer acks it (sent or given up). */
+export function mailStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
+  return { ...deliveriesStreamConfig(ns), name: mailStreamName(ns), subjects: [mailSubjectFilter(ns)] }
+}
+
 /** Creates what is missing and leaves what exists (several processes start at once). */
 export async function ensureStreams(jsm: JetStreamManager, ns: string): Promise<void> {
   await ensureStream(jsm, eventsStreamConfig(ns))
   await ensureStream(jsm, deliveriesStreamConfig(ns))
+  await ensureStream(jsm, mailStreamConfig(ns))
 }
 
 async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }): Promise<void> {
@@ -109,7 +117,7 @@ export async function openIdempotencyBucket(nc: NatsConnection, ns: string): Pro
 
 /** Removes everything `ensureStreams` and the bucket openers made for `ns` (tests only). */
 export async function deleteNamespace(jsm: JetStreamManager, ns: string): Promise<void> {
-  const names = [eventsStreamName(ns), deliveriesStreamName(ns), `KV_${heartbeatBucketName(ns)}`, `KV_${authLimitsBucketName(ns)}`, `KV_${idempotencyBucketName(ns)}`]
+  const names = [eventsStreamName(ns), deliveriesStreamName(ns), mailStreamName(ns), `KV_${heartbeatBucketName(ns)}`, `KV_${authLimitsBucketName(ns)}`, `KV_${idempotencyBucketName(ns)}`]
   for (const name of names) {
     await jsm.streams.delete(name).catch(() => undefined)
   }

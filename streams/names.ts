@@ -108,6 +108,23 @@ export function deliveriesSubjectFilter(ns: string): string {
   return `${ns}.dlv.>`
 }
 
+/** Work queue of alert e-mails: one message per (alert event, address), acked once sent. */
+export function mailStreamName(ns: string): string {
+  return `${ns}_mail`
+}
+
+export function alertMailSubject(ns: string, projectId: string): string {
+  return `${ns}.mail.alert.${token(projectId)}`
+}
+
+export function mailSubjectFilter(ns: string): string {
+  return `${ns}.mail.>`
+}
+
+export function mailerConsumerName(ns: string): string {
+  return `${ns}_mailer`
+}
+
 /** The dispatcher's durable consumer of job events, and the deliverers' consumer of the work queue. */
 export function dispatcherConsumerName(ns: string): string {
   return `${ns}_dispatcher`

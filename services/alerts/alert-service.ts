@@ -1,10 +1,8 @@
 import { alertDecider, type Alert, type AlertCommand, type AlertEvent, type AlertSettings } from '../../domain/alert.ts'
 import { AlertNotFound } from '../../domain/errors.ts'
-import type { Project } from '../../domain/project.ts'
 import { applyAlertRows } from '../../projections/alerts.ts'
 import type { AggregateRef } from '../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
-import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../runtime.ts'
 
 export function alertRef(projectId: string, alertId: string): AggregateRef {
@@ -57,16 +55,12 @@ export async function measure(deps: Deps, alert: Pick<Alert, 'project_id' | 'kin
   }
 }
 
-const describe = (a: Alert) =>
-  `${a.kind === 'dead_letter_count' ? `dead-lettered jobs in the last ${a.window_minutes} min` : a.kind === 'queue_depth' ? 'pending jobs' : 'age of the oldest pending job (s)'}` +
-  `${a.queue === null ? '' : ` in queue ${a.queue}`}`
-
 /**
  * Evaluates every enabled alert: measures it and records the result on the aggregate, which
  * decides whether that is a trigger (condition newly holds), a resolution (it no longer holds)
- * or nothing (no change: a condition that keeps holding notifies once). Notifications follow an
- * appended trigger or resolution: e-mail here, `alert_triggered` / `alert_resolved` on the log
- * for webhook delivery.
+ * or nothing (no change: a condition that keeps holding notifies once). Notifications follow
+ * from the appended `alert_triggered` / `alert_resolved` on the log: the dispatcher sends the
+ * e-mails and the webhooks (services/dispatcher).
  */
 export async function evaluateAlerts(deps: Deps, pageSize = 1000): Promise<{ triggered: number; resolved: number }> {
   const now = deps.now()
@@ -98,23 +92,9 @@ async function evaluatePage(deps: Deps, rows: Array<{ project_id: string; id: st
       if (event === undefined) continue
       if (event.type === 'alert_triggered') triggered++
       if (event.type === 'alert_resolved') resolved++
-      await notify(deps, result.state!, event, value)
     } catch (err) {
       deps.log.error({ err, project_id: row.project_id, alert_id: row.id }, 'scheduler: alert evaluation failed')
     }
   }
   return { triggered, resolved }
-}
-
-async function notify(deps: Deps, alert: Alert, event: AlertEvent, value: number): Promise<void> {
-  if (alert.email.length === 0) return
-  const project = (await deps.store.load<Project>(projectRef(alert.project_id))).state
-  const firing = event.type === 'alert_triggered'
-  const subject = `${firing ? '[alert] ' : '[resolved] '}${alert.name} (${project?.name ?? alert.project_id})`
-  const text = firing
-    ? `The alert "${alert.name}" of project ${alert.project_id} is firing: ${describe(alert)} is ${value}, above the threshold of ${alert.threshold}.\n`
-    : `The alert "${alert.name}" of project ${alert.project_id} is resolved: ${describe(alert)} is ${value}, at or below the threshold of ${alert.threshold}.\n`
-  for (const to of alert.email) {
-    await deps.mailer.send({ to, subject, text }).catch((err) => deps.log.error({ err, alert_id: alert.id }, 'alert e-mail could not be sent'))
-  }
 }

@@ -2,13 +2,13 @@ import { createHash, createHmac } from 'node:crypto'
 import http from 'node:http'
 import https from 'node:https'
 import type { LookupFunction } from 'node:net'
-import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import type { JsMsg } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import { deliveryDecider, outcomeOf, type Delivery, type DeliveryCommand, type DeliveryEvent } from '../../domain/delivery.ts'
 import type { Alert } from '../../domain/alert.ts'
 import type { Job, JobEvent } from '../../domain/job.ts'
 import { matchesFilter, type Webhook } from '../../domain/webhook.ts'
-import { consumeBatches } from '../../streams/consume.ts'
+import { consumeBatches, consumeWorkQueue } from '../../streams/consume.ts'
 import type { EventRecord } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
 import {
@@ -22,6 +22,7 @@ import {
 import { decryptAtRest, deriveKey } from '../platform/secrets.ts'
 import type { Deps } from '../runtime.ts'
 import { checkWebhookUrl } from '../webhooks/url-safety.ts'
+import { enqueueAlertMails, runMailSender } from './alert-mail.ts'
 import { webhookRef } from '../webhooks/webhook-service.ts'
 
 /** Work items a deliverer holds at once: one slow receiver occupies one slot, never the others. */
@@ -122,7 +123,8 @@ function deliveryIdOf(eventId: string, webhookId: string): string {
  * work item on the deliveries work queue. Delivery: a pull consumer sends each item, records the
  * attempt, and acks it when settled or naks it with the policy's wait, so pending retries live
  * in the stream and survive restarts. Several dispatchers may run: delivery ids are derived from
- * event and subscription, and a recorded attempt number is never recorded twice.
+ * event and subscription, and a recorded attempt number is never recorded twice. Alert events
+ * also become alert e-mails on their own work queue (alert-mail.ts).
  */
 export async function start(deps: Deps): Promise<() => Promise<void>> {
   const controller = new AbortController()
@@ -269,45 +271,22 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     else msg.ack()
   }
 
-  async function runDeliverer(signal: AbortSignal): Promise<void> {
-    const stream = deliveriesStreamName(ns)
-    const durable = delivererConsumerName(ns)
-    while (!signal.aborted) {
-      try {
-        await deps.nats.jsm.consumers.info(stream, durable).catch(() =>
-          deps.nats.jsm.consumers.add(stream, {
-            durable_name: durable,
-            ack_policy: AckPolicy.Explicit,
-            deliver_policy: DeliverPolicy.All,
-            // Longer than an attempt's time limit, so a slow receiver is not sent the same item twice.
-            ack_wait: (deps.config.tunables.webhook_timeout_ms + 20_000) * 1_000_000,
-            max_ack_pending: 10_000,
-          }),
-        )
-        const consumer = await deps.nats.js.consumers.get(stream, durable)
-        const messages = await consumer.consume({ max_messages: parallelDeliveries })
-        const stop = () => void messages.stop()
-        signal.addEventListener('abort', stop, { once: true })
-        if (signal.aborted) stop()
-        const inFlight = new Set<Promise<void>>()
-        for await (const msg of messages) {
-          const work = deliver(msg)
-            .catch((err) => {
-              deps.log.error({ err }, 'dispatcher: delivery failed; it will be retried')
-              msg.nak(1_000)
-            })
-            .finally(() => inFlight.delete(work))
-          inFlight.add(work)
-          if (inFlight.size >= parallelDeliveries) await Promise.race(inFlight)
-        }
-        await Promise.all(inFlight)
-        signal.removeEventListener('abort', stop)
-      } catch (err) {
-        if (signal.aborted) return
-        deps.log.error({ err }, 'dispatcher: deliverer restarting')
-        await new Promise((r) => setTimeout(r, 500))
-      }
-    }
+  function runDeliverer(signal: AbortSignal): Promise<void> {
+    return consumeWorkQueue(
+      deps.nats,
+      {
+        stream: deliveriesStreamName(ns),
+        durable: delivererConsumerName(ns),
+        // Longer than an attempt's time limit, so a slow receiver is not sent the same item twice.
+        ackWaitMs: deps.config.tunables.webhook_timeout_ms + 20_000,
+        maxAckPending: 10_000,
+        parallel: parallelDeliveries,
+      },
+      deliver,
+      signal,
+      (err, during) =>
+        during === 'handling' ? deps.log.error({ err }, 'dispatcher: delivery failed; it will be retried') : deps.log.error({ err }, 'dispatcher: deliverer restarting'),
+    )
   }
 
   // Most job events are not webhook events, and most projects have no subscription: both are
@@ -334,14 +313,18 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       maxBatch: 200,
       accept: ({ eventTypes }) => /alert_triggered|alert_resolved/.test(eventTypes),
     },
-    fanOut,
+    async (records) => {
+      await fanOut(records)
+      await enqueueAlertMails(deps, records)
+    },
     controller.signal,
     (err) => deps.log.error({ err }, 'dispatcher: alert fan-out failed; retrying'),
   )
   const deliverDone = runDeliverer(controller.signal)
+  const mailDone = runMailSender(deps, controller.signal)
   return async () => {
     controller.abort()
     changes.unsubscribe()
-    await Promise.all([fanOutDone, alertsDone, deliverDone])
+    await Promise.all([fanOutDone, alertsDone, deliverDone, mailDone])
   }
 }

@@ -4,14 +4,17 @@ import { evaluateAlerts, alertRef } from '../../services/alerts/alert-service.ts
 import { eventually, httpRequest, withClockShifted } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
 import { freshEmail, startPlatformHarness } from '../support/platform.ts'
+import { dispatcherConsumerName, eventsStreamName, mailStreamName } from '../../streams/names.ts'
 
 /**
  * The alert routes over HTTP, and evaluation driven by hand: no scheduler role runs, so each
  * `evaluateAlerts(h.runtime)` is one pass of what the scheduler does every alert_interval_ms.
+ * The dispatcher role runs: it turns the alert events on the log into e-mails.
  * Every alert watches a queue of its own, so alerts of earlier tests stay quiet in later passes.
  */
 
-const h = await startPlatformHarness(t, import.meta.filename, { roles: ['api', 'projector'] })
+const mailRetryDelaysMs = [200, 400]
+const h = await startPlatformHarness(t, import.meta.filename, { roles: ['api', 'projector', 'dispatcher'], tunables: { mail_retry_delays_ms: mailRetryDelaysMs } })
 const { create, poll, ack } = jobsApi(h, { jobType: 'alerting' })
 const sql = h.runtime.sql
 
@@ -31,6 +34,24 @@ async function getAlert(id: string): Promise<any> {
 }
 
 const mailsTo = (address: string) => h.smtp.mails.filter((m) => m.to.includes(address.toLowerCase()))
+
+/**
+ * Waits until every alert event on the log has become e-mails and every e-mail has left the
+ * work queue (sent or given up): only then does "no (further) mail" mean anything.
+ */
+async function mailSettled(): Promise<void> {
+  const ns = h.config.namespace
+  const jsm = h.runtime.nats.jsm
+  await eventually(
+    async () => {
+      const consumer = await jsm.consumers.info(eventsStreamName(ns), `${dispatcherConsumerName(ns)}_alerts`)
+      const queue = await jsm.streams.info(mailStreamName(ns))
+      return consumer.num_pending === 0 && consumer.num_ack_pending === 0 && queue.state.messages === 0
+    },
+    15_000,
+    'alert e-mails settled',
+  )
+}
 
 /** Waits until the jobs read model (what evaluation measures) shows `n` pending jobs in `queue`. */
 async function pendingIs(queue: string, n: number, projectId = h.projectId): Promise<void> {
@@ -277,6 +298,7 @@ t.test('queue_depth: triggers once, holds without re-triggering, resolves once',
 
   await evaluateAlerts(h.runtime)
   t.strictSame(await getAlert(alert.id), firing, 'the condition still holds: still firing, nothing changed')
+  await mailSettled()
   t.equal(mailsTo(address).length, 1, 'no second mail')
 
   const claimed = await claim('q1', 2, 'wrk_depth')
@@ -291,6 +313,7 @@ t.test('queue_depth: triggers once, holds without re-triggering, resolves once',
 
   await evaluateAlerts(h.runtime)
   t.strictSame(await getAlert(alert.id), resolved, 'evaluating again changes nothing')
+  await mailSettled()
   t.equal(mailsTo(address).length, 2, 'and mails nobody')
   t.strictSame(await logOf(t, alert.id), ['alert_created', 'alert_triggered', 'alert_resolved'], 'the log: created, triggered, resolved')
 })
@@ -395,6 +418,54 @@ t.test('an alert without addresses triggers and resolves without sending mail', 
   await pendingIs('q5', 0)
   await evaluateAlerts(h.runtime)
   t.match(await getAlert(alert.id), { status: 'ok', last_value: 0 })
+  await mailSettled()
   t.equal(h.smtp.mails.length, before, 'no mail was sent')
   t.strictSame(await logOf(t, alert.id), ['alert_created', 'alert_triggered', 'alert_resolved'], 'yet both are on the log')
+})
+
+/** Makes the alert on `queue` (threshold 0) fire: one pending job, then an evaluation. */
+async function fire(t: Test, queue: string, address: string): Promise<any> {
+  const alert = await newAlert({ name: `mail ${queue}`, kind: 'queue_depth', queue, threshold: 0, email: [address] })
+  await create({ queue })
+  await pendingIs(queue, 1)
+  await evaluateAlerts(h.runtime)
+  t.match(await getAlert(alert.id), { status: 'firing' })
+  return alert
+}
+
+t.test('an alert e-mail the SMTP server refuses is sent again after each wait, and once only', async (t) => {
+  const address = freshEmail('refused')
+  h.smtp.refuse(address, mailRetryDelaysMs.length)
+  await fire(t, 'qm1', address)
+  const mail = await h.smtp.next(address, /^\[alert\] mail qm1/)
+  t.match(mail.text, /is firing/)
+  t.equal(h.smtp.refusedCount(address), mailRetryDelaysMs.length, 'refused at every attempt but the last')
+  await mailSettled()
+  t.equal(mailsTo(address).length, 1, 'sent once')
+})
+
+t.test('an alert e-mail refused past its last wait is given up, not tried forever', async (t) => {
+  const address = freshEmail('given-up')
+  h.smtp.refuse(address, 100)
+  await fire(t, 'qm2', address)
+  await mailSettled()
+  t.equal(h.smtp.refusedCount(address), mailRetryDelaysMs.length + 1, 'one attempt, then one after each wait')
+  await new Promise((r) => setTimeout(r, 1_000))
+  t.equal(h.smtp.refusedCount(address), mailRetryDelaysMs.length + 1, 'and no more')
+  t.equal(mailsTo(address).length, 0)
+})
+
+t.test('an alert that fires while no dispatcher runs is mailed once one starts: the e-mail follows the log', async (t) => {
+  const address = freshEmail('later')
+  await h.stopRole('dispatcher')
+  try {
+    await fire(t, 'qm3', address)
+    await new Promise((r) => setTimeout(r, 300))
+    t.equal(mailsTo(address).length, 0, 'nothing is sent while no dispatcher runs')
+  } finally {
+    await h.startRole('dispatcher')
+  }
+  await h.smtp.next(address, /^\[alert\] mail qm3/)
+  await mailSettled()
+  t.equal(mailsTo(address).length, 1, 'sent once')
 })

@@ -32,6 +32,13 @@ function parseMail(raw: string, to: string[]): ReceivedMail {
 export interface SmtpSink {
   url: string
   mails: ReceivedMail[]
+  /**
+   * Refuses the next `times` mails to `to` with a temporary error (451), as a relay that is
+   * down or over its limits would.
+   */
+  refuse(to: string, times: number): void
+  /** How many mails to `to` were refused so far. */
+  refusedCount(to: string): number
   /** Waits for the next mail to `to` whose subject matches, newer than the ones already taken. */
   next(to: string, subject?: RegExp, timeoutMs?: number): Promise<ReceivedMail>
 }
@@ -39,10 +46,20 @@ export interface SmtpSink {
 export async function startSmtpSink(t: TestLike): Promise<SmtpSink> {
   const mails: ReceivedMail[] = []
   const taken = new Set<ReceivedMail>()
+  const toRefuse = new Map<string, number>()
+  const refused = new Map<string, number>()
   const server = new SMTPServer({
     authOptional: true,
     disabledCommands: ['STARTTLS'],
     logger: false,
+    onRcptTo(address, _session, callback) {
+      const to = address.address.toLowerCase()
+      const left = toRefuse.get(to) ?? 0
+      if (left <= 0) return callback()
+      toRefuse.set(to, left - 1)
+      refused.set(to, (refused.get(to) ?? 0) + 1)
+      callback(Object.assign(new Error('mailbox busy, try again later'), { responseCode: 451 }))
+    },
     onData(stream, session, callback) {
       const chunks: Buffer[] = []
       stream.on('data', (c: Buffer) => chunks.push(c))
@@ -59,6 +76,10 @@ export async function startSmtpSink(t: TestLike): Promise<SmtpSink> {
   return {
     url: `smtp://127.0.0.1:${port}`,
     mails,
+    refuse(to, times) {
+      toRefuse.set(to.toLowerCase(), times)
+    },
+    refusedCount: (to) => refused.get(to.toLowerCase()) ?? 0,
     async next(to, subject, timeoutMs = 10_000) {
       const deadline = Date.now() + timeoutMs
       for (;;) {
