@@ -4,6 +4,7 @@ import * as dispatcher from './dispatcher/index.ts'
 import { ConfigError, loadConfig } from './config.ts'
 import * as projector from './projector/index.ts'
 import { createLogger, openRuntime } from './runtime.ts'
+import { backgroundRoles, startRoleThread } from './role-thread.ts'
 import * as scheduler from './scheduler/index.ts'
 
 const roles = ['api', 'projector', 'dispatcher', 'scheduler'] as const
@@ -27,9 +28,15 @@ async function main(): Promise<void> {
   const runtime = await openRuntime(config, log, `jobsvc-${selected.join('+')}`)
   const stops: Array<() => Promise<void>> = []
   let address: string | null = null
-  if (selected.includes('projector')) stops.push(await projector.start(runtime))
-  if (selected.includes('scheduler')) stops.push(await scheduler.start(runtime))
-  if (selected.includes('dispatcher')) stops.push(await dispatcher.start(runtime))
+  const background = backgroundRoles.filter((r) => selected.includes(r))
+  if (selected.includes('api') && background.length > 0) {
+    // With the API in the same process, the other roles get an event loop of their own.
+    stops.push(await startRoleThread(config, background, log, () => process.exit(1)))
+  } else {
+    if (selected.includes('projector')) stops.push(await projector.start(runtime))
+    if (selected.includes('scheduler')) stops.push(await scheduler.start(runtime))
+    if (selected.includes('dispatcher')) stops.push(await dispatcher.start(runtime))
+  }
   if (selected.includes('api')) {
     const role = await api.start(runtime)
     address = role.address

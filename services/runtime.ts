@@ -68,16 +68,21 @@ export function createLogger(config: Pick<Config, 'logLevel'>): Logger {
  * Connects to NATS and Postgres and creates what is missing: the database, the migrations,
  * the event stream and the heartbeat bucket. Idempotent, so every role and the CLI call it.
  */
-export async function openRuntime(config: Readonly<Config>, log: Logger, name = 'jobsvc'): Promise<Runtime> {
+export async function openRuntime(
+  config: Readonly<Config>,
+  log: Logger,
+  name = 'jobsvc',
+  pools: { connections: number; meteringConnections: number } = { connections: 20, meteringConnections: 4 },
+): Promise<Runtime> {
   await ensureDatabase(config.databaseUrl)
-  const sql = openSql(config.databaseUrl, { max: 20, applicationName: name })
+  const sql = openSql(config.databaseUrl, { max: pools.connections, applicationName: name })
   try {
     await migrate(sql)
   } catch (err) {
     await sql.end()
     throw err
   }
-  const meteringSql = openSql(config.databaseUrl, { max: 4, applicationName: `${name}-metering`, synchronousCommit: false })
+  const meteringSql = openSql(config.databaseUrl, { max: pools.meteringConnections, applicationName: `${name}-metering`, synchronousCommit: false })
   const nats = await connectNats(config.natsUrl, name)
   await ensureStreams(nats.jsm, config.namespace)
   const heartbeats = await openHeartbeatBucket(nats.nc, config.namespace)
