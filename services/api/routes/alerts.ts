@@ -5,17 +5,14 @@ import { alertKinds, type Alert, type AlertKind } from '../../../domain/alert.ts
 import { commandAlert, createAlert, loadAlert } from '../../alerts/alert-service.ts'
 import type { ApiContext } from '../app.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
-import { isStorableText, unstorableTextMessage } from '../storable.ts'
+import { emailAddress, storableText } from '../text-fields.ts'
 import { isoOrNull } from '../read-your-writes.ts'
-
-const text = (min: number, max: number) => z.string().min(min).max(max).refine(isStorableText, unstorableTextMessage)
-const emailAddress = z.string().max(320).regex(/^[^\s@<>()[\]\\,;:"]+@[^\s@<>()[\]\\,;:"]+\.[^\s@<>()[\]\\,;:"]+$/, 'must be an e-mail address')
 
 /** The settings of an alert; POST and PUT take the same body (PUT replaces every setting). */
 const alertBody = z.object({
-  name: text(1, 100),
+  name: storableText(1, 100),
   kind: z.enum(alertKinds as [AlertKind, ...AlertKind[]]),
-  queue: text(1, 100).nullish(),
+  queue: storableText(1, 100).nullish(),
   threshold: z.number().int().min(0).max(1_000_000_000),
   window_minutes: z.number().int().min(1).max(1440).nullish(),
   email: z.array(emailAddress).max(10).nullish(),
