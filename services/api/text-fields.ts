@@ -28,3 +28,10 @@ export function patternText(max: number, pattern: RegExp, message: string, min =
 
 /** An e-mail address (domain/email-address.ts), at most 320 characters. */
 export const emailAddress = boundedString(maxEmailLength, 1).refine(isEmailAddress, 'must be an e-mail address')
+
+/**
+ * A string with no bound of its own (payload keys, error texts that are truncated rather than
+ * refused): at most the request body's limit, so that the rule above holds for every string.
+ */
+export const maxRequestTextLength = 1024 * 1024
+export const anyText = () => boundedString(maxRequestTextLength)

@@ -5,12 +5,9 @@ import type { ApiContext } from '../app.ts'
 import { cursorPage, errorResponses, instant } from '../openapi.ts'
 import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
+import { cursorText, limitText, minSeq } from '../query-fields.ts'
 
-const listQuery = z.object({
-  limit: z.string().optional(),
-  cursor: z.string().optional(),
-  min_seq: z.coerce.number().int().min(0).optional(),
-})
+const listQuery = z.object({ limit: limitText, cursor: cursorText, min_seq: minSeq })
 
 export const activityItem = z
   .strictObject({

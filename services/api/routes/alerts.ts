@@ -5,7 +5,7 @@ import { alertKinds, type Alert, type AlertKind } from '../../../domain/alert.ts
 import { commandAlert, createAlert, loadAlert } from '../../alerts/alert-service.ts'
 import type { ApiContext } from '../app.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
-import { emailAddress, storableText } from '../text-fields.ts'
+import { boundedString, emailAddress, storableText } from '../text-fields.ts'
 import { isoOrNull } from '../read-your-writes.ts'
 
 /** The settings of an alert; POST and PUT take the same body (PUT replaces every setting). */
@@ -20,7 +20,7 @@ const alertBody = z.object({
   enabled: z.boolean().nullish(),
 })
 
-const idParams = z.object({ id: z.string().min(1) })
+const idParams = z.object({ id: boundedString(200, 1) })
 
 function settingsOf(body: z.infer<typeof alertBody>) {
   return {

@@ -9,6 +9,8 @@ import { forbidden, rateLimitExceeded } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendExport, type ExportLayout } from '../jobs-export.ts'
 import { mediaResponse, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
+import { formatText, windowBoundText } from '../query-fields.ts'
+import { boundedString } from '../text-fields.ts'
 
 const exportSchema = {
   summary: "Export the project's audit log in a window",
@@ -16,11 +18,11 @@ const exportSchema = {
     'The activity rows of the project (admin or owner session). Both bounds inclusive, at most 90 days. Chunked; rows by `created_at` then `id`; `Content-Disposition: attachment; filename="svc-audit-log-<project_id>-<date>.<jsonl|csv>"`. JSONL fields `id, created_at, kind, target_type, target_id, summary, actor_user_id, metadata` (metadata raw JSON); CSV columns `Id, CreatedAt, Kind, TargetType, TargetId, Summary, ActorUserId, Metadata` (metadata as JSON text). One export per project per 60 s, apart from the jobs export (429 with `Retry-After`).',
   tags: ['Activity'],
   security: sessionSecurity,
-  params: z.object({ projectId: z.string().min(1).max(100) }),
+  params: z.object({ projectId: boundedString(100, 1) }),
   querystring: z.object({
-    from: z.string().optional().describe('ISO 8601 date-time, start of the window (required)'),
-    until: z.string().optional().describe('ISO 8601 date-time, end of the window (required)'),
-    format: z.string().optional().describe('`jsonl` (default) or `csv`'),
+    from: windowBoundText.describe('ISO 8601 date-time, start of the window (required)'),
+    until: windowBoundText.describe('ISO 8601 date-time, end of the window (required)'),
+    format: formatText.describe('`jsonl` (default) or `csv`'),
   }),
   response: {
     200: mediaResponse('The audit log, streamed', {

@@ -4,7 +4,7 @@ import { z } from 'zod'
 import { jobStates } from '../../../domain/job.ts'
 import type { ApiContext } from '../app.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
-import { ApiError, forbidden, invalidRequest, rateLimitExceeded } from '../errors.ts'
+import { ApiError, forbidden, rateLimitExceeded } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../jobs-export.ts'
 import { commandProject } from '../../projects/project-service.ts'
 import { BillingStateBlocked } from '../../../domain/errors.ts'
@@ -15,60 +15,42 @@ import { toJobDetail } from '../job-views.ts'
 import { cursorPage, errorResponses, instant, mediaResponse, writeCodes } from '../openapi.ts'
 import { streamJobProgress } from '../progress-stream.ts'
 import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
-import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
+import { isStorableInstant, unstorableInstantMessage } from '../storable.ts'
+import { anyText, boundedString, storableText } from '../text-fields.ts'
+import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
+import { cursorText, formatText, jobTypeFilter, limitText, minSeq, queueFilter, windowBoundText } from '../query-fields.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 
 /** Tag limits the spec leaves open (README, "Limits we chose"). */
 export const maxTags = 50
 export const maxTagKeyLength = 100
 export const maxTagValueLength = 500
-/** Deeper payloads are refused: serializing them (JSON, msgpack) recurses and would overflow the stack. */
-export const maxPayloadDepth = 64
-
-const isoInstant = z.iso
-  .datetime({ offset: true })
+/** ISO 8601 with an offset, at most 64 characters (bounded before the format's pattern runs). */
+const isoInstant = boundedString(64)
+  .pipe(z.iso.datetime({ offset: true }))
   .refine((s) => isStorableInstant(Date.parse(s)), unstorableInstantMessage)
   .transform((s) => new Date(s).toISOString())
 
 /** Goes into a `text` column of the read model. */
-const text = (min: number, max: number) => z.string().min(min).max(max).refine(isStorableText, unstorableTextMessage)
-
-/**
- * What makes a payload unfit, if anything, checked without recursion (the input is untrusted):
- * nesting deeper than maxPayloadDepth, or a number JSON cannot write back (`1e999` parses as
- * Infinity, which the read model would store as null and the log as Infinity).
- */
-function payloadProblem(value: unknown): string | null {
-  const stack: Array<[unknown, number]> = [[value, 1]]
-  while (stack.length > 0) {
-    const [v, depth] = stack.pop()!
-    if (typeof v === 'number' && !Number.isFinite(v)) return 'must not hold numbers outside the range of a double'
-    if (v === null || typeof v !== 'object') continue
-    if (depth > maxPayloadDepth) return `must not nest deeper than ${maxPayloadDepth} levels`
-    for (const child of Object.values(v)) stack.push([child, depth + 1])
-  }
-  return null
-}
+const text = storableText
 
 export const createJobBody = z.object({
   job_type: text(1, 500),
-  payload: z.record(z.string(), z.unknown()).superRefine((p, ctx) => {
-    const problem = payloadProblem(p)
-    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem })
-  }),
+  payload: jobPayload,
   queue: text(1, 100).nullish(),
   run_at: isoInstant.nullish(),
   max_attempts: z.number().int().min(1).max(100).nullish(),
   timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
   idempotency_key: text(1, 200).nullish(),
   tags: z
-    .record(z.string().min(1).max(maxTagKeyLength), z.string().max(maxTagValueLength))
+    .record(boundedString(maxTagKeyLength, 1), boundedString(maxTagValueLength))
     .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
     .nullish(),
   parent_job_id: text(1, 36).nullish(),
 })
 
-const jobIdParams = z.object({ jobId: z.string() })
+/** Longer ids are unknown, like any other id this service did not issue (404 `job_not_found`). */
+const jobIdParams = z.object({ jobId: anyText() })
 
 const jobError = z.strictObject({ type: z.string(), message: z.string(), stack_trace: z.string() }).describe('error detail object')
 
@@ -98,13 +80,13 @@ export const jobDetail = z
 
 const listQuery = z.object({
   state: z.enum(jobStates as [string, ...string[]]).optional(),
-  queue: text(0, 100).optional(),
-  job_type: text(0, 500).optional(),
+  queue: queueFilter,
+  job_type: jobTypeFilter,
   created_after: isoInstant.optional(),
   created_before: isoInstant.optional(),
-  limit: z.string().optional(),
-  cursor: z.string().optional(),
-  min_seq: z.coerce.number().int().min(0).optional(),
+  limit: limitText,
+  cursor: cursorText,
+  min_seq: minSeq,
 })
 
 const createSchema = {
@@ -144,9 +126,9 @@ const exportSchema = {
     'Both bounds inclusive, at most 90 days. Chunked; rows by `created_at` then `id`; `Content-Disposition: attachment; filename="svc-jobs-<project_id>-<date>.<jsonl|csv>"`. One export per project per 60 s (429 with `Retry-After`).',
   tags: ['Jobs'],
   querystring: z.object({
-    from: z.string().optional().describe('ISO 8601 date-time, start of the window (required)'),
-    until: z.string().optional().describe('ISO 8601 date-time, end of the window (required)'),
-    format: z.string().optional().describe('`jsonl` (default) or `csv`'),
+    from: windowBoundText.describe('ISO 8601 date-time, start of the window (required)'),
+    until: windowBoundText.describe('ISO 8601 date-time, end of the window (required)'),
+    format: formatText.describe('`jsonl` (default) or `csv`'),
   }),
   response: {
     200: mediaResponse('The jobs, streamed', {
@@ -246,13 +228,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.post('/', { schema: createSchema }, async (request, reply) => {
       const body = request.body
-      // The payload is part of the body, so a body within the limit needs no measuring.
-      const bodyBytes = Number(request.headers['content-length'] ?? Number.POSITIVE_INFINITY)
-      const limit = deps.config.tunables.max_payload_bytes
-      const payloadBytes = bodyBytes <= limit ? bodyBytes : Buffer.byteLength(JSON.stringify(body.payload))
-      if (payloadBytes > limit) {
-        throw invalidRequest(`body.payload: ${payloadBytes} bytes is over the limit of ${limit}`)
-      }
+      assertPayloadSize(body.payload, bodyBytesOf(request.headers), deps.config.tunables.max_payload_bytes)
       const { project } = request.principal
       if (billingOf(project).state !== 'active') {
         throw new BillingStateBlocked(`the project's billing state is ${billingOf(project).state}; job reads still work`)

@@ -9,6 +9,8 @@ import { errorResponses, instant } from '../openapi.ts'
 import { assertOrderedWindow, windowBound } from '../jobs-export.ts'
 import { clampLimit } from '../pagination.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
+import { limitText, minSeq, queueFilter, windowBoundText } from '../query-fields.ts'
+import { boundedString } from '../text-fields.ts'
 import { queueDepths, summary, throughput, topJobTypes } from '../../jobs/metrics-service.ts'
 
 const hourMs = 3_600_000
@@ -42,19 +44,19 @@ function defaultInterval(spanMs: number): Resolution {
 }
 
 const windowQuery = {
-  from: z.string().optional(),
-  until: z.string().optional(),
-  min_seq: z.coerce.number().int().min(0).optional(),
+  from: windowBoundText,
+  until: windowBoundText,
+  min_seq: minSeq,
 }
 
 const summaryQuery = z.object({
-  queue: z.string().max(100).optional(),
+  queue: queueFilter,
   group_by: z.enum(['queue']).optional(),
-  min_seq: windowQuery.min_seq,
+  min_seq: minSeq,
 })
-const queuesQuery = z.object({ limit: z.string().optional(), min_seq: windowQuery.min_seq })
-const throughputQuery = z.object({ ...windowQuery, interval: z.string().optional(), queue: z.string().max(100).optional() })
-const jobTypesQuery = z.object({ ...windowQuery, limit: z.string().optional() })
+const queuesQuery = z.object({ limit: limitText, min_seq: minSeq })
+const throughputQuery = z.object({ ...windowQuery, interval: boundedString(100).optional(), queue: queueFilter })
+const jobTypesQuery = z.object({ ...windowQuery, limit: limitText })
 
 const stateCounts = z
   .strictObject(Object.fromEntries(jobStates.map((s) => [s, z.number().int()])) as Record<(typeof jobStates)[number], z.ZodNumber>)

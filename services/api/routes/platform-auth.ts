@@ -9,38 +9,40 @@ import type { ApiContext } from '../app.ts'
 import { ApiError, invalidEmail, rateLimitExceeded, validationError } from '../errors.ts'
 import { bodyCodes, instant, noContent, noSecurity, publicErrorResponses, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
+import { boundedString, patternText } from '../text-fields.ts'
+import { isEmailAddress, maxEmailLength } from '../../../domain/email-address.ts'
 
-const emailText = z.string().trim().min(1).max(320)
-/** Shape only; the spec's 422 `invalid_email` is for a string that is present but malformed. */
-const emailPattern = /^[^\s@<>()[\]\\,;:"]+@[^\s@<>()[\]\\,;:"]+\.[^\s@<>()[\]\\,;:"]+$/
-const newPassword = z.string().min(10).max(128)
-const sixDigits = z.string().regex(/^\d{6}$/, 'must be a 6-digit string')
+/** Shape is checked by the route: the spec's 422 `invalid_email` is for a string that is present but malformed. */
+const emailText = boundedString(maxEmailLength).trim().min(1)
+const newPassword = boundedString(128, 10)
+const sixDigits = patternText(6, /^\d{6}$/, 'must be a 6-digit string')
 
 const signupBody = z.object({
   email: emailText,
-  password: z.string().min(8).max(128),
+  password: boundedString(128, 8),
   accept_terms: z.literal(true, 'accept_terms must be true'),
   plan: z.enum(['free', 'starter', 'pro', 'business']).default('free'),
 })
-const tokenBody = z.object({ token: z.string().min(1).max(1000) })
+const tokenBody = z.object({ token: boundedString(1000, 1) })
 const emailBody = z.object({ email: emailText })
 const loginBody = z.object({
   email: emailText,
-  password: z.string().min(1).max(1024),
+  password: boundedString(1024, 1),
   totp_code: sixDigits.optional(),
-  recovery_code: z.string().regex(recoveryCodePattern, 'must be in the form xxxx-xxxx').optional(),
+  recovery_code: patternText(9, recoveryCodePattern, 'must be in the form xxxx-xxxx').optional(),
 })
-const resetBody = z.object({ token: z.string().min(1).max(1000), new_password: newPassword })
-const changePasswordBody = z.object({ current_password: z.string().min(1).max(1024), new_password: newPassword })
+const resetBody = z.object({ token: boundedString(1000, 1), new_password: newPassword })
+const changePasswordBody = z.object({ current_password: boundedString(1024, 1), new_password: newPassword })
+/** Generous bounds: within them the route answers the spec's own codes (`display_name_too_long`, `invalid_timezone`, `invalid_locale`). */
 const profileBody = z.object({
-  display_name: z.string().nullable().optional(),
-  timezone: z.string().optional(),
-  locale: z.string().optional(),
+  display_name: boundedString(10_000).nullable().optional(),
+  timezone: boundedString(1000).optional(),
+  locale: boundedString(1000).optional(),
 })
 
 /** The 2FA routes validate these themselves (twoFactorBody): their spec'd code is `validation_error`. */
-const totpCodeBody = z.object({ code: z.string() })
-const disableTotpBody = z.object({ password: z.string(), code: z.string() })
+const totpCodeBody = z.object({ code: boundedString(1024) })
+const disableTotpBody = z.object({ password: boundedString(1024), code: boundedString(1024) })
 
 const message = z.strictObject({ message: z.string() })
 
@@ -212,7 +214,7 @@ async function answerNoSoonerThan<T>(ms: number, work: () => Promise<T>): Promis
 }
 
 function requireEmailShape(email: string): string {
-  if (!emailPattern.test(email)) throw invalidEmail()
+  if (!isEmailAddress(email)) throw invalidEmail()
   return email
 }
 

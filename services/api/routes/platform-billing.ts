@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import { boundedString } from '../text-fields.ts'
 import { ProjectNotFound } from '../../../domain/errors.ts'
 import { billingOf, billingStates, type BillingState, type Project } from '../../../domain/project.ts'
 import { checkSignature, signatureHeader } from '../../metering/provider-signature.ts'
@@ -10,7 +11,7 @@ import { ApiError, invalidRequest } from '../errors.ts'
 import { bodyCodes, instant, noSecurity, publicErrorResponses, sessionErrorResponses } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
 
-const projectParams = z.object({ projectId: z.string().min(1).max(100) })
+const projectParams = z.object({ projectId: boundedString(100, 1) })
 const billingChanges = z
   .object({
     plan: z.enum(['free', 'starter', 'pro', 'business', 'enterprise']).optional(),
@@ -21,9 +22,9 @@ const billingChanges = z
 
 /** The provider's event: which project, and the billing state it is in now. */
 const providerEvent = z.object({
-  id: z.string().min(1).max(200),
+  id: boundedString(200, 1),
   type: z.literal('billing_state.updated'),
-  data: z.object({ project_id: z.string().min(1).max(100), state: z.enum(billingStates as [BillingState, ...BillingState[]]) }),
+  data: z.object({ project_id: boundedString(100, 1), state: z.enum(billingStates as [BillingState, ...BillingState[]]) }),
 })
 
 const billingView = z

@@ -1,6 +1,8 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import { isEmailAddress, maxEmailLength } from '../../../domain/email-address.ts'
+import { boundedString } from '../text-fields.ts'
 import type { ApiContext } from '../app.ts'
 import { confirmRequired, invalidEmail, rateLimitExceeded } from '../errors.ts'
 import { normalizeEmail } from '../../platform/accounts.ts'
@@ -11,10 +13,9 @@ import { authenticateSession } from '../session-auth.ts'
 import { profileSchema } from './platform-auth.ts'
 import { isStorableText, unstorableTextMessage } from '../storable.ts'
 
-const projectName = z.string().trim().min(1).max(100).refine(isStorableText, unstorableTextMessage)
-const projectParams = z.object({ projectId: z.string().min(1).max(100) })
-const memberParams = z.object({ projectId: z.string().min(1).max(100), userId: z.string().min(1).max(100) })
-const emailPattern = /^[^\s@<>()[\]\\,;:"]+@[^\s@<>()[\]\\,;:"]+\.[^\s@<>()[\]\\,;:"]+$/
+const projectName = boundedString(100).trim().min(1).refine(isStorableText, unstorableTextMessage)
+const projectParams = z.object({ projectId: boundedString(100, 1) })
+const memberParams = z.object({ projectId: boundedString(100, 1), userId: boundedString(100, 1) })
 
 const plans = ['free', 'starter', 'pro', 'business', 'enterprise'] as const
 const roles = ['owner', 'admin', 'member', 'viewer'] as const
@@ -119,7 +120,7 @@ const inviteRouteSchema = {
   description: 'E-mails a link valid 7 days; a new invitation to the same address replaces the old one. Below the owner, nobody grants a role at or above their own.',
   tags,
   params: projectParams,
-  body: z.object({ email: z.string().trim().min(1).max(320), role: z.string().max(50).describe('`admin`, `member` or `viewer`') }),
+  body: z.object({ email: boundedString(maxEmailLength).trim().min(1), role: boundedString(50).describe('`admin`, `member` or `viewer`') }),
   response: { 201: inviteSchema, ...projectErrors(...bodyCodes, 'forbidden', 'invalid_email', 'invalid_role', 'role_exceeds_caller', 'member_exists') },
 }
 
@@ -127,7 +128,7 @@ const changeRoleSchema = {
   summary: "Change a member's role",
   tags,
   params: memberParams,
-  body: z.object({ role: z.string().max(50) }),
+  body: z.object({ role: boundedString(50) }),
   response: { 200: memberSchema, ...projectErrors(...bodyCodes, 'forbidden', 'member_not_found', 'invalid_role', 'cannot_modify_owner', 'role_exceeds_caller') },
 }
 
@@ -144,7 +145,7 @@ const transferSchema = {
   description: 'Needs the owner, who becomes an admin.',
   tags,
   params: projectParams,
-  body: z.object({ user_id: z.string().min(1).max(100) }),
+  body: z.object({ user_id: boundedString(100, 1) }),
   response: { 200: z.strictObject({ members: z.array(memberSchema) }), ...projectErrors(...bodyCodes, 'forbidden', 'member_not_found') },
 }
 
@@ -152,7 +153,7 @@ const acceptSchema = {
   summary: 'Accept an invitation',
   description: "The session's address must be the invited one.",
   tags,
-  body: z.object({ token: z.string().min(1).max(1000) }),
+  body: z.object({ token: boundedString(1000, 1) }),
   response: { 200: projectSchema, ...sessionErrorResponses(...bodyCodes, 'invalid_token', 'member_exists') },
 }
 
@@ -167,7 +168,7 @@ const deleteAccountSchema = {
   summary: 'Delete your account',
   description: 'Deletes the projects you own (their keys stop at once), leaves the others, frees the address and expires the cookie.',
   tags,
-  querystring: z.object({ confirm: z.string().max(320).optional().describe("the account's e-mail address (required)") }),
+  querystring: z.object({ confirm: boundedString(maxEmailLength).optional().describe("the account's e-mail address (required)") }),
   response: { 200: z.strictObject({ deleted_at: instant }), ...sessionErrorResponses('confirm_required') },
 }
 
@@ -221,7 +222,7 @@ export function platformProjectRoutes(ctx: ApiContext): FastifyPluginAsync {
     r.post('/projects/:projectId/members', { schema: inviteRouteSchema }, async (request, reply) => {
       const user = await userOf(request)
       const email = normalizeEmail(request.body.email)
-      if (!emailPattern.test(email)) throw invalidEmail()
+      if (!isEmailAddress(email)) throw invalidEmail()
       const invite = await ctx.team.invite(user, request.params.projectId, { email, role: request.body.role })
       return reply.code(201).send(invite)
     })

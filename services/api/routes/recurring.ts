@@ -7,10 +7,12 @@ import { deleteSchedule, recurringRef, upsertSchedule } from '../../jobs/recurri
 import type { ApiContext } from '../app.ts'
 import { invalidRequest } from '../errors.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
-import { isStorableText, unstorableTextMessage } from '../storable.ts'
+import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
+import { minSeq } from '../query-fields.ts'
+import { boundedString, storableText } from '../text-fields.ts'
 import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
 
-const text = (min: number, max: number) => z.string().min(min).max(max).refine(isStorableText, unstorableTextMessage)
+const text = storableText
 
 export const scheduleBody = z.object({
   job_type: text(1, 500),
@@ -19,11 +21,12 @@ export const scheduleBody = z.object({
   timezone: text(1, 100).nullish(),
   max_attempts: z.number().int().min(1).max(100).nullish(),
   timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
-  payload: z.record(z.string(), z.unknown()).nullish(),
+  /** Every fired job carries it: the same limits as a job's payload. */
+  payload: jobPayload.nullish(),
 })
 
-const idParams = z.object({ id: z.string().min(1).max(600) })
-const listQuery = z.object({ min_seq: z.coerce.number().int().min(0).optional() })
+const idParams = z.object({ id: boundedString(600, 1) })
+const listQuery = z.object({ min_seq: minSeq })
 
 /** A schedule as the routes show it (README, "Recurring schedules"). */
 export const recurringSchedule = z
@@ -109,6 +112,7 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.put('/:id', { schema: putSchema }, async (request, reply) => {
       const projectId = request.principal.projectId
+      if (request.body.payload) assertPayloadSize(request.body.payload, bodyBytesOf(request.headers), deps.config.tunables.max_payload_bytes)
       const ownId = recurringIdFor(request.body.job_type)
       if (request.params.id !== ownId) {
         // The type already has its schedule under its own id: the spec's conflict. Otherwise the

@@ -1,6 +1,8 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import { cursorText, limitText } from '../query-fields.ts'
+import { boundedString } from '../text-fields.ts'
 import { BillingStateBlocked } from '../../../domain/errors.ts'
 import { billingOf } from '../../../domain/project.ts'
 import type { DeliveryStatus } from '../../../domain/delivery.ts'
@@ -19,9 +21,9 @@ const events = z.union([
   z.array(z.enum(webhookEventTypes)).min(1).transform((list) => [...new Set(list)]),
 ])
 
-const createBody = z.object({ url: z.string().min(1), events })
-const patchBody = z.object({ url: z.string().min(1).optional(), events: events.optional(), is_active: z.boolean().optional() }).strict()
-const idParams = z.object({ id: z.string().min(1) })
+const createBody = z.object({ url: boundedString(2048, 1), events })
+const patchBody = z.object({ url: boundedString(2048, 1).optional(), events: events.optional(), is_active: z.boolean().optional() }).strict()
+const idParams = z.object({ id: boundedString(200, 1) })
 
 const eventFilter = z.union([z.literal('*'), z.array(z.enum(webhookEventTypes))]).describe('`*` (every type) or a list of event types')
 
@@ -105,7 +107,7 @@ const deliveriesSchema = {
   description: '`limit` is clamped to 1–100 (default 50). `next_cursor` is omitted when `has_more` is false.',
   tags,
   params: idParams,
-  querystring: z.object({ limit: z.string().optional(), cursor: z.string().optional() }),
+  querystring: z.object({ limit: limitText, cursor: cursorText }),
   response: {
     200: z.strictObject({ data: z.array(delivery), has_more: z.boolean(), next_cursor: z.string().optional() }),
     ...errorResponses(...webhookCodes, 'webhook_not_found', 'invalid_cursor'),

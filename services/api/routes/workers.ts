@@ -7,14 +7,14 @@ import { registerRecurringSchedules } from '../../jobs/recurring-service.ts'
 import type { ApiContext } from '../app.ts'
 import { serviceUnavailable } from '../errors.ts'
 import { errorResponses, instant, writeCodes } from '../openapi.ts'
-import { isStorableText, unstorableTextMessage } from '../storable.ts'
+import { anyText, boundedString, storableText } from '../text-fields.ts'
 
 /** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
 const maxErrorMessage = 10_000
 const maxStackTrace = 65_536
 
 /** Goes into a `text` column of the read model. */
-const text = (max: number) => z.string().min(1).max(max).refine(isStorableText, unstorableTextMessage)
+const text = (max: number) => storableText(1, max)
 const workerId = text(200)
 const queueName = text(100)
 const jobType = text(500)
@@ -29,13 +29,16 @@ export const pollBody = z.object({
 })
 
 const errorDetail = z.object({
-  type: z.string().max(500).default('Error'),
-  message: z.string().default('').transform((s) => s.slice(0, maxErrorMessage)),
-  stack_trace: z.string().default('').transform((s) => s.slice(0, maxStackTrace)),
+  type: boundedString(500).default('Error'),
+  message: anyText().default('').transform((s) => s.slice(0, maxErrorMessage)),
+  stack_trace: anyText().default('').transform((s) => s.slice(0, maxStackTrace)),
 })
 
+/** Any job id is looked up; one this service could not have issued is simply not found. */
+const jobId = boundedString(2048, 1)
+
 export const ackBody = z.object({
-  job_id: z.string().min(1),
+  job_id: jobId,
   worker_id: workerId,
   status: z.enum(['succeeded', 'failed']),
   duration_ms: z.number().int().min(0).nullish(),
@@ -43,7 +46,7 @@ export const ackBody = z.object({
 })
 
 export const heartbeatBody = z.object({
-  job_id: z.string().min(1),
+  job_id: jobId,
   worker_id: workerId,
   /** Extension: the job's progress, 0.0 to 1.0; a change is recorded as an event. */
   progress: z.number().min(0).max(1).nullish(),
@@ -62,8 +65,8 @@ export const registerBody = z.object({
   worker_id: workerId,
   queues: z.array(queueName).max(50),
   job_types: z.array(jobType).max(100),
-  hostname: z.string().max(255).nullish(),
-  sdk_version: z.string().max(100).nullish(),
+  hostname: boundedString(255).nullish(),
+  sdk_version: boundedString(100).nullish(),
   // Items are checked one by one in the handler: a bad schedule is logged, not a 400 (spec).
   recurring_schedules: z.array(z.unknown()).max(100).nullish(),
 })

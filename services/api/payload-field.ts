@@ -1,0 +1,48 @@
+import { z } from 'zod'
+import { invalidRequest } from './errors.ts'
+import { anyText } from './text-fields.ts'
+
+/**
+ * The JSON payload a job carries, wherever it comes from: job creation and recurring schedules
+ * (whose payload every fired job carries) take the same limits (README, "Limits we chose").
+ */
+
+/** Deeper payloads are refused: serializing them (JSON, msgpack) recurses and would overflow the stack. */
+export const maxPayloadDepth = 64
+
+/**
+ * What makes a payload unfit, if anything, checked without recursion (the input is untrusted):
+ * nesting deeper than maxPayloadDepth, or a number JSON cannot write back (`1e999` parses as
+ * Infinity, which the read model would store as null and the log as Infinity).
+ */
+function payloadProblem(value: unknown): string | null {
+  const stack: Array<[unknown, number]> = [[value, 1]]
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!
+    if (typeof v === 'number' && !Number.isFinite(v)) return 'must not hold numbers outside the range of a double'
+    if (v === null || typeof v !== 'object') continue
+    if (depth > maxPayloadDepth) return `must not nest deeper than ${maxPayloadDepth} levels`
+    for (const child of Object.values(v)) stack.push([child, depth + 1])
+  }
+  return null
+}
+
+/** A JSON object within the depth limit; its size is checked by `assertPayloadSize` once the body is read. */
+export const jobPayload = z.record(anyText(), z.unknown()).superRefine((p, ctx) => {
+  const problem = payloadProblem(p)
+  if (problem !== null) ctx.addIssue({ code: 'custom', message: problem })
+})
+
+/**
+ * 400 `invalid_request` when the payload's JSON is over `limitBytes` (the `max_payload_bytes`
+ * tunable). A body no larger than the limit needs no measuring: the payload is part of it.
+ */
+export function assertPayloadSize(payload: unknown, bodyBytes: number, limitBytes: number, field = 'body.payload'): void {
+  const payloadBytes = bodyBytes <= limitBytes ? bodyBytes : Buffer.byteLength(JSON.stringify(payload))
+  if (payloadBytes > limitBytes) throw invalidRequest(`${field}: ${payloadBytes} bytes is over the limit of ${limitBytes}`)
+}
+
+/** The request's declared body size, or Infinity (chunked) so that the payload is measured. */
+export function bodyBytesOf(headers: { 'content-length'?: string | undefined }): number {
+  return Number(headers['content-length'] ?? Number.POSITIVE_INFINITY)
+}
