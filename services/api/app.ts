@@ -9,7 +9,7 @@ import { AccountService } from '../platform/accounts.ts'
 import { TeamService } from '../projects/team-service.ts'
 import type { Deps } from '../runtime.ts'
 import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
-import { invalidRequest, registerErrorHandling } from './errors.ts'
+import { invalidRequest, rawClientErrorResponse, registerErrorHandling, sendError, uriTooLong } from './errors.ts'
 import { registerIdempotency } from './idempotency-hooks.ts'
 import { admitProjectRequest } from './request-limit.ts'
 import { registerApiDescription, serializeResponses } from './openapi.ts'
@@ -50,14 +50,50 @@ export interface ApiContext {
   stopping: AbortSignal
 }
 
+export interface RegisteredRoute {
+  method: string | string[]
+  url: string
+  schema: { body?: unknown; querystring?: unknown; params?: unknown; headers?: unknown } | undefined
+  /** A body the route reads and validates itself (openapi.ts). */
+  documentedBody: unknown
+}
+
+/**
+ * Deeper JSON bodies are refused before any route sees them: validation, the idempotency
+ * fingerprint and the codecs all recurse, and a 1 MiB body of `[` overflows the stack (a 500).
+ * Payloads have their own, smaller depth limit (payload-field.ts) inside this one.
+ */
+export const maxBodyDepth = 100
+
+/**
+ * Where `value` nests deeper than `limit`, found without recursion (the input is untrusted): the
+ * top-level field it happens under (`body.payload`), `body` itself, or null when it does not.
+ */
+function tooDeepUnder(value: unknown, limit: number): string | null {
+  const stack: Array<[unknown, number, string]> = [[value, 1, 'body']]
+  while (stack.length > 0) {
+    const [v, depth, field] = stack.pop()!
+    if (v === null || typeof v !== 'object') continue
+    if (depth > limit) return field
+    for (const [key, child] of Object.entries(v)) {
+      if (child !== null && typeof child === 'object') stack.push([child, depth + 1, depth === 1 && !Array.isArray(v) ? `body.${key}` : field])
+    }
+  }
+  return null
+}
+
 /** Bodies above this are refused with 413 before parsing; payloads have their own, smaller limit. */
 const bodyLimitBytes = 1024 * 1024
+/** Longer request URIs are refused with 414 (Node's own limit is 16 KiB for the request line and headers together: 431). */
+export const maxUriLength = 8192
+/** A request (line, headers and body) must arrive within this, or the connection gets 408: a client trickling bytes holds no socket forever. */
+const requestTimeoutMs = 30_000
 
 /**
  * Builds the HTTP app without listening (app/server split): tests inject requests or listen on
  * port 0 themselves.
  */
-export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app: FastifyInstance; context: ApiContext }> {
+export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app: FastifyInstance; context: ApiContext; routes: RegisteredRoute[] }> {
   const app = Fastify({
     loggerInstance: deps.log as FastifyBaseLogger,
     // One log line per request would dominate the log at thousands of requests per second.
@@ -73,6 +109,21 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     routerOptions: { maxParamLength: 2048 },
     trustProxy: deps.config.trustProxy,
     return503OnClosing: false,
+    requestTimeout: requestTimeoutMs,
+    // Requests refused by Node's parser, and URLs refused by Fastify's router, answer in the
+    // envelope with a request id like every other answer (errors.ts).
+    clientErrorHandler(err, socket) {
+      if ((err as NodeJS.ErrnoException).code === 'ECONNRESET' || socket.destroyed) return
+      if (socket.writable) socket.write(rawClientErrorResponse(err as NodeJS.ErrnoException, deps.newUlid()))
+      socket.destroy(err)
+    },
+    frameworkErrors: (err, request, reply) => sendError(request, reply, err),
+  })
+  // Every route with the schemas it validates with, as registered (a test walks them: every string
+  // a request can carry is bounded before any pattern runs).
+  const routes: RegisteredRoute[] = []
+  app.addHook('onRoute', (route) => {
+    routes.push({ method: route.method, url: route.url, schema: route.schema as RegisteredRoute['schema'], documentedBody: route.config?.documentedBody })
   })
   app.setValidatorCompiler(validatorCompiler)
   app.setSerializerCompiler(serializeResponses)
@@ -85,16 +136,21 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
     const text = String(body)
     if (text.trim() === '') return done(null, undefined)
+    let parsed: unknown
     try {
-      done(null, JSON.parse(text))
+      parsed = JSON.parse(text)
     } catch {
-      done(invalidRequest('the body is not valid JSON'), undefined)
+      return done(invalidRequest('the body is not valid JSON'), undefined)
     }
+    const tooDeep = tooDeepUnder(parsed, maxBodyDepth)
+    if (tooDeep !== null) return done(invalidRequest(`${tooDeep}: nests deeper than the body's limit of ${maxBodyDepth} levels`), undefined)
+    done(null, parsed)
   })
 
   app.decorateRequest('principal', null as unknown as Principal)
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('X-Request-Id', request.id)
+    if (request.url.length > maxUriLength) throw uriTooLong(maxUriLength)
   })
   registerErrorHandling(app)
 
@@ -162,5 +218,5 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(platformProjectRoutes(context), { prefix: '/platform/v1' })
   await app.register(platformBillingRoutes(context), { prefix: '/platform/v1' })
   await app.register(providerWebhookRoutes(context), { prefix: '/platform/v1' })
-  return { app, context }
+  return { app, context, routes }
 }

@@ -1,3 +1,4 @@
+import { STATUS_CODES } from 'node:http'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
 import {
@@ -68,6 +69,7 @@ export const confirmRequired = () => new ApiError(400, 'confirm_required', 'pass
 export const rateLimitExceeded = (retryAfterMs: number, message = 'too many requests; retry later') =>
   new ApiError(429, 'rate_limit_exceeded', message, { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) })
 export const routeNotFound = (method: string, url: string) => new ApiError(404, 'route_not_found', `no route ${method} ${url}`)
+export const uriTooLong = (max: number) => new ApiError(414, 'invalid_request', `the request URI is over ${max} characters`)
 
 type DomainErrorClass = abstract new (...args: never[]) => DomainError
 
@@ -168,8 +170,11 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 409, code: 'worker_mismatch' },
   { status: 409, code: 'parent_terminal' },
   { status: 409, code: 'recurring_job_type_conflict' },
+  { status: 408, code: 'invalid_request' },
   { status: 413, code: 'invalid_request' },
+  { status: 414, code: 'invalid_request' },
   { status: 415, code: 'invalid_request' },
+  { status: 431, code: 'invalid_request' },
   { status: 422, code: 'parent_not_found' },
   { status: 422, code: 'invalid_email' },
   { status: 422, code: 'invalid_role' },
@@ -237,10 +242,40 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, err: unk
   const rendered = renderError(err)
   if (rendered.status >= 500) request.log.error({ err, request_id: request.id, route: request.url }, 'request failed')
   if (rendered.headers) void reply.headers(rendered.headers)
+  // Framework errors (a malformed URL, an over-long path parameter) skip the onRequest hooks.
+  void reply.header('X-Request-Id', request.id)
   return reply
     .code(rendered.status)
     .type('application/json; charset=utf-8')
     .send({ error: { code: rendered.code, message: rendered.message, request_id: request.id } })
+}
+
+/**
+ * Node's HTTP parser refuses some requests before Fastify makes a request of them: an unknown
+ * method or malformed request line (400), request line and headers over the size limit (431), a
+ * request not received in time (408). Their answer is written to the socket here, in the
+ * envelope and with a request id like every other answer; the connection is closed after it, as
+ * Node does, since the parser cannot find the next request on it.
+ */
+export function rawClientErrorResponse(err: { code?: string }, requestId: string): string {
+  const [status, message] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'the request line and headers are over the size limit']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'the request was not received in time']
+        : err.code === 'HPE_INVALID_METHOD'
+          ? [400, 'unknown HTTP method']
+          : [400, 'malformed HTTP request']
+  const body = JSON.stringify({ error: { code: 'invalid_request', message, request_id: requestId } })
+  return [
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}`,
+    'Content-Type: application/json; charset=utf-8',
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    `X-Request-Id: ${requestId}`,
+    'Connection: close',
+    '',
+    body,
+  ].join('\r\n')
 }
 
 /** The one error handler and the one not-found handler of the app. */

@@ -76,11 +76,16 @@ function groupByStatus(entries: readonly string[]): ErrorSchemas {
  * What any authenticated `/jobsvc/v1` route can answer besides its own codes: a bad or missing
  * key, the hourly request limit, a request its schema refuses, and the unexpected.
  */
-const apiKeyCodes = ['unauthorized', 'rate_limit_exceeded', 'invalid_request', 'internal_error']
+/**
+ * What any request can be refused with before a route sees it (errors.ts, app.ts): a URI over
+ * the limit, request line and headers over Node's limit, a request not received in time.
+ */
+const belowTheRouteCodes = ['408:invalid_request', '414:invalid_request', '431:invalid_request']
+const apiKeyCodes = ['unauthorized', 'rate_limit_exceeded', 'invalid_request', 'internal_error', ...belowTheRouteCodes]
 /** What any session (JWT) route under `/platform/v1` can answer besides its own codes. */
-const sessionCodes = ['unauthorized', 'user_not_found', 'invalid_request', 'internal_error']
+const sessionCodes = ['unauthorized', 'user_not_found', 'invalid_request', 'internal_error', ...belowTheRouteCodes]
 /** What a route needing no credentials can answer besides its own codes. */
-const publicCodes = ['internal_error']
+const publicCodes = ['internal_error', ...belowTheRouteCodes]
 
 /**
  * Codes of every state-changing `/jobsvc/v1` route (POST, PUT, PATCH, DELETE): the
