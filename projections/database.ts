@@ -23,6 +23,21 @@ export function openSql(url: string, options: { max?: number; applicationName?: 
   }) as unknown as Sql
 }
 
+/** postgres.js's own codes for a connection it could not make or lost, and the OS's. */
+const connectionFailures = new Set(['CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EPIPE'])
+
+/**
+ * Whether `err` says Postgres is out of reach rather than that a statement was wrong: a
+ * connection failure, SQLSTATE class 08 (connection exception), 57P01–57P03 (shutting down,
+ * crashed, not yet accepting) or 53300 (too many connections).
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  const e = err as { code?: unknown; errno?: unknown } | null
+  if (e === null || typeof e !== 'object') return false
+  const code = typeof e.code === 'string' ? e.code : typeof e.errno === 'string' ? e.errno : ''
+  return connectionFailures.has(code) || code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300'
+}
+
 function databaseName(url: string): string {
   const name = decodeURIComponent(new URL(url).pathname.replace(/^\//, ''))
   if (!name) throw new Error(`DATABASE_URL names no database: ${url}`)

@@ -19,9 +19,31 @@ export async function connectNats(servers: string, name: string): Promise<NatsHa
     noAsyncTraces: true,
   })
   flushOncePerTurn(nc)
+  trackConnectionState(nc)
   const jsm = await jetstreamManager(nc, { timeout: 10_000 })
   const js = jetstream(nc, { timeout: 10_000 })
   return { nc, js, jsm }
+}
+
+const disconnected = new WeakSet<NatsConnection>()
+
+/**
+ * Follows the connection's status events: between a disconnect and the reconnect, commands
+ * that need the server fail at once (LogUnavailable, a 503 to clients) instead of waiting out
+ * their 10-second timeouts in nats.js's buffer.
+ */
+function trackConnectionState(nc: NatsConnection): void {
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === 'disconnect') disconnected.add(nc)
+      else if (status.type === 'reconnect') disconnected.delete(nc)
+    }
+  })()
+}
+
+/** False while the connection is lost or closed; true otherwise (and for connections not made by connectNats). */
+export function isNatsConnected(nc: NatsConnection): boolean {
+  return !nc.isClosed() && !disconnected.has(nc)
 }
 
 /** The parts of nats.js's protocol handler (nats-core 3.x, not exported) that writes go through. */

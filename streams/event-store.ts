@@ -15,7 +15,8 @@
 import type { JetStreamManager } from '@nats-io/jetstream'
 import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node'
 import { decode, encode } from './codec.ts'
-import { ConcurrencyConflict } from './errors.ts'
+import { isNatsConnected } from './connection.ts'
+import { ConcurrencyConflict, LogUnavailable } from './errors.ts'
 import { JetStreamPublishError, JetStreamPublisher } from './publisher.ts'
 import { eventsStreamName, eventSubject, type AggregateKind } from './names.ts'
 
@@ -77,14 +78,19 @@ export class EventStore {
   readonly ns: string
   readonly stream: string
   readonly #jsm: JetStreamManager
-
+  readonly #nc: NatsConnection
   readonly #publisher: JetStreamPublisher
 
   constructor(ns: string, nc: NatsConnection, jsm: JetStreamManager) {
     this.ns = ns
     this.stream = eventsStreamName(ns)
+    this.#nc = nc
     this.#publisher = new JetStreamPublisher(nc)
     this.#jsm = jsm
+  }
+
+  #assertConnected(): void {
+    if (!isNatsConnected(this.#nc)) throw new LogUnavailable('the NATS connection is down')
   }
 
   /** Stops listening for acknowledgements (appends still waiting fail). */
@@ -114,6 +120,7 @@ export class EventStore {
 
   /** One direct get of the aggregate's last message: its state after its latest event. */
   async load<S>(ref: AggregateRef): Promise<Loaded<S>> {
+    this.#assertConnected()
     const stored = await this.#jsm.direct.getMessage(this.stream, { last_by_subj: this.subjectOf(ref) })
     if (stored === null) return { state: null, seq: 0 }
     const message = decode<EventMessage<DomainEventShape, S>>(stored.data)
@@ -145,6 +152,7 @@ export class EventStore {
 
   /** Every message of one aggregate in order, one direct get each (histories are short). */
   async history<E extends DomainEventShape, S>(ref: AggregateRef): Promise<EventRecord<E, S>[]> {
+    this.#assertConnected()
     const subject = this.subjectOf(ref)
     const records: EventRecord<E, S>[] = []
     let from = 1

@@ -1,4 +1,6 @@
 import { createInbox, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from '@nats-io/transport-node'
+import { isNatsConnected } from './connection.ts'
+import { LogUnavailable } from './errors.ts'
 
 /** JetStream's answer to a publish: the stored sequence, or its API error. */
 export interface PublishAck {
@@ -47,11 +49,12 @@ export class JetStreamPublisher {
 
   /** Publishes `data` to `subject` with `headers` and resolves to JetStream's acknowledgement. */
   publish(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PublishAck> {
+    if (!isNatsConnected(this.#nc)) return Promise.reject(new LogUnavailable('the NATS connection is down; nothing was published'))
     const token = (this.#next++).toString(36)
     return new Promise<PublishAck>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.#pending.delete(token)
-        reject(new Error(`JetStream did not acknowledge a publish to ${subject} within ${this.#timeoutMs} ms`))
+        reject(new LogUnavailable(`JetStream did not acknowledge a publish to ${subject} within ${this.#timeoutMs} ms`))
       }, this.#timeoutMs)
       this.#pending.set(token, { resolve, reject, timer })
       try {

@@ -38,7 +38,8 @@ import {
   RecurringJobTypeConflict,
   WorkerMismatch,
 } from '../../domain/errors.ts'
-import { ConcurrencyConflict } from '../../streams/errors.ts'
+import { isDatabaseUnavailable } from '../../projections/database.ts'
+import { ConcurrencyConflict, isLogUnavailable } from '../../streams/errors.ts'
 
 /**
  * An error that exists only at the HTTP edge (authentication, query parsing, routing). Domain
@@ -62,7 +63,10 @@ export const invalidRequest = (message: string, status = 400) => new ApiError(st
 export const invalidLimit = (message: string) => new ApiError(400, 'invalid_limit', message)
 export const invalidCursor = () => new ApiError(400, 'invalid_cursor', 'the cursor is not one this service issued')
 export const forbidden = (message: string) => new ApiError(403, 'forbidden', message)
-export const serviceUnavailable = (message: string) => new ApiError(503, 'service_unavailable', message)
+export const serviceUnavailable = (message: string, retryAfterSeconds?: number) =>
+  new ApiError(503, 'service_unavailable', message, retryAfterSeconds === undefined ? {} : { 'Retry-After': String(retryAfterSeconds) })
+/** A dependency outage: NATS reconnects every 250 ms and Postgres pools reconnect on the next query, so a short wait is enough. */
+const outageRetryAfterSeconds = 5
 export const validationError = (message: string) => new ApiError(400, 'validation_error', message)
 export const invalidEmail = (message = 'the e-mail address is malformed') => new ApiError(422, 'invalid_email', message)
 export const confirmRequired = () => new ApiError(400, 'confirm_required', 'pass confirm=<the account e-mail address> to delete the account')
@@ -222,6 +226,12 @@ export function renderError(err: unknown): Rendered {
     const status = domainStatuses.find(([cls]) => err instanceof cls)?.[1] ?? 409
     return { status, code: err.code, message: err.message }
   }
+  if (isLogUnavailable(err)) {
+    return { status: 503, code: 'service_unavailable', message: 'the event log (NATS) is unavailable; retry with backoff', headers: { 'Retry-After': String(outageRetryAfterSeconds) } }
+  }
+  if (isDatabaseUnavailable(err)) {
+    return { status: 503, code: 'service_unavailable', message: 'the database (Postgres) is unavailable; retry with backoff', headers: { 'Retry-After': String(outageRetryAfterSeconds) } }
+  }
   if (err instanceof ConcurrencyConflict) {
     return { status: 409, code: 'invalid_state', message: 'the job changed concurrently; read it again and retry' }
   }
@@ -240,7 +250,8 @@ export function renderError(err: unknown): Rendered {
 
 export function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): FastifyReply {
   const rendered = renderError(err)
-  if (rendered.status >= 500) request.log.error({ err, request_id: request.id, route: request.url }, 'request failed')
+  if (rendered.status === 503) request.log.warn({ err, request_id: request.id, route: request.url }, 'request refused: a dependency is unavailable')
+  else if (rendered.status >= 500) request.log.error({ err, request_id: request.id, route: request.url }, 'request failed')
   if (rendered.headers) void reply.headers(rendered.headers)
   // Framework errors (a malformed URL, an over-long path parameter) skip the onRequest hooks.
   void reply.header('X-Request-Id', request.id)

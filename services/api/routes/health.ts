@@ -2,15 +2,23 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { isMigrated } from '../../../projections/migrate.ts'
+import { isNatsConnected } from '../../../streams/connection.ts'
 import { eventsStreamName } from '../../../streams/names.ts'
 import type { ApiContext } from '../app.ts'
 import { publicErrorResponses } from '../openapi.ts'
 
+/** A probe answers within this even while a dependency hangs: that check is then false. */
+const checkTimeoutMs = 2_000
+
 async function isTrue(check: () => Promise<unknown>): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined
+  const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), checkTimeoutMs)))
   try {
-    return Boolean(await check())
+    return Boolean(await Promise.race([check(), timedOut]))
   } catch {
     return false
+  } finally {
+    clearTimeout(timer)
   }
 }
 
@@ -41,7 +49,7 @@ export function healthRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.get('/live', { schema: liveSchema }, async () => ({ status: 'ok' as const }))
     app.get('/ready', { schema: readySchema }, async (_request, reply) => {
       const [nats, jetstream, postgres, migrations] = await Promise.all([
-        isTrue(async () => !deps.nats.nc.isClosed() && (await deps.nats.nc.rtt()) >= 0),
+        isTrue(async () => isNatsConnected(deps.nats.nc) && (await deps.nats.nc.rtt()) >= 0),
         isTrue(() => deps.nats.jsm.streams.info(eventsStreamName(deps.config.namespace))),
         isTrue(() => deps.sql`SELECT 1`),
         isTrue(() => isMigrated(deps.sql)),
