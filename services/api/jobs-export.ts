@@ -54,6 +54,17 @@ export interface ExportLayout<Row> {
 }
 
 /**
+ * OWASP's CSV injection rule: a spreadsheet runs a cell that starts with `=`, `+`, `-`, `@`, a
+ * tab or a carriage return as a formula (`=HYPERLINK(…)` in a job type or an error message).
+ * Such a text cell gets a leading `'`, which spreadsheets show as text and do not display;
+ * numbers and the JSON columns (which start with `{`) are never touched. The JSONL export keeps
+ * every value exactly.
+ */
+export function neutralizeFormula(cell: unknown): unknown {
+  return typeof cell === 'string' && /^[=+\-@\t\r]/.test(cell) ? `'${cell}` : cell
+}
+
+/**
  * The rows of `query`, rendered by `render`, as an object stream that pulls the next batch from
  * the database only once its reader has taken the last one (stream back-pressure).
  *
@@ -115,7 +126,8 @@ export function sendExport<Row extends object>(
   // pipeline, not pipe: a client that hangs up destroys `csv`, and the cursor behind it must be
   // closed too rather than left waiting, holding its database connection. Errors reach Fastify
   // through `csv`, which pipeline destroys with them.
-  return reply.send(pipeline(cursorStream(deps.sql, query, layout.csvRecord), csv, () => undefined))
+  const record = (row: Row) => layout.csvRecord(row).map(neutralizeFormula)
+  return reply.send(pipeline(cursorStream(deps.sql, query, record), csv, () => undefined))
 }
 
 interface ExportRow {
