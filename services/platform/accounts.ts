@@ -17,7 +17,7 @@ import { createProject, deleteProjectAsOperator, projectRef } from '../projects/
 import type { Deps } from '../runtime.ts'
 import { AuthLimits } from './auth-limits.ts'
 import { passwordResetMail, tokenLink, verificationMail, type Mail } from './mailer.ts'
-import { decoyPasswordHash, hashPassword, verifyPassword } from './passwords.ts'
+import { decoyPasswordHash, hashPassword, needsRehash, verifyPassword } from './passwords.ts'
 import { decryptAtRest, deriveKey, encryptAtRest, randomSecret, sha256Hex } from './secrets.ts'
 import { SessionIssuer } from './sessions.ts'
 import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, otpauthUri, stepOfCode } from './totp.ts'
@@ -311,7 +311,23 @@ export class AccountService {
       }
     }
     await this.limits.clearLoginFailures(user.id)
+    await this.#upgradePasswordHash(user, input.password)
     return { user, session: await this.sessions.issue(user.id, now), recoveryCodeUsed, projects: await this.ownedProjects(user) }
+  }
+
+  /**
+   * A hash made with older scrypt parameters is replaced once a login has proved the password.
+   * A failure here does not fail the login: the old hash still verifies, and the next login
+   * tries again.
+   */
+  async #upgradePasswordHash(user: User, password: string): Promise<void> {
+    if (!needsRehash(user.password_hash)) return
+    try {
+      const passwordHash = await hashPassword(password)
+      await this.#onUser(user.id, { type: 'upgrade_password_hash', data: { previous_hash: user.password_hash, password_hash: passwordHash }, meta: this.#meta() })
+    } catch (err) {
+      this.#deps.log.warn({ err, user_id: user.id }, 'the password hash could not be upgraded; the next login tries again')
+    }
   }
 
   async #acceptTotpCode(user: User, code: string, now: Date): Promise<void> {

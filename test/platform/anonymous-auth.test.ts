@@ -1,5 +1,9 @@
-import { randomBytes } from 'node:crypto'
+import { randomBytes, scryptSync } from 'node:crypto'
 import t, { type Test } from 'tap'
+import { userDecider, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
+import { userRef } from '../../services/platform/accounts.ts'
+import { decoyPasswordHash } from '../../services/platform/passwords.ts'
+import { handleCommand } from '../../streams/handle-command.ts'
 import { httpRequest, type HttpResponse, withClockShifted } from '../support/harness.ts'
 import { freshEmail, freshIp, newVerifiedUser, sessionFrom, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 import { tokenFromMail, type ReceivedMail } from '../support/smtp-sink.ts'
@@ -308,6 +312,38 @@ t.test('login with a wrong password or an unknown address: 401 invalid_credentia
   isError(t, unknown, 401, 'invalid_credentials', 'unknown address')
   t.equal(wrong.body.error.message, unknown.body.error.message, 'the same message: nothing tells which')
   t.notOk(wrong.headers.get('set-cookie')?.includes('sv_jwt=ey'), 'no session on failure')
+})
+
+t.test("passwords: scrypt at OWASP's minimum; an older hash is upgraded at the next successful login", async (t) => {
+  const owasp = /^scrypt\$131072\$8\$1\$[\w-]{22}\$[\w-]{43}$/
+  const u = await newVerifiedUser(h)
+  const stored = async () => (await h.runtime.store.load<User>(userRef(u.userId))).state!
+  t.match((await stored()).password_hash, owasp, 'a new hash is scrypt N=2^17, r=8, p=1 (OWASP Password Storage Cheat Sheet)')
+  t.match(await decoyPasswordHash(), owasp, 'the decoy hash for unknown addresses has the same parameters')
+
+  // A hash from before the change (N = 2^15), written as a password change would have written it.
+  const salt = randomBytes(16)
+  const weak = ['scrypt', 2 ** 15, 8, 1, salt.toString('base64url'), scryptSync(u.password.normalize('NFKC'), salt, 32, { N: 2 ** 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 }).toString('base64url')].join('$')
+  const command: UserCommand = { type: 'change_password', data: { password_hash: weak }, meta: { now: new Date().toISOString() } }
+  await handleCommand<UserCommand, UserEvent, User>(h.runtime.store, userDecider, userRef(u.userId), command, () => `evt_${h.runtime.newUlid()}`)
+  const before = await stored()
+  t.equal(before.password_hash, weak, 'the user now has an N=2^15 hash')
+
+  isError(t, await post('login', { email: u.email, password: `${u.password}-wrong` }), 401, 'invalid_credentials', 'a wrong password against the old hash')
+  t.equal((await stored()).password_hash, weak, 'a failed login upgrades nothing')
+
+  const login = await post('login', { email: u.email, password: u.password })
+  t.equal(login.status, 200, `the old hash still verifies: ${JSON.stringify(login.body)}`)
+  const after = await stored()
+  t.match(after.password_hash, owasp, 'the successful login replaced it with an N=2^17 hash')
+  t.equal(after.password_changed_at, before.password_changed_at, 'the upgrade is not a password change')
+  t.equal((await me(sessionFrom(login))).status, 200, 'so the session just issued stays valid')
+  const history = await h.runtime.store.history<UserEvent, User>(userRef(u.userId))
+  t.equal(history.flatMap((r) => r.message.events).filter((e) => e.type === 'password_rehashed').length, 1, 'one password_rehashed event on the user')
+
+  const again = await post('login', { email: u.email, password: u.password })
+  t.equal(again.status, 200, 'the upgraded hash verifies')
+  t.equal((await stored()).password_hash, after.password_hash, 'and is not hashed again')
 })
 
 t.test('login of an unverified account: 403 email_not_verified only with the right password', async (t) => {
