@@ -288,26 +288,42 @@ export class AccountService {
   async login(input: { email: string; password: string; totpCode?: string | undefined; recoveryCode?: string | undefined }): Promise<LoginResult> {
     const now = this.#deps.now()
     const user = await this.findUserByEmail(input.email)
-    if (user !== null) {
-      const lockedForMs = await this.limits.lockedForMs(user.id, now)
-      if (lockedForMs > 0) throw new LoginRefused('account_locked', lockedForMs)
-    }
-    const isMatch = await verifyPassword(input.password, user?.password_hash ?? (await decoyPasswordHash()))
-    if (user === null || !isMatch) {
-      if (user !== null) await this.limits.recordLoginFailure(user.id, now)
+    if (user === null) {
+      await verifyPassword(input.password, await decoyPasswordHash())
       throw new LoginRefused('invalid_credentials')
     }
-    if (user.email_verified_at === null) throw new LoginRefused('email_not_verified')
-    if (user.status === 'suspended') throw new LoginRefused('account_suspended')
+    // The attempt takes its slot in the failure window before the password is checked, so
+    // parallel guesses cannot all pass a check that none of them has recorded yet. A wrong
+    // password or second factor keeps the slot; a success clears the window; any other outcome
+    // gives the slot back.
+    const slot = await this.limits.reserveLoginAttempt(user.id, now)
+    if (!slot.admitted) throw new LoginRefused('account_locked', slot.retryAfterMs)
+    let outcome: 'failed' | 'succeeded' | 'neither' = 'neither'
     let recoveryCodeUsed = false
-    if (user.totp?.enabled_at) {
-      if (input.totpCode !== undefined) {
-        await this.#acceptTotpCode(user, input.totpCode, now)
-      } else if (input.recoveryCode !== undefined) {
-        await this.#useRecoveryCode(user, input.recoveryCode, now)
-        recoveryCodeUsed = true
-      } else {
-        throw new LoginRefused('totp_required')
+    try {
+      if (!(await verifyPassword(input.password, user.password_hash))) {
+        outcome = 'failed'
+        throw new LoginRefused('invalid_credentials')
+      }
+      if (user.email_verified_at === null) throw new LoginRefused('email_not_verified')
+      if (user.status === 'suspended') throw new LoginRefused('account_suspended')
+      if (user.totp?.enabled_at) {
+        if (input.totpCode !== undefined) {
+          await this.#acceptTotpCode(user, input.totpCode, now)
+        } else if (input.recoveryCode !== undefined) {
+          await this.#useRecoveryCode(user, input.recoveryCode)
+          recoveryCodeUsed = true
+        } else {
+          throw new LoginRefused('totp_required')
+        }
+      }
+      outcome = 'succeeded'
+    } catch (err) {
+      if (err instanceof LoginRefused && err.reason === 'invalid_totp_code') outcome = 'failed'
+      throw err
+    } finally {
+      if (outcome === 'neither') {
+        await this.limits.releaseLoginAttempt(user.id, now).catch((err) => this.#deps.log.warn({ err, user_id: user.id }, 'a login slot could not be given back'))
       }
     }
     await this.limits.clearLoginFailures(user.id)
@@ -337,17 +353,15 @@ export class AccountService {
       await this.#onUser(user.id, { type: 'accept_totp_step', data: { step }, meta: this.#meta() })
     } catch (err) {
       if (!(err instanceof InvalidTotpCode)) throw err
-      await this.limits.recordLoginFailure(user.id, now)
       throw new LoginRefused('invalid_totp_code')
     }
   }
 
-  async #useRecoveryCode(user: User, code: string, now: Date): Promise<void> {
+  async #useRecoveryCode(user: User, code: string): Promise<void> {
     try {
       await this.#onUser(user.id, { type: 'use_recovery_code', data: { code_hash: hashRecoveryCode(code) }, meta: this.#meta() })
     } catch (err) {
       if (!(err instanceof InvalidTotpCode)) throw err
-      await this.limits.recordLoginFailure(user.id, now)
       throw new LoginRefused('invalid_totp_code')
     }
   }

@@ -390,6 +390,22 @@ t.test('10 failed logins lock the account: 429 account_locked with Retry-After, 
   sessionFrom(later)
 })
 
+t.test('100 parallel wrong passwords: at most 10 are checked, the rest are 429 account_locked', async (t) => {
+  const u = await newVerifiedUser(h)
+  // Each from its own address (TEST-NET-1), so only the per-account lockout can refuse them.
+  const answers = await Promise.all(
+    Array.from({ length: 100 }, (_, i) => post('login', { email: u.email, password: `${u.password}-wrong-${i}` }, { ip: `192.0.2.${i + 1}` })),
+  )
+  const tally = new Map<string, number>()
+  for (const res of answers) tally.set(`${res.status} ${res.body?.error?.code}`, (tally.get(`${res.status} ${res.body?.error?.code}`) ?? 0) + 1)
+  const checked = tally.get('401 invalid_credentials') ?? 0
+  const locked = tally.get('429 account_locked') ?? 0
+  t.ok(checked >= 1 && checked <= 10, `at most 10 passwords were verified (401 invalid_credentials: ${checked}; all: ${JSON.stringify([...tally])})`)
+  t.equal(checked + locked, 100, 'every other attempt was refused as locked, none with another answer')
+  for (const res of answers.filter((r) => r.status === 429)) retryAfterOf(t, res, 'a parallel account_locked')
+  isError(t, await post('login', { email: u.email, password: u.password }), 429, 'account_locked', 'then the right password')
+})
+
 t.test('a successful login before the 10th failure resets the count', async (t) => {
   const u = await newVerifiedUser(h)
   const wrong = { email: u.email, password: `${u.password}-wrong` }
