@@ -1,13 +1,37 @@
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { isIP } from 'node:net'
 import { z } from 'zod'
 import type { Plan } from '../domain/project.ts'
 import { isValidNamespace } from '../streams/names.ts'
 import { plansFileSchema, resolvePlans, type PlanLimits } from './metering/plans.ts'
 
-const booleanString = z
-  .enum(['true', 'false', '1', '0', 'yes', 'no'])
-  .transform((v) => v === 'true' || v === '1' || v === 'yes')
+/** An address, an address/prefix, or one of proxy-addr's named ranges. */
+function isProxyAddress(entry: string): boolean {
+  if (['loopback', 'linklocal', 'uniquelocal'].includes(entry)) return true
+  const [address = '', prefix, ...rest] = entry.split('/')
+  const family = isIP(address)
+  if (family === 0 || rest.length > 0) return false
+  return prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 4 ? 32 : 128))
+}
+
+/**
+ * `false`; a number of trusted proxy hops (`0` is false); a comma-separated list of trusted
+ * proxy addresses or CIDRs; or `true`, every hop, which takes the left-most `X-Forwarded-For`
+ * entry: a client writes that one itself wherever the proxy appends rather than replaces.
+ */
+const trustProxyValue = z
+  .string()
+  .trim()
+  .transform((v, ctx): boolean | number | string[] => {
+    if (v === 'true') return true
+    if (v === 'false') return false
+    if (/^\d+$/.test(v)) return Number(v) === 0 ? false : Number(v)
+    const entries = v.split(',').map((e) => e.trim())
+    if (entries.every(isProxyAddress)) return entries
+    ctx.addIssue({ code: 'custom', message: 'must be false, true, a number of proxy hops, or a comma-separated list of proxy addresses or CIDRs' })
+    return z.NEVER
+  })
 
 /** The environment of CONTRACT.md, one key each; nothing else reads process.env. */
 export const environmentSchema = z.object({
@@ -27,7 +51,7 @@ export const environmentSchema = z.object({
   JOBSVC_SECRET: z.string().min(16).optional().describe('key material for JWT signing and encryption at rest'),
   SMTP_URL: z.string().optional().describe('e-mail transport; unset: e-mails are logged'),
   PUBLIC_URL: z.url().optional().describe('base of links in e-mails and the dashboard origin allowed by CORS; default http://HOST:PORT'),
-  TRUST_PROXY: booleanString.default(false).describe('take the client IP from X-Forwarded-For'),
+  TRUST_PROXY: trustProxyValue.default(false).describe('whether the client IP comes from X-Forwarded-For: false, a number of trusted proxy hops, a list of trusted proxy addresses, or true (every hop)'),
   WEBHOOK_ALLOW_HOSTS: z.string().default('').describe('host:port list exempt from the public-address rule'),
   JOBSVC_CONFIG: z.string().optional().describe('path of a JSON file overriding plan limits and tunables'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
@@ -92,7 +116,8 @@ export interface Config {
   secretGenerated: boolean
   smtpUrl: string | null
   publicUrl: string | null
-  trustProxy: boolean
+  /** Fastify's `trustProxy`: false, every hop (true), a number of hops, or the proxies' addresses. */
+  trustProxy: boolean | number | string[]
   webhookAllowHosts: string[]
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
   tunables: Tunables

@@ -50,6 +50,9 @@ export interface ApiContext {
   stopping: AbortSignal
 }
 
+/** proxy-addr's test of the `hop`-th address back from the socket (0 is the socket's own peer). */
+const trustHops = (hops: number) => (_address: string, hop: number) => hop < hops
+
 /** Bodies above this are refused with 413 before parsing; payloads have their own, smaller limit. */
 const bodyLimitBytes = 1024 * 1024
 
@@ -71,7 +74,9 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     // Fastify's default (100) answers a longer path parameter with its own 414 body; ids this
     // long are simply unknown (404 in the envelope), so the routes get to say so.
     routerOptions: { maxParamLength: 2048 },
-    trustProxy: deps.config.trustProxy,
+    // A hop count trusts that many proxies in front of the service, as in Express: the client is
+    // the entry the outermost trusted proxy appended. Fastify 5 given a bare number trusts none.
+    trustProxy: typeof deps.config.trustProxy === 'number' ? trustHops(deps.config.trustProxy) : deps.config.trustProxy,
     return503OnClosing: false,
   })
   app.setValidatorCompiler(validatorCompiler)
