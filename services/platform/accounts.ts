@@ -91,6 +91,17 @@ export class LoginRefused extends Error {
   }
 }
 
+/**
+ * The user's TOTP secret was sealed under another JOBSVC_SECRET than this process holds (the
+ * secret was changed or lost), so no code can be checked against it.
+ */
+export class TotpSecretUnreadable extends Error {
+  constructor(options: { cause: unknown }) {
+    super('the two-factor secret cannot be decrypted with this JOBSVC_SECRET', options)
+    this.name = 'TotpSecretUnreadable'
+  }
+}
+
 export class WrongPassword extends Error {
   constructor() {
     super('the password is wrong')
@@ -367,7 +378,13 @@ export class AccountService {
   }
 
   #totpSecretOf(user: User): string {
-    return decryptAtRest(this.#totpKey, user.totp!.secret_encrypted)
+    try {
+      return decryptAtRest(this.#totpKey, user.totp!.secret_encrypted)
+    } catch (err) {
+      // The operator's problem more than the user's: said once per attempt in the log.
+      this.#deps.log.error({ err, user_id: user.id }, 'a TOTP secret cannot be decrypted: it was sealed under another JOBSVC_SECRET')
+      throw new TotpSecretUnreadable({ cause: err })
+    }
   }
 
   /**
