@@ -8,7 +8,7 @@ import { pino } from 'pino'
 import t from 'tap'
 import * as api from '../../services/api/index.ts'
 import { openRuntime } from '../../services/runtime.ts'
-import { httpRequest, isolatedNames, removeIsolated, repoRoot, testConfig, type HttpResponse } from '../support/harness.ts'
+import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, startHarness, testConfig, type HttpResponse } from '../support/harness.ts'
 import { freshEmail, freshIp, newVerifiedUser, sessionFrom, startPlatformHarness, totpCode } from '../support/platform.ts'
 import { startSmtpSink, tokenFromMail } from '../support/smtp-sink.ts'
 
@@ -205,4 +205,26 @@ t.test('a TOTP secret sealed under another JOBSVC_SECRET: 409 totp_secret_unread
   }
   const home = await h.platform('POST', '/platform/v1/auth/login', { email: u.email, password: u.password, totp_code: totpCode(setup.body.secret, new Date(), 1) })
   t.equal(home.status, 200, `with the secret it was sealed under, the TOTP login works (${JSON.stringify(home.body)})`)
+})
+
+t.test('an idempotent answer sealed under another JOBSVC_SECRET is refused, not run again', async (t) => {
+  const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], suffix: '_idem' })
+  const other = await openRuntime(testConfig({ ...h.config, secret: `another-${h.config.secret}` }), pino({ level: 'silent' }), 'jobsvc-test-other')
+  t.teardown(() => other.close())
+  const role = await api.start(other)
+  t.teardown(role.stop)
+  const create = (url: string) => httpRequest(url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'sealed', payload: { n: 1 } }, { 'idempotency-key': 'sealed-1' })
+
+  const first = await create(h.url)
+  t.equal(first.status, 201, JSON.stringify(first.body))
+  const replay = await create(h.url)
+  t.same([replay.status, replay.headers.get('idempotent-replay'), replay.body.id], [201, 'true', first.body.id], 'replayed where it was sealed')
+  const elsewhere = await create(role.address)
+  t.equal(elsewhere.status, 409, `refused where it cannot be unsealed (${JSON.stringify(elsewhere.body)})`)
+  t.equal(elsewhere.body?.error?.code, 'idempotency_key_reuse')
+  const jobs = await eventually(async () => {
+    const list = await httpRequest(h.url, h.apiKey, 'GET', '/jobsvc/v1/jobs')
+    return list.body?.data?.length > 0 ? (list.body.data as Array<{ id: string }>) : null
+  }, 15_000, 'the job list')
+  t.same(jobs.map((j) => j.id), [first.body.id], 'and no second job was created')
 })
