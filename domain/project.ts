@@ -93,6 +93,29 @@ export interface Project {
   allowance_warnings?: string[]
   /** The billing period the project was last rolled into (`YYYY-MM-01`). */
   billing_period?: string | null
+  /**
+   * The payment provider's events applied lately (see providerEventMemory), so a replayed
+   * delivery is applied once. Absent until the first one.
+   */
+  provider_events?: Array<{ id: string; at: string }>
+}
+
+/**
+ * How long and how many of the provider's event ids a project remembers. A signed delivery is
+ * accepted within 5 minutes either side of its timestamp, so a replay of the same bytes arrives
+ * within 10 minutes of the first; a day covers that and the provider's own retries, and the
+ * count bounds the state should the provider send a burst.
+ */
+export const providerEventMemory = { ms: 24 * 60 * 60 * 1000, count: 100 }
+
+/** True when the provider's event `id` was applied to the project (within providerEventMemory). */
+export function hasProviderEvent(project: Project, id: string): boolean {
+  return (project.provider_events ?? []).some((e) => e.id === id)
+}
+
+function rememberProviderEvent(project: Project, id: string | null, at: string): Project['provider_events'] {
+  const kept = (project.provider_events ?? []).filter((e) => Date.parse(e.at) > Date.parse(at) - providerEventMemory.ms)
+  return id === null ? kept : [...kept, { id, at }].slice(-providerEventMemory.count)
 }
 
 /** A project's billing settings with their defaults. */
@@ -123,6 +146,8 @@ export type ProjectEvent =
   | { type: 'overage_disabled'; data: { disabled_at: string } }
   | { type: 'spend_cap_updated'; data: { spend_cap_cents: number | null; updated_at: string } }
   | { type: 'billing_state_changed'; data: { state: BillingState; previous_state: BillingState; provider_event_id: string | null; changed_at: string } }
+  /** The provider reported the state the project is already in: recorded so a replay of it is known. */
+  | { type: 'billing_state_confirmed'; data: { state: BillingState; provider_event_id: string; confirmed_at: string } }
   | { type: 'allowance_warning_80' | 'allowance_warning_100'; data: { period: string; used: number; allowance: number; warned_at: string } }
   | {
       type: 'billing_period_reset'
@@ -233,9 +258,13 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
   }
   if (command.type === 'set_billing_state') {
     const project = requireProject(state)
+    const { state: next, provider_event_id: eventId } = command.data
+    // A provider event already applied (a replay, or a retry of the same event) changes nothing,
+    // even when a later event has moved the state on since.
+    if (eventId !== null && hasProviderEvent(project, eventId)) return []
     const current = billingOf(project).state
-    if (command.data.state === current) return []
-    return [{ type: 'billing_state_changed', data: { state: command.data.state, previous_state: current, provider_event_id: command.data.provider_event_id, changed_at: now } }]
+    if (next === current) return eventId === null ? [] : [{ type: 'billing_state_confirmed', data: { state: next, provider_event_id: eventId, confirmed_at: now } }]
+    return [{ type: 'billing_state_changed', data: { state: next, previous_state: current, provider_event_id: eventId, changed_at: now } }]
   }
   if (command.type === 'record_jobs_export') {
     requireProject(state)
@@ -460,7 +489,14 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
     case 'spend_cap_updated':
       return { ...state, spend_cap_cents: event.data.spend_cap_cents, updated_at: event.data.updated_at }
     case 'billing_state_changed':
-      return { ...state, billing_state: event.data.state, updated_at: event.data.changed_at }
+      return {
+        ...state,
+        billing_state: event.data.state,
+        provider_events: rememberProviderEvent(state, event.data.provider_event_id, event.data.changed_at),
+        updated_at: event.data.changed_at,
+      }
+    case 'billing_state_confirmed':
+      return { ...state, provider_events: rememberProviderEvent(state, event.data.provider_event_id, event.data.confirmed_at) }
     case 'allowance_warning_80':
     case 'allowance_warning_100': {
       const mark = `${event.data.period}:${event.type === 'allowance_warning_80' ? 80 : 100}`

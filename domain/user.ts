@@ -101,6 +101,8 @@ export type UserEvent =
   | { type: 'password_reset_requested'; data: TokenGrant }
   | { type: 'password_reset'; data: { password_hash: string; changed_at: string } }
   | { type: 'password_changed'; data: { password_hash: string; changed_at: string } }
+  /** The same password hashed again with stronger parameters: sessions are not affected. */
+  | { type: 'password_rehashed'; data: { password_hash: string; rehashed_at: string } }
   | { type: 'profile_updated'; data: { display_name?: string | null; timezone?: string; locale?: string } }
   | { type: 'session_ended'; data: EndedSession & { ended_at: string } }
   | { type: 'all_sessions_ended'; data: { ended_at: string } }
@@ -128,6 +130,8 @@ export type UserCommand =
   | Command<'request_password_reset', { reset: TokenGrant }>
   | Command<'reset_password', { token_hash: string; password_hash: string }>
   | Command<'change_password', { password_hash: string }>
+  /** `previous_hash`: the hash the password was verified against; a change since then wins. */
+  | Command<'upgrade_password_hash', { previous_hash: string; password_hash: string }>
   | Command<'update_profile', { display_name?: string | null; timezone?: string; locale?: string }>
   /** Logout: `issued_at` is the session's own issue instant (its JWT's). */
   | Command<'end_session', EndedSession & { issued_at: string }>
@@ -216,6 +220,9 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
       return [{ type: 'password_reset', data: { password_hash: command.data.password_hash, changed_at: now } }]
     case 'change_password':
       return [{ type: 'password_changed', data: { password_hash: command.data.password_hash, changed_at: now } }]
+    case 'upgrade_password_hash':
+      if (user.password_hash !== command.data.previous_hash) return []
+      return [{ type: 'password_rehashed', data: { password_hash: command.data.password_hash, rehashed_at: now } }]
     case 'update_profile': {
       const changes: Extract<UserEvent, { type: 'profile_updated' }>['data'] = {}
       const d = command.data
@@ -321,6 +328,8 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
         password_reset: null,
         updated_at: event.data.changed_at,
       }
+    case 'password_rehashed':
+      return { ...state, password_hash: event.data.password_hash }
     case 'profile_updated':
       return { ...state, ...event.data }
     case 'session_ended': {

@@ -13,7 +13,7 @@ import { dropDatabase, openSql } from '../projections/database.ts'
 import { connectNats, type NatsHandles } from '../streams/connection.ts'
 import { deleteNamespace } from '../streams/definitions.ts'
 import { checkpointSubject } from '../streams/names.ts'
-import { ConfigError, loadConfig } from './config.ts'
+import { ConfigError, devSecretFileName, loadConfig } from './config.ts'
 import { benchMetrics } from './bench-metrics.ts'
 import { CpuMeter, describeCpu, type CpuBreakdown } from './bench-cpu.ts'
 
@@ -98,6 +98,11 @@ interface Options {
   /** Jobs to seed before timing the metrics routes instead of the throughput run; null: the throughput run. */
   metricsJobs: number | null
   metricsRequests: number
+  /**
+   * `--dev` (which `npm run bench` passes, as `npm start` does): without JOBSVC_SECRET, the
+   * spawned service and command line use the development mode's secret file too.
+   */
+  dev: boolean
 }
 
 function positiveInt(name: string, raw: string | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -123,6 +128,7 @@ function toOptions(argv: string[]): Options {
       url: { type: 'string' },
       'api-key': { type: 'string' },
       spawn: { type: 'boolean', default: false },
+      dev: { type: 'boolean', default: false },
       namespace: { type: 'string' },
       'nats-url': { type: 'string' },
       jobs: { type: 'string' },
@@ -147,7 +153,7 @@ function toOptions(argv: string[]): Options {
   if (values['export-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--export-jobs needs --spawn\n${usage}`)
   if (values['metrics-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--metrics-jobs needs --spawn\n${usage}`)
   // The same environment the service reads (CONTRACT.md) supplies the defaults for --spawn.
-  const config = loadConfig(process.env)
+  const config = loadConfig(process.env, { devSecretFile: values.dev ? devSecretFileName : null })
   return {
     url: values.url ?? null,
     apiKey: values['api-key'] ?? null,
@@ -169,6 +175,7 @@ function toOptions(argv: string[]): Options {
     exportReadMbps: positiveInt('export-read-mbps', values['export-read-mbps'], 16, 10_000),
     metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),
     metricsRequests: positiveInt('metrics-requests', values['metrics-requests'], 200, 100_000),
+    dev: values.dev,
   }
 }
 
@@ -675,8 +682,9 @@ function tailBuffer(limit = 64 * 1024) {
   }
 }
 
-async function spawnService(env: NodeJS.ProcessEnv, logPath: string | null, cpuProfileDir: string | null, signal: AbortSignal): Promise<SpawnedService> {
-  const child = spawn(process.execPath, [...(cpuProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfileDir}`]), '--import', 'tsx', 'services/main.ts'], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
+async function spawnService(env: NodeJS.ProcessEnv, logPath: string | null, cpuProfileDir: string | null, dev: boolean, signal: AbortSignal): Promise<SpawnedService> {
+  const args = [...(cpuProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfileDir}`]), '--import', 'tsx', 'services/main.ts', ...(dev ? ['--dev'] : [])]
+  const child = spawn(process.execPath, args, { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
   const out = tailBuffer()
   // Drained for the whole run: a full pipe would block the service's logging.
   child.stdout!.on('data', out.add)
@@ -716,9 +724,9 @@ async function stopService(child: ChildProcess): Promise<void> {
   clearTimeout(killer)
 }
 
-function createProject(env: NodeJS.ProcessEnv): Promise<{ project_id: string; api_key: string }> {
+function createProject(env: NodeJS.ProcessEnv, dev: boolean): Promise<{ project_id: string; api_key: string }> {
   // business: its request rate (500,000/h) and allowance leave the bench unthrottled.
-  const args = ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'bench', '--plan', 'business']
+  const args = ['--import', 'tsx', 'services/cli.ts', ...(dev ? ['--dev'] : []), 'project', 'create', '--name', 'bench', '--plan', 'business']
   return new Promise((resolvePromise, reject) => {
     execFile(process.execPath, args, { cwd: repoRoot, env, timeout: 60_000 }, (err, stdout, stderr) => {
       if (err) return reject(new Error(`project create failed: ${err.message}\n${stderr}`))
@@ -1058,15 +1066,15 @@ async function main(argv: string[]): Promise<boolean> {
     const projects: Array<{ project_id: string; api_key: string }> = []
     if (opts.spawn) {
       process.stderr.write(`bench: starting a service in namespace ${namespace}\n`)
-      service = await spawnService(env, opts.serviceLog, opts.serviceCpuProfileDir, run.signal)
-      projects.push(await createProject(env))
+      service = await spawnService(env, opts.serviceLog, opts.serviceCpuProfileDir, opts.dev, run.signal)
+      projects.push(await createProject(env, opts.dev))
       apiKey = projects[0]!.api_key
       url = service.url
     }
     client = new Client(url!, apiKey!, opts.producers + opts.workers * opts.capacity + 4)
     await awaitAccess(client, run.signal)
     if (opts.exportJobs !== null) {
-      projects.push(await createProject(env))
+      projects.push(await createProject(env, opts.dev))
       const second = new Client(url!, projects[1]!.api_key, 1)
       await awaitAccess(second, run.signal).finally(() => second.close())
       return await benchExport(opts, url!, service?.child.pid, dbUrl.toString(), projects)

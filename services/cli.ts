@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util'
 import { plans, type Plan } from '../domain/project.ts'
 import type { SignupPlan } from '../domain/user.ts'
-import { ConfigError, loadConfig } from './config.ts'
+import { ConfigError, devSecretFileName, loadConfig } from './config.ts'
 import { AccountService } from './platform/accounts.ts'
 import { createProject } from './projects/project-service.ts'
 import { createLogger, openRuntime, type Runtime } from './runtime.ts'
@@ -61,10 +61,15 @@ function commandOf(argv: string[]): Command {
   throw new ConfigError(usage)
 }
 
-/** The operator command line (CONTRACT.md): same environment and same commands as the service. */
+/**
+ * The operator command line (CONTRACT.md): same environment and same commands as the service.
+ * A leading `--dev` (which `npm run cli` passes, as `npm start` does) reads the development
+ * mode's secret file when JOBSVC_SECRET is not set.
+ */
 async function main(argv: string[]): Promise<void> {
-  const command = commandOf(argv)
-  const config = loadConfig(process.env)
+  const dev = argv[0] === '--dev'
+  const command = commandOf(dev ? argv.slice(1) : argv)
+  const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null })
   const log = createLogger({ logLevel: config.logLevel === 'info' ? 'warn' : config.logLevel })
   const runtime = await openRuntime(config, log, 'jobsvc-cli')
   try {

@@ -1,13 +1,37 @@
 import { randomBytes } from 'node:crypto'
-import { readFileSync } from 'node:fs'
+import { existsSync, linkSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs'
+import { isIP } from 'node:net'
 import { z } from 'zod'
 import type { Plan } from '../domain/project.ts'
 import { isValidNamespace } from '../streams/names.ts'
 import { plansFileSchema, resolvePlans, type PlanLimits } from './metering/plans.ts'
 
-const booleanString = z
-  .enum(['true', 'false', '1', '0', 'yes', 'no'])
-  .transform((v) => v === 'true' || v === '1' || v === 'yes')
+/** An address, an address/prefix, or one of proxy-addr's named ranges. */
+function isProxyAddress(entry: string): boolean {
+  if (['loopback', 'linklocal', 'uniquelocal'].includes(entry)) return true
+  const [address = '', prefix, ...rest] = entry.split('/')
+  const family = isIP(address)
+  if (family === 0 || rest.length > 0) return false
+  return prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 4 ? 32 : 128))
+}
+
+/**
+ * `false`; a number of trusted proxy hops (`0` is false); a comma-separated list of trusted
+ * proxy addresses or CIDRs; or `true`, every hop, which takes the left-most `X-Forwarded-For`
+ * entry: a client writes that one itself wherever the proxy appends rather than replaces.
+ */
+const trustProxyValue = z
+  .string()
+  .trim()
+  .transform((v, ctx): boolean | number | string[] => {
+    if (v === 'true') return true
+    if (v === 'false') return false
+    if (/^\d+$/.test(v)) return Number(v) === 0 ? false : Number(v)
+    const entries = v.split(',').map((e) => e.trim())
+    if (entries.every(isProxyAddress)) return entries
+    ctx.addIssue({ code: 'custom', message: 'must be false, true, a number of proxy hops, or a comma-separated list of proxy addresses or CIDRs' })
+    return z.NEVER
+  })
 
 /** The environment of CONTRACT.md, one key each; nothing else reads process.env. */
 export const environmentSchema = z.object({
@@ -24,10 +48,14 @@ export const environmentSchema = z.object({
     .default('jobsvc')
     .refine(isValidNamespace, 'JOBSVC_NAMESPACE must be 1-64 of A-Z a-z 0-9 _ -')
     .describe('prefix of every stream, consumer, KV bucket and subject'),
-  JOBSVC_SECRET: z.string().min(16).optional().describe('key material for JWT signing and encryption at rest'),
+  JOBSVC_SECRET: z
+    .string()
+    .min(16)
+    .optional()
+    .describe('key material for JWT signing and encryption at rest, the same in every process of an install; required outside the development mode'),
   SMTP_URL: z.string().optional().describe('e-mail transport; unset: e-mails are logged'),
   PUBLIC_URL: z.url().optional().describe('base of links in e-mails and the dashboard origin allowed by CORS; default http://HOST:PORT'),
-  TRUST_PROXY: booleanString.default(false).describe('take the client IP from X-Forwarded-For'),
+  TRUST_PROXY: trustProxyValue.default(false).describe('whether the client IP comes from X-Forwarded-For: false, a number of trusted proxy hops, a list of trusted proxy addresses, or true (every hop)'),
   WEBHOOK_ALLOW_HOSTS: z.string().default('').describe('host:port list exempt from the public-address rule'),
   JOBSVC_CONFIG: z.string().optional().describe('path of a JSON file overriding plan limits and tunables'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
@@ -88,11 +116,12 @@ export interface Config {
   databaseUrl: string
   namespace: string
   secret: string
-  /** True when no JOBSVC_SECRET was given and a throw-away one was generated. */
-  secretGenerated: boolean
+  /** The development mode's secret file the secret came from; null when JOBSVC_SECRET gave it. */
+  devSecretFile: string | null
   smtpUrl: string | null
   publicUrl: string | null
-  trustProxy: boolean
+  /** Fastify's `trustProxy`: false, every hop (true), a number of hops, or the proxies' addresses. */
+  trustProxy: boolean | number | string[]
   webhookAllowHosts: string[]
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
   tunables: Tunables
@@ -108,14 +137,61 @@ export class ConfigError extends Error {
   }
 }
 
-/** Parses and freezes the configuration from an environment (process.env at start). */
-export function loadConfig(env: Record<string, string | undefined>): Readonly<Config> {
+/**
+ * Where the development mode (`--dev`, which `npm start`, `npm run cli` and `npm run replay`
+ * pass) keeps its generated JOBSVC_SECRET: in the working directory, which for npm scripts is the
+ * package root, so every script of a checkout shares it. Git-ignored.
+ */
+export const devSecretFileName = '.jobsvc-dev-secret'
+
+const missingSecret =
+  'JOBSVC_SECRET is not set: give every process of the install the same secret, at least 16 characters (`openssl rand -hex 32` makes a good one), or, for development, run `npm start`, which keeps a generated one in .jobsvc-dev-secret'
+
+/**
+ * The development secret in `path`, created (32 random bytes, hex, mode 0600) if there is none.
+ * It is written under a temporary name and linked into place, so that processes started
+ * together agree on one secret and none reads a half-written file.
+ */
+function devSecret(path: string): string {
+  try {
+    if (!existsSync(path)) {
+      const temp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}`
+      writeFileSync(temp, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600, flag: 'wx' })
+      try {
+        linkSync(temp, path)
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+      } finally {
+        unlinkSync(temp)
+      }
+    }
+    const mode = statSync(path).mode & 0o777
+    if ((mode & 0o077) !== 0) throw new ConfigError(`${path} is readable by others (mode ${mode.toString(8)}); chmod 600 ${path}`)
+    const secret = readFileSync(path, 'utf8').trim()
+    if (!/^[0-9a-f]{64}$/.test(secret)) throw new ConfigError(`${path} does not hold a development secret; delete it and a new one is generated`)
+    return secret
+  } catch (err) {
+    if (err instanceof ConfigError) throw err
+    throw new ConfigError(`the development secret file ${path}: ${(err as Error).message}`)
+  }
+}
+
+/**
+ * Parses and freezes the configuration from an environment (process.env at start). Without
+ * JOBSVC_SECRET it refuses, unless `devSecretFile` names the development mode's secret file: a
+ * process never runs on a throw-away key, which would end every session at a restart and leave
+ * what it sealed unreadable to the install's other processes.
+ */
+export function loadConfig(env: Record<string, string | undefined>, options: { devSecretFile?: string | null } = {}): Readonly<Config> {
   const parsed = environmentSchema.safeParse(env)
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!
     throw new ConfigError(`${issue.path.join('.')}: ${issue.message}`)
   }
   const e = parsed.data
+  const devSecretFile = e.JOBSVC_SECRET === undefined ? (options.devSecretFile ?? null) : null
+  if (e.JOBSVC_SECRET === undefined && devSecretFile === null) throw new ConfigError(missingSecret)
+  const secret = e.JOBSVC_SECRET ?? devSecret(devSecretFile!)
   let fileTunables: Partial<Tunables> = {}
   let filePlans: z.infer<typeof plansFileSchema> = {}
   let billingWebhookSecret: string | null = null
@@ -138,8 +214,8 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
     natsUrl: e.NATS_URL,
     databaseUrl: e.DATABASE_URL,
     namespace: e.JOBSVC_NAMESPACE,
-    secret: e.JOBSVC_SECRET ?? randomBytes(32).toString('hex'),
-    secretGenerated: e.JOBSVC_SECRET === undefined,
+    secret,
+    devSecretFile,
     smtpUrl: e.SMTP_URL ?? null,
     publicUrl: e.PUBLIC_URL ?? null,
     trustProxy: e.TRUST_PROXY,

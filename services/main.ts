@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util'
 import * as api from './api/index.ts'
 import * as dispatcher from './dispatcher/index.ts'
-import { ConfigError, loadConfig } from './config.ts'
+import { ConfigError, devSecretFileName, loadConfig } from './config.ts'
 import * as projector from './projector/index.ts'
 import { createLogger, openRuntime } from './runtime.ts'
 import { backgroundRoles, startRoleThread } from './role-thread.ts'
@@ -10,21 +10,27 @@ import * as scheduler from './scheduler/index.ts'
 const roles = ['api', 'projector', 'dispatcher', 'scheduler'] as const
 type Role = (typeof roles)[number]
 
-function parseRoles(argv: string[]): Role[] {
-  const { values } = parseArgs({ args: argv, options: { role: { type: 'string', multiple: true } }, allowPositionals: false })
+/**
+ * `--role` (repeated or comma-separated; none or `all` is every role) and `--dev`, the development
+ * mode `npm start` passes: without JOBSVC_SECRET it keeps a generated one in a local file.
+ * Supervisors and docker-compose run `node --import tsx services/main.ts` without it.
+ */
+function parseArguments(argv: string[]): { roles: Role[]; dev: boolean } {
+  const { values } = parseArgs({ args: argv, options: { role: { type: 'string', multiple: true }, dev: { type: 'boolean', default: false } }, allowPositionals: false })
   const wanted = (values.role ?? []).flatMap((r) => r.split(',')).map((r) => r.trim()).filter(Boolean)
-  if (wanted.length === 0 || wanted.includes('all')) return [...roles]
   for (const r of wanted) {
-    if (!roles.includes(r as Role)) throw new ConfigError(`unknown role ${JSON.stringify(r)}; roles are ${roles.join(', ')}`)
+    if (r !== 'all' && !roles.includes(r as Role)) throw new ConfigError(`unknown role ${JSON.stringify(r)}; roles are ${roles.join(', ')}`)
   }
-  return wanted as Role[]
+  return { roles: wanted.length === 0 || wanted.includes('all') ? [...roles] : (wanted as Role[]), dev: values.dev }
 }
 
 async function main(): Promise<void> {
-  const config = loadConfig(process.env)
-  const selected = parseRoles(process.argv.slice(2))
+  const { roles: selected, dev } = parseArguments(process.argv.slice(2))
+  const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null })
   const log = createLogger(config)
-  if (config.secretGenerated) log.warn('JOBSVC_SECRET is not set: using a throw-away secret (development only)')
+  if (config.devSecretFile !== null) {
+    log.warn({ file: config.devSecretFile }, `development mode: JOBSVC_SECRET is not set, so the secret kept in ${config.devSecretFile} is used; set JOBSVC_SECRET in production`)
+  }
   const runtime = await openRuntime(config, log, `jobsvc-${selected.join('+')}`)
   const stops: Array<() => Promise<void>> = []
   let address: string | null = null

@@ -1,10 +1,16 @@
-import { ConfigError, loadConfig } from './config.ts'
+import { parseArgs } from 'node:util'
+import { ConfigError, devSecretFileName, loadConfig } from './config.ts'
 import { rebuildReadModels } from './projector/rebuild.ts'
 import { createLogger, openRuntime } from './runtime.ts'
 
-/** `npm run replay`: empties every read model and rebuilds it from sequence 1 of the log. */
+/**
+ * `npm run replay`: empties every read model and rebuilds it from sequence 1 of the log. `--dev`
+ * (which the npm script passes, as `npm start` does) reads the development mode's secret file
+ * when JOBSVC_SECRET is not set.
+ */
 async function main(): Promise<void> {
-  const config = loadConfig(process.env)
+  const { values } = parseArgs({ args: process.argv.slice(2), options: { dev: { type: 'boolean', default: false } }, allowPositionals: false })
+  const config = loadConfig(process.env, { devSecretFile: values.dev ? devSecretFileName : null })
   const log = createLogger(config)
   const runtime = await openRuntime(config, log, 'jobsvc-replay')
   try {

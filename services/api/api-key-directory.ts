@@ -31,6 +31,8 @@ const maxRememberedPrefixes = 10_000
 export class ApiKeyDirectory {
   readonly #deps: Deps
   readonly #projects = new Map<string, { project: Project; loadedAt: number }>()
+  /** Loads from the log in flight, per project; an event for the project marks them stale. */
+  readonly #loading = new Map<string, Set<{ stale: boolean }>>()
   readonly #prefixes = new Map<string, string>()
   readonly #hashes = new Map<string, string>()
   #subscription: Subscription | undefined
@@ -47,6 +49,7 @@ export class ApiKeyDirectory {
           const message = decodeEventMessage<{ type: string; data: unknown }, Project | null>(msg.data)
           if (message.state === null) this.#projects.delete(message.project_id)
           else this.#projects.set(message.project_id, { project: message.state, loadedAt: Date.now() })
+          for (const load of this.#loading.get(message.project_id) ?? []) load.stale = true
         } catch (e) {
           this.#deps.log.warn({ err: e }, 'api keys: undecodable project event')
         }
@@ -58,12 +61,27 @@ export class ApiKeyDirectory {
     this.#subscription?.unsubscribe()
   }
 
+  /**
+   * The project from the cache, or loaded from the log. A load that an event for the project
+   * overtook (it read the log, then a revocation's event arrived before it returned) may hold
+   * the state from before that event: it is neither cached nor used, and the event's state,
+   * which the subscription has just cached, answers instead.
+   */
   async #project(projectId: string): Promise<Project | null> {
     const cached = this.#projects.get(projectId)
     if (cached && Date.now() - cached.loadedAt < cacheTtlMs) return cached.project
-    const loaded = await this.#deps.store.load<Project>(projectRef(projectId))
-    if (loaded.state !== null) this.#projects.set(projectId, { project: loaded.state, loadedAt: Date.now() })
-    return loaded.state
+    const load = { stale: false }
+    const loads = this.#loading.get(projectId) ?? new Set()
+    this.#loading.set(projectId, loads.add(load))
+    try {
+      const loaded = await this.#deps.store.load<Project>(projectRef(projectId))
+      if (load.stale) return this.#projects.get(projectId)?.project ?? null
+      if (loaded.state !== null) this.#projects.set(projectId, { project: loaded.state, loadedAt: Date.now() })
+      return loaded.state
+    } finally {
+      loads.delete(load)
+      if (loads.size === 0) this.#loading.delete(projectId)
+    }
   }
 
   /**

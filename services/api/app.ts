@@ -82,6 +82,9 @@ function tooDeepUnder(value: unknown, limit: number): string | null {
   return null
 }
 
+/** proxy-addr's test of the `hop`-th address back from the socket (0 is the socket's own peer). */
+const trustHops = (hops: number) => (_address: string, hop: number) => hop < hops
+
 /** Bodies above this are refused with 413 before parsing; payloads have their own, smaller limit. */
 const bodyLimitBytes = 1024 * 1024
 /** Longer request URIs are refused with 414 (Node's own limit is 16 KiB for the request line and headers together: 431). */
@@ -107,7 +110,9 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     // Fastify's default (100) answers a longer path parameter with its own 414 body; ids this
     // long are simply unknown (404 in the envelope), so the routes get to say so.
     routerOptions: { maxParamLength: 2048 },
-    trustProxy: deps.config.trustProxy,
+    // A hop count trusts that many proxies in front of the service, as in Express: the client is
+    // the entry the outermost trusted proxy appended. Fastify 5 given a bare number trusts none.
+    trustProxy: typeof deps.config.trustProxy === 'number' ? trustHops(deps.config.trustProxy) : deps.config.trustProxy,
     return503OnClosing: false,
     requestTimeout: requestTimeoutMs,
     // Requests refused by Node's parser, and URLs refused by Fastify's router, answer in the

@@ -166,6 +166,7 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 409, code: 'idempotency_key_reuse' },
   { status: 409, code: 'totp_already_enabled' },
   { status: 409, code: 'totp_not_enabled' },
+  { status: 409, code: 'totp_secret_unreadable' },
   { status: 409, code: 'key_revoked' },
   { status: 409, code: 'already_revoked' },
   { status: 409, code: 'last_project' },

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { fingerprintOf, IdempotencyStore, isIdempotencyKey, type Reservation } from '../metering/idempotency.ts'
+import { deriveKey } from '../platform/secrets.ts'
 import type { Deps } from '../runtime.ts'
 import { ApiError } from './errors.ts'
 
@@ -34,7 +35,7 @@ function sendStored(reply: FastifyReply, stored: { status: number; body: string;
  * running waits for its answer and replays it.
  */
 export function registerIdempotency(app: FastifyInstance, deps: Deps): void {
-  const store = new IdempotencyStore(deps.idempotency, deps.now)
+  const store = new IdempotencyStore(deps.idempotency, deps.now, deriveKey(deps.config.secret, 'idempotent-answers-at-rest'))
   app.decorateRequest('idempotency', null)
 
   app.addHook('preValidation', async (request) => {
@@ -62,6 +63,10 @@ export function registerIdempotency(app: FastifyInstance, deps: Deps): void {
         throw new ApiError(409, 'idempotency_key_reuse', 'this Idempotency-Key was used with a different request')
       case 'in_flight':
         throw new ApiError(409, 'idempotency_key_reuse', 'a request with this Idempotency-Key is still running; retry shortly')
+      case 'unreadable':
+        // Running it again could do twice what the first did; repeating it needs the secret it
+        // was sealed under. The key expires 24 hours after its first use.
+        throw new ApiError(409, 'idempotency_key_reuse', "this Idempotency-Key's stored answer cannot be read (the service's JOBSVC_SECRET changed); use a new key")
     }
   })
 

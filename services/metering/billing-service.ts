@@ -1,4 +1,4 @@
-import { billingOf, type BillingState, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
+import { billingOf, hasProviderEvent, type BillingState, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
 import type { User } from '../../domain/user.ts'
 import type { CommandResult } from '../../streams/handle-command.ts'
 import { commandProject } from '../projects/project-service.ts'
@@ -88,9 +88,15 @@ export class BillingService {
     return result.state!
   }
 
-  /** The payment provider's word (a verified webhook) on a project's billing state. */
-  async setBillingState(projectId: string, state: BillingState, providerEventId: string | null): Promise<Project> {
-    return (await this.#on(projectId, { type: 'set_billing_state', data: { state, provider_event_id: providerEventId }, meta: this.#meta() })).state!
+  /**
+   * The payment provider's word (a verified webhook) on a project's billing state. `duplicate`:
+   * the event id was applied before, so nothing changed (the aggregate decides, so of concurrent
+   * deliveries of one event exactly one applies).
+   */
+  async setBillingState(projectId: string, state: BillingState, providerEventId: string | null): Promise<{ project: Project; duplicate: boolean }> {
+    const result = await this.#on(projectId, { type: 'set_billing_state', data: { state, provider_event_id: providerEventId }, meta: this.#meta() })
+    const project = result.state!
+    return { project, duplicate: !result.appended && providerEventId !== null && hasProviderEvent(project, providerEventId) }
   }
 
   /**

@@ -1,6 +1,7 @@
 import type { KV } from '@nats-io/kv'
 import { createHash } from 'node:crypto'
 import { canonicalJson } from '../../domain/canonical-json.ts'
+import { decryptAtRest, encryptAtRest } from '../platform/secrets.ts'
 
 /** Spec, Time limits: a key answers with the original response for 24 hours after first use. */
 export const idempotencyLifetimeMs = 24 * 60 * 60 * 1000
@@ -22,8 +23,15 @@ export interface StoredResponse {
   headers: Record<string, string>
 }
 
+/**
+ * `sealed`: the StoredResponse as JSON, AES-256-GCM under a key derived from JOBSVC_SECRET. Every
+ * answer is sealed, not only those known to hold a secret (a webhook's signing secret, a job's
+ * payload): which answers hold one is not this store's to know.
+ */
 type Entry =
   | { state: 'pending'; fingerprint: string; first_used_at: number; reserved_at: number }
+  | { state: 'done'; fingerprint: string; first_used_at: number; sealed: string }
+  /** Stored before answers were sealed: repeated as stored until it expires, 24 hours after the upgrade. */
   | { state: 'done'; fingerprint: string; first_used_at: number; response: StoredResponse }
 
 export type Reservation =
@@ -31,6 +39,8 @@ export type Reservation =
   | { outcome: 'reserved'; key: string; revision: number; firstUsedAt: number }
   | { outcome: 'replay'; response: StoredResponse }
   | { outcome: 'mismatch' }
+  /** The stored answer was sealed under another JOBSVC_SECRET: it cannot be repeated, nor run again. */
+  | { outcome: 'unreadable' }
   /** Still running elsewhere after the wait: the caller answers 409 and the client retries. */
   | { outcome: 'in_flight' }
 
@@ -45,16 +55,26 @@ export function fingerprintOf(method: string, path: string, body: unknown): stri
 /**
  * Idempotency keys in a KV bucket (24-hour TTL), shared by every API process. `create` is an
  * atomic create-if-absent, so of concurrent requests with one key exactly one runs; the others
- * wait for its stored answer. Only 2xx answers are stored; any other releases the key, so a
- * repeat runs again.
+ * wait for its stored answer. Only 2xx answers are stored, sealed (`key`); any other releases
+ * the key, so a repeat runs again.
  */
 export class IdempotencyStore {
   readonly #kv: KV
   readonly #now: () => Date
+  readonly #key: Uint8Array
 
-  constructor(kv: KV, now: () => Date) {
+  constructor(kv: KV, now: () => Date, key: Uint8Array) {
     this.#kv = kv
     this.#now = now
+    this.#key = key
+  }
+
+  #unseal(sealed: string): StoredResponse | null {
+    try {
+      return JSON.parse(decryptAtRest(this.#key, sealed)) as StoredResponse
+    } catch {
+      return null
+    }
   }
 
   /** One key space per project; the digest makes any client string a valid KV key. */
@@ -80,7 +100,10 @@ export class IdempotencyStore {
         }
       }
       if (current.fingerprint !== fingerprint) return { outcome: 'mismatch' }
-      if (current.state === 'done') return { outcome: 'replay', response: current.response }
+      if (current.state === 'done') {
+        const response = 'sealed' in current ? this.#unseal(current.sealed) : current.response
+        return response === null ? { outcome: 'unreadable' } : { outcome: 'replay', response }
+      }
       if (now - current.reserved_at > abandonedAfterMs) {
         try {
           const taken: Entry = { ...current, reserved_at: now }
@@ -97,7 +120,7 @@ export class IdempotencyStore {
   }
 
   async complete(reservation: Extract<Reservation, { outcome: 'reserved' }>, fingerprint: string, response: StoredResponse): Promise<void> {
-    const entry: Entry = { state: 'done', fingerprint, first_used_at: reservation.firstUsedAt, response }
+    const entry: Entry = { state: 'done', fingerprint, first_used_at: reservation.firstUsedAt, sealed: encryptAtRest(this.#key, JSON.stringify(response)) }
     await this.#kv.update(reservation.key, JSON.stringify(entry), reservation.revision)
   }
 

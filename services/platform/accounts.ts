@@ -17,7 +17,7 @@ import { createProject, deleteProjectAsOperator, projectRef } from '../projects/
 import type { Deps } from '../runtime.ts'
 import { AuthLimits } from './auth-limits.ts'
 import { passwordResetMail, tokenLink, verificationMail, type Mail } from './mailer.ts'
-import { decoyPasswordHash, hashPassword, verifyPassword } from './passwords.ts'
+import { decoyPasswordHash, hashPassword, needsRehash, verifyPassword } from './passwords.ts'
 import { decryptAtRest, deriveKey, encryptAtRest, randomSecret, sha256Hex } from './secrets.ts'
 import { SessionIssuer } from './sessions.ts'
 import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, otpauthUri, stepOfCode } from './totp.ts'
@@ -88,6 +88,17 @@ export class LoginRefused extends Error {
   ) {
     super(reason)
     this.name = 'LoginRefused'
+  }
+}
+
+/**
+ * The user's TOTP secret was sealed under another JOBSVC_SECRET than this process holds (the
+ * secret was changed or lost), so no code can be checked against it.
+ */
+export class TotpSecretUnreadable extends Error {
+  constructor(options: { cause: unknown }) {
+    super('the two-factor secret cannot be decrypted with this JOBSVC_SECRET', options)
+    this.name = 'TotpSecretUnreadable'
   }
 }
 
@@ -288,30 +299,62 @@ export class AccountService {
   async login(input: { email: string; password: string; totpCode?: string | undefined; recoveryCode?: string | undefined }): Promise<LoginResult> {
     const now = this.#deps.now()
     const user = await this.findUserByEmail(input.email)
-    if (user !== null) {
-      const lockedForMs = await this.limits.lockedForMs(user.id, now)
-      if (lockedForMs > 0) throw new LoginRefused('account_locked', lockedForMs)
-    }
-    const isMatch = await verifyPassword(input.password, user?.password_hash ?? (await decoyPasswordHash()))
-    if (user === null || !isMatch) {
-      if (user !== null) await this.limits.recordLoginFailure(user.id, now)
+    if (user === null) {
+      await verifyPassword(input.password, await decoyPasswordHash())
       throw new LoginRefused('invalid_credentials')
     }
-    if (user.email_verified_at === null) throw new LoginRefused('email_not_verified')
-    if (user.status === 'suspended') throw new LoginRefused('account_suspended')
+    // The attempt takes its slot in the failure window before the password is checked, so
+    // parallel guesses cannot all pass a check that none of them has recorded yet. A wrong
+    // password or second factor keeps the slot; a success clears the window; any other outcome
+    // gives the slot back.
+    const slot = await this.limits.reserveLoginAttempt(user.id, now)
+    if (!slot.admitted) throw new LoginRefused('account_locked', slot.retryAfterMs)
+    let outcome: 'failed' | 'succeeded' | 'neither' = 'neither'
     let recoveryCodeUsed = false
-    if (user.totp?.enabled_at) {
-      if (input.totpCode !== undefined) {
-        await this.#acceptTotpCode(user, input.totpCode, now)
-      } else if (input.recoveryCode !== undefined) {
-        await this.#useRecoveryCode(user, input.recoveryCode, now)
-        recoveryCodeUsed = true
-      } else {
-        throw new LoginRefused('totp_required')
+    try {
+      if (!(await verifyPassword(input.password, user.password_hash))) {
+        outcome = 'failed'
+        throw new LoginRefused('invalid_credentials')
+      }
+      if (user.email_verified_at === null) throw new LoginRefused('email_not_verified')
+      if (user.status === 'suspended') throw new LoginRefused('account_suspended')
+      if (user.totp?.enabled_at) {
+        if (input.totpCode !== undefined) {
+          await this.#acceptTotpCode(user, input.totpCode, now)
+        } else if (input.recoveryCode !== undefined) {
+          await this.#useRecoveryCode(user, input.recoveryCode)
+          recoveryCodeUsed = true
+        } else {
+          throw new LoginRefused('totp_required')
+        }
+      }
+      outcome = 'succeeded'
+    } catch (err) {
+      if (err instanceof LoginRefused && err.reason === 'invalid_totp_code') outcome = 'failed'
+      throw err
+    } finally {
+      if (outcome === 'neither') {
+        await this.limits.releaseLoginAttempt(user.id, now).catch((err) => this.#deps.log.warn({ err, user_id: user.id }, 'a login slot could not be given back'))
       }
     }
     await this.limits.clearLoginFailures(user.id)
+    await this.#upgradePasswordHash(user, input.password)
     return { user, session: await this.sessions.issue(user.id, now), recoveryCodeUsed, projects: await this.ownedProjects(user) }
+  }
+
+  /**
+   * A hash made with older scrypt parameters is replaced once a login has proved the password.
+   * A failure here does not fail the login: the old hash still verifies, and the next login
+   * tries again.
+   */
+  async #upgradePasswordHash(user: User, password: string): Promise<void> {
+    if (!needsRehash(user.password_hash)) return
+    try {
+      const passwordHash = await hashPassword(password)
+      await this.#onUser(user.id, { type: 'upgrade_password_hash', data: { previous_hash: user.password_hash, password_hash: passwordHash }, meta: this.#meta() })
+    } catch (err) {
+      this.#deps.log.warn({ err, user_id: user.id }, 'the password hash could not be upgraded; the next login tries again')
+    }
   }
 
   async #acceptTotpCode(user: User, code: string, now: Date): Promise<void> {
@@ -321,23 +364,27 @@ export class AccountService {
       await this.#onUser(user.id, { type: 'accept_totp_step', data: { step }, meta: this.#meta() })
     } catch (err) {
       if (!(err instanceof InvalidTotpCode)) throw err
-      await this.limits.recordLoginFailure(user.id, now)
       throw new LoginRefused('invalid_totp_code')
     }
   }
 
-  async #useRecoveryCode(user: User, code: string, now: Date): Promise<void> {
+  async #useRecoveryCode(user: User, code: string): Promise<void> {
     try {
       await this.#onUser(user.id, { type: 'use_recovery_code', data: { code_hash: hashRecoveryCode(code) }, meta: this.#meta() })
     } catch (err) {
       if (!(err instanceof InvalidTotpCode)) throw err
-      await this.limits.recordLoginFailure(user.id, now)
       throw new LoginRefused('invalid_totp_code')
     }
   }
 
   #totpSecretOf(user: User): string {
-    return decryptAtRest(this.#totpKey, user.totp!.secret_encrypted)
+    try {
+      return decryptAtRest(this.#totpKey, user.totp!.secret_encrypted)
+    } catch (err) {
+      // The operator's problem more than the user's: said once per attempt in the log.
+      this.#deps.log.error({ err, user_id: user.id }, 'a TOTP secret cannot be decrypted: it was sealed under another JOBSVC_SECRET')
+      throw new TotpSecretUnreadable({ cause: err })
+    }
   }
 
   /**

@@ -6,8 +6,12 @@ export const anonymousPostsPerWindow = 20
 export const loginFailuresPerWindow = 10
 export const authWindowMs = 15 * 60 * 1000
 
-/** Compare-and-set rounds before a window update gives up (only under a storm on one key). */
-const maxRounds = 20
+/**
+ * Compare-and-set rounds before a window update gives up. A round is lost only to another
+ * request's successful write, and a full window needs no write, so taking a slot needs at most
+ * about `limit` rounds however many requests race for it; giving slots back adds a few.
+ */
+const maxRounds = 50
 
 export interface Verdict {
   admitted: boolean
@@ -57,21 +61,36 @@ export class AuthLimits {
     throw new Error(`auth limits: could not update ${key}`)
   }
 
+  /** Gives back one slot taken at `at` (when several were taken in the same millisecond, one of them). */
+  async #give(key: string, at: number): Promise<void> {
+    for (let round = 0; round < maxRounds; round++) {
+      const { times, revision } = await this.#read(key)
+      const index = times.indexOf(at)
+      if (index < 0) return
+      if (await this.#write(key, [...times.slice(0, index), ...times.slice(index + 1)], revision)) return
+    }
+    throw new Error(`auth limits: could not update ${key}`)
+  }
+
   /** Counts one anonymous POST from `ip` (every POST counts, whatever its answer). */
   admitAnonymousPost(ip: string, now: Date): Promise<Verdict> {
     return this.#take(`ip.${sha256Hex(ip).slice(0, 32)}`, anonymousPostsPerWindow, authWindowMs, now.getTime())
   }
 
-  /** How long the account is locked out of logins, 0 when it is not. Checked before the password. */
-  async lockedForMs(userId: string, now: Date): Promise<number> {
-    const { times } = await this.#read(`login.${userId}`)
-    const live = times.filter((t) => t > now.getTime() - authWindowMs)
-    return live.length >= loginFailuresPerWindow ? live[live.length - loginFailuresPerWindow]! + authWindowMs - now.getTime() : 0
+  /**
+   * Takes a slot of the account's failure window before its password is checked, or answers how
+   * long the account is locked. Every attempt in flight holds a slot of its own, so no more than
+   * `loginFailuresPerWindow` passwords are checked per window however many arrive at once. The
+   * slot stands as the attempt's failure unless it is given back (`releaseLoginAttempt`) or the
+   * window is cleared by a success.
+   */
+  reserveLoginAttempt(userId: string, now: Date): Promise<Verdict> {
+    return this.#take(`login.${userId}`, loginFailuresPerWindow, authWindowMs, now.getTime())
   }
 
-  async recordLoginFailure(userId: string, now: Date): Promise<void> {
-    // Counting cannot be refused here: the window only tells the next attempt it is locked.
-    await this.#take(`login.${userId}`, Number.MAX_SAFE_INTEGER, authWindowMs, now.getTime())
+  /** An attempt that turned out not to be a failure (right password, but no second factor yet). */
+  releaseLoginAttempt(userId: string, now: Date): Promise<void> {
+    return this.#give(`login.${userId}`, now.getTime())
   }
 
   /** A successful login (or a password reset) starts the count again. */

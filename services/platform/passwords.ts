@@ -1,15 +1,25 @@
 import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto'
 
 /**
- * scrypt (memory-hard) with a per-user 16-byte salt. N = 2^15, r = 8 costs 32 MiB and ~60 ms of
- * one core here, run on libuv's thread pool so the event loop keeps serving. The parameters are
- * stored with each hash, so raising them later leaves old hashes verifiable.
+ * scrypt (memory-hard) with a per-user 16-byte salt, at the minimum of OWASP's Password Storage
+ * Cheat Sheet: N = 2^17, r = 8, p = 1. That is 128 MiB and ~350 ms of one core per hash here, run
+ * on libuv's thread pool (4 threads, so at most 512 MiB at once) while the event loop keeps
+ * serving. The parameters are stored with each hash, so hashes made with older ones (N = 2^15)
+ * still verify; `needsRehash` tells the login to replace them.
  */
-const cost = { N: 2 ** 15, r: 8, p: 1 }
+const cost = { N: 2 ** 17, r: 8, p: 1 }
 const keyLength = 32
 
-function derive(password: string, salt: Buffer, options: { N: number; r: number; p: number }): Promise<Buffer> {
-  const scryptOptions: ScryptOptions = { ...options, maxmem: 256 * options.N * options.r + 1024 * 1024 }
+interface Cost {
+  N: number
+  r: number
+  p: number
+}
+
+function derive(password: string, salt: Buffer, options: Cost): Promise<Buffer> {
+  // OpenSSL's own bound (the 128·r·p and 128·r·(N + 2) byte blocks) plus slack; Node's default
+  // maxmem (32 MiB) would refuse these parameters.
+  const scryptOptions: ScryptOptions = { ...options, maxmem: 128 * options.r * (options.N + options.p + 2) + 1024 * 1024 }
   return new Promise((resolve, reject) =>
     scrypt(password.normalize('NFKC'), salt, keyLength, scryptOptions, (err, key) => (err ? reject(err) : resolve(key))),
   )
@@ -22,17 +32,31 @@ export async function hashPassword(password: string): Promise<string> {
   return ['scrypt', cost.N, cost.r, cost.p, salt.toString('base64url'), key.toString('base64url')].join('$')
 }
 
+function costOf(stored: string): Cost | null {
+  const [scheme, n, r, p] = stored.split('$')
+  const parsed = { N: Number(n), r: Number(r), p: Number(p) }
+  return scheme === 'scrypt' && Object.values(parsed).every((v) => Number.isSafeInteger(v) && v > 0) ? parsed : null
+}
+
 export async function verifyPassword(password: string, stored: string): Promise<boolean> {
-  const [scheme, n, r, p, salt, hash] = stored.split('$')
-  if (scheme !== 'scrypt' || salt === undefined || hash === undefined) return false
+  const [, , , , salt, hash] = stored.split('$')
+  const storedCost = costOf(stored)
+  if (storedCost === null || salt === undefined || hash === undefined) return false
   const expected = Buffer.from(hash, 'base64url')
-  const key = await derive(password, Buffer.from(salt, 'base64url'), { N: Number(n), r: Number(r), p: Number(p) })
+  const key = await derive(password, Buffer.from(salt, 'base64url'), storedCost)
   return key.length === expected.length && timingSafeEqual(key, expected)
 }
 
+/** True for a hash made with weaker parameters than today's: the next successful login replaces it. */
+export function needsRehash(stored: string): boolean {
+  const storedCost = costOf(stored)
+  return storedCost === null || storedCost.N < cost.N || storedCost.r < cost.r || storedCost.p < cost.p
+}
+
 /**
- * A hash of nothing anyone knows: a login for an unknown address is checked against it, so it
- * costs the same time as one for a known address and the answer's timing reveals nothing.
+ * A hash of nothing anyone knows, with today's parameters: a login for an unknown address is
+ * checked against it, so it costs the same time as one for a known address and the answer's
+ * timing reveals nothing.
  */
 let decoy: Promise<string> | undefined
 export function decoyPasswordHash(): Promise<string> {

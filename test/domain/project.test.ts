@@ -25,6 +25,7 @@ import {
   projectDecider,
   projectRoles,
   roleOf,
+  type BillingState,
   type Project,
   type ProjectAggregate,
   type ProjectCommand,
@@ -618,4 +619,29 @@ t.test('below the owner, nobody manages a role at or above their own (role_excee
     .given(twoAdmins)
     .when(changeRole('usr_owner', 'usr_admin2', 'viewer'))
     .then([{ type: 'member_role_changed', data: { user_id: 'usr_admin2', role: 'viewer', previous_role: 'admin', changed_at: at(120) } }], 'the owner manages admins')
+})
+
+t.test('set billing state: a provider event id is applied once, even after a later event moved the state on', async (t) => {
+  const setState = (state: BillingState, id: string | null, seconds: number) => command('set_billing_state', { state, provider_event_id: id }, seconds)
+  const pastDue: ProjectEvent = { type: 'billing_state_changed', data: { state: 'past_due', previous_state: 'active', provider_event_id: 'evt_a', changed_at: at(60) } }
+  const backToActive: ProjectEvent = { type: 'billing_state_changed', data: { state: 'active', previous_state: 'past_due', provider_event_id: 'evt_b', changed_at: at(120) } }
+  spec(t).given(createdEvents()).when(setState('past_due', 'evt_a', 60)).then([pastDue])
+  const after = spec(t).given([...createdEvents(), pastDue]).when(setState('active', 'evt_b', 120)).then([backToActive])
+  t.strictSame(after?.provider_events, [{ id: 'evt_a', at: at(60) }, { id: 'evt_b', at: at(120) }], 'both ids are remembered')
+  spec(t).given([...createdEvents(), pastDue, backToActive]).when(setState('past_due', 'evt_a', 180)).then([], 'a replay of evt_a changes nothing')
+  const confirmed = spec(t)
+    .given([...createdEvents(), pastDue, backToActive])
+    .when(setState('active', 'evt_c', 180))
+    .then([{ type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: 'evt_c', confirmed_at: at(180) } }], 'the current state, reported: recorded as a confirmation')
+  t.ok(confirmed?.provider_events?.some((e) => e.id === 'evt_c'), 'so its replay is known too')
+  spec(t).given([...createdEvents(), pastDue]).when(setState('past_due', null, 180)).then([], 'without an event id, the same state is a no-op')
+})
+
+t.test('set billing state: provider event ids are remembered for a day, a hundred at most', async (t) => {
+  const confirmations = Array.from({ length: 105 }, (_, i): ProjectEvent => ({ type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: `evt_${i}`, confirmed_at: at(60 + i) } }))
+  const project = projectOf([...createdEvents(), ...confirmations])
+  t.equal(project.provider_events?.length, 100, 'the newest 100')
+  t.equal(project.provider_events?.[0]?.id, 'evt_5', 'the oldest dropped first')
+  const dayLater: ProjectEvent = { type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: 'evt_late', confirmed_at: at(60 + 104 + day) } }
+  t.strictSame(projectOf([...createdEvents(), ...confirmations, dayLater]).provider_events, [{ id: 'evt_late', at: at(60 + 104 + day) }], 'a day later the earlier ones are forgotten')
 })

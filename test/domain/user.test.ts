@@ -217,6 +217,19 @@ t.test('change password replaces the hash and moves password_changed_at', async 
   t.equal(user?.password_reset, null, 'a pending reset grant does not survive a password change')
 })
 
+t.test('a password hash upgrade replaces the hash, not password_changed_at; a change in between wins', async (t) => {
+  const user = userSpec(t)
+    .given(verified)
+    .when(cmd('upgrade_password_hash', { previous_hash: 'scrypt$old', password_hash: 'scrypt$stronger' }, 300))
+    .then([{ type: 'password_rehashed', data: { password_hash: 'scrypt$stronger', rehashed_at: at(300) } }])
+  t.equal(user?.password_hash, 'scrypt$stronger')
+  t.equal(user?.password_changed_at, at(0), 'sessions issued before the upgrade go on')
+  userSpec(t)
+    .given([...verified, { type: 'password_changed', data: { password_hash: 'scrypt$changed', changed_at: at(200) } }])
+    .when(cmd('upgrade_password_hash', { previous_hash: 'scrypt$old', password_hash: 'scrypt$stronger' }, 300))
+    .then([], 'the hash of the old password does not replace the new one')
+})
+
 t.test('update profile emits only the fields that change', async (t) => {
   const user = userSpec(t)
     .given(verified)

@@ -1,5 +1,9 @@
-import { randomBytes } from 'node:crypto'
+import { randomBytes, scryptSync } from 'node:crypto'
 import t, { type Test } from 'tap'
+import { userDecider, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
+import { userRef } from '../../services/platform/accounts.ts'
+import { decoyPasswordHash } from '../../services/platform/passwords.ts'
+import { handleCommand } from '../../streams/handle-command.ts'
 import { httpRequest, type HttpResponse, withClockShifted } from '../support/harness.ts'
 import { freshEmail, freshIp, newVerifiedUser, sessionFrom, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 import { tokenFromMail, type ReceivedMail } from '../support/smtp-sink.ts'
@@ -310,6 +314,38 @@ t.test('login with a wrong password or an unknown address: 401 invalid_credentia
   t.notOk(wrong.headers.get('set-cookie')?.includes('sv_jwt=ey'), 'no session on failure')
 })
 
+t.test("passwords: scrypt at OWASP's minimum; an older hash is upgraded at the next successful login", async (t) => {
+  const owasp = /^scrypt\$131072\$8\$1\$[\w-]{22}\$[\w-]{43}$/
+  const u = await newVerifiedUser(h)
+  const stored = async () => (await h.runtime.store.load<User>(userRef(u.userId))).state!
+  t.match((await stored()).password_hash, owasp, 'a new hash is scrypt N=2^17, r=8, p=1 (OWASP Password Storage Cheat Sheet)')
+  t.match(await decoyPasswordHash(), owasp, 'the decoy hash for unknown addresses has the same parameters')
+
+  // A hash from before the change (N = 2^15), written as a password change would have written it.
+  const salt = randomBytes(16)
+  const weak = ['scrypt', 2 ** 15, 8, 1, salt.toString('base64url'), scryptSync(u.password.normalize('NFKC'), salt, 32, { N: 2 ** 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 }).toString('base64url')].join('$')
+  const command: UserCommand = { type: 'change_password', data: { password_hash: weak }, meta: { now: new Date().toISOString() } }
+  await handleCommand<UserCommand, UserEvent, User>(h.runtime.store, userDecider, userRef(u.userId), command, () => `evt_${h.runtime.newUlid()}`)
+  const before = await stored()
+  t.equal(before.password_hash, weak, 'the user now has an N=2^15 hash')
+
+  isError(t, await post('login', { email: u.email, password: `${u.password}-wrong` }), 401, 'invalid_credentials', 'a wrong password against the old hash')
+  t.equal((await stored()).password_hash, weak, 'a failed login upgrades nothing')
+
+  const login = await post('login', { email: u.email, password: u.password })
+  t.equal(login.status, 200, `the old hash still verifies: ${JSON.stringify(login.body)}`)
+  const after = await stored()
+  t.match(after.password_hash, owasp, 'the successful login replaced it with an N=2^17 hash')
+  t.equal(after.password_changed_at, before.password_changed_at, 'the upgrade is not a password change')
+  t.equal((await me(sessionFrom(login))).status, 200, 'so the session just issued stays valid')
+  const history = await h.runtime.store.history<UserEvent, User>(userRef(u.userId))
+  t.equal(history.flatMap((r) => r.message.events).filter((e) => e.type === 'password_rehashed').length, 1, 'one password_rehashed event on the user')
+
+  const again = await post('login', { email: u.email, password: u.password })
+  t.equal(again.status, 200, 'the upgraded hash verifies')
+  t.equal((await stored()).password_hash, after.password_hash, 'and is not hashed again')
+})
+
 t.test('login of an unverified account: 403 email_not_verified only with the right password', async (t) => {
   const email = freshEmail('unverified')
   const pw = password()
@@ -352,6 +388,22 @@ t.test('10 failed logins lock the account: 429 account_locked with Retry-After, 
   const later = await withClockShiftedBy(windowMs + minute, () => post('login', { email: u.email, password: u.password }))
   t.equal(later.status, 200, `15 min later: ${JSON.stringify(later.body)}`)
   sessionFrom(later)
+})
+
+t.test('100 parallel wrong passwords: at most 10 are checked, the rest are 429 account_locked', async (t) => {
+  const u = await newVerifiedUser(h)
+  // Each from its own address (TEST-NET-1), so only the per-account lockout can refuse them.
+  const answers = await Promise.all(
+    Array.from({ length: 100 }, (_, i) => post('login', { email: u.email, password: `${u.password}-wrong-${i}` }, { ip: `192.0.2.${i + 1}` })),
+  )
+  const tally = new Map<string, number>()
+  for (const res of answers) tally.set(`${res.status} ${res.body?.error?.code}`, (tally.get(`${res.status} ${res.body?.error?.code}`) ?? 0) + 1)
+  const checked = tally.get('401 invalid_credentials') ?? 0
+  const locked = tally.get('429 account_locked') ?? 0
+  t.ok(checked >= 1 && checked <= 10, `at most 10 passwords were verified (401 invalid_credentials: ${checked}; all: ${JSON.stringify([...tally])})`)
+  t.equal(checked + locked, 100, 'every other attempt was refused as locked, none with another answer')
+  for (const res of answers.filter((r) => r.status === 429)) retryAfterOf(t, res, 'a parallel account_locked')
+  isError(t, await post('login', { email: u.email, password: u.password }), 429, 'account_locked', 'then the right password')
 })
 
 t.test('a successful login before the 10th failure resets the count', async (t) => {

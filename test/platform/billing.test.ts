@@ -1,8 +1,10 @@
 import { createHmac, randomBytes } from 'node:crypto'
 import t, { type Test } from 'tap'
+import type { Project, ProjectEvent } from '../../domain/project.ts'
 import { BillingService } from '../../services/metering/billing-service.ts'
 import { resolvePlans } from '../../services/metering/plans.ts'
 import { signPayload } from '../../services/metering/provider-signature.ts'
+import { projectRef } from '../../services/projects/project-service.ts'
 import { rollBillingPeriods } from '../../services/scheduler/index.ts'
 import { eventually, httpRequest, type HttpResponse } from '../support/harness.ts'
 import { freshEmail, freshIp, newVerifiedUser, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
@@ -434,6 +436,45 @@ t.test('provider webhook: signature scheme', async (t) => {
     isError(t, await send(unknown, sign(unknown, new Date())), 404, 'project_not_found', `an unknown project (${projectId})`)
   }
   t.equal((await getBilling(u, u.projectId)).body.billing_state, 'active', 'refused events changed nothing')
+})
+
+t.test('provider webhook: an event id is applied once; a replay inside the window is a 200 duplicate', async (t) => {
+  const u = await newVerifiedUser(h)
+  const send = (payload: string, signature: string) => h.platform('POST', '/platform/v1/billing/webhook', payload, { headers: { 'jobsvc-signature': signature } })
+  const event = (id: string, state: string) => JSON.stringify({ id, type: 'billing_state.updated', data: { project_id: u.projectId, state } })
+  const tag = randomBytes(4).toString('hex')
+  const stateEvents = async () => {
+    const history = await h.runtime.store.history<ProjectEvent, Project>(projectRef(u.projectId))
+    return history.flatMap((r) => r.message.events).filter((e) => e.type === 'billing_state_changed' || e.type === 'billing_state_confirmed')
+  }
+
+  const pastDue = event(`evt_a_${tag}`, 'past_due')
+  const pastDueSignature = signPayload(webhookSecret, pastDue, new Date())
+  const first = await send(pastDue, pastDueSignature)
+  t.strictSame(first.body, { received: true, project_id: u.projectId, billing_state: 'past_due' }, 'the first delivery is applied')
+  const active = await send(event(`evt_b_${tag}`, 'active'), signPayload(webhookSecret, event(`evt_b_${tag}`, 'active'), new Date()))
+  t.strictSame(active.body, { received: true, project_id: u.projectId, billing_state: 'active' }, 'a later event moves the state on')
+
+  const replay = await send(pastDue, pastDueSignature)
+  t.equal(replay.status, 200, 'the same signed request again, inside its 5 minutes: 200')
+  t.strictSame(replay.body, { received: true, duplicate: true, project_id: u.projectId, billing_state: 'active' }, 'answered as a duplicate with the current state')
+  const resigned = await send(pastDue, signPayload(webhookSecret, pastDue, new Date(Date.now() + 1000)))
+  t.strictSame(resigned.body, { received: true, duplicate: true, project_id: u.projectId, billing_state: 'active' }, 'so is the same event id signed again (a provider retry)')
+  t.equal((await getBilling(u, u.projectId)).body.billing_state, 'active', 'the replay did not put the project back in past_due')
+
+  const confirming = event(`evt_c_${tag}`, 'active')
+  const confirmingSignature = signPayload(webhookSecret, confirming, new Date())
+  t.strictSame((await send(confirming, confirmingSignature)).body, { received: true, project_id: u.projectId, billing_state: 'active' }, 'an event that confirms the current state is applied')
+  t.strictSame((await send(confirming, confirmingSignature)).body.duplicate, true, 'and its replay is a duplicate too')
+
+  const parallel = event(`evt_d_${tag}`, 'unpaid')
+  const parallelSignature = signPayload(webhookSecret, parallel, new Date())
+  const answers = await Promise.all(Array.from({ length: 5 }, () => send(parallel, parallelSignature)))
+  t.strictSame(answers.map((a) => a.status), [200, 200, 200, 200, 200], 'five concurrent deliveries of one event: all 200')
+  t.equal(answers.filter((a) => a.body.duplicate !== true).length, 1, 'exactly one applied, four duplicates')
+
+  const ids = (await stateEvents()).map((e) => e.data.provider_event_id)
+  t.strictSame(ids, [`evt_a_${tag}`, `evt_b_${tag}`, `evt_c_${tag}`, `evt_d_${tag}`], 'the log holds each provider event once')
 })
 
 t.test('provider webhook: a blocked billing state stops job creation, not reads', async (t) => {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import t, { type Test } from 'tap'
 import { eventually, httpRequest, type HttpResponse } from '../support/harness.ts'
 import { freshEmail, freshIp, joinProject, newVerifiedUser, sessionFrom, startPlatformHarness, totpCode, type VerifiedUser } from '../support/platform.ts'
@@ -652,6 +653,57 @@ t.test('account export: everything about the user, no secrets, once a minute', a
 
   shiftClock(61_000)
   t.equal((await h.platform('GET', '/platform/v1/account/export', undefined, asUser(u))).status, 200, 'allowed again after 60 s')
+})
+
+t.test("account export: a project's audit trail and pending invites only where the role may read them", async (t) => {
+  t.teardown(restoreClock)
+  const team = await newTeam()
+  // A webhook URL (often with a credential in it) and a pending invitation: audit-log material.
+  const hookUrl = `https://8.8.8.8/hook/${randomBytes(6).toString('hex')}`
+  const hook = await httpRequest(h.url, team.owner.apiKey, 'POST', '/jobsvc/v1/webhooks', { url: hookUrl, events: ['job.created'] })
+  t.equal(hook.status, 201, JSON.stringify(hook.body))
+  const pending = freshEmail('pending')
+  t.equal((await h.platform('POST', projectPath(team.projectId, '/members'), { email: pending, role: 'member' }, asUser(team.owner))).status, 201)
+  t.equal((await h.platform('PATCH', '/platform/v1/auth/profile', { display_name: 'Viewer' }, asUser(team.viewer))).status, 200)
+  await eventually(
+    async () => {
+      const kinds = new Set((await activityOf(team.projectId)).map((r) => r.kind))
+      const own = await h.runtime.sql`SELECT 1 FROM activity WHERE user_id = ${team.viewer.userId} AND kind = 'profile_updated'`
+      return kinds.has('webhook_created') && kinds.has('member_invited') && own.length > 0
+    },
+    15_000,
+    'the activity rows',
+  )
+
+  const exportOf = async (user: VerifiedUser) => {
+    const res = await h.platform('GET', '/platform/v1/account/export', undefined, asUser(user))
+    t.equal(res.status, 200, JSON.stringify(res.body))
+    return res.body as { activity: Array<{ kind: string; project_id: string | null; target_id: string | null }>; teams: Array<{ project_id: string; invites: unknown[] }> }
+  }
+  for (const [role, user] of [['viewer', team.viewer], ['member', team.member]] as const) {
+    const body = await exportOf(user)
+    const text = JSON.stringify(body)
+    t.notOk(text.includes(hookUrl), `${role}: no webhook URL`)
+    t.notOk(text.includes(pending), `${role}: no pending invitee`)
+    const projectRows = body.activity.filter((a) => a.project_id === team.projectId)
+    t.ok(projectRows.some((a) => a.kind === 'member_joined'), `${role}: their own joining`)
+    t.ok(projectRows.every((a) => a.target_id === user.userId), `${role}: of the project's trail, only rows about them (${JSON.stringify(projectRows.map((a) => a.kind))})`)
+    t.same(body.teams.find((x) => x.project_id === team.projectId)?.invites, [], `${role}: no invites in the team`)
+    t.ok(body.activity.some((a) => a.kind === 'terms_accepted' && a.project_id === null), `${role}: their own account activity`)
+    if (role === 'viewer') t.ok(body.activity.some((a) => a.kind === 'profile_updated' && a.target_id === user.userId), 'the viewer sees their own profile change')
+  }
+
+  for (const [role, user] of [['admin', team.admin], ['owner', team.owner]] as const) {
+    const body = await exportOf(user)
+    const text = JSON.stringify(body)
+    t.ok(text.includes(hookUrl), `${role}: the webhook URL, as in the audit-log export`)
+    t.ok(text.includes(pending), `${role}: the pending invitee`)
+    const kinds = new Set(body.activity.filter((a) => a.project_id === team.projectId).map((a) => a.kind))
+    for (const kind of ['webhook_created', 'member_invited', 'member_joined']) t.ok(kinds.has(kind), `${role}: the project's ${kind}`)
+    t.notOk(body.activity.some((a) => a.project_id === null && a.target_id === team.viewer.userId), `${role}: not the viewer's own account rows`)
+  }
+  const outsiderText = JSON.stringify(await exportOf(team.outsider))
+  t.notOk(outsiderText.includes(hookUrl) || outsiderText.includes(pending), 'an outsider sees nothing of the project')
 })
 
 t.test('account deletion', async (t) => {

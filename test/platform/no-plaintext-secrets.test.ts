@@ -1,5 +1,4 @@
 import { createHash, randomBytes } from 'node:crypto'
-import type { KV } from '@nats-io/kv'
 import t from 'tap'
 import { eventually } from '../support/harness.ts'
 import { freshEmail, newVerifiedUser, sessionFrom, startPlatformHarness, totpCode } from '../support/platform.ts'
@@ -17,18 +16,15 @@ function found(haystack: string, needles: ReadonlyMap<string, string>): string[]
   return [...needles].filter(([, needle]) => lower.includes(needle.toLowerCase())).map(([label]) => label)
 }
 
-async function kvText(kv: KV): Promise<{ keys: number; text: string }> {
-  let keys = 0
-  let text = ''
-  for await (const key of await kv.keys()) {
-    keys += 1
-    const entry = await kv.get(key)
-    text += `${key}\n${entry === null ? '' : Buffer.from(entry.value).toString('latin1')}\n`
-  }
-  return { keys, text }
+/** A request whose answer is kept as the bytes that came over the wire. */
+async function raw(url: string, apiKey: string, method: string, path: string, idempotencyKey: string, body?: unknown): Promise<{ status: number; replayed: boolean; text: string }> {
+  const headers: Record<string, string> = { authorization: `Bearer ${apiKey}`, 'idempotency-key': idempotencyKey }
+  if (body !== undefined) headers['content-type'] = 'application/json'
+  const res = await fetch(url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
+  return { status: res.status, replayed: res.headers.get('idempotent-replay') === 'true', text: await res.text() }
 }
 
-t.test('no plaintext secret reaches Postgres, the event log or the KV buckets', async (t) => {
+t.test('no plaintext secret reaches Postgres, the event log or any stream or KV bucket', async (t) => {
   const h = await startPlatformHarness(t, import.meta.filename)
   const tag = randomBytes(4).toString('hex')
   const passwords = [`First-pass-${tag}-a1`, `Second-pass-${tag}-b2`, `Third-pass-${tag}-c3`] as const
@@ -78,6 +74,23 @@ t.test('no plaintext secret reaches Postgres, the event log or the KV buckets', 
   t.equal(invited.status, 201, JSON.stringify(invited.body))
   const inviteToken = tokenFromMail(await h.smtp.next(invitee, /invited/i))
 
+  // A webhook created and its secret rotated with an Idempotency-Key: both answers hold a
+  // signing secret, and each is replayed from the stored answer.
+  const created = await raw(h.url, secondKey, 'POST', '/jobsvc/v1/webhooks', `hook-create-${tag}`, { url: 'https://8.8.8.8/hook', events: ['job.created'] })
+  t.equal(created.status, 201, created.text)
+  const hook = JSON.parse(created.text) as { id: string; secret: string }
+  t.match(hook.secret, /^whsec_/, 'the create answer shows the signing secret')
+  const createReplay = await raw(h.url, secondKey, 'POST', '/jobsvc/v1/webhooks', `hook-create-${tag}`, { url: 'https://8.8.8.8/hook', events: ['job.created'] })
+  t.same([createReplay.status, createReplay.replayed], [201, true], 'the create is replayed')
+  t.equal(createReplay.text, created.text, 'byte for byte')
+  const rotated2 = await raw(h.url, secondKey, 'POST', `/jobsvc/v1/webhooks/${hook.id}/rotate-secret`, `hook-rotate-${tag}`)
+  t.equal(rotated2.status, 200, rotated2.text)
+  const rotatedSecret = (JSON.parse(rotated2.text) as { secret: string }).secret
+  t.match(rotatedSecret, /^whsec_/, 'the rotate answer shows the new secret')
+  const rotateReplay = await raw(h.url, secondKey, 'POST', `/jobsvc/v1/webhooks/${hook.id}/rotate-secret`, `hook-rotate-${tag}`)
+  t.same([rotateReplay.status, rotateReplay.replayed], [200, true], 'the rotation is replayed')
+  t.equal(rotateReplay.text, rotated2.text, 'byte for byte')
+
   const secrets = new Map<string, string>([
     ['password 1 (signup)', passwords[0]],
     ['password 2 (reset)', passwords[1]],
@@ -93,6 +106,10 @@ t.test('no plaintext secret reaches Postgres, the event log or the KV buckets', 
     ['invite token', inviteToken],
     ['invite token, secret part', secretPart(inviteToken)],
     ['TOTP secret', totpSecret],
+    ['webhook secret (create)', hook.secret],
+    ['webhook secret (create), part after whsec_', hook.secret.slice('whsec_'.length)],
+    ['webhook secret (rotate)', rotatedSecret],
+    ['webhook secret (rotate), part after whsec_', rotatedSecret.slice('whsec_'.length)],
     ...codes.map((c, i) => [`recovery code ${i + 1}`, c] as [string, string]),
   ])
   t.equal(new Set(secrets.values()).size, secrets.size, 'every secret is distinct')
@@ -103,7 +120,7 @@ t.test('no plaintext secret reaches Postgres, the event log or the KV buckets', 
   const { sql } = h.runtime
   const stream = eventsStreamName(h.config.namespace)
   const lastSeq = (await h.runtime.nats.jsm.streams.info(stream)).state.last_seq
-  const wanted = ['password_reset', 'password_changed', 'two_factor_enabled', 'recovery_codes_regenerated', 'recovery_code_used', 'api_key_rotated', 'member_invited']
+  const wanted = ['password_reset', 'password_changed', 'two_factor_enabled', 'recovery_codes_regenerated', 'recovery_code_used', 'api_key_rotated', 'member_invited', 'webhook_secret_rotated']
   await eventually(
     async () => {
       const rows = await sql<{ kind: string }[]>`SELECT DISTINCT kind FROM activity WHERE user_id = ${u.userId} OR project_id = ${u.projectId}`
@@ -164,11 +181,30 @@ t.test('no plaintext secret reaches Postgres, the event log or the KV buckets', 
     t.same(found(headers, secrets), [], 'no plaintext secret in any message header or subject')
   })
 
-  await t.test('(c) the KV buckets', async (t) => {
-    const limits = await kvText(h.runtime.authLimits)
-    t.ok(limits.keys > 0, `sanity: the auth limits bucket holds windows (${limits.keys} keys)`)
-    t.same(found(limits.text, secrets), [], 'no plaintext secret in the auth limits bucket (keys or values)')
-    const heartbeats = await kvText(h.runtime.heartbeats)
-    t.same(found(heartbeats.text, secrets), [], 'no plaintext secret in the heartbeat bucket')
+  await t.test('(c) every message of every stream of the namespace, the KV buckets included', async (t) => {
+    const { jsm } = h.runtime.nats
+    const streams: string[] = []
+    for await (const info of jsm.streams.list()) if (info.config.name.includes(h.config.namespace)) streams.push(info.config.name)
+    const bucket = (name: string) => streams.find((s) => s.startsWith('KV_') && s.endsWith(name))
+    t.ok(bucket('_idempotency') && bucket('_auth_limits') && bucket('_heartbeats'), `sanity: the KV buckets are among the streams (${streams.join(', ')})`)
+    t.ok(streams.includes(stream), 'sanity: so is the event stream')
+    const texts = new Map<string, string>()
+    for (const name of streams) {
+      const info = await jsm.streams.info(name)
+      let text = ''
+      for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+        const msg = await jsm.streams.getMessage(name, { seq }).catch(() => null)
+        if (msg === null) continue
+        text += `${msg.subject}\n${Buffer.from(msg.data).toString('latin1')}\n`
+        const header = msg.header as typeof msg.header | undefined
+        if (header) for (const [key, values] of header) text += `${key}: ${values.join(', ')}\n`
+      }
+      texts.set(name, text)
+    }
+    const idempotency = texts.get(bucket('_idempotency')!) ?? ''
+    t.ok(idempotency.includes('"state":"done"'), 'sanity: the idempotency bucket holds the two stored answers')
+    t.notOk(idempotency.includes(hook.id), "sanity: the stored answers are sealed (not even the webhook's id shows)")
+    t.ok((texts.get(bucket('_auth_limits')!) ?? '').length > 0, 'sanity: the auth limits bucket holds windows')
+    for (const [name, text] of texts) t.same(found(text, secrets), [], `no plaintext secret in ${name} (subjects, bodies, headers)`)
   })
 })

@@ -11,7 +11,7 @@ function runReplay(h: Harness): Promise<{ code: number | null; output: string }>
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['--import', 'tsx', 'services/replay.ts'], {
       cwd: repoRoot,
-      env: { ...process.env, JOBSVC_NAMESPACE: h.config.namespace, DATABASE_URL: h.config.databaseUrl, LOG_LEVEL: 'info' },
+      env: { ...process.env, JOBSVC_NAMESPACE: h.config.namespace, DATABASE_URL: h.config.databaseUrl, JOBSVC_SECRET: h.config.secret, LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     let output = ''

@@ -40,7 +40,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     host: '127.0.0.1',
     natsUrl: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
     secret: 'test-secret-test-secret-test-secret',
-    secretGenerated: false,
+    devSecretFile: null,
     smtpUrl: null,
     publicUrl: null,
     trustProxy: false,

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { isIanaTimezone } from '../../jobs/recurring-service.ts'
-import { LoginRefused, WrongPassword } from '../../platform/accounts.ts'
+import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../platform/accounts.ts'
 import { expiredSessionCookie, sessionCookie, sessionTokenOf } from '../../platform/sessions.ts'
 import { recoveryCodePattern } from '../../platform/totp.ts'
 import type { ApiContext } from '../app.ts'
@@ -105,7 +105,7 @@ const loginSchema = {
   body: loginBody,
   response: {
     200: z.strictObject({ user_id: z.string(), email: z.string(), email_verified: z.boolean(), recovery_code_used: z.boolean(), projects: z.array(projectSummary) }),
-    ...anonymousErrors('invalid_credentials', '401:invalid_totp_code', 'email_not_verified', 'totp_required', 'account_suspended', 'account_locked'),
+    ...anonymousErrors('invalid_credentials', '401:invalid_totp_code', 'email_not_verified', 'totp_required', 'account_suspended', 'account_locked', 'totp_secret_unreadable'),
   },
 }
 
@@ -168,7 +168,7 @@ const totpVerifySchema = {
   body: totpCodeBody,
   response: {
     200: z.strictObject({ enabled: z.literal(true), enabled_at: instant }),
-    ...sessionErrorResponses(...bodyCodes, 'validation_error', 'invalid_totp_code', 'totp_not_initialized', 'totp_already_enabled'),
+    ...sessionErrorResponses(...bodyCodes, 'validation_error', 'invalid_totp_code', 'totp_not_initialized', 'totp_already_enabled', 'totp_secret_unreadable'),
   },
 }
 
@@ -177,7 +177,7 @@ const totpDisableSchema = {
   summary: 'Disable two-factor authentication',
   description: 'Checks, in order: 2FA on (409), the password (401), the code (400). The secret and recovery codes are deleted.',
   body: disableTotpBody,
-  response: { 200: message, ...sessionErrorResponses(...bodyCodes, 'validation_error', 'invalid_totp_code', 'invalid_credentials', 'totp_not_enabled') },
+  response: { 200: message, ...sessionErrorResponses(...bodyCodes, 'validation_error', 'invalid_totp_code', 'invalid_credentials', 'totp_not_enabled', 'totp_secret_unreadable') },
 }
 
 const recoveryCodesSchema = {
@@ -238,6 +238,17 @@ const wrongPassword = (err: unknown): never => {
   throw err
 }
 
+/**
+ * 409, not 500: the sealed TOTP secret cannot be read with this installation's JOBSVC_SECRET.
+ * Retrying does not help; restoring the secret it was sealed under does (recovery codes, which
+ * are digests, still log in meanwhile).
+ */
+const totpSecretUnreadable = (advice: string) => (err: unknown): never => {
+  if (err instanceof TotpSecretUnreadable) throw new ApiError(409, 'totp_secret_unreadable', `the two-factor secret cannot be read on this installation (its JOBSVC_SECRET changed); ${advice}`)
+  throw err
+}
+const enabledSecretUnreadable = totpSecretUnreadable('log in with a recovery code, or ask the operator to restore the secret')
+
 /** A body the 2FA routes validate themselves: their spec'd code is `validation_error`. */
 function twoFactorBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
   const parsed = schema.safeParse(body ?? {})
@@ -287,7 +298,8 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
       const result = await ctx.accounts
         .login({ email: b.email, password: b.password, totpCode: b.totp_code, recoveryCode: b.recovery_code })
         .catch((err) => {
-          throw err instanceof LoginRefused ? loginError(err) : err
+          if (err instanceof LoginRefused) throw loginError(err)
+          return enabledSecretUnreadable(err)
         })
       setSession(reply, result.session)
       return {
@@ -372,14 +384,14 @@ export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
     r.post('/2fa/verify', { schema: totpVerifySchema, attachValidation: true }, async (request) => {
       const user = await userOf(request)
       const { code } = twoFactorBody(totpCodeBody, request.body)
-      const enabled = await ctx.accounts.enableTotp(user, code)
+      const enabled = await ctx.accounts.enableTotp(user, code).catch(totpSecretUnreadable('call 2fa/setup again for a new secret'))
       return { enabled: true as const, enabled_at: enabled.totp!.enabled_at! }
     })
 
     r.post('/2fa/disable', { schema: totpDisableSchema, attachValidation: true }, async (request) => {
       const user = await userOf(request)
       const { password, code } = twoFactorBody(disableTotpBody, request.body)
-      await ctx.accounts.disableTotp(user, password, code).catch(wrongPassword)
+      await ctx.accounts.disableTotp(user, password, code).catch(wrongPassword).catch(enabledSecretUnreadable)
       return { message: messages.disable }
     })
 

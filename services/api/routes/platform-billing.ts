@@ -65,11 +65,16 @@ const updateSchema = {
 const providerWebhookSchema = {
   summary: "The payment provider's billing-state webhook",
   description:
-    'Signed, not authenticated: `Jobsvc-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">`, within 5 minutes. Not counted by the anonymous per-IP limit.',
+    'Signed, not authenticated: `Jobsvc-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">`, within 5 minutes. Not counted by the anonymous per-IP limit. Each event `id` is applied once: a replay or retry of an applied event (within 24 hours) changes nothing and answers 200 with `duplicate: true` and the current state.',
   tags: ['Billing'],
   security: noSecurity,
   response: {
-    200: z.strictObject({ received: z.literal(true), project_id: z.string(), billing_state: z.enum(billingStates) }),
+    200: z.strictObject({
+      received: z.literal(true),
+      duplicate: z.literal(true).optional().describe('present when this event id was applied before: nothing changed'),
+      project_id: z.string(),
+      billing_state: z.enum(billingStates).describe("the project's billing state now"),
+    }),
     ...publicErrorResponses(...bodyCodes, 'invalid_request', 'missing_signature', 'invalid_signature', 'project_not_found', 'billing_disabled'),
   },
 }
@@ -123,8 +128,8 @@ export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       const { project_id: projectId, state } = event.data.data
       const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await ctx.deps.store.load<Project>(projectRef(projectId))).state : null
       if (project === null || project.status !== 'active') throw new ProjectNotFound(projectId)
-      const updated = await ctx.billing.setBillingState(projectId, state, event.data.id)
-      return { received: true as const, project_id: projectId, billing_state: billingOf(updated).state }
+      const { project: updated, duplicate } = await ctx.billing.setBillingState(projectId, state, event.data.id)
+      return { received: true as const, ...(duplicate ? { duplicate: true as const } : {}), project_id: projectId, billing_state: billingOf(updated).state }
     })
   }
 }

@@ -159,7 +159,8 @@ const acceptSchema = {
 
 const exportSchema = {
   summary: 'Export everything the service holds about you',
-  description: 'A JSON attachment: profile, projects, teams and activity. One per 60 s (429 with `Retry-After`).',
+  description:
+    "A JSON attachment: profile, projects, teams and activity, limited to what the caller may see elsewhere: their own account activity and the rows about their membership always, a project's whole audit trail only where they are admin or owner, pending invites only there too. One per 60 s (429 with `Retry-After`).",
   tags,
   response: { 200: accountExport, ...sessionErrorResponses('rate_limit_exceeded') },
 }
