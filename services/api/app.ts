@@ -1,6 +1,9 @@
 import cors from '@fastify/cors'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { validatorCompiler } from 'fastify-type-provider-zod'
+import type { Job } from '../../domain/job.ts'
+import { ClaimLine } from '../jobs/claim-line.ts'
+import { claimForPolls } from '../jobs/claimer.ts'
 import { JobService } from '../jobs/job-service.ts'
 import { BillingService } from '../metering/billing-service.ts'
 import { RequestRateLimiter } from '../metering/request-rate.ts'
@@ -10,6 +13,7 @@ import { TeamService } from '../projects/team-service.ts'
 import type { Deps } from '../runtime.ts'
 import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
 import { invalidRequest, registerErrorHandling } from './errors.ts'
+import { ProjectSlots } from './project-slots.ts'
 import { registerIdempotency } from './idempotency-hooks.ts'
 import { admitProjectRequest } from './request-limit.ts'
 import { registerApiDescription, serializeResponses } from './openapi.ts'
@@ -46,12 +50,21 @@ export interface ApiContext {
   accountExports: AccountLifecycle
   requestRate: RequestRateLimiter
   billing: BillingService
+  /** Worker polls in flight per project (README, API reference notes, "Poll"). */
+  polls: ProjectSlots
+  /** Progress streams open per project. */
+  streams: ProjectSlots
+  /** Where polls take turns to run their claim transactions. */
+  claims: ClaimLine<Job>
   /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
   stopping: AbortSignal
 }
 
 /** Bodies above this are refused with 413 before parsing; payloads have their own, smaller limit. */
 const bodyLimitBytes = 1024 * 1024
+
+/** Two polls of the largest capacity (50): a transaction's appends stay a modest burst. */
+const maxJobsPerClaimTransaction = 100
 
 /**
  * Builds the HTTP app without listening (app/server split): tests inject requests or listen on
@@ -113,9 +126,11 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
 
   const accounts = new AccountService(deps)
   const team = new TeamService(deps, accounts)
+  const jobs = new JobService(deps)
+  const t = deps.config.tunables
   const context: ApiContext = {
     deps,
-    jobs: new JobService(deps),
+    jobs,
     keys: new ApiKeyDirectory(deps),
     ready: new ReadyNotifier(deps),
     watcher: new ProjectionWatcher(deps),
@@ -124,6 +139,13 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     accountExports: new AccountLifecycle(deps, accounts, team),
     requestRate: new RequestRateLimiter(deps.meteringSql),
     billing: new BillingService(deps),
+    polls: new ProjectSlots(t.max_polls_per_project),
+    streams: new ProjectSlots(t.max_event_streams_per_project),
+    claims: new ClaimLine((target, polls) => claimForPolls(deps, jobs, target, polls), {
+      perProject: t.claim_transactions_per_project,
+      total: t.claim_transactions,
+      jobsPerTransaction: maxJobsPerClaimTransaction,
+    }),
     stopping,
   }
   context.keys.start()

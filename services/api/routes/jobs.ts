@@ -186,10 +186,13 @@ const historySchema = {
   },
 }
 
+/** What a stream refused for its project's number of open streams is told to wait. */
+const streamRetryAfterMs = 5_000
+
 const eventsSchema = {
   summary: "Follow a job's state and progress (server-sent events)",
   description:
-    '`event: snapshot` frames: the current one at once, then one per change of state or progress. The stream closes when the job ends, and after 120 s.',
+    '`event: snapshot` frames: the current one at once, then one per change of state or progress. The stream closes when the job ends, and after 120 s. A project has at most `max_event_streams_per_project` streams open per API process (default 100); one more answers 429 `rate_limit_exceeded` with `Retry-After`.',
   tags: ['Jobs'],
   params: jobIdParams,
   response: {
@@ -360,7 +363,12 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     })
 
     app.get('/:jobId/events', { schema: eventsSchema }, async (request, reply) => {
-      await streamJobProgress(deps, jobs, ctx.stopping, request, reply, request.principal.projectId, request.params.jobId)
+      const projectId = request.principal.projectId
+      const release = ctx.streams.tryAcquire(projectId)
+      if (release === null) {
+        throw rateLimitExceeded(streamRetryAfterMs, `this project already has ${ctx.streams.max} progress streams open on this server; retry after Retry-After`)
+      }
+      await streamJobProgress(deps, jobs, ctx.stopping, request, reply, projectId, request.params.jobId, release)
     })
 
     app.post('/:jobId/cancel', { schema: cancelSchema }, async (request, reply) => {
