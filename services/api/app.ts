@@ -13,6 +13,7 @@ import { TeamService } from '../projects/team-service.ts'
 import type { Deps } from '../runtime.ts'
 import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
 import { invalidRequest, registerErrorHandling } from './errors.ts'
+import { LogHead } from './log-head.ts'
 import { ProjectSlots } from './project-slots.ts'
 import { registerIdempotency } from './idempotency-hooks.ts'
 import { admitProjectRequest } from './request-limit.ts'
@@ -56,6 +57,8 @@ export interface ApiContext {
   streams: ProjectSlots
   /** Where polls take turns to run their claim transactions. */
   claims: ClaimLine<Job>
+  /** How far the log reaches, for `min_seq`. */
+  logHead: LogHead
   /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
   stopping: AbortSignal
 }
@@ -146,6 +149,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
       total: t.claim_transactions,
       jobsPerTransaction: maxJobsPerClaimTransaction,
     }),
+    logHead: new LogHead(() => deps.store.lastSequence()),
     stopping,
   }
   context.keys.start()
