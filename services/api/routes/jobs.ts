@@ -14,9 +14,10 @@ import { jobFromRow } from '../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
 import { cursorPage, errorResponses, instant, mediaResponse, writeCodes } from '../openapi.ts'
 import { streamJobProgress } from '../progress-stream.ts'
-import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
+import { decodeCursor, decodeHistoryCursor, encodeCursor, encodeHistoryCursor, parseLimit } from '../pagination.ts'
 import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
+import { boundedString } from '../text-fields.ts'
 
 /** Tag limits the spec leaves open (README, "Limits we chose"). */
 export const maxTags = 50
@@ -165,10 +166,15 @@ const readSchema = {
   response: { 200: jobDetail, ...errorResponses('job_not_found') },
 }
 
+/** A page of a job's history: a job can hold thousands of events (progress reports). */
+const historyLimit = { fallback: 100, max: 500 }
+
 const historySchema = {
   summary: "A job's events, oldest first",
+  description: `Paged: \`limit\` 1–${historyLimit.max} (default ${historyLimit.fallback}; outside: \`invalid_limit\`), \`cursor\` the \`next_cursor\` of the previous page.`,
   tags: ['Jobs'],
   params: jobIdParams,
+  querystring: z.object({ limit: boundedString(20).optional(), cursor: boundedString(200).optional() }),
   response: {
     200: z.strictObject({
       job_id: z.string(),
@@ -181,8 +187,10 @@ const historySchema = {
           data: z.record(z.string(), z.unknown()),
         }),
       ),
+      has_more: z.boolean(),
+      next_cursor: z.string().nullable().describe('pass back as `cursor` for the next page; null when has_more is false'),
     }),
-    ...errorResponses('job_not_found'),
+    ...errorResponses('job_not_found', 'invalid_limit', 'invalid_cursor'),
   },
 }
 
@@ -353,12 +361,14 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     })
 
     app.get('/:jobId/history', { schema: historySchema }, async (request) => {
-      const records = await jobs.history(request.principal.projectId, request.params.jobId)
+      const limit = parseLimit(request.query.limit, historyLimit.fallback, 1, historyLimit.max)
+      const from = request.query.cursor === undefined ? null : decodeHistoryCursor(request.query.cursor)
+      const page = await jobs.history(request.principal.projectId, request.params.jobId, from, limit)
       return {
         job_id: request.params.jobId,
-        data: records.flatMap((r) =>
-          r.message.events.map((e) => ({ sequence: r.seq, id: e.id, type: e.type, time: e.time, data: e.data })),
-        ),
+        data: page.events.map(({ seq, event: e }) => ({ sequence: seq, id: e.id, type: e.type, time: e.time, data: e.data as Record<string, unknown> })),
+        has_more: page.next !== null,
+        next_cursor: page.next === null ? null : encodeHistoryCursor(page.next),
       }
     })
 
