@@ -82,6 +82,8 @@ export const tunablesSchema = z
     claim_transactions_per_project: z.number().int().min(1).default(4),
     /** Claim transactions of all projects at once in one API process: half the pool of 20, so reads always find a connection. */
     claim_transactions: z.number().int().min(1).default(10),
+    /** Alerts a project may have (deleted ones do not count); one more is refused with 400. */
+    max_alerts_per_project: z.number().int().min(1).default(100),
   })
   .strict()
 
