@@ -95,6 +95,23 @@ export const tunablesSchema = z
     billing_period_check_interval_ms: z.number().int().min(50).default(60_000),
     /** Largest JSON payload accepted on job creation, in bytes. */
     max_payload_bytes: z.number().int().min(1).default(256 * 1024),
+    /**
+     * Worker polls of one project in flight at once in one API process (waiting or claiming);
+     * more answer 429. Per process because what a poll holds (memory, a place in the claim
+     * line, the process's pool) is per process.
+     */
+    max_polls_per_project: z.number().int().min(1).default(500),
+    /** Progress streams (`GET /jobs/{id}/events`) of one project open at once in one API process; more answer 429. */
+    max_event_streams_per_project: z.number().int().min(1).default(100),
+    /**
+     * Claim transactions (each holds a Postgres connection) one project may run at once in one
+     * API process; its other polls wait their turn in memory and share the next transaction.
+     */
+    claim_transactions_per_project: z.number().int().min(1).default(4),
+    /** Claim transactions of all projects at once in one API process: half the pool of 20, so reads always find a connection. */
+    claim_transactions: z.number().int().min(1).default(10),
+    /** Alerts a project may have (deleted ones do not count); one more is refused with 400. */
+    max_alerts_per_project: z.number().int().min(1).default(100),
   })
   .strict()
 

@@ -150,18 +150,22 @@ export class EventStore {
     }
   }
 
-  /** Every message of one aggregate in order, one direct get each (histories are short). */
+  /**
+   * Every message of one aggregate in order, one direct get each. For tools and tests: a job's
+   * history can run to thousands of messages (progress reports), so requests page with `nextOf`.
+   */
   async history<E extends DomainEventShape, S>(ref: AggregateRef): Promise<EventRecord<E, S>[]> {
+    const records: EventRecord<E, S>[] = []
+    for (let next = await this.nextOf<E, S>(ref, 1); next !== null; next = await this.nextOf<E, S>(ref, next.seq + 1)) records.push(next)
+    return records
+  }
+
+  /** The aggregate's first message at stream sequence `fromSeq` or later (one direct get), or null. */
+  async nextOf<E extends DomainEventShape, S>(ref: AggregateRef, fromSeq: number): Promise<EventRecord<E, S> | null> {
     this.#assertConnected()
     const subject = this.subjectOf(ref)
-    const records: EventRecord<E, S>[] = []
-    let from = 1
-    for (;;) {
-      const stored = await this.#jsm.direct.getMessage(this.stream, { seq: from, next_by_subj: subject })
-      if (stored === null) return records
-      records.push({ seq: stored.seq, subject, message: decode<EventMessage<E, S>>(stored.data) })
-      from = stored.seq + 1
-    }
+    const stored = await this.#jsm.direct.getMessage(this.stream, { seq: fromSeq, next_by_subj: subject })
+    return stored === null ? null : { seq: stored.seq, subject, message: decode<EventMessage<E, S>>(stored.data) }
   }
 
   /** The stream's last sequence: what a full replay must reach. */

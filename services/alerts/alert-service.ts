@@ -1,6 +1,7 @@
 import { alertDecider, type Alert, type AlertCommand, type AlertEvent, type AlertSettings } from '../../domain/alert.ts'
 import { AlertNotFound } from '../../domain/errors.ts'
 import { applyAlertRows } from '../../projections/alerts.ts'
+import type { Queryable } from '../../projections/database.ts'
 import type { AggregateRef } from '../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
 import type { Deps } from '../runtime.ts'
@@ -11,17 +12,61 @@ export function alertRef(projectId: string, alertId: string): AggregateRef {
 
 const alertIdPattern = /^alr_[0-9a-z]{26}$/
 
-export async function commandAlert(deps: Deps, projectId: string, alertId: string, command: AlertCommand): Promise<CommandResult<AlertEvent, Alert>> {
+/** `db`: where the alert's row is written at once (a transaction of the caller's, or the pool). */
+export async function commandAlert(
+  deps: Deps,
+  projectId: string,
+  alertId: string,
+  command: AlertCommand,
+  db: Queryable = deps.sql,
+): Promise<CommandResult<AlertEvent, Alert>> {
   if (!alertIdPattern.test(alertId)) throw new AlertNotFound(`alert ${alertId} was not found`)
   const result = await handleCommand<AlertCommand, AlertEvent, Alert>(deps.store, alertDecider, alertRef(projectId, alertId), command, () => `evt_${deps.newUlid()}`)
   // Written at once too, so a list right after a change shows it and the scheduler sees it.
-  if (result.appended) await applyAlertRows(deps.sql, [result.record])
+  if (result.appended) await applyAlertRows(db, [result.record])
   return result
 }
 
-export async function createAlert(deps: Deps, projectId: string, settings: AlertSettings): Promise<CommandResult<AlertEvent, Alert>> {
+export async function createAlert(deps: Deps, projectId: string, settings: AlertSettings, db: Queryable = deps.sql): Promise<CommandResult<AlertEvent, Alert>> {
   const alertId = `alr_${deps.newUlid().toLowerCase()}`
-  return commandAlert(deps, projectId, alertId, { type: 'create_alert', data: { ...settings, alert_id: alertId, project_id: projectId }, meta: { now: deps.now().toISOString() } })
+  const command: AlertCommand = { type: 'create_alert', data: { ...settings, alert_id: alertId, project_id: projectId }, meta: { now: deps.now().toISOString() } }
+  return commandAlert(deps, projectId, alertId, command, db)
+}
+
+/**
+ * Creates alerts within a per-project cap (deleted alerts do not count). The count and the new
+ * row are written in one transaction under a Postgres advisory lock of the project, so the cap
+ * holds across API processes. Creations of one project also take turns in this process, so a
+ * burst of them holds one pooled connection, not one each while they wait for the lock.
+ */
+export class CappedAlertCreation {
+  readonly #deps: Deps
+  readonly #turns = new Map<string, Promise<unknown>>()
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+  }
+
+  /** Resolves to the creation, or null when the project already has `max` alerts. */
+  async create(projectId: string, settings: AlertSettings, max: number): Promise<CommandResult<AlertEvent, Alert> | null> {
+    const before = this.#turns.get(projectId) ?? Promise.resolve()
+    const mine = before.catch(() => undefined).then(() => this.#createCounted(projectId, settings, max))
+    this.#turns.set(projectId, mine)
+    try {
+      return await mine
+    } finally {
+      if (this.#turns.get(projectId) === mine) this.#turns.delete(projectId)
+    }
+  }
+
+  #createCounted(projectId: string, settings: AlertSettings, max: number): Promise<CommandResult<AlertEvent, Alert> | null> {
+    return this.#deps.sql.begin(async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(hashtextextended(${`alerts:${projectId}`}, 0))`
+      const [row] = await tx<{ n: number }[]>`SELECT count(*)::int AS n FROM alerts WHERE project_id = ${projectId} AND NOT deleted`
+      if (row!.n >= max) return null
+      return createAlert(this.#deps, projectId, settings, tx)
+    })
+  }
 }
 
 export async function loadAlert(deps: Deps, projectId: string, alertId: string): Promise<Alert> {

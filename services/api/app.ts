@@ -1,6 +1,9 @@
 import cors from '@fastify/cors'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { validatorCompiler } from 'fastify-type-provider-zod'
+import type { Job } from '../../domain/job.ts'
+import { ClaimLine } from '../jobs/claim-line.ts'
+import { claimForPolls } from '../jobs/claimer.ts'
 import { JobService } from '../jobs/job-service.ts'
 import { BillingService } from '../metering/billing-service.ts'
 import { RequestRateLimiter } from '../metering/request-rate.ts'
@@ -10,6 +13,8 @@ import { TeamService } from '../projects/team-service.ts'
 import type { Deps } from '../runtime.ts'
 import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
 import { invalidRequest, rawClientErrorResponse, registerErrorHandling, sendError, uriTooLong } from './errors.ts'
+import { LogHead } from './log-head.ts'
+import { ProjectSlots } from './project-slots.ts'
 import { registerIdempotency } from './idempotency-hooks.ts'
 import { admitProjectRequest } from './request-limit.ts'
 import { registerApiDescription, serializeResponses } from './openapi.ts'
@@ -46,6 +51,14 @@ export interface ApiContext {
   accountExports: AccountLifecycle
   requestRate: RequestRateLimiter
   billing: BillingService
+  /** Worker polls in flight per project (README, API reference notes, "Poll"). */
+  polls: ProjectSlots
+  /** Progress streams open per project. */
+  streams: ProjectSlots
+  /** Where polls take turns to run their claim transactions. */
+  claims: ClaimLine<Job>
+  /** How far the log reaches, for `min_seq`. */
+  logHead: LogHead
   /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
   stopping: AbortSignal
 }
@@ -91,6 +104,9 @@ const bodyLimitBytes = 1024 * 1024
 export const maxUriLength = 8192
 /** A request (line, headers and body) must arrive within this, or the connection gets 408: a client trickling bytes holds no socket forever. */
 const requestTimeoutMs = 30_000
+
+/** Two polls of the largest capacity (50): a transaction's appends stay a modest burst. */
+const maxJobsPerClaimTransaction = 100
 
 /**
  * Builds the HTTP app without listening (app/server split): tests inject requests or listen on
@@ -174,9 +190,11 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
 
   const accounts = new AccountService(deps)
   const team = new TeamService(deps, accounts)
+  const jobs = new JobService(deps)
+  const t = deps.config.tunables
   const context: ApiContext = {
     deps,
-    jobs: new JobService(deps),
+    jobs,
     keys: new ApiKeyDirectory(deps),
     ready: new ReadyNotifier(deps),
     watcher: new ProjectionWatcher(deps),
@@ -185,6 +203,14 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     accountExports: new AccountLifecycle(deps, accounts, team),
     requestRate: new RequestRateLimiter(deps.meteringSql),
     billing: new BillingService(deps),
+    polls: new ProjectSlots(t.max_polls_per_project),
+    streams: new ProjectSlots(t.max_event_streams_per_project),
+    claims: new ClaimLine((target, polls) => claimForPolls(deps, jobs, target, polls), {
+      perProject: t.claim_transactions_per_project,
+      total: t.claim_transactions,
+      jobsPerTransaction: maxJobsPerClaimTransaction,
+    }),
+    logHead: new LogHead(() => deps.store.lastSequence()),
     stopping,
   }
   context.keys.start()

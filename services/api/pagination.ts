@@ -28,6 +28,24 @@ export function decodeCursor(cursor: string): Position {
   throw invalidCursor()
 }
 
+/** A position in a job's history (HistoryPosition): `["h", stream sequence, event index]`. */
+export function encodeHistoryCursor(p: { seq: number; index: number }): string {
+  return Buffer.from(JSON.stringify(['h', p.seq, p.index])).toString('base64url')
+}
+
+export function decodeHistoryCursor(cursor: string): { seq: number; index: number } {
+  try {
+    const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'))
+    if (Array.isArray(value) && value.length === 3 && value[0] === 'h' && Number.isSafeInteger(value[1]) && Number.isSafeInteger(value[2])) {
+      const [, seq, index] = value as [string, number, number]
+      if (seq >= 1 && index >= 0) return { seq, index }
+    }
+  } catch {
+    // falls through to the refusal below
+  }
+  throw invalidCursor()
+}
+
 /** A `limit` query value within [min, max]; outside it is refused (routes that clamp use `clampLimit`). */
 export function parseLimit(raw: string | undefined, fallback: number, min: number, max: number): number {
   if (raw === undefined || raw === '') return fallback

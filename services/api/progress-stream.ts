@@ -25,6 +25,10 @@ const snapshotOf = (job: Job): Snapshot => ({ state: job.state, progress: job.pr
  * change as it is appended, and a frame is written when state or progress differs from the last
  * one sent. A once-a-second tick re-reads the log as a safety net (a missed core-NATS message)
  * and enforces the 120-second limit on the injected clock.
+ *
+ * `release` frees the stream's slot of its project (ProjectSlots); it is called exactly once,
+ * whichever way the stream ends: not found, closed on a terminal state, after 120 s, on a
+ * disconnect, a failed re-read or shutdown.
  */
 export async function streamJobProgress(
   deps: Deps,
@@ -34,8 +38,15 @@ export async function streamJobProgress(
   reply: FastifyReply,
   projectId: string,
   jobId: string,
+  release: () => void,
 ): Promise<void> {
-  const { job } = await jobs.get(projectId, jobId)
+  let job: Job
+  try {
+    job = (await jobs.get(projectId, jobId)).job
+  } catch (err) {
+    release()
+    throw err
+  }
   const startedAt = deps.now().getTime()
   reply.hijack()
   const res = reply.raw
@@ -80,9 +91,13 @@ export async function streamJobProgress(
     stopping.removeEventListener('abort', close)
     subscription.unsubscribe()
     res.end()
+    release()
   }
   res.on('close', close)
   // A stopping process ends its streams; clients reconnect elsewhere and get the snapshot first.
   stopping.addEventListener('abort', close, { once: true })
+  // A client gone (or a process stopping) before the listeners above were attached sends no
+  // further event: without this its stream would hold its slot until the 120-s limit.
+  if (res.destroyed || stopping.aborted) return close()
   send(snapshotOf(job))
 }

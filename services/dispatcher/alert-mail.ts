@@ -16,6 +16,7 @@ import { consumeWorkQueue } from '../../streams/consume.ts'
 import type { EventRecord, StoredEvent } from '../../streams/event-store.ts'
 import { alertMailSubject, mailerConsumerName, mailStreamName } from '../../streams/names.ts'
 import type { Mail } from '../platform/mailer.ts'
+import { nonMemberAddresses } from '../alerts/alert-recipients.ts'
 import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../runtime.ts'
 
@@ -34,15 +35,36 @@ const describe = (a: Alert) =>
   `${a.kind === 'dead_letter_count' ? `dead-lettered jobs in the last ${a.window_minutes} min` : a.kind === 'queue_depth' ? 'pending jobs' : 'age of the oldest pending job (s)'}` +
   `${a.queue === null ? '' : ` in queue ${a.queue}`}`
 
+/** Longest alert name a subject shows; the whole name is in the body. */
+const maxSubjectName = 60
+/** Longest project name a subject shows. */
+const maxSubjectProject = 40
+
+/**
+ * Tenant-written text (an alert's or a project's name) as one quoted line: control characters
+ * (CR and LF above all, which could start a header of their own), line and paragraph separators
+ * and bidirectional overrides become spaces, runs of spaces one, and what is longer than `max` is
+ * cut with an ellipsis. The quotes show where the tenant's words begin and end (a double quote
+ * inside becomes a single one, so it cannot end them early), so a name cannot pass for the
+ * service's own text.
+ */
+function quotedLine(text: string, max: number): string {
+  const flat = text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, ' ').replace(/\s+/g, ' ').replaceAll('"', "'").trim()
+  const chars = [...flat]
+  return `"${chars.length > max ? `${chars.slice(0, max - 1).join('')}…` : flat}"`
+}
+
 /** The e-mails an alert event sends: one per address of the alert, none for other events. */
 export function alertMailsOf(alert: Alert, event: AlertEvent, projectName: string | null): Mail[] {
   if (event.type !== 'alert_triggered' && event.type !== 'alert_resolved') return []
   const firing = event.type === 'alert_triggered'
   const { value, threshold } = event.data
-  const subject = `${firing ? '[alert] ' : '[resolved] '}${alert.name} (${projectName ?? alert.project_id})`
+  const project = projectName === null ? alert.project_id : quotedLine(projectName, maxSubjectProject)
+  const subject = `${firing ? '[alert] ' : '[resolved] '}${quotedLine(alert.name, maxSubjectName)} in project ${project}`
+  const name = quotedLine(alert.name, Number.MAX_SAFE_INTEGER)
   const text = firing
-    ? `The alert "${alert.name}" of project ${alert.project_id} is firing: ${describe(alert)} is ${value}, above the threshold of ${threshold}.\n`
-    : `The alert "${alert.name}" of project ${alert.project_id} is resolved: ${describe(alert)} is ${value}, at or below the threshold of ${threshold}.\n`
+    ? `The alert ${name} of project ${alert.project_id} is firing: ${describe(alert)} is ${value}, above the threshold of ${threshold}.\n`
+    : `The alert ${name} of project ${alert.project_id} is resolved: ${describe(alert)} is ${value}, at or below the threshold of ${threshold}.\n`
   return alert.email.map((to) => ({ to, subject, text }))
 }
 
@@ -65,10 +87,19 @@ export async function enqueueAlertMails(deps: Deps, records: readonly EventRecor
   }
 }
 
-/** Sends one item; acks it once sent, or leaves it for its next wait, or gives it up after the last. */
+/**
+ * Sends one item; acks it once sent, or leaves it for its next wait, or gives it up after the
+ * last. An address that is no longer a member's (removed from the project, account deleted or
+ * address changed since the alert was written) gets nothing: the item is dropped and logged.
+ */
 async function sendItem(deps: Deps, msg: JsMsg): Promise<void> {
   const item = JSON.parse(msg.string()) as MailItem
   try {
+    if ((await nonMemberAddresses(deps, item.project_id, [item.to])).length > 0) {
+      deps.log.warn({ alert_id: item.alert_id, project_id: item.project_id, event_id: item.event_id }, 'alert e-mail not sent: the address is no longer a member\'s')
+      msg.ack()
+      return
+    }
     await deps.mailer.send({ to: item.to, subject: item.subject, text: item.text })
     msg.ack()
   } catch (err) {

@@ -12,7 +12,7 @@ import {
   type JobEvent,
 } from '../../domain/job.ts'
 import { upsertJobRows } from '../../projections/job-list.ts'
-import type { AggregateRef, EventRecord, Loaded } from '../../streams/event-store.ts'
+import type { AggregateRef, EventRecord, Loaded, StoredEvent } from '../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
 import { isSubjectToken, readySubject } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
@@ -47,6 +47,18 @@ export interface AckOutcome {
   action: 'done' | 'retry'
   retry_at?: string
   children_activated?: number
+}
+
+/** Where a page of a job's history resumes: the message's stream sequence and the event's index in it. */
+export interface HistoryPosition {
+  seq: number
+  index: number
+}
+
+export interface HistoryPage {
+  events: Array<{ seq: number; event: StoredEvent<JobEvent> }>
+  /** Where the next page starts; null when this one reached the job's last event. */
+  next: HistoryPosition | null
 }
 
 export interface Written {
@@ -131,11 +143,33 @@ export class JobService {
     return { job: loaded.state, seq: loaded.seq }
   }
 
-  async history(projectId: string, jobId: string): Promise<EventRecord<JobEvent, Job>[]> {
-    if (!isJobId(jobId)) throw new JobNotFound(jobId)
-    const records = await this.#deps.store.history<JobEvent, Job>(this.ref(projectId, jobId))
-    if (records.length === 0) throw new JobNotFound(jobId)
-    return records
+  /**
+   * One page of the job's events from the log, oldest first: at most `limit` events from `from`
+   * (the position a previous page ended at; null: the first event). Reads one message per event
+   * (a message almost always holds one), plus one to learn whether more follow, so a job with
+   * thousands of progress reports costs a page, not its whole history.
+   */
+  async history(projectId: string, jobId: string, from: HistoryPosition | null, limit: number): Promise<HistoryPage> {
+    if (!isJobId(jobId) || !isSubjectToken(projectId)) throw new JobNotFound(jobId)
+    const ref = this.ref(projectId, jobId)
+    const store = this.#deps.store
+    const events: HistoryPage['events'] = []
+    let record = await store.nextOf<JobEvent, Job>(ref, from?.seq ?? 1)
+    if (record === null && (from === null || (await store.load(ref)).state === null)) throw new JobNotFound(jobId)
+    for (; record !== null; record = await store.nextOf<JobEvent, Job>(ref, record.seq + 1)) {
+      // A cursor names the message it stopped in; a message that is not there any more starts the next one whole.
+      const all = record.message.events
+      const first = from !== null && record.seq === from.seq ? from.index : 0
+      for (let i = first; i < all.length; i++) {
+        if (events.length === limit) return { events, next: { seq: record.seq, index: i } }
+        events.push({ seq: record.seq, event: all[i]! })
+      }
+      if (events.length === limit) {
+        const after = await store.nextOf<JobEvent, Job>(ref, record.seq + 1)
+        return { events, next: after === null ? null : { seq: after.seq, index: 0 } }
+      }
+    }
+    return { events, next: null }
   }
 
   /**

@@ -1,9 +1,9 @@
 import t, { type Test } from 'tap'
 import type { AlertEvent } from '../../domain/alert.ts'
 import { evaluateAlerts, alertRef } from '../../services/alerts/alert-service.ts'
-import { eventually, httpRequest, withClockShifted } from '../support/harness.ts'
+import { eventually, httpRequest, withClockShifted, type Harness } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
-import { freshEmail, startPlatformHarness } from '../support/platform.ts'
+import { freshEmail, joinProject, newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
 import { dispatcherConsumerName, eventsStreamName, mailStreamName } from '../../streams/names.ts'
 
 /**
@@ -15,25 +15,43 @@ import { dispatcherConsumerName, eventsStreamName, mailStreamName } from '../../
 
 const mailRetryDelaysMs = [200, 400]
 const h = await startPlatformHarness(t, import.meta.filename, { roles: ['api', 'projector', 'dispatcher'], tunables: { mail_retry_delays_ms: mailRetryDelaysMs } })
-const { create, poll, ack } = jobsApi(h, { jobType: 'alerting' })
+
+/**
+ * Alerts e-mail only the project's members, so the alerts here belong to a project with people:
+ * a user's own project (they own it), with a member joined for every address a test mails.
+ */
+const owner = await newVerifiedUser(h, { plan: 'business' })
+const p: Harness = {
+  ...h,
+  apiKey: owner.apiKey,
+  projectId: owner.projectId,
+  request: (method, path, body, headers) => httpRequest(h.url, owner.apiKey, method, path, body, headers),
+}
+const { create, poll, ack } = jobsApi(p, { jobType: 'alerting' })
 const sql = h.runtime.sql
+
+/** A new member of the project (invited, signed up, joined): an address its alerts may e-mail. */
+async function memberAddress(): Promise<string> {
+  return (await joinProject(h, owner, owner.projectId, 'member')).email
+}
 
 const unknownId = `alr_01j${'a'.repeat(23)}`
 const iso = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/
 
-async function newAlert(body: Record<string, unknown>, apiKey = h.apiKey): Promise<any> {
+async function newAlert(body: Record<string, unknown>, apiKey = p.apiKey): Promise<any> {
   const res = await httpRequest(h.url, apiKey, 'POST', '/jobsvc/v1/alerts', body)
   if (res.status !== 201) throw new Error(`alert create answered ${res.status}: ${JSON.stringify(res.body)}`)
   return res.body
 }
 
 async function getAlert(id: string): Promise<any> {
-  const res = await h.request('GET', `/jobsvc/v1/alerts/${id}`)
+  const res = await p.request('GET', `/jobsvc/v1/alerts/${id}`)
   if (res.status !== 200) throw new Error(`alert get answered ${res.status}: ${JSON.stringify(res.body)}`)
   return res.body
 }
 
-const mailsTo = (address: string) => h.smtp.mails.filter((m) => m.to.includes(address.toLowerCase()))
+/** The alert e-mails `address` received (a member's address also got its sign-up and invitation mails). */
+const mailsTo = (address: string) => h.smtp.mails.filter((m) => m.to.includes(address.toLowerCase()) && /^\[(alert|resolved)\] /.test(m.subject))
 
 /**
  * Waits until every alert event on the log has become e-mails and every e-mail has left the
@@ -54,7 +72,7 @@ async function mailSettled(): Promise<void> {
 }
 
 /** Waits until the jobs read model (what evaluation measures) shows `n` pending jobs in `queue`. */
-async function pendingIs(queue: string, n: number, projectId = h.projectId): Promise<void> {
+async function pendingIs(queue: string, n: number, projectId = p.projectId): Promise<void> {
   await eventually(
     async () => {
       const [row] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM jobs WHERE project_id = ${projectId} AND queue = ${queue} AND state = 'pending'`
@@ -89,7 +107,7 @@ async function claim(queue: string, n: number, workerId: string): Promise<any[]>
 const withClockAhead = <T>(ms: number, fn: () => Promise<T>): Promise<T> => withClockShifted(h.runtime, ms, fn)
 
 /** The event types on the alert's own subject, in log order. */
-async function logOf(t: Test, id: string, projectId = h.projectId): Promise<string[]> {
+async function logOf(t: Test, id: string, projectId = p.projectId): Promise<string[]> {
   const records = await h.runtime.store.history<AlertEvent, unknown>(alertRef(projectId, id))
   for (const r of records) t.equal(r.subject, `${h.config.namespace}.evt.${projectId}.alert.${id}`, `seq ${r.seq} is on the alert's subject`)
   return records.flatMap((r) => r.message.events.map((e) => e.type))
@@ -107,10 +125,10 @@ const fullBody = (email: string) => ({
 })
 
 t.test('create, list, get, update, delete; activity rows', async (t) => {
-  const address = freshEmail('crud')
-  t.strictSame((await h.request('GET', '/jobsvc/v1/alerts')).body, { data: [] }, 'no alerts at first')
+  const address = await memberAddress()
+  t.strictSame((await p.request('GET', '/jobsvc/v1/alerts')).body, { data: [] }, 'no alerts at first')
 
-  const res = await h.request('POST', '/jobsvc/v1/alerts', fullBody(address))
+  const res = await p.request('POST', '/jobsvc/v1/alerts', fullBody(address))
   t.equal(res.status, 201)
   const alert = res.body
   t.match(alert.id, /^alr_[0-9a-z]{26}$/, 'id is alr_ and a lowercase ULID')
@@ -131,40 +149,40 @@ t.test('create, list, get, update, delete; activity rows', async (t) => {
   t.match(minimal, { name: 'dl', kind: 'dead_letter_count', threshold: 0, queue: null, window_minutes: 60, email: [], webhook: false, enabled: true, status: 'ok' }, 'defaults')
   t.strictSame(minimal.email, [], 'email defaults to []')
 
-  t.strictSame((await h.request('GET', '/jobsvc/v1/alerts')).body, { data: [alert, minimal] }, 'the list shows both, oldest first')
+  t.strictSame((await p.request('GET', '/jobsvc/v1/alerts')).body, { data: [alert, minimal] }, 'the list shows both, oldest first')
   t.strictSame(await getAlert(alert.id), alert, 'get answers the created alert')
 
-  const changed = { ...fullBody(address), name: 'Deeper backlog', threshold: 50, queue: null, email: [address, freshEmail('crud2')], webhook: false, enabled: false }
-  const put = await h.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, changed)
+  const changed = { ...fullBody(address), name: 'Deeper backlog', threshold: 50, queue: null, email: [address, await memberAddress()], webhook: false, enabled: false }
+  const put = await p.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, changed)
   t.equal(put.status, 200)
   t.match(put.body, { ...changed, id: alert.id, status: 'ok', created_at: alert.created_at })
   t.strictSame(put.body.email, changed.email)
   t.ok(Date.parse(put.body.updated_at) >= Date.parse(alert.updated_at), 'updated_at moves on')
   t.strictSame(await getAlert(alert.id), put.body, 'get shows the change')
-  t.strictSame((await h.request('GET', '/jobsvc/v1/alerts')).body.data[0], put.body, 'the list shows the change')
+  t.strictSame((await p.request('GET', '/jobsvc/v1/alerts')).body.data[0], put.body, 'the list shows the change')
 
-  const same = await h.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, changed)
+  const same = await p.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, changed)
   t.equal(same.status, 200, 'the same settings again: 200')
   t.strictSame(same.body, put.body, 'and nothing changes, updated_at included')
 
-  const partial = await h.request('PUT', `/jobsvc/v1/alerts/${minimal.id}`, { name: 'dl', kind: 'dead_letter_count', threshold: 0, window_minutes: 5, email: [address] })
+  const partial = await p.request('PUT', `/jobsvc/v1/alerts/${minimal.id}`, { name: 'dl', kind: 'dead_letter_count', threshold: 0, window_minutes: 5, email: [address] })
   t.equal(partial.status, 200)
-  const partialBack = await h.request('PUT', `/jobsvc/v1/alerts/${minimal.id}`, { name: 'dl', kind: 'dead_letter_count', threshold: 0 })
+  const partialBack = await p.request('PUT', `/jobsvc/v1/alerts/${minimal.id}`, { name: 'dl', kind: 'dead_letter_count', threshold: 0 })
   t.match(partialBack.body, { window_minutes: 60, queue: null, webhook: false, enabled: true }, 'PUT replaces every setting: omitted ones return to their defaults')
   t.strictSame(partialBack.body.email, [])
 
-  const del = await h.request('DELETE', `/jobsvc/v1/alerts/${alert.id}`)
+  const del = await p.request('DELETE', `/jobsvc/v1/alerts/${alert.id}`)
   t.equal(del.status, 204)
   t.equal(del.body, null, 'no body')
-  isError(t, await h.request('GET', `/jobsvc/v1/alerts/${alert.id}`), 404, 'alert_not_found', 'get after delete')
-  isError(t, await h.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, changed), 404, 'alert_not_found', 'put after delete')
-  isError(t, await h.request('DELETE', `/jobsvc/v1/alerts/${alert.id}`), 404, 'alert_not_found', 'delete after delete')
+  isError(t, await p.request('GET', `/jobsvc/v1/alerts/${alert.id}`), 404, 'alert_not_found', 'get after delete')
+  isError(t, await p.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, changed), 404, 'alert_not_found', 'put after delete')
+  isError(t, await p.request('DELETE', `/jobsvc/v1/alerts/${alert.id}`), 404, 'alert_not_found', 'delete after delete')
   t.same(
-    (await h.request('GET', '/jobsvc/v1/alerts')).body.data.map((a: any) => a.id),
+    (await p.request('GET', '/jobsvc/v1/alerts')).body.data.map((a: any) => a.id),
     [minimal.id],
     'a deleted alert leaves the list',
   )
-  t.equal((await h.request('DELETE', `/jobsvc/v1/alerts/${minimal.id}`)).status, 204)
+  t.equal((await p.request('DELETE', `/jobsvc/v1/alerts/${minimal.id}`)).status, 204)
 
   const rows = await eventually(
     async () => {
@@ -179,7 +197,7 @@ t.test('create, list, get, update, delete; activity rows', async (t) => {
   // the no-op PUT wrote none.
   t.strictSame(
     rows.map((r) => ({ ...r })),
-    ['alert_created', 'alert_updated', 'alert_deleted'].map((kind) => ({ kind, project_id: h.projectId, target_type: 'alert', target_id: alert.id })),
+    ['alert_created', 'alert_updated', 'alert_deleted'].map((kind) => ({ kind, project_id: p.projectId, target_type: 'alert', target_id: alert.id })),
     'alert_created, one alert_updated, alert_deleted, each with the project',
   )
   t.strictSame(await logOf(t, alert.id), ['alert_created', 'alert_updated', 'alert_deleted'], 'the log holds the same three events')
@@ -189,9 +207,9 @@ t.test('unknown and malformed ids are 404 alert_not_found', async (t) => {
   const body = { name: 'x', kind: 'queue_depth', threshold: 1 }
   const ids = [unknownId, 'nope', 'alr_', `ALR_01J${'A'.repeat(23)}`, `alr_01J${'A'.repeat(23)}`, `alr_${'a'.repeat(27)}`, `job_01j${'a'.repeat(23)}`, 'a'.repeat(100)]
   for (const id of ids) {
-    isError(t, await h.request('GET', `/jobsvc/v1/alerts/${id}`), 404, 'alert_not_found', `GET ${id}`)
-    isError(t, await h.request('PUT', `/jobsvc/v1/alerts/${id}`, body), 404, 'alert_not_found', `PUT ${id}`)
-    isError(t, await h.request('DELETE', `/jobsvc/v1/alerts/${id}`), 404, 'alert_not_found', `DELETE ${id}`)
+    isError(t, await p.request('GET', `/jobsvc/v1/alerts/${id}`), 404, 'alert_not_found', `GET ${id}`)
+    isError(t, await p.request('PUT', `/jobsvc/v1/alerts/${id}`, body), 404, 'alert_not_found', `PUT ${id}`)
+    isError(t, await p.request('DELETE', `/jobsvc/v1/alerts/${id}`), 404, 'alert_not_found', `DELETE ${id}`)
   }
 })
 
@@ -201,7 +219,7 @@ t.test('an id over 100 characters is 404 alert_not_found in the error envelope t
   const body = { name: 'x', kind: 'queue_depth', threshold: 1 }
   for (const id of ['a'.repeat(101), `alr_${'a'.repeat(146)}`]) {
     for (const [method, payload] of [['GET'], ['PUT', body], ['DELETE']] as const) {
-      const res = await h.request(method, `/jobsvc/v1/alerts/${id}`, payload)
+      const res = await p.request(method, `/jobsvc/v1/alerts/${id}`, payload)
       t.equal(res.status, 404, `${method} with a ${id.length}-character id: status`)
       t.match(res.body, { error: { code: 'alert_not_found', request_id: /^[0-9A-Z]{26}$/ } }, `${method} with a ${id.length}-character id: envelope`)
     }
@@ -216,16 +234,16 @@ t.test("another project's alert is 404 alert_not_found and not listed", async (t
   isError(t, await as(other.apiKey, 'GET', `/jobsvc/v1/alerts/${mine.id}`), 404, 'alert_not_found', 'get')
   isError(t, await as(other.apiKey, 'PUT', `/jobsvc/v1/alerts/${mine.id}`, { name: 'hijack', kind: 'queue_depth', threshold: 0 }), 404, 'alert_not_found', 'put')
   isError(t, await as(other.apiKey, 'DELETE', `/jobsvc/v1/alerts/${mine.id}`), 404, 'alert_not_found', 'delete')
-  isError(t, await h.request('GET', `/jobsvc/v1/alerts/${theirs.id}`), 404, 'alert_not_found', 'and the other way round')
+  isError(t, await p.request('GET', `/jobsvc/v1/alerts/${theirs.id}`), 404, 'alert_not_found', 'and the other way round')
   t.same((await as(other.apiKey, 'GET', '/jobsvc/v1/alerts')).body.data.map((a: any) => a.id), [theirs.id], 'their list has only theirs')
-  t.notOk((await h.request('GET', '/jobsvc/v1/alerts')).body.data.some((a: any) => a.id === theirs.id), 'my list does not show theirs')
+  t.notOk((await p.request('GET', '/jobsvc/v1/alerts')).body.data.some((a: any) => a.id === theirs.id), 'my list does not show theirs')
   t.strictSame(await getAlert(mine.id), mine, 'my alert is untouched')
-  t.equal((await h.request('DELETE', `/jobsvc/v1/alerts/${mine.id}`)).status, 204)
+  t.equal((await p.request('DELETE', `/jobsvc/v1/alerts/${mine.id}`)).status, 204)
   t.equal((await as(other.apiKey, 'DELETE', `/jobsvc/v1/alerts/${theirs.id}`)).status, 204)
 })
 
 t.test('invalid bodies are 400 invalid_request on POST and PUT, and change nothing', async (t) => {
-  const valid = { name: 'valid', kind: 'queue_depth', queue: 'bad-q', threshold: 5, window_minutes: 60, email: ['ops@example.com'] }
+  const valid = { name: 'valid', kind: 'queue_depth', queue: 'bad-q', threshold: 5, window_minutes: 60, email: [owner.email] }
   const existing = await newAlert(valid)
   const { name: _n, ...noName } = valid
   const { kind: _k, ...noKind } = valid
@@ -251,25 +269,27 @@ t.test('invalid bodies are 400 invalid_request on POST and PUT, and change nothi
     ['an array', [valid]],
   ]
   for (const [what, body] of cases) {
-    isError(t, await h.request('POST', '/jobsvc/v1/alerts', body), 400, 'invalid_request', `POST: ${what}`)
-    isError(t, await h.request('PUT', `/jobsvc/v1/alerts/${existing.id}`, body), 400, 'invalid_request', `PUT: ${what}`)
+    isError(t, await p.request('POST', '/jobsvc/v1/alerts', body), 400, 'invalid_request', `POST: ${what}`)
+    isError(t, await p.request('PUT', `/jobsvc/v1/alerts/${existing.id}`, body), 400, 'invalid_request', `PUT: ${what}`)
   }
-  isError(t, await h.request('POST', '/jobsvc/v1/alerts'), 400, 'invalid_request', 'POST without a body')
+  isError(t, await p.request('POST', '/jobsvc/v1/alerts'), 400, 'invalid_request', 'POST without a body')
   t.same(
-    (await h.request('GET', '/jobsvc/v1/alerts')).body.data.filter((a: any) => a.queue === 'bad-q').map((a: any) => a.id),
+    (await p.request('GET', '/jobsvc/v1/alerts')).body.data.filter((a: any) => a.queue === 'bad-q').map((a: any) => a.id),
     [existing.id],
     'no alert was created',
   )
   t.strictSame(await getAlert(existing.id), existing, 'and the existing one is unchanged')
 
-  const edges = await newAlert({ ...valid, name: 'n'.repeat(100), threshold: 1_000_000_000, window_minutes: 1440, email: Array.from({ length: 10 }, (_, i) => `ops${i}@example.com`) })
+  const ten = [owner.email]
+  while (ten.length < 10) ten.push(await memberAddress())
+  const edges = await newAlert({ ...valid, name: 'n'.repeat(100), threshold: 1_000_000_000, window_minutes: 1440, email: ten })
   t.match(edges, { threshold: 1_000_000_000, window_minutes: 1440 }, 'the upper bounds are accepted')
   t.equal(edges.email.length, 10)
   t.match(await newAlert({ ...valid, threshold: 0, window_minutes: 1 }), { threshold: 0, window_minutes: 1 }, 'the lower bounds are accepted')
 })
 
 t.test('queue_depth: triggers once, holds without re-triggering, resolves once', async (t) => {
-  const address = freshEmail('depth')
+  const address = await memberAddress()
   const alert = await newAlert({ name: 'depth q1', kind: 'queue_depth', queue: 'q1', threshold: 2, email: [address] })
   const other = await h.newProject()
   const jobs = [await create({ queue: 'q1' }), await create({ queue: 'q1' })]
@@ -292,7 +312,7 @@ t.test('queue_depth: triggers once, holds without re-triggering, resolves once',
   const firing = await getAlert(alert.id)
   t.match(firing, { status: 'firing', last_value: 3, last_resolved_at: null })
   t.match(firing.last_triggered_at, iso)
-  const alertMail = await h.smtp.next(address, /^\[alert\] depth q1/)
+  const alertMail = await h.smtp.next(address, /^\[alert\] "depth q1"/)
   t.match(alertMail.text, /\b3\b/, 'the mail says the value')
   t.equal(mailsTo(address).length, 1, 'one mail')
 
@@ -308,7 +328,7 @@ t.test('queue_depth: triggers once, holds without re-triggering, resolves once',
   const resolved = await getAlert(alert.id)
   t.match(resolved, { status: 'ok', last_value: 1, last_triggered_at: firing.last_triggered_at })
   t.ok(Date.parse(resolved.last_resolved_at) >= Date.parse(firing.last_triggered_at), 'last_resolved_at is set after the trigger')
-  await h.smtp.next(address, /^\[resolved\] depth q1/)
+  await h.smtp.next(address, /^\[resolved\] "depth q1"/)
   t.equal(mailsTo(address).length, 2, 'one resolution mail')
 
   await evaluateAlerts(h.runtime)
@@ -319,7 +339,7 @@ t.test('queue_depth: triggers once, holds without re-triggering, resolves once',
 })
 
 t.test('dead_letter_count: a dead letter fires it; it resolves once it leaves the window', async (t) => {
-  const address = freshEmail('dead')
+  const address = await memberAddress()
   const alert = await newAlert({ name: 'dead q2', kind: 'dead_letter_count', queue: 'q2', threshold: 0, window_minutes: 10, email: [address] })
   const job = await create({ queue: 'q2', max_attempts: 1 })
   const [claimed] = await claim('q2', 1, 'wrk_dead')
@@ -329,7 +349,7 @@ t.test('dead_letter_count: a dead letter fires it; it resolves once it leaves th
 
   await evaluateAlerts(h.runtime)
   t.match(await getAlert(alert.id), { status: 'firing', last_value: 1 })
-  await h.smtp.next(address, /^\[alert\] dead q2/)
+  await h.smtp.next(address, /^\[alert\] "dead q2"/)
 
   await withClockAhead(9 * 60_000, () => evaluateAlerts(h.runtime))
   t.match(await getAlert(alert.id), { status: 'firing' }, 'nine minutes later it is still in the window')
@@ -339,13 +359,13 @@ t.test('dead_letter_count: a dead letter fires it; it resolves once it leaves th
   const resolved = await getAlert(alert.id)
   t.match(resolved, { status: 'ok', last_value: 0 }, 'eleven minutes later the dead letter left the 10 min window')
   t.match(resolved.last_resolved_at, iso)
-  await h.smtp.next(address, /^\[resolved\] dead q2/)
+  await h.smtp.next(address, /^\[resolved\] "dead q2"/)
   t.equal(mailsTo(address).length, 2)
   t.strictSame(await logOf(t, alert.id), ['alert_created', 'alert_triggered', 'alert_resolved'])
 })
 
 t.test('oldest_pending_age: fires when the oldest pending job waited too long, resolves when it is claimed', async (t) => {
-  const address = freshEmail('age')
+  const address = await memberAddress()
   const alert = await newAlert({ name: 'age q3', kind: 'oldest_pending_age', queue: 'q3', threshold: 60, email: [address] })
   const job = await create({ queue: 'q3' })
   await pendingIs('q3', 1)
@@ -359,7 +379,7 @@ t.test('oldest_pending_age: fires when the oldest pending job waited too long, r
     const firing = await getAlert(alert.id)
     t.equal(firing.status, 'firing', 'two minutes later it fires')
     t.ok(firing.last_value >= 120, `last_value ${firing.last_value} is at least 120 s`)
-    await h.smtp.next(address, /^\[alert\] age q3/)
+    await h.smtp.next(address, /^\[alert\] "age q3"/)
 
     const [claimed] = await claim('q3', 1, 'wrk_age')
     t.equal(claimed.id, job.id)
@@ -367,37 +387,37 @@ t.test('oldest_pending_age: fires when the oldest pending job waited too long, r
     await evaluateAlerts(h.runtime)
   })
   t.match(await getAlert(alert.id), { status: 'ok', last_value: 0 }, 'nothing pending: resolved')
-  await h.smtp.next(address, /^\[resolved\] age q3/)
+  await h.smtp.next(address, /^\[resolved\] "age q3"/)
   t.equal(mailsTo(address).length, 2)
   t.strictSame(await logOf(t, alert.id), ['alert_created', 'alert_triggered', 'alert_resolved'])
 })
 
 t.test('disabling a firing alert resolves it at the next evaluation; a deleted alert says nothing', async (t) => {
-  const address = freshEmail('disable')
+  const address = await memberAddress()
   const body = { name: 'disable q4', kind: 'queue_depth', queue: 'q4', threshold: 0, email: [address] }
   const alert = await newAlert(body)
   await create({ queue: 'q4' })
   await pendingIs('q4', 1)
   await evaluateAlerts(h.runtime)
   t.match(await getAlert(alert.id), { status: 'firing', last_value: 1 })
-  await h.smtp.next(address, /^\[alert\] disable q4/)
+  await h.smtp.next(address, /^\[alert\] "disable q4"/)
 
-  const put = await h.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, { ...body, enabled: false })
+  const put = await p.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, { ...body, enabled: false })
   t.equal(put.status, 200)
   t.match(put.body, { enabled: false, status: 'firing' }, 'disabling does not resolve by itself')
   await evaluateAlerts(h.runtime)
   t.match(await getAlert(alert.id), { enabled: false, status: 'ok' }, 'the next evaluation resolves it, though the condition holds')
-  await h.smtp.next(address, /^\[resolved\] disable q4/)
+  await h.smtp.next(address, /^\[resolved\] "disable q4"/)
   await evaluateAlerts(h.runtime)
   t.match(await getAlert(alert.id), { status: 'ok' }, 'disabled: no trigger while the condition holds')
   t.equal(mailsTo(address).length, 2)
 
-  t.equal((await h.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, body)).status, 200, 'enabled again')
+  t.equal((await p.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, body)).status, 200, 'enabled again')
   await evaluateAlerts(h.runtime)
   t.match(await getAlert(alert.id), { status: 'firing' }, 'fires again')
-  await h.smtp.next(address, /^\[alert\] disable q4/)
+  await h.smtp.next(address, /^\[alert\] "disable q4"/)
 
-  t.equal((await h.request('DELETE', `/jobsvc/v1/alerts/${alert.id}`)).status, 204)
+  t.equal((await p.request('DELETE', `/jobsvc/v1/alerts/${alert.id}`)).status, 204)
   await evaluateAlerts(h.runtime)
   t.equal(mailsTo(address).length, 3, 'deleting a firing alert sends no resolution')
   t.strictSame(
@@ -414,7 +434,7 @@ t.test('an alert without addresses triggers and resolves without sending mail', 
   const before = h.smtp.mails.length
   await evaluateAlerts(h.runtime)
   t.match(await getAlert(alert.id), { status: 'firing', last_value: 1 })
-  t.equal((await h.request('POST', `/jobsvc/v1/jobs/${job.id}/cancel`)).status, 200, 'the job is cancelled')
+  t.equal((await p.request('POST', `/jobsvc/v1/jobs/${job.id}/cancel`)).status, 200, 'the job is cancelled')
   await pendingIs('q5', 0)
   await evaluateAlerts(h.runtime)
   t.match(await getAlert(alert.id), { status: 'ok', last_value: 0 })
@@ -434,10 +454,10 @@ async function fire(t: Test, queue: string, address: string): Promise<any> {
 }
 
 t.test('an alert e-mail the SMTP server refuses is sent again after each wait, and once only', async (t) => {
-  const address = freshEmail('refused')
+  const address = await memberAddress()
   h.smtp.refuse(address, mailRetryDelaysMs.length)
   await fire(t, 'qm1', address)
-  const mail = await h.smtp.next(address, /^\[alert\] mail qm1/)
+  const mail = await h.smtp.next(address, /^\[alert\] "mail qm1"/)
   t.match(mail.text, /is firing/)
   t.equal(h.smtp.refusedCount(address), mailRetryDelaysMs.length, 'refused at every attempt but the last')
   await mailSettled()
@@ -445,7 +465,7 @@ t.test('an alert e-mail the SMTP server refuses is sent again after each wait, a
 })
 
 t.test('an alert e-mail refused past its last wait is given up, not tried forever', async (t) => {
-  const address = freshEmail('given-up')
+  const address = await memberAddress()
   h.smtp.refuse(address, 100)
   await fire(t, 'qm2', address)
   await mailSettled()
@@ -456,7 +476,7 @@ t.test('an alert e-mail refused past its last wait is given up, not tried foreve
 })
 
 t.test('an alert that fires while no dispatcher runs is mailed once one starts: the e-mail follows the log', async (t) => {
-  const address = freshEmail('later')
+  const address = await memberAddress()
   await h.stopRole('dispatcher')
   try {
     await fire(t, 'qm3', address)
@@ -465,7 +485,95 @@ t.test('an alert that fires while no dispatcher runs is mailed once one starts: 
   } finally {
     await h.startRole('dispatcher')
   }
-  await h.smtp.next(address, /^\[alert\] mail qm3/)
+  await h.smtp.next(address, /^\[alert\] "mail qm3"/)
   await mailSettled()
   t.equal(mailsTo(address).length, 1, 'sent once')
+})
+
+t.test("alert e-mails go only to the current addresses of the project's members: anything else is 400 naming it", async (t) => {
+  const member = await memberAddress()
+  const stranger = freshEmail('stranger')
+  const otherOwner = await newVerifiedUser(h)
+  const invited = freshEmail('invited')
+  const invite = await h.platform('POST', `/platform/v1/projects/${owner.projectId}/members`, { email: invited, role: 'member' }, { jwt: owner.jwt })
+  t.equal(invite.status, 201, 'an invitation that is not accepted yet')
+  const body = (email: string[]) => ({ name: 'recipients', kind: 'queue_depth', queue: 'rcpt-q', threshold: 1, email })
+  const existing = await newAlert(body([member]))
+  t.strictSame(existing.email, [member], "a member's address is accepted")
+
+  const refusals: [string, string[], string][] = [
+    ['an address of nobody here', [member, stranger], stranger],
+    ["a member of another project (that project's owner)", [otherOwner.email], otherOwner.email],
+    ['an invited address that has not joined', [invited], invited],
+  ]
+  for (const [what, email, named] of refusals) {
+    for (const [method, path] of [['POST', '/jobsvc/v1/alerts'], ['PUT', `/jobsvc/v1/alerts/${existing.id}`]] as const) {
+      const res = await p.request(method, path, body(email))
+      isError(t, res, 400, 'invalid_request', `${method}: ${what}`)
+      t.match(res.body.error.message, new RegExp(`^body\\.email\\[${email.indexOf(named)}\\]: ${named.replace(/[.+]/g, '\\$&')} is not the address of a member`), `${method}: the message names ${what}`)
+    }
+  }
+  isError(t, await h.request('POST', '/jobsvc/v1/alerts', body([member])), 400, 'invalid_request', "another project's key cannot mail this project's member")
+  t.same(
+    (await p.request('GET', '/jobsvc/v1/alerts')).body.data.filter((a: any) => a.queue === 'rcpt-q').map((a: any) => a.email),
+    [[member]],
+    'nothing was created or changed',
+  )
+  t.match(await newAlert(body([])), { email: [] }, 'no address at all is fine')
+})
+
+t.test('a member removed after the alert was written gets no e-mail; the others still do', async (t) => {
+  const staying = await memberAddress()
+  const leaving = await joinProject(h, owner, owner.projectId, 'member')
+  const alert = await newAlert({ name: 'removed q6', kind: 'queue_depth', queue: 'q6', threshold: 0, email: [staying, leaving.email] })
+  const removed = await h.platform('DELETE', `/platform/v1/projects/${owner.projectId}/members/${leaving.userId}`, undefined, { jwt: owner.jwt })
+  t.equal(removed.status, 204, 'the member is removed from the project')
+  await create({ queue: 'q6' })
+  await pendingIs('q6', 1)
+  await evaluateAlerts(h.runtime)
+  t.match(await getAlert(alert.id), { status: 'firing' })
+  await h.smtp.next(staying, /^\[alert\] /)
+  await mailSettled()
+  t.equal(mailsTo(staying).length, 1, 'the remaining member is mailed')
+  t.equal(mailsTo(leaving.email).length, 0, 'the removed member is not: the address is checked again when the mail is sent')
+})
+
+t.test('the alert name cannot add headers or pass for the service’s own words in the subject', async (t) => {
+  const address = await memberAddress()
+  const victim = freshEmail('bcc-victim')
+  const name = `Disk full\r\nBcc: ${victim}\r\nX-Spoof: "yes" \u202Eevil\u202C ${'z'.repeat(20)}`
+  const alert = await newAlert({ name, kind: 'queue_depth', queue: 'q7', threshold: 0, email: [address] })
+  t.equal(alert.name, name, 'the name is stored as written')
+  await create({ queue: 'q7' })
+  await pendingIs('q7', 1)
+  await evaluateAlerts(h.runtime)
+  const mail = await h.smtp.next(address, /^\[alert\] /)
+  const flat = `Disk full Bcc: ${victim} X-Spoof: 'yes' evil ${'z'.repeat(20)}`
+  t.equal(mail.subject, `[alert] "${[...flat].slice(0, 59).join('')}…" in project "My first project"`, 'one line, quoted, cut at 60 characters')
+  t.match(mail.text, `The alert "${flat}" of project ${owner.projectId} is firing`, 'the body quotes the whole name on one line')
+  await mailSettled()
+  t.equal(h.smtp.mails.filter((m) => m.to.includes(victim)).length, 0, 'nobody else is mailed')
+})
+
+t.test('a project has at most max_alerts_per_project alerts: one more is 400, a deletion makes room', async (t) => {
+  const max = h.config.tunables.max_alerts_per_project
+  const other = await h.newProject()
+  const as = (method: string, path: string, body?: unknown) => httpRequest(h.url, other.apiKey, method, path, body)
+  const body = (i: number) => ({ name: `cap ${i}`, kind: 'queue_depth', queue: 'cap-q', threshold: 1_000 })
+  for (let i = 0; i < max - 5; i++) await newAlert(body(i), other.apiKey)
+  const racing = await Promise.all(Array.from({ length: 10 }, (_, i) => as('POST', '/jobsvc/v1/alerts', body(max + i))))
+  t.same(
+    racing.map((r) => r.status).sort(),
+    [...Array.from({ length: 5 }, () => 201), ...Array.from({ length: 5 }, () => 400)],
+    'ten creations at once with room for five: five are created',
+  )
+  for (const r of racing.filter((x) => x.status === 400)) isError(t, r, 400, 'invalid_request')
+  t.match(racing.find((r) => r.status === 400)!.body.error.message, new RegExp(`has ${max} alerts`))
+  const listed = (await as('GET', '/jobsvc/v1/alerts')).body.data
+  t.equal(listed.length, max, `the project has ${max} alerts`)
+  isError(t, await as('POST', '/jobsvc/v1/alerts', body(0)), 400, 'invalid_request', 'one more is refused')
+  t.equal((await newAlert(body(0))).name, 'cap 0', "another project's alerts are not counted")
+  t.equal((await as('DELETE', `/jobsvc/v1/alerts/${listed[0].id}`)).status, 204)
+  t.equal((await as('POST', '/jobsvc/v1/alerts', body(0))).status, 201, 'a deleted alert makes room for one')
+  isError(t, await as('POST', '/jobsvc/v1/alerts', body(0)), 400, 'invalid_request', 'and only one')
 })

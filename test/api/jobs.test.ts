@@ -344,6 +344,56 @@ t.test('GET /jobs/{id}/history answers the job’s events in order', async (t) =
   isErrorEnvelope(t, await call('GET', `/jobsvc/v1/jobs/${missingJob}/history`), 404, 'job_not_found')
 })
 
+t.test('GET /jobs/{id}/history is paged: limit (default 100, 1 to 500) and cursor', async (t) => {
+  const job = await create({ job_type: 'chatty', queue: 'hist-pages' })
+  await claimOne('hist-pages', 'wrk_p')
+  const reports = 120
+  for (let i = 1; i <= reports; i++) {
+    const beat = await call('POST', '/jobsvc/v1/workers/heartbeat', { job_id: job.id, worker_id: 'wrk_p', progress: i / 1000 })
+    if (beat.status !== 200) throw new Error(`heartbeat answered ${beat.status}`)
+  }
+  await call('POST', '/jobsvc/v1/workers/ack', { job_id: job.id, worker_id: 'wrk_p', status: 'succeeded' })
+  const total = 2 + reports + 1
+  const expectedTypes = ['job_created', 'job_claimed', ...Array.from({ length: reports }, () => 'job_progressed'), 'job_succeeded']
+
+  const first = await call('GET', `/jobsvc/v1/jobs/${job.id}/history`)
+  t.equal(first.status, 200)
+  t.equal(first.body.job_id, job.id)
+  t.equal(first.body.data.length, 100, `a job with ${total} events answers 100 by default`)
+  t.equal(first.body.has_more, true)
+  t.type(first.body.next_cursor, 'string')
+  const second = await call('GET', `/jobsvc/v1/jobs/${job.id}/history?cursor=${encodeURIComponent(first.body.next_cursor)}`)
+  t.equal(second.status, 200)
+  t.equal(second.body.data.length, total - 100, 'the next page holds the rest')
+  t.equal(second.body.has_more, false)
+  t.equal(second.body.next_cursor, null, 'next_cursor is null exactly when has_more is false')
+  const all = [...first.body.data, ...second.body.data]
+  t.same(all.map((e: any) => e.type), expectedTypes, 'oldest first, nothing skipped or repeated across pages')
+  t.same(all.map((e: any) => e.data.progress).filter((p: unknown) => p !== undefined), Array.from({ length: reports }, (_, i) => (i + 1) / 1000))
+
+  const small: any[] = []
+  let pages = 0
+  for (let cursor: string | null = null; ; pages++) {
+    const page: HttpResponse = await call('GET', `/jobsvc/v1/jobs/${job.id}/history?limit=7${cursor === null ? '' : `&cursor=${encodeURIComponent(cursor)}`}`)
+    t.ok(page.body.data.length <= 7, 'no page is longer than its limit')
+    small.push(...page.body.data)
+    if (!page.body.has_more) break
+    cursor = page.body.next_cursor
+  }
+  t.equal(pages + 1, Math.ceil(total / 7), 'pages of 7')
+  t.same(small, all, 'paging by 7 gives the same events')
+  t.equal((await call('GET', `/jobsvc/v1/jobs/${job.id}/history?limit=500`)).body.data.length, total, 'limit 500 is allowed')
+
+  for (const limit of ['0', '501', '-1', '1.5', 'ten']) {
+    isErrorEnvelope(t, await call('GET', `/jobsvc/v1/jobs/${job.id}/history?limit=${limit}`), 400, 'invalid_limit')
+  }
+  const listCursor = (await call('GET', '/jobsvc/v1/jobs?limit=1')).body.next_cursor
+  for (const cursor of ['nonsense', listCursor, Buffer.from('["h",0,0]').toString('base64url'), Buffer.from('["h",1,-1]').toString('base64url')]) {
+    isErrorEnvelope(t, await call('GET', `/jobsvc/v1/jobs/${job.id}/history?cursor=${encodeURIComponent(cursor)}`), 400, 'invalid_cursor')
+  }
+  isErrorEnvelope(t, await call('GET', `/jobsvc/v1/jobs/${missingJob}/history?cursor=${encodeURIComponent(first.body.next_cursor)}`), 404, 'job_not_found')
+})
+
 t.test('every response carried an X-Request-Id that is a ULID', async (t) => {
   const extra = [
     await httpRequest(h.url, null, 'GET', '/jobsvc/v1/jobs'),

@@ -1,8 +1,11 @@
+import { request as httpPost, type ClientRequest } from 'node:http'
 import t from 'tap'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
 
-const h = await startHarness(t, import.meta.filename)
+/** Two polls of a project in flight at once: the other tests poll one at a time. */
+const maxPolls = 2
+const h = await startHarness(t, import.meta.filename, { tunables: { max_polls_per_project: maxPolls } })
 const { create, getJob, poll, ack, claimOne } = jobsApi(h, { jobType: 'work' })
 
 const missingJob = 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV'
@@ -258,4 +261,96 @@ t.test('register answers registered and stores the valid schedules only', async 
   const minimal = await h.request('POST', '/jobsvc/v1/workers/register', { worker_id: 'wrk_r', queues: ['default'], job_types: [] })
   t.strictSame(minimal.body, { status: 'registered' }, 'schedules are optional')
   isError(t, await h.request('POST', '/jobsvc/v1/workers/register', { queues: [], job_types: [] }), 400, 'invalid_request', 'worker_id is required')
+})
+
+/**
+ * A poll on a connection of its own, which the test can drop as a worker that dies would: the
+ * socket is destroyed (fetch's abort may leave a kept-alive socket to the server's own timeout).
+ */
+function abortablePoll(apiKey: string, body: Record<string, unknown>) {
+  const state = { settled: false }
+  const payload = JSON.stringify(body)
+  let request!: ClientRequest
+  const answered = new Promise<{ status: number; body: unknown }>((resolve) => {
+    request = httpPost(`${h.url}/jobsvc/v1/workers/poll`, {
+      method: 'POST',
+      agent: false,
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
+    })
+    request.on('response', (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk: string) => (text += chunk))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }))
+      res.on('error', () => resolve({ status: 0, body: 'dropped' }))
+    })
+    request.on('error', () => resolve({ status: 0, body: 'dropped' }))
+    request.end(payload)
+  }).finally(() => (state.settled = true))
+  return { answered, state, disconnect: () => request.destroy() }
+}
+
+/**
+ * Two long polls of `queue` that hold both slots of the project, proved by a third (without
+ * wait) being refused. A holder that met a probe still in flight was itself refused: it polls
+ * again. Once a probe is refused while no holder was, nothing but the holders is in flight, so
+ * they hold the slots.
+ */
+async function holdBothSlots(queue: string) {
+  const holder = (i: number) => abortablePoll(h.apiKey, { worker_id: `wrk_hold${i}`, queues: [queue], wait_seconds: 30 })
+  const holders = [holder(1), holder(2)]
+  const refused = await eventually(async () => {
+    const refusedHolders = holders.filter((hd) => hd.state.settled)
+    holders.forEach((hd, i) => {
+      if (hd.state.settled) holders[i] = holder(i + 1)
+    })
+    // A holder polling again gets a round to arrive before the next probe.
+    if (refusedHolders.length > 0) return false
+    const res = await poll({ worker_id: 'wrk_probe', queues: [queue] })
+    return res.status === 429 && !holders.some((hd) => hd.state.settled) && res
+  }, 15_000, `two polls of ${queue} to hold both slots`)
+  return { holders, refused }
+}
+
+async function dropAll(polls: Array<ReturnType<typeof abortablePoll>>): Promise<number[]> {
+  for (const p of polls) p.disconnect()
+  return (await Promise.all(polls.map((p) => p.answered))).map((a) => a.status)
+}
+
+const slotsFree = () => eventually(async () => (await poll({ worker_id: 'wrk_free', queues: ['w-free'] })).status === 200, 15_000, 'a free slot')
+
+t.test('a project has at most max_polls_per_project polls in flight: 429 with Retry-After, per project', async (t) => {
+  const other = await h.newProject()
+  const { holders, refused } = await holdBothSlots('w-full')
+  isError(t, refused, 429, 'rate_limit_exceeded', `poll number ${maxPolls + 1} is refused`)
+  t.equal(refused.headers.get('retry-after'), '2', 'with Retry-After')
+  t.match(refused.body.error.message, /polls in flight/)
+  const theirs = await httpRequest(h.url, other.apiKey, 'POST', '/jobsvc/v1/workers/poll', { worker_id: 'wrk_other', queues: ['w-full'], wait_seconds: 0 })
+  t.strictSame({ status: theirs.status, body: theirs.body }, { status: 200, body: { jobs: [] } }, "another project's poll is admitted meanwhile")
+  t.same(await dropAll(holders), [0, 0], 'the two polls were waiting all along')
+})
+
+t.test('every way a poll ends frees its slot: deadline, claim, disconnect', async (t) => {
+  /** Both slots free: two polls held at once are admitted, and a third is refused. */
+  async function bothSlotsFree(what: string): Promise<void> {
+    const { holders } = await holdBothSlots('w-probe')
+    t.same(await dropAll(holders), [0, 0], `after ${what}, two polls fit again, and they were held (a third was refused)`)
+    await slotsFree()
+  }
+
+  // The previous test's polls were dropped: their slots come back once the server sees the close.
+  await slotsFree()
+  const deadline = await Promise.all([1, 2].map((i) => poll({ worker_id: `wrk_dl${i}`, queues: ['w-deadline'], wait_seconds: 1 })))
+  t.same(deadline.map((r) => r.body), [{ jobs: [] }, { jobs: [] }], 'two polls reach their deadline')
+  await bothSlotsFree('a deadline')
+
+  const jobs = [await create({ queue: 'w-slot-claim' }), await create({ queue: 'w-slot-claim' })]
+  const claimed = await Promise.all([1, 2].map((i) => poll({ worker_id: `wrk_sc${i}`, queues: ['w-slot-claim'], wait_seconds: 10 })))
+  t.same(claimed.flatMap((r) => r.body.jobs.map((j: any) => j.id)).sort(), jobs.map((j) => j.id).sort(), 'two polls claim a job each')
+  await bothSlotsFree('a claim')
+
+  const { holders } = await holdBothSlots('w-disconnect')
+  await dropAll(holders)
+  await slotsFree()
+  await bothSlotsFree('a disconnect')
 })

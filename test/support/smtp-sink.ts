@@ -14,12 +14,28 @@ function decodeQuotedPrintable(body: string): string {
   return Buffer.from(joined.replace(/=([0-9A-F]{2})/gi, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))), 'latin1').toString('utf8')
 }
 
+/**
+ * Undoes RFC 2047 encoded words (`=?UTF-8?Q?…?=`, `=?UTF-8?B?…?=`) in a header value, as a mail
+ * client shows it (white space between two encoded words is dropped). Nodemailer encodes a
+ * subject holding a double quote or anything outside ASCII this way.
+ */
+function decodeEncodedWords(value: string): string {
+  const word = /=\?[^?]+\?([QqBb])\?([^?]*)\?=/g
+  return value.replace(/(=\?[^?]+\?[QqBb]\?[^?]*\?=)\s+(?==\?)/g, '$1').replace(word, (_m, encoding: string, text: string) => {
+    const bytes =
+      encoding.toUpperCase() === 'B'
+        ? Buffer.from(text, 'base64')
+        : Buffer.from(text.replace(/_/g, ' ').replace(/=([0-9A-F]{2})/gi, (_x, hex: string) => String.fromCharCode(parseInt(hex, 16))), 'latin1')
+    return bytes.toString('utf8')
+  })
+}
+
 function parseMail(raw: string, to: string[]): ReceivedMail {
   const split = raw.indexOf('\r\n\r\n')
   const head = raw.slice(0, split)
   const body = raw.slice(split + 4).replace(/\r\n\.?\r\n$/, '')
   const headers = head.replace(/\r\n[ \t]+/g, ' ')
-  const subject = /^subject: (.*)$/im.exec(headers)?.[1] ?? ''
+  const subject = decodeEncodedWords(/^subject: (.*)$/im.exec(headers)?.[1] ?? '')
   const encoding = /^content-transfer-encoding: (.*)$/im.exec(headers)?.[1]?.trim().toLowerCase()
   const text = encoding === 'quoted-printable' ? decodeQuotedPrintable(body) : encoding === 'base64' ? Buffer.from(body, 'base64').toString('utf8') : body
   return { to, subject, text }

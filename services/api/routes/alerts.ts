@@ -2,11 +2,16 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { alertKinds, type Alert, type AlertKind } from '../../../domain/alert.ts'
-import { commandAlert, createAlert, loadAlert } from '../../alerts/alert-service.ts'
+import { nonMemberAddresses } from '../../alerts/alert-recipients.ts'
+import { CappedAlertCreation, commandAlert, loadAlert } from '../../alerts/alert-service.ts'
 import type { ApiContext } from '../app.ts'
+import { invalidRequest } from '../errors.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { boundedString, emailAddress, storableText } from '../text-fields.ts'
 import { isoOrNull } from '../read-your-writes.ts'
+
+/** Addresses one alert e-mails at most. */
+const maxRecipients = 10
 
 /** The settings of an alert; POST and PUT take the same body (PUT replaces every setting). */
 const alertBody = z.object({
@@ -15,7 +20,7 @@ const alertBody = z.object({
   queue: storableText(1, 100).nullish(),
   threshold: z.number().int().min(0).max(1_000_000_000),
   window_minutes: z.number().int().min(1).max(1440).nullish(),
-  email: z.array(emailAddress).max(10).nullish(),
+  email: z.array(emailAddress).max(maxRecipients).nullish(),
   webhook: z.boolean().nullish(),
   enabled: z.boolean().nullish(),
 })
@@ -83,9 +88,12 @@ const tags = ['Alerts']
 
 const listSchema = { summary: 'List alerts', tags, response: { 200: z.strictObject({ data: z.array(alertSchema) }), ...errorResponses() } }
 
+/** What the alert routes say about `email` (README, "Alerts"). */
+const recipientRule = `Each \`email\` address (at most ${maxRecipients}) must be the current address of a member of the project, or the answer is 400 \`invalid_request\` naming it.`
+
 const createSchema = {
   summary: 'Create an alert',
-  description: 'The answer carries `Location` and `X-Event-Seq`.',
+  description: `The answer carries \`Location\` and \`X-Event-Seq\`. ${recipientRule} A project has at most \`max_alerts_per_project\` alerts (default 100); one more is 400 \`invalid_request\`.`,
   tags,
   body: alertBody,
   response: { 201: alertSchema, ...errorResponses(...writeCodes) },
@@ -95,7 +103,7 @@ const readSchema = { summary: 'Read an alert', tags, params: idParams, response:
 
 const replaceSchema = {
   summary: "Replace an alert's settings",
-  description: 'Every setting is replaced; omitted optional ones take their defaults. The answer carries `X-Event-Seq`.',
+  description: `Every setting is replaced; omitted optional ones take their defaults. The answer carries \`X-Event-Seq\`. ${recipientRule}`,
   tags,
   params: idParams,
   body: alertBody,
@@ -112,6 +120,15 @@ const deleteSchema = {
 /** `/jobsvc/v1/alerts` and `/alerts/{id}` (README, "Alerts"). */
 export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
   const { deps } = ctx
+  const creation = new CappedAlertCreation(deps)
+
+  /** Refuses the first address that is not a member's (alert-recipients.ts: the alert routes are no open relay). */
+  async function assertRecipients(projectId: string, emails: readonly string[]): Promise<void> {
+    const [refused] = await nonMemberAddresses(deps, projectId, emails)
+    if (refused === undefined) return
+    throw invalidRequest(`body.email[${emails.indexOf(refused)}]: ${refused} is not the address of a member of this project; alerts e-mail only the project's members`)
+  }
+
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
@@ -121,16 +138,23 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
     })
 
     app.post('/', { schema: createSchema }, async (request, reply) => {
-      const result = await createAlert(deps, request.principal.projectId, settingsOf(request.body))
+      const projectId = request.principal.projectId
+      const settings = settingsOf(request.body)
+      await assertRecipients(projectId, settings.email)
+      const max = deps.config.tunables.max_alerts_per_project
+      const result = await creation.create(projectId, settings, max)
+      if (result === null) throw invalidRequest(`the project has ${max} alerts, the most it may have; delete one before creating another`)
       return reply.code(201).header('Location', `/jobsvc/v1/alerts/${result.state!.id}`).header('X-Event-Seq', String(result.seq)).send(alertView(result.state!))
     })
 
     app.get('/:id', { schema: readSchema }, async (request) => alertView(await loadAlert(deps, request.principal.projectId, request.params.id)))
 
     app.put('/:id', { schema: replaceSchema }, async (request, reply) => {
+      const settings = settingsOf(request.body)
+      await assertRecipients(request.principal.projectId, settings.email)
       const result = await commandAlert(deps, request.principal.projectId, request.params.id, {
         type: 'update_alert',
-        data: settingsOf(request.body),
+        data: settings,
         meta: { now: deps.now().toISOString() },
       })
       return reply.header('X-Event-Seq', String(result.seq)).send(alertView(result.state!))

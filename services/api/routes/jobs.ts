@@ -14,7 +14,7 @@ import { jobFromRow } from '../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
 import { cursorPage, errorResponses, instant, mediaResponse, writeCodes } from '../openapi.ts'
 import { streamJobProgress } from '../progress-stream.ts'
-import { decodeCursor, encodeCursor, parseLimit } from '../pagination.ts'
+import { decodeCursor, decodeHistoryCursor, encodeCursor, encodeHistoryCursor, parseLimit } from '../pagination.ts'
 import { isStorableInstant, unstorableInstantMessage } from '../storable.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
@@ -147,10 +147,15 @@ const readSchema = {
   response: { 200: jobDetail, ...errorResponses('job_not_found') },
 }
 
+/** A page of a job's history: a job can hold thousands of events (progress reports). */
+const historyLimit = { fallback: 100, max: 500 }
+
 const historySchema = {
   summary: "A job's events, oldest first",
+  description: `Paged: \`limit\` 1–${historyLimit.max} (default ${historyLimit.fallback}; outside: \`invalid_limit\`), \`cursor\` the \`next_cursor\` of the previous page.`,
   tags: ['Jobs'],
   params: jobIdParams,
+  querystring: z.object({ limit: boundedString(20).optional(), cursor: boundedString(200).optional() }),
   response: {
     200: z.strictObject({
       job_id: z.string(),
@@ -163,15 +168,20 @@ const historySchema = {
           data: z.record(z.string(), z.unknown()),
         }),
       ),
+      has_more: z.boolean(),
+      next_cursor: z.string().nullable().describe('pass back as `cursor` for the next page; null when has_more is false'),
     }),
-    ...errorResponses('job_not_found'),
+    ...errorResponses('job_not_found', 'invalid_limit', 'invalid_cursor'),
   },
 }
+
+/** What a stream refused for its project's number of open streams is told to wait. */
+const streamRetryAfterMs = 5_000
 
 const eventsSchema = {
   summary: "Follow a job's state and progress (server-sent events)",
   description:
-    '`event: snapshot` frames: the current one at once, then one per change of state or progress. The stream closes when the job ends, and after 120 s.',
+    '`event: snapshot` frames: the current one at once, then one per change of state or progress. The stream closes when the job ends, and after 120 s. A project has at most `max_event_streams_per_project` streams open per API process (default 100); one more answers 429 `rate_limit_exceeded` with `Retry-After`.',
   tags: ['Jobs'],
   params: jobIdParams,
   response: {
@@ -326,17 +336,24 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     })
 
     app.get('/:jobId/history', { schema: historySchema }, async (request) => {
-      const records = await jobs.history(request.principal.projectId, request.params.jobId)
+      const limit = parseLimit(request.query.limit, historyLimit.fallback, 1, historyLimit.max)
+      const from = request.query.cursor === undefined ? null : decodeHistoryCursor(request.query.cursor)
+      const page = await jobs.history(request.principal.projectId, request.params.jobId, from, limit)
       return {
         job_id: request.params.jobId,
-        data: records.flatMap((r) =>
-          r.message.events.map((e) => ({ sequence: r.seq, id: e.id, type: e.type, time: e.time, data: e.data })),
-        ),
+        data: page.events.map(({ seq, event: e }) => ({ sequence: seq, id: e.id, type: e.type, time: e.time, data: e.data as Record<string, unknown> })),
+        has_more: page.next !== null,
+        next_cursor: page.next === null ? null : encodeHistoryCursor(page.next),
       }
     })
 
     app.get('/:jobId/events', { schema: eventsSchema }, async (request, reply) => {
-      await streamJobProgress(deps, jobs, ctx.stopping, request, reply, request.principal.projectId, request.params.jobId)
+      const projectId = request.principal.projectId
+      const release = ctx.streams.tryAcquire(projectId)
+      if (release === null) {
+        throw rateLimitExceeded(streamRetryAfterMs, `this project already has ${ctx.streams.max} progress streams open on this server; retry after Retry-After`)
+      }
+      await streamJobProgress(deps, jobs, ctx.stopping, request, reply, projectId, request.params.jobId, release)
     })
 
     app.post('/:jobId/cancel', { schema: cancelSchema }, async (request, reply) => {

@@ -2,16 +2,21 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import type { Job } from '../../../domain/job.ts'
-import { claimJobs } from '../../jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../jobs/recurring-service.ts'
 import type { ApiContext } from '../app.ts'
-import { serviceUnavailable } from '../errors.ts'
+import { rateLimitExceeded, serviceUnavailable } from '../errors.ts'
 import { errorResponses, instant, writeCodes } from '../openapi.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 
 /** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
 const maxErrorMessage = 10_000
 const maxStackTrace = 65_536
+
+/**
+ * What a poll refused for its project's number of polls is told to wait: the spec's re-check
+ * interval, so a worker that comes back then has missed nothing a waiting poll would have seen.
+ */
+const pollRetryAfterMs = 2_000
 
 /** Goes into a `text` column of the read model. */
 const text = (max: number) => storableText(1, max)
@@ -74,7 +79,7 @@ export const registerBody = z.object({
 const pollSchema = {
   summary: 'Claim jobs (long poll)',
   description:
-    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline.',
+    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline. A project has at most `max_polls_per_project` polls in flight per API process (default 500); one more answers 429 `rate_limit_exceeded` with `Retry-After`.',
   tags: ['Workers'],
   body: pollBody,
   response: {
@@ -148,10 +153,16 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     /**
      * Claims at once when it can; otherwise waits for a wake-up from the projector or scheduler
-     * (milliseconds after a job becomes claimable), re-checking every tick as a safety net.
+     * (milliseconds after a job becomes claimable), re-checking every tick as a safety net. Each
+     * claim takes its turn in the process's claim line (services/jobs/claim-line.ts), which bounds
+     * the Postgres connections one project's polls hold.
      */
     app.post('/poll', { schema: pollSchema }, async (request, reply) => {
       const b = request.body
+      const release = ctx.polls.tryAcquire(request.principal.projectId)
+      if (release === null) {
+        throw rateLimitExceeded(pollRetryAfterMs, `this project already has ${ctx.polls.max} polls in flight on this server; poll again after Retry-After`)
+      }
       const claim = {
         projectId: request.principal.projectId,
         workerId: b.worker_id,
@@ -164,7 +175,9 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       // Ends the wait on a disconnect or on shutdown. The request's own `close` fires as soon as
       // its body has been read (Node >= 16), which ended every long poll at once; the response
       // closes before it ends only on a disconnect. The shutdown listener is removed when the
-      // poll ends: one left per poll would pile up on the process-wide signal.
+      // poll ends: one left per poll would pile up on the process-wide signal. The poll's slot is
+      // freed in the same `finally`, whichever way the poll ends (claim, deadline, disconnect,
+      // shutdown, error).
       const gone = new AbortController()
       const end = () => gone.abort()
       reply.raw.once('close', () => {
@@ -175,14 +188,18 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
         return await pollUntilClaimedOrDeadline()
       } finally {
         ctx.stopping.removeEventListener('abort', end)
+        release()
       }
 
       async function pollUntilClaimedOrDeadline() {
+        const restarting = () => serviceUnavailable('the service is restarting; poll again with backoff')
         for (;;) {
-          if (ctx.stopping.aborted) throw serviceUnavailable('the service is restarting; poll again with backoff')
+          if (ctx.stopping.aborted) throw restarting()
           const listener = ctx.ready.listen(claim.projectId, claim.queues)
           try {
-            const claimed = await claimJobs(deps, jobs, claim)
+            const claimed = await ctx.claims.claim(claim, gone.signal)
+            // A claim still waiting for its turn when shutdown began was withdrawn, not run.
+            if (claimed.length === 0 && ctx.stopping.aborted) throw restarting()
             const remaining = deadline - Date.now()
             if (claimed.length > 0 || remaining <= 0 || gone.signal.aborted) return { jobs: claimed.map(toPolledJob) }
             await listener.wait(Math.min(remaining, t.poll_tick_ms), gone.signal)
