@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { BillingStateBlocked } from '../../../domain/errors.ts'
@@ -12,16 +12,26 @@ import { invalidRequest } from '../errors.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
 import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
+import { boundedString, storableText } from '../text-fields.ts'
+
+/**
+ * Spec, Webhooks 1: the `events` value is at most 1024 characters, measured on the value as
+ * sent: the length of its compact JSON text (`["job.created","job.failed"]` is 28), duplicates
+ * included. `checkEventsAsSent` measures it before the schema runs, so an over-long list is
+ * refused before any of its elements is checked and dropping its repeats cannot bring it under.
+ */
+const maxEventsLength = 1024
 
 /** `*`, or a list of the known event types (an unknown type is refused, so typos do not go silent). */
-const events = z.union([
-  z.literal('*'),
-  z.array(z.enum(webhookEventTypes)).min(1).transform((list) => [...new Set(list)]),
-])
+const events = z
+  .union([z.literal('*'), z.array(z.enum(webhookEventTypes)).min(1).transform((list) => [...new Set(list)])])
+  .describe(`\`*\` or a list of event types; at most ${maxEventsLength} characters as compact JSON, duplicates included (they are then dropped)`)
 
-const createBody = z.object({ url: z.string().min(1), events })
-const patchBody = z.object({ url: z.string().min(1).optional(), events: events.optional(), is_active: z.boolean().optional() }).strict()
-const idParams = z.object({ id: z.string().min(1) })
+const url = storableText(1, 2048).describe('absolute http(s) URL resolving only to public addresses')
+const createBody = z.object({ url, events })
+const patchBody = z.object({ url: url.optional(), events: events.optional(), is_active: z.boolean().optional() }).strict()
+// The router passes path parameters of up to 2048 characters; any id not of the `whk_` form is a 404.
+const idParams = z.object({ id: boundedString(2048, 1) })
 
 const eventFilter = z.union([z.literal('*'), z.array(z.enum(webhookEventTypes))]).describe('`*` (every type) or a list of event types')
 
@@ -105,7 +115,7 @@ const deliveriesSchema = {
   description: '`limit` is clamped to 1–100 (default 50). `next_cursor` is omitted when `has_more` is false.',
   tags,
   params: idParams,
-  querystring: z.object({ limit: z.string().optional(), cursor: z.string().optional() }),
+  querystring: z.object({ limit: boundedString(64).optional(), cursor: boundedString(1024).optional() }),
   response: {
     200: z.strictObject({ data: z.array(delivery), has_more: z.boolean(), next_cursor: z.string().optional() }),
     ...errorResponses(...webhookCodes, 'webhook_not_found', 'invalid_cursor'),
@@ -120,9 +130,18 @@ const deleteSchema = {
   response: { 204: noContent('Deleted'), ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_not_found') },
 }
 
-/** The spec's limits on a subscription, checked after the schema: 400 `invalid_request`. */
-async function checkSubscription(ctx: ApiContext, input: { url?: string | undefined; events?: EventFilter | undefined }): Promise<void> {
-  if (input.events !== undefined && JSON.stringify(input.events).length > 1024) throw invalidRequest('body.events: at most 1024 characters')
+/** `events` over `maxEventsLength` as sent: 400 `invalid_request`, before the schema sees it. */
+async function checkEventsAsSent(request: FastifyRequest): Promise<void> {
+  const body = request.body
+  if (typeof body !== 'object' || body === null || !('events' in body)) return
+  const text = JSON.stringify(body.events)
+  if (text !== undefined && text.length > maxEventsLength) {
+    throw invalidRequest(`body.events: at most ${maxEventsLength} characters as sent (its JSON text, duplicates included)`)
+  }
+}
+
+/** The URL's safety rules, checked after the schema: 400 `invalid_request`. */
+async function checkSubscription(ctx: ApiContext, input: { url?: string | undefined }): Promise<void> {
   if (input.url !== undefined) {
     const verdict = await checkWebhookUrl(input.url, ctx.deps.config.webhookAllowHosts, ctx.deps.resolveHost)
     if (!verdict.ok) throw invalidRequest(`body.url: ${verdict.reason}`)
@@ -150,7 +169,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.get('/:id', { schema: readSchema }, async (request) => webhookView(await hooks.load(request.principal.projectId, request.params.id)))
 
-    app.post('/', { schema: createSchema }, async (request, reply) => {
+    app.post('/', { schema: createSchema, preValidation: checkEventsAsSent }, async (request, reply) => {
       await checkSubscription(ctx, request.body)
       const { result, secret } = await hooks.create(request.principal.projectId, { url: request.body.url, events: request.body.events as EventFilter })
       jobs.noteWritten(request.principal.projectId, result.seq)
@@ -158,7 +177,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       return reply.code(201).send({ id: w.id, url: w.url, events: w.events, secret, is_active: w.is_active, created_at: w.created_at })
     })
 
-    app.patch('/:id', { schema: updateSchema }, async (request) => {
+    app.patch('/:id', { schema: updateSchema, preValidation: checkEventsAsSent }, async (request) => {
       await hooks.load(request.principal.projectId, request.params.id)
       await checkSubscription(ctx, request.body)
       const result = await hooks.update(request.principal.projectId, request.params.id, request.body as { url?: string; events?: EventFilter; is_active?: boolean })
