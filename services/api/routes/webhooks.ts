@@ -4,7 +4,7 @@ import { z } from 'zod'
 import { BillingStateBlocked } from '../../../domain/errors.ts'
 import { billingOf } from '../../../domain/project.ts'
 import type { DeliveryStatus } from '../../../domain/delivery.ts'
-import { webhookEventTypes, type EventFilter, type Webhook } from '../../../domain/webhook.ts'
+import { maxWebhooksPerProject, webhookEventTypes, type EventFilter, type Webhook } from '../../../domain/webhook.ts'
 import { checkWebhookUrl } from '../../webhooks/url-safety.ts'
 import { WebhookService } from '../../webhooks/webhook-service.ts'
 import type { ApiContext } from '../app.ts'
@@ -77,12 +77,14 @@ const readSchema = { summary: 'Read a subscription', tags, params: idParams, res
 
 const createSchema = {
   summary: 'Subscribe a URL to events',
-  description: 'The URL must be absolute http(s) and resolve only to public addresses. The answer shows the signing secret, once.',
+  description:
+    'The URL must be absolute http(s) and resolve only to public addresses. The answer shows the signing secret, once. ' +
+    `A project has at most ${maxWebhooksPerProject} subscriptions, active or not: one more is 409 \`webhook_limit_reached\`.`,
   tags,
   body: createBody,
   response: {
     201: z.strictObject({ id: z.string(), url: z.string(), events: eventFilter, secret: z.string().describe('`whsec_…`; shown only here and on rotation'), is_active: z.boolean(), created_at: instant }),
-    ...errorResponses(...writeCodes, ...webhookCodes),
+    ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_limit_reached'),
   },
 }
 
