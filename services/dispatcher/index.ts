@@ -220,15 +220,58 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     }
   }
 
-  type SendResult = AttemptResult | { status: null; reason: 'blocked' | 'no_subscription' }
+  const unsealableReported = new Set<string>()
+
+  /** The plaintext of a sealed secret, or null when this install's key cannot open it. */
+  function unseal(sealed: string): string | null {
+    try {
+      return decryptAtRest(sealKey, sealed)
+    } catch {
+      return null
+    }
+  }
+
+  /**
+   * The secrets to sign with, newest first; null when the current one cannot be opened. A secret
+   * sealed under another JOBSVC_SECRET (a restart with a generated one, or roles given different
+   * ones) never opens here, so retrying is pointless: the attempt fails for good, and each such
+   * secret is reported once per process, not once per delivery. A previous secret that cannot be
+   * opened is left out of the header; the current one still signs.
+   */
+  function secretsOf(hook: Webhook, now: Date): string[] | null {
+    const current = unseal(hook.secret_encrypted)
+    if (current === null) {
+      if (!unsealableReported.has(hook.secret_encrypted)) {
+        unsealableReported.add(hook.secret_encrypted)
+        deps.log.error(
+          { project_id: hook.project_id, webhook_id: hook.id },
+          'dispatcher: the subscription secret was sealed with another JOBSVC_SECRET and cannot be opened; its deliveries fail until the secret is rotated',
+        )
+      }
+      return null
+    }
+    const secrets = [current]
+    if (hook.previous_secret_encrypted && hook.previous_secret_expires_at && Date.parse(hook.previous_secret_expires_at) > now.getTime()) {
+      const previous = unseal(hook.previous_secret_encrypted)
+      if (previous !== null) secrets.push(previous)
+      else if (!unsealableReported.has(hook.previous_secret_encrypted)) {
+        unsealableReported.add(hook.previous_secret_encrypted)
+        deps.log.warn(
+          { project_id: hook.project_id, webhook_id: hook.id },
+          'dispatcher: the previous secret of a rotated subscription was sealed with another JOBSVC_SECRET; deliveries are signed with the current secret only',
+        )
+      }
+    }
+    return secrets
+  }
+
+  type SendResult = AttemptResult | { status: null; reason: 'blocked' | 'unsealable' | 'no_subscription' }
 
   /** One attempt at one work item, under one deadline from the address check to the last byte read. */
   async function send(hook: Webhook, item: WorkItem): Promise<SendResult> {
     const now = deps.now()
-    const secrets = [decryptAtRest(sealKey, hook.secret_encrypted)]
-    if (hook.previous_secret_encrypted && hook.previous_secret_expires_at && Date.parse(hook.previous_secret_expires_at) > now.getTime()) {
-      secrets.push(decryptAtRest(sealKey, hook.previous_secret_encrypted))
-    }
+    const secrets = secretsOf(hook, now)
+    if (secrets === null) return { status: null, reason: 'unsealable' }
     const deadline = AbortSignal.timeout(deps.config.tunables.webhook_timeout_ms)
     const verdict = await beforeDeadline(checkWebhookUrl(hook.url, deps.config.webhookAllowHosts, deps.resolveHost, deadline), deadline)
     if (verdict === 'timeout') return { status: null, reason: 'timeout' }
@@ -272,9 +315,10 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     const hook = (await deps.store.load<Webhook>(webhookRef(item.project_id, item.webhook_id))).state
     const result: SendResult = hook === null ? { status: null, reason: 'no_subscription' } : await send(hook, item)
     const attempt = delivery.attempt + 1
+    const outcome = result.status === null && result.reason === 'unsealable' ? 'permanent_failure' : outcomeOf(result.status)
     const recorded = await onDelivery(item.project_id, item.delivery_id, {
       type: 'record_attempt',
-      data: { attempt, outcome: outcomeOf(result.status), response_status: result.status },
+      data: { attempt, outcome, response_status: result.status },
       meta: { now: deps.now().toISOString() },
     })
     if (result.status === null) deps.log.debug({ delivery_id: item.delivery_id, attempt, reason: result.reason }, 'dispatcher: attempt sent nothing')
