@@ -215,6 +215,22 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
     t.match(second, { status: 'pending', response_status: 500, attempt: 2 })
   })
 
+  await t.test('two dispatchers pull from the same consumers: every delivery is sent once', async (t) => {
+    const second = await dispatcher.start(h.runtime)
+    t.teardown(() => second())
+    const d = await h.newProject()
+    const ids = [await subscribe(d.apiKey, `${receiver.base}/two/a`), await subscribe(d.apiKey, `${receiver.base}/two/b`)]
+    for (let i = 0; i < 30; i++) await httpRequest(h.url, d.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'twice', queue: 'd', payload: { i } })
+    for (const id of ids) {
+      await eventually(async () => {
+        const rows = await h.runtime.sql`SELECT 1 FROM deliveries WHERE webhook_id = ${id} AND status = 'delivered'`
+        return rows.length === 30
+      }, 15_000, `the 30 deliveries to ${id}`)
+    }
+    t.equal(receiver.hits.filter((x) => x.path === '/two/a').length, 30, 'each of the 30 events reached /two/a once')
+    t.equal(receiver.hits.filter((x) => x.path === '/two/b').length, 30, 'and /two/b once')
+  })
+
   await t.test('an event goes to 20 subscriptions at most, the oldest, even where more were made before the cap', async (t) => {
     const c = await h.newProject()
     // Subscriptions made before the cap existed: appended straight to the log, past the API's check.
