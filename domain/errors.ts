@@ -97,3 +97,5 @@ export class InvalidCronExpression extends refusal('invalid_cron_expression') {}
 export class InvalidTimezone extends refusal('invalid_timezone') {}
 export class AlertNotFound extends refusal('alert_not_found') {}
 export class WebhookNotFound extends refusal('webhook_not_found') {}
+/** A project already has as many webhook subscriptions as it may (domain/webhook.ts). */
+export class WebhookLimitReached extends refusal('webhook_limit_reached') {}

@@ -14,6 +14,19 @@ export type EventFilter = '*' | WebhookEventType[]
 
 export const secretGraceMs = 24 * 60 * 60 * 1000
 
+/**
+ * Subscriptions a project may have, active or not (deleted ones do not count): a create past it
+ * is refused with `webhook_limit_reached`. Counting inactive ones too means no update can pass
+ * it, and it bounds what one project's events fan out to.
+ */
+export const maxWebhooksPerProject = 20
+
+/**
+ * Deliveries one event makes at most. New projects cannot reach it (one per subscription); an
+ * install that had more subscriptions before the cap serves its oldest active ones.
+ */
+export const maxDeliveriesPerEvent = maxWebhooksPerProject
+
 export interface Webhook {
   id: string
   project_id: string

@@ -85,7 +85,7 @@ export const tunablesSchema = z
     webhook_retry_delays_ms: z.array(z.number().int().min(0)).length(4).default([5_000, 30_000, 300_000, 3_600_000]),
     /** Waits between attempts at an alert e-mail the SMTP server refused or could not take; given up after the last. */
     mail_retry_delays_ms: z.array(z.number().int().min(0)).min(1).max(20).default([10_000, 60_000, 300_000, 1_800_000, 7_200_000]),
-    /** Each webhook attempt's time limit (spec: 10 s). */
+    /** Each webhook attempt's total deadline (spec: 10 s): address lookup, connecting, headers and body together. */
     webhook_timeout_ms: z.number().int().min(1).default(10_000),
     /** How often the scheduler evaluates the alert settings. */
     alert_interval_ms: z.number().int().min(50).default(30_000),

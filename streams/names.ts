@@ -108,6 +108,22 @@ export function deliveriesSubjectFilter(ns: string): string {
   return `${ns}.dlv.>`
 }
 
+/** Splits a delivery subject back into its project and subscription; null for any other subject. */
+export function parseDeliverySubject(ns: string, subject: string): { projectId: string; webhookId: string } | null {
+  const parts = subject.split('.')
+  if (parts.length !== 4 || parts[0] !== ns || parts[1] !== 'dlv' || !isSubjectToken(parts[2]!) || !isSubjectToken(parts[3]!)) return null
+  return { projectId: parts[2]!, webhookId: parts[3]! }
+}
+
+/**
+ * Plain-NATS wake-up for deliverers, a delivery subject as payload: the fan-out queued work for
+ * that subscription, so a deliverer not yet pulling from its consumer starts now rather than at
+ * its next sweep.
+ */
+export function deliveriesWakeSubject(ns: string): string {
+  return `${ns}.ctl.deliveries`
+}
+
 /** Work queue of alert e-mails: one message per (alert event, address), acked once sent. */
 export function mailStreamName(ns: string): string {
   return `${ns}_mail`
@@ -125,13 +141,27 @@ export function mailerConsumerName(ns: string): string {
   return `${ns}_mailer`
 }
 
-/** The dispatcher's durable consumer of job events, and the deliverers' consumer of the work queue. */
+/** The dispatcher's durable consumer of job events. */
 export function dispatcherConsumerName(ns: string): string {
   return `${ns}_dispatcher`
 }
 
+/** The dispatcher's durable consumer of alert events (webhooks and e-mails of alerts). */
+export function alertDispatcherConsumerName(ns: string): string {
+  return `${ns}_dispatcher_alerts`
+}
+
+/**
+ * The one consumer of the whole deliveries queue that earlier versions used. A work-queue stream
+ * refuses a consumer whose filter overlaps another's, so deliverers delete it at start.
+ */
 export function delivererConsumerName(ns: string): string {
   return `${ns}_deliverer`
+}
+
+/** One subscription's durable consumer of the deliveries work queue, filtered on its `deliverySubject`. */
+export function subscriptionDelivererConsumerName(ns: string, projectId: string, webhookId: string): string {
+  return `${ns}_deliverer_${token(projectId)}_${token(webhookId)}`
 }
 
 export function projectorConsumerName(ns: string): string {

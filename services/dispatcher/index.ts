@@ -1,41 +1,51 @@
 import { createHash, createHmac } from 'node:crypto'
-import http from 'node:http'
-import https from 'node:https'
 import type { LookupFunction } from 'node:net'
 import type { JsMsg } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import { deliveryDecider, outcomeOf, type Delivery, type DeliveryCommand, type DeliveryEvent } from '../../domain/delivery.ts'
 import type { Alert } from '../../domain/alert.ts'
 import type { Job, JobEvent } from '../../domain/job.ts'
-import { matchesFilter, type Webhook } from '../../domain/webhook.ts'
-import { consumeBatches, consumeWorkQueue } from '../../streams/consume.ts'
+import { matchesFilter, maxDeliveriesPerEvent, type Webhook } from '../../domain/webhook.ts'
+import { consumeBatches } from '../../streams/consume.ts'
 import type { EventRecord } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
 import {
   aggregateKindFilter,
+  alertDispatcherConsumerName,
   delivererConsumerName,
   deliveriesStreamName,
+  deliveriesSubjectFilter,
+  deliveriesWakeSubject,
   deliverySubject,
   dispatcherConsumerName,
   eventsStreamName,
+  parseDeliverySubject,
+  subscriptionDelivererConsumerName,
 } from '../../streams/names.ts'
+import { consumeSubjectQueues, wakeSubjectQueue } from '../../streams/subject-queues.ts'
 import { decryptAtRest, deriveKey } from '../platform/secrets.ts'
 import type { Deps } from '../runtime.ts'
 import { checkWebhookUrl } from '../webhooks/url-safety.ts'
 import { enqueueAlertMails, runMailSender } from './alert-mail.ts'
+import { SlotPool } from './slot-pool.ts'
+import { beforeDeadline, postWebhook, type AttemptResult } from './webhook-request.ts'
 import { webhookRef } from '../webhooks/webhook-service.ts'
 
-/** Work items a deliverer holds at once: one slow receiver occupies one slot, never the others. */
+/** Attempts a deliverer runs at once, shared between projects (slot-pool.ts). */
 const parallelDeliveries = 64
 /**
- * Deliveries to one subscription in flight at once. More wait in the stream (a short nak), so a
- * slow or dead receiver holds a few slots, never all of them.
+ * Deliveries to one subscription in flight at once, and the least share of the slots a project
+ * gets. More wait in the subscription's own queue, so a slow or dead receiver holds a few slots,
+ * never all of its project's.
  */
 const perSubscriptionInFlight = 4
+/**
+ * Per subscription: its items waiting for a retry count here. Past it the subscription's new
+ * items wait in the stream until some settle; other subscriptions have consumers of their own.
+ */
+const maxAckPendingPerSubscription = 10_000
 /** Webhook events of one batch scheduled at once. */
 const fanOutConcurrency = 32
-/** Connections to receivers are kept open between deliveries (a new TLS handshake per event adds up). */
-const agents = { 'http:': new http.Agent({ keepAlive: true, maxSockets: 16 }), 'https:': new https.Agent({ keepAlive: true, maxSockets: 16 }) }
 export const userAgent = 'Service-Webhooks/1.0'
 
 interface WorkItem {
@@ -120,9 +130,11 @@ function deliveryIdOf(eventId: string, webhookId: string): string {
 /**
  * The dispatcher role. Fan-out: a durable consumer of the job events turns each webhook event
  * and each matching active subscription into a scheduled delivery (an event on the log) and a
- * work item on the deliveries work queue. Delivery: a pull consumer sends each item, records the
- * attempt, and acks it when settled or naks it with the policy's wait, so pending retries live
- * in the stream and survive restarts. Several dispatchers may run: delivery ids are derived from
+ * work item on the deliveries work queue. Delivery: each subscription's items are pulled from a
+ * consumer of its own (streams/subject-queues.ts), sent within a total deadline
+ * (webhook-request.ts) in slots shared fairly between projects (slot-pool.ts); each attempt is
+ * recorded, and the item acked when settled or nak'ed with the policy's wait, so pending retries
+ * live in the stream and survive restarts. Several dispatchers may run: delivery ids are derived from
  * event and subscription, and a recorded attempt number is never recorded twice. Alert events
  * also become alert e-mails on their own work queue (alert-mail.ts).
  */
@@ -151,8 +163,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   async function subscriptionsOf(projectId: string): Promise<Array<{ id: string; events: string }>> {
     const cached = subscriptions.get(projectId)
     if (cached && isFresh(projectId, cached)) return cached.subs
+    // Oldest first: an install with more subscriptions than an event may go to serves the oldest.
     const subs = await deps.sql<{ id: string; events: string }[]>`
-      SELECT id, events FROM webhooks WHERE project_id = ${projectId} AND is_active AND NOT deleted`
+      SELECT id, events FROM webhooks WHERE project_id = ${projectId} AND is_active AND NOT deleted ORDER BY created_at, id`
     subscriptions.set(projectId, { at: Date.now(), subs })
     return subs
   }
@@ -173,10 +186,23 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     await Promise.all(Array.from({ length: Math.min(fanOutConcurrency, work.length) }, lane))
   }
 
-  /** One webhook event to every active subscription of the project whose filter lets it through. */
+  const overCapWarned = new Set<string>()
+
+  /**
+   * One webhook event to every active subscription of the project whose filter lets it through,
+   * `maxDeliveriesPerEvent` at most. Only an install that had more subscriptions before that cap
+   * existed can match more; it serves the oldest, and says so once.
+   */
   async function fanOutEvent(projectId: string, event: { id: string; time: string }, hook: { type: string; data: Record<string, unknown> }): Promise<void> {
-    for (const sub of await subscriptionsOf(projectId)) {
-      if (!matchesFilter(JSON.parse(sub.events), hook.type)) continue
+    const matching = (await subscriptionsOf(projectId)).filter((sub) => matchesFilter(JSON.parse(sub.events), hook.type))
+    if (matching.length > maxDeliveriesPerEvent && !overCapWarned.has(projectId)) {
+      overCapWarned.add(projectId)
+      deps.log.warn(
+        { project_id: projectId, matching: matching.length, cap: maxDeliveriesPerEvent },
+        'dispatcher: more active subscriptions match an event than an event is delivered to; the oldest are served',
+      )
+    }
+    for (const sub of matching.slice(0, maxDeliveriesPerEvent)) {
       const deliveryId = deliveryIdOf(event.id, sub.id)
       const result = await onDelivery(projectId, deliveryId, {
         type: 'schedule_delivery',
@@ -188,19 +214,68 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       const item: WorkItem = { delivery_id: deliveryId, project_id: projectId, webhook_id: sub.id, body, event_id: event.id, event_type: hook.type }
       const h = natsHeaders()
       h.set('Nats-Msg-Id', deliveryId)
-      await deps.nats.js.publish(deliverySubject(ns, projectId, sub.id), JSON.stringify(item), { headers: h })
+      const subject = deliverySubject(ns, projectId, sub.id)
+      await deps.nats.js.publish(subject, JSON.stringify(item), { headers: h })
+      wakeSubjectQueue(deps.nats, deliveriesWakeSubject(ns), subject)
     }
   }
 
-  /** One attempt at one work item; resolves to the receiver's status, or null when nothing was received. */
-  async function send(hook: Webhook, item: WorkItem): Promise<number | null> {
-    const verdict = await checkWebhookUrl(hook.url, deps.config.webhookAllowHosts, deps.resolveHost)
-    if (!verdict.ok) return null
-    const now = deps.now()
-    const secrets = [decryptAtRest(sealKey, hook.secret_encrypted)]
-    if (hook.previous_secret_encrypted && hook.previous_secret_expires_at && Date.parse(hook.previous_secret_expires_at) > now.getTime()) {
-      secrets.push(decryptAtRest(sealKey, hook.previous_secret_encrypted))
+  const unsealableReported = new Set<string>()
+
+  /** The plaintext of a sealed secret, or null when this install's key cannot open it. */
+  function unseal(sealed: string): string | null {
+    try {
+      return decryptAtRest(sealKey, sealed)
+    } catch {
+      return null
     }
+  }
+
+  /**
+   * The secrets to sign with, newest first; null when the current one cannot be opened. A secret
+   * sealed under another JOBSVC_SECRET (a restart with a generated one, or roles given different
+   * ones) never opens here, so retrying is pointless: the attempt fails for good, and each such
+   * secret is reported once per process, not once per delivery. A previous secret that cannot be
+   * opened is left out of the header; the current one still signs.
+   */
+  function secretsOf(hook: Webhook, now: Date): string[] | null {
+    const current = unseal(hook.secret_encrypted)
+    if (current === null) {
+      if (!unsealableReported.has(hook.secret_encrypted)) {
+        unsealableReported.add(hook.secret_encrypted)
+        deps.log.error(
+          { project_id: hook.project_id, webhook_id: hook.id },
+          'dispatcher: the subscription secret was sealed with another JOBSVC_SECRET and cannot be opened; its deliveries fail until the secret is rotated',
+        )
+      }
+      return null
+    }
+    const secrets = [current]
+    if (hook.previous_secret_encrypted && hook.previous_secret_expires_at && Date.parse(hook.previous_secret_expires_at) > now.getTime()) {
+      const previous = unseal(hook.previous_secret_encrypted)
+      if (previous !== null) secrets.push(previous)
+      else if (!unsealableReported.has(hook.previous_secret_encrypted)) {
+        unsealableReported.add(hook.previous_secret_encrypted)
+        deps.log.warn(
+          { project_id: hook.project_id, webhook_id: hook.id },
+          'dispatcher: the previous secret of a rotated subscription was sealed with another JOBSVC_SECRET; deliveries are signed with the current secret only',
+        )
+      }
+    }
+    return secrets
+  }
+
+  type SendResult = AttemptResult | { status: null; reason: 'blocked' | 'unsealable' | 'no_subscription' }
+
+  /** One attempt at one work item, under one deadline from the address check to the last byte read. */
+  async function send(hook: Webhook, item: WorkItem): Promise<SendResult> {
+    const now = deps.now()
+    const secrets = secretsOf(hook, now)
+    if (secrets === null) return { status: null, reason: 'unsealable' }
+    const deadline = AbortSignal.timeout(deps.config.tunables.webhook_timeout_ms)
+    const verdict = await beforeDeadline(checkWebhookUrl(hook.url, deps.config.webhookAllowHosts, deps.resolveHost, deadline), deadline)
+    if (verdict === 'timeout') return { status: null, reason: 'timeout' }
+    if (!verdict.ok) return { status: null, reason: 'blocked' }
     // Connect to the address that was checked, not to the name again (DNS rebinding).
     const pinned = verdict.addresses[0]
     const lookup: LookupFunction | undefined =
@@ -209,80 +284,118 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
         if ((options as { all?: boolean }).all) (callback as unknown as (e: null, a: Array<{ address: string; family: number }>) => void)(null, [{ address: pinned, family }])
         else callback(null, pinned, family)
       }
-    const client = verdict.url.protocol === 'https:' ? https : http
-    return new Promise((resolve) => {
-      const request = client.request(
-        verdict.url,
-        {
-          method: 'POST',
-          agent: agents[verdict.url.protocol as 'http:' | 'https:'],
-          lookup,
-          timeout: deps.config.tunables.webhook_timeout_ms,
-          headers: {
-            'Content-Type': 'application/json',
-            'Content-Length': Buffer.byteLength(item.body),
-            'User-Agent': userAgent,
-            'X-Service-Signature': signatureHeader(secrets, item.body, now),
-            'X-Service-Event-Id': item.event_id,
-            'X-Service-Event-Type': item.event_type,
-          },
-        },
-        (response) => {
-          response.resume()
-          response.on('end', () => resolve(response.statusCode ?? null))
-          response.on('error', () => resolve(response.statusCode ?? null))
-        },
-      )
-      request.on('timeout', () => request.destroy(new Error('timeout')))
-      request.on('error', () => resolve(null))
-      request.end(item.body)
-    })
-  }
-
-  const busy = new Map<string, number>()
-
-  async function deliver(msg: JsMsg): Promise<void> {
-    const item = JSON.parse(new TextDecoder().decode(msg.data)) as WorkItem
-    const inFlight = busy.get(item.webhook_id) ?? 0
-    if (inFlight >= perSubscriptionInFlight) return msg.nak(250)
-    busy.set(item.webhook_id, inFlight + 1)
-    try {
-      await attemptDelivery(msg, item)
-    } finally {
-      const left = (busy.get(item.webhook_id) ?? 1) - 1
-      if (left <= 0) busy.delete(item.webhook_id)
-      else busy.set(item.webhook_id, left)
+    const headers = {
+      'Content-Type': 'application/json',
+      'Content-Length': Buffer.byteLength(item.body),
+      'User-Agent': userAgent,
+      'X-Service-Signature': signatureHeader(secrets, item.body, now),
+      'X-Service-Event-Id': item.event_id,
+      'X-Service-Event-Type': item.event_type,
     }
+    return postWebhook(verdict.url, { body: item.body, headers, lookup }, deadline)
   }
+
+  const retryDelayMs = (attempt: number) => deps.config.tunables.webhook_retry_delays_ms[attempt - 1] ?? 3_600_000
+
+  /**
+   * What is left of the wait before a delivery's next attempt, by its last one. The item's nak
+   * carries the same wait, but a re-created consumer (after all deliverers were down longer than
+   * its inactivity limit, or the move from the single consumer of earlier versions) hands its
+   * items out again at once, and no attempt may come before its time.
+   */
+  const waitLeftMs = (delivery: Delivery) =>
+    delivery.attempt === 0 ? 0 : Date.parse(delivery.attempted_at) + retryDelayMs(delivery.attempt) - deps.now().getTime()
 
   async function attemptDelivery(msg: JsMsg, item: WorkItem): Promise<void> {
     const delivery = (await deps.store.load<Delivery>({ aggregate: 'delivery', projectId: item.project_id, id: item.delivery_id })).state
     if (delivery === null || delivery.status !== 'pending') return msg.ack()
+    const wait = waitLeftMs(delivery)
+    if (wait > 0) return msg.nak(wait)
     // Spec: deleting a subscription leaves pending deliveries alone, so a deleted one still receives.
     const hook = (await deps.store.load<Webhook>(webhookRef(item.project_id, item.webhook_id))).state
-    const responseStatus = hook === null ? null : await send(hook, item)
+    const result: SendResult = hook === null ? { status: null, reason: 'no_subscription' } : await send(hook, item)
     const attempt = delivery.attempt + 1
-    const result = await onDelivery(item.project_id, item.delivery_id, {
+    const outcome = result.status === null && result.reason === 'unsealable' ? 'permanent_failure' : outcomeOf(result.status)
+    const recorded = await onDelivery(item.project_id, item.delivery_id, {
       type: 'record_attempt',
-      data: { attempt, outcome: outcomeOf(responseStatus), response_status: responseStatus },
+      data: { attempt, outcome, response_status: result.status },
       meta: { now: deps.now().toISOString() },
     })
-    if (result.state?.status === 'pending') msg.nak(deps.config.tunables.webhook_retry_delays_ms[attempt - 1] ?? 3_600_000)
+    if (result.status === null) deps.log.debug({ delivery_id: item.delivery_id, attempt, reason: result.reason }, 'dispatcher: attempt sent nothing')
+    if (recorded.state?.status === 'pending') msg.nak(retryDelayMs(attempt))
     else msg.ack()
   }
 
+  const pool = new SlotPool(parallelDeliveries, perSubscriptionInFlight)
+  const inFlightBySubscription = new Map<string, number>()
+  const roomWaiters = new Map<string, () => void>()
+  const attempts = new Set<Promise<void>>()
+  // Longer than an attempt's deadline plus its bookkeeping, so a slow receiver is not sent the same item twice.
+  const ackWaitMs = deps.config.tunables.webhook_timeout_ms + 20_000
+
+  /** Resolves once the subscription has fewer than its limit of attempts in flight, or on stop. */
+  function roomFor(webhookId: string): Promise<void> {
+    if ((inFlightBySubscription.get(webhookId) ?? 0) < perSubscriptionInFlight || controller.signal.aborted) return Promise.resolve()
+    return new Promise((resolve) => {
+      const done = () => {
+        controller.signal.removeEventListener('abort', done)
+        roomWaiters.delete(webhookId)
+        resolve()
+      }
+      roomWaiters.set(webhookId, done)
+      controller.signal.addEventListener('abort', done, { once: true })
+    })
+  }
+
+  /**
+   * Takes one item off a subscription's queue: starts its attempt once the project has a slot
+   * (slot-pool.ts), and resolves once the subscription has room for another, so its queue's loop
+   * fetches the next item only then and the rest wait in the stream.
+   */
+  async function take(_subject: string, msg: JsMsg): Promise<void> {
+    const item = JSON.parse(new TextDecoder().decode(msg.data)) as WorkItem
+    // Every slot may be taken for up to an attempt's deadline: the item stays ours meanwhile.
+    const keepAlive = setInterval(() => msg.working(), ackWaitMs / 3)
+    const release = await pool.acquire(item.project_id, controller.signal).finally(() => clearInterval(keepAlive))
+    if (release === null) return msg.nak()
+    inFlightBySubscription.set(item.webhook_id, (inFlightBySubscription.get(item.webhook_id) ?? 0) + 1)
+    const attempt = attemptDelivery(msg, item)
+      .catch((err) => {
+        deps.log.error({ err, delivery_id: item.delivery_id }, 'dispatcher: delivery failed; it will be retried')
+        msg.nak(1_000)
+      })
+      .finally(() => {
+        release()
+        const left = (inFlightBySubscription.get(item.webhook_id) ?? 1) - 1
+        if (left <= 0) inFlightBySubscription.delete(item.webhook_id)
+        else inFlightBySubscription.set(item.webhook_id, left)
+        roomWaiters.get(item.webhook_id)?.()
+        attempts.delete(attempt)
+      })
+    attempts.add(attempt)
+    await roomFor(item.webhook_id)
+  }
+
   function runDeliverer(signal: AbortSignal): Promise<void> {
-    return consumeWorkQueue(
+    return consumeSubjectQueues(
       deps.nats,
       {
         stream: deliveriesStreamName(ns),
-        durable: delivererConsumerName(ns),
-        // Longer than an attempt's time limit, so a slow receiver is not sent the same item twice.
-        ackWaitMs: deps.config.tunables.webhook_timeout_ms + 20_000,
-        maxAckPending: 10_000,
-        parallel: parallelDeliveries,
+        subjectsFilter: deliveriesSubjectFilter(ns),
+        isQueueSubject: (subject) => parseDeliverySubject(ns, subject) !== null,
+        consumerName: (subject) => {
+          const { projectId, webhookId } = parseDeliverySubject(ns, subject)!
+          return subscriptionDelivererConsumerName(ns, projectId, webhookId)
+        },
+        wakeSubject: deliveriesWakeSubject(ns),
+        ackWaitMs,
+        maxAckPending: maxAckPendingPerSubscription,
+        inactiveThresholdMs: 10 * 60_000,
+        idlePollMs: 60_000,
+        sweepIntervalMs: 10_000,
+        obsoleteConsumers: [delivererConsumerName(ns)],
       },
-      deliver,
+      take,
       signal,
       (err, during) =>
         during === 'handling' ? deps.log.error({ err }, 'dispatcher: delivery failed; it will be retried') : deps.log.error({ err }, 'dispatcher: deliverer restarting'),
@@ -308,7 +421,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     deps.nats,
     {
       stream: eventsStreamName(ns),
-      durable: `${dispatcherConsumerName(ns)}_alerts`,
+      durable: alertDispatcherConsumerName(ns),
       filterSubject: aggregateKindFilter(ns, 'alert'),
       maxBatch: 200,
       accept: ({ eventTypes }) => /alert_triggered|alert_resolved/.test(eventTypes),
@@ -326,5 +439,6 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     controller.abort()
     changes.unsubscribe()
     await Promise.all([fanOutDone, alertsDone, deliverDone, mailDone])
+    await Promise.all(attempts)
   }
 }

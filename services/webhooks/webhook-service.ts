@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
-import { WebhookNotFound } from '../../domain/errors.ts'
-import { webhookDecider, type EventFilter, type Webhook, type WebhookCommand, type WebhookEvent } from '../../domain/webhook.ts'
+import { WebhookLimitReached, WebhookNotFound } from '../../domain/errors.ts'
+import { maxWebhooksPerProject, webhookDecider, type EventFilter, type Webhook, type WebhookCommand, type WebhookEvent } from '../../domain/webhook.ts'
+import type { Queryable } from '../../projections/database.ts'
 import { applyWebhookRows } from '../../projections/webhooks.ts'
 import type { AggregateRef } from '../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
@@ -28,11 +29,11 @@ export class WebhookService {
     return { secret, sealed: encryptAtRest(this.#sealKey, secret) }
   }
 
-  async #on(projectId: string, webhookId: string, command: WebhookCommand): Promise<CommandResult<WebhookEvent, Webhook>> {
+  async #on(projectId: string, webhookId: string, command: WebhookCommand, db: Queryable = this.#deps.sql): Promise<CommandResult<WebhookEvent, Webhook>> {
     if (!webhookIdPattern.test(webhookId)) throw new WebhookNotFound(`webhook ${webhookId} was not found`)
     const deps = this.#deps
     const result = await handleCommand<WebhookCommand, WebhookEvent, Webhook>(deps.store, webhookDecider, webhookRef(projectId, webhookId), command, () => `evt_${deps.newUlid()}`)
-    if (result.appended) await applyWebhookRows(deps.sql, [result.record])
+    if (result.appended) await applyWebhookRows(db, [result.record])
     return result
   }
 
@@ -40,13 +41,31 @@ export class WebhookService {
     return { now: this.#deps.now().toISOString() }
   }
 
+  /**
+   * Refused with `webhook_limit_reached` when the project already has `maxWebhooksPerProject`
+   * subscriptions. The count and the create run under a per-project advisory lock, and the new
+   * row is written in the same transaction, so concurrent creates (in any process) are counted
+   * one after the other and cannot both take the last place.
+   */
   async create(projectId: string, input: { url: string; events: EventFilter }): Promise<{ result: CommandResult<WebhookEvent, Webhook>; secret: string }> {
     const webhookId = `whk_${this.#deps.newUlid().toLowerCase()}`
     const { secret, sealed } = this.#newSecret()
-    const result = await this.#on(projectId, webhookId, {
-      type: 'create_webhook',
-      data: { webhook_id: webhookId, project_id: projectId, url: input.url, events: input.events, secret_encrypted: sealed },
-      meta: this.#meta(),
+    const result = await this.#deps.sql.begin(async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(hashtext('webhook_subscriptions'), hashtext(${projectId}))`
+      const [row] = await tx<{ n: number }[]>`SELECT count(*)::int AS n FROM webhooks WHERE project_id = ${projectId} AND NOT deleted`
+      if (row!.n >= maxWebhooksPerProject) {
+        throw new WebhookLimitReached(`a project can have at most ${maxWebhooksPerProject} webhook subscriptions; delete one to add another`)
+      }
+      return this.#on(
+        projectId,
+        webhookId,
+        {
+          type: 'create_webhook',
+          data: { webhook_id: webhookId, project_id: projectId, url: input.url, events: input.events, secret_encrypted: sealed },
+          meta: this.#meta(),
+        },
+        tx,
+      )
     })
     return { result, secret }
   }

@@ -1,8 +1,12 @@
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
+import { pino } from 'pino'
 import t from 'tap'
 import { evaluateAlerts } from '../../services/alerts/alert-service.ts'
-import { eventually, startHarness } from '../support/harness.ts'
+import * as api from '../../services/api/index.ts'
+import * as dispatcher from '../../services/dispatcher/index.ts'
+import { deliveriesStreamName, deliveriesSubjectFilter } from '../../streams/names.ts'
+import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 
 interface Received {
   path: string
@@ -204,6 +208,61 @@ t.test('webhook delivery', async (t) => {
     t.ok(slowDone < 16, `the fast receiver had all 16 while the slow one had ${slowDone}`)
     await eventually(async () => (await deliveriesOf(slow.id)).data.filter((d: { status: string }) => d.status === 'delivered').length === 16, 30_000, 'every slow delivery')
     void fast
+  })
+
+  await t.test('a secret sealed under another JOBSVC_SECRET: its deliveries fail at once, logged once; an unopenable previous secret is left out', async (t) => {
+    // A project of its own: this file's project is near its cap of subscriptions.
+    const p = await h.newProject()
+    const subscribeP = async (path: string) => {
+      const res = await httpRequest(h.url, p.apiKey, 'POST', '/jobsvc/v1/webhooks', { url: `${receiver.base}${path}`, events: ['job.created'] })
+      t.equal(res.status, 201, JSON.stringify(res.body))
+      return res.body as { id: string; secret: string }
+    }
+    const deliveriesOfP = async (id: string) => (await httpRequest(h.url, p.apiKey, 'GET', `/jobsvc/v1/webhooks/${id}/deliveries`)).body
+    const lost = await subscribeP('/lost-key')
+    const kept = await subscribeP('/rotated-key')
+    // The install restarts with another secret: the dispatcher and the API now hold another key.
+    await h.stopRole('dispatcher')
+    const lines: Array<{ level: number; msg: string; webhook_id?: string }> = []
+    const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) })
+    const deps = { ...h.runtime, config: { ...h.config, secret: 'another-secret-another-secret-another-secret' }, log }
+    const otherApi = await api.start(deps)
+    t.teardown(() => otherApi.stop())
+    const rotated = await httpRequest(otherApi.address, p.apiKey, 'POST', `/jobsvc/v1/webhooks/${kept.id}/rotate-secret`)
+    t.equal(rotated.status, 200, 'rotating works whatever key sealed the old secret')
+    const stop = await dispatcher.start(deps)
+    t.teardown(async () => {
+      await stop()
+      await h.startRole('dispatcher')
+    })
+    for (const i of [1, 2]) await httpRequest(h.url, p.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'rekeyed', queue: 'other', payload: { i } })
+    const failed = await eventually(async () => {
+      const l = (await deliveriesOfP(lost.id)).data
+      return l.length === 2 && l.every((d: { status: string }) => d.status === 'failed') ? l : null
+    }, 10_000, 'both deliveries to the subscription whose secret cannot be opened to fail')
+    for (const d of failed) t.match(d, { status: 'failed', response_status: null, attempt: 1 }, 'failed at the first attempt, for good')
+    t.equal(receiver.received.filter((r) => r.path === '/lost-key').length, 0, 'nothing was sent unsigned')
+    // Settled means acked: nothing of it is left in the work queue to spin on.
+    const subjects = await eventually(async () => {
+      const info = await h.runtime.nats.jsm.streams.info(deliveriesStreamName(h.config.namespace), { subjects_filter: deliveriesSubjectFilter(h.config.namespace) })
+      const left = Object.keys(info.state.subjects ?? {}).filter((s) => s.endsWith(lost.id))
+      return left.length === 0 ? left : null
+    }, 10_000, 'the work queue to let go of the failed items')
+    t.same(subjects, [])
+    const errors = lines.filter((l) => l.level === 50 && l.webhook_id === lost.id)
+    t.equal(errors.length, 1, 'one error line for that secret, not one per delivery or per retry')
+    t.match(errors[0]!.msg, /cannot be opened/)
+
+    const hits = await eventually(async () => {
+      const r = receiver.received.filter((x) => x.path === '/rotated-key')
+      return r.length === 2 ? r : null
+    }, 10_000, 'the rotated subscription to receive both events')
+    for (const hit of hits) {
+      const header = String(hit.headers['x-service-signature'])
+      t.equal(header.split(',').filter((p) => p.startsWith('v1=')).length, 1, 'signed with the new secret only')
+      t.ok(verifies(header, rotated.body.secret, hit.body), 'and that signature verifies')
+    }
+    t.equal(lines.filter((l) => l.level === 40 && l.webhook_id === kept.id).length, 1, 'the left-out previous secret is reported once')
   })
 
   await t.test('an inactive subscription receives nothing; a filter lets only its types through', async (t) => {

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { BillingService } from '../../services/metering/billing-service.ts'
 import { eventsStreamName } from '../../streams/names.ts'
-import { eventually, startHarness } from '../support/harness.ts'
+import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 
 t.test('webhook subscriptions', async (t) => {
   const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], config: { webhookAllowHosts: ['localhost:9999'] } })
@@ -86,6 +86,59 @@ t.test('webhook subscriptions', async (t) => {
       t.equal(res.status, 400, `${String(url).slice(0, 60)} ${JSON.stringify(events)}`)
       t.equal(res.body.error?.code, 'invalid_request')
     }
+  })
+
+  await t.test('the events limit is measured on the value as sent, duplicates included', async (t) => {
+    // As compact JSON: 61 × `"job.created",` and 13 × `"job.failed",` less the last comma, plus the brackets.
+    const atLimit = [...Array<string>(61).fill('job.created'), ...Array<string>(13).fill('job.failed')]
+    t.equal(JSON.stringify(atLimit).length, 1024)
+    const ok = await h.request('POST', '/jobsvc/v1/webhooks', { url: 'https://8.8.8.8/at-limit', events: atLimit })
+    t.equal(ok.status, 201, 'exactly 1024 characters is accepted')
+    t.same(ok.body.events, ['job.created', 'job.failed'], 'and the duplicates are then dropped')
+    const over = [...atLimit, 'job.failed']
+    for (const events of [over, Array<string>(100).fill('job.created')]) {
+      const res = await h.request('POST', '/jobsvc/v1/webhooks', { url: 'https://8.8.8.8/over', events })
+      t.equal(res.status, 400, `${JSON.stringify(events).length} characters as sent, ${new Set(events).size} after dropping duplicates`)
+      t.equal(res.body.error.code, 'invalid_request')
+      t.match(res.body.error.message, /^body\.events: at most 1024 characters/)
+      const patched = await h.request('PATCH', `/jobsvc/v1/webhooks/${ok.body.id}`, { events })
+      t.equal(patched.status, 400, 'PATCH measures the same way')
+    }
+    t.equal((await h.request('DELETE', `/jobsvc/v1/webhooks/${ok.body.id}`)).status, 204)
+  })
+
+  await t.test('string fields are bounded first and must be storable', async (t) => {
+    const nul = await h.request('POST', '/jobsvc/v1/webhooks', { url: 'https://8.8.8.8/a\u0000b', events: '*' })
+    t.equal(nul.status, 400, 'a URL with U+0000 (which the URL parser would accept) is refused, not a 500')
+    t.equal(nul.body.error.code, 'invalid_request')
+    const long = await h.request('POST', '/jobsvc/v1/webhooks', { url: `https://8.8.8.8/${'a'.repeat(1_000_000)}`, events: '*' })
+    t.equal(long.status, 400)
+    t.match(long.body.error.message, /^body\.url: .*2048/, 'the length bound is what refuses it')
+    const list = await h.request('GET', `/jobsvc/v1/webhooks/whk_nope/deliveries?cursor=${'x'.repeat(1100)}`)
+    t.equal(list.status, 400, 'an over-long cursor is refused before it is decoded')
+  })
+
+  await t.test('a project has at most 20 subscriptions, active or not: 409 webhook_limit_reached past that', async (t) => {
+    const c = await h.newProject()
+    const create = (i: number | string) => httpRequest(h.url, c.apiKey, 'POST', '/jobsvc/v1/webhooks', { url: `https://8.8.8.8/cap/${i}`, events: '*' })
+    const ids: string[] = []
+    for (let i = 0; i < 20; i++) {
+      const res = await create(i)
+      t.equal(res.status, 201, `subscription ${i + 1}`)
+      ids.push(res.body.id)
+    }
+    t.equal((await httpRequest(h.url, c.apiKey, 'PATCH', `/jobsvc/v1/webhooks/${ids[0]}`, { is_active: false })).status, 200)
+    const refused = await create('one-more')
+    t.equal(refused.status, 409, 'the 21st, an inactive one still counting')
+    t.equal(refused.body.error.code, 'webhook_limit_reached')
+    t.equal((await httpRequest(h.url, c.apiKey, 'PATCH', `/jobsvc/v1/webhooks/${ids[0]}`, { is_active: true })).status, 200, 're-activating changes no count')
+    t.equal((await httpRequest(h.url, c.apiKey, 'DELETE', `/jobsvc/v1/webhooks/${ids[1]}`)).status, 204)
+    // One place left and five creates racing for it: exactly one gets it.
+    const racing = await Promise.all([1, 2, 3, 4, 5].map((i) => create(`race-${i}`)))
+    t.same(racing.map((r) => r.status).sort(), [201, 409, 409, 409, 409])
+    const listed = await httpRequest(h.url, c.apiKey, 'GET', '/jobsvc/v1/webhooks')
+    t.equal(listed.body.data.length, 20)
+    t.equal((await h.request('POST', '/jobsvc/v1/webhooks', { url: 'https://8.8.8.8/other-project', events: '*' })).status, 201, 'another project is not affected')
   })
 
   await t.test('every webhook route answers 402 while billing is not active', async (t) => {

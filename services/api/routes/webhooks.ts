@@ -1,12 +1,11 @@
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { cursorText, limitText } from '../query-fields.ts'
-import { boundedString } from '../text-fields.ts'
 import { BillingStateBlocked } from '../../../domain/errors.ts'
 import { billingOf } from '../../../domain/project.ts'
 import type { DeliveryStatus } from '../../../domain/delivery.ts'
-import { webhookEventTypes, type EventFilter, type Webhook } from '../../../domain/webhook.ts'
+import { maxWebhooksPerProject, webhookEventTypes, type EventFilter, type Webhook } from '../../../domain/webhook.ts'
 import { checkWebhookUrl } from '../../webhooks/url-safety.ts'
 import { WebhookService } from '../../webhooks/webhook-service.ts'
 import type { ApiContext } from '../app.ts'
@@ -14,16 +13,26 @@ import { invalidRequest } from '../errors.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
 import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
+import { boundedString, storableText } from '../text-fields.ts'
+
+/**
+ * Spec, Webhooks 1: the `events` value is at most 1024 characters, measured on the value as
+ * sent: the length of its compact JSON text (`["job.created","job.failed"]` is 28), duplicates
+ * included. `checkEventsAsSent` measures it before the schema runs, so an over-long list is
+ * refused before any of its elements is checked and dropping its repeats cannot bring it under.
+ */
+const maxEventsLength = 1024
 
 /** `*`, or a list of the known event types (an unknown type is refused, so typos do not go silent). */
-const events = z.union([
-  z.literal('*'),
-  z.array(z.enum(webhookEventTypes)).min(1).transform((list) => [...new Set(list)]),
-])
+const events = z
+  .union([z.literal('*'), z.array(z.enum(webhookEventTypes)).min(1).transform((list) => [...new Set(list)])])
+  .describe(`\`*\` or a list of event types; at most ${maxEventsLength} characters as compact JSON, duplicates included (they are then dropped)`)
 
-const createBody = z.object({ url: boundedString(2048, 1), events })
-const patchBody = z.object({ url: boundedString(2048, 1).optional(), events: events.optional(), is_active: z.boolean().optional() }).strict()
-const idParams = z.object({ id: boundedString(200, 1) })
+const url = storableText(1, 2048).describe('absolute http(s) URL resolving only to public addresses')
+const createBody = z.object({ url, events })
+const patchBody = z.object({ url: url.optional(), events: events.optional(), is_active: z.boolean().optional() }).strict()
+// The router passes path parameters of up to 2048 characters; any id not of the `whk_` form is a 404.
+const idParams = z.object({ id: boundedString(2048, 1) })
 
 const eventFilter = z.union([z.literal('*'), z.array(z.enum(webhookEventTypes))]).describe('`*` (every type) or a list of event types')
 
@@ -69,12 +78,14 @@ const readSchema = { summary: 'Read a subscription', tags, params: idParams, res
 
 const createSchema = {
   summary: 'Subscribe a URL to events',
-  description: 'The URL must be absolute http(s) and resolve only to public addresses. The answer shows the signing secret, once.',
+  description:
+    'The URL must be absolute http(s) and resolve only to public addresses. The answer shows the signing secret, once. ' +
+    `A project has at most ${maxWebhooksPerProject} subscriptions, active or not: one more is 409 \`webhook_limit_reached\`.`,
   tags,
   body: createBody,
   response: {
     201: z.strictObject({ id: z.string(), url: z.string(), events: eventFilter, secret: z.string().describe('`whsec_…`; shown only here and on rotation'), is_active: z.boolean(), created_at: instant }),
-    ...errorResponses(...writeCodes, ...webhookCodes),
+    ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_limit_reached'),
   },
 }
 
@@ -122,9 +133,18 @@ const deleteSchema = {
   response: { 204: noContent('Deleted'), ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_not_found') },
 }
 
-/** The spec's limits on a subscription, checked after the schema: 400 `invalid_request`. */
-async function checkSubscription(ctx: ApiContext, input: { url?: string | undefined; events?: EventFilter | undefined }): Promise<void> {
-  if (input.events !== undefined && JSON.stringify(input.events).length > 1024) throw invalidRequest('body.events: at most 1024 characters')
+/** `events` over `maxEventsLength` as sent: 400 `invalid_request`, before the schema sees it. */
+async function checkEventsAsSent(request: FastifyRequest): Promise<void> {
+  const body = request.body
+  if (typeof body !== 'object' || body === null || !('events' in body)) return
+  const text = JSON.stringify(body.events)
+  if (text !== undefined && text.length > maxEventsLength) {
+    throw invalidRequest(`body.events: at most ${maxEventsLength} characters as sent (its JSON text, duplicates included)`)
+  }
+}
+
+/** The URL's safety rules, checked after the schema: 400 `invalid_request`. */
+async function checkSubscription(ctx: ApiContext, input: { url?: string | undefined }): Promise<void> {
   if (input.url !== undefined) {
     const verdict = await checkWebhookUrl(input.url, ctx.deps.config.webhookAllowHosts, ctx.deps.resolveHost)
     if (!verdict.ok) throw invalidRequest(`body.url: ${verdict.reason}`)
@@ -152,7 +172,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.get('/:id', { schema: readSchema }, async (request) => webhookView(await hooks.load(request.principal.projectId, request.params.id)))
 
-    app.post('/', { schema: createSchema }, async (request, reply) => {
+    app.post('/', { schema: createSchema, preValidation: checkEventsAsSent }, async (request, reply) => {
       await checkSubscription(ctx, request.body)
       const { result, secret } = await hooks.create(request.principal.projectId, { url: request.body.url, events: request.body.events as EventFilter })
       jobs.noteWritten(request.principal.projectId, result.seq)
@@ -160,7 +180,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       return reply.code(201).send({ id: w.id, url: w.url, events: w.events, secret, is_active: w.is_active, created_at: w.created_at })
     })
 
-    app.patch('/:id', { schema: updateSchema }, async (request) => {
+    app.patch('/:id', { schema: updateSchema, preValidation: checkEventsAsSent }, async (request) => {
       await hooks.load(request.principal.projectId, request.params.id)
       await checkSubscription(ctx, request.body)
       const result = await hooks.update(request.principal.projectId, request.params.id, request.body as { url?: string; events?: EventFilter; is_active?: boolean })
