@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import { AckPolicy, DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream'
 import type { NatsHandles } from './connection.ts'
 
@@ -166,14 +167,7 @@ export async function consumeSubjectQueues(
   await Promise.all([...loops.values()])
 }
 
+/** Resolves after `ms`, or at once on abort (node:timers/promises removes its abort listener when it fires). */
 function pause(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer)
-      signal.removeEventListener('abort', done)
-      resolve()
-    }
-    const timer = setTimeout(done, ms)
-    signal.addEventListener('abort', done, { once: true })
-  })
+  return sleep(ms, undefined, { signal }).catch(() => undefined)
 }

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import { isAttemptStale } from '../../domain/job.ts'
 import type { Project } from '../../domain/project.ts'
 import { JobService } from '../jobs/job-service.ts'
@@ -73,17 +74,9 @@ async function every(ms: number, signal: AbortSignal, pass: () => Promise<void>,
     } catch (err) {
       if (!signal.aborted) onError(err)
     }
-    // The abort listener is removed when the timer fires: one left behind per pass would pile up
-    // on the role's signal (a leak, and MaxListenersExceededWarning after 10 passes).
-    await new Promise<void>((resolve) => {
-      const done = () => {
-        clearTimeout(timer)
-        signal.removeEventListener('abort', done)
-        resolve()
-      }
-      const timer = setTimeout(done, ms)
-      signal.addEventListener('abort', done, { once: true })
-    })
+    // node:timers/promises removes its abort listener when the timer fires: one left behind per
+    // pass would pile up on the role's signal (a leak, and MaxListenersExceededWarning).
+    await sleep(ms, undefined, { signal }).catch(() => undefined)
   }
 }
 
