@@ -2,6 +2,7 @@ import t from 'tap'
 import { pino } from 'pino'
 import type { z } from 'zod'
 import { buildApp } from '../../services/api/app.ts'
+import { createProject } from '../../services/projects/project-service.ts'
 import { openRuntime } from '../../services/runtime.ts'
 import { isolatedNames, removeIsolated, testConfig } from '../support/harness.ts'
 
@@ -80,7 +81,7 @@ function stringsIn(node: Node | undefined, where: string, found: StringNode[], s
 const lengthChecks = new Set(['max_length', 'min_length', 'length_equals'])
 
 const found: StringNode[] = []
-for (const route of built.routes) {
+for (const route of built.routes ?? []) {
   const methods = ([] as string[]).concat(route.method).join(',')
   const parts = { body: route.schema?.body, query: route.schema?.querystring, params: route.schema?.params, headers: route.schema?.headers, readBody: route.documentedBody }
   for (const [part, schema] of Object.entries(parts)) stringsIn(schema as Node | undefined, `${methods} ${route.url} ${part}`, found)
@@ -127,4 +128,29 @@ t.test('over its bound, no later check of any string runs', async (t) => {
       for (const undo of restore) undo()
     }
   }
+})
+
+t.test('over HTTP: an alert e-mail thousands of characters long never meets the e-mail pattern', async (t) => {
+  const { apiKey } = await createProject(runtime, { name: 'regex', plan: 'business', ownerEmail: null, keyEnvironment: 'test' })
+  // The shape that took the old pattern about 270 ms per 16,000 characters (quadratic backtracking).
+  const hostile = `a@${'.'.repeat(16_000)},`
+  const longInputs: string[] = []
+  const { exec } = RegExp.prototype
+  RegExp.prototype.exec = function (this: RegExp, input: string) {
+    if (typeof input === 'string' && input.length > 320 && this.source.includes('@')) longInputs.push(this.source)
+    return exec.call(this, input)
+  }
+  try {
+    const res = await built.app.inject({
+      method: 'POST',
+      url: '/jobsvc/v1/alerts',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      payload: { name: 'deep', kind: 'queue_depth', threshold: 1, email: [hostile] },
+    })
+    t.equal(res.statusCode, 400)
+    t.equal(res.json().error.code, 'invalid_request')
+  } finally {
+    RegExp.prototype.exec = exec
+  }
+  t.same(longInputs, [], 'no e-mail pattern ran on the over-long value')
 })
