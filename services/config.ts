@@ -93,6 +93,12 @@ export const tunablesSchema = z
     retention_interval_ms: z.number().int().min(50).default(60_000),
     /** How often the scheduler checks whether a new billing period (UTC month) began. */
     billing_period_check_interval_ms: z.number().int().min(50).default(60_000),
+    /**
+     * Check every success body against its schema before it is written (a drift from the
+     * OpenAPI document then fails loudly, as a 500). On in the tests; off in production, where
+     * bodies are written by serializers compiled from the same schemas.
+     */
+    validate_responses: z.boolean().default(false),
     /** Largest JSON payload accepted on job creation, in bytes. */
     max_payload_bytes: z.number().int().min(1).default(256 * 1024),
     /**

@@ -17,7 +17,7 @@ import { LogHead } from './log-head.ts'
 import { ProjectSlots } from './project-slots.ts'
 import { registerIdempotency } from './idempotency-hooks.ts'
 import { admitProjectRequest } from './request-limit.ts'
-import { registerApiDescription, serializeResponses } from './openapi.ts'
+import { compileResponses, registerApiDescription, serializeResponses } from './openapi.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
 import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -147,7 +147,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     routes.push({ method: route.method, url: route.url, schema: route.schema as RegisteredRoute['schema'], documentedBody: route.config?.documentedBody })
   })
   app.setValidatorCompiler(validatorCompiler)
-  app.setSerializerCompiler(serializeResponses)
+  app.setSerializerCompiler(deps.config.tunables.validate_responses ? serializeResponses : compileResponses)
 
   // Every body here is JSON: without this, Fastify's default text/plain parser hands the routes a
   // string, answered 400 instead of 415 like any other media type.

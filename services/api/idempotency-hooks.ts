@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, onSendHookHandler, preHandlerHookHandler, preValidationHookHandler } from 'fastify'
 import { fingerprintOf, IdempotencyStore, isIdempotencyKey, type Reservation } from '../metering/idempotency.ts'
 import { deriveKey } from '../platform/secrets.ts'
 import type { Deps } from '../runtime.ts'
@@ -38,41 +38,44 @@ export function registerIdempotency(app: FastifyInstance, deps: Deps): void {
   const store = new IdempotencyStore(deps.idempotency, deps.now, deriveKey(deps.config.secret, 'idempotent-answers-at-rest'))
   app.decorateRequest('idempotency', null)
 
-  app.addHook('preValidation', async (request) => {
+  // Callback-style hooks on the state-changing routes only: a read, or a write without a key,
+  // passes through three plain function calls and no promise.
+  const checkKeyHeader: preValidationHookHandler = (request, _reply, done) => {
     const header = request.headers['idempotency-key']
-    if (header === undefined || !stateChanging.has(request.method)) return
-    if (Array.isArray(header) || !isIdempotencyKey(header)) throw invalidKey()
-  })
+    if (header !== undefined && (Array.isArray(header) || !isIdempotencyKey(header))) return done(invalidKey())
+    done()
+  }
 
-  app.addHook('preHandler', async (request, reply) => {
-    if (!stateChanging.has(request.method)) return
+  const reserveKey: preHandlerHookHandler = (request, reply, done) => {
     const header = request.headers['idempotency-key'] as string | undefined
     const bodyKey = bodyKeyOf(request)
     if (bodyKey !== null) void reply.header('Deprecation', bodyKeyDeprecation)
     const key = header ?? bodyKey
-    if (key === undefined || key === null) return
+    if (key === undefined || key === null) return done()
     const fingerprint = fingerprintOf(request.method, request.url.split('?')[0]!, request.body)
-    const reservation = await store.reserve(IdempotencyStore.keyOf(request.principal.projectId, key), fingerprint)
-    switch (reservation.outcome) {
-      case 'reserved':
-        request.idempotency = { reservation, fingerprint }
-        return
-      case 'replay':
-        return sendStored(reply, reservation.response)
-      case 'mismatch':
-        throw new ApiError(409, 'idempotency_key_reuse', 'this Idempotency-Key was used with a different request')
-      case 'in_flight':
-        throw new ApiError(409, 'idempotency_key_reuse', 'a request with this Idempotency-Key is still running; retry shortly')
-      case 'unreadable':
-        // Running it again could do twice what the first did; repeating it needs the secret it
-        // was sealed under. The key expires 24 hours after its first use.
-        throw new ApiError(409, 'idempotency_key_reuse', "this Idempotency-Key's stored answer cannot be read (the service's JOBSVC_SECRET changed); use a new key")
-    }
-  })
+    store.reserve(IdempotencyStore.keyOf(request.principal.projectId, key), fingerprint).then((reservation) => {
+      switch (reservation.outcome) {
+        case 'reserved':
+          request.idempotency = { reservation, fingerprint }
+          return done()
+        case 'replay':
+          // Answered here: the handler does not run.
+          return void sendStored(reply, reservation.response)
+        case 'mismatch':
+          return done(new ApiError(409, 'idempotency_key_reuse', 'this Idempotency-Key was used with a different request'))
+        case 'in_flight':
+          return done(new ApiError(409, 'idempotency_key_reuse', 'a request with this Idempotency-Key is still running; retry shortly'))
+        case 'unreadable':
+          // Running it again could do twice what the first did; repeating it needs the secret it
+          // was sealed under. The key expires 24 hours after its first use.
+          return done(new ApiError(409, 'idempotency_key_reuse', "this Idempotency-Key's stored answer cannot be read (the service's JOBSVC_SECRET changed); use a new key"))
+      }
+    }, done)
+  }
 
-  app.addHook('onSend', async (request, reply, payload) => {
+  const storeAnswer: onSendHookHandler = (request, reply, payload, done) => {
     const held = request.idempotency
-    if (held === null) return payload
+    if (held === null) return done(null, payload)
     request.idempotency = null
     if (reply.statusCode >= 200 && reply.statusCode < 300 && typeof payload === 'string') {
       const headers: Record<string, string> = {}
@@ -81,12 +84,26 @@ export function registerIdempotency(app: FastifyInstance, deps: Deps): void {
         if (value !== undefined) headers[name] = String(value)
       }
       // The answer stands even if it could not be stored; a repeat would then run again.
-      await store.complete(held.reservation, held.fingerprint, { status: reply.statusCode, body: payload, headers }).catch((err) => {
-        deps.log.warn({ err, request_id: request.id }, 'idempotency: the answer could not be stored')
-      })
+      store.complete(held.reservation, held.fingerprint, { status: reply.statusCode, body: payload, headers }).then(
+        () => done(null, payload),
+        (err) => {
+          deps.log.warn({ err, request_id: request.id }, 'idempotency: the answer could not be stored')
+          done(null, payload)
+        },
+      )
     } else {
-      await store.release(held.reservation)
+      store.release(held.reservation).then(
+        () => done(null, payload),
+        () => done(null, payload),
+      )
     }
-    return payload
+  }
+
+  app.addHook('onRoute', (route) => {
+    const methods = ([] as string[]).concat(route.method)
+    if (!methods.some((m) => stateChanging.has(m))) return
+    route.preValidation = [...([] as preValidationHookHandler[]).concat(route.preValidation ?? []), checkKeyHeader]
+    route.preHandler = [reserveKey, ...([] as preHandlerHookHandler[]).concat(route.preHandler ?? [])]
+    route.onSend = [...([] as onSendHookHandler[]).concat(route.onSend ?? []), storeAnswer]
   })
 }

@@ -2,6 +2,7 @@ import { STATUS_CODES } from 'node:http'
 import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance, FastifySerializerCompiler } from 'fastify'
+import fastJson from 'fast-json-stringify'
 import { createJsonSchemaTransform, jsonSchemaTransformObject, serializerCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { errorCatalogue } from './errors.ts'
@@ -138,6 +139,26 @@ export const serializeResponses: FastifySerializerCompiler<z.ZodType | { propert
   const status = String(route.httpStatus)
   if (status === 'default' || /^[45]/.test(status)) return (data) => JSON.stringify(data)
   return serializerCompiler(route)
+}
+
+/**
+ * The production serializer: success bodies written by a serializer fast-json-stringify compiles
+ * from the JSON Schema of the same zod schema (the one the OpenAPI document shows), with no zod
+ * pass per answer (about 2 µs of a job's create answer, against 0.5 µs). The check that a body
+ * matches its schema (serializeResponses) runs where `validate_responses` is on: in the tests,
+ * which is where a drift must fail loudly. A schema that is not zod (a documented stream) or that
+ * JSON Schema cannot express keeps the checking serializer.
+ */
+export const compileResponses: FastifySerializerCompiler<z.ZodType | { properties: z.ZodType }> = (route) => {
+  const status = String(route.httpStatus)
+  if (status === 'default' || /^[45]/.test(status)) return (data) => JSON.stringify(data)
+  const schema = route.schema instanceof z.ZodType ? route.schema : (route.schema as { properties?: unknown }).properties
+  if (!(schema instanceof z.ZodType)) return serializerCompiler(route)
+  try {
+    return fastJson(z.toJSONSchema(schema, { io: 'output', target: 'draft-7' }) as Parameters<typeof fastJson>[0]) as (data: unknown) => string
+  } catch {
+    return serializerCompiler(route)
+  }
 }
 
 /** Security requirement objects, by the scheme names in components.securitySchemes. */

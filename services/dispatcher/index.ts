@@ -20,6 +20,7 @@ import {
   dispatcherConsumerName,
   eventsStreamName,
   parseDeliverySubject,
+  parseEventSubject,
   subscriptionDelivererConsumerName,
 } from '../../streams/names.ts'
 import { consumeSubjectQueues, wakeSubjectQueue } from '../../streams/subject-queues.ts'
@@ -46,6 +47,8 @@ const perSubscriptionInFlight = 4
 const maxAckPendingPerSubscription = 10_000
 /** Webhook events of one batch scheduled at once. */
 const fanOutConcurrency = 32
+/** A project's subscriptions are read again after this even if no change was seen (see start). */
+const cacheLifetimeMs = 5 * 60_000
 export const userAgent = 'Service-Webhooks/1.0'
 
 interface WorkItem {
@@ -145,21 +148,28 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const onDelivery = (projectId: string, id: string, command: DeliveryCommand) =>
     handleCommand<DeliveryCommand, DeliveryEvent, Delivery>(deps.store, deliveryDecider, { aggregate: 'delivery', projectId, id }, command, () => `evt_${deps.newUlid()}`)
 
-  // Active subscriptions per project, read once a second at most and dropped as soon as any of
-  // the project's subscriptions changes on the log (most job events have none to go to).
+  // Active subscriptions per project, kept until any of the project's subscriptions changes on
+  // the log (most projects have none: their job events are then skipped by subject, never
+  // decoded nor looked up). A change reaches this process as a core NATS message, which can only
+  // be missed while the connection is down: the whole cache is dropped at every reconnect, and
+  // an entry is read again after cacheLifetimeMs in any case.
   const subscriptions = new Map<string, { at: number; subs: Array<{ id: string; events: string }> }>()
   // A change is announced on the log before its row is written: for a moment after it, the
   // project's subscriptions are read afresh every time rather than cached.
   const changedUntil = new Map<string, number>()
   const changes = deps.nats.nc.subscribe(aggregateKindFilter(ns, 'webhook'), {
     callback: (_err, msg) => {
-      const projectId = msg.subject.split('.')[2] ?? ''
+      const projectId = parseEventSubject(ns, msg.subject)?.projectId
+      if (projectId === undefined) return
       subscriptions.delete(projectId)
       changedUntil.set(projectId, Date.now() + 2_000)
     },
   })
+  void (async () => {
+    for await (const status of deps.nats.nc.status()) if (status.type === 'reconnect') subscriptions.clear()
+  })()
   const isFresh = (projectId: string, cached: { at: number } | undefined) =>
-    cached !== undefined && Date.now() - cached.at < 1_000 && (changedUntil.get(projectId) ?? 0) < Date.now()
+    cached !== undefined && Date.now() - cached.at < cacheLifetimeMs && (changedUntil.get(projectId) ?? 0) < Date.now()
   async function subscriptionsOf(projectId: string): Promise<Array<{ id: string; events: string }>> {
     const cached = subscriptions.get(projectId)
     if (cached && isFresh(projectId, cached)) return cached.subs
@@ -406,7 +416,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   // known from the headers and the subject, without decoding the message.
   const accept = ({ subject, eventTypes }: { subject: string; eventTypes: string }) => {
     if (!/job_created|job_succeeded|job_dead_lettered/.test(eventTypes)) return false
-    const projectId = subject.split('.')[2] ?? ''
+    const projectId = parseEventSubject(ns, subject)?.projectId ?? ''
     const cached = subscriptions.get(projectId)
     return !(isFresh(projectId, cached) && cached!.subs.length === 0)
   }

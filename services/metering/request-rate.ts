@@ -21,9 +21,26 @@ interface ProjectCounts {
   /** Admissions being written now: still counted until the shared counts are read back. */
   writing: Map<number, number>
   loaded: Promise<void> | null
+  /**
+   * The window's total and oldest minute, summed once and then kept by each admission: a
+   * request costs O(1) whatever the number of minutes. Summed again only when the window moves
+   * (once a minute) or a flush replaces the counts (every 250 ms).
+   */
+  window: { from: number; used: number; oldest: number } | null
 }
 
-const sum = (m: Map<number, number>, from: number) => [...m].reduce((s, [minute, n]) => (minute > from ? s + n : s), 0)
+function summed(counts: ProjectCounts, from: number, nowMinute: number): { from: number; used: number; oldest: number } {
+  let used = 0
+  let oldest = nowMinute
+  for (const m of [counts.shared, counts.writing, counts.pending]) {
+    for (const [minute, n] of m) {
+      if (minute <= from) continue
+      used += n
+      if (minute < oldest) oldest = minute
+    }
+  }
+  return { from, used, oldest }
+}
 
 /**
  * The per-project request limit over a sliding hour, shared by every API process. Each process
@@ -54,7 +71,7 @@ export class RequestRateLimiter {
     const nowMinute = Math.floor(now.getTime() / 60_000)
     let counts = this.#projects.get(projectId)
     if (counts === undefined) {
-      counts = { shared: new Map(), pending: new Map(), writing: new Map(), loaded: null }
+      counts = { shared: new Map(), pending: new Map(), writing: new Map(), loaded: null, window: null }
       counts.loaded = this.#load(projectId, counts, nowMinute)
       this.#projects.set(projectId, counts)
     }
@@ -63,13 +80,14 @@ export class RequestRateLimiter {
       counts.loaded = null
     }
     const from = nowMinute - windowMinutes
-    const used = sum(counts.shared, from) + sum(counts.writing, from) + sum(counts.pending, from)
-    const minutes = [...counts.shared.keys(), ...counts.writing.keys(), ...counts.pending.keys()].filter((m) => m > from)
-    const oldest = minutes.length > 0 ? Math.min(...minutes) : nowMinute
-    const resetAt = (oldest + windowMinutes) * 60
-    if (used >= limit) return { admitted: false, limit, remaining: 0, resetAt }
+    if (counts.window?.from !== from) counts.window = summed(counts, from, nowMinute)
+    const window = counts.window
+    const resetAt = (window.used > 0 ? window.oldest : nowMinute) * 60 + windowMinutes * 60
+    if (window.used >= limit) return { admitted: false, limit, remaining: 0, resetAt }
     counts.pending.set(nowMinute, (counts.pending.get(nowMinute) ?? 0) + 1)
-    return { admitted: true, limit, remaining: limit - used - 1, resetAt }
+    window.used++
+    if (nowMinute < window.oldest) window.oldest = nowMinute
+    return { admitted: true, limit, remaining: limit - window.used, resetAt }
   }
 
   /** Writes this process's counts and reads every process's back. */
@@ -88,6 +106,7 @@ export class RequestRateLimiter {
       counts.writing = counts.pending
       counts.pending = new Map()
     }
+    this.#forgetIdle()
     // Every known project is read back, written to or not: other processes count too.
     const known = [...this.#projects.keys()]
     if (known.length === 0) return
@@ -105,11 +124,18 @@ export class RequestRateLimiter {
       const fresh = await this.#sql<{ project_id: string; minute: number; n: number }[]>`
         SELECT project_id, minute, n FROM request_counts
         WHERE project_id = ANY(${known}) AND minute > ${Math.min(newest, Math.floor(Date.now() / 60_000)) - 24 * 60}`
+      const byProject = new Map<string, Map<number, number>>()
+      for (const r of fresh) {
+        let minutes = byProject.get(r.project_id)
+        if (minutes === undefined) byProject.set(r.project_id, (minutes = new Map()))
+        minutes.set(r.minute, r.n)
+      }
       for (const projectId of known) {
-        const counts = this.#projects.get(projectId)!
-        if (counts.loaded !== null) continue
-        counts.shared = new Map(fresh.filter((r) => r.project_id === projectId).map((r) => [r.minute, r.n]))
+        const counts = this.#projects.get(projectId)
+        if (counts === undefined || counts.loaded !== null) continue
+        counts.shared = byProject.get(projectId) ?? new Map()
         counts.writing = new Map()
+        counts.window = null
       }
     } catch (err) {
       // Written but not read back: they stay counted as `writing` until the next read.
@@ -119,8 +145,21 @@ export class RequestRateLimiter {
         const counts = this.#projects.get(projectId)!
         counts.writing = new Map()
         for (const [minute, n] of pending) counts.pending.set(minute, (counts.pending.get(minute) ?? 0) + n)
+        counts.window = null
       }
       throw err
+    }
+  }
+
+  /**
+   * Drops projects this process has counted nothing for in the last hour: they would otherwise be
+   * read back every 250 ms for as long as the process runs. A request later loads them again.
+   */
+  #forgetIdle(): void {
+    const from = Math.floor(Date.now() / 60_000) - windowMinutes
+    for (const [projectId, counts] of this.#projects) {
+      if (counts.loaded !== null || counts.pending.size > 0 || counts.writing.size > 0) continue
+      if (![...counts.shared.keys()].some((minute) => minute > from)) this.#projects.delete(projectId)
     }
   }
 

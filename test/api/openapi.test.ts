@@ -1,12 +1,12 @@
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import addFormats from 'ajv-formats'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { z } from 'zod'
 import { buildApp } from '../../services/api/app.ts'
 import { errorCatalogue } from '../../services/api/errors.ts'
 import { errorResponses, serializeResponses } from '../../services/api/openapi.ts'
-import { httpRequest, startHarness } from '../support/harness.ts'
+import { httpRequest, startHarness, type Harness } from '../support/harness.ts'
 
 // The API description (spec, Versioning 1): generated from the routes' zod schemas, public, and
 // a valid OpenAPI 3.1 document that lists every route and every error code.
@@ -134,7 +134,8 @@ t.test('the reference page is served at /docs, from local files, without a key',
   t.equal(missing.body.error.code, 'route_not_found', 'unknown paths keep the envelope')
 })
 
-t.test('answers match the schemas the document gives for them', async (t) => {
+/** Sends a request of each kind to `h` and checks every answer against the document. */
+async function answersMatchTheDocument(t: Test, h: Harness): Promise<void> {
   const ajv = new Ajv2020({ strict: false, allErrors: true })
   addFormats.default(ajv)
   const check = (method: string, path: string, status: number, body: unknown) => {
@@ -168,6 +169,13 @@ t.test('answers match the schemas the document gives for them', async (t) => {
   check('get', '/jobsvc/v1/jobs', unauthenticated.status, unauthenticated.body)
   const live = await httpRequest(h.url, null, 'GET', '/jobsvc/health/live')
   check('get', '/jobsvc/health/live', live.status, live.body)
+}
+
+t.test('answers match the schemas the document gives for them', (t) => answersMatchTheDocument(t, h))
+
+t.test('with compiled serializers (production: validate_responses off), answers still match the document', async (t) => {
+  const compiled = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], suffix: '_compiled', tunables: { validate_responses: false } })
+  await answersMatchTheDocument(t, compiled)
 })
 
 t.test('error bodies are written as they are; success bodies must match their schema', async (t) => {

@@ -122,7 +122,7 @@ export async function startHarness(
   options: { roles?: Role[]; tunables?: Partial<Tunables>; suffix?: string; config?: Partial<Config> } = {},
 ): Promise<Harness> {
   const names = isolatedNames(file, options.suffix)
-  const config = testConfig({ ...options.config, ...names }, { reaper_interval_ms: 200, scheduler_interval_ms: 100, ...options.tunables })
+  const config = testConfig({ ...options.config, ...names }, { reaper_interval_ms: 200, scheduler_interval_ms: 100, validate_responses: true, ...options.tunables })
   t.teardown(() => removeIsolated(names))
   const runtime = await openRuntime(config, pino({ level: 'silent' }), 'jobsvc-test')
   t.teardown(() => runtime.close())
