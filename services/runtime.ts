@@ -17,6 +17,12 @@ export interface Deps {
   log: Logger
   nats: NatsHandles
   store: EventStore
+  /**
+   * The read models. Their commits do not wait for the WAL flush either (synchronous_commit
+   * off): every table here is a projection of the log whose checkpoint commits in the same
+   * transaction, so a Postgres crash loses a tail of whole transactions, checkpoint included,
+   * and the projector applies them again from the log when it resumes (README, "Durability").
+   */
   sql: Sql
   /**
    * Counters of the allowance and the request limit. Their commits do not wait for the WAL
@@ -75,7 +81,7 @@ export async function openRuntime(
   pools: { connections: number; meteringConnections: number } = { connections: 20, meteringConnections: 4 },
 ): Promise<Runtime> {
   await ensureDatabase(config.databaseUrl)
-  const sql = openSql(config.databaseUrl, { max: pools.connections, applicationName: name })
+  const sql = openSql(config.databaseUrl, { max: pools.connections, applicationName: name, synchronousCommit: false })
   try {
     await migrate(sql)
   } catch (err) {
