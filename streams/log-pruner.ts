@@ -52,6 +52,7 @@ export interface PruneResult {
   purgedBySubject: boolean
 }
 
+/** Removes aggregates' messages from the events stream of one namespace (see the file's header). */
 export class LogPruner {
   readonly #nc: NatsConnection
   readonly #stream: string
@@ -74,6 +75,8 @@ export class LogPruner {
    * aggregate changed after the caller read it). Idempotent: what is already gone is skipped.
    */
   async removeThrough(subject: string, lastSeq: number): Promise<PruneResult> {
+    // A purge request's `seq` of 1 or less means no bound at all: never send one.
+    if (lastSeq < 1) return { messages: 0, purgedBySubject: false }
     const seqs: number[] = []
     for (let seq = lastSeq; seq > 0; ) {
       if (seqs.length === maxWalk) return this.#purgeSubject(subject, lastSeq)
