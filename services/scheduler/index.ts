@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { isAttemptStale } from '../../domain/job.ts'
 import type { Project } from '../../domain/project.ts'
@@ -30,7 +31,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const billing = new BillingService(deps)
   const rolled = { period: '', projects: new Set<string>() }
   const retention = new Retention(deps)
-  let lastThroughputPrune = 0
+  let lastThroughputPrune = Number.NEGATIVE_INFINITY
 
   const loops = [
     every(t.scheduler_interval_ms, signal, async () => {
@@ -57,9 +58,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
         // sustain rather than a batch per interval; each pass is its own bounded transaction,
         // and the other loops run between passes.
         const pass = await retention.pass()
-        if (deps.now().getTime() - lastThroughputPrune >= t.retention_interval_ms) {
+        if (performance.now() - lastThroughputPrune >= t.retention_interval_ms) {
           await pruneMinuteThroughput(deps)
-          lastThroughputPrune = deps.now().getTime()
+          lastThroughputPrune = performance.now()
         }
         return pass.full
       },
