@@ -9,7 +9,7 @@ import { resolvePlans } from '../../services/metering/plans.ts'
 import { rebuildReadModels } from '../../services/projector/rebuild.ts'
 import { createProject } from '../../services/projects/project-service.ts'
 import { openRuntime } from '../../services/runtime.ts'
-import { purgeExpiredJobs, retentionBatchSize } from '../../services/scheduler/retention.ts'
+import { purgeExpiredJobs, Retention, retentionBatchSize } from '../../services/scheduler/retention.ts'
 import { eventsStreamName } from '../../streams/names.ts'
 import { eventually, httpRequest, startHarness, withClockShifted, type Harness } from '../support/harness.ts'
 import { readModels } from '../support/read-models.ts'
@@ -220,4 +220,24 @@ t.test('a plan keeping jobs a day deletes their heartbeat entries too (the bucke
   t.equal(deleted, 1, 'the job is deleted after a day')
   const entry = await h.runtime.heartbeats.get(created.body.id)
   t.ok(entry === null || entry.operation !== 'PUT', 'and its heartbeat entry with it')
+})
+
+t.test('a project with a large backlog does not hold up another: passes take the projects in turn', async (t) => {
+  const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], suffix: '_turns' })
+  // Project ids grow with creation, so the large backlog's project comes first in id order.
+  const large = (await h.newProject()).projectId
+  const small = (await h.newProject()).projectId
+  t.ok(large < small, 'the large backlog is first in id order')
+  const endedAt = new Date(Date.now() - 200 * day)
+  const big = await seedEndedJobs(h.runtime, { projectIds: [large], count: 2500, endedAt })
+  const few = await seedEndedJobs(h.runtime, { projectIds: [small], count: 10, endedAt })
+  await caughtUp(h, Math.max(big.lastSeq, few.lastSeq))
+  const left = async (projectId: string) => (await h.runtime.sql`SELECT count(*)::int AS n FROM jobs WHERE project_id = ${projectId}`)[0]!.n as number
+
+  const retention = new Retention(h.runtime)
+  t.teardown(() => retention.close())
+  t.same(await retention.pass(), { jobs: retentionBatchSize, messages: 2900, purgedBySubject: 0, full: true }, 'the first pass fills its batch from the first project')
+  t.same([await left(large), await left(small)], [1500, 10])
+  t.equal((await retention.pass()).jobs, retentionBatchSize, 'the second pass starts after it')
+  t.same([await left(large), await left(small)], [510, 0], 'and takes the other project\'s jobs before more of the first\'s')
 })
