@@ -126,9 +126,12 @@ export function metricDeltasOf(records: readonly EventRecord[]): MetricDeltas {
 export async function applyMetricDeltas(tx: Tx, deltas: MetricDeltas): Promise<void> {
   const states = [...deltas.states.values()].filter((r) => r.count !== 0)
   if (states.length > 0) {
+    // In key order: retention locks the rows it subtracts from in the same order, so the two
+    // never wait on each other in a cycle (a deadlock Postgres would break by failing one).
     await tx`
       INSERT INTO job_state_counts (project_id, queue, state, count)
       SELECT project_id, queue, state, count FROM json_populate_recordset(null::job_state_counts, ${JSON.stringify(states)}::text::json)
+      ORDER BY project_id, queue, state
       ON CONFLICT (project_id, queue, state) DO UPDATE SET count = job_state_counts.count + excluded.count`
     // A state a queue has emptied leaves no row, so the rollup is the same however the log was
     // cut into batches (a replay and a live run must agree row by row).

@@ -15,6 +15,7 @@ import { deleteNamespace } from '../streams/definitions.ts'
 import { checkpointSubject } from '../streams/names.ts'
 import { ConfigError, devSecretFileName, loadConfig } from './config.ts'
 import { benchMetrics } from './bench-metrics.ts'
+import { RetentionBench } from './bench-retention.ts'
 import { CpuMeter, describeCpu, type CpuBreakdown } from './bench-cpu.ts'
 
 /**
@@ -33,13 +34,15 @@ import { CpuMeter, describeCpu, type CpuBreakdown } from './bench-cpu.ts'
  *
  * `--export-jobs N` measures something else: the spawned service's resident memory while it
  * streams a jobs export of N rows (see benchExport). So does `--metrics-jobs N`: the metrics
- * routes' latency with N jobs in the read model (services/bench-metrics.ts).
+ * routes' latency with N jobs in the read model (services/bench-metrics.ts). `--retention-jobs N`
+ * adds a backlog of N expired jobs and times retention purging it (services/bench-retention.ts).
  */
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
   [--nats-url URL] [--service-log FILE] [--service-cpu-prof DIR] [--no-metering] [--webhooks]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
+       npm run bench -- --spawn --retention-jobs N [--jobs M, 0 for none] [the usual run's options]
 
 Without --rate producers create as fast as the service answers, so created->claimed includes the
 backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
@@ -54,7 +57,13 @@ downloads the whole window as JSONL and then as CSV.
 
 --metrics-jobs seeds N jobs over 30 days straight into the spawned service's jobs read model and
 its metrics rollups (written by the projector's own code), then asks each metrics route R times
-(default 200), one request at a time, and prints p50, p99 and the worst per route.`
+(default 200), one request at a time, and prints p50, p99 and the worst per route.
+
+--retention-jobs runs N jobs to their end 200 days ago through the job commands (real messages on
+the log, projected by the spawned service), then times the scheduler's retention passes until all
+N are deleted, while the usual run goes on (--jobs 0: with nothing else running); it prints the
+jobs purged per second and the machine's CPU per purged job, and the JSON gains
+retention_jobs_per_s. The spawned service's own retention runs once a day in this mode.`
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 
@@ -98,6 +107,8 @@ interface Options {
   /** Jobs to seed before timing the metrics routes instead of the throughput run; null: the throughput run. */
   metricsJobs: number | null
   metricsRequests: number
+  /** Expired jobs to seed and time retention on, beside the usual run; null: no retention run. */
+  retentionJobs: number | null
   /**
    * `--dev` (which `npm run bench` passes, as `npm start` does): without JOBSVC_SECRET, the
    * spawned service and command line use the development mode's secret file too.
@@ -145,6 +156,7 @@ function toOptions(argv: string[]): Options {
       'export-read-mbps': { type: 'string' },
       'metrics-jobs': { type: 'string' },
       'metrics-requests': { type: 'string' },
+      'retention-jobs': { type: 'string' },
     },
   })
   if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
@@ -152,6 +164,9 @@ function toOptions(argv: string[]): Options {
   // The seeding writes to the service's database, which only a spawned service shares with us.
   if (values['export-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--export-jobs needs --spawn\n${usage}`)
   if (values['metrics-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--metrics-jobs needs --spawn\n${usage}`)
+  if (values['retention-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
+  // --jobs 0 times retention alone.
+  const noLoad = values['retention-jobs'] !== undefined && values.jobs === '0'
   // The same environment the service reads (CONTRACT.md) supplies the defaults for --spawn.
   const config = loadConfig(process.env, { devSecretFile: values.dev ? devSecretFileName : null })
   return {
@@ -161,7 +176,7 @@ function toOptions(argv: string[]): Options {
     namespace: values.namespace ?? null,
     natsUrl: values['nats-url'] ?? config.natsUrl,
     databaseUrl: config.databaseUrl,
-    jobs: positiveInt('jobs', values.jobs, 10_000),
+    jobs: noLoad ? 0 : positiveInt('jobs', values.jobs, 10_000),
     producers: positiveInt('producers', values.producers, 16, 1000),
     workers: positiveInt('workers', values.workers, 8, 1000),
     capacity: positiveInt('capacity', values.capacity, 10, 50),
@@ -175,6 +190,7 @@ function toOptions(argv: string[]): Options {
     exportReadMbps: positiveInt('export-read-mbps', values['export-read-mbps'], 16, 10_000),
     metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),
     metricsRequests: positiveInt('metrics-requests', values['metrics-requests'], 200, 100_000),
+    retentionJobs: values['retention-jobs'] === undefined ? null : positiveInt('retention-jobs', values['retention-jobs'], 0, 10_000_000),
     dev: values.dev,
   }
 }
@@ -805,7 +821,13 @@ class WebhookReceiver {
   }
 }
 
-function report(opts: Options, r: Results, webhooks: ReturnType<WebhookReceiver['summary']> | null, cpu: CpuBreakdown | null): void {
+function report(
+  opts: Options,
+  r: Results,
+  webhooks: ReturnType<WebhookReceiver['summary']> | null,
+  cpu: CpuBreakdown | null,
+  retention: { lines: string[]; summary: Record<string, number | null> } | null,
+): void {
   const summary = {
     jobs_per_s: r.complete && r.elapsedMs !== null ? Math.round((r.jobs / r.elapsedMs) * 1000 * 10) / 10 : null,
     create_p50_ms: round(percentile(r.createLatencies, 50)),
@@ -814,6 +836,7 @@ function report(opts: Options, r: Results, webhooks: ReturnType<WebhookReceiver[
     claim_p99_ms: round(percentile(r.claimLatencies, 99)),
     projection_lag_p99_ms: round(percentile(r.lags, 99)),
     ...(webhooks ?? {}),
+    ...(retention?.summary ?? {}),
   }
   const ms = (v: number | null) => (v === null ? 'n/a' : `${v} ms`)
   const lines = [
@@ -829,6 +852,7 @@ function report(opts: Options, r: Results, webhooks: ReturnType<WebhookReceiver[
       ? [`  webhooks: ${webhooks.webhook_deliveries} job.created delivered, ${webhooks.webhook_deliveries_per_s ?? 'n/a'}/s, lag p50 ${ms(webhooks.webhook_lag_p50_ms)} p99 ${ms(webhooks.webhook_lag_p99_ms)}`]
       : []),
     ...(cpu === null || r.acked === 0 ? [] : describeCpu(cpu, r.acked)),
+    ...(retention?.lines ?? []),
     '',
   ]
   process.stdout.write(lines.join('\n') + JSON.stringify(summary) + '\n')
@@ -1050,15 +1074,21 @@ async function main(argv: string[]): Promise<boolean> {
   const receiverPort = receiver === null ? null : await receiver.listen()
   if (receiverPort !== null && opts.spawn) env.WEBHOOK_ALLOW_HOSTS = `127.0.0.1:${receiverPort}`
   let configPath: string | null = null
-  if (opts.spawn && !opts.metering) {
+  if (opts.spawn && (!opts.metering || opts.retentionJobs !== null)) {
     configPath = join(tmpdir(), `jobsvc-bench-${runId}.json`)
-    writeFileSync(configPath, JSON.stringify({ tunables: { metering_enabled: false } }))
+    const tunables = {
+      ...(opts.metering ? {} : { metering_enabled: false }),
+      // The retention timed is this process's; the service's would share the backlog.
+      ...(opts.retentionJobs === null ? {} : { retention_interval_ms: 86_400_000 }),
+    }
+    writeFileSync(configPath, JSON.stringify({ tunables }))
     env.JOBSVC_CONFIG = configPath
   }
   let service: SpawnedService | null = null
   let nats: NatsHandles | null = null
   let client: Client | null = null
   let tracker: ProjectionTracker | null = null
+  let retention: RetentionBench | null = null
   try {
     if (namespace !== null) nats = await connectNats(opts.natsUrl, 'jobsvc-bench')
     let url = opts.url
@@ -1093,18 +1123,27 @@ async function main(argv: string[]): Promise<boolean> {
       process.stdout.write(JSON.stringify({ metrics_jobs: opts.metricsJobs, worst_p99_ms: worst, routes: results }) + '\n')
       return true
     }
+    if (opts.retentionJobs !== null) {
+      const config = loadConfig(env, { devSecretFile: opts.dev ? devSecretFileName : null })
+      retention = await RetentionBench.prepare(config, opts.retentionJobs, service?.child.pid, run.signal, (line) => process.stderr.write(`${line}\n`))
+    }
     tracker = nats !== null && namespace !== null ? new CheckpointTracker(nats, namespace) : new ProbeTracker(client, run.signal)
-    process.stderr.write(`bench: ${opts.jobs} jobs against ${url}\n`)
+    process.stderr.write(`bench: ${opts.jobs} jobs against ${url}${retention === null ? '' : ', and retention of the backlog'}\n`)
     if (receiverPort !== null) {
       const sub = await client.request('POST', '/jobsvc/v1/webhooks', { url: `http://127.0.0.1:${receiverPort}/bench`, events: ['job.created'] })
       if (sub.status !== 201) throw new HttpError('webhook subscription', sub)
     }
     const cpuMeter = new CpuMeter(service?.child.pid)
     cpuMeter.start()
-    const results = await drive(client, opts, tracker, run.signal)
+    const [results, purged] = await Promise.all([opts.jobs === 0 ? null : drive(client, opts, tracker, run.signal), retention?.run() ?? null])
     const cpu = cpuMeter.stop()
+    const retentionReport = retention === null || purged === null ? null : { lines: retention.describe(purged, results !== null), summary: retention.summary(purged) }
+    if (results === null) {
+      process.stdout.write([...(retentionReport?.lines ?? []), ''].join('\n') + JSON.stringify(retentionReport?.summary ?? {}) + '\n')
+      return true
+    }
     if (receiver !== null) await receiver.settle(results.jobs, 60_000)
-    report(opts, results, receiver?.summary() ?? null, cpu)
+    report(opts, results, receiver?.summary() ?? null, cpu, retentionReport)
     if (service !== null && service.child.exitCode !== null) process.stderr.write(`bench: the service died:\n${service.output()}\n`)
     return results.complete && results.duplicateClaims === 0
   } finally {
@@ -1112,6 +1151,7 @@ async function main(argv: string[]): Promise<boolean> {
     tracker?.close()
     client?.close()
     receiver?.close()
+    await retention?.close()
     if (service !== null) await stopService(service.child)
     if (opts.spawn && namespace !== null) {
       if (nats !== null) await deleteNamespace(nats.jsm, namespace).catch((err) => process.stderr.write(`bench: cleanup: ${err}\n`))

@@ -89,7 +89,7 @@ export const tunablesSchema = z
     webhook_timeout_ms: z.number().int().min(1).default(10_000),
     /** How often the scheduler evaluates the alert settings. */
     alert_interval_ms: z.number().int().min(50).default(30_000),
-    /** How often the scheduler deletes terminal jobs past their plan's retention (a bounded batch each time). */
+    /** How often the scheduler looks for terminal jobs past their plan's retention; while a pass finds a full batch (1,000 jobs) the next follows at once. */
     retention_interval_ms: z.number().int().min(50).default(60_000),
     /** How often the scheduler checks whether a new billing period (UTC month) began. */
     billing_period_check_interval_ms: z.number().int().min(50).default(60_000),

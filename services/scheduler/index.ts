@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { isAttemptStale } from '../../domain/job.ts'
 import type { Project } from '../../domain/project.ts'
@@ -6,7 +7,7 @@ import { fireDueSchedules } from '../jobs/recurring-service.ts'
 import { billingPeriodOf } from '../metering/allowance.ts'
 import { BillingService } from '../metering/billing-service.ts'
 import { projectRef } from '../projects/project-service.ts'
-import { purgeExpiredJobs, pruneMinuteThroughput } from './retention.ts'
+import { pruneMinuteThroughput, Retention } from './retention.ts'
 import { evaluateAlerts } from '../alerts/alert-service.ts'
 import type { Deps } from '../runtime.ts'
 
@@ -29,6 +30,8 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   let lastDueScan = deps.now()
   const billing = new BillingService(deps)
   const rolled = { period: '', projects: new Set<string>() }
+  const retention = new Retention(deps)
+  let lastThroughputPrune = Number.NEGATIVE_INFINITY
 
   const loops = [
     every(t.scheduler_interval_ms, signal, async () => {
@@ -51,8 +54,15 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       t.retention_interval_ms,
       signal,
       async () => {
-        await purgeExpiredJobs(deps)
-        await pruneMinuteThroughput(deps)
+        // Back to back while passes come back full, so a backlog drains at the rate passes
+        // sustain rather than a batch per interval; each pass is its own bounded transaction,
+        // and the other loops run between passes.
+        const pass = await retention.pass()
+        if (performance.now() - lastThroughputPrune >= t.retention_interval_ms) {
+          await pruneMinuteThroughput(deps)
+          lastThroughputPrune = performance.now()
+        }
+        return pass.full
       },
       (err) => deps.log.error({ err }, 'scheduler: retention pass failed'),
     ),
@@ -63,20 +73,24 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   return async () => {
     controller.abort()
     await Promise.all(loops)
+    retention.close()
     await billing.allowance.stop()
   }
 }
 
-async function every(ms: number, signal: AbortSignal, pass: () => Promise<void>, onError: (err: unknown) => void): Promise<void> {
+/** Runs `pass` every `ms`; a pass that resolves to true (work left over) is followed at once. */
+async function every(ms: number, signal: AbortSignal, pass: () => Promise<boolean | void>, onError: (err: unknown) => void): Promise<void> {
   while (!signal.aborted) {
+    let again = false
     try {
-      await pass()
+      again = (await pass()) === true
     } catch (err) {
       if (!signal.aborted) onError(err)
     }
     // node:timers/promises removes its abort listener when the timer fires: one left behind per
-    // pass would pile up on the role's signal (a leak, and MaxListenersExceededWarning).
-    await sleep(ms, undefined, { signal }).catch(() => undefined)
+    // pass would pile up on the role's signal (a leak, and MaxListenersExceededWarning). A zero
+    // delay still yields to the timers phase, so the other loops run between passes.
+    await sleep(again ? 0 : ms, undefined, { signal }).catch(() => undefined)
   }
 }
 
