@@ -279,14 +279,21 @@ export interface ItemFailure {
   error: { code: string; message: string; request_id: string }
 }
 
+/** Batches that have logged a failed item: an outage fails every item alike, and one line says so. */
+const batchesLogged = new WeakSet<FastifyRequest>()
+
 /**
  * One item of a batch, refused or failed on its own while the request as a whole succeeded: the
- * status and error object the item would have had as a request of its own, rendered (and logged)
- * as `sendError` does. Headers such as `Retry-After` belong to a whole answer and are dropped.
+ * status and error object the item would have had as a request of its own, rendered as
+ * `sendError` does; the first server-side failure of a batch is logged. Headers such as
+ * `Retry-After` belong to a whole answer and are dropped.
  */
 export function itemFailure(request: FastifyRequest, err: unknown): ItemFailure {
   const rendered = renderError(err)
-  logServerSide(request, rendered, err, 'batch item')
+  if (rendered.status >= 500 && !batchesLogged.has(request)) {
+    batchesLogged.add(request)
+    logServerSide(request, rendered, err, 'batch item (the first of this batch; later ones are not logged)')
+  }
   return { status: rendered.status, error: { code: rendered.code, message: rendered.message, request_id: request.id } }
 }
 

@@ -33,7 +33,10 @@ export function openIdempotencyStore(deps: Deps): IdempotencyStore {
   return new IdempotencyStore(deps.idempotency, deps.now, deriveKey(deps.config.secret, 'idempotent-answers-at-rest'))
 }
 
-/** Why a key's request may not run: reused for another request, still running elsewhere, or its answer unreadable. */
+/**
+ * Why a key's request may not run: reused for another request, still running elsewhere, or run
+ * already with an answer that cannot be repeated (unreadable, or too large to have been kept).
+ */
 export function keyRefusal(outcome: 'mismatch' | 'in_flight' | 'unreadable' | 'unstored'): ApiError {
   switch (outcome) {
     case 'mismatch':

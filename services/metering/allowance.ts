@@ -177,6 +177,7 @@ export class Allowance {
         try {
           await this.#serve(key, projectId, period, state, batch)
         } catch (err) {
+          // Units a request already took from the lease stay counted: the safe side.
           for (const w of batch) w.reject(err)
         }
       }

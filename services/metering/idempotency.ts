@@ -136,10 +136,10 @@ export class IdempotencyStore {
    * refused rather than run a second time.
    */
   async complete(reservation: Extract<Reservation, { outcome: 'reserved' }>, fingerprint: string, response: StoredResponse): Promise<void> {
-    const stored: Entry = { state: 'done', fingerprint, first_used_at: reservation.firstUsedAt, sealed: encryptAtRest(this.#key, JSON.stringify(response)) }
-    const text = JSON.stringify(stored)
-    const entry: Entry = Buffer.byteLength(text) <= maxEntryBytes ? stored : { state: 'done', fingerprint, first_used_at: reservation.firstUsedAt, unstored: true }
-    await this.#kv.update(reservation.key, entry === stored ? text : JSON.stringify(entry), reservation.revision)
+    const done = { state: 'done', fingerprint, first_used_at: reservation.firstUsedAt } as const
+    const stored = JSON.stringify({ ...done, sealed: encryptAtRest(this.#key, JSON.stringify(response)) } satisfies Entry)
+    const entry = Buffer.byteLength(stored) <= maxEntryBytes ? stored : JSON.stringify({ ...done, unstored: true } satisfies Entry)
+    await this.#kv.update(reservation.key, entry, reservation.revision)
   }
 
   /** The request did not succeed: the key is free again. */
