@@ -92,6 +92,10 @@ export class Forbidden extends refusal('forbidden') {}
 export class OverageUnavailable extends refusal('overage_unavailable') {}
 /** Job creation (and webhook changes) while the project's billing state is not active. */
 export class BillingStateBlocked extends refusal('billing_state_blocked') {}
+/** Job creation once the period's allowance is used up and overage is off. */
+export class MonthlyAllowanceExceeded extends refusal('monthly_allowance_exceeded') {}
+/** Job creation with overage on, when the next job would pass the project's spend cap. */
+export class SpendCapReached extends refusal('spend_cap_reached') {}
 export class RecurringJobNotFound extends refusal('recurring_job_not_found') {}
 export class InvalidCronExpression extends refusal('invalid_cron_expression') {}
 export class InvalidTimezone extends refusal('invalid_timezone') {}

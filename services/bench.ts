@@ -40,6 +40,7 @@ import { CpuMeter, describeCpu, type CpuBreakdown } from './bench-cpu.ts'
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
   [--nats-url URL] [--service-log FILE] [--service-cpu-prof DIR] [--no-metering] [--webhooks]
+  [--batch B]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
        npm run bench -- --spawn --retention-jobs N [--jobs M, 0 for none] [the usual run's options]
@@ -47,6 +48,11 @@ const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS]
 Without --rate producers create as fast as the service answers, so created->claimed includes the
 backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
 latency at a load the service keeps up with.
+
+--batch B runs a second cycle of the same number of jobs after the first, on a queue of its own:
+producers create B jobs per POST /jobsvc/v1/jobs/batch and workers (capacity 50 unless --capacity
+says otherwise) acknowledge each poll's jobs in one POST /jobsvc/v1/workers/ack/batch. Its rate is
+printed on its own line and added to the JSON line as batch_jobs_per_s.
 
 --service-cpu-prof writes a V8 CPU profile of the spawned service into DIR when it stops (node
 --cpu-prof), to see where the service's share of the CPU per job goes.
@@ -79,6 +85,10 @@ const pollWaitSeconds = 1
 const maxRetries = 5
 /** Longer than any poll holds (wait_seconds) or a list waits for the projector. */
 const requestTimeoutMs = 30_000
+/** The service's bound on one batch create. */
+const maxBatchJobs = 1000
+/** Poll capacity of the batched cycle unless --capacity is given: the largest a poll may ask. */
+const batchedCapacity = 50
 
 interface Options {
   url: string | null
@@ -100,6 +110,10 @@ interface Options {
   serviceCpuProfileDir: string | null
   /** Creates per second across all producers; null: as fast as they can. */
   rate: number | null
+  /** Jobs per batch create in a second, batched cycle (acks batched too); null: the single-request cycle only. */
+  batch: number | null
+  /** Poll capacity in the batched cycle: --capacity when given, else the largest a poll may ask. */
+  batchCapacity: number
   /** Jobs to seed and export instead of the throughput run; null: the throughput run. */
   exportJobs: number | null
   /** How fast the export client reads, in MB/s: slower than the service writes, so back-pressure holds. */
@@ -150,6 +164,7 @@ function toOptions(argv: string[]): Options {
       'service-log': { type: 'string' },
       'service-cpu-prof': { type: 'string' },
       rate: { type: 'string' },
+      batch: { type: 'string' },
       'no-metering': { type: 'boolean', default: false },
       webhooks: { type: 'boolean', default: false },
       'export-jobs': { type: 'string' },
@@ -184,6 +199,8 @@ function toOptions(argv: string[]): Options {
     serviceLog: values['service-log'] ?? null,
     serviceCpuProfileDir: values['service-cpu-prof'] ?? null,
     rate: values.rate === undefined ? null : positiveInt('rate', values.rate, 0),
+    batch: values.batch === undefined ? null : positiveInt('batch', values.batch, 0, maxBatchJobs),
+    batchCapacity: positiveInt('capacity', values.capacity, batchedCapacity, 50),
     metering: !values['no-metering'],
     webhooks: values.webhooks,
     exportJobs: values['export-jobs'] === undefined ? null : positiveInt('export-jobs', values['export-jobs'], 0, 10_000_000),
@@ -524,8 +541,25 @@ interface Results {
   wallMs: number
 }
 
-/** Producers create `jobs` jobs; workers poll, then ack each claimed job, acks in parallel. */
-async function drive(client: Client, opts: Options, tracker: ProjectionTracker, signal: AbortSignal): Promise<Results> {
+/** How one cycle creates and acknowledges: one request per job, or batches. */
+interface Cycle {
+  /** Jobs per batch create, acks of each poll in one request; null: one request per create and per ack. */
+  batch: number | null
+  capacity: number
+}
+
+/** One item of a batch answer. */
+interface BatchItemReply {
+  status: number
+  body?: { id: string }
+  error?: { code: string }
+}
+
+/**
+ * Producers create `jobs` jobs; workers poll, then ack every claimed job: each ack its own request
+ * (in parallel), or with `cycle.batch` all of a poll's acks in one request.
+ */
+async function drive(client: Client, opts: Options, cycle: Cycle, tracker: ProjectionTracker, signal: AbortSignal): Promise<Results> {
   const runId = randomBytes(4).toString('hex')
   // A queue of its own, so that against a shared project the workers claim only this run's jobs.
   const queue = `bench_${runId}`
@@ -560,7 +594,48 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
     tracker.observe(seq, reply.at)
   }
 
-  const producer = async () => {
+  /** A created job's answer (the 201, or its batch's 200): its creation time, matched with an early claim. */
+  const noteCreated = (id: string, at: number) => {
+    created++
+    const early = claimedEarly.get(id)
+    // The poll can answer before the 201 reaches us; the job was then claimable at once.
+    if (early !== undefined) {
+      claimedEarly.delete(id)
+      claimLatencies.push(Math.max(0, early - at))
+    } else {
+      createdAt.set(id, at)
+    }
+  }
+
+  /**
+   * Creates `cycle.batch` jobs per request. Items refused for now (429, 503) are sent again in the
+   * producer's next request, up to maxRetries times each; any other item failure ends the run.
+   */
+  const batchProducer = async () => {
+    const again: Array<{ i: number; tries: number }> = []
+    while ((next < opts.jobs || again.length > 0) && !stop.aborted) {
+      const items = again.splice(0, cycle.batch!)
+      while (items.length < cycle.batch! && next < opts.jobs) items.push({ i: next++, tries: 0 })
+      let sent = 0
+      const reply = await withRetries('batch create', stop, () => {
+        sent = performance.now()
+        firstCreateAt ??= sent
+        return client.request('POST', '/jobsvc/v1/jobs/batch', { jobs: items.map(({ i }) => ({ job_type: 'bench', queue, payload: { i } })) })
+      }, 200)
+      createLatencies.push(reply.at - sent)
+      const results = reply.body.results as BatchItemReply[]
+      results.forEach((result, k) => {
+        if (result.status === 201) return noteCreated(String(result.body!.id), reply.at)
+        const item = items[k]!
+        if ((result.status !== 429 && result.status !== 503) || item.tries >= maxRetries) throw new HttpError(`batch create item ${k}`, { ...reply, body: result })
+        again.push({ i: item.i, tries: item.tries + 1 })
+      })
+      if (results.some((r) => r.status === 201)) noteWrite(reply)
+      if (again.length > 0 && next >= opts.jobs) await sleep(50, undefined, { signal: stop })
+    }
+  }
+
+  const singleProducer = async () => {
     while (next < opts.jobs && !stop.aborted) {
       const i = next++
       if (opts.rate !== null && firstCreateAt !== null) {
@@ -574,17 +649,20 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
         return client.request('POST', '/jobsvc/v1/jobs', { job_type: 'bench', queue, payload: { i } })
       }, 201)
       createLatencies.push(reply.at - sent)
-      created++
       noteWrite(reply)
-      const id = String(reply.body.id)
-      const early = claimedEarly.get(id)
-      // The poll can answer before the 201 reaches us; the job was then claimable at once.
-      if (early !== undefined) {
-        claimedEarly.delete(id)
-        claimLatencies.push(Math.max(0, early - reply.at))
-      } else {
-        createdAt.set(id, reply.at)
-      }
+      noteCreated(String(reply.body.id), reply.at)
+    }
+  }
+  const producer = cycle.batch === null ? singleProducer : batchProducer
+
+  const noteAcked = (count: number, at: number) => {
+    lastAckAt = Math.max(lastAckAt, at)
+    acked += count
+    if (acked === opts.jobs) {
+      // Watched from this moment on, not after the workers' last polls have returned.
+      projected = tracker.reachedAt(maxSeq, signal)
+      projected.catch(() => undefined)
+      finished.abort()
     }
   }
 
@@ -593,18 +671,26 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
       client.request('POST', '/jobsvc/v1/workers/ack', { job_id: jobId, worker_id: workerId, status: 'succeeded', duration_ms: 0 }),
     200)
     noteWrite(reply)
-    lastAckAt = Math.max(lastAckAt, reply.at)
-    if (++acked === opts.jobs) {
-      // Watched from this moment on, not after the workers' last polls have returned.
-      projected = tracker.reachedAt(maxSeq, signal)
-      projected.catch(() => undefined)
-      finished.abort()
+    noteAcked(1, reply.at)
+  }
+
+  /** A poll's jobs acknowledged in one request; acks refused for now (503) are sent again. */
+  const ackBatch = async (jobIds: string[], workerId: string) => {
+    for (let tries = 0, pending = jobIds; pending.length > 0; tries++) {
+      const acks = pending.map((id) => ({ job_id: id, worker_id: workerId, status: 'succeeded', duration_ms: 0 }))
+      const reply = await withRetries('batch ack', stop, () => client.request('POST', '/jobsvc/v1/workers/ack/batch', { acks }), 200)
+      const results = reply.body.results as BatchItemReply[]
+      const failed = results.filter((r) => r.status !== 200)
+      if (failed.some((r) => r.status !== 503) || (failed.length > 0 && tries >= maxRetries)) throw new HttpError('batch ack', { ...reply, body: failed[0] })
+      if (failed.length < results.length) noteWrite(reply)
+      noteAcked(results.length - failed.length, reply.at)
+      pending = pending.filter((_, k) => results[k]!.status !== 200)
     }
   }
 
   const worker = async (w: number) => {
     const workerId = `bench-${runId}-w${w}`
-    const body = { worker_id: workerId, queues: [queue], capacity: opts.capacity, wait_seconds: pollWaitSeconds }
+    const body = { worker_id: workerId, queues: [queue], capacity: cycle.capacity, wait_seconds: pollWaitSeconds }
     while (!stop.aborted) {
       const reply = await withRetries('poll', stop, () => client.request('POST', '/jobsvc/v1/workers/poll', body), 200)
       const jobs = reply.body.jobs as Array<{ id: string }>
@@ -626,7 +712,8 @@ async function drive(client: Client, opts: Options, tracker: ProjectionTracker, 
           claimLatencies.push(reply.at - at)
         }
       }
-      await Promise.all(fresh.map((job) => ack(job.id, workerId)))
+      if (cycle.batch === null) await Promise.all(fresh.map((job) => ack(job.id, workerId)))
+      else if (fresh.length > 0) await ackBatch(fresh.map((job) => job.id), workerId)
     }
   }
 
@@ -821,37 +908,77 @@ class WebhookReceiver {
   }
 }
 
+function jobsPerS(r: Results): number | null {
+  return r.complete && r.elapsedMs !== null ? Math.round((r.jobs / r.elapsedMs) * 1000 * 10) / 10 : null
+}
+
+const ms = (v: number | null) => (v === null ? 'n/a' : `${v} ms`)
+
+/** A cycle's lines after its heading: rate, latencies, lag, polls, the client's CPU. */
+function describeCycle(r: Results, createWhat: string): string[] {
+  return [
+    `  end to end (first create -> last ack projected): ${r.elapsedMs === null ? 'n/a' : `${(r.elapsedMs / 1000).toFixed(2)} s`}, ${jobsPerS(r) ?? 'n/a'} jobs/s`,
+    `  create latency      p50 ${ms(round(percentile(r.createLatencies, 50)))}  p99 ${ms(round(percentile(r.createLatencies, 99)))}  (${r.createLatencies.length} ${createWhat})`,
+    `  created -> claimed  p50 ${ms(round(percentile(r.claimLatencies, 50)))}  p99 ${ms(round(percentile(r.claimLatencies, 99)))}  (${r.claimLatencies.length} claims)`,
+    `  projection lag      p50 ${ms(round(percentile(r.lags, 50)))}  p99 ${ms(round(percentile(r.lags, 99)))}  (${r.lags.length} samples; ${r.lagMethod})`,
+    `  acked ${r.acked}/${r.jobs}; jobs claimed twice: ${r.duplicateClaims}; polls ${r.polls} (${r.emptyPolls} empty, ${r.polls === r.emptyPolls ? 0 : ((r.acked) / (r.polls - r.emptyPolls)).toFixed(1)} jobs per non-empty poll)`,
+    `  bench client CPU: ${(r.clientCpuMs / 1000).toFixed(1)} s over ${(r.wallMs / 1000).toFixed(1)} s (${Math.round((r.clientCpuMs / r.wallMs) * 100)}% of one core)`,
+  ]
+}
+
+/** The batched cycle's measurement and the CPU it took, when --batch ran one. */
+interface BatchedRun {
+  results: Results
+  cpu: CpuBreakdown | null
+}
+
 function report(
   opts: Options,
   r: Results,
   webhooks: ReturnType<WebhookReceiver['summary']> | null,
   cpu: CpuBreakdown | null,
+  batched: BatchedRun | null,
   retention: { lines: string[]; summary: Record<string, number | null> } | null,
 ): void {
+  const b = batched?.results
   const summary = {
-    jobs_per_s: r.complete && r.elapsedMs !== null ? Math.round((r.jobs / r.elapsedMs) * 1000 * 10) / 10 : null,
+    jobs_per_s: jobsPerS(r),
     create_p50_ms: round(percentile(r.createLatencies, 50)),
     create_p99_ms: round(percentile(r.createLatencies, 99)),
     claim_p50_ms: round(percentile(r.claimLatencies, 50)),
     claim_p99_ms: round(percentile(r.claimLatencies, 99)),
     projection_lag_p99_ms: round(percentile(r.lags, 99)),
     ...(webhooks ?? {}),
+    ...(b === undefined
+      ? {}
+      : {
+          batch_jobs_per_s: jobsPerS(b),
+          batch_size: opts.batch,
+          batch_create_p50_ms: round(percentile(b.createLatencies, 50)),
+          batch_create_p99_ms: round(percentile(b.createLatencies, 99)),
+          batch_claim_p50_ms: round(percentile(b.claimLatencies, 50)),
+          batch_claim_p99_ms: round(percentile(b.claimLatencies, 99)),
+          batch_projection_lag_p99_ms: round(percentile(b.lags, 99)),
+        }),
     ...(retention?.summary ?? {}),
   }
-  const ms = (v: number | null) => (v === null ? 'n/a' : `${v} ms`)
   const lines = [
     '',
     `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers${opts.rate === null ? '' : ` paced at ${opts.rate}/s`}, ${opts.workers} workers x capacity ${opts.capacity}${r.complete ? '' : ' (INCOMPLETE)'}`,
-    `  end to end (first create -> last ack projected): ${r.elapsedMs === null ? 'n/a' : `${(r.elapsedMs / 1000).toFixed(2)} s`}, ${summary.jobs_per_s ?? 'n/a'} jobs/s`,
-    `  create latency      p50 ${ms(summary.create_p50_ms)}  p99 ${ms(summary.create_p99_ms)}  (${r.createLatencies.length} creates)`,
-    `  created -> claimed  p50 ${ms(summary.claim_p50_ms)}  p99 ${ms(summary.claim_p99_ms)}  (${r.claimLatencies.length} claims)`,
-    `  projection lag      p50 ${ms(round(percentile(r.lags, 50)))}  p99 ${ms(summary.projection_lag_p99_ms)}  (${r.lags.length} samples; ${r.lagMethod})`,
-    `  acked ${r.acked}/${r.jobs}; jobs claimed twice: ${r.duplicateClaims}; polls ${r.polls} (${r.emptyPolls} empty, ${r.polls === r.emptyPolls ? 0 : ((r.acked) / (r.polls - r.emptyPolls)).toFixed(1)} jobs per non-empty poll)`,
-    `  bench client CPU: ${(r.clientCpuMs / 1000).toFixed(1)} s over ${(r.wallMs / 1000).toFixed(1)} s (${Math.round((r.clientCpuMs / r.wallMs) * 100)}% of one core)`,
+    ...describeCycle(r, 'creates'),
     ...(webhooks
       ? [`  webhooks: ${webhooks.webhook_deliveries} job.created delivered, ${webhooks.webhook_deliveries_per_s ?? 'n/a'}/s, lag p50 ${ms(webhooks.webhook_lag_p50_ms)} p99 ${ms(webhooks.webhook_lag_p99_ms)}`]
       : []),
     ...(cpu === null || r.acked === 0 ? [] : describeCpu(cpu, r.acked)),
+    ...(b === undefined
+      ? []
+      : [
+          '',
+          `jobsvc bench, batched: ${b.jobs} jobs, ${opts.producers} producers creating ${opts.batch} per request, ${opts.workers} workers x capacity ${opts.batchCapacity} acking each poll's jobs in one request${b.complete ? '' : ' (INCOMPLETE)'}`,
+          `  batch cycle: ${jobsPerS(b) ?? 'n/a'} jobs/s`,
+          ...describeCycle(b, `batch creates of up to ${opts.batch}`),
+          ...(batched!.cpu === null || b.acked === 0 ? [] : describeCpu(batched!.cpu, b.acked)),
+        ]),
     ...(retention?.lines ?? []),
     '',
   ]
@@ -1135,7 +1262,10 @@ async function main(argv: string[]): Promise<boolean> {
     }
     const cpuMeter = new CpuMeter(service?.child.pid)
     cpuMeter.start()
-    const [results, purged] = await Promise.all([opts.jobs === 0 ? null : drive(client, opts, tracker, run.signal), retention?.run() ?? null])
+    const [results, purged] = await Promise.all([
+      opts.jobs === 0 ? null : drive(client, opts, { batch: null, capacity: opts.capacity }, tracker, run.signal),
+      retention?.run() ?? null,
+    ])
     const cpu = cpuMeter.stop()
     const retentionReport = retention === null || purged === null ? null : { lines: retention.describe(purged, results !== null), summary: retention.summary(purged) }
     if (results === null) {
@@ -1143,9 +1273,20 @@ async function main(argv: string[]): Promise<boolean> {
       return true
     }
     if (receiver !== null) await receiver.settle(results.jobs, 60_000)
-    report(opts, results, receiver?.summary() ?? null, cpu, retentionReport)
+    const webhooks = receiver?.summary() ?? null
+    let batched: BatchedRun | null = null
+    if (opts.batch !== null && results.complete) {
+      process.stderr.write(`bench: batched cycle, ${opts.jobs} jobs in batches of ${opts.batch}\n`)
+      tracker.close()
+      tracker = nats !== null && namespace !== null ? new CheckpointTracker(nats, namespace) : new ProbeTracker(client, run.signal)
+      const batchMeter = new CpuMeter(service?.child.pid)
+      batchMeter.start()
+      const batchResults = await drive(client, opts, { batch: opts.batch, capacity: opts.batchCapacity }, tracker, run.signal)
+      batched = { results: batchResults, cpu: batchMeter.stop() }
+    }
+    report(opts, results, webhooks, cpu, batched, retentionReport)
     if (service !== null && service.child.exitCode !== null) process.stderr.write(`bench: the service died:\n${service.output()}\n`)
-    return results.complete && results.duplicateClaims === 0
+    return results.complete && results.duplicateClaims === 0 && (batched === null || (batched.results.complete && batched.results.duplicateClaims === 0))
   } finally {
     clearTimeout(timeout)
     tracker?.close()

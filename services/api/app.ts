@@ -15,7 +15,8 @@ import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
 import { invalidRequest, rawClientErrorResponse, registerErrorHandling, sendError, uriTooLong } from './errors.ts'
 import { LogHead } from './log-head.ts'
 import { ProjectSlots } from './project-slots.ts'
-import { registerIdempotency } from './idempotency-hooks.ts'
+import { openIdempotencyStore, registerIdempotency } from './idempotency-hooks.ts'
+import type { IdempotencyStore } from '../metering/idempotency.ts'
 import { admitProjectRequest } from './request-limit.ts'
 import { compileResponses, registerApiDescription, serializeResponses } from './openapi.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
@@ -51,6 +52,8 @@ export interface ApiContext {
   accountExports: AccountLifecycle
   requestRate: RequestRateLimiter
   billing: BillingService
+  /** Idempotency keys and the answers stored under them (header keys, and batch items' body keys). */
+  idempotency: IdempotencyStore
   /** Worker polls in flight per project (README, API reference notes, "Poll"). */
   polls: ProjectSlots
   /** Progress streams open per project. */
@@ -203,6 +206,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     accountExports: new AccountLifecycle(deps, accounts, team),
     requestRate: new RequestRateLimiter(deps.meteringSql),
     billing: new BillingService(deps),
+    idempotency: openIdempotencyStore(deps),
     polls: new ProjectSlots(t.max_polls_per_project),
     streams: new ProjectSlots(t.max_event_streams_per_project),
     claims: new ClaimLine((target, polls) => claimForPolls(deps, jobs, target, polls), {
@@ -231,7 +235,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
         request.principal = await context.keys.authenticate(request.headers.authorization)
         await admitProjectRequest(context, request.principal.project, reply)
       })
-      registerIdempotency(v1, deps)
+      registerIdempotency(v1, deps, context.idempotency)
       await v1.register(jobRoutes(context), { prefix: '/jobs' })
       await v1.register(workerRoutes(context), { prefix: '/workers' })
       await v1.register(recurringRoutes(context), { prefix: '/recurring' })

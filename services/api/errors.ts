@@ -19,7 +19,9 @@ import {
   LastProject,
   MemberExists,
   MemberNotFound,
+  MonthlyAllowanceExceeded,
   RoleExceedsCaller,
+  SpendCapReached,
   TotpAlreadyEnabled,
   TotpNotEnabled,
   TotpNotInitialized,
@@ -116,6 +118,8 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [InvalidCronExpression, 400],
   [InvalidTimezone, 400],
   [BillingStateBlocked, 402],
+  [MonthlyAllowanceExceeded, 429],
+  [SpendCapReached, 429],
 ]
 
 /**
@@ -252,10 +256,14 @@ export function renderError(err: unknown): Rendered {
   return { status: 500, code: 'internal_error', message: 'internal error; safe to retry with backoff' }
 }
 
+function logServerSide(request: FastifyRequest, rendered: Rendered, err: unknown, what: string): void {
+  if (rendered.status === 503) request.log.warn({ err, request_id: request.id, route: request.url }, `${what} refused: a dependency is unavailable`)
+  else if (rendered.status >= 500) request.log.error({ err, request_id: request.id, route: request.url }, `${what} failed`)
+}
+
 export function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): FastifyReply {
   const rendered = renderError(err)
-  if (rendered.status === 503) request.log.warn({ err, request_id: request.id, route: request.url }, 'request refused: a dependency is unavailable')
-  else if (rendered.status >= 500) request.log.error({ err, request_id: request.id, route: request.url }, 'request failed')
+  logServerSide(request, rendered, err, 'request')
   if (rendered.headers) void reply.headers(rendered.headers)
   // Framework errors (a malformed URL, an over-long path parameter) skip the onRequest hooks.
   void reply.header('X-Request-Id', request.id)
@@ -263,6 +271,30 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, err: unk
     .code(rendered.status)
     .type('application/json; charset=utf-8')
     .send({ error: { code: rendered.code, message: rendered.message, request_id: request.id } })
+}
+
+/** What one item of a batch answer says when it failed: its status and the envelope's error object. */
+export interface ItemFailure {
+  status: number
+  error: { code: string; message: string; request_id: string }
+}
+
+/** Batches that have logged a failed item: an outage fails every item alike, and one line says so. */
+const batchesLogged = new WeakSet<FastifyRequest>()
+
+/**
+ * One item of a batch, refused or failed on its own while the request as a whole succeeded: the
+ * status and error object the item would have had as a request of its own, rendered as
+ * `sendError` does; the first server-side failure of a batch is logged. Headers such as
+ * `Retry-After` belong to a whole answer and are dropped.
+ */
+export function itemFailure(request: FastifyRequest, err: unknown): ItemFailure {
+  const rendered = renderError(err)
+  if (rendered.status >= 500 && !batchesLogged.has(request)) {
+    batchesLogged.add(request)
+    logServerSide(request, rendered, err, 'batch item (the first of this batch; later ones are not logged)')
+  }
+  return { status: rendered.status, error: { code: rendered.code, message: rendered.message, request_id: request.id } }
 }
 
 /**

@@ -28,14 +28,78 @@ function sendStored(reply: FastifyReply, stored: { status: number; body: string;
   return reply.code(stored.status).headers(stored.headers).header('Idempotent-Replay', 'true').type('application/json; charset=utf-8').send(stored.body)
 }
 
+/** The store of every key's reservation and answer, sealed under a key derived from JOBSVC_SECRET. */
+export function openIdempotencyStore(deps: Deps): IdempotencyStore {
+  return new IdempotencyStore(deps.idempotency, deps.now, deriveKey(deps.config.secret, 'idempotent-answers-at-rest'))
+}
+
+/**
+ * Why a key's request may not run: reused for another request, still running elsewhere, or run
+ * already with an answer that cannot be repeated (unreadable, or too large to have been kept).
+ */
+export function keyRefusal(outcome: 'mismatch' | 'in_flight' | 'unreadable' | 'unstored'): ApiError {
+  switch (outcome) {
+    case 'mismatch':
+      return new ApiError(409, 'idempotency_key_reuse', 'this Idempotency-Key was used with a different request')
+    case 'in_flight':
+      return new ApiError(409, 'idempotency_key_reuse', 'a request with this Idempotency-Key is still running; retry shortly')
+    case 'unreadable':
+      // Running it again could do twice what the first did; repeating it needs the secret it
+      // was sealed under. The key expires 24 hours after its first use.
+      return new ApiError(409, 'idempotency_key_reuse', "this Idempotency-Key's stored answer cannot be read (the service's JOBSVC_SECRET changed); use a new key")
+    case 'unstored':
+      return new ApiError(409, 'idempotency_key_reuse', "this Idempotency-Key's request ran, but its answer was too large to keep for replays; use a new key")
+  }
+}
+
+/** The path a single create is fingerprinted under: a batch item keyed in its body is that same request. */
+const singleCreatePath = '/jobsvc/v1/jobs'
+
+export type ItemKey =
+  /** The item runs; its answer is then stored (`completeItemKey`) or the key freed (`releaseItemKey`). */
+  | { outcome: 'reserved'; reservation: Extract<Reservation, { outcome: 'reserved' }>; fingerprint: string }
+  | { outcome: 'replay'; status: number; body: unknown }
+  | { outcome: 'refused'; error: ApiError }
+
+/** A batch item's identity for its body-field key: that of a single create with the same (validated) body. */
+export function singleCreateFingerprint(body: unknown): string {
+  return fingerprintOf('POST', singleCreatePath, body)
+}
+
+/**
+ * The deprecated body-field `idempotency_key` of one batch item: reserved exactly as a single
+ * create of the same body reserves it (same key space, same fingerprint), so a batch item and a
+ * single create replay each other's answers.
+ */
+export async function reserveItemKey(store: IdempotencyStore, projectId: string, key: string, fingerprint: string): Promise<ItemKey> {
+  const reservation = await store.reserve(IdempotencyStore.keyOf(projectId, key), fingerprint)
+  switch (reservation.outcome) {
+    case 'reserved':
+      return { outcome: 'reserved', reservation, fingerprint }
+    case 'replay':
+      return { outcome: 'replay', status: reservation.response.status, body: JSON.parse(reservation.response.body) as unknown }
+    default:
+      return { outcome: 'refused', error: keyRefusal(reservation.outcome) }
+  }
+}
+
+/** Stores a batch item's answer as the single create's (status, body, Location, X-Event-Seq, Deprecation). */
+export async function completeItemKey(store: IdempotencyStore, held: Extract<ItemKey, { outcome: 'reserved' }>, body: { id: string }, seq: number): Promise<void> {
+  const headers = { location: `${singleCreatePath}/${body.id}`, 'x-event-seq': String(seq), deprecation: bodyKeyDeprecation }
+  await store.complete(held.reservation, held.fingerprint, { status: 201, body: JSON.stringify(body), headers })
+}
+
+export async function releaseItemKey(store: IdempotencyStore, held: Extract<ItemKey, { outcome: 'reserved' }>): Promise<void> {
+  await store.release(held.reservation)
+}
+
 /**
  * The spec's replay rules for every state-changing `/jobsvc/v1` route: the `Idempotency-Key`
  * header (and on job creation the deprecated body field) reserves the key before the handler
  * runs; a 2xx answer is stored, anything else frees the key. A duplicate of a request still
  * running waits for its answer and replays it.
  */
-export function registerIdempotency(app: FastifyInstance, deps: Deps): void {
-  const store = new IdempotencyStore(deps.idempotency, deps.now, deriveKey(deps.config.secret, 'idempotent-answers-at-rest'))
+export function registerIdempotency(app: FastifyInstance, deps: Deps, store: IdempotencyStore): void {
   app.decorateRequest('idempotency', null)
 
   // Callback-style hooks on the state-changing routes only: a read, or a write without a key,
@@ -61,14 +125,8 @@ export function registerIdempotency(app: FastifyInstance, deps: Deps): void {
         case 'replay':
           // Answered here: the handler does not run.
           return void sendStored(reply, reservation.response)
-        case 'mismatch':
-          return done(new ApiError(409, 'idempotency_key_reuse', 'this Idempotency-Key was used with a different request'))
-        case 'in_flight':
-          return done(new ApiError(409, 'idempotency_key_reuse', 'a request with this Idempotency-Key is still running; retry shortly'))
-        case 'unreadable':
-          // Running it again could do twice what the first did; repeating it needs the secret it
-          // was sealed under. The key expires 24 hours after its first use.
-          return done(new ApiError(409, 'idempotency_key_reuse', "this Idempotency-Key's stored answer cannot be read (the service's JOBSVC_SECRET changed); use a new key"))
+        default:
+          return done(keyRefusal(reservation.outcome))
       }
     }, done)
   }

@@ -106,6 +106,16 @@ export const errorResponses = (...codes: string[]): ErrorSchemas => groupByStatu
 export const sessionErrorResponses = (...codes: string[]): ErrorSchemas => groupByStatus([...sessionCodes, ...codes])
 export const publicErrorResponses = (...codes: string[]): ErrorSchemas => groupByStatus([...publicCodes, ...codes])
 
+/**
+ * The envelope's error object inside one item of a batch answer, the item's `status` beside it.
+ * The codes are documented, not enumerated: success bodies are checked on the way out, and an
+ * item's refusal must never turn the whole answer (whose other items did happen) into a 500.
+ */
+export function itemErrorObject(...codes: string[]) {
+  const described = codes.map((code) => `\`${code}\` (${statusOf(code).status})`).join(', ')
+  return errorEnvelope.shape.error.extend({ code: z.string().describe(`machine-readable and stable: ${described}`) })
+}
+
 /** An ISO 8601 instant as the API writes it (documented, not re-checked on the way out). */
 export const instant = z.string().meta({ format: 'date-time' })
 

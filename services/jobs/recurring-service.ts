@@ -2,8 +2,15 @@ import { createHash } from 'node:crypto'
 import { CronExpressionParser } from 'cron-parser'
 import { ulid } from 'ulid'
 import type { z } from 'zod'
-import { DomainError, InvalidCronExpression, InvalidState, InvalidTimezone } from '../../domain/errors.ts'
-import { billingOf } from '../../domain/project.ts'
+import {
+  BillingStateBlocked,
+  DomainError,
+  InvalidCronExpression,
+  InvalidState,
+  InvalidTimezone,
+  MonthlyAllowanceExceeded,
+  SpendCapReached,
+} from '../../domain/errors.ts'
 import {
   isActiveSchedule,
   recurringIdFor,
@@ -18,6 +25,7 @@ import { handleCommand, type CommandResult } from '../../streams/handle-command.
 import type { BillingService } from '../metering/billing-service.ts'
 import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../runtime.ts'
+import { createJobs, type Creation } from './create-jobs.ts'
 import type { JobService } from './job-service.ts'
 import type { Project } from '../../domain/project.ts'
 
@@ -206,7 +214,7 @@ async function fireOne(deps: Deps, jobs: JobService, billing: BillingService, pr
     return false
   }
   const jobId = occurrenceJobId(projectId, id, occurrence)
-  const skippedReason = await createOccurrenceJob(deps, jobs, billing, projectId, schedule, jobId, now)
+  const skippedReason = await createOccurrenceJob(deps, jobs, billing, projectId, schedule, jobId)
   const result = await onSchedule(deps, projectId, id, {
     type: 'record_fire',
     data: { occurrence_at: occurrence.toISOString(), job_id: skippedReason === null ? jobId : null, skipped_reason: skippedReason, next_run_at: next },
@@ -216,36 +224,28 @@ async function fireOne(deps: Deps, jobs: JobService, billing: BillingService, pr
 }
 
 /** Creates the occurrence's job like any creation (billing state, allowance); a refusal's code, or null. */
-async function createOccurrenceJob(deps: Deps, jobs: JobService, billing: BillingService, projectId: string, schedule: RecurringJob, jobId: string, now: Date): Promise<string | null> {
+async function createOccurrenceJob(deps: Deps, jobs: JobService, billing: BillingService, projectId: string, schedule: RecurringJob, jobId: string): Promise<string | null> {
   const project = (await deps.store.load<Project>(projectRef(projectId))).state
   if (project === null || project.status !== 'active') return 'project_not_found'
-  if (billingOf(project).state !== 'active') return 'billing_state_blocked'
-  const metered = deps.config.tunables.metering_enabled
-  const terms = billing.termsOf(project)
-  const consumption = metered ? await billing.allowance.consume(projectId, terms, now) : null
-  if (consumption !== null && !consumption.admitted) return consumption.code
+  const request = {
+    job_type: schedule.job_type,
+    payload: schedule.payload ?? {},
+    queue: schedule.queue,
+    max_attempts: schedule.max_attempts,
+    timeout_seconds: schedule.timeout_seconds,
+    tags: { recurring_id: schedule.id },
+  }
+  let creation: Creation
   try {
-    await jobs.create(
-      projectId,
-      {
-        job_type: schedule.job_type,
-        payload: schedule.payload ?? {},
-        queue: schedule.queue,
-        run_at: null,
-        max_attempts: schedule.max_attempts,
-        timeout_seconds: schedule.timeout_seconds,
-        tags: { recurring_id: schedule.id },
-        parent_job_id: null,
-        idempotency_key: null,
-      },
-      { jobId },
-    )
-    if (consumption !== null && consumption.admitted) await billing.noteUsage(project, terms, consumption.usedAfter, consumption.period).catch(() => undefined)
-    return null
+    creation = await createJobs({ deps, jobs, billing }, project, [{ request, jobId }])
   } catch (err) {
-    if (consumption !== null && consumption.admitted) await billing.allowance.release(projectId, consumption)
-    // Another scheduler created this occurrence's job first: it fired, once.
-    if (err instanceof InvalidState) return null
+    if (err instanceof BillingStateBlocked) return err.code
     throw err
   }
+  const result = creation.results[0]!
+  if (result.ok) return null
+  // Another scheduler created this occurrence's job first: it fired, once.
+  if (result.error instanceof InvalidState) return null
+  if (result.error instanceof MonthlyAllowanceExceeded || result.error instanceof SpendCapReached) return result.error.code
+  throw result.error
 }

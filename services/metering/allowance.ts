@@ -20,14 +20,32 @@ export interface QuotaReading {
   resetAt: number
 }
 
-export type Consumption =
-  | { admitted: true; reading: QuotaReading; period: string; usedAfter: number; asOverage: boolean }
-  | { admitted: false; code: 'monthly_allowance_exceeded' | 'spend_cap_reached'; reading: QuotaReading }
+/** One unit of the allowance: the period's count before it, and whether it is billed as overage. */
+export interface Unit {
+  used: number
+  asOverage: boolean
+}
+
+export type AllowanceRefusal = 'monthly_allowance_exceeded' | 'spend_cap_reached'
+
+/** What a request for some units got. */
+export interface Grant {
+  period: string
+  /** In the order asked for: fewer than asked when the terms ran out, and later creates go without. */
+  units: Unit[]
+  /** Why `units` is short of the count asked for; null when every unit was granted. */
+  refusal: AllowanceRefusal | null
+  /** The period as it stood before the first unit, or after the refusal when no unit was granted. */
+  reading: QuotaReading
+}
 
 interface Waiter {
   terms: QuotaTerms
   endsAt: Date
-  resolve(consumption: Consumption): void
+  count: number
+  units: Unit[]
+  reading: QuotaReading | null
+  resolve(grant: Grant): void
   reject(err: unknown): void
 }
 
@@ -46,15 +64,21 @@ interface KeyState {
   waiters: Waiter[]
   draining: boolean
   lease: Lease | null
-  /** Consumes since the last statement, to size the next lease. */
+  /** Units taken since the last statement, to size the next lease. */
   demand: number
+  /** Requests since the last statement: a lease saves round trips per request, so these decide whether to take one. */
+  requests: number
 }
 
-/** Creates served by one statement at most. */
+/** Requests (each for one unit or a batch's) served by one statement at most. */
 const maxBatch = 256
 const maxLease = 500
-/** Creates since the last statement that make a process lease ahead. */
-const leaseFromDemand = 8
+/**
+ * Requests since the last statement that make a process lease ahead. Counted in requests, not
+ * units: one batch of a hundred jobs costs one statement anyway, and a lease taken for it would
+ * only hold units out of other processes' reach.
+ */
+const leaseFromRequests = 8
 const leaseIdleMs = 500
 const leaseMaxAgeMs = 2_000
 const leaseCheckMs = 250
@@ -96,20 +120,24 @@ export class Allowance {
   }
 
   /**
-   * Takes one unit for a create. Units come from this process's lease when it has one (no round
-   * trip); otherwise creates waiting for the same project and period are served by one statement
-   * (a group commit), which also leases a few units ahead when the allowance has plenty of room.
-   * Each admitted create gets its own count.
+   * Takes `count` units for as many creates (one, or a batch's). Units come from this process's
+   * lease when it has them (no round trip); otherwise requests waiting for the same project and
+   * period are served by one statement (a group commit), which also leases a few units ahead when
+   * the allowance has plenty of room. Each unit gets its own count; a request the terms cannot
+   * fill gets the units there are, in order, and the refusal for the rest.
    */
-  consume(projectId: string, terms: QuotaTerms, now: Date): Promise<Consumption> {
+  take(projectId: string, terms: QuotaTerms, now: Date, count: number): Promise<Grant> {
+    if (!Number.isInteger(count) || count < 1) throw new RangeError(`take needs a whole number of units, at least 1 (got ${count})`)
     const { start, endsAt } = billingPeriodOf(now)
     const key = `${projectId}/${start}`
     const state = this.#stateOf(key)
-    state.demand++
-    const leased = this.#fromLease(state, terms, start, endsAt)
-    if (leased !== null) return Promise.resolve(leased)
+    state.demand += count
+    state.requests++
     return new Promise((resolve, reject) => {
-      state.waiters.push({ terms, endsAt, resolve, reject })
+      const waiter: Waiter = { terms, endsAt, count, units: [], reading: null, resolve, reject }
+      this.#fromLease(state, waiter)
+      if (waiter.units.length === count) return resolve({ period: start, units: waiter.units, refusal: null, reading: waiter.reading! })
+      state.waiters.push(waiter)
       if (!state.draining) void this.#drain(key, projectId, start, state)
     })
   }
@@ -122,19 +150,23 @@ export class Allowance {
   #stateOf(key: string): KeyState {
     let state = this.#states.get(key)
     if (state === undefined) {
-      state = { waiters: [], draining: false, lease: null, demand: 0 }
+      state = { waiters: [], draining: false, lease: null, demand: 0, requests: 0 }
       this.#states.set(key, state)
     }
     return state
   }
 
-  /** A unit of the lease, if it holds one and the terms still give the allowance room for it. */
-  #fromLease(state: KeyState, terms: QuotaTerms, period: string, endsAt: Date): Consumption | null {
+  /** Units of the lease, as many as it holds and the terms still give the allowance room for. */
+  #fromLease(state: KeyState, w: Waiter): void {
     const lease = state.lease
-    if (lease === null || lease.next >= lease.end || lease.next >= terms.allowance) return null
-    const used = lease.next++
-    lease.lastUsedAt = Date.now()
-    return { admitted: true, reading: readingOf(terms, used, lease.overage, endsAt), period, usedAfter: used + 1, asOverage: false }
+    if (lease === null) return
+    const give = Math.min(w.count - w.units.length, lease.end - lease.next, w.terms.allowance - lease.next)
+    for (let k = 0; k < give; k++) {
+      const used = lease.next++
+      w.reading ??= readingOf(w.terms, used, lease.overage, w.endsAt)
+      w.units.push({ used, asOverage: false })
+    }
+    if (give > 0) lease.lastUsedAt = Date.now()
   }
 
   async #drain(key: string, projectId: string, period: string, state: KeyState): Promise<void> {
@@ -145,6 +177,7 @@ export class Allowance {
         try {
           await this.#serve(key, projectId, period, state, batch)
         } catch (err) {
+          // Units a request already took from the lease stay counted: the safe side.
           for (const w of batch) w.reject(err)
         }
       }
@@ -154,11 +187,11 @@ export class Allowance {
   }
 
   async #serve(key: string, projectId: string, period: string, state: KeyState, waiting: Waiter[]): Promise<void> {
-    // Creates that queued while the statement granting a lease was in flight take from it first.
+    // Requests that queued while the statement granting a lease was in flight take from it first.
     const batch: Waiter[] = []
     for (const w of waiting) {
-      const leased = this.#fromLease(state, w.terms, period, w.endsAt)
-      if (leased !== null) w.resolve(leased)
+      this.#fromLease(state, w)
+      if (w.units.length === w.count) w.resolve({ period, units: w.units, refusal: null, reading: w.reading! })
       else batch.push(w)
     }
     if (batch.length === 0) return
@@ -166,13 +199,14 @@ export class Allowance {
     await this.#returnLease(projectId, period, state)
     // The newest request carries the newest view of the project's terms.
     const terms = batch[batch.length - 1]!.terms
-    const n = batch.length
+    const n = batch.reduce((sum, w) => sum + w.count - w.units.length, 0)
     // Ahead of demand, only under load (a quiet project's counts stay exact to the unit): about
     // twice what this process took since its last statement, at most a quarter of what the
     // allowance has left after this batch (so other processes keep room), never overage (overage
     // units are each checked against the cap).
-    const ahead = state.demand >= leaseFromDemand ? Math.min(maxLease, state.demand * 2) : 0
+    const ahead = state.requests >= leaseFromRequests ? Math.min(maxLease, state.demand * 2) : 0
     state.demand = 0
+    state.requests = 0
     if (!this.#knownRows.has(key)) {
       await this.#sql`INSERT INTO project_usage (project_id, period_start, used, overage) VALUES (${projectId}, ${period}, 0, 0) ON CONFLICT DO NOTHING`
       this.#knownRows.add(key)
@@ -207,16 +241,20 @@ export class Allowance {
     const oldUsed = row.used - total
     const overageAfterTake = row.overage
     const oldOverage = overageAfterTake - Math.max(0, oldUsed + take - Math.max(terms.allowance, oldUsed))
-    batch.forEach((w, i) => {
-      if (i < take) {
-        const used = oldUsed + i
+    const refusal: AllowanceRefusal = on ? 'spend_cap_reached' : 'monthly_allowance_exceeded'
+    let granted = 0
+    for (const w of batch) {
+      const give = Math.min(w.count - w.units.length, take - granted)
+      for (let k = 0; k < give; k++) {
+        const used = oldUsed + granted + k
         const overage = oldOverage + Math.max(0, used - Math.max(terms.allowance, oldUsed))
-        const asOverage = used >= terms.allowance
-        w.resolve({ admitted: true, reading: readingOf(terms, used, overage, w.endsAt), period, usedAfter: used + 1, asOverage })
-      } else {
-        w.resolve({ admitted: false, code: on ? 'spend_cap_reached' : 'monthly_allowance_exceeded', reading: readingOf(terms, row.used, row.overage, w.endsAt) })
+        w.reading ??= readingOf(terms, used, overage, w.endsAt)
+        w.units.push({ used, asOverage: used >= terms.allowance })
       }
-    })
+      granted += give
+      const short = w.units.length < w.count
+      w.resolve({ period, units: w.units, refusal: short ? refusal : null, reading: w.reading ?? readingOf(terms, row.used, row.overage, w.endsAt) })
+    }
     if (lease > 0) {
       state.lease = { next: oldUsed + take, end: row.used, overage: overageAfterTake, grantedAt: Date.now(), lastUsedAt: Date.now() }
       this.#timer ??= setInterval(() => void this.#expireLeases(), leaseCheckMs).unref()
@@ -255,12 +293,13 @@ export class Allowance {
     await this.#expireLeases(true)
   }
 
-  /** Gives back a unit whose job was not created after all (the append failed). */
-  async release(projectId: string, taken: { period: string; asOverage: boolean }): Promise<void> {
-    const overage = taken.asOverage ? 1 : 0
+  /** Gives back units whose jobs were not created after all (an append failed or was refused). */
+  async release(projectId: string, period: string, units: readonly Unit[]): Promise<void> {
+    if (units.length === 0) return
+    const overage = units.filter((u) => u.asOverage).length
     await this.#sql`
-      UPDATE project_usage SET used = used - 1, overage = greatest(overage - ${overage}, 0)
-      WHERE project_id = ${projectId} AND period_start = ${taken.period} AND used > 0`
+      UPDATE project_usage SET used = greatest(used - ${units.length}, 0), overage = greatest(overage - ${overage}, 0)
+      WHERE project_id = ${projectId} AND period_start = ${period}`
   }
 
   async read(projectId: string, terms: QuotaTerms, now: Date): Promise<QuotaReading> {

@@ -21,6 +21,14 @@ export interface BillingView {
   requests_per_hour: number
 }
 
+/** The marks of the allowance (80 % rounded up, 100 %) that the create counted `usedAfter` reaches. */
+export function allowanceMarksOf(terms: QuotaTerms, usedAfter: number): Array<80 | 100> {
+  const marks: Array<80 | 100> = []
+  if (terms.allowance > 0 && usedAfter === Math.ceil(terms.allowance * 0.8)) marks.push(80)
+  if (terms.allowance > 0 && usedAfter === terms.allowance) marks.push(100)
+  return marks
+}
+
 /**
  * Plans, overage, spend caps and billing states of a project (commands on the project
  * aggregate), and the allowance counter they govern.
@@ -104,10 +112,7 @@ export class BillingService {
    * (the counter hands out distinct values), and the aggregate keeps one warning per period.
    */
   async noteUsage(project: Project, terms: QuotaTerms, usedAfter: number, period: string): Promise<void> {
-    const marks: Array<80 | 100> = []
-    if (terms.allowance > 0 && usedAfter === Math.ceil(terms.allowance * 0.8)) marks.push(80)
-    if (terms.allowance > 0 && usedAfter === terms.allowance) marks.push(100)
-    for (const percent of marks) {
+    for (const percent of allowanceMarksOf(terms, usedAfter)) {
       const result = await this.#on(project.id, { type: 'warn_allowance', data: { period, percent, used: usedAfter, allowance: terms.allowance }, meta: this.#meta() })
       if (!result.appended) continue
       const next = terms.overageEnabled

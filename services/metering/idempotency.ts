@@ -10,6 +10,12 @@ export const abandonedAfterMs = 60_000
 /** How long a duplicate waits for the original request to finish before it is told to retry. */
 export const duplicateWaitMs = 30_000
 
+/**
+ * The largest entry kept: NATS's default maximum message (1 MiB), less room for the message's
+ * headers. A larger answer is recorded as unstored (see `complete`).
+ */
+const maxEntryBytes = 1024 * 1024 - 8 * 1024
+
 const headerKeyPattern = /^[A-Za-z0-9_-]{1,200}$/
 
 export function isIdempotencyKey(value: string): boolean {
@@ -33,6 +39,8 @@ type Entry =
   | { state: 'done'; fingerprint: string; first_used_at: number; sealed: string }
   /** Stored before answers were sealed: repeated as stored until it expires, 24 hours after the upgrade. */
   | { state: 'done'; fingerprint: string; first_used_at: number; response: StoredResponse }
+  /** The request ran, but its answer was too large for one message of the bucket (a large batch). */
+  | { state: 'done'; fingerprint: string; first_used_at: number; unstored: true }
 
 export type Reservation =
   /** The caller runs the request and must `complete` or `release` the reservation. */
@@ -43,6 +51,8 @@ export type Reservation =
   | { outcome: 'unreadable' }
   /** Still running elsewhere after the wait: the caller answers 409 and the client retries. */
   | { outcome: 'in_flight' }
+  /** The request ran once but its answer could not be kept: it cannot be repeated, nor run again. */
+  | { outcome: 'unstored' }
 
 /**
  * The request's identity for reuse detection: method, path and the body with its keys sorted, so
@@ -101,6 +111,7 @@ export class IdempotencyStore {
       }
       if (current.fingerprint !== fingerprint) return { outcome: 'mismatch' }
       if (current.state === 'done') {
+        if ('unstored' in current) return { outcome: 'unstored' }
         const response = 'sealed' in current ? this.#unseal(current.sealed) : current.response
         return response === null ? { outcome: 'unreadable' } : { outcome: 'replay', response }
       }
@@ -119,9 +130,16 @@ export class IdempotencyStore {
     }
   }
 
+  /**
+   * Stores the answer. One too large for a message of the bucket (a batch of a thousand jobs with
+   * long job types can answer over a megabyte) is recorded as unstored instead: a repeat is then
+   * refused rather than run a second time.
+   */
   async complete(reservation: Extract<Reservation, { outcome: 'reserved' }>, fingerprint: string, response: StoredResponse): Promise<void> {
-    const entry: Entry = { state: 'done', fingerprint, first_used_at: reservation.firstUsedAt, sealed: encryptAtRest(this.#key, JSON.stringify(response)) }
-    await this.#kv.update(reservation.key, JSON.stringify(entry), reservation.revision)
+    const done = { state: 'done', fingerprint, first_used_at: reservation.firstUsedAt } as const
+    const stored = JSON.stringify({ ...done, sealed: encryptAtRest(this.#key, JSON.stringify(response)) } satisfies Entry)
+    const entry = Buffer.byteLength(stored) <= maxEntryBytes ? stored : JSON.stringify({ ...done, unstored: true } satisfies Entry)
+    await this.#kv.update(reservation.key, entry, reservation.revision)
   }
 
   /** The request did not succeed: the key is free again. */

@@ -157,6 +157,15 @@ async function answersMatchTheDocument(t: Test, h: Harness): Promise<void> {
   t.equal(polled.body.jobs.length, 1, 'the poll claimed the job')
   const acked = await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: created.body.id, worker_id: 'wrk_docs', status: 'failed', error: { message: 'boom' } })
   check('post', '/jobsvc/v1/workers/ack', acked.status, acked.body)
+  const batch = await h.request('POST', '/jobsvc/v1/jobs/batch', { jobs: [{ job_type: 'openapi.batch', payload: {} }, { job_type: '' }, { job_type: 'x', payload: {}, parent_job_id: 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV' }] })
+  check('post', '/jobsvc/v1/jobs/batch', batch.status, batch.body)
+  t.same(batch.body.results.map((r: { status: number }) => r.status), [201, 400, 422], 'the batch answer has a created and two failed items to check')
+  const batchPoll = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'wrk_docs', queues: ['default'], wait_seconds: 5 })
+  const acks = await h.request('POST', '/jobsvc/v1/workers/ack/batch', {
+    acks: [{ job_id: batchPoll.body.jobs[0]?.id, worker_id: 'wrk_docs', status: 'succeeded' }, { job_id: created.body.id, worker_id: 'wrk_docs', status: 'succeeded' }, {}],
+  })
+  check('post', '/jobsvc/v1/workers/ack/batch', acks.status, acks.body)
+  t.same(acks.body.results.map((r: { status: number }) => r.status), [200, 409, 400], 'the ack batch answer has an acked and two failed items to check')
   const history = await h.request('GET', `/jobsvc/v1/jobs/${created.body.id}/history`)
   check('get', '/jobsvc/v1/jobs/{jobId}/history', history.status, history.body)
   const activity = await h.request('GET', `/jobsvc/v1/activity?min_seq=${created.headers.get('x-event-seq')}`)

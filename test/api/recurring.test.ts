@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap'
 import { decodeTime } from 'ulid'
-import { fireDueSchedules, occurrenceJobId } from '../../services/jobs/recurring-service.ts'
+import { fireDueSchedules, occurrenceJobId, recurringRef } from '../../services/jobs/recurring-service.ts'
 import { JobService } from '../../services/jobs/job-service.ts'
 import { BillingService } from '../../services/metering/billing-service.ts'
 import { resolvePlans } from '../../services/metering/plans.ts'
@@ -556,4 +556,25 @@ t.test('fired jobs take allowance units; a used-up allowance skips the occurrenc
   t.equal(july.headers.get('x-quota-used'), '2', 'and count in the new period')
   t.same((await jobsOf(q, 'quota.tick')).map((j) => occurrenceOf(j.id)), ['2026-07-01T00:00:00.000Z', '2026-06-10T10:10:00.000Z', '2026-06-10T10:05:00.000Z'])
   t.same((await jobsOf(q, 'quota.other')).map((j) => occurrenceOf(j.id)), ['2026-07-01T00:00:00.000Z'])
+})
+
+t.test('a project whose billing state is not active skips its occurrences, like any creation', async (t) => {
+  const other = await h.newProject()
+  t.teardown(() => deleteAll(h, other.apiKey))
+  const fire = firing(h)
+  freezeAt(h, '2026-08-03T09:00:30Z')
+  const made = await httpRequest(h.url, other.apiKey, 'PUT', '/jobsvc/v1/recurring/rjob_billing-tick', { job_type: 'billing.tick', cron_expression: '*/5 * * * *' })
+  t.equal(made.status, 201)
+  await new BillingService(h.runtime).setBillingState(other.projectId, 'past_due', null)
+
+  freezeAt(h, '2026-08-03T09:05:01Z')
+  t.equal(await fire(), 0, 'the occurrence creates no job')
+  const occurrence = occurrenceJobId(other.projectId, 'rjob_billing-tick', new Date('2026-08-03T09:05:00Z'))
+  t.equal((await httpRequest(h.url, other.apiKey, 'GET', `/jobsvc/v1/jobs/${occurrence}`)).status, 404)
+  const history = await h.runtime.store.history(recurringRef(other.projectId, 'rjob_billing-tick'))
+  const fired = history.flatMap((r) => r.message.events).find((e) => e.type === 'recurring_fired')
+  t.match(fired?.data, { job_id: null, skipped_reason: 'billing_state_blocked' }, 'recorded as skipped, with the reason')
+  t.equal((await scheduleOf(h, 'rjob_billing-tick', other.apiKey)).next_run_at, '2026-08-03T09:10:00.000Z', 'and not tried again')
+  const [usage] = await h.runtime.sql`SELECT used::int AS used FROM project_usage WHERE project_id = ${other.projectId}`
+  t.equal(usage?.used ?? 0, 0, 'no allowance unit was taken')
 })

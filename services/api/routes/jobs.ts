@@ -1,18 +1,19 @@
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import { jobStates } from '../../../domain/job.ts'
+import { jobStates, type Job } from '../../../domain/job.ts'
 import type { ApiContext } from '../app.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
-import { ApiError, forbidden, rateLimitExceeded } from '../errors.ts'
+import { forbidden, invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../jobs-export.ts'
 import { commandProject } from '../../projects/project-service.ts'
-import { BillingStateBlocked } from '../../../domain/errors.ts'
-import { billingOf } from '../../../domain/project.ts'
-import { quotaHeaders, type Consumption } from '../../metering/allowance.ts'
+import { quotaHeaders } from '../../metering/allowance.ts'
+import { createJobs } from '../../jobs/create-jobs.ts'
+import { runInLanes } from '../../jobs/lanes.ts'
+import { bodyKeyDeprecation, completeItemKey, keyRefusal, releaseItemKey, reserveItemKey, singleCreateFingerprint, type ItemKey } from '../idempotency-hooks.ts'
 import { jobFromRow } from '../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
-import { cursorPage, errorResponses, instant, mediaResponse, writeCodes } from '../openapi.ts'
+import { cursorPage, errorResponses, instant, itemErrorObject, mediaResponse, writeCodes } from '../openapi.ts'
 import { streamJobProgress } from '../progress-stream.ts'
 import { decodeCursor, decodeHistoryCursor, encodeCursor, encodeHistoryCursor, parseLimit } from '../pagination.ts'
 import { isStorableInstant, unstorableInstantMessage } from '../storable.ts'
@@ -89,6 +90,36 @@ const listQuery = z.object({
   min_seq: minSeq,
 })
 
+/** The single create's 201 body; each created item of a batch carries the same. */
+const createdJob = z
+  .strictObject({
+    id: z.string(),
+    state: z.enum(jobStates).describe('`pending`, or `scheduled` when `run_at` or a live parent applies'),
+    job_type: z.string(),
+    queue: z.string(),
+    created_at: instant,
+    run_at: instant.nullable(),
+    attempt: z.number().int(),
+    max_attempts: z.number().int(),
+  })
+  .describe('The created job')
+
+function toCreatedJob(job: Job): z.output<typeof createdJob> {
+  return {
+    id: job.id,
+    state: job.state,
+    job_type: job.job_type,
+    queue: job.queue,
+    created_at: job.created_at,
+    run_at: job.run_at,
+    attempt: job.attempt,
+    max_attempts: job.max_attempts,
+  }
+}
+
+/** What refuses one job, alone or as an item of a batch (its status is the single create's). */
+const creationCodes = ['parent_terminal', 'invalid_state', 'parent_not_found', 'monthly_allowance_exceeded', 'spend_cap_reached'] as const
+
 const createSchema = {
   summary: 'Create a job',
   description:
@@ -96,19 +127,50 @@ const createSchema = {
   tags: ['Jobs'],
   body: createJobBody,
   response: {
-    201: z
+    201: createdJob.describe('The job was created (an idempotent replay repeats this answer)'),
+    ...errorResponses(...writeCodes, 'billing_state_blocked', ...creationCodes),
+  },
+}
+
+/** Jobs one batch may create (README, "Security and limits"). */
+export const maxBatchJobs = 1000
+
+/** Items are validated one by one in the handler, each exactly as a single create's body: one bad item fails alone. */
+const batchBody = z.object({ jobs: z.array(z.unknown()).min(1).max(maxBatchJobs) })
+
+/** Documented only: the route validates each item itself, so one bad item fails alone. */
+const documentedBatchBody = z.object({ jobs: z.array(createJobBody).min(1).max(maxBatchJobs) })
+
+const batchItem = z.union([
+  z.strictObject({
+    status: z.literal(201),
+    body: createdJob,
+    idempotent_replay: z.literal(true).optional().describe("present when the item's body-field `idempotency_key` replayed an earlier create"),
+  }),
+  z.strictObject({
+    status: z.number().int().describe('the status a single create of this item would have answered'),
+    error: itemErrorObject('invalid_request', 'idempotency_key_reuse', ...creationCodes, 'service_unavailable', 'internal_error'),
+  }),
+])
+
+const batchSchema = {
+  summary: 'Create up to 1,000 jobs',
+  description: [
+    `\`jobs\` holds 1 to ${maxBatchJobs.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/jobs\`, each validated and created exactly as a single create; \`results\` answers them in the same order, each with the status a single create would have had and its 201 body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes.`,
+    'Each created job takes a unit of the monthly allowance: when fewer units are left than valid items, the first ones are created and the rest answer 429 `monthly_allowance_exceeded` or `spend_cap_reached`. The `X-Quota-*` headers count before the first job of the batch; `X-Event-Seq` is the last created job\'s.',
+    'The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project\'s billing state is not active (402), by the hourly request limit (the batch counts one request) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item\'s body-field `idempotency_key` works as on a single create, in the same key space.',
+  ].join('\n\n'),
+  tags: ['Jobs'],
+  body: batchBody,
+  response: {
+    200: z
       .strictObject({
-        id: z.string(),
-        state: z.enum(jobStates).describe('`pending`, or `scheduled` when `run_at` or a live parent applies'),
-        job_type: z.string(),
-        queue: z.string(),
-        created_at: instant,
-        run_at: instant.nullable(),
-        attempt: z.number().int(),
-        max_attempts: z.number().int(),
+        created: z.number().int().describe('items answered 201'),
+        failed: z.number().int().describe('items answered with an error'),
+        results: z.array(batchItem).describe('one per item of `jobs`, in its order'),
       })
-      .describe('The job was created (an idempotent replay repeats this answer)'),
-    ...errorResponses(...writeCodes, 'billing_state_blocked', 'parent_terminal', 'invalid_state', 'parent_not_found', 'monthly_allowance_exceeded', 'spend_cap_reached'),
+      .describe('The batch was processed (an idempotent replay repeats this answer)'),
+    ...errorResponses(...writeCodes, 'billing_state_blocked'),
   },
 }
 
@@ -211,14 +273,139 @@ const retrySchema = {
   },
 }
 
-/** Creation with metering off (a tunable): nothing is counted and no quota headers are sent. */
-const unmetered: Consumption = {
-  admitted: true,
-  period: '',
-  usedAfter: 0,
-  asOverage: false,
-  reading: { limit: 0, used: 0, overage: 0, overageCostCents: 0, spendCapCents: null, resetAt: 0 },
+type CreatedItem = { status: 201; body: z.output<typeof createdJob>; idempotent_replay?: true }
+type BatchItem = CreatedItem | ItemFailure
+type ReservedKey = Extract<ItemKey, { outcome: 'reserved' }>
+
+/** A batch item that passed the single create's validation. */
+interface ValidItem {
+  index: number
+  body: z.output<typeof createJobBody>
 }
+
+/** Body-field keys of one batch reserved at once (each reservation is a read and a write of the KV bucket). */
+const keyReservationsInFlight = 32
+
+/** `body.jobs[3].tags.team: <message>`: the item's first failure, named as the single create names it. */
+function describeItemIssue(error: z.ZodError, at: string): string {
+  const issue = error.issues[0]!
+  return `${[at, ...issue.path.map(String)].join('.')}: ${issue.message}`
+}
+
+/** Each item through the single create's schema and payload size check; a failure is the item's answer. */
+function validateBatchItems(request: FastifyRequest, items: readonly unknown[], maxPayloadBytes: number, results: BatchItem[]): ValidItem[] {
+  const bodyBytes = bodyBytesOf(request.headers)
+  const valid: ValidItem[] = []
+  items.forEach((raw, index) => {
+    const at = `body.jobs[${index}]`
+    const parsed = createJobBody.safeParse(raw)
+    if (!parsed.success) return void (results[index] = itemFailure(request, invalidRequest(describeItemIssue(parsed.error, at))))
+    try {
+      assertPayloadSize(parsed.data.payload, bodyBytes, maxPayloadBytes, `${at}.payload`)
+    } catch (err) {
+      return void (results[index] = itemFailure(request, err))
+    }
+    valid.push({ index, body: parsed.data })
+  })
+  return valid
+}
+
+/** What to do with a valid item once its body-field key, if any, is settled. */
+type ItemPlan =
+  | { kind: 'create'; held: ReservedKey | null }
+  /** Answered already: replayed from the store, or its key refused. */
+  | { kind: 'answered' }
+  /** The same key and body as an earlier item of the batch: it answers what that one answered. */
+  | { kind: 'repeat'; of: number }
+
+/**
+ * Settles the deprecated body-field keys as single creates would: each key is reserved once per
+ * batch (by its first item) in the shared key space; a stored answer is replayed, a key used for
+ * another body refused. A later item with the same key repeats the first one's answer, or is
+ * refused when its body differs.
+ */
+async function settleItemKeys(ctx: ApiContext, request: FastifyRequest, valid: readonly ValidItem[], results: BatchItem[]): Promise<ItemPlan[]> {
+  const plans: ItemPlan[] = valid.map(() => ({ kind: 'create', held: null }))
+  const firsts = new Map<string, { at: number; fingerprint: string }>()
+  valid.forEach(({ index, body }, at) => {
+    const key = body.idempotency_key
+    if (key === undefined || key === null) return
+    const fingerprint = singleCreateFingerprint(body)
+    const first = firsts.get(key)
+    if (first === undefined) return void firsts.set(key, { at, fingerprint })
+    if (first.fingerprint === fingerprint) return void (plans[at] = { kind: 'repeat', of: valid[first.at]!.index })
+    results[index] = itemFailure(request, keyRefusal('mismatch'))
+    plans[at] = { kind: 'answered' }
+  })
+  const owners = [...firsts.entries()]
+  await runInLanes(owners.map(() => null), keyReservationsInFlight, async (k) => {
+    const [key, { at, fingerprint }] = owners[k]!
+    const { index } = valid[at]!
+    let held: ItemKey
+    try {
+      held = await reserveItemKey(ctx.idempotency, request.principal.projectId, key, fingerprint)
+    } catch (err) {
+      results[index] = itemFailure(request, err)
+      return void (plans[at] = { kind: 'answered' })
+    }
+    if (held.outcome === 'reserved') return void (plans[at] = { kind: 'create', held })
+    results[index] = held.outcome === 'replay' ? { status: 201, body: held.body as CreatedItem['body'], idempotent_replay: true } : itemFailure(request, held.error)
+    plans[at] = { kind: 'answered' }
+  })
+  return plans
+}
+
+/**
+ * A batch of creates: every item validated as the single create validates it, body-field keys
+ * settled, the rest created through the one creation use case (one allowance request for the
+ * batch, appends pipelined), then the keyed items' answers stored. Whole-request refusals
+ * (billing state, an outage before any job) are thrown, after freeing the keys reserved here.
+ */
+async function createBatch(ctx: ApiContext, request: FastifyRequest, reply: FastifyReply, items: readonly unknown[]): Promise<{ results: BatchItem[]; lastSeq: number }> {
+  const store = ctx.idempotency
+  const results = new Array<BatchItem>(items.length)
+  const valid = validateBatchItems(request, items, ctx.deps.config.tunables.max_payload_bytes, results)
+  if (valid.some((v) => v.body.idempotency_key != null)) void reply.header('Deprecation', bodyKeyDeprecation)
+  const plans = await settleItemKeys(ctx, request, valid, results)
+  const toCreate = valid.flatMap((item, at) => {
+    const plan = plans[at]!
+    return plan.kind === 'create' ? [{ ...item, held: plan.held }] : []
+  })
+  const creation = await createJobs(ctx, request.principal.project, toCreate.map((c) => ({ request: c.body }))).catch(async (err: unknown) => {
+    await Promise.all(toCreate.map((c) => c.held && releaseItemKey(store, c.held).catch(() => undefined)))
+    throw err
+  })
+  if (creation.reading !== null) void reply.headers(quotaHeaders(creation.reading))
+  let lastSeq = 0
+  const storing = creation.results.map(async (result, k) => {
+    const { index, held } = toCreate[k]!
+    if (!result.ok) {
+      results[index] = itemFailure(request, result.error)
+      if (held !== null) await releaseItemKey(store, held).catch(() => undefined)
+      return
+    }
+    const body = toCreatedJob(result.job)
+    results[index] = { status: 201, body }
+    lastSeq = Math.max(lastSeq, result.seq)
+    // The item's job stands even if its answer could not be stored; a repeat would then run again.
+    if (held !== null) {
+      await completeItemKey(store, held, body, result.seq).catch((err) => {
+        request.log.warn({ err, request_id: request.id }, "idempotency: a batch item's answer could not be stored")
+      })
+    }
+  })
+  await Promise.all(storing)
+  valid.forEach(({ index }, at) => {
+    const plan = plans[at]!
+    if (plan.kind !== 'repeat') return
+    const first = results[plan.of]!
+    results[index] = 'body' in first ? { status: 201, body: first.body, idempotent_replay: true } : first
+  })
+  return { results, lastSeq }
+}
+
+/** The routes that create jobs: every answer of theirs carries the quota headers. */
+const creationRoutes = new Set(['/jobsvc/v1/jobs', '/jobsvc/v1/jobs/', '/jobsvc/v1/jobs/batch'])
 
 export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
   const { deps, jobs } = ctx
@@ -226,9 +413,9 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
     // Every job-creation answer carries the quota headers, replays and refusals included; the
-    // handler sets them when it takes a unit, this fills them in for every other answer.
+    // handler sets them when it takes units, this fills them in for every other answer.
     app.addHook('onSend', async (request, reply, payload) => {
-      if (request.method !== 'POST' || request.routeOptions.url !== '/jobsvc/v1/jobs/' && request.routeOptions.url !== '/jobsvc/v1/jobs') return payload
+      if (request.method !== 'POST' || !creationRoutes.has(request.routeOptions.url ?? '')) return payload
       if (reply.hasHeader('X-Quota-Limit') || !request.principal || !deps.config.tunables.metering_enabled) return payload
       const { project } = request.principal
       const reading = await ctx.billing.allowance.read(project.id, ctx.billing.termsOf(project), deps.now()).catch(() => null)
@@ -239,54 +426,22 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.post('/', { schema: createSchema }, async (request, reply) => {
       const body = request.body
       assertPayloadSize(body.payload, bodyBytesOf(request.headers), deps.config.tunables.max_payload_bytes)
-      const { project } = request.principal
-      if (billingOf(project).state !== 'active') {
-        throw new BillingStateBlocked(`the project's billing state is ${billingOf(project).state}; job reads still work`)
-      }
-      // The allowance is taken before the append (so it is never exceeded) and given back if the
-      // job is not created after all.
-      const terms = ctx.billing.termsOf(project)
-      const consumption = deps.config.tunables.metering_enabled
-        ? await ctx.billing.allowance.consume(project.id, terms, deps.now())
-        : unmetered
-      if (consumption !== unmetered) void reply.headers(quotaHeaders(consumption.reading))
-      if (!consumption.admitted) {
-        throw new ApiError(429, consumption.code, consumption.code === 'spend_cap_reached' ? 'the spend cap is reached' : "this period's job allowance is used up")
-      }
-      const created = await jobs.create(request.principal.projectId, {
-        job_type: body.job_type,
-        payload: body.payload,
-        queue: body.queue ?? 'default',
-        run_at: body.run_at ?? null,
-        max_attempts: body.max_attempts ?? 3,
-        timeout_seconds: body.timeout_seconds ?? 1800,
-        tags: body.tags ?? null,
-        parent_job_id: body.parent_job_id ?? null,
-        idempotency_key: body.idempotency_key ?? null,
-      }).catch(async (err) => {
-        if (consumption !== unmetered) await ctx.billing.allowance.release(project.id, consumption)
-        throw err
-      })
-      const { job, seq } = created
-      if (consumption !== unmetered && consumption.usedAfter >= Math.ceil(terms.allowance * 0.8)) {
-        ctx.billing.noteUsage(project, terms, consumption.usedAfter, consumption.period).catch((err) => {
-          deps.log.warn({ err, project_id: project.id }, 'allowance warning not recorded')
-        })
-      }
+      const creation = await createJobs(ctx, request.principal.project, [{ request: body }])
+      if (creation.reading !== null) void reply.headers(quotaHeaders(creation.reading))
+      const result = creation.results[0]!
+      if (!result.ok) throw result.error
       return reply
         .code(201)
-        .header('Location', `/jobsvc/v1/jobs/${job.id}`)
-        .header('X-Event-Seq', String(seq))
-        .send({
-          id: job.id,
-          state: job.state,
-          job_type: job.job_type,
-          queue: job.queue,
-          created_at: job.created_at,
-          run_at: job.run_at,
-          attempt: job.attempt,
-          max_attempts: job.max_attempts,
-        })
+        .header('Location', `/jobsvc/v1/jobs/${result.job.id}`)
+        .header('X-Event-Seq', String(result.seq))
+        .send(toCreatedJob(result.job))
+    })
+
+    app.post('/batch', { schema: batchSchema, config: { documentedBody: documentedBatchBody } }, async (request, reply) => {
+      const answer = await createBatch(ctx, request, reply, request.body.jobs)
+      if (answer.lastSeq > 0) void reply.header('X-Event-Seq', String(answer.lastSeq))
+      const created = answer.results.filter((r) => r.status === 201).length
+      return { created, failed: answer.results.length - created, results: answer.results }
     })
 
     app.get('/', { schema: listSchema }, async (request, reply) => {

@@ -4,8 +4,9 @@ import { z } from 'zod'
 import type { Job } from '../../../domain/job.ts'
 import { registerRecurringSchedules } from '../../jobs/recurring-service.ts'
 import type { ApiContext } from '../app.ts'
-import { rateLimitExceeded, serviceUnavailable } from '../errors.ts'
-import { errorResponses, instant, writeCodes } from '../openapi.ts'
+import { runInLanes } from '../../jobs/lanes.ts'
+import { invalidRequest, itemFailure, rateLimitExceeded, serviceUnavailable } from '../errors.ts'
+import { errorResponses, instant, itemErrorObject, writeCodes } from '../openapi.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 
 /** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
@@ -48,6 +49,13 @@ export const ackBody = z.object({
   status: z.enum(['succeeded', 'failed']),
   duration_ms: z.number().int().min(0).nullish(),
   error: errorDetail.nullish(),
+})
+
+/** What an ack answers, alone or as an item of a batch. */
+const ackOutcome = z.strictObject({
+  action: z.enum(['done', 'retry']).describe('`done` (completed or dead-lettered) or `retry`'),
+  retry_at: instant.optional().describe('only when action is retry'),
+  children_activated: z.number().int().optional().describe('continuations activated by this success; omitted when the job has none'),
 })
 
 export const heartbeatBody = z.object({
@@ -106,13 +114,53 @@ const ackSchema = {
   tags: ['Workers'],
   body: ackBody,
   response: {
-    200: z.strictObject({
-      action: z.enum(['done', 'retry']).describe('`done` (completed or dead-lettered) or `retry`'),
-      retry_at: instant.optional().describe('only when action is retry'),
-      children_activated: z.number().int().optional().describe('continuations activated by this success; omitted when the job has none'),
-    }),
+    200: ackOutcome,
     ...errorResponses(...writeCodes, 'job_not_found', 'worker_mismatch', 'invalid_state'),
   },
+}
+
+/** Acks one batch may carry (README, "Security and limits"). */
+export const maxBatchAcks = 1000
+
+/**
+ * Acks of one batch in flight at once: enough to keep the publisher's pipeline full, few enough
+ * that a batch of 1,000 does not queue its whole burst ahead of every other request.
+ */
+const acksInFlight = 64
+
+const batchAckItem = z.union([
+  z.strictObject({ job_id: z.string(), status: z.literal(200), body: ackOutcome }),
+  z.strictObject({
+    job_id: z.string().nullable().describe("the item's `job_id`; null when it had none that could be read"),
+    status: z.number().int().describe('the status a single ack of this item would have answered'),
+    error: itemErrorObject('invalid_request', 'job_not_found', 'worker_mismatch', 'invalid_state', 'service_unavailable', 'internal_error'),
+  }),
+])
+
+const ackBatchSchema = {
+  summary: 'Report the outcomes of up to 1,000 attempts',
+  description: `\`acks\` holds 1 to ${maxBatchAcks.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/workers/ack\`, each validated and applied exactly as a single ack; \`results\` answers them in the same order, each with its \`job_id\`, the status a single ack would have had, and its body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes; \`X-Event-Seq\` is the highest of its acks. Acks of one job in a batch are applied in order. The whole request is refused (the error envelope) only when its body is not \`{acks: [1 to 1,000 items]}\`, by the hourly request limit (the batch counts one request) and by the \`Idempotency-Key\` rules (a key covers the whole batch).`,
+  tags: ['Workers'],
+  body: z.object({ acks: z.array(z.unknown()).min(1).max(maxBatchAcks) }),
+  response: {
+    200: z.strictObject({
+      acked: z.number().int().describe('items answered 200'),
+      failed: z.number().int().describe('items answered with an error'),
+      results: z.array(batchAckItem).describe('one per item of `acks`, in its order'),
+    }),
+    ...errorResponses(...writeCodes),
+  },
+}
+
+/** Documented only: the route validates each ack itself, so one bad ack fails alone. */
+const documentedAckBatchBody = z.object({ acks: z.array(ackBody).min(1).max(maxBatchAcks) })
+
+type BatchAckItem = z.output<typeof batchAckItem>
+
+/** The ack's job id as sent, when it is one this service could look up; null otherwise. */
+function jobIdOf(raw: unknown): string | null {
+  const id = (raw as { job_id?: unknown } | null)?.job_id
+  return typeof id === 'string' && jobId.safeParse(id).success ? id : null
 }
 
 const heartbeatSchema = {
@@ -219,6 +267,42 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
         error: b.error ?? null,
       })
       return reply.header('X-Event-Seq', String(seq)).send(outcome)
+    })
+
+    /**
+     * Each ack validated and applied as the single ack is; acks are pipelined, those of one job
+     * applied one after another so that their outcomes do not depend on a race.
+     */
+    app.post('/ack/batch', { schema: ackBatchSchema, config: { documentedBody: documentedAckBatchBody } }, async (request, reply) => {
+      const items = request.body.acks
+      const results = new Array<BatchAckItem>(items.length)
+      const valid: Array<{ index: number; ack: z.output<typeof ackBody> }> = []
+      items.forEach((raw, index) => {
+        const parsed = ackBody.safeParse(raw)
+        if (parsed.success) return void valid.push({ index, ack: parsed.data })
+        const issue = parsed.error.issues[0]!
+        const failure = itemFailure(request, invalidRequest(`${[`body.acks[${index}]`, ...issue.path.map(String)].join('.')}: ${issue.message}`))
+        results[index] = { job_id: jobIdOf(raw), ...failure }
+      })
+      let lastSeq = 0
+      await runInLanes(valid.map((v) => v.ack.job_id), acksInFlight, async (k) => {
+        const { index, ack } = valid[k]!
+        try {
+          const { outcome, seq } = await jobs.ack(request.principal.projectId, ack.job_id, {
+            worker_id: ack.worker_id,
+            status: ack.status,
+            duration_ms: ack.duration_ms ?? null,
+            error: ack.error ?? null,
+          })
+          lastSeq = Math.max(lastSeq, seq)
+          results[index] = { job_id: ack.job_id, status: 200, body: outcome }
+        } catch (err) {
+          results[index] = { job_id: ack.job_id, ...itemFailure(request, err) }
+        }
+      })
+      if (lastSeq > 0) void reply.header('X-Event-Seq', String(lastSeq))
+      const acked = results.filter((r) => r.status === 200).length
+      return { acked, failed: results.length - acked, results }
     })
 
     app.post('/heartbeat', { schema: heartbeatSchema }, async (request) => {
