@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { jobStates, type Job } from '../../../domain/job.ts'
@@ -404,26 +404,27 @@ async function createBatch(ctx: ApiContext, request: FastifyRequest, reply: Fast
   return { results, lastSeq }
 }
 
-/** The routes that create jobs: every answer of theirs carries the quota headers. */
-const creationRoutes = new Set(['/jobsvc/v1/jobs', '/jobsvc/v1/jobs/', '/jobsvc/v1/jobs/batch'])
-
 export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
   const { deps, jobs } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
     // Every job-creation answer carries the quota headers, replays and refusals included; the
-    // handler sets them when it takes units, this fills them in for every other answer.
-    app.addHook('onSend', async (request, reply, payload) => {
-      if (request.method !== 'POST' || !creationRoutes.has(request.routeOptions.url ?? '')) return payload
-      if (reply.hasHeader('X-Quota-Limit') || !request.principal || !deps.config.tunables.metering_enabled) return payload
+    // handler sets them when it takes units, this fills them in for every other answer. A hook of
+    // the two creation routes only: reads and the other writes do not pass through it.
+    const fillQuotaHeaders: onSendHookHandler = (request, reply, payload, done) => {
+      if (reply.hasHeader('X-Quota-Limit') || !request.principal || !deps.config.tunables.metering_enabled) return done(null, payload)
       const { project } = request.principal
-      const reading = await ctx.billing.allowance.read(project.id, ctx.billing.termsOf(project), deps.now()).catch(() => null)
-      if (reading !== null) void reply.headers(quotaHeaders(reading))
-      return payload
-    })
+      ctx.billing.allowance.read(project.id, ctx.billing.termsOf(project), deps.now()).then(
+        (reading) => {
+          void reply.headers(quotaHeaders(reading))
+          done(null, payload)
+        },
+        () => done(null, payload),
+      )
+    }
 
-    app.post('/', { schema: createSchema }, async (request, reply) => {
+    app.post('/', { schema: createSchema, onSend: fillQuotaHeaders }, async (request, reply) => {
       const body = request.body
       assertPayloadSize(body.payload, bodyBytesOf(request.headers), deps.config.tunables.max_payload_bytes)
       const creation = await createJobs(ctx, request.principal.project, [{ request: body }])
@@ -437,7 +438,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
         .send(toCreatedJob(result.job))
     })
 
-    app.post('/batch', { schema: batchSchema, config: { documentedBody: documentedBatchBody } }, async (request, reply) => {
+    app.post('/batch', { schema: batchSchema, config: { documentedBody: documentedBatchBody }, onSend: fillQuotaHeaders }, async (request, reply) => {
       const answer = await createBatch(ctx, request, reply, request.body.jobs)
       if (answer.lastSeq > 0) void reply.header('X-Event-Seq', String(answer.lastSeq))
       const created = answer.results.filter((r) => r.status === 201).length
