@@ -1,6 +1,6 @@
-import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import { AckPolicy, DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream'
 import type { NatsHandles } from './connection.ts'
-import { decodeEventMessage, type EventRecord } from './event-store.ts'
+import { decodeEventMessage, eventHeaders, type DomainEventShape, type EventMessage, type EventRecord } from './event-store.ts'
 
 export interface BatchConsumerOptions {
   stream: string
@@ -174,6 +174,126 @@ export async function consumeWorkQueue(
       if (signal.aborted) return
       onError(err, 'consuming')
       await new Promise((r) => setTimeout(r, 500))
+    }
+  }
+}
+
+/** A message of the log as a follower sees it: what routing needs, and the body decoded only on demand. */
+export interface FollowedEvent {
+  seq: number
+  subject: string
+  /** The `Jobsvc-Event-Type` header: the message's event types, comma-separated. */
+  eventTypes: string
+  /** The body's size in bytes. */
+  size: number
+  decode<E extends DomainEventShape, S>(): EventMessage<E, S>
+}
+
+export interface FollowOptions {
+  stream: string
+  filterSubject: string
+  /** The first stream sequence to hand over. */
+  startSeq: number
+  /**
+   * Told when the follower is known to stall (a missing consumer, missed heartbeats, a failure:
+   * false) and when messages or heartbeats flow again (true).
+   */
+  onLive?: (live: boolean) => void
+}
+
+/**
+ * The server's heartbeat while a pull waits with nothing to deliver. Two missed ones restart the
+ * follower, so this bounds how long it can stall unnoticed (about 2 × this), for an idle
+ * heartbeat message every few seconds.
+ */
+const followHeartbeatMs = 2_500
+
+/** Pause before a follower starts again after its consumer went away or failed. */
+const followRestartMs = 250
+
+/**
+ * Consumer notices after which the follower starts again itself. nats.js would re-create an
+ * ordered consumer on its own, but measured with 3.4 after the consumer was deleted on the
+ * server: the new one delivered a single message, then nothing until the next missed
+ * heartbeats (its pending-pull count survives the reset), so a gap of ~2 s became ~15 s.
+ */
+const restartOn: ReadonlySet<string> = new Set(['heartbeats_missed', 'consumer_deleted', 'consumer_not_found', 'stream_not_found', 'reset'])
+
+/**
+ * Hands every message on `filterSubject` from `startSeq` on to `handle`, once and in stream
+ * order, until `signal` aborts. No durable state: an ordered consumer (ephemeral, in server
+ * memory, no acks). When it reports a gap in its delivery, a lost consumer or missed heartbeats,
+ * or fails, the follower starts a new one at the last sequence handed over + 1, so a stall
+ * delays messages but never skips one. A message is handed over within a pull's round trip of
+ * being stored; `handle` runs synchronously, in order.
+ */
+export async function followEvents(
+  nats: NatsHandles,
+  opts: FollowOptions,
+  handle: (event: FollowedEvent) => void,
+  signal: AbortSignal,
+  onError: (err: unknown) => void,
+): Promise<void> {
+  let next = opts.startSeq
+  let live = true
+  /** Failures in a row are reported once, not every restart through an outage. */
+  let failing = false
+  const setLive = (now: boolean) => {
+    if (now === live) return
+    live = now
+    opts.onLive?.(now)
+  }
+  while (!signal.aborted) {
+    let consumer: Consumer | undefined
+    try {
+      consumer = await nats.js.consumers.get(opts.stream, { filter_subjects: opts.filterSubject, opt_start_seq: next })
+      const messages = await consumer.consume({ max_messages: 1000, expires: 4 * followHeartbeatMs, idle_heartbeat: followHeartbeatMs })
+      // The consumer exists from `next` on: whatever was stored since is on its way.
+      setLive(true)
+      failing = false
+      const stop = () => void messages.stop()
+      signal.addEventListener('abort', stop, { once: true })
+      if (signal.aborted) stop()
+      void (async () => {
+        for await (const status of messages.status()) {
+          if (status.type === 'heartbeat') setLive(true)
+          else if (restartOn.has(status.type)) {
+            setLive(false)
+            stop()
+            break
+          }
+        }
+      })().catch(() => undefined)
+      try {
+        for await (const m of messages) {
+          next = m.seq + 1
+          setLive(true)
+          const data = m.data
+          handle({
+            seq: m.seq,
+            subject: m.subject,
+            eventTypes: m.headers?.get(eventHeaders.eventTypes) ?? '',
+            size: data.length,
+            decode: <E extends DomainEventShape, S>() => decodeEventMessage<E, S>(data),
+          })
+        }
+      } finally {
+        signal.removeEventListener('abort', stop)
+        messages.stop()
+      }
+      if (signal.aborted) return
+      // The messages ended without an abort (a notice above, or the connection closed): start again.
+      setLive(false)
+      await new Promise((r) => setTimeout(r, followRestartMs))
+    } catch (err) {
+      if (signal.aborted) return
+      setLive(false)
+      if (!failing) onError(err)
+      failing = true
+      await new Promise((r) => setTimeout(r, 2 * followRestartMs))
+    } finally {
+      // Ephemeral consumers outlive their follower for nats.js's inactivity threshold (5 min) otherwise.
+      consumer?.delete().catch(() => undefined)
     }
   }
 }
