@@ -86,6 +86,12 @@ export class JobService {
    * entry only costs a conflict and a reload (see handleCommand).
    */
   readonly #known = new Map<string, Loaded<Job>>()
+  /**
+   * Told of every message this service appends, as soon as the append is acknowledged: the API's
+   * ready index takes its own process's creates, claims and releases from here without waiting
+   * for the log to deliver them back.
+   */
+  onAppended: ((record: EventRecord<JobEvent, Job | null>) => void) | null = null
 
   constructor(deps: Deps) {
     this.#deps = deps
@@ -120,12 +126,14 @@ export class JobService {
     this.#known.set(jobId, known)
   }
 
-  async #run(projectId: string, jobId: string, command: JobCommand, hint?: Loaded<Job>): Promise<CommandResult<JobEvent, Job>> {
+  async #run(projectId: string, jobId: string, command: JobCommand, hint?: Loaded<Job>, trustHint = false): Promise<CommandResult<JobEvent, Job>> {
     if (!isJobId(jobId)) throw new JobNotFound(jobId)
     const known = command.type === 'create_job' ? { state: null, seq: 0 } : (hint ?? this.#known.get(jobId))
     const result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId, {
       hint: known,
+      trustHint: trustHint && hint !== undefined,
     })
+    if (result.appended) this.onAppended?.(result.record)
     if (result.state !== null && !isTerminal(result.state.state)) this.#remember(jobId, { state: result.state as Job, seq: result.seq })
     else this.#known.delete(jobId)
     // A no-op still reports the state it was decided on, which another writer (the
@@ -249,9 +257,13 @@ export class JobService {
     return result
   }
 
-  /** `row` is the job's read-model snapshot, used as the hint so a claim needs no load. */
-  async claim(projectId: string, jobId: string, workerId: string, row?: Loaded<Job>): Promise<CommandResult<JobEvent, Job>> {
-    return this.#run(projectId, jobId, { type: 'claim_job', data: { worker_id: workerId }, meta: this.#meta() }, row)
+  /**
+   * `known` is the job as a read-model row or the ready index has it, used as the hint so a claim
+   * needs no load. With `trustKnown`, a stale `known` is not reloaded: the claim fails with
+   * ConcurrencyConflict (or the refusal decided on it) and the caller moves on.
+   */
+  async claim(projectId: string, jobId: string, workerId: string, known?: Loaded<Job>, trustKnown = false): Promise<CommandResult<JobEvent, Job>> {
+    return this.#run(projectId, jobId, { type: 'claim_job', data: { worker_id: workerId }, meta: this.#meta() }, known, trustKnown)
   }
 
   async promote(projectId: string, jobId: string): Promise<CommandResult<JobEvent, Job>> {
@@ -298,7 +310,7 @@ export class JobService {
     return moved
   }
 
-  /** Writes read-model rows for records this process appended (claim, promotion, reaping paths). */
+  /** Writes read-model rows for records this process appended (promotion and reaping paths). */
   async writeRows(records: readonly EventRecord[]): Promise<void> {
     await upsertJobRows(this.#deps.sql, records)
   }
