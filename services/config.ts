@@ -69,7 +69,7 @@ export const tunablesSchema = z
     reaper_interval_ms: z.number().int().min(50).default(5_000),
     /** How often the scheduler looks for continuations left waiting on a parent that has ended. */
     cascade_sweep_interval_ms: z.number().int().min(50).default(1_000),
-    /** How often the scheduler moves due scheduled jobs to pending (and wakes pollers for due retries). */
+    /** How often the scheduler moves due scheduled jobs to pending. */
     scheduler_interval_ms: z.number().int().min(10).default(250),
     /** The spec's long-poll re-check interval, which also asks the read model; wake-ups normally answer far sooner. */
     poll_tick_ms: z.number().int().min(10).default(2_000),

@@ -14,7 +14,7 @@ import {
 import { upsertJobRows } from '../../projections/job-list.ts'
 import type { AggregateRef, EventRecord, Loaded, StoredEvent } from '../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
-import { isSubjectToken, readySubject } from '../../streams/names.ts'
+import { isSubjectToken } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
 
 /** `job_` and a ULID: anything else cannot name a job, so it is not found without a lookup. */
@@ -310,14 +310,9 @@ export class JobService {
     return moved
   }
 
-  /** Writes read-model rows for records this process appended (promotion and reaping paths). */
+  /** Writes read-model rows for records this process appended (the scheduler's promotion and reaping paths). */
   async writeRows(records: readonly EventRecord[]): Promise<void> {
     await upsertJobRows(this.#deps.sql, records)
-  }
-
-  /** Wakes long polls waiting on this project and queue, in every API process. */
-  notifyReady(projectId: string, queue: string): void {
-    this.#deps.nats.nc.publish(readySubject(this.#deps.config.namespace, projectId, queue))
   }
 }
 
