@@ -78,6 +78,25 @@ const warmIntervalMs = 250
 const warmsAtOnce = 2
 /** Longest timer Node keeps exact (about 24.8 days); a later due time re-arms when it fires. */
 const maxTimerMs = 2 ** 31 - 1
+/**
+ * Queues of one project the index follows at once. A poll names up to 50, and each new one costs
+ * a read of the read model: past this, a project's other queues are not indexed and their polls
+ * use the read-model query (through the claim line), as before the index.
+ */
+export const maxLanesPerProject = 1_000
+
+/** What the index needs of a job to hold it. */
+interface JobView {
+  id: string
+  jobType: string
+  /** available_at, in ms since the epoch. */
+  dueAt: number
+  job: Job | null
+}
+
+function viewOf(job: Job): JobView {
+  return { id: job.id, jobType: job.job_type, dueAt: Date.parse(job.run_at ?? job.created_at), job }
+}
 
 interface HeldCandidate extends Candidate {
   readonly lane: Lane
@@ -157,10 +176,6 @@ function firstDueAfter(list: readonly HeldCandidate[], at: number): number {
     else hi = mid
   }
   return lo
-}
-
-function dueAtOf(job: Job): number {
-  return Date.parse(job.run_at ?? job.created_at)
 }
 
 function accepts(session: Session, jobType: string): boolean {
@@ -319,14 +334,16 @@ export class ReadyIndex {
     }
   }
 
+  /** A lane for the queue: followed from now on, or, past maxLanesPerProject, one that never is (always incomplete). */
   #newLane(projectId: string, queue: string, project: ProjectLanes): Lane {
+    const followed = project.lanes.size < maxLanesPerProject
     const lane: Lane = {
       projectId,
       queue,
       project,
       queued: [],
       // Nothing of this queue has been kept so far: jobs up to the last message followed may be missing.
-      gapSeq: this.#position,
+      gapSeq: followed ? this.#position : Number.POSITIVE_INFINITY,
       warming: false,
       lastWarmAt: 0,
       warmLater: null,
@@ -336,8 +353,10 @@ export class ReadyIndex {
       timerAt: 0,
       offeredThrough: this.#deps.now().getTime(),
     }
-    project.lanes.set(queue, lane)
-    this.#incomplete.add(lane)
+    if (followed) {
+      project.lanes.set(queue, lane)
+      this.#incomplete.add(lane)
+    }
     return lane
   }
 
@@ -379,7 +398,7 @@ export class ReadyIndex {
     const lane = this.#projects.get(projectId)?.lanes.get(job.queue)
     // A queue no poll of this process asked for: its warm-up will read the job from the read model.
     if (lane === undefined) return
-    const c = this.#hold(lane, job, seq, bytes)
+    const c = this.#hold(lane, viewOf(job), seq, bytes)
     if (c !== null) this.#offer(lane, [c])
   }
 
@@ -387,23 +406,23 @@ export class ReadyIndex {
    * Holds the job as the lane's candidate at `seq`, replacing an older one; null when a bound
    * leaves no room (the lane then cannot vouch for its queue up to `seq`).
    */
-  #hold(lane: Lane, job: Job, seq: number, bytes: number): HeldCandidate | null {
-    const held = this.#jobs.get(job.id)
+  #hold(lane: Lane, view: JobView, seq: number, bytes: number): HeldCandidate | null {
+    const held = this.#jobs.get(view.id)
     if (held !== undefined) this.#detach(held)
     if (lane.project.count >= this.#limits.jobsPerProject || this.#count >= this.#limits.jobs) {
       if (lane.gapSeq === null) this.#incomplete.add(lane)
       lane.gapSeq = Math.max(lane.gapSeq ?? 0, seq)
       return null
     }
-    const withState = this.#stateBytes + bytes <= this.#limits.stateBytes
+    const withState = view.job !== null && this.#stateBytes + bytes <= this.#limits.stateBytes
     const c: HeldCandidate = {
-      jobId: job.id,
+      jobId: view.id,
       projectId: lane.projectId,
       seq,
-      job: withState ? job : null,
+      job: withState ? view.job : null,
       lane,
-      jobType: job.job_type,
-      dueAt: dueAtOf(job),
+      jobType: view.jobType,
+      dueAt: view.dueAt,
       bytes: withState ? bytes : 0,
       taken: false,
     }
@@ -609,6 +628,7 @@ export class ReadyIndex {
   /** Reads the lane's queue from the read model, unless a read is running or ran a moment ago. */
   #warm(lane: Lane): void {
     if (lane.warming || lane.gapSeq === null || this.#warmsRunning >= warmsAtOnce || lane.warmLater !== null) return
+    if (lane.project.lanes.get(lane.queue) !== lane) return
     const sinceLast = Date.now() - lane.lastWarmAt
     if (lane.lastWarmAt !== 0 && sinceLast < warmIntervalMs) {
       // Put off, not dropped: the projector's announcement that asked for it may be its last for a while.
@@ -643,18 +663,21 @@ export class ReadyIndex {
 
   async #readLane(lane: Lane): Promise<void> {
     const gap = lane.gapSeq!
-    const snapshot = await readPendingQueue(this.#deps.sql, lane.projectId, lane.queue, this.#limits.jobsPerProject)
+    // Payloads only as far as the state budget has room; the rest are held without state.
+    const allowance = Math.max(0, this.#limits.stateBytes - this.#stateBytes)
+    const snapshot = await readPendingQueue(this.#deps.sql, lane.projectId, lane.queue, this.#limits.jobsPerProject, allowance)
     if (lane.project.lanes.get(lane.queue) !== lane || snapshot.through < gap) return
     let fitted = snapshot.complete
     const added: HeldCandidate[] = []
     for (const row of snapshot.rows) {
-      const held = this.#jobs.get(row.job.id)
-      if ((held?.seq ?? this.#tombstones.get(row.job.id) ?? 0) >= row.seq) continue
+      const held = this.#jobs.get(row.id)
+      if ((held?.seq ?? this.#tombstones.get(row.id) ?? 0) >= row.seq) continue
       if (held === undefined && (lane.project.count >= this.#limits.jobsPerProject || this.#count >= this.#limits.jobs)) {
         fitted = false
         break
       }
-      const c = this.#hold(lane, row.job, row.seq, row.payloadBytes + provisionalStateBytes)
+      const view = { id: row.id, jobType: row.jobType, dueAt: row.dueAt.getTime(), job: row.job }
+      const c = this.#hold(lane, view, row.seq, row.payloadBytes + provisionalStateBytes)
       if (c !== null) added.push(c)
     }
     // Every job pending at `through` is held now, and the follower has applied everything since
