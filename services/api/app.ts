@@ -201,7 +201,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   const t = deps.config.tunables
   const watcher = new ProjectionWatcher(deps)
   const ready = new ReadyIndex(deps, watcher, { jobsPerProject: t.ready_index_jobs_per_project, jobs: t.ready_index_jobs, stateBytes: readyIndexStateBytes })
-  jobs.onAppended = ready.observe
+  jobs.observer = ready.observer
   const context: ApiContext = {
     deps,
     jobs,

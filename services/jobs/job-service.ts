@@ -66,6 +66,20 @@ export interface Written {
   seq: number
 }
 
+/**
+ * Follows a JobService's appends as they are answered, so that the API's ready index takes its
+ * own process's creates, claims and releases at once instead of waiting for the log to deliver
+ * them back.
+ */
+export interface JobAppendObserver {
+  /** A new job's first append is about to be sent. */
+  creating(jobId: string): void
+  /** A message this service appended was acknowledged. */
+  appended(record: EventRecord<JobEvent, Job | null>): void
+  /** The new job's append has settled, stored or not (after `appended` when it was). */
+  created(jobId: string): void
+}
+
 /** Jobs whose last known state this process keeps as hints (state includes the payload). */
 const maxKnownJobs = 20_000
 
@@ -86,12 +100,8 @@ export class JobService {
    * entry only costs a conflict and a reload (see handleCommand).
    */
   readonly #known = new Map<string, Loaded<Job>>()
-  /**
-   * Told of every message this service appends, as soon as the append is acknowledged: the API's
-   * ready index takes its own process's creates, claims and releases from here without waiting
-   * for the log to deliver them back.
-   */
-  onAppended: ((record: EventRecord<JobEvent, Job | null>) => void) | null = null
+  /** Told of this service's appends: the API's ready index (JobAppendObserver). */
+  observer: JobAppendObserver | null = null
 
   constructor(deps: Deps) {
     this.#deps = deps
@@ -128,12 +138,19 @@ export class JobService {
 
   async #run(projectId: string, jobId: string, command: JobCommand, hint?: Loaded<Job>, trustHint = false): Promise<CommandResult<JobEvent, Job>> {
     if (!isJobId(jobId)) throw new JobNotFound(jobId)
-    const known = command.type === 'create_job' ? { state: null, seq: 0 } : (hint ?? this.#known.get(jobId))
-    const result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId, {
-      hint: known,
-      trustHint: trustHint && hint !== undefined,
-    })
-    if (result.appended) this.onAppended?.(result.record)
+    const creating = command.type === 'create_job'
+    const known = creating ? { state: null, seq: 0 } : (hint ?? this.#known.get(jobId))
+    if (creating) this.observer?.creating(jobId)
+    let result: CommandResult<JobEvent, Job | null>
+    try {
+      result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId, {
+        hint: known,
+        trustHint: trustHint && hint !== undefined,
+      })
+      if (result.appended) this.observer?.appended(result.record)
+    } finally {
+      if (creating) this.observer?.created(jobId)
+    }
     if (result.state !== null && !isTerminal(result.state.state)) this.#remember(jobId, { state: result.state as Job, seq: result.seq })
     else this.#known.delete(jobId)
     // A no-op still reports the state it was decided on, which another writer (the

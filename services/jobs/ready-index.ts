@@ -2,9 +2,9 @@ import type { Job, JobEvent, JobEventType } from '../../domain/job.ts'
 import { readPendingQueue } from '../../projections/job-list.ts'
 import { isNatsConnected } from '../../streams/connection.ts'
 import { followEvents, type FollowedEvent } from '../../streams/consume.ts'
-import type { EventRecord } from '../../streams/event-store.ts'
 import { aggregateKindFilter, eventsStreamName, parseEventSubject } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
+import type { JobAppendObserver } from './job-service.ts'
 
 export interface ReadyIndexLimits {
   /** Candidates one project may hold, all its queues together. */
@@ -223,6 +223,12 @@ export class ReadyIndex {
   readonly #tombstoneOrder: Array<{ jobId: string; seq: number }> = []
   #tombstoneHead = 0
   readonly #incomplete = new Set<Lane>()
+  /**
+   * New jobs this process is appending, with the log's copy of their message when it arrives
+   * before the append's answer (it usually does): the answer's state is used instead of decoding
+   * the copy, and the copy only if the answer never comes.
+   */
+  readonly #creating = new Map<string, FollowedEvent | null>()
   #count = 0
   #stateBytes = 0
   /** The last sequence followed: every job event up to it has been applied to the lanes that existed then. */
@@ -307,12 +313,25 @@ export class ReadyIndex {
     return this.#floor(jobId) > seq
   }
 
-  /** This process's own appends, as soon as they are acknowledged (JobService.onAppended). */
-  readonly observe = (record: EventRecord<JobEvent, Job | null>): void => {
-    const { project_id: projectId, aggregate_id: jobId } = record.message
-    if (!this.#jobs.has(jobId) && !this.#projects.has(projectId)) return
-    if (record.seq <= this.#floor(jobId)) return
-    this.#apply(projectId, jobId, record.seq, record.message.state, provisionalStateBytes)
+  /** This process's own appends, as soon as they are answered (JobService.observer). */
+  readonly observer: JobAppendObserver = {
+    creating: (jobId) => {
+      this.#creating.set(jobId, null)
+    },
+    appended: (record) => {
+      const { project_id: projectId, aggregate_id: jobId } = record.message
+      if (!this.#jobs.has(jobId) && !this.#projects.has(projectId)) return
+      if (record.seq <= this.#floor(jobId)) return
+      this.#apply(projectId, jobId, record.seq, record.message.state, provisionalStateBytes)
+    },
+    created: (jobId) => {
+      const early = this.#creating.get(jobId)
+      this.#creating.delete(jobId)
+      const where = early ? parseEventSubject(this.#deps.config.namespace, early.subject) : null
+      // Held from the answer: this only tells its size. No answer (a timeout, a lost connection)
+      // though the log has the job: it is taken from the log's copy.
+      if (early && where !== null) this.#onJobMessage(where.projectId, jobId, early)
+    },
   }
 
   /** A long poll's session on the project's queues; tracking them from now on if none was. */
@@ -375,6 +394,7 @@ export class ReadyIndex {
   #onJobMessage(projectId: string, jobId: string, event: FollowedEvent): void {
     const held = this.#jobs.get(jobId)
     if (held === undefined && !this.#projects.has(projectId)) return
+    if (held === undefined && this.#creating.has(jobId)) return void this.#creating.set(jobId, event)
     if (held !== undefined && held.seq === event.seq) {
       // This process's own append, delivered back: now its size is known.
       if (held.job !== null) {
