@@ -225,10 +225,10 @@ export class ReadyIndex {
   readonly #incomplete = new Set<Lane>()
   /**
    * New jobs this process is appending, with the log's copy of their message when it arrives
-   * before the append's answer (it usually does): the answer's state is used instead of decoding
-   * the copy, and the copy only if the answer never comes.
+   * before the append's answer (it usually does), then 'answered': the answer's state is used
+   * instead of decoding the copy, and the copy only if the answer never comes.
    */
-  readonly #creating = new Map<string, FollowedEvent | null>()
+  readonly #creating = new Map<string, FollowedEvent | null | 'answered'>()
   #count = 0
   #stateBytes = 0
   /** The last sequence followed: every job event up to it has been applied to the lanes that existed then. */
@@ -320,17 +320,21 @@ export class ReadyIndex {
     },
     appended: (record) => {
       const { project_id: projectId, aggregate_id: jobId } = record.message
+      const early = this.#creating.get(jobId)
+      if (early !== undefined) this.#creating.set(jobId, 'answered')
       if (!this.#jobs.has(jobId) && !this.#projects.has(projectId)) return
       if (record.seq <= this.#floor(jobId)) return
-      this.#apply(projectId, jobId, record.seq, record.message.state, provisionalStateBytes)
+      const size = early !== null && early !== undefined && early !== 'answered' && early.seq === record.seq ? early.size : provisionalStateBytes
+      this.#apply(projectId, jobId, record.seq, record.message.state, size)
     },
     created: (jobId) => {
       const early = this.#creating.get(jobId)
       this.#creating.delete(jobId)
-      const where = early ? parseEventSubject(this.#deps.config.namespace, early.subject) : null
-      // Held from the answer: this only tells its size. No answer (a timeout, a lost connection)
-      // though the log has the job: it is taken from the log's copy.
-      if (early && where !== null) this.#onJobMessage(where.projectId, jobId, early)
+      if (early === null || early === undefined || early === 'answered') return
+      // The log has the job but the append's answer never came (a timeout, a lost connection):
+      // it is taken from the log's copy.
+      const where = parseEventSubject(this.#deps.config.namespace, early.subject)
+      if (where !== null) this.#onJobMessage(where.projectId, jobId, early)
     },
   }
 
@@ -394,7 +398,7 @@ export class ReadyIndex {
   #onJobMessage(projectId: string, jobId: string, event: FollowedEvent): void {
     const held = this.#jobs.get(jobId)
     if (held === undefined && !this.#projects.has(projectId)) return
-    if (held === undefined && this.#creating.has(jobId)) return void this.#creating.set(jobId, event)
+    if (held === undefined && this.#creating.get(jobId) === null) return void this.#creating.set(jobId, event)
     if (held !== undefined && held.seq === event.seq) {
       // This process's own append, delivered back: now its size is known.
       if (held.job !== null) {

@@ -250,6 +250,23 @@ t.test("a gap in the index's consumer: jobs created meanwhile are claimed once, 
   await api.stop()
 })
 
+t.test("a job this process was creating, whose append's answer never came, is taken from the log's copy", async (t) => {
+  const api = await startApi()
+  await follow(api, 'q-lost')
+  const jobId = elsewhere.newJobId()
+  // As this process's own create does before its append; the append then lands in the log, but
+  // its answer never reaches this process (a timeout, a lost connection).
+  api.context.ready.observer.creating(jobId)
+  const { seq } = await elsewhere.create(h.projectId, newJob('q-lost', 0), { jobId })
+  await eventually(async () => api.context.ready.position >= seq, 15_000, 'the index to follow the create')
+  t.equal(api.context.ready.size, 0, "the log's copy waits for the append's answer, undecoded")
+  api.context.ready.observer.created(jobId)
+  t.equal(api.context.ready.size, 1, 'the append settled without an answer: the job is held from the copy')
+  const res = await poll(api, { worker_id: 'wrk_lost', queues: ['q-lost'] })
+  t.same(res.body.jobs.map((j: any) => j.id), [jobId], 'and claimed')
+  await api.stop()
+})
+
 t.test("a retry whose backoff ends wakes a waiting poll of the index's own accord", async (t) => {
   const api = await startApi()
   const [id] = await createElsewhere('q-retry', 1)
