@@ -651,24 +651,27 @@ export class ReadyIndex {
 
   /** Reads the lane's queue from the read model, unless a read is running or ran a moment ago. */
   #warm(lane: Lane): void {
-    if (lane.warming || lane.gapSeq === null || this.#warmsRunning >= warmsAtOnce || lane.warmLater !== null) return
-    if (lane.project.lanes.get(lane.queue) !== lane) return
-    const sinceLast = Date.now() - lane.lastWarmAt
-    if (lane.lastWarmAt !== 0 && sinceLast < warmIntervalMs) {
-      // Put off, not dropped: the projector's announcement that asked for it may be its last for a while.
-      lane.warmLater = setTimeout(() => {
-        lane.warmLater = null
-        if (lane.project.lanes.get(lane.queue) === lane) this.#warm(lane)
-      }, warmIntervalMs - sinceLast)
-      lane.warmLater.unref()
-      return
+    if (lane.warming || lane.gapSeq === null || lane.warmLater !== null || lane.project.lanes.get(lane.queue) !== lane) return
+    if (lane.lastWarmAt !== 0) {
+      // A read before the projector passed the gap cannot complete the lane; the projector's next
+      // announcement at or past it triggers the read (#onProjected). The first read goes ahead:
+      // the projector may have passed the gap long ago and announce nothing until the log moves.
+      if (this.#progress.reached < lane.gapSeq) return
+      // A lane that dropped jobs past a bound is read again only once there is room for them.
+      if (!this.#hasRoomFor(lane)) return
+      const sinceLast = Date.now() - lane.lastWarmAt
+      if (sinceLast < warmIntervalMs) {
+        // Put off, not dropped: the announcement that asked for it may be the last for a while.
+        lane.warmLater = setTimeout(() => {
+          lane.warmLater = null
+          this.#warm(lane)
+        }, warmIntervalMs - sinceLast)
+        lane.warmLater.unref()
+        return
+      }
     }
-    // A read before the projector passed the gap cannot complete the lane; the projector's next
-    // announcement at or past it triggers the read (#onProjected). The first read goes ahead: the
-    // projector may have passed the gap long ago and announce nothing until the log moves.
-    if (lane.lastWarmAt !== 0 && this.#progress.reached < lane.gapSeq) return
-    // A lane that dropped jobs past a bound is read again only once there is room for them.
-    if (lane.lastWarmAt !== 0 && !this.#hasRoomFor(lane)) return
+    // Past the reads at once, the next one to end starts this lane (see below).
+    if (this.#warmsRunning >= warmsAtOnce) return
     lane.warming = true
     lane.lastWarmAt = Date.now()
     this.#warmsRunning++
