@@ -328,8 +328,15 @@ export async function followEvents(
       failing = true
       await new Promise((r) => setTimeout(r, 2 * followRestartMs))
     } finally {
-      // Ephemeral consumers outlive their follower for nats.js's inactivity threshold (5 min) otherwise.
-      consumer?.delete().catch(() => undefined)
+      // Ephemeral consumers outlive their follower for nats.js's inactivity threshold (5 min)
+      // otherwise. Awaited, so that a stopped follower is gone; bounded, for a server out of reach.
+      if (consumer !== undefined) await deleteWithin(consumer, 2_000)
     }
   }
+}
+
+async function deleteWithin(consumer: Consumer, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([consumer.delete().catch(() => undefined), new Promise((r) => (timer = setTimeout(r, ms)))])
+  clearTimeout(timer)
 }
