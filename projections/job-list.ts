@@ -1,6 +1,6 @@
 import type { Job, JobEventType } from '../domain/job.ts'
 import type { EventRecord } from '../streams/event-store.ts'
-import type { Queryable, Tx } from './database.ts'
+import type { Queryable, Sql, Tx } from './database.ts'
 import { latestPerAggregate, type Projection } from './projection.ts'
 
 const handledTypes: readonly JobEventType[] = [
@@ -111,9 +111,9 @@ export function jobFromRow(r: Record<string, unknown>): Job {
 
 /**
  * Upserts the job rows carried by `records`, each only if it is newer than the row (its own
- * `last_seq`). Shared by the projector and by the claim path, which writes the rows of the jobs
- * it claims in its own transaction: both write the same snapshot for the same sequence, so the
- * read model ends the same whichever writes first.
+ * `last_seq`). Shared by the projector and by the scheduler, which writes the rows of the jobs it
+ * promotes or reaps: both write the same snapshot for the same sequence, so the read model ends
+ * the same whichever writes first.
  */
 export async function upsertJobRows(db: Queryable, records: readonly EventRecord[]): Promise<void> {
   const rows = latestPerAggregate(records.filter((r) => r.message.aggregate === 'job'))
@@ -139,6 +139,63 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
         updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq
       WHERE jobs.last_seq < excluded.last_seq`
   }
+}
+
+/** A pending job as the read model has it: what a claim needs, and its whole state within the reader's allowance. */
+export interface PendingRow {
+  id: string
+  jobType: string
+  /** available_at: when the job may be claimed. */
+  dueAt: Date
+  /** The stream sequence the row is at. */
+  seq: number
+  /** The job at `seq`, or null past the payload allowance (the row was read without its payload). */
+  job: Job | null
+  /** The payload's size as JSON text, in bytes. */
+  payloadBytes: number
+}
+
+const columnsButPayload = columns.filter((c) => c !== 'payload')
+
+/**
+ * The pending jobs of one project and queue, earliest due first, at most `limit`, and the stream
+ * sequence the job list had been applied through when they were read. Both come from one
+ * snapshot (repeatable read), so every job pending at `through` is in `rows` unless `complete`
+ * is false (more than `limit` were pending). Payloads are read only while their running total
+ * stays within `payloadBytes` (Postgres measures them; the others never leave it).
+ */
+export async function readPendingQueue(
+  sql: Sql,
+  projectId: string,
+  queue: string,
+  limit: number,
+  payloadBytes: number,
+): Promise<{ through: number; rows: PendingRow[]; complete: boolean }> {
+  return sql.begin('isolation level repeatable read read only', async (tx) => {
+    const [checkpoint] = await tx<{ last_seq: number }[]>`SELECT last_seq FROM projection_checkpoints WHERE name = ${jobList.name}`
+    const rows = await tx`
+      SELECT ${tx(columnsButPayload as string[])}, available_at, payload_bytes,
+        CASE WHEN sum(payload_bytes) OVER (ORDER BY available_at, id) <= ${payloadBytes} THEN payload END AS payload
+      FROM (
+        SELECT *, octet_length(payload::text) AS payload_bytes FROM jobs
+        WHERE project_id = ${projectId} AND queue = ${queue} AND state = 'pending'
+        ORDER BY available_at, id
+        LIMIT ${limit + 1}
+      ) pending
+      ORDER BY available_at, id`
+    return {
+      through: checkpoint?.last_seq ?? 0,
+      rows: rows.slice(0, limit).map((r) => ({
+        id: r.id as string,
+        jobType: r.job_type as string,
+        dueAt: r.available_at as Date,
+        seq: r.last_seq as number,
+        job: r.payload === null ? null : jobFromRow(r),
+        payloadBytes: r.payload_bytes as number,
+      })),
+      complete: rows.length <= limit,
+    }
+  }) as Promise<{ through: number; rows: PendingRow[]; complete: boolean }>
 }
 
 export const jobList: Projection = {

@@ -69,9 +69,9 @@ export const tunablesSchema = z
     reaper_interval_ms: z.number().int().min(50).default(5_000),
     /** How often the scheduler looks for continuations left waiting on a parent that has ended. */
     cascade_sweep_interval_ms: z.number().int().min(50).default(1_000),
-    /** How often the scheduler moves due scheduled jobs to pending (and wakes pollers for due retries). */
+    /** How often the scheduler moves due scheduled jobs to pending. */
     scheduler_interval_ms: z.number().int().min(10).default(250),
-    /** The spec's long-poll re-check interval; wake-ups normally answer far sooner. */
+    /** The spec's long-poll re-check interval, which also asks the read model; wake-ups normally answer far sooner. */
     poll_tick_ms: z.number().int().min(10).default(2_000),
     poll_max_wait_ms: z.number().int().min(0).max(30_000).default(30_000),
     /** Longest a list waits for the projector to reach the caller's last write. */
@@ -116,6 +116,14 @@ export const tunablesSchema = z
     claim_transactions_per_project: z.number().int().min(1).default(4),
     /** Claim transactions of all projects at once in one API process: half the pool of 20, so reads always find a connection. */
     claim_transactions: z.number().int().min(1).default(10),
+    /**
+     * Claimable jobs the ready index of one API process holds for one project (all its queues).
+     * Past it the index drops the newest and the project's polls also run the read-model query,
+     * until the index has room to read the queue again.
+     */
+    ready_index_jobs_per_project: z.number().int().min(1).default(10_000),
+    /** Claimable jobs the ready index of one API process holds for all projects together; past it, as above. */
+    ready_index_jobs: z.number().int().min(1).default(100_000),
     /** Alerts a project may have (deleted ones do not count); one more is refused with 400. */
     max_alerts_per_project: z.number().int().min(1).default(100),
   })

@@ -1,6 +1,6 @@
-import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import { AckPolicy, DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream'
 import type { NatsHandles } from './connection.ts'
-import { decodeEventMessage, type EventRecord } from './event-store.ts'
+import { decodeEventMessage, eventHeaders, type DomainEventShape, type EventMessage, type EventRecord } from './event-store.ts'
 
 export interface BatchConsumerOptions {
   stream: string
@@ -176,4 +176,167 @@ export async function consumeWorkQueue(
       await new Promise((r) => setTimeout(r, 500))
     }
   }
+}
+
+/** A message of the log as a follower sees it: what routing needs, and the body decoded only on demand. */
+export interface FollowedEvent {
+  seq: number
+  subject: string
+  /** The `Jobsvc-Event-Type` header: the message's event types, comma-separated. */
+  eventTypes: string
+  /** The body's size in bytes. */
+  size: number
+  decode<E extends DomainEventShape, S>(): EventMessage<E, S>
+}
+
+export interface FollowOptions {
+  stream: string
+  filterSubject: string
+  /** The first stream sequence to hand over. */
+  startSeq: number
+  /**
+   * Told when the follower is known to stall (a missing consumer, missed heartbeats, a failure:
+   * false) and when messages or heartbeats flow again (true).
+   */
+  onLive?: (live: boolean) => void
+}
+
+/**
+ * The server's heartbeat while a pull waits with nothing to deliver. Two missed ones restart the
+ * follower, so this bounds how long it can stall unnoticed (about 2 × this), for an idle
+ * heartbeat message every few seconds.
+ */
+const followHeartbeatMs = 2_500
+
+/** Pause before a follower starts again after its consumer went away or failed. */
+const followRestartMs = 250
+
+/**
+ * Consumer notices after which the follower starts again itself. nats.js would re-create an
+ * ordered consumer on its own, but measured with 3.4 after the consumer was deleted on the
+ * server: the new one delivered a single message, then nothing until the next missed
+ * heartbeats (its pending-pull count survives the reset), so a gap of ~2 s became ~15 s.
+ */
+const restartOn: ReadonlySet<string> = new Set(['heartbeats_missed', 'consumer_deleted', 'consumer_not_found', 'stream_not_found', 'reset'])
+
+/** The parts of nats.js's message (nats-core 3.x, not exported) that hold the raw header block. */
+interface RawMessage {
+  msg?: { _rdata?: Uint8Array; _msg?: { hdr?: number } }
+}
+
+/**
+ * The message's header block as received (`NATS/1.0\r\nName: value\r\n…`), or null when
+ * nats.js's internals are not the expected ones; test/streams/follow.test.ts fails then, so an
+ * upgrade cannot lose this silently.
+ */
+export function rawHeaderBlock(m: JsMsg): Buffer | null {
+  const inner = (m as unknown as RawMessage).msg
+  const data = inner?._rdata
+  const end = inner?._msg?.hdr
+  if (!(data instanceof Uint8Array) || typeof end !== 'number' || end <= 0) return null
+  return Buffer.from(data.buffer, data.byteOffset, end)
+}
+
+const eventTypesHeader = Buffer.from(`\r\n${eventHeaders.eventTypes}: `)
+
+/**
+ * The `Jobsvc-Event-Type` header, found in the raw header block. nats.js parses every header of a
+ * message on first access (eight here), which was half of a follower's CPU; this reads the one
+ * header a follower routes on.
+ */
+export function eventTypesOf(m: JsMsg): string {
+  const raw = rawHeaderBlock(m)
+  if (raw === null) return m.headers?.get(eventHeaders.eventTypes) ?? ''
+  const at = raw.indexOf(eventTypesHeader)
+  if (at < 0) return ''
+  const from = at + eventTypesHeader.length
+  const to = raw.indexOf('\r\n', from)
+  return raw.toString('latin1', from, to < 0 ? raw.length : to)
+}
+
+/**
+ * Hands every message on `filterSubject` from `startSeq` on to `handle`, once and in stream
+ * order, until `signal` aborts. No durable state: an ordered consumer (ephemeral, in server
+ * memory, no acks). When it reports a gap in its delivery, a lost consumer or missed heartbeats,
+ * or fails, the follower starts a new one at the last sequence handed over + 1, so a stall
+ * delays messages but never skips one. A message is handed over within a pull's round trip of
+ * being stored; `handle` runs synchronously, in order, from the subscription's callback (no
+ * iterator, no promise per message).
+ */
+export async function followEvents(
+  nats: NatsHandles,
+  opts: FollowOptions,
+  handle: (event: FollowedEvent) => void,
+  signal: AbortSignal,
+  onError: (err: unknown) => void,
+): Promise<void> {
+  let next = opts.startSeq
+  let live = true
+  /** Failures in a row are reported once, not every restart through an outage. */
+  let failing = false
+  const setLive = (now: boolean) => {
+    if (now === live) return
+    live = now
+    opts.onLive?.(now)
+  }
+  const deliver = (m: JsMsg) => {
+    next = m.seq + 1
+    setLive(true)
+    const data = m.data
+    handle({
+      seq: m.seq,
+      subject: m.subject,
+      eventTypes: eventTypesOf(m),
+      size: data.length,
+      decode: <E extends DomainEventShape, S>() => decodeEventMessage<E, S>(data),
+    })
+  }
+  while (!signal.aborted) {
+    let consumer: Consumer | undefined
+    try {
+      consumer = await nats.js.consumers.get(opts.stream, { filter_subjects: opts.filterSubject, opt_start_seq: next })
+      const messages = await consumer.consume({ max_messages: 1000, expires: 4 * followHeartbeatMs, idle_heartbeat: followHeartbeatMs, callback: deliver })
+      // The consumer exists from `next` on: whatever was stored since is on its way.
+      setLive(true)
+      failing = false
+      const stop = () => void messages.stop()
+      signal.addEventListener('abort', stop, { once: true })
+      if (signal.aborted) stop()
+      void (async () => {
+        for await (const status of messages.status()) {
+          if (status.type === 'heartbeat') setLive(true)
+          else if (restartOn.has(status.type)) {
+            setLive(false)
+            stop()
+            break
+          }
+        }
+      })().catch(() => undefined)
+      // A throw from `handle` stops the messages with that error: it is reported, and the
+      // follower goes on after the message it was given.
+      const err = await messages.closed()
+      signal.removeEventListener('abort', stop)
+      if (signal.aborted) return
+      if (err) throw err
+      // The messages ended without an abort (a notice above, or the connection closed): start again.
+      setLive(false)
+      await new Promise((r) => setTimeout(r, followRestartMs))
+    } catch (err) {
+      if (signal.aborted) return
+      setLive(false)
+      if (!failing) onError(err)
+      failing = true
+      await new Promise((r) => setTimeout(r, 2 * followRestartMs))
+    } finally {
+      // Ephemeral consumers outlive their follower for nats.js's inactivity threshold (5 min)
+      // otherwise. Awaited, so that a stopped follower is gone; bounded, for a server out of reach.
+      if (consumer !== undefined) await deleteWithin(consumer, 2_000)
+    }
+  }
+}
+
+async function deleteWithin(consumer: Consumer, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([consumer.delete().catch(() => undefined), new Promise((r) => (timer = setTimeout(r, ms)))])
+  clearTimeout(timer)
 }

@@ -29,6 +29,11 @@ export interface CommandResult<E extends DomainEventShape, S> {
  * loaded state too, since no append verified it. On a conflict the command is
  * decided again on fresh state, so the loser of a race either finds a legal move on the new
  * state or gets the domain's refusal (for instance InvalidState after a competing claim).
+ *
+ * With `trustHint` the command is decided on the hint alone and appended once: a refusal is
+ * thrown as decided and a stale hint as ConcurrencyConflict, with no load. It is for a caller
+ * that learns the newer state anyway (the ready index follows the log) and would rather drop a
+ * candidate than pay a load and a second append for it.
  */
 export async function handleCommand<C extends { meta: { now: string } }, E extends DomainEventShape, S>(
   store: EventStore,
@@ -36,10 +41,11 @@ export async function handleCommand<C extends { meta: { now: string } }, E exten
   ref: AggregateRef,
   command: C,
   newEventId: () => string,
-  options: { hint?: Loaded<S> } = {},
+  options: { hint?: Loaded<S>; trustHint?: boolean } = {},
 ): Promise<CommandResult<E, S>> {
+  const trusted = options.trustHint === true && options.hint !== undefined
   let lastConflict: ConcurrencyConflict | undefined
-  for (let attempt = 0; attempt <= maxRetries; attempt++) {
+  for (let attempt = 0; attempt <= (trusted ? 0 : maxRetries); attempt++) {
     const fromHint = attempt === 0 && options.hint !== undefined
     const loaded = fromHint ? options.hint! : await store.load<S>(ref)
     let decided: E[]
@@ -47,10 +53,10 @@ export async function handleCommand<C extends { meta: { now: string } }, E exten
       decided = decider.decide(command, loaded.state)
     } catch (err) {
       // A refusal or a no-op is only trusted on loaded state: a hint may be stale.
-      if (fromHint) continue
+      if (fromHint && !trusted) continue
       throw err
     }
-    if (decided.length === 0 && fromHint) continue
+    if (decided.length === 0 && fromHint && !trusted) continue
     if (decided.length === 0) {
       const record = store.recordOf<E, S | null>(ref, loaded.seq, [], loaded.state)
       return { before: loaded.state, state: loaded.state, events: [], seq: loaded.seq, appended: false, record }

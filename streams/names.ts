@@ -54,24 +54,7 @@ export function parseEventSubject(ns: string, subject: string): { projectId: str
   return { projectId: parts[2]!, aggregate: parts[3] as AggregateKind, aggregateId: parts[4]! }
 }
 
-/**
- * Queue names are free text (up to 100 characters) but a subject token cannot hold dots,
- * wildcards or white space, so anything outside `[A-Za-z0-9_-]` is written as `~` plus hex.
- */
-export function queueToken(queue: string): string {
-  return queue.replace(/[^A-Za-z0-9_-]/g, (c) => `~${c.codePointAt(0)!.toString(16)}~`)
-}
-
-/** Plain-NATS wake-up for pollers: a job in this project and queue became claimable. */
-export function readySubject(ns: string, projectId: string, queue: string): string {
-  return `${ns}.ready.${token(projectId)}.${queueToken(queue)}`
-}
-
-export function readyWildcard(ns: string): string {
-  return `${ns}.ready.>`
-}
-
-/** The projector announces each committed checkpoint here, for read-your-writes waits. */
+/** The projector announces each committed checkpoint here, for read-your-writes waits and the ready index. */
 export function checkpointSubject(ns: string): string {
   return `${ns}.ctl.checkpoint`
 }

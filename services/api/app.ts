@@ -5,6 +5,7 @@ import type { Job } from '../../domain/job.ts'
 import { ClaimLine } from '../jobs/claim-line.ts'
 import { claimForPolls } from '../jobs/claimer.ts'
 import { JobService } from '../jobs/job-service.ts'
+import { ReadyIndex } from '../jobs/ready-index.ts'
 import { BillingService } from '../metering/billing-service.ts'
 import { RequestRateLimiter } from '../metering/request-rate.ts'
 import { AccountLifecycle } from '../platform/account-lifecycle.ts'
@@ -20,7 +21,6 @@ import type { IdempotencyStore } from '../metering/idempotency.ts'
 import { admitProjectRequest } from './request-limit.ts'
 import { compileResponses, registerApiDescription, serializeResponses } from './openapi.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
-import { ReadyNotifier } from './ready-notifier.ts'
 import { healthRoutes } from './routes/health.ts'
 import { activityRoutes } from './routes/activity.ts'
 import { metricsRoutes } from './routes/metrics.ts'
@@ -45,7 +45,8 @@ export interface ApiContext {
   deps: Deps
   jobs: JobService
   keys: ApiKeyDirectory
-  ready: ReadyNotifier
+  /** The claimable jobs of this process's polls, followed from the log: where claims come from. */
+  ready: ReadyIndex
   watcher: ProjectionWatcher
   accounts: AccountService
   team: TeamService
@@ -58,7 +59,7 @@ export interface ApiContext {
   polls: ProjectSlots
   /** Progress streams open per project. */
   streams: ProjectSlots
-  /** Where polls take turns to run their claim transactions. */
+  /** Where polls take turns to run their read-model claim transactions (the index's fallback). */
   claims: ClaimLine<Job>
   /** How far the log reaches, for `min_seq`. */
   logHead: LogHead
@@ -110,6 +111,12 @@ const requestTimeoutMs = 30_000
 
 /** Two polls of the largest capacity (50): a transaction's appends stay a modest burst. */
 const maxJobsPerClaimTransaction = 100
+
+/**
+ * Job state the ready index keeps in memory, payloads included (as encoded in the log). Past it,
+ * candidates are held without their state and a claim loads the job first (one direct get).
+ */
+const readyIndexStateBytes = 32 * 1024 * 1024
 
 /**
  * Builds the HTTP app without listening (app/server split): tests inject requests or listen on
@@ -195,12 +202,15 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   const team = new TeamService(deps, accounts)
   const jobs = new JobService(deps)
   const t = deps.config.tunables
+  const watcher = new ProjectionWatcher(deps)
+  const ready = new ReadyIndex(deps, watcher, { jobsPerProject: t.ready_index_jobs_per_project, jobs: t.ready_index_jobs, stateBytes: readyIndexStateBytes })
+  jobs.observer = ready.observer
   const context: ApiContext = {
     deps,
     jobs,
     keys: new ApiKeyDirectory(deps),
-    ready: new ReadyNotifier(deps),
-    watcher: new ProjectionWatcher(deps),
+    ready,
+    watcher,
     accounts,
     team,
     accountExports: new AccountLifecycle(deps, accounts, team),
@@ -209,7 +219,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     idempotency: openIdempotencyStore(deps),
     polls: new ProjectSlots(t.max_polls_per_project),
     streams: new ProjectSlots(t.max_event_streams_per_project),
-    claims: new ClaimLine((target, polls) => claimForPolls(deps, jobs, target, polls), {
+    claims: new ClaimLine((target, polls) => claimForPolls(deps, jobs, target, polls, (jobId, seq) => ready.isStale(jobId, seq)), {
       perProject: t.claim_transactions_per_project,
       total: t.claim_transactions,
       jobsPerTransaction: maxJobsPerClaimTransaction,
@@ -218,11 +228,11 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     stopping,
   }
   context.keys.start()
-  context.ready.start()
   context.watcher.start()
+  await context.ready.start()
   app.addHook('onClose', async () => {
     context.keys.stop()
-    context.ready.stop()
+    await context.ready.stop()
     context.watcher.stop()
     await context.requestRate.stop()
     await context.billing.allowance.stop()

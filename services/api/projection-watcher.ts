@@ -15,6 +15,7 @@ export class ProjectionWatcher {
   readonly #deps: Deps
   #reached = 0
   #subscription: Subscription | undefined
+  readonly #listeners = new Set<(seq: number) => void>()
 
   constructor(deps: Deps) {
     this.#deps = deps
@@ -25,9 +26,26 @@ export class ProjectionWatcher {
       callback: (err, msg) => {
         if (err) return
         const seq = Number(msg.string())
-        if (Number.isFinite(seq) && seq > this.#reached) this.#reached = seq
+        if (Number.isFinite(seq)) this.#advance(seq)
       },
     })
+  }
+
+  #advance(seq: number): void {
+    if (seq <= this.#reached) return
+    this.#reached = seq
+    for (const listener of this.#listeners) listener(seq)
+  }
+
+  /** The highest sequence every read model is known to have applied (0 until the first news). */
+  get reached(): number {
+    return this.#reached
+  }
+
+  /** Calls `listener` with each new highest sequence; returns the unsubscribe. */
+  watch(listener: (seq: number) => void): () => void {
+    this.#listeners.add(listener)
+    return () => this.#listeners.delete(listener)
   }
 
   stop(): void {
@@ -41,8 +59,7 @@ export class ProjectionWatcher {
     let nextRead = 0
     while (Date.now() < deadline) {
       if (Date.now() >= nextRead) {
-        const through = await projectedThrough(this.#deps.sql, projections)
-        if (through > this.#reached) this.#reached = through
+        this.#advance(await projectedThrough(this.#deps.sql, projections))
         nextRead = Date.now() + recheckMs
       }
       if (seq <= this.#reached) return true

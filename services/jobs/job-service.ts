@@ -14,7 +14,7 @@ import {
 import { upsertJobRows } from '../../projections/job-list.ts'
 import type { AggregateRef, EventRecord, Loaded, StoredEvent } from '../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../streams/handle-command.ts'
-import { isSubjectToken, readySubject } from '../../streams/names.ts'
+import { isSubjectToken } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
 
 /** `job_` and a ULID: anything else cannot name a job, so it is not found without a lookup. */
@@ -66,6 +66,20 @@ export interface Written {
   seq: number
 }
 
+/**
+ * Follows a JobService's appends as they are answered, so that the API's ready index takes its
+ * own process's creates, claims and releases at once instead of waiting for the log to deliver
+ * them back.
+ */
+export interface JobAppendObserver {
+  /** A new job's first append is about to be sent. */
+  creating(jobId: string): void
+  /** A message this service appended was acknowledged. */
+  appended(record: EventRecord<JobEvent, Job | null>): void
+  /** The new job's append has settled, stored or not (after `appended` when it was). */
+  created(jobId: string): void
+}
+
 /** Jobs whose last known state this process keeps as hints (state includes the payload). */
 const maxKnownJobs = 20_000
 
@@ -86,6 +100,8 @@ export class JobService {
    * entry only costs a conflict and a reload (see handleCommand).
    */
   readonly #known = new Map<string, Loaded<Job>>()
+  /** Told of this service's appends: the API's ready index (JobAppendObserver). */
+  observer: JobAppendObserver | null = null
 
   constructor(deps: Deps) {
     this.#deps = deps
@@ -120,12 +136,21 @@ export class JobService {
     this.#known.set(jobId, known)
   }
 
-  async #run(projectId: string, jobId: string, command: JobCommand, hint?: Loaded<Job>): Promise<CommandResult<JobEvent, Job>> {
+  async #run(projectId: string, jobId: string, command: JobCommand, hint?: Loaded<Job>, trustHint = false): Promise<CommandResult<JobEvent, Job>> {
     if (!isJobId(jobId)) throw new JobNotFound(jobId)
-    const known = command.type === 'create_job' ? { state: null, seq: 0 } : (hint ?? this.#known.get(jobId))
-    const result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId, {
-      hint: known,
-    })
+    const creating = command.type === 'create_job'
+    const known = creating ? { state: null, seq: 0 } : (hint ?? this.#known.get(jobId))
+    if (creating) this.observer?.creating(jobId)
+    let result: CommandResult<JobEvent, Job | null>
+    try {
+      result = await handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId, {
+        hint: known,
+        trustHint: trustHint && hint !== undefined,
+      })
+      if (result.appended) this.observer?.appended(result.record)
+    } finally {
+      if (creating) this.observer?.created(jobId)
+    }
     if (result.state !== null && !isTerminal(result.state.state)) this.#remember(jobId, { state: result.state as Job, seq: result.seq })
     else this.#known.delete(jobId)
     // A no-op still reports the state it was decided on, which another writer (the
@@ -249,9 +274,13 @@ export class JobService {
     return result
   }
 
-  /** `row` is the job's read-model snapshot, used as the hint so a claim needs no load. */
-  async claim(projectId: string, jobId: string, workerId: string, row?: Loaded<Job>): Promise<CommandResult<JobEvent, Job>> {
-    return this.#run(projectId, jobId, { type: 'claim_job', data: { worker_id: workerId }, meta: this.#meta() }, row)
+  /**
+   * `known` is the job as a read-model row or the ready index has it, used as the hint so a claim
+   * needs no load. With `trustKnown`, a stale `known` is not reloaded: the claim fails with
+   * ConcurrencyConflict (or the refusal decided on it) and the caller moves on.
+   */
+  async claim(projectId: string, jobId: string, workerId: string, known?: Loaded<Job>, trustKnown = false): Promise<CommandResult<JobEvent, Job>> {
+    return this.#run(projectId, jobId, { type: 'claim_job', data: { worker_id: workerId }, meta: this.#meta() }, known, trustKnown)
   }
 
   async promote(projectId: string, jobId: string): Promise<CommandResult<JobEvent, Job>> {
@@ -298,14 +327,9 @@ export class JobService {
     return moved
   }
 
-  /** Writes read-model rows for records this process appended (claim, promotion, reaping paths). */
+  /** Writes read-model rows for records this process appended (the scheduler's promotion and reaping paths). */
   async writeRows(records: readonly EventRecord[]): Promise<void> {
     await upsertJobRows(this.#deps.sql, records)
-  }
-
-  /** Wakes long polls waiting on this project and queue, in every API process. */
-  notifyReady(projectId: string, queue: string): void {
-    this.#deps.nats.nc.publish(readySubject(this.#deps.config.namespace, projectId, queue))
   }
 }
 

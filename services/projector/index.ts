@@ -1,17 +1,7 @@
-import type { Job } from '../../domain/job.ts'
-import { isClaimable } from '../../domain/job.ts'
 import { applyBatchIsolatingFailures, projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { consumeBatches } from '../../streams/consume.ts'
-import type { EventRecord } from '../../streams/event-store.ts'
-import {
-  checkpointSubject,
-  eventsStreamName,
-  eventsSubjectFilter,
-  projectorConsumerName,
-  projectorYieldSubject,
-  readySubject,
-} from '../../streams/names.ts'
+import { checkpointSubject, eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../streams/names.ts'
 import type { Deps } from '../runtime.ts'
 import { assertStillLeading, holdLeadership, LeadershipLost } from '../leadership.ts'
 
@@ -55,7 +45,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
             deps.log.error({ err, seq: record.seq, subject: record.subject }, 'projector: a message the read models cannot hold was skipped (see projection_failures)'),
           { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
         )
-        announce(deps, records, seq)
+        announce(deps, seq)
       },
       signal,
       (err) => {
@@ -72,19 +62,10 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
 }
 
 /**
- * After a commit: tells API processes how far the read models are (read-your-writes waits) and
- * wakes pollers of every project and queue that just got a claimable job.
+ * After a commit: tells API processes how far the read models are (read-your-writes waits, and
+ * the ready index's warm-ups). Polls are not woken from here: each API process's ready index
+ * follows the log itself and wakes its own polls.
  */
-function announce(deps: Deps, records: readonly EventRecord[], seq: number): void {
-  const ns = deps.config.namespace
-  const nc = deps.nats.nc
-  nc.publish(checkpointSubject(ns), String(seq))
-  const now = deps.now().toISOString()
-  const ready = new Set<string>()
-  for (const r of records) {
-    if (r.message.aggregate !== 'job') continue
-    const job = r.message.state as Job | null
-    if (job !== null && isClaimable(job, now)) ready.add(readySubject(ns, job.project_id, job.queue))
-  }
-  for (const subject of ready) nc.publish(subject)
+function announce(deps: Deps, seq: number): void {
+  deps.nats.nc.publish(checkpointSubject(deps.config.namespace), String(seq))
 }

@@ -16,8 +16,7 @@ const passLimit = 500
 const passConcurrency = 16
 
 /**
- * The scheduler role: moves due scheduled jobs to pending, wakes pollers when a retry's backoff
- * ends, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
+ * The scheduler role: moves due scheduled jobs to pending, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
  * continuation cascades that a crash interrupted, starts billing periods and deletes terminal
  * jobs past their plan's retention. Every move is a command on the job aggregate, so several schedulers may run:
  * the expected-sequence append lets exactly one of them win each move.
@@ -27,17 +26,15 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const { signal } = controller
   const jobs = new JobService(deps)
   const t = deps.config.tunables
-  let lastDueScan = deps.now()
   const billing = new BillingService(deps)
   const rolled = { period: '', projects: new Set<string>() }
   const retention = new Retention(deps)
   let lastThroughputPrune = Number.NEGATIVE_INFINITY
 
   const loops = [
-    every(t.scheduler_interval_ms, signal, async () => {
-      await promoteDueJobs(deps, jobs)
-      lastDueScan = await wakeForDueRetries(deps, jobs, lastDueScan)
-    }, (err) => deps.log.error({ err }, 'scheduler: promotion pass failed')),
+    every(t.scheduler_interval_ms, signal, async () => void (await promoteDueJobs(deps, jobs)), (err) =>
+      deps.log.error({ err }, 'scheduler: promotion pass failed'),
+    ),
     every(t.scheduler_interval_ms, signal, async () => void (await fireDueSchedules(deps, jobs, billing)), (err) =>
       deps.log.error({ err }, 'scheduler: recurring pass failed'),
     ),
@@ -104,7 +101,8 @@ async function inParallel<T>(items: T[], run: (item: T) => Promise<void>): Promi
 
 /**
  * Scheduled jobs whose run_at has come become pending. Their rows are written here rather than
- * left to the projector so that pollers woken next find them claimable at once.
+ * left to the projector, so that the next pass does not pick them again. Polls learn of the
+ * promotion from the log (each API process's ready index), not from here.
  */
 export async function promoteDueJobs(deps: Deps, jobs: JobService): Promise<number> {
   const due = await deps.sql<{ project_id: string; id: string }[]>`
@@ -115,26 +113,9 @@ export async function promoteDueJobs(deps: Deps, jobs: JobService): Promise<numb
   await inParallel(due, async (row) => {
     const result = await jobs.promote(row.project_id, row.id)
     await jobs.writeRows([result.record])
-    if (result.appended && result.state !== null) {
-      promoted++
-      jobs.notifyReady(row.project_id, result.state.queue)
-    }
+    if (result.appended) promoted++
   })
   return promoted
-}
-
-/**
- * A failed attempt leaves the job pending with a future run_at and no event marks the moment it
- * becomes claimable, so this pass wakes the pollers of each project and queue whose backoff
- * ended since the previous pass. Resolves to the instant this pass covered up to.
- */
-async function wakeForDueRetries(deps: Deps, jobs: JobService, since: Date): Promise<Date> {
-  const until = deps.now()
-  const rows = await deps.sql<{ project_id: string; queue: string }[]>`
-    SELECT DISTINCT project_id, queue FROM jobs
-    WHERE state = 'pending' AND available_at > ${since} AND available_at <= ${until}`
-  for (const r of rows) jobs.notifyReady(r.project_id, r.queue)
-  return until
 }
 
 /**

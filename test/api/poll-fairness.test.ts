@@ -9,6 +9,12 @@ import { eventually, httpRequest, startHarness, type HttpResponse } from '../sup
  * every tenant's polls and reads share. The API is built here rather than by the harness so the
  * test can count the poll requests the server has received.
  *
+ * Polls claim from the ready index, which needs no connection; they ask Postgres only for queues
+ * the index cannot vouch for. Here it cannot: the projector is stopped after the log has moved
+ * on, so the index cannot be warmed from the read model (its snapshot would predate what the
+ * index started following), as when the projector lags the log under load. Every poll then runs
+ * the read-model query, and that is what the claim line bounds.
+ *
  * The claim transactions are made to block where the test can see them: a separate connection
  * holds `LOCK TABLE jobs IN EXCLUSIVE MODE`, which stops every `SELECT … FOR UPDATE` (and every
  * write) on the jobs table but lets plain reads through. A claim that reached Postgres then sits
@@ -86,6 +92,12 @@ t.test("a project's waiting polls (more than the pool) leave another project's p
   const before = await asB('GET', '/jobsvc/v1/jobs?limit=10')
   t.same(before.body.data.map((j: any) => j.id), [created.body.id], "B's job is in the read model before the lock")
 
+  await h.stopRole('projector')
+  const c = await h.newProject()
+  const moved = await httpRequest(url, c.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'c-work', queue: 'c-q', payload: {} })
+  t.equal(moved.status, 201, 'the log moves on without the projector')
+  await eventually(async () => context.ready.position >= Number(moved.headers.get('x-event-seq')), 15_000, 'the index to follow it')
+
   const unlock = await lockJobsTable()
   let unlocked = false
   const release = async () => {
@@ -106,6 +118,7 @@ t.test("a project's waiting polls (more than the pool) leave another project's p
     "every poll of A is claiming or waiting for its turn",
   )
   await eventually(async () => (await claimsBlocked()) === context.claims.running(h.projectId), 15_000, "A's running claims reached Postgres")
+  t.notOk(context.ready.isComplete(h.projectId, ['a-q']), "the index cannot vouch for A's queue")
 
   const listB = await answerWithin(asB('GET', '/jobsvc/v1/jobs?limit=10'))
   t.not(listB, 'pending', "B's jobs list answers while A's polls wait")

@@ -158,3 +158,31 @@ t.test('a stale hint never decides the answer: refusals and no-ops are decided a
   await t.rejects(claim, InvalidState, 'a hint that lags the log conflicts on append and the loaded state refuses')
   t.equal((await store.load<Job>(other)).state!.worker_id, 'w-real')
 })
+
+t.test('a trusted hint is decided on alone: a stale one is a ConcurrencyConflict with no load, nothing appended', async (t) => {
+  const ref = await createJob()
+  const fresh = await store.load<Job>(ref)
+  await run(claim('w-real'), ref)
+  let loads = 0
+  const counting = new (class extends ConflictCountingStore {
+    override async load<S>(r: AggregateRef) {
+      loads++
+      return super.load<S>(r)
+    }
+  })(names.namespace, nats.nc, nats.jsm)
+  const late = handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, ref, claim('w-late'), newEventId, { hint: fresh, trustHint: true })
+  await t.rejects(late, ConcurrencyConflict, 'the append at the hinted sequence conflicts and is not retried')
+  t.equal(loads, 0, 'no load')
+  t.equal(counting.conflicts, 1, 'one append')
+
+  const processing = await store.load<Job>(ref)
+  const refused = handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, ref, claim('w-other'), newEventId, { hint: processing, trustHint: true })
+  await t.rejects(refused, InvalidState, "the hint's refusal is answered as decided")
+  t.equal(loads, 0, 'still no load')
+  t.same((await store.history<JobEvent, Job>(ref)).map((r) => r.message.events.map((e) => e.type)), [['job_created'], ['job_claimed']], 'nothing appended')
+
+  const next = await createJob()
+  const won = await handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, next, claim('w-fresh'), newEventId, { hint: await store.load<Job>(next), trustHint: true })
+  t.ok(won.appended, 'a current hint claims with one append')
+  t.equal(won.state!.worker_id, 'w-fresh')
+})

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import type { Job } from '../../../domain/job.ts'
+import { claimForPoll } from '../../jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../jobs/recurring-service.ts'
 import type { ApiContext } from '../app.ts'
 import { runInLanes } from '../../jobs/lanes.ts'
@@ -200,10 +201,11 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
     /**
-     * Claims at once when it can; otherwise waits for a wake-up from the projector or scheduler
-     * (milliseconds after a job becomes claimable), re-checking every tick as a safety net. Each
-     * claim takes its turn in the process's claim line (services/jobs/claim-line.ts), which bounds
-     * the Postgres connections one project's polls hold.
+     * Claims at once when it can; otherwise waits until the ready index wakes it (as soon as a job
+     * of its queues becomes claimable), re-checking every tick as a safety net. Claims come from
+     * the index; only a queue the index cannot vouch for, and the tick's re-check, ask the read
+     * model, taking their turn in the process's claim line (services/jobs/claim-line.ts), which
+     * bounds the Postgres connections one project's polls hold.
      */
     app.post('/poll', { schema: pollSchema }, async (request, reply) => {
       const b = request.body
@@ -241,19 +243,22 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
 
       async function pollUntilClaimedOrDeadline() {
         const restarting = () => serviceUnavailable('the service is restarting; poll again with backoff')
-        for (;;) {
-          if (ctx.stopping.aborted) throw restarting()
-          const listener = ctx.ready.listen(claim.projectId, claim.queues)
-          try {
-            const claimed = await ctx.claims.claim(claim, gone.signal)
+        // Open before the first claim, so that a job that becomes claimable between a claim and
+        // the wait that follows it still wakes this poll.
+        const session = ctx.ready.open(claim.projectId, claim.queues, claim.jobTypes, claim.capacity)
+        try {
+          let recheck = false
+          for (;;) {
+            if (ctx.stopping.aborted) throw restarting()
+            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone.signal, recheck)
             // A claim still waiting for its turn when shutdown began was withdrawn, not run.
             if (claimed.length === 0 && ctx.stopping.aborted) throw restarting()
             const remaining = deadline - Date.now()
             if (claimed.length > 0 || remaining <= 0 || gone.signal.aborted) return { jobs: claimed.map(toPolledJob) }
-            await listener.wait(Math.min(remaining, t.poll_tick_ms), gone.signal)
-          } finally {
-            listener.close()
+            recheck = (await session.wait(Math.min(remaining, t.poll_tick_ms), gone.signal)) === 'timeout'
           }
+        } finally {
+          session.close()
         }
       }
     })
