@@ -103,7 +103,8 @@ t.test('a projector killed mid-stream and restarted ends where an uninterrupted 
     worker_id: 'w-reg',
     queues: ['default'],
     job_types: ['kind-0'],
-    recurring_schedules: [{ job_type: 'kind-0', cron_expression: '*/5 * * * *' }],
+    // Once a year (1 January, 00:00 UTC): a schedule that fired during the run would add a job to the count below.
+    recurring_schedules: [{ job_type: 'kind-0', cron_expression: '0 0 1 1 *' }],
   })
   t.equal(await through(h), frozenAt, 'nothing advanced the checkpoints while no projector ran')
   t.ok((await h.runtime.store.lastSequence()) > frozenAt, 'the log moved past the read models meanwhile')
