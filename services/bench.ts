@@ -40,10 +40,16 @@ import { CpuMeter, describeCpu, type CpuBreakdown } from './bench-cpu.ts'
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
   [--nats-url URL] [--service-log FILE] [--service-cpu-prof DIR] [--no-metering] [--webhooks]
-  [--batch B]
+  [--idle N] [--batch B] [--retention-jobs N]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
-       npm run bench -- --spawn --retention-jobs N [--jobs M, 0 for none] [the usual run's options]
+
+A run measures, one after another: an idle phase (--idle N jobs, default 300, paced at 50/s by 2
+producers for 4 workers: claim latency on an idle system), the single-request cycle (--jobs,
+default 10,000), the batched cycle (--batch B, default 100) and, with --spawn, retention of a
+backlog alone (--retention-jobs N, default 20,000). Each figure is printed on its own line and
+the JSON last line carries jobs_per_s, idle_claim_p50_ms, batch_jobs_per_s and
+retention_jobs_per_s with the rest. 0 turns a phase off (--jobs 0: no cycles, retention alone).
 
 Without --rate producers create as fast as the service answers, so created->claimed includes the
 backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
@@ -67,9 +73,9 @@ its metrics rollups (written by the projector's own code), then asks each metric
 
 --retention-jobs runs N jobs to their end 200 days ago through the job commands (real messages on
 the log, projected by the spawned service), then times the scheduler's retention passes until all
-N are deleted, while the usual run goes on (--jobs 0: with nothing else running); it prints the
-jobs purged per second and the machine's CPU per purged job, and the JSON gains
-retention_jobs_per_s. The spawned service's own retention runs once a day in this mode.`
+N are deleted, after the cycles, with nothing else running; it prints the jobs purged per second
+and the machine's CPU per purged job, and the JSON gains retention_jobs_per_s. The spawned
+service's own retention runs once a day in this mode.`
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 
@@ -87,6 +93,8 @@ const maxRetries = 5
 const requestTimeoutMs = 30_000
 /** The service's bound on one batch create. */
 const maxBatchJobs = 1000
+/** The idle phase's pace and workers: a load the service keeps up with at once, so a claim's latency is its own. */
+const idlePhase = { rate: 50, producers: 2, workers: 4 }
 /** Poll capacity of the batched cycle unless --capacity is given: the largest a poll may ask. */
 const batchedCapacity = 50
 
@@ -112,6 +120,8 @@ interface Options {
   rate: number | null
   /** Jobs per batch create in a second, batched cycle (acks batched too); null: the single-request cycle only. */
   batch: number | null
+  /** Jobs of the idle phase before the cycles (paced at 50/s); null: none (a paced run is its own idle phase). */
+  idle: number | null
   /** Poll capacity in the batched cycle: --capacity when given, else the largest a poll may ask. */
   batchCapacity: number
   /** Jobs to seed and export instead of the throughput run; null: the throughput run. */
@@ -121,13 +131,19 @@ interface Options {
   /** Jobs to seed before timing the metrics routes instead of the throughput run; null: the throughput run. */
   metricsJobs: number | null
   metricsRequests: number
-  /** Expired jobs to seed and time retention on, beside the usual run; null: no retention run. */
+  /** Expired jobs to seed and time retention on, after the cycles; null: no retention run. */
   retentionJobs: number | null
   /**
    * `--dev` (which `npm run bench` passes, as `npm start` does): without JOBSVC_SECRET, the
    * spawned service and command line use the development mode's secret file too.
    */
   dev: boolean
+}
+
+/** A count where 0 turns its phase off (null). */
+function phaseCount(name: string, raw: string | undefined, fallback: number, max: number): number | null {
+  if (raw === '0') return null
+  return raw === undefined && fallback === 0 ? null : positiveInt(name, raw, fallback, max)
 }
 
 function positiveInt(name: string, raw: string | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -165,6 +181,7 @@ function toOptions(argv: string[]): Options {
       'service-cpu-prof': { type: 'string' },
       rate: { type: 'string' },
       batch: { type: 'string' },
+      idle: { type: 'string' },
       'no-metering': { type: 'boolean', default: false },
       webhooks: { type: 'boolean', default: false },
       'export-jobs': { type: 'string' },
@@ -179,9 +196,9 @@ function toOptions(argv: string[]): Options {
   // The seeding writes to the service's database, which only a spawned service shares with us.
   if (values['export-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--export-jobs needs --spawn\n${usage}`)
   if (values['metrics-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--metrics-jobs needs --spawn\n${usage}`)
-  if (values['retention-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
-  // --jobs 0 times retention alone.
-  const noLoad = values['retention-jobs'] !== undefined && values.jobs === '0'
+  if (values['retention-jobs'] !== undefined && values['retention-jobs'] !== '0' && !values.spawn) throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
+  // --jobs 0: no cycles (retention alone).
+  const noLoad = values.jobs === '0'
   // The same environment the service reads (CONTRACT.md) supplies the defaults for --spawn.
   const config = loadConfig(process.env, { devSecretFile: values.dev ? devSecretFileName : null })
   return {
@@ -199,7 +216,8 @@ function toOptions(argv: string[]): Options {
     serviceLog: values['service-log'] ?? null,
     serviceCpuProfileDir: values['service-cpu-prof'] ?? null,
     rate: values.rate === undefined ? null : positiveInt('rate', values.rate, 0),
-    batch: values.batch === undefined ? null : positiveInt('batch', values.batch, 0, maxBatchJobs),
+    batch: noLoad ? null : phaseCount('batch', values.batch, 100, maxBatchJobs),
+    idle: noLoad || values.rate !== undefined ? null : phaseCount('idle', values.idle, 300, 100_000),
     batchCapacity: positiveInt('capacity', values.capacity, batchedCapacity, 50),
     metering: !values['no-metering'],
     webhooks: values.webhooks,
@@ -207,7 +225,7 @@ function toOptions(argv: string[]): Options {
     exportReadMbps: positiveInt('export-read-mbps', values['export-read-mbps'], 16, 10_000),
     metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),
     metricsRequests: positiveInt('metrics-requests', values['metrics-requests'], 200, 100_000),
-    retentionJobs: values['retention-jobs'] === undefined ? null : positiveInt('retention-jobs', values['retention-jobs'], 0, 10_000_000),
+    retentionJobs: phaseCount('retention-jobs', values['retention-jobs'], values.spawn ? 20_000 : 0, 10_000_000),
     dev: values.dev,
   }
 }
@@ -937,6 +955,7 @@ function report(
   r: Results,
   webhooks: ReturnType<WebhookReceiver['summary']> | null,
   cpu: CpuBreakdown | null,
+  idle: Results | null,
   batched: BatchedRun | null,
   retention: { lines: string[]; summary: Record<string, number | null> } | null,
 ): void {
@@ -948,6 +967,9 @@ function report(
     claim_p50_ms: round(percentile(r.claimLatencies, 50)),
     claim_p99_ms: round(percentile(r.claimLatencies, 99)),
     projection_lag_p99_ms: round(percentile(r.lags, 99)),
+    ...(idle === null
+      ? {}
+      : { idle_claim_p50_ms: round(percentile(idle.claimLatencies, 50)), idle_claim_p99_ms: round(percentile(idle.claimLatencies, 99)), idle_create_p50_ms: round(percentile(idle.createLatencies, 50)) }),
     ...(webhooks ?? {}),
     ...(b === undefined
       ? {}
@@ -963,6 +985,13 @@ function report(
     ...(retention?.summary ?? {}),
   }
   const lines = [
+    ...(idle === null
+      ? []
+      : [
+          '',
+          `jobsvc bench, idle: ${idle.jobs} jobs paced at ${idlePhase.rate}/s, ${idlePhase.producers} producers, ${idlePhase.workers} workers${idle.complete ? '' : ' (INCOMPLETE)'}`,
+          `  idle claim: created -> claimed p50 ${ms(round(percentile(idle.claimLatencies, 50)))}  p99 ${ms(round(percentile(idle.claimLatencies, 99)))}; create p50 ${ms(round(percentile(idle.createLatencies, 50)))}`,
+        ]),
     '',
     `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers${opts.rate === null ? '' : ` paced at ${opts.rate}/s`}, ${opts.workers} workers x capacity ${opts.capacity}${r.complete ? '' : ' (INCOMPLETE)'}`,
     ...describeCycle(r, 'creates'),
@@ -1255,38 +1284,53 @@ async function main(argv: string[]): Promise<boolean> {
       retention = await RetentionBench.prepare(config, opts.retentionJobs, service?.child.pid, run.signal, (line) => process.stderr.write(`${line}\n`))
     }
     tracker = nats !== null && namespace !== null ? new CheckpointTracker(nats, namespace) : new ProbeTracker(client, run.signal)
-    process.stderr.write(`bench: ${opts.jobs} jobs against ${url}${retention === null ? '' : ', and retention of the backlog'}\n`)
+    process.stderr.write(`bench: ${opts.jobs} jobs against ${url}${retention === null ? '' : ', then retention of the backlog'}\n`)
     if (receiverPort !== null) {
       const sub = await client.request('POST', '/jobsvc/v1/webhooks', { url: `http://127.0.0.1:${receiverPort}/bench`, events: ['job.created'] })
       if (sub.status !== 201) throw new HttpError('webhook subscription', sub)
     }
-    const cpuMeter = new CpuMeter(service?.child.pid)
-    cpuMeter.start()
-    const [results, purged] = await Promise.all([
-      opts.jobs === 0 ? null : drive(client, opts, { batch: null, capacity: opts.capacity }, tracker, run.signal),
-      retention?.run() ?? null,
-    ])
-    const cpu = cpuMeter.stop()
-    const retentionReport = retention === null || purged === null ? null : { lines: retention.describe(purged, results !== null), summary: retention.summary(purged) }
+    const newTracker = () => {
+      tracker?.close()
+      tracker = nats !== null && namespace !== null ? new CheckpointTracker(nats, namespace) : new ProbeTracker(client!, run.signal)
+      return tracker
+    }
+    let idle: Results | null = null
+    if (opts.idle !== null) {
+      process.stderr.write(`bench: idle phase, ${opts.idle} jobs paced at ${idlePhase.rate}/s\n`)
+      idle = await drive(client, { ...opts, ...idlePhase, jobs: opts.idle }, { batch: null, capacity: opts.capacity }, newTracker(), run.signal)
+    }
+    let results: Results | null = null
+    let cpu: CpuBreakdown | null = null
+    if (opts.jobs > 0) {
+      const cpuMeter = new CpuMeter(service?.child.pid)
+      cpuMeter.start()
+      results = await drive(client, opts, { batch: null, capacity: opts.capacity }, newTracker(), run.signal)
+      cpu = cpuMeter.stop()
+    }
+    if (results !== null && receiver !== null) await receiver.settle(results.jobs, 60_000)
+    const webhooks = receiver?.summary() ?? null
+    let batched: BatchedRun | null = null
+    if (opts.batch !== null && results?.complete) {
+      process.stderr.write(`bench: batched cycle, ${opts.jobs} jobs in batches of ${opts.batch}\n`)
+      const batchMeter = new CpuMeter(service?.child.pid)
+      batchMeter.start()
+      const batchResults = await drive(client, opts, { batch: opts.batch, capacity: opts.batchCapacity }, newTracker(), run.signal)
+      batched = { results: batchResults, cpu: batchMeter.stop() }
+    }
+    let retentionReport: { lines: string[]; summary: Record<string, number | null> } | null = null
+    if (retention !== null) {
+      process.stderr.write(`bench: retention of ${retention.seeded.jobs.length} expired jobs, nothing else running\n`)
+      const purged = await retention.run()
+      retentionReport = { lines: retention.describe(purged, false), summary: retention.summary(purged) }
+    }
     if (results === null) {
       process.stdout.write([...(retentionReport?.lines ?? []), ''].join('\n') + JSON.stringify(retentionReport?.summary ?? {}) + '\n')
       return true
     }
-    if (receiver !== null) await receiver.settle(results.jobs, 60_000)
-    const webhooks = receiver?.summary() ?? null
-    let batched: BatchedRun | null = null
-    if (opts.batch !== null && results.complete) {
-      process.stderr.write(`bench: batched cycle, ${opts.jobs} jobs in batches of ${opts.batch}\n`)
-      tracker.close()
-      tracker = nats !== null && namespace !== null ? new CheckpointTracker(nats, namespace) : new ProbeTracker(client, run.signal)
-      const batchMeter = new CpuMeter(service?.child.pid)
-      batchMeter.start()
-      const batchResults = await drive(client, opts, { batch: opts.batch, capacity: opts.batchCapacity }, tracker, run.signal)
-      batched = { results: batchResults, cpu: batchMeter.stop() }
-    }
-    report(opts, results, webhooks, cpu, batched, retentionReport)
+    report(opts, results, webhooks, cpu, idle, batched, retentionReport)
     if (service !== null && service.child.exitCode !== null) process.stderr.write(`bench: the service died:\n${service.output()}\n`)
-    return results.complete && results.duplicateClaims === 0 && (batched === null || (batched.results.complete && batched.results.duplicateClaims === 0))
+    const clean = (r: Results | null) => r === null || (r.complete && r.duplicateClaims === 0)
+    return clean(idle) && clean(results) && clean(batched?.results ?? null)
   } finally {
     clearTimeout(timeout)
     tracker?.close()
