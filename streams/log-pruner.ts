@@ -15,13 +15,13 @@
  * deletes then go in parallel. A chain that is long (progress reports) or broken (a header
  * missing, a message already gone after an interrupted run) falls back to one purge by subject.
  *
- * Requests go through one reply subscription, matched by token (as JetStreamPublisher does):
- * nats.js's request path cost about twice the client CPU per job.
+ * Requests go through one reply subscription, matched by token (reply-requests.ts): nats.js's
+ * request path cost about twice the client CPU per job.
  */
-import { createInbox, type Msg, type NatsConnection, type Subscription } from '@nats-io/transport-node'
-import { isNatsConnected } from './connection.ts'
+import type { Msg, NatsConnection } from '@nats-io/transport-node'
 import { LogUnavailable } from './errors.ts'
 import { eventsStreamName } from './names.ts'
+import { ReplyRequests } from './reply-requests.ts'
 
 /** Header every append carries (EventStore.append): the subject's last sequence the decision saw. */
 const previousSeqHeader = 'Nats-Expected-Last-Subject-Sequence'
@@ -39,12 +39,6 @@ export class JetStreamApiError extends Error {
   }
 }
 
-interface Pending {
-  resolve: (msg: Msg) => void
-  reject: (err: Error) => void
-  timer: NodeJS.Timeout
-}
-
 export interface PruneResult {
   /** Messages removed. */
   messages: number
@@ -54,20 +48,13 @@ export interface PruneResult {
 
 /** Removes aggregates' messages from the events stream of one namespace (see the file's header). */
 export class LogPruner {
-  readonly #nc: NatsConnection
   readonly #stream: string
-  readonly #timeoutMs: number
-  readonly #prefix = createInbox()
-  readonly #pending = new Map<string, Pending>()
-  readonly #subscription: Subscription
+  readonly #requests: ReplyRequests
   readonly #encoder = new TextEncoder()
-  #next = 0
 
   constructor(nc: NatsConnection, ns: string, timeoutMs = 10_000) {
-    this.#nc = nc
     this.#stream = eventsStreamName(ns)
-    this.#timeoutMs = timeoutMs
-    this.#subscription = nc.subscribe(`${this.#prefix}.*`, { callback: (_err, msg) => this.#settle(msg) })
+    this.#requests = new ReplyRequests(nc, timeoutMs)
   }
 
   /**
@@ -98,12 +85,7 @@ export class LogPruner {
   }
 
   close(): void {
-    this.#subscription.unsubscribe()
-    for (const [token, p] of this.#pending) {
-      clearTimeout(p.timer)
-      p.reject(new Error('the log pruner was closed'))
-      this.#pending.delete(token)
-    }
+    this.#requests.close('log pruner')
   }
 
   async #deleteMessage(seq: number): Promise<boolean> {
@@ -127,30 +109,6 @@ export class LogPruner {
   }
 
   #request(subject: string, body: string): Promise<Msg> {
-    if (!isNatsConnected(this.#nc)) return Promise.reject(new LogUnavailable('the NATS connection is down'))
-    const token = (this.#next++).toString(36)
-    return new Promise<Msg>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#pending.delete(token)
-        reject(new LogUnavailable(`JetStream did not answer ${subject} within ${this.#timeoutMs} ms`))
-      }, this.#timeoutMs)
-      this.#pending.set(token, { resolve, reject, timer })
-      try {
-        this.#nc.publish(subject, this.#encoder.encode(body), { reply: `${this.#prefix}.${token}` })
-      } catch (err) {
-        clearTimeout(timer)
-        this.#pending.delete(token)
-        reject(err as Error)
-      }
-    })
-  }
-
-  #settle(msg: Msg): void {
-    const token = msg.subject.slice(this.#prefix.length + 1)
-    const pending = this.#pending.get(token)
-    if (pending === undefined) return
-    this.#pending.delete(token)
-    clearTimeout(pending.timer)
-    pending.resolve(msg)
+    return this.#requests.request(subject, this.#encoder.encode(body))
   }
 }
