@@ -2,7 +2,8 @@ import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { openSql } from '../../projections/database.ts'
 import { buildApp } from '../../services/api/app.ts'
-import { eventually, httpRequest, startHarness, type HttpResponse } from '../support/harness.ts'
+import { answerWithin, eventually, httpRequest, startHarness, type HttpResponse } from '../support/harness.ts'
+import { lockJobsTable } from '../support/read-models.ts'
 
 /**
  * One tenant's long polls must not take the Postgres pool (20 connections per process) that
@@ -54,35 +55,6 @@ async function claimsBlocked(): Promise<number> {
   return row!.n
 }
 
-/** Holds the exclusive lock until the returned release is called. */
-async function lockJobsTable(): Promise<() => Promise<void>> {
-  let release!: () => void
-  const held = new Promise<void>((r) => (release = r))
-  let locked!: () => void
-  const acquired = new Promise<void>((r) => (locked = r))
-  const tx = observer.begin(async (sql) => {
-    await sql`LOCK TABLE jobs IN EXCLUSIVE MODE`
-    locked()
-    await held
-  })
-  await acquired
-  return async () => {
-    release()
-    await tx
-  }
-}
-
-/** The answer, or 'pending' if none came while the guard ran (a generous bound, not a timing). */
-async function answerWithin<T>(promise: Promise<T>, guardMs = 10_000): Promise<T | 'pending'> {
-  let timer: NodeJS.Timeout | undefined
-  const guard = new Promise<'pending'>((r) => (timer = setTimeout(() => r('pending'), guardMs)))
-  try {
-    return await Promise.race([promise, guard])
-  } finally {
-    clearTimeout(timer)
-  }
-}
-
 t.test("a project's waiting polls (more than the pool) leave another project's polls and reads their connections", async (t) => {
   const b = await h.newProject()
   const asB = (method: string, path: string, body?: unknown) => httpRequest(url, b.apiKey, method, path, body)
@@ -98,13 +70,7 @@ t.test("a project's waiting polls (more than the pool) leave another project's p
   t.equal(moved.status, 201, 'the log moves on without the projector')
   await eventually(async () => context.ready.position >= Number(moved.headers.get('x-event-seq')), 15_000, 'the index to follow it')
 
-  const unlock = await lockJobsTable()
-  let unlocked = false
-  const release = async () => {
-    if (!unlocked) await unlock()
-    unlocked = true
-  }
-  t.teardown(release)
+  const release = await lockJobsTable(observer, t)
 
   let answeredA = 0
   const pollsA: Array<Promise<HttpResponse>> = []

@@ -5,7 +5,8 @@ import { buildApp, type ApiContext } from '../../services/api/app.ts'
 import { JobService, type NewJob } from '../../services/jobs/job-service.ts'
 import type { Deps } from '../../services/runtime.ts'
 import { eventsStreamName } from '../../streams/names.ts'
-import { eventually, httpRequest, startHarness, withClockShifted, type HttpResponse } from '../support/harness.ts'
+import { answerWithin, eventually, httpRequest, startHarness, withClockShifted, type HttpResponse } from '../support/harness.ts'
+import { lockJobsTable } from '../support/read-models.ts'
 
 /**
  * The ready index (services/jobs/ready-index.ts) against the real NATS and Postgres: claims that
@@ -116,44 +117,10 @@ async function drain(apis: Api[], queue: string, ids: readonly string[], pollers
   return { claims, duplicates, lost: ids.filter((id) => !acked.has(id)) }
 }
 
-/** The answer, or 'pending' if none came while the guard ran (a generous bound, not a timing). */
-async function answerWithin<T>(promise: Promise<T>, guardMs = 15_000): Promise<T | 'pending'> {
-  let timer: NodeJS.Timeout | undefined
-  const guard = new Promise<'pending'>((r) => (timer = setTimeout(() => r('pending'), guardMs)))
-  try {
-    return await Promise.race([promise, guard])
-  } finally {
-    clearTimeout(timer)
-  }
-}
-
-/** Holds `LOCK TABLE jobs IN EXCLUSIVE MODE` (every claim query and row write waits, plain reads pass) until released. */
-async function lockJobsTable(): Promise<() => Promise<void>> {
-  let release!: () => void
-  const held = new Promise<void>((r) => (release = r))
-  let locked!: () => void
-  const acquired = new Promise<void>((r) => (locked = r))
-  const tx = sql.begin(async (lock) => {
-    await lock`LOCK TABLE jobs IN EXCLUSIVE MODE`
-    locked()
-    await held
-  })
-  await acquired
-  let done = false
-  const unlock = async () => {
-    if (done) return
-    done = true
-    release()
-    await tx
-  }
-  t.teardown(unlock)
-  return unlock
-}
-
 t.test('a job created in this process is claimed from the index, with the jobs table locked', async (t) => {
   const api = await startApi()
   await follow(api, 'q-fast')
-  const unlock = await lockJobsTable()
+  const unlock = await lockJobsTable(sql, t)
   const waiting = poll(api, { worker_id: 'wrk_fast', queues: ['q-fast'], wait_seconds: 20 })
   const created = await httpRequest(api.url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'ri', queue: 'q-fast', payload: { fast: true } })
   t.equal(created.status, 201)

@@ -177,6 +177,20 @@ export async function withClockShifted<T>(runtime: { now: () => Date }, ms: numb
   }
 }
 
+/**
+ * The promise's value, or 'pending' if it has not settled while the guard ran: a generous bound
+ * that tells "never answered" from "answered", not a timing assertion.
+ */
+export async function answerWithin<T>(promise: Promise<T>, guardMs = 15_000): Promise<T | 'pending'> {
+  let timer: NodeJS.Timeout | undefined
+  const guard = new Promise<'pending'>((r) => (timer = setTimeout(() => r('pending'), guardMs)))
+  try {
+    return await Promise.race([promise, guard])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** Polls `check` until it returns a truthy value (state, not time), failing after `timeoutMs`. */
 export async function eventually<T>(check: () => Promise<T | null | undefined | false>, timeoutMs = 15_000, what = 'condition'): Promise<T> {
   const deadline = Date.now() + timeoutMs

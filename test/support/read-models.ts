@@ -24,3 +24,30 @@ export async function readModels(sql: Sql) {
     projection_failures: await rows(sql`SELECT concat_ws(' ', seq, subject, error_code, error_message) AS row FROM projection_failures ORDER BY seq`),
   }
 }
+
+/**
+ * Holds `LOCK TABLE jobs IN EXCLUSIVE MODE` (every claim query and row write waits, plain reads
+ * pass) on one of `sql`'s connections until the returned release is called (at most once; it is
+ * also registered as a teardown of `t`).
+ */
+export async function lockJobsTable(sql: Sql, t: { teardown(fn: () => unknown): void }): Promise<() => Promise<void>> {
+  let release!: () => void
+  const held = new Promise<void>((r) => (release = r))
+  let locked!: () => void
+  const acquired = new Promise<void>((r) => (locked = r))
+  const tx = sql.begin(async (lock) => {
+    await lock`LOCK TABLE jobs IN EXCLUSIVE MODE`
+    locked()
+    await held
+  })
+  await acquired
+  let done = false
+  const unlock = async () => {
+    if (done) return
+    done = true
+    release()
+    await tx
+  }
+  t.teardown(unlock)
+  return unlock
+}
