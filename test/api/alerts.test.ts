@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap'
 import type { AlertEvent } from '../../domain/alert.ts'
-import { evaluateAlerts, alertRef } from '../../services/alerts/alert-service.ts'
+import { evaluateAlerts, alertRef } from '../../services/use-cases/alerts/alert-service.ts'
 import { eventually, httpRequest, withClockShifted, type Harness } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
 import { freshEmail, joinProject, newVerifiedUser, startPlatformHarness } from '../support/platform.ts'

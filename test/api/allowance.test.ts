@@ -5,8 +5,8 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { openSql } from '../../projections/database.ts'
-import { resolvePlans } from '../../services/metering/plans.ts'
-import { signPayload } from '../../services/metering/provider-signature.ts'
+import { resolvePlans } from '../../services/use-cases/metering/plans.ts'
+import { signPayload } from '../../services/use-cases/metering/provider-signature.ts'
 import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService, type HttpResponse, type SpawnedService } from '../support/harness.ts'
 import { newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
 
@@ -342,7 +342,7 @@ t.test('two API processes hand out the last 50 units exactly once', async (t) =>
   const sql = openSql(names.databaseUrl, { max: 2, applicationName: 'jobsvc-test' })
   t.teardown(() => sql.end({ timeout: 5 }))
 
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'mp', '--plan', 'business'], {
+  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'mp', '--plan', 'business'], {
     cwd: repoRoot,
     env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
   })

@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap'
-import { createProject } from '../../services/projects/project-service.ts'
+import { createProject } from '../../services/use-cases/projects/project-service.ts'
 import { httpRequest, startHarness, type HttpResponse } from '../support/harness.ts'
 
 // API-key authentication as the spec's Authentication section describes it: key shape, lookup by

@@ -1,9 +1,9 @@
 import t from 'tap'
 import { pino } from 'pino'
 import type { z } from 'zod'
-import { buildApp } from '../../services/api/app.ts'
-import { createProject } from '../../services/projects/project-service.ts'
-import { openRuntime } from '../../services/runtime.ts'
+import { buildApp } from '../../services/roles/api/app.ts'
+import { createProject } from '../../services/use-cases/projects/project-service.ts'
+import { openRuntime } from '../../services/infrastructure/runtime.ts'
 import { isolatedNames, removeIsolated, testConfig } from '../support/harness.ts'
 
 // Issue 13, item 1: zod runs every check of a string even after one failed, so a pattern behind
@@ -100,7 +100,7 @@ t.test('every string field is bounded, and its bound aborts before anything else
     if (def.format !== undefined) unbounded.push(`${where}: a ${def.format} format runs before any bound (pipe a bounded string into it)`)
     else if (first?.check !== 'max_length' || first.abort !== true) unbounded.push(`${where}: the first check is not an aborting max length`)
   }
-  t.same(unbounded, [], 'every string starts with an aborting max length (services/api/text-fields.ts)')
+  t.same(unbounded, [], 'every string starts with an aborting max length (services/roles/api/text-fields.ts)')
 })
 
 t.test('over its bound, no later check of any string runs', async (t) => {

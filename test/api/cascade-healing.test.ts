@@ -1,8 +1,8 @@
 import t from 'tap'
 import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
-import { JobService } from '../../services/jobs/job-service.ts'
-import { healInterruptedCascades } from '../../services/scheduler/index.ts'
+import { JobService } from '../../services/use-cases/jobs/job-service.ts'
+import { healInterruptedCascades } from '../../services/roles/scheduler/index.ts'
 import { eventually, startHarness, type Harness } from '../support/harness.ts'
 
 /**

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { openSql } from '../../projections/database.ts'
-import { renderError } from '../../services/api/errors.ts'
+import { renderError } from '../../services/roles/api/errors.ts'
 import { eventually, startHarness } from '../support/harness.ts'
 import { freePort, startPrivateNats } from '../support/private-nats.ts'
 

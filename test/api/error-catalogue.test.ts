@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { errorCatalogue, renderError } from '../../services/api/errors.ts'
+import { errorCatalogue, renderError } from '../../services/roles/api/errors.ts'
 import * as domainErrors from '../../domain/errors.ts'
 import { repoRoot } from '../support/harness.ts'
 

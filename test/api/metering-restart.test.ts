@@ -36,7 +36,7 @@ t.test('request counts, the allowance and idempotency keys survive a restart of 
   t.teardown(() => sql.end({ timeout: 5 }))
 
   const first = await start()
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'restart', '--plan', 'business'], {
+  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'restart', '--plan', 'business'], {
     cwd: repoRoot,
     env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
   })

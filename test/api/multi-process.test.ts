@@ -33,7 +33,7 @@ t.test('two service processes with 8 pollers each claim 2,000 jobs exactly once'
   const sql = openSql(names.databaseUrl, { max: 2, applicationName: 'jobsvc-test' })
   t.teardown(() => sql.end({ timeout: 5 }))
 
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'x', '--plan', 'business'], {
+  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'x', '--plan', 'business'], {
     cwd: repoRoot,
     env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
   })

@@ -3,9 +3,9 @@ import { Ajv2020 } from 'ajv/dist/2020.js'
 import addFormats from 'ajv-formats'
 import t, { type Test } from 'tap'
 import { z } from 'zod'
-import { buildApp } from '../../services/api/app.ts'
-import { errorCatalogue } from '../../services/api/errors.ts'
-import { errorResponses, serializeResponses } from '../../services/api/openapi.ts'
+import { buildApp } from '../../services/roles/api/app.ts'
+import { errorCatalogue } from '../../services/roles/api/errors.ts'
+import { errorResponses, serializeResponses } from '../../services/roles/api/openapi.ts'
 import { httpRequest, startHarness, type Harness } from '../support/harness.ts'
 
 // The API description (spec, Versioning 1): generated from the routes' zod schemas, public, and

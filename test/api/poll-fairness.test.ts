@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { openSql } from '../../projections/database.ts'
-import { buildApp } from '../../services/api/app.ts'
+import { buildApp } from '../../services/roles/api/app.ts'
 import { answerWithin, eventually, httpRequest, startHarness, type HttpResponse } from '../support/harness.ts'
 import { lockJobsTable } from '../support/read-models.ts'
 

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { JobService } from '../../services/jobs/job-service.ts'
+import { JobService } from '../../services/use-cases/jobs/job-service.ts'
 import { httpRequest, startHarness } from '../support/harness.ts'
 import { isError } from '../support/jobs-api.ts'
 

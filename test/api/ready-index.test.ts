@@ -1,15 +1,15 @@
 import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { openSql } from '../../projections/database.ts'
-import { buildApp, type ApiContext } from '../../services/api/app.ts'
-import { JobService, type NewJob } from '../../services/jobs/job-service.ts'
-import type { Deps } from '../../services/runtime.ts'
+import { buildApp, type ApiContext } from '../../services/roles/api/app.ts'
+import { JobService, type NewJob } from '../../services/use-cases/jobs/job-service.ts'
+import type { Deps } from '../../services/infrastructure/runtime.ts'
 import { eventsStreamName } from '../../streams/names.ts'
 import { answerWithin, eventually, httpRequest, startHarness, withClockShifted, type HttpResponse } from '../support/harness.ts'
 import { lockJobsTable } from '../support/read-models.ts'
 
 /**
- * The ready index (services/jobs/ready-index.ts) against the real NATS and Postgres: claims that
+ * The ready index (services/use-cases/jobs/ready-index.ts) against the real NATS and Postgres: claims that
  * need no Postgres, and every way the index can be cold, short or behind the log, in which each
  * job must still be claimed exactly once. The harness runs the projector and scheduler only; API
  * processes are built here, so that each test starts them when it needs (after jobs exist, or

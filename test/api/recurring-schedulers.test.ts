@@ -6,7 +6,7 @@ import { promisify } from 'node:util'
 import t from 'tap'
 import { decodeTime } from 'ulid'
 import { openSql } from '../../projections/database.ts'
-import { occurrenceJobId } from '../../services/jobs/recurring-service.ts'
+import { occurrenceJobId } from '../../services/use-cases/jobs/recurring-service.ts'
 import { connectNats } from '../../streams/connection.ts'
 import { eventsStreamConfig } from '../../streams/definitions.ts'
 import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService, type HttpResponse, type SpawnedService } from '../support/harness.ts'
@@ -59,7 +59,7 @@ t.test('schedulers in several processes fire each occurrence once, and catch up 
   const nats = await connectNats(process.env.NATS_URL ?? 'nats://127.0.0.1:4222', 'jobsvc-test')
   t.teardown(() => nats.nc.close())
 
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'cron', '--plan', 'business'], {
+  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'cron', '--plan', 'business'], {
     cwd: repoRoot,
     env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret', LOG_LEVEL: 'silent' },
   })

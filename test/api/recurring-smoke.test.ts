@@ -1,7 +1,7 @@
 import t from 'tap'
-import { fireDueSchedules } from '../../services/jobs/recurring-service.ts'
-import { JobService } from '../../services/jobs/job-service.ts'
-import { BillingService } from '../../services/metering/billing-service.ts'
+import { fireDueSchedules } from '../../services/use-cases/jobs/recurring-service.ts'
+import { JobService } from '../../services/use-cases/jobs/job-service.ts'
+import { BillingService } from '../../services/use-cases/metering/billing-service.ts'
 import { eventually, startHarness } from '../support/harness.ts'
 
 t.test('a schedule fires once per occurrence', async (t) => {

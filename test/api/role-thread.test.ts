@@ -12,7 +12,7 @@ t.test('one process runs the API on its main thread and the other roles on a thr
   const svc = await spawnService(env)
   t.teardown(() => svc.stop('SIGKILL'))
 
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'threads', '--plan', 'business'], {
+  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'threads', '--plan', 'business'], {
     cwd: repoRoot,
     env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
   })

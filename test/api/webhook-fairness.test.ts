@@ -5,9 +5,9 @@ import { webhookDecider, type Webhook, type WebhookCommand, type WebhookEvent } 
 import { applyWebhookRows } from '../../projections/webhooks.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
 import { deliveriesStreamName, dispatcherConsumerName, eventsStreamName, subscriptionDelivererConsumerName } from '../../streams/names.ts'
-import * as dispatcher from '../../services/dispatcher/index.ts'
-import { deriveKey, encryptAtRest } from '../../services/platform/secrets.ts'
-import { webhookRef } from '../../services/webhooks/webhook-service.ts'
+import * as dispatcher from '../../services/roles/dispatcher/index.ts'
+import { deriveKey, encryptAtRest } from '../../services/infrastructure/secrets.ts'
+import { webhookRef } from '../../services/use-cases/webhooks/webhook-service.ts'
 import { eventually, httpRequest, startHarness, type TestLike } from '../support/harness.ts'
 
 /** How long a trickling receiver keeps going if nobody cuts it off (far past any deadline here). */

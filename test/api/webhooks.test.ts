@@ -1,5 +1,5 @@
 import t from 'tap'
-import { BillingService } from '../../services/metering/billing-service.ts'
+import { BillingService } from '../../services/use-cases/metering/billing-service.ts'
 import { eventsStreamName } from '../../streams/names.ts'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { SlotPool } from '../../services/dispatcher/slot-pool.ts'
+import { SlotPool } from '../../services/roles/dispatcher/slot-pool.ts'
 
 const never = new AbortController().signal
 

@@ -1,6 +1,6 @@
 import t from 'tap'
-import type { ClaimTarget, PollDemand } from '../../services/jobs/claimer.ts'
-import { ClaimLine } from '../../services/jobs/claim-line.ts'
+import type { ClaimTarget, PollDemand } from '../../services/use-cases/jobs/claimer.ts'
+import { ClaimLine } from '../../services/use-cases/jobs/claim-line.ts'
 
 /**
  * The claim line's turn-taking, with a runner the test finishes by hand (the claim transactions

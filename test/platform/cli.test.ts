@@ -10,7 +10,7 @@ const run = promisify(execFile)
 t.test('the operator command line opens accounts and suspends users', async (t) => {
   const h = await startPlatformHarness(t, import.meta.filename)
   const cli = async (...args: string[]) => {
-    const out = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', ...args], {
+    const out = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', ...args], {
       cwd: repoRoot,
       env: { ...process.env, JOBSVC_NAMESPACE: h.config.namespace, DATABASE_URL: h.config.databaseUrl, JOBSVC_SECRET: h.config.secret, LOG_LEVEL: 'silent' },
     })
@@ -46,7 +46,7 @@ t.test('the operator command line opens accounts and suspends users', async (t) 
   })
 
   await t.test('bad arguments exit with 2 and a usage line', async (t) => {
-    const failed = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', 'user', 'suspend'], { cwd: repoRoot }).catch((e: { code: number; stderr: string }) => e)
+    const failed = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'user', 'suspend'], { cwd: repoRoot }).catch((e: { code: number; stderr: string }) => e)
     t.match(failed, { code: 2, stderr: /--email is required/ })
   })
 })

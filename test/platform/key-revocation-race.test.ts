@@ -1,6 +1,6 @@
 import t from 'tap'
-import { ApiKeyDirectory } from '../../services/api/api-key-directory.ts'
-import { commandProject } from '../../services/projects/project-service.ts'
+import { ApiKeyDirectory } from '../../services/roles/api/api-key-directory.ts'
+import { commandProject } from '../../services/use-cases/projects/project-service.ts'
 import type { EventStore } from '../../streams/event-store.ts'
 import { startHarness } from '../support/harness.ts'
 

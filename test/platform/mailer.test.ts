@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream'
 import { pino } from 'pino'
 import t from 'tap'
-import { createMailer, tokenLink, verificationMail } from '../../services/platform/mailer.ts'
+import { createMailer, tokenLink, verificationMail } from '../../services/infrastructure/mailer.ts'
 import { startSmtpSink, tokenFromMail } from '../support/smtp-sink.ts'
 
 t.test('without SMTP_URL an e-mail is written to the log, link and all', async (t) => {

@@ -1,7 +1,7 @@
 import { randomInt } from 'node:crypto'
 import t from 'tap'
-import * as api from '../../services/api/index.ts'
-import { ConfigError, loadConfig, type Config } from '../../services/config.ts'
+import * as api from '../../services/roles/api/index.ts'
+import { ConfigError, loadConfig, type Config } from '../../services/infrastructure/config.ts'
 import { httpRequest, startHarness, type HttpResponse } from '../support/harness.ts'
 
 /**

@@ -6,8 +6,8 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { pino } from 'pino'
 import t from 'tap'
-import * as api from '../../services/api/index.ts'
-import { openRuntime } from '../../services/runtime.ts'
+import * as api from '../../services/roles/api/index.ts'
+import { openRuntime } from '../../services/infrastructure/runtime.ts'
 import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, startHarness, testConfig, type HttpResponse } from '../support/harness.ts'
 import { freshEmail, freshIp, newVerifiedUser, sessionFrom, startPlatformHarness, totpCode } from '../support/platform.ts'
 import { startSmtpSink, tokenFromMail } from '../support/smtp-sink.ts'
@@ -37,7 +37,7 @@ interface Started {
   stop(): Promise<void>
 }
 
-/** Runs services/main.ts as a process in `cwd`; resolves on its ready line, rejects if it exits first. */
+/** Runs services/roles/main.ts as a process in `cwd`; resolves on its ready line, rejects if it exits first. */
 function startService(env: NodeJS.ProcessEnv, cwd: string, args: string[] = []): Promise<Started> {
   const child: ChildProcess = spawn(process.execPath, ['--import', tsx, entry('main.ts'), ...args], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
@@ -110,9 +110,9 @@ t.test('without JOBSVC_SECRET the service, the command line and replay refuse to
 
 t.test('development mode: a generated secret in a 0600 file of the working directory, reused after a restart', async (t) => {
   const pkg = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
-  t.equal(pkg.scripts.start, 'tsx services/main.ts --dev', 'npm start runs the development mode')
-  t.equal(pkg.scripts.cli, 'tsx services/cli.ts --dev', 'npm run cli shares it')
-  t.equal(pkg.scripts.replay, 'tsx services/replay.ts --dev', 'npm run replay shares it')
+  t.equal(pkg.scripts.start, 'tsx services/roles/main.ts --dev', 'npm start runs the development mode')
+  t.equal(pkg.scripts.cli, 'tsx services/roles/cli.ts --dev', 'npm run cli shares it')
+  t.equal(pkg.scripts.replay, 'tsx services/roles/replay.ts --dev', 'npm run replay shares it')
   t.notMatch(readFileSync(join(repoRoot, 'docker-compose.yml'), 'utf8'), /--dev/, 'docker-compose does not')
 
   const names = isolatedNames(import.meta.filename, '_dev')

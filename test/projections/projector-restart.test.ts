@@ -1,7 +1,7 @@
 import t from 'tap'
 import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
-import { rebuildReadModels } from '../../services/projector/rebuild.ts'
+import { rebuildReadModels } from '../../services/roles/projector/rebuild.ts'
 import { eventually, spawnService, startHarness, type Harness, type SpawnedService } from '../support/harness.ts'
 import { readModels } from '../support/read-models.ts'
 

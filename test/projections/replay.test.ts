@@ -2,14 +2,14 @@ import { spawn } from 'node:child_process'
 import t from 'tap'
 import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
-import { rebuildReadModels } from '../../services/projector/rebuild.ts'
+import { rebuildReadModels } from '../../services/roles/projector/rebuild.ts'
 import { eventually, httpRequest, repoRoot, startHarness, type Harness } from '../support/harness.ts'
 import { readModels } from '../support/read-models.ts'
 
 /** Runs `npm run replay`'s script in its own process, as an operator would, against the harness's install. */
 function runReplay(h: Harness): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'services/replay.ts'], {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'services/roles/replay.ts'], {
       cwd: repoRoot,
       env: { ...process.env, JOBSVC_NAMESPACE: h.config.namespace, DATABASE_URL: h.config.databaseUrl, JOBSVC_SECRET: h.config.secret, LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -6,14 +6,14 @@ import { pino } from 'pino'
 import { dropDatabase } from '../../projections/database.ts'
 import { connectNats } from '../../streams/connection.ts'
 import { deleteNamespace } from '../../streams/definitions.ts'
-import * as api from '../../services/api/index.ts'
-import { tunablesSchema, type Config, type Tunables } from '../../services/config.ts'
-import { resolvePlans } from '../../services/metering/plans.ts'
-import * as projector from '../../services/projector/index.ts'
-import { createProject } from '../../services/projects/project-service.ts'
-import { openRuntime, type Runtime } from '../../services/runtime.ts'
-import * as scheduler from '../../services/scheduler/index.ts'
-import * as dispatcher from '../../services/dispatcher/index.ts'
+import * as api from '../../services/roles/api/index.ts'
+import { tunablesSchema, type Config, type Tunables } from '../../services/infrastructure/config.ts'
+import { resolvePlans } from '../../services/use-cases/metering/plans.ts'
+import * as projector from '../../services/roles/projector/index.ts'
+import { createProject } from '../../services/use-cases/projects/project-service.ts'
+import { openRuntime, type Runtime } from '../../services/infrastructure/runtime.ts'
+import * as scheduler from '../../services/roles/scheduler/index.ts'
+import * as dispatcher from '../../services/roles/dispatcher/index.ts'
 
 export const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -215,11 +215,11 @@ export interface SpawnedService {
 }
 
 /**
- * Runs `services/main.ts` as a separate process, as `npm start` would, and resolves when it logs
+ * Runs `services/roles/main.ts` as a separate process, as `npm start` would, and resolves when it logs
  * its ready line.
  */
 export async function spawnService(env: Record<string, string>, args: string[] = []): Promise<SpawnedService> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', ...args], {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'services/roles/main.ts', ...args], {
     cwd: repoRoot,
     env: { ...process.env, PORT: '0', LOG_LEVEL: 'info', JOBSVC_SECRET: 'test-secret-test-secret-test-secret', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

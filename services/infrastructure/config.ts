@@ -1,0 +1,259 @@
+import { randomBytes } from 'node:crypto'
+import { existsSync, linkSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs'
+import { isIP } from 'node:net'
+import { z } from 'zod'
+import type { Plan } from '../../domain/project.ts'
+import { isValidNamespace } from '../../streams/names.ts'
+import { plansFileSchema, resolvePlans, type PlanLimits } from '../use-cases/metering/plans.ts'
+
+/** An address, an address/prefix, or one of proxy-addr's named ranges. */
+function isProxyAddress(entry: string): boolean {
+  if (['loopback', 'linklocal', 'uniquelocal'].includes(entry)) return true
+  const [address = '', prefix, ...rest] = entry.split('/')
+  const family = isIP(address)
+  if (family === 0 || rest.length > 0) return false
+  return prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 4 ? 32 : 128))
+}
+
+/**
+ * `false`; a number of trusted proxy hops (`0` is false); a comma-separated list of trusted
+ * proxy addresses or CIDRs; or `true`, every hop, which takes the left-most `X-Forwarded-For`
+ * entry: a client writes that one itself wherever the proxy appends rather than replaces.
+ */
+const trustProxyValue = z
+  .string()
+  .trim()
+  .transform((v, ctx): boolean | number | string[] => {
+    if (v === 'true') return true
+    if (v === 'false') return false
+    if (/^\d+$/.test(v)) return Number(v) === 0 ? false : Number(v)
+    const entries = v.split(',').map((e) => e.trim())
+    if (entries.every(isProxyAddress)) return entries
+    ctx.addIssue({ code: 'custom', message: 'must be false, true, a number of proxy hops, or a comma-separated list of proxy addresses or CIDRs' })
+    return z.NEVER
+  })
+
+/** The environment of CONTRACT.md, one key each; nothing else reads process.env. */
+export const environmentSchema = z.object({
+  PORT: z.coerce.number().int().min(0).max(65535).default(8080).describe('HTTP port; 0 picks a free one'),
+  HOST: z.string().min(1).default('127.0.0.1').describe('bind address'),
+  NATS_URL: z.string().min(1).default('nats://127.0.0.1:4222').describe('NATS server(s), comma-separated'),
+  DATABASE_URL: z
+    .string()
+    .min(1)
+    .default('postgres://postgres@127.0.0.1:5432/jobsvc')
+    .describe('Postgres for read models; the database is created if absent'),
+  JOBSVC_NAMESPACE: z
+    .string()
+    .default('jobsvc')
+    .refine(isValidNamespace, 'JOBSVC_NAMESPACE must be 1-64 of A-Z a-z 0-9 _ -')
+    .describe('prefix of every stream, consumer, KV bucket and subject'),
+  JOBSVC_SECRET: z
+    .string()
+    .min(16)
+    .optional()
+    .describe('key material for JWT signing and encryption at rest, the same in every process of an install; required outside the development mode'),
+  SMTP_URL: z.string().optional().describe('e-mail transport; unset: e-mails are logged'),
+  PUBLIC_URL: z.url().optional().describe('base of links in e-mails and the dashboard origin allowed by CORS; default http://HOST:PORT'),
+  TRUST_PROXY: trustProxyValue.default(false).describe('whether the client IP comes from X-Forwarded-For: false, a number of trusted proxy hops, a list of trusted proxy addresses, or true (every hop)'),
+  WEBHOOK_ALLOW_HOSTS: z.string().default('').describe('host:port list exempt from the public-address rule'),
+  JOBSVC_CONFIG: z.string().optional().describe('path of a JSON file overriding plan limits and tunables'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
+})
+
+/** Operational knobs with production defaults; JOBSVC_CONFIG may override any of them. */
+export const tunablesSchema = z
+  .object({
+    /** Extra time a processing attempt gets beyond its heartbeat window or timeout before the reaper takes it. */
+    reaper_grace_ms: z.number().int().min(0).default(30_000),
+    reaper_interval_ms: z.number().int().min(50).default(5_000),
+    /** How often the scheduler looks for continuations left waiting on a parent that has ended. */
+    cascade_sweep_interval_ms: z.number().int().min(50).default(1_000),
+    /** How often the scheduler moves due scheduled jobs to pending. */
+    scheduler_interval_ms: z.number().int().min(10).default(250),
+    /** The spec's long-poll re-check interval, which also asks the read model; wake-ups normally answer far sooner. */
+    poll_tick_ms: z.number().int().min(10).default(2_000),
+    poll_max_wait_ms: z.number().int().min(0).max(30_000).default(30_000),
+    /** Longest a list waits for the projector to reach the caller's last write. */
+    read_your_writes_wait_ms: z.number().int().min(0).default(2_000),
+    /**
+     * The request limit and the monthly allowance. Off only to measure their cost (`npm run bench
+     * -- --no-metering`) or on a self-hosted install that bills nobody.
+     */
+    metering_enabled: z.boolean().default(true),
+    /** Waits between webhook attempts (spec: 5 s, 30 s, 5 min, 1 h); tests shorten them. */
+    webhook_retry_delays_ms: z.array(z.number().int().min(0)).length(4).default([5_000, 30_000, 300_000, 3_600_000]),
+    /** Waits between attempts at an alert e-mail the SMTP server refused or could not take; given up after the last. */
+    mail_retry_delays_ms: z.array(z.number().int().min(0)).min(1).max(20).default([10_000, 60_000, 300_000, 1_800_000, 7_200_000]),
+    /** Each webhook attempt's total deadline (spec: 10 s): address lookup, connecting, headers and body together. */
+    webhook_timeout_ms: z.number().int().min(1).default(10_000),
+    /** How often the scheduler evaluates the alert settings. */
+    alert_interval_ms: z.number().int().min(50).default(30_000),
+    /** How often the scheduler looks for terminal jobs past their plan's retention; while a pass finds a full batch (1,000 jobs) the next follows at once. */
+    retention_interval_ms: z.number().int().min(50).default(60_000),
+    /** How often the scheduler checks whether a new billing period (UTC month) began. */
+    billing_period_check_interval_ms: z.number().int().min(50).default(60_000),
+    /**
+     * Check every success body against its schema before it is written (a drift from the
+     * OpenAPI document then fails loudly, as a 500). On in the tests; off in production, where
+     * bodies are written by serializers compiled from the same schemas.
+     */
+    validate_responses: z.boolean().default(false),
+    /** Largest JSON payload accepted on job creation, in bytes. */
+    max_payload_bytes: z.number().int().min(1).default(256 * 1024),
+    /**
+     * Worker polls of one project in flight at once in one API process (waiting or claiming);
+     * more answer 429. Per process because what a poll holds (memory, a place in the claim
+     * line, the process's pool) is per process.
+     */
+    max_polls_per_project: z.number().int().min(1).default(500),
+    /** Progress streams (`GET /jobs/{id}/events`) of one project open at once in one API process; more answer 429. */
+    max_event_streams_per_project: z.number().int().min(1).default(100),
+    /**
+     * Claim transactions (each holds a Postgres connection) one project may run at once in one
+     * API process; its other polls wait their turn in memory and share the next transaction.
+     */
+    claim_transactions_per_project: z.number().int().min(1).default(4),
+    /** Claim transactions of all projects at once in one API process: half the pool of 20, so reads always find a connection. */
+    claim_transactions: z.number().int().min(1).default(10),
+    /**
+     * Claimable jobs the ready index of one API process holds for one project (all its queues).
+     * Past it the index drops the newest and the project's polls also run the read-model query,
+     * until the index has room to read the queue again.
+     */
+    ready_index_jobs_per_project: z.number().int().min(1).default(10_000),
+    /** Claimable jobs the ready index of one API process holds for all projects together; past it, as above. */
+    ready_index_jobs: z.number().int().min(1).default(100_000),
+    /** Alerts a project may have (deleted ones do not count); one more is refused with 400. */
+    max_alerts_per_project: z.number().int().min(1).default(100),
+  })
+  .strict()
+
+export type Tunables = z.infer<typeof tunablesSchema>
+
+const configFileSchema = z
+  .object({
+    plans: plansFileSchema.optional(),
+    tunables: tunablesSchema.partial().optional(),
+    /** The payment provider's webhook signing secret; without it, billing webhooks answer 503. */
+    billing: z.object({ webhook_secret: z.string().min(16) }).partial().strict().optional(),
+  })
+  .passthrough()
+
+export interface Config {
+  port: number
+  host: string
+  natsUrl: string
+  databaseUrl: string
+  namespace: string
+  secret: string
+  /** The development mode's secret file the secret came from; null when JOBSVC_SECRET gave it. */
+  devSecretFile: string | null
+  smtpUrl: string | null
+  publicUrl: string | null
+  /** Fastify's `trustProxy`: false, every hop (true), a number of hops, or the proxies' addresses. */
+  trustProxy: boolean | number | string[]
+  webhookAllowHosts: string[]
+  logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
+  tunables: Tunables
+  plans: Readonly<Record<Plan, PlanLimits>>
+  /** HMAC secret of the payment provider's webhooks; null: billing is not configured. */
+  billingWebhookSecret: string | null
+}
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'ConfigError'
+  }
+}
+
+/**
+ * Where the development mode (`--dev`, which `npm start`, `npm run cli` and `npm run replay`
+ * pass) keeps its generated JOBSVC_SECRET: in the working directory, which for npm scripts is the
+ * package root, so every script of a checkout shares it. Git-ignored.
+ */
+export const devSecretFileName = '.jobsvc-dev-secret'
+
+const missingSecret =
+  'JOBSVC_SECRET is not set: give every process of the install the same secret, at least 16 characters (`openssl rand -hex 32` makes a good one), or, for development, run `npm start`, which keeps a generated one in .jobsvc-dev-secret'
+
+/**
+ * The development secret in `path`, created (32 random bytes, hex, mode 0600) if there is none.
+ * It is written under a temporary name and linked into place, so that processes started
+ * together agree on one secret and none reads a half-written file.
+ */
+function devSecret(path: string): string {
+  try {
+    if (!existsSync(path)) {
+      const temp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}`
+      writeFileSync(temp, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600, flag: 'wx' })
+      try {
+        linkSync(temp, path)
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+      } finally {
+        unlinkSync(temp)
+      }
+    }
+    const mode = statSync(path).mode & 0o777
+    if ((mode & 0o077) !== 0) throw new ConfigError(`${path} is readable by others (mode ${mode.toString(8)}); chmod 600 ${path}`)
+    const secret = readFileSync(path, 'utf8').trim()
+    if (!/^[0-9a-f]{64}$/.test(secret)) throw new ConfigError(`${path} does not hold a development secret; delete it and a new one is generated`)
+    return secret
+  } catch (err) {
+    if (err instanceof ConfigError) throw err
+    throw new ConfigError(`the development secret file ${path}: ${(err as Error).message}`)
+  }
+}
+
+/**
+ * Parses and freezes the configuration from an environment (process.env at start). Without
+ * JOBSVC_SECRET it refuses, unless `devSecretFile` names the development mode's secret file: a
+ * process never runs on a throw-away key, which would end every session at a restart and leave
+ * what it sealed unreadable to the install's other processes.
+ */
+export function loadConfig(env: Record<string, string | undefined>, options: { devSecretFile?: string | null } = {}): Readonly<Config> {
+  const parsed = environmentSchema.safeParse(env)
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!
+    throw new ConfigError(`${issue.path.join('.')}: ${issue.message}`)
+  }
+  const e = parsed.data
+  const devSecretFile = e.JOBSVC_SECRET === undefined ? (options.devSecretFile ?? null) : null
+  if (e.JOBSVC_SECRET === undefined && devSecretFile === null) throw new ConfigError(missingSecret)
+  const secret = e.JOBSVC_SECRET ?? devSecret(devSecretFile!)
+  let fileTunables: Partial<Tunables> = {}
+  let filePlans: z.infer<typeof plansFileSchema> = {}
+  let billingWebhookSecret: string | null = null
+  if (e.JOBSVC_CONFIG) {
+    let raw: unknown
+    try {
+      raw = JSON.parse(readFileSync(e.JOBSVC_CONFIG, 'utf8'))
+    } catch (err) {
+      throw new ConfigError(`JOBSVC_CONFIG ${e.JOBSVC_CONFIG}: ${(err as Error).message}`)
+    }
+    const file = configFileSchema.safeParse(raw)
+    if (!file.success) throw new ConfigError(`JOBSVC_CONFIG ${e.JOBSVC_CONFIG}: ${file.error.issues[0]!.message}`)
+    fileTunables = file.data.tunables ?? {}
+    filePlans = file.data.plans ?? {}
+    billingWebhookSecret = file.data.billing?.webhook_secret ?? null
+  }
+  return Object.freeze({
+    port: e.PORT,
+    host: e.HOST,
+    natsUrl: e.NATS_URL,
+    databaseUrl: e.DATABASE_URL,
+    namespace: e.JOBSVC_NAMESPACE,
+    secret,
+    devSecretFile,
+    smtpUrl: e.SMTP_URL ?? null,
+    publicUrl: e.PUBLIC_URL ?? null,
+    trustProxy: e.TRUST_PROXY,
+    webhookAllowHosts: e.WEBHOOK_ALLOW_HOSTS.split(',').map((s) => s.trim()).filter(Boolean),
+    logLevel: e.LOG_LEVEL,
+    tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
+    plans: resolvePlans(filePlans),
+    billingWebhookSecret,
+  })
+}

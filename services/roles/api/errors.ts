@@ -1,0 +1,332 @@
+import { STATUS_CODES } from 'node:http'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
+import {
+  AlertNotFound,
+  AlreadyRevoked,
+  BillingStateBlocked,
+  CannotModifyOwner,
+  CannotRemoveOwner,
+  DomainError,
+  EmailAlreadyRegistered,
+  Forbidden,
+  InvalidResetToken,
+  InvalidRole,
+  InvalidToken,
+  InvalidTotpCode,
+  InvalidVerificationToken,
+  KeyRevoked,
+  LastProject,
+  MemberExists,
+  MemberNotFound,
+  MonthlyAllowanceExceeded,
+  RoleExceedsCaller,
+  SpendCapReached,
+  TotpAlreadyEnabled,
+  TotpNotEnabled,
+  TotpNotInitialized,
+  UserNotFound,
+  InvalidState,
+  WebhookLimitReached,
+  WebhookNotFound,
+  InvalidCronExpression,
+  InvalidTimezone,
+  OverageUnavailable,
+  RecurringJobNotFound,
+  JobNotFound,
+  ParentNotFound,
+  ParentTerminal,
+  ProjectAlreadyExists,
+  ProjectNotFound,
+  RecurringJobTypeConflict,
+  WorkerMismatch,
+} from '../../../domain/errors.ts'
+import { isDatabaseUnavailable } from '../../../projections/database.ts'
+import { ConcurrencyConflict, isLogUnavailable } from '../../../streams/errors.ts'
+
+/**
+ * An error that exists only at the HTTP edge (authentication, query parsing, routing). Domain
+ * refusals stay DomainErrors and get their status from the registry below.
+ */
+export class ApiError extends Error {
+  readonly status: number
+  readonly code: string
+  readonly headers: Record<string, string>
+  constructor(status: number, code: string, message: string, headers: Record<string, string> = {}) {
+    super(message)
+    this.name = 'ApiError'
+    this.status = status
+    this.code = code
+    this.headers = headers
+  }
+}
+
+export const unauthorized = (message = 'missing or invalid API key') => new ApiError(401, 'unauthorized', message)
+export const invalidRequest = (message: string, status = 400) => new ApiError(status, 'invalid_request', message)
+export const invalidLimit = (message: string) => new ApiError(400, 'invalid_limit', message)
+export const invalidCursor = () => new ApiError(400, 'invalid_cursor', 'the cursor is not one this service issued')
+export const forbidden = (message: string) => new ApiError(403, 'forbidden', message)
+export const serviceUnavailable = (message: string, retryAfterSeconds?: number) =>
+  new ApiError(503, 'service_unavailable', message, retryAfterSeconds === undefined ? {} : { 'Retry-After': String(retryAfterSeconds) })
+/** A dependency outage: NATS reconnects every 250 ms and Postgres pools reconnect on the next query, so a short wait is enough. */
+const outageRetryAfterSeconds = 5
+export const validationError = (message: string) => new ApiError(400, 'validation_error', message)
+export const invalidEmail = (message = 'the e-mail address is malformed') => new ApiError(422, 'invalid_email', message)
+export const confirmRequired = () => new ApiError(400, 'confirm_required', 'pass confirm=<the account e-mail address> to delete the account')
+export const rateLimitExceeded = (retryAfterMs: number, message = 'too many requests; retry later') =>
+  new ApiError(429, 'rate_limit_exceeded', message, { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) })
+export const routeNotFound = (method: string, url: string) => new ApiError(404, 'route_not_found', `no route ${method} ${url}`)
+export const uriTooLong = (max: number) => new ApiError(414, 'invalid_request', `the request URI is over ${max} characters`)
+
+type DomainErrorClass = abstract new (...args: never[]) => DomainError
+
+/** Domain refusal → HTTP status; the code comes from the error itself. */
+const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
+  [JobNotFound, 404],
+  [ProjectNotFound, 404],
+  [InvalidState, 409],
+  [WorkerMismatch, 409],
+  [ParentTerminal, 409],
+  [RecurringJobTypeConflict, 409],
+  [ProjectAlreadyExists, 409],
+  [ParentNotFound, 422],
+  [EmailAlreadyRegistered, 409],
+  [InvalidVerificationToken, 400],
+  [InvalidResetToken, 400],
+  [InvalidToken, 422],
+  [UserNotFound, 404],
+  [TotpAlreadyEnabled, 409],
+  [TotpNotEnabled, 409],
+  [TotpNotInitialized, 400],
+  // At login a wrong second factor is 401; the login route answers that itself.
+  [InvalidTotpCode, 400],
+  [KeyRevoked, 409],
+  [AlreadyRevoked, 409],
+  [LastProject, 409],
+  [MemberNotFound, 404],
+  [MemberExists, 409],
+  [CannotModifyOwner, 403],
+  [CannotRemoveOwner, 403],
+  [RoleExceedsCaller, 403],
+  [InvalidRole, 422],
+  [Forbidden, 403],
+  [OverageUnavailable, 409],
+  [RecurringJobNotFound, 404],
+  [AlertNotFound, 404],
+  [WebhookNotFound, 404],
+  [WebhookLimitReached, 409],
+  [InvalidCronExpression, 400],
+  [InvalidTimezone, 400],
+  [BillingStateBlocked, 402],
+  [MonthlyAllowanceExceeded, 429],
+  [SpendCapReached, 429],
+]
+
+/**
+ * Every code this API can answer, with its status: the README's error reference lists the same
+ * (a test compares them).
+ */
+export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
+  { status: 400, code: 'invalid_request' },
+  { status: 400, code: 'invalid_limit' },
+  { status: 400, code: 'invalid_cursor' },
+  { status: 400, code: 'validation_error' },
+  { status: 400, code: 'invalid_idempotency_key' },
+  { status: 400, code: 'invalid_from' },
+  { status: 400, code: 'invalid_until' },
+  { status: 400, code: 'invalid_range' },
+  { status: 400, code: 'range_too_large' },
+  { status: 400, code: 'invalid_format' },
+  { status: 400, code: 'invalid_verification_token' },
+  { status: 400, code: 'invalid_reset_token' },
+  { status: 400, code: 'invalid_totp_code' },
+  { status: 400, code: 'totp_not_initialized' },
+  { status: 400, code: 'display_name_too_long' },
+  { status: 400, code: 'invalid_timezone' },
+  { status: 400, code: 'invalid_cron_expression' },
+  { status: 400, code: 'invalid_locale' },
+  { status: 400, code: 'confirm_required' },
+  { status: 400, code: 'missing_signature' },
+  { status: 400, code: 'invalid_signature' },
+  { status: 401, code: 'unauthorized' },
+  { status: 402, code: 'billing_state_blocked' },
+  { status: 401, code: 'invalid_credentials' },
+  { status: 401, code: 'invalid_totp_code' },
+  { status: 403, code: 'forbidden' },
+  { status: 403, code: 'email_not_verified' },
+  { status: 403, code: 'totp_required' },
+  { status: 403, code: 'account_suspended' },
+  { status: 403, code: 'cannot_modify_owner' },
+  { status: 403, code: 'cannot_remove_owner' },
+  { status: 403, code: 'role_exceeds_caller' },
+  { status: 404, code: 'job_not_found' },
+  { status: 404, code: 'project_not_found' },
+  { status: 404, code: 'user_not_found' },
+  { status: 404, code: 'member_not_found' },
+  { status: 404, code: 'recurring_job_not_found' },
+  { status: 404, code: 'alert_not_found' },
+  { status: 404, code: 'webhook_not_found' },
+  { status: 404, code: 'route_not_found' },
+  { status: 409, code: 'invalid_state' },
+  { status: 409, code: 'email_already_registered' },
+  { status: 409, code: 'idempotency_key_reuse' },
+  { status: 409, code: 'totp_already_enabled' },
+  { status: 409, code: 'totp_not_enabled' },
+  { status: 409, code: 'totp_secret_unreadable' },
+  { status: 409, code: 'key_revoked' },
+  { status: 409, code: 'already_revoked' },
+  { status: 409, code: 'last_project' },
+  { status: 409, code: 'member_exists' },
+  { status: 409, code: 'overage_unavailable' },
+  { status: 409, code: 'worker_mismatch' },
+  { status: 409, code: 'parent_terminal' },
+  { status: 409, code: 'recurring_job_type_conflict' },
+  { status: 409, code: 'webhook_limit_reached' },
+  { status: 408, code: 'invalid_request' },
+  { status: 413, code: 'invalid_request' },
+  { status: 414, code: 'invalid_request' },
+  { status: 415, code: 'invalid_request' },
+  { status: 431, code: 'invalid_request' },
+  { status: 422, code: 'parent_not_found' },
+  { status: 422, code: 'invalid_email' },
+  { status: 422, code: 'invalid_role' },
+  { status: 422, code: 'invalid_token' },
+  { status: 429, code: 'rate_limit_exceeded' },
+  { status: 429, code: 'account_locked' },
+  { status: 429, code: 'monthly_allowance_exceeded' },
+  { status: 429, code: 'spend_cap_reached' },
+  { status: 500, code: 'internal_error' },
+  { status: 503, code: 'service_unavailable' },
+  { status: 503, code: 'billing_disabled' },
+]
+
+interface Rendered {
+  status: number
+  code: string
+  message: string
+  headers?: Record<string, string>
+}
+
+/** Fastify's own errors for bodies it could not read, by its error code. */
+const fastifyBodyErrors: Record<string, number> = {
+  FST_ERR_CTP_INVALID_JSON_BODY: 400,
+  FST_ERR_CTP_EMPTY_JSON_BODY: 400,
+  FST_ERR_CTP_BODY_TOO_LARGE: 413,
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 415,
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 400,
+  FST_ERR_CTP_INVALID_TYPE: 400,
+}
+
+/** Names the first failure as `body.field: message` (the spec: validation stops at the first). */
+function describeValidation(err: FastifyError): string {
+  if (hasZodFastifySchemaValidationErrors(err)) {
+    const first = err.validation[0]!
+    const path = first.instancePath.split('/').filter(Boolean)
+    return `${[err.validationContext, ...path].filter(Boolean).join('.')}: ${first.message}`
+  }
+  return err.message
+}
+
+/** Maps anything thrown to the envelope's status, code and message. */
+export function renderError(err: unknown): Rendered {
+  if (err instanceof ApiError) return { status: err.status, code: err.code, message: err.message, headers: err.headers }
+  if (err instanceof DomainError) {
+    const status = domainStatuses.find(([cls]) => err instanceof cls)?.[1] ?? 409
+    return { status, code: err.code, message: err.message }
+  }
+  if (isLogUnavailable(err)) {
+    return { status: 503, code: 'service_unavailable', message: 'the event log (NATS) is unavailable; retry with backoff', headers: { 'Retry-After': String(outageRetryAfterSeconds) } }
+  }
+  if (isDatabaseUnavailable(err)) {
+    return { status: 503, code: 'service_unavailable', message: 'the database (Postgres) is unavailable; retry with backoff', headers: { 'Retry-After': String(outageRetryAfterSeconds) } }
+  }
+  if (err instanceof ConcurrencyConflict) {
+    return { status: 409, code: 'invalid_state', message: 'the job changed concurrently; read it again and retry' }
+  }
+  const fe = err as FastifyError
+  if (fe && typeof fe === 'object' && fe.validation) {
+    return { status: 400, code: 'invalid_request', message: describeValidation(fe) }
+  }
+  if (fe && typeof fe.code === 'string' && fe.code in fastifyBodyErrors) {
+    return { status: fastifyBodyErrors[fe.code]!, code: 'invalid_request', message: fe.message }
+  }
+  if (fe && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    return { status: fe.statusCode, code: 'invalid_request', message: fe.message }
+  }
+  return { status: 500, code: 'internal_error', message: 'internal error; safe to retry with backoff' }
+}
+
+function logServerSide(request: FastifyRequest, rendered: Rendered, err: unknown, what: string): void {
+  if (rendered.status === 503) request.log.warn({ err, request_id: request.id, route: request.url }, `${what} refused: a dependency is unavailable`)
+  else if (rendered.status >= 500) request.log.error({ err, request_id: request.id, route: request.url }, `${what} failed`)
+}
+
+export function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): FastifyReply {
+  const rendered = renderError(err)
+  logServerSide(request, rendered, err, 'request')
+  if (rendered.headers) void reply.headers(rendered.headers)
+  // Framework errors (a malformed URL, an over-long path parameter) skip the onRequest hooks.
+  void reply.header('X-Request-Id', request.id)
+  return reply
+    .code(rendered.status)
+    .type('application/json; charset=utf-8')
+    .send({ error: { code: rendered.code, message: rendered.message, request_id: request.id } })
+}
+
+/** What one item of a batch answer says when it failed: its status and the envelope's error object. */
+export interface ItemFailure {
+  status: number
+  error: { code: string; message: string; request_id: string }
+}
+
+/** Batches that have logged a failed item: an outage fails every item alike, and one line says so. */
+const batchesLogged = new WeakSet<FastifyRequest>()
+
+/**
+ * One item of a batch, refused or failed on its own while the request as a whole succeeded: the
+ * status and error object the item would have had as a request of its own, rendered as
+ * `sendError` does; the first server-side failure of a batch is logged. Headers such as
+ * `Retry-After` belong to a whole answer and are dropped.
+ */
+export function itemFailure(request: FastifyRequest, err: unknown): ItemFailure {
+  const rendered = renderError(err)
+  if (rendered.status >= 500 && !batchesLogged.has(request)) {
+    batchesLogged.add(request)
+    logServerSide(request, rendered, err, 'batch item (the first of this batch; later ones are not logged)')
+  }
+  return { status: rendered.status, error: { code: rendered.code, message: rendered.message, request_id: request.id } }
+}
+
+/**
+ * Node's HTTP parser refuses some requests before Fastify makes a request of them: an unknown
+ * method or malformed request line (400), request line and headers over the size limit (431), a
+ * request not received in time (408). Their answer is written to the socket here, in the
+ * envelope and with a request id like every other answer; the connection is closed after it, as
+ * Node does, since the parser cannot find the next request on it.
+ */
+export function rawClientErrorResponse(err: { code?: string }, requestId: string): string {
+  const [status, message] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'the request line and headers are over the size limit']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'the request was not received in time']
+        : err.code === 'HPE_INVALID_METHOD'
+          ? [400, 'unknown HTTP method']
+          : [400, 'malformed HTTP request']
+  const body = JSON.stringify({ error: { code: 'invalid_request', message, request_id: requestId } })
+  return [
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}`,
+    'Content-Type: application/json; charset=utf-8',
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    `X-Request-Id: ${requestId}`,
+    'Connection: close',
+    '',
+    body,
+  ].join('\r\n')
+}
+
+/** The one error handler and the one not-found handler of the app. */
+export function registerErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((err, request, reply) => sendError(request, reply, err))
+  app.setNotFoundHandler((request, reply) => sendError(request, reply, routeNotFound(request.method, request.url.split('?')[0]!)))
+}

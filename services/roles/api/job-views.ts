@@ -1,0 +1,31 @@
+import type { Job } from '../../../domain/job.ts'
+
+/**
+ * The job detail object of the spec, plus the fields a user of the list needs to make sense of
+ * a job (run_at, timeout_seconds, parent_job_id, worker_id). Single reads (from the log) and
+ * list items (from Postgres) both go through here, so they have one shape.
+ */
+export function toJobDetail(job: Job) {
+  return {
+    id: job.id,
+    state: job.state,
+    job_type: job.job_type,
+    queue: job.queue,
+    payload: job.payload,
+    created_at: job.created_at,
+    run_at: job.run_at,
+    started_at: job.started_at,
+    completed_at: job.completed_at,
+    attempt: job.attempt,
+    max_attempts: job.max_attempts,
+    timeout_seconds: job.timeout_seconds,
+    progress: job.progress,
+    duration_ms: job.duration_ms,
+    error: job.error,
+    tags: job.tags,
+    parent_job_id: job.parent_job_id,
+    worker_id: job.worker_id,
+  }
+}
+
+export type JobDetail = ReturnType<typeof toJobDetail>

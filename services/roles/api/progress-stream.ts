@@ -1,0 +1,103 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Job } from '../../../domain/job.ts'
+import { decodeEventMessage } from '../../../streams/event-store.ts'
+import { eventSubject } from '../../../streams/names.ts'
+import type { JobService } from '../../use-cases/jobs/job-service.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+
+/** Spec, Job progress stream: at most 120 s, a check about once a second. */
+export const streamLifetimeMs = 120_000
+const tickMs = 1_000
+const closingStates = new Set(['succeeded', 'failed', 'cancelled', 'dead_letter'])
+
+interface Snapshot {
+  state: string
+  progress: number | null
+  attempt: number
+  max_attempts: number
+}
+
+const snapshotOf = (job: Job): Snapshot => ({ state: job.state, progress: job.progress ?? null, attempt: job.attempt, max_attempts: job.max_attempts })
+
+/**
+ * `GET /jobsvc/v1/jobs/{id}/events`. The current snapshot goes out at once (404 before that if
+ * the job does not exist); then a subscription to the job's own subject on the log delivers every
+ * change as it is appended, and a frame is written when state or progress differs from the last
+ * one sent. A once-a-second tick re-reads the log as a safety net (a missed core-NATS message)
+ * and enforces the 120-second limit on the injected clock.
+ *
+ * `release` frees the stream's slot of its project (ProjectSlots); it is called exactly once,
+ * whichever way the stream ends: not found, closed on a terminal state, after 120 s, on a
+ * disconnect, a failed re-read or shutdown.
+ */
+export async function streamJobProgress(
+  deps: Deps,
+  jobs: JobService,
+  stopping: AbortSignal,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  projectId: string,
+  jobId: string,
+  release: () => void,
+): Promise<void> {
+  let job: Job
+  try {
+    job = (await jobs.get(projectId, jobId)).job
+  } catch (err) {
+    release()
+    throw err
+  }
+  const startedAt = deps.now().getTime()
+  reply.hijack()
+  const res = reply.raw
+  res.writeHead(200, {
+    'Content-Type': 'text/event-stream; charset=utf-8',
+    'Cache-Control': 'no-cache, no-transform',
+    Connection: 'keep-alive',
+    'X-Accel-Buffering': 'no',
+    'X-Request-Id': request.id,
+  })
+  let last: Snapshot | null = null
+  let closed = false
+  const send = (snapshot: Snapshot) => {
+    if (closed) return
+    if (last !== null && last.state === snapshot.state && last.progress === snapshot.progress) return
+    last = snapshot
+    res.write(`event: snapshot\ndata: ${JSON.stringify(snapshot)}\n\n`)
+    if (closingStates.has(snapshot.state)) close()
+  }
+  const subscription = deps.nats.nc.subscribe(eventSubject(deps.config.namespace, projectId, 'job', jobId), {
+    callback: (err, msg) => {
+      if (err) return
+      try {
+        const state = decodeEventMessage<{ type: string; data: unknown }, Job | null>(msg.data).state
+        if (state !== null) send(snapshotOf(state))
+      } catch (e) {
+        deps.log.warn({ err: e, job_id: jobId }, 'progress stream: undecodable event')
+      }
+    },
+  })
+  const timer = setInterval(() => {
+    if (deps.now().getTime() - startedAt >= streamLifetimeMs) return close()
+    jobs.get(projectId, jobId).then(
+      ({ job: current }) => send(snapshotOf(current)),
+      () => close(),
+    )
+  }, tickMs)
+  function close() {
+    if (closed) return
+    closed = true
+    clearInterval(timer)
+    stopping.removeEventListener('abort', close)
+    subscription.unsubscribe()
+    res.end()
+    release()
+  }
+  res.on('close', close)
+  // A stopping process ends its streams; clients reconnect elsewhere and get the snapshot first.
+  stopping.addEventListener('abort', close, { once: true })
+  // A client gone (or a process stopping) before the listeners above were attached sends no
+  // further event: without this its stream would hold its slot until the 120-s limit.
+  if (res.destroyed || stopping.aborted) return close()
+  send(snapshotOf(job))
+}

@@ -1,0 +1,103 @@
+import type { FastifyPluginAsync } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import { hasRoleAtLeast } from '../../../../domain/project.ts'
+import { commandProject } from '../../../use-cases/projects/project-service.ts'
+import type { ApiContext } from '../app.ts'
+import { admitProjectRequest } from '../request-limit.ts'
+import { forbidden, rateLimitExceeded } from '../errors.ts'
+import { exportCooldownMs, parseExportWindow, sendExport, type ExportLayout } from '../jobs-export.ts'
+import { mediaResponse, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
+import { authenticateSession } from '../session-auth.ts'
+import { formatText, windowBoundText } from '../query-fields.ts'
+import { boundedString } from '../text-fields.ts'
+
+const exportSchema = {
+  summary: "Export the project's audit log in a window",
+  description:
+    'The activity rows of the project (admin or owner session). Both bounds inclusive, at most 90 days. Chunked; rows by `created_at` then `id`; `Content-Disposition: attachment; filename="svc-audit-log-<project_id>-<date>.<jsonl|csv>"`. JSONL fields `id, created_at, kind, target_type, target_id, summary, actor_user_id, metadata` (metadata raw JSON); CSV columns `Id, CreatedAt, Kind, TargetType, TargetId, Summary, ActorUserId, Metadata` (metadata as JSON text). One export per project per 60 s, apart from the jobs export (429 with `Retry-After`).',
+  tags: ['Activity'],
+  security: sessionSecurity,
+  params: z.object({ projectId: boundedString(100, 1) }),
+  querystring: z.object({
+    from: windowBoundText.describe('ISO 8601 date-time, start of the window (required)'),
+    until: windowBoundText.describe('ISO 8601 date-time, end of the window (required)'),
+    format: formatText.describe('`jsonl` (default) or `csv`'),
+  }),
+  response: {
+    200: mediaResponse('The audit log, streamed', {
+      'application/x-ndjson': 'one flat JSON object per line (format=jsonl)',
+      'text/csv': 'RFC 4180 with a header row (format=csv)',
+    }),
+    ...sessionErrorResponses('project_not_found', 'forbidden', 'invalid_from', 'invalid_until', 'invalid_range', 'range_too_large', 'invalid_format', 'rate_limit_exceeded'),
+  },
+}
+
+interface AuditRow {
+  id: string
+  created_at: Date
+  kind: string
+  target_type: string
+  target_id: string | null
+  summary: string
+  user_id: string | null
+  metadata: string | null
+}
+
+/** One JSONL line: flat, `metadata` spliced in as the raw JSON the projection stored (or null). */
+function jsonLine(row: AuditRow): string {
+  const flat = {
+    id: row.id,
+    created_at: row.created_at.toISOString(),
+    kind: row.kind,
+    target_type: row.target_type,
+    target_id: row.target_id,
+    summary: row.summary,
+    actor_user_id: row.user_id,
+  }
+  return `${JSON.stringify(flat).slice(0, -1)},"metadata":${row.metadata ?? 'null'}}\n`
+}
+
+const auditLayout: ExportLayout<AuditRow> = {
+  name: 'audit-log',
+  jsonLine,
+  csvColumns: ['Id', 'CreatedAt', 'Kind', 'TargetType', 'TargetId', 'Summary', 'ActorUserId', 'Metadata'],
+  csvRecord: (row) => [row.id, row.created_at.toISOString(), row.kind, row.target_type, row.target_id, row.summary, row.user_id, row.metadata],
+}
+
+/**
+ * `GET /jobsvc/v1/projects/{projectId}/audit-log/export`: the project's activity rows in a window,
+ * oldest first, for a dashboard session with the role admin or owner (spec, Endpoints and Exports;
+ * README, "Audit-log export"). It authenticates by session, not API key, so it is registered
+ * outside the `/jobsvc/v1` key hook.
+ */
+export function auditLogExportRoutes(ctx: ApiContext): FastifyPluginAsync {
+  const { deps } = ctx
+  return async (plugin) => {
+    const app = plugin.withTypeProvider<ZodTypeProvider>()
+    app.get('/:projectId/audit-log/export', { schema: exportSchema }, async (request, reply) => {
+      const user = await authenticateSession(ctx.accounts, request.headers, deps.now())
+      const { project, role } = await ctx.team.load(user, request.params.projectId)
+      await admitProjectRequest(ctx, project, reply)
+      // Checked before the cooldown, so that a viewer cannot hold the admins' export back.
+      if (!hasRoleAtLeast(role, 'admin')) throw forbidden('exporting the audit log needs the project role admin or owner')
+      const window = parseExportWindow(request.query)
+      const verdict = await ctx.accounts.limits.takeCooldown('audit-log-export', project.id, exportCooldownMs, deps.now())
+      if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'one audit-log export per project per 60 seconds')
+      const recorded = await commandProject(deps, project.id, {
+        type: 'record_audit_log_export',
+        data: { actor_user_id: user.id, from: window.from.toISOString(), until: window.until.toISOString(), format: window.format },
+        meta: { now: deps.now().toISOString() },
+      })
+      // The export is the log as it stood when the export was recorded: everything before its
+      // own message (waited for, bounded, should the projector lag), without its own row: that
+      // row belongs to the next export whose window covers it.
+      await ctx.watcher.waitFor(recorded.seq, deps.config.tunables.read_your_writes_wait_ms)
+      const query = deps.sql<AuditRow[]>`
+        SELECT id, created_at, kind, target_type, target_id, summary, user_id, metadata FROM activity
+        WHERE project_id = ${project.id} AND created_at >= ${window.from} AND created_at <= ${window.until} AND seq < ${recorded.seq}
+        ORDER BY created_at, id`
+      return sendExport(deps, reply, auditLayout, { projectId: project.id, window, query })
+    })
+  }
+}

@@ -1,0 +1,526 @@
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import { jobStates, type Job } from '../../../../domain/job.ts'
+import type { ApiContext } from '../app.ts'
+import { hasRoleAtLeast } from '../api-key-directory.ts'
+import { forbidden, invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
+import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../jobs-export.ts'
+import { commandProject } from '../../../use-cases/projects/project-service.ts'
+import { quotaHeaders } from '../../../use-cases/metering/allowance.ts'
+import { createJobs } from '../../../use-cases/jobs/create-jobs.ts'
+import { runInLanes } from '../../../use-cases/jobs/lanes.ts'
+import { bodyKeyDeprecation, completeItemKey, keyRefusal, releaseItemKey, reserveItemKey, singleCreateFingerprint, type ItemKey } from '../idempotency-hooks.ts'
+import { jobFromRow } from '../../../../projections/job-list.ts'
+import { toJobDetail } from '../job-views.ts'
+import { cursorPage, errorResponses, instant, itemErrorObject, mediaResponse, writeCodes } from '../openapi.ts'
+import { streamJobProgress } from '../progress-stream.ts'
+import { decodeCursor, decodeHistoryCursor, encodeCursor, encodeHistoryCursor, parseLimit } from '../pagination.ts'
+import { isStorableInstant, unstorableInstantMessage } from '../storable.ts'
+import { anyText, boundedString, storableText } from '../text-fields.ts'
+import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
+import { cursorText, formatText, jobTypeFilter, limitText, minSeq, queueFilter, windowBoundText } from '../query-fields.ts'
+import { awaitOwnWrites } from '../read-your-writes.ts'
+
+/** Tag limits the spec leaves open (README, "Limits we chose"). */
+export const maxTags = 50
+export const maxTagKeyLength = 100
+export const maxTagValueLength = 500
+/** ISO 8601 with an offset, at most 64 characters (bounded before the format's pattern runs). */
+const isoInstant = boundedString(64)
+  .pipe(z.iso.datetime({ offset: true }))
+  .refine((s) => isStorableInstant(Date.parse(s)), unstorableInstantMessage)
+  .transform((s) => new Date(s).toISOString())
+
+/** Goes into a `text` column of the read model. */
+const text = storableText
+
+export const createJobBody = z.object({
+  job_type: text(1, 500),
+  payload: jobPayload,
+  queue: text(1, 100).nullish(),
+  run_at: isoInstant.nullish(),
+  max_attempts: z.number().int().min(1).max(100).nullish(),
+  timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
+  idempotency_key: text(1, 200).nullish(),
+  tags: z
+    .record(boundedString(maxTagKeyLength, 1), boundedString(maxTagValueLength))
+    .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
+    .nullish(),
+  parent_job_id: text(1, 36).nullish(),
+})
+
+/** Longer ids are unknown, like any other id this service did not issue (404 `job_not_found`). */
+const jobIdParams = z.object({ jobId: anyText() })
+
+const jobError = z.strictObject({ type: z.string(), message: z.string(), stack_trace: z.string() }).describe('error detail object')
+
+/** The job detail object of the spec plus run_at, timeout_seconds, parent_job_id and worker_id (job-views.ts). */
+export const jobDetail = z
+  .strictObject({
+    id: z.string(),
+    state: z.enum(jobStates),
+    job_type: z.string(),
+    queue: z.string(),
+    payload: z.record(z.string(), z.unknown()),
+    created_at: instant,
+    run_at: instant.nullable().describe('when the job may run; null for immediate'),
+    started_at: instant.nullable(),
+    completed_at: instant.nullable(),
+    attempt: z.number().int().describe('0 before the first claim'),
+    max_attempts: z.number().int(),
+    timeout_seconds: z.number().int(),
+    progress: z.number().nullable().describe('0.0 to 1.0, as the worker last reported it'),
+    duration_ms: z.number().nullable(),
+    error: jobError.nullable(),
+    tags: z.record(z.string(), z.string()).nullable(),
+    parent_job_id: z.string().nullable(),
+    worker_id: z.string().nullable(),
+  })
+  .meta({ id: 'Job' })
+
+const listQuery = z.object({
+  state: z.enum(jobStates as [string, ...string[]]).optional(),
+  queue: queueFilter,
+  job_type: jobTypeFilter,
+  created_after: isoInstant.optional(),
+  created_before: isoInstant.optional(),
+  limit: limitText,
+  cursor: cursorText,
+  min_seq: minSeq,
+})
+
+/** The single create's 201 body; each created item of a batch carries the same. */
+const createdJob = z
+  .strictObject({
+    id: z.string(),
+    state: z.enum(jobStates).describe('`pending`, or `scheduled` when `run_at` or a live parent applies'),
+    job_type: z.string(),
+    queue: z.string(),
+    created_at: instant,
+    run_at: instant.nullable(),
+    attempt: z.number().int(),
+    max_attempts: z.number().int(),
+  })
+  .describe('The created job')
+
+function toCreatedJob(job: Job): z.output<typeof createdJob> {
+  return {
+    id: job.id,
+    state: job.state,
+    job_type: job.job_type,
+    queue: job.queue,
+    created_at: job.created_at,
+    run_at: job.run_at,
+    attempt: job.attempt,
+    max_attempts: job.max_attempts,
+  }
+}
+
+/** What refuses one job, alone or as an item of a batch (its status is the single create's). */
+const creationCodes = ['parent_terminal', 'invalid_state', 'parent_not_found', 'monthly_allowance_exceeded', 'spend_cap_reached'] as const
+
+const createSchema = {
+  summary: 'Create a job',
+  description:
+    'The answer carries `Location`, `X-Event-Seq` and, with metering on, the `X-Quota-*` headers (refusals too). The body field `idempotency_key` is deprecated in favour of the `Idempotency-Key` header; using it adds `Deprecation`.',
+  tags: ['Jobs'],
+  body: createJobBody,
+  response: {
+    201: createdJob.describe('The job was created (an idempotent replay repeats this answer)'),
+    ...errorResponses(...writeCodes, 'billing_state_blocked', ...creationCodes),
+  },
+}
+
+/** Jobs one batch may create (README, "Security and limits"). */
+export const maxBatchJobs = 1000
+
+/** Items are validated one by one in the handler, each exactly as a single create's body: one bad item fails alone. */
+const batchBody = z.object({ jobs: z.array(z.unknown()).min(1).max(maxBatchJobs) })
+
+/** Documented only: the route validates each item itself, so one bad item fails alone. */
+const documentedBatchBody = z.object({ jobs: z.array(createJobBody).min(1).max(maxBatchJobs) })
+
+const batchItem = z.union([
+  z.strictObject({
+    status: z.literal(201),
+    body: createdJob,
+    idempotent_replay: z.literal(true).optional().describe("present when the item's body-field `idempotency_key` replayed an earlier create"),
+  }),
+  z.strictObject({
+    status: z.number().int().describe('the status a single create of this item would have answered'),
+    error: itemErrorObject('invalid_request', 'idempotency_key_reuse', ...creationCodes, 'service_unavailable', 'internal_error'),
+  }),
+])
+
+const batchSchema = {
+  summary: 'Create up to 1,000 jobs',
+  description: [
+    `\`jobs\` holds 1 to ${maxBatchJobs.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/jobs\`, each validated and created exactly as a single create; \`results\` answers them in the same order, each with the status a single create would have had and its 201 body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes.`,
+    'Each created job takes a unit of the monthly allowance: when fewer units are left than valid items, the first ones are created and the rest answer 429 `monthly_allowance_exceeded` or `spend_cap_reached`. The `X-Quota-*` headers count before the first job of the batch; `X-Event-Seq` is the last created job\'s.',
+    'The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project\'s billing state is not active (402), by the hourly request limit (the batch counts one request) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item\'s body-field `idempotency_key` works as on a single create, in the same key space.',
+  ].join('\n\n'),
+  tags: ['Jobs'],
+  body: batchBody,
+  response: {
+    200: z
+      .strictObject({
+        created: z.number().int().describe('items answered 201'),
+        failed: z.number().int().describe('items answered with an error'),
+        results: z.array(batchItem).describe('one per item of `jobs`, in its order'),
+      })
+      .describe('The batch was processed (an idempotent replay repeats this answer)'),
+    ...errorResponses(...writeCodes, 'billing_state_blocked'),
+  },
+}
+
+const listSchema = {
+  summary: 'List jobs, newest first',
+  description: '`created_after` and `created_before` are exclusive. `min_seq` (an `X-Event-Seq` value) makes the read wait until the list includes that write.',
+  tags: ['Jobs'],
+  querystring: listQuery,
+  response: { 200: cursorPage(jobDetail), ...errorResponses('invalid_limit', 'invalid_cursor') },
+}
+
+const exportSchema = {
+  summary: "Export the project's jobs in a window",
+  description:
+    'Both bounds inclusive, at most 90 days. Chunked; rows by `created_at` then `id`; `Content-Disposition: attachment; filename="svc-jobs-<project_id>-<date>.<jsonl|csv>"`. One export per project per 60 s (429 with `Retry-After`).',
+  tags: ['Jobs'],
+  querystring: z.object({
+    from: windowBoundText.describe('ISO 8601 date-time, start of the window (required)'),
+    until: windowBoundText.describe('ISO 8601 date-time, end of the window (required)'),
+    format: formatText.describe('`jsonl` (default) or `csv`'),
+  }),
+  response: {
+    200: mediaResponse('The jobs, streamed', {
+      'application/x-ndjson': 'one flat JSON object per line (format=jsonl)',
+      'text/csv': 'RFC 4180 with a header row (format=csv)',
+    }),
+    ...errorResponses('invalid_from', 'invalid_until', 'invalid_range', 'range_too_large', 'invalid_format'),
+  },
+}
+
+const readSchema = {
+  summary: 'Read a job',
+  description: 'The answer carries `X-Event-Seq`. A job of another project is `job_not_found` too.',
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: { 200: jobDetail, ...errorResponses('job_not_found') },
+}
+
+/** A page of a job's history: a job can hold thousands of events (progress reports). */
+const historyLimit = { fallback: 100, max: 500 }
+
+const historySchema = {
+  summary: "A job's events, oldest first",
+  description: `Paged: \`limit\` 1–${historyLimit.max} (default ${historyLimit.fallback}; outside: \`invalid_limit\`), \`cursor\` the \`next_cursor\` of the previous page.`,
+  tags: ['Jobs'],
+  params: jobIdParams,
+  querystring: z.object({ limit: boundedString(20).optional(), cursor: boundedString(200).optional() }),
+  response: {
+    200: z.strictObject({
+      job_id: z.string(),
+      data: z.array(
+        z.strictObject({
+          sequence: z.number().int().describe('position of the event in the log'),
+          id: z.string(),
+          type: z.string().describe('event type, e.g. job_created, job_claimed, job_succeeded'),
+          time: instant,
+          data: z.record(z.string(), z.unknown()),
+        }),
+      ),
+      has_more: z.boolean(),
+      next_cursor: z.string().nullable().describe('pass back as `cursor` for the next page; null when has_more is false'),
+    }),
+    ...errorResponses('job_not_found', 'invalid_limit', 'invalid_cursor'),
+  },
+}
+
+/** What a stream refused for its project's number of open streams is told to wait. */
+const streamRetryAfterMs = 5_000
+
+const eventsSchema = {
+  summary: "Follow a job's state and progress (server-sent events)",
+  description:
+    '`event: snapshot` frames: the current one at once, then one per change of state or progress. The stream closes when the job ends, and after 120 s. A project has at most `max_event_streams_per_project` streams open per API process (default 100); one more answers 429 `rate_limit_exceeded` with `Retry-After`.',
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: {
+    200: mediaResponse('The event stream', { 'text/event-stream': '`event: snapshot` frames whose `data` is `{state, progress, attempt, max_attempts}`' }),
+    ...errorResponses('job_not_found'),
+  },
+}
+
+const cancelSchema = {
+  summary: 'Cancel a pending or scheduled job',
+  description: 'Needs the project role member or above. Scheduled continuations are cancelled with it.',
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: {
+    200: z.strictObject({ id: z.string(), state: z.enum(jobStates).describe('`cancelled`') }),
+    ...errorResponses(...writeCodes, 'forbidden', 'job_not_found', 'invalid_state'),
+  },
+}
+
+const retrySchema = {
+  summary: 'Retry a failed or dead-lettered job',
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: {
+    200: z.strictObject({ id: z.string(), state: z.enum(jobStates).describe('`pending`'), attempt: z.number().int() }),
+    ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state'),
+  },
+}
+
+type CreatedItem = { status: 201; body: z.output<typeof createdJob>; idempotent_replay?: true }
+type BatchItem = CreatedItem | ItemFailure
+type ReservedKey = Extract<ItemKey, { outcome: 'reserved' }>
+
+/** A batch item that passed the single create's validation. */
+interface ValidItem {
+  index: number
+  body: z.output<typeof createJobBody>
+}
+
+/** Body-field keys of one batch reserved at once (each reservation is a read and a write of the KV bucket). */
+const keyReservationsInFlight = 32
+
+/** `body.jobs[3].tags.team: <message>`: the item's first failure, named as the single create names it. */
+function describeItemIssue(error: z.ZodError, at: string): string {
+  const issue = error.issues[0]!
+  return `${[at, ...issue.path.map(String)].join('.')}: ${issue.message}`
+}
+
+/** Each item through the single create's schema and payload size check; a failure is the item's answer. */
+function validateBatchItems(request: FastifyRequest, items: readonly unknown[], maxPayloadBytes: number, results: BatchItem[]): ValidItem[] {
+  const bodyBytes = bodyBytesOf(request.headers)
+  const valid: ValidItem[] = []
+  items.forEach((raw, index) => {
+    const at = `body.jobs[${index}]`
+    const parsed = createJobBody.safeParse(raw)
+    if (!parsed.success) return void (results[index] = itemFailure(request, invalidRequest(describeItemIssue(parsed.error, at))))
+    try {
+      assertPayloadSize(parsed.data.payload, bodyBytes, maxPayloadBytes, `${at}.payload`)
+    } catch (err) {
+      return void (results[index] = itemFailure(request, err))
+    }
+    valid.push({ index, body: parsed.data })
+  })
+  return valid
+}
+
+/** What to do with a valid item once its body-field key, if any, is settled. */
+type ItemPlan =
+  | { kind: 'create'; held: ReservedKey | null }
+  /** Answered already: replayed from the store, or its key refused. */
+  | { kind: 'answered' }
+  /** The same key and body as an earlier item of the batch: it answers what that one answered. */
+  | { kind: 'repeat'; of: number }
+
+/**
+ * Settles the deprecated body-field keys as single creates would: each key is reserved once per
+ * batch (by its first item) in the shared key space; a stored answer is replayed, a key used for
+ * another body refused. A later item with the same key repeats the first one's answer, or is
+ * refused when its body differs.
+ */
+async function settleItemKeys(ctx: ApiContext, request: FastifyRequest, valid: readonly ValidItem[], results: BatchItem[]): Promise<ItemPlan[]> {
+  const plans: ItemPlan[] = valid.map(() => ({ kind: 'create', held: null }))
+  const firsts = new Map<string, { at: number; fingerprint: string }>()
+  valid.forEach(({ index, body }, at) => {
+    const key = body.idempotency_key
+    if (key === undefined || key === null) return
+    const fingerprint = singleCreateFingerprint(body)
+    const first = firsts.get(key)
+    if (first === undefined) return void firsts.set(key, { at, fingerprint })
+    if (first.fingerprint === fingerprint) return void (plans[at] = { kind: 'repeat', of: valid[first.at]!.index })
+    results[index] = itemFailure(request, keyRefusal('mismatch'))
+    plans[at] = { kind: 'answered' }
+  })
+  const owners = [...firsts.entries()]
+  await runInLanes(owners.map(() => null), keyReservationsInFlight, async (k) => {
+    const [key, { at, fingerprint }] = owners[k]!
+    const { index } = valid[at]!
+    let held: ItemKey
+    try {
+      held = await reserveItemKey(ctx.idempotency, request.principal.projectId, key, fingerprint)
+    } catch (err) {
+      results[index] = itemFailure(request, err)
+      return void (plans[at] = { kind: 'answered' })
+    }
+    if (held.outcome === 'reserved') return void (plans[at] = { kind: 'create', held })
+    results[index] = held.outcome === 'replay' ? { status: 201, body: held.body as CreatedItem['body'], idempotent_replay: true } : itemFailure(request, held.error)
+    plans[at] = { kind: 'answered' }
+  })
+  return plans
+}
+
+/**
+ * A batch of creates: every item validated as the single create validates it, body-field keys
+ * settled, the rest created through the one creation use case (one allowance request for the
+ * batch, appends pipelined), then the keyed items' answers stored. Whole-request refusals
+ * (billing state, an outage before any job) are thrown, after freeing the keys reserved here.
+ */
+async function createBatch(ctx: ApiContext, request: FastifyRequest, reply: FastifyReply, items: readonly unknown[]): Promise<{ results: BatchItem[]; lastSeq: number }> {
+  const store = ctx.idempotency
+  const results = new Array<BatchItem>(items.length)
+  const valid = validateBatchItems(request, items, ctx.deps.config.tunables.max_payload_bytes, results)
+  if (valid.some((v) => v.body.idempotency_key != null)) void reply.header('Deprecation', bodyKeyDeprecation)
+  const plans = await settleItemKeys(ctx, request, valid, results)
+  const toCreate = valid.flatMap((item, at) => {
+    const plan = plans[at]!
+    return plan.kind === 'create' ? [{ ...item, held: plan.held }] : []
+  })
+  const creation = await createJobs(ctx, request.principal.project, toCreate.map((c) => ({ request: c.body }))).catch(async (err: unknown) => {
+    await Promise.all(toCreate.map((c) => c.held && releaseItemKey(store, c.held).catch(() => undefined)))
+    throw err
+  })
+  if (creation.reading !== null) void reply.headers(quotaHeaders(creation.reading))
+  let lastSeq = 0
+  const storing = creation.results.map(async (result, k) => {
+    const { index, held } = toCreate[k]!
+    if (!result.ok) {
+      results[index] = itemFailure(request, result.error)
+      if (held !== null) await releaseItemKey(store, held).catch(() => undefined)
+      return
+    }
+    const body = toCreatedJob(result.job)
+    results[index] = { status: 201, body }
+    lastSeq = Math.max(lastSeq, result.seq)
+    // The item's job stands even if its answer could not be stored; a repeat would then run again.
+    if (held !== null) {
+      await completeItemKey(store, held, body, result.seq).catch((err) => {
+        request.log.warn({ err, request_id: request.id }, "idempotency: a batch item's answer could not be stored")
+      })
+    }
+  })
+  await Promise.all(storing)
+  valid.forEach(({ index }, at) => {
+    const plan = plans[at]!
+    if (plan.kind !== 'repeat') return
+    const first = results[plan.of]!
+    results[index] = 'body' in first ? { status: 201, body: first.body, idempotent_replay: true } : first
+  })
+  return { results, lastSeq }
+}
+
+export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
+  const { deps, jobs } = ctx
+  return async (plugin) => {
+    const app = plugin.withTypeProvider<ZodTypeProvider>()
+
+    // Every job-creation answer carries the quota headers, replays and refusals included; the
+    // handler sets them when it takes units, this fills them in for every other answer. A hook of
+    // the two creation routes only: reads and the other writes do not pass through it.
+    const fillQuotaHeaders: onSendHookHandler = (request, reply, payload, done) => {
+      if (reply.hasHeader('X-Quota-Limit') || !request.principal || !deps.config.tunables.metering_enabled) return done(null, payload)
+      const { project } = request.principal
+      ctx.billing.allowance.read(project.id, ctx.billing.termsOf(project), deps.now()).then(
+        (reading) => {
+          void reply.headers(quotaHeaders(reading))
+          done(null, payload)
+        },
+        () => done(null, payload),
+      )
+    }
+
+    app.post('/', { schema: createSchema, onSend: fillQuotaHeaders }, async (request, reply) => {
+      const body = request.body
+      assertPayloadSize(body.payload, bodyBytesOf(request.headers), deps.config.tunables.max_payload_bytes)
+      const creation = await createJobs(ctx, request.principal.project, [{ request: body }])
+      if (creation.reading !== null) void reply.headers(quotaHeaders(creation.reading))
+      const result = creation.results[0]!
+      if (!result.ok) throw result.error
+      return reply
+        .code(201)
+        .header('Location', `/jobsvc/v1/jobs/${result.job.id}`)
+        .header('X-Event-Seq', String(result.seq))
+        .send(toCreatedJob(result.job))
+    })
+
+    app.post('/batch', { schema: batchSchema, config: { documentedBody: documentedBatchBody }, onSend: fillQuotaHeaders }, async (request, reply) => {
+      const answer = await createBatch(ctx, request, reply, request.body.jobs)
+      if (answer.lastSeq > 0) void reply.header('X-Event-Seq', String(answer.lastSeq))
+      const created = answer.results.filter((r) => r.status === 201).length
+      return { created, failed: answer.results.length - created, results: answer.results }
+    })
+
+    app.get('/', { schema: listSchema }, async (request, reply) => {
+      const q = request.query
+      const projectId = request.principal.projectId
+      const limit = parseLimit(q.limit, 50, 1, 100)
+      const after = q.cursor === undefined ? null : decodeCursor(q.cursor)
+      await awaitOwnWrites(ctx, projectId, q.min_seq)
+      const sql = deps.sql
+      const rows = await sql`
+        SELECT * FROM jobs
+        WHERE project_id = ${projectId}
+          ${q.state ? sql`AND state = ${q.state}` : sql``}
+          ${q.queue ? sql`AND queue = ${q.queue}` : sql``}
+          ${q.job_type ? sql`AND job_type = ${q.job_type}` : sql``}
+          ${q.created_after ? sql`AND created_at > ${q.created_after}` : sql``}
+          ${q.created_before ? sql`AND created_at < ${q.created_before}` : sql``}
+          ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
+        ORDER BY created_at DESC, id DESC
+        LIMIT ${limit + 1}`
+      const page = rows.slice(0, limit).map((r) => jobFromRow(r))
+      const hasMore = rows.length > limit
+      const last = page.at(-1)
+      return reply.send({
+        data: page.map(toJobDetail),
+        has_more: hasMore,
+        next_cursor: hasMore && last ? encodeCursor({ created_at: last.created_at, id: last.id }) : null,
+      })
+    })
+
+    app.get('/export', { schema: exportSchema }, async (request, reply) => {
+      const window = parseExportWindow(request.query)
+      const projectId = request.principal.projectId
+      const verdict = await ctx.accounts.limits.takeCooldown('jobs-export', projectId, exportCooldownMs, deps.now())
+      if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'one jobs export per project per 60 seconds')
+      await commandProject(deps, projectId, {
+        type: 'record_jobs_export',
+        data: { from: window.from.toISOString(), until: window.until.toISOString(), format: window.format },
+        meta: { now: deps.now().toISOString() },
+      })
+      return sendJobsExport(deps, reply, projectId, window)
+    })
+
+    app.get('/:jobId', { schema: readSchema }, async (request, reply) => {
+      const { job, seq } = await jobs.get(request.principal.projectId, request.params.jobId)
+      return reply.header('X-Event-Seq', String(seq)).send(toJobDetail(job))
+    })
+
+    app.get('/:jobId/history', { schema: historySchema }, async (request) => {
+      const limit = parseLimit(request.query.limit, historyLimit.fallback, 1, historyLimit.max)
+      const from = request.query.cursor === undefined ? null : decodeHistoryCursor(request.query.cursor)
+      const page = await jobs.history(request.principal.projectId, request.params.jobId, from, limit)
+      return {
+        job_id: request.params.jobId,
+        data: page.events.map(({ seq, event: e }) => ({ sequence: seq, id: e.id, type: e.type, time: e.time, data: e.data as Record<string, unknown> })),
+        has_more: page.next !== null,
+        next_cursor: page.next === null ? null : encodeHistoryCursor(page.next),
+      }
+    })
+
+    app.get('/:jobId/events', { schema: eventsSchema }, async (request, reply) => {
+      const projectId = request.principal.projectId
+      const release = ctx.streams.tryAcquire(projectId)
+      if (release === null) {
+        throw rateLimitExceeded(streamRetryAfterMs, `this project already has ${ctx.streams.max} progress streams open on this server; retry after Retry-After`)
+      }
+      await streamJobProgress(deps, jobs, ctx.stopping, request, reply, projectId, request.params.jobId, release)
+    })
+
+    app.post('/:jobId/cancel', { schema: cancelSchema }, async (request, reply) => {
+      if (!hasRoleAtLeast(request.principal.role, 'member')) throw forbidden('cancelling a job needs the project role member or above')
+      const { job, seq } = await jobs.cancel(request.principal.projectId, request.params.jobId)
+      return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state })
+    })
+
+    app.post('/:jobId/retry', { schema: retrySchema }, async (request, reply) => {
+      const { job, seq } = await jobs.retry(request.principal.projectId, request.params.jobId)
+      return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state, attempt: job.attempt })
+    })
+  }
+}

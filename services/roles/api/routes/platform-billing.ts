@@ -1,0 +1,135 @@
+import type { FastifyPluginAsync } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import { boundedString } from '../text-fields.ts'
+import { ProjectNotFound } from '../../../../domain/errors.ts'
+import { billingOf, billingStates, type BillingState, type Project } from '../../../../domain/project.ts'
+import { checkSignature, signatureHeader } from '../../../use-cases/metering/provider-signature.ts'
+import { projectRef } from '../../../use-cases/projects/project-service.ts'
+import type { ApiContext } from '../app.ts'
+import { ApiError, invalidRequest } from '../errors.ts'
+import { bodyCodes, instant, noSecurity, publicErrorResponses, sessionErrorResponses } from '../openapi.ts'
+import { authenticateSession } from '../session-auth.ts'
+
+const projectParams = z.object({ projectId: boundedString(100, 1) })
+const billingChanges = z
+  .object({
+    plan: z.enum(['free', 'starter', 'pro', 'business', 'enterprise']).optional(),
+    overage_enabled: z.boolean().optional(),
+    spend_cap_cents: z.number().int().min(0).max(1_000_000_000).nullable().optional(),
+  })
+  .strict()
+
+/** The provider's event: which project, and the billing state it is in now. */
+const providerEvent = z.object({
+  id: boundedString(200, 1),
+  type: z.literal('billing_state.updated'),
+  data: z.object({ project_id: boundedString(100, 1), state: z.enum(billingStates as [BillingState, ...BillingState[]]) }),
+})
+
+const billingView = z
+  .strictObject({
+    plan: z.enum(['free', 'starter', 'pro', 'business', 'enterprise']),
+    billing_state: z.enum(billingStates),
+    overage_enabled: z.boolean(),
+    overage_available: z.boolean().describe('whether the plan has an overage rate'),
+    spend_cap_cents: z.number().int().nullable(),
+    period_start: instant,
+    period_end: instant,
+    allowance: z.number().int().describe('jobs per billing period'),
+    used: z.number().int(),
+    overage: z.number().int(),
+    overage_cost_cents: z.number().int(),
+    overage_cents_per_10k: z.number().nullable(),
+    requests_per_hour: z.number().int(),
+  })
+  .meta({ id: 'Billing' })
+
+const readSchema = {
+  summary: "A project's plan, billing state and usage this period",
+  description: 'Any member may read it.',
+  tags: ['Billing'],
+  params: projectParams,
+  response: { 200: billingView, ...sessionErrorResponses('project_not_found') },
+}
+
+const updateSchema = {
+  summary: 'Change the plan, overage or spend cap',
+  description: 'Applied in the order plan, overage, cap, all or nothing. `plan` needs the owner; overage and cap need admin.',
+  tags: ['Billing'],
+  params: projectParams,
+  body: billingChanges,
+  response: { 200: billingView, ...sessionErrorResponses(...bodyCodes, 'project_not_found', 'forbidden', 'overage_unavailable') },
+}
+
+const providerWebhookSchema = {
+  summary: "The payment provider's billing-state webhook",
+  description:
+    'Signed, not authenticated: `Jobsvc-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">`, within 5 minutes. Not counted by the anonymous per-IP limit. Each event `id` is applied once: a replay or retry of an applied event (within 24 hours) changes nothing and answers 200 with `duplicate: true` and the current state.',
+  tags: ['Billing'],
+  security: noSecurity,
+  response: {
+    200: z.strictObject({
+      received: z.literal(true),
+      duplicate: z.literal(true).optional().describe('present when this event id was applied before: nothing changed'),
+      project_id: z.string(),
+      billing_state: z.enum(billingStates).describe("the project's billing state now"),
+    }),
+    ...publicErrorResponses(...bodyCodes, 'invalid_request', 'missing_signature', 'invalid_signature', 'project_not_found', 'billing_disabled'),
+  },
+}
+
+/** `GET`/`PATCH /platform/v1/projects/{id}/billing` (session) — README, "Billing". */
+export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
+  return async (app) => {
+    const r = app.withTypeProvider<ZodTypeProvider>()
+    const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>
+      authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
+
+    r.get('/projects/:projectId/billing', { schema: readSchema }, async (request) => {
+      const { project } = await ctx.team.load(await userOf(request), request.params.projectId)
+      return ctx.billing.view(project)
+    })
+
+    r.patch('/projects/:projectId/billing', { schema: updateSchema }, async (request) => {
+      const user = await userOf(request)
+      const { project } = await ctx.team.load(user, request.params.projectId)
+      const updated = await ctx.billing.update(user, project, request.body)
+      return ctx.billing.view(updated)
+    })
+  }
+}
+
+/**
+ * The payment provider's webhook: signed, not authenticated, outside the anonymous limit. Its
+ * body is checked as the raw bytes the signature covers, so this scope reads JSON as text.
+ */
+export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
+  return async (app) => {
+    app.removeContentTypeParser('application/json')
+    app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => done(null, body))
+
+    app.withTypeProvider<ZodTypeProvider>().post('/billing/webhook', { schema: providerWebhookSchema, config: { documentedBody: providerEvent } }, async (request) => {
+      const secret = ctx.deps.config.billingWebhookSecret
+      if (secret === null) throw new ApiError(503, 'billing_disabled', 'billing is not configured on this installation')
+      const raw = typeof request.body === 'string' ? request.body : ''
+      const header = request.headers[signatureHeader]
+      const check = checkSignature(secret, Array.isArray(header) ? header.join(',') : header, raw, ctx.deps.now())
+      if (check === 'missing') throw new ApiError(400, 'missing_signature', `the ${signatureHeader} header is missing`)
+      if (check === 'invalid') throw new ApiError(400, 'invalid_signature', 'the signature does not verify or its timestamp is outside 5 minutes')
+      let parsed: unknown
+      try {
+        parsed = JSON.parse(raw)
+      } catch {
+        throw invalidRequest('the body is not valid JSON')
+      }
+      const event = providerEvent.safeParse(parsed)
+      if (!event.success) throw invalidRequest(`body: ${event.error.issues[0]!.message}`)
+      const { project_id: projectId, state } = event.data.data
+      const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await ctx.deps.store.load<Project>(projectRef(projectId))).state : null
+      if (project === null || project.status !== 'active') throw new ProjectNotFound(projectId)
+      const { project: updated, duplicate } = await ctx.billing.setBillingState(projectId, state, event.data.id)
+      return { received: true as const, ...(duplicate ? { duplicate: true as const } : {}), project_id: projectId, billing_state: billingOf(updated).state }
+    })
+  }
+}

@@ -1,0 +1,221 @@
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import { cursorText, limitText } from '../query-fields.ts'
+import { BillingStateBlocked } from '../../../../domain/errors.ts'
+import { billingOf } from '../../../../domain/project.ts'
+import type { DeliveryStatus } from '../../../../domain/delivery.ts'
+import { maxWebhooksPerProject, webhookEventTypes, type EventFilter, type Webhook } from '../../../../domain/webhook.ts'
+import { checkWebhookUrl } from '../../../infrastructure/url-safety.ts'
+import { WebhookService } from '../../../use-cases/webhooks/webhook-service.ts'
+import type { ApiContext } from '../app.ts'
+import { invalidRequest } from '../errors.ts'
+import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
+import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
+import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
+import { boundedString, storableText } from '../text-fields.ts'
+
+/**
+ * Spec, Webhooks 1: the `events` value is at most 1024 characters, measured on the value as
+ * sent: the length of its compact JSON text (`["job.created","job.failed"]` is 28), duplicates
+ * included. `checkEventsAsSent` measures it before the schema runs, so an over-long list is
+ * refused before any of its elements is checked and dropping its repeats cannot bring it under.
+ */
+const maxEventsLength = 1024
+
+/** `*`, or a list of the known event types (an unknown type is refused, so typos do not go silent). */
+const events = z
+  .union([z.literal('*'), z.array(z.enum(webhookEventTypes)).min(1).transform((list) => [...new Set(list)])])
+  .describe(`\`*\` or a list of event types; at most ${maxEventsLength} characters as compact JSON, duplicates included (they are then dropped)`)
+
+const url = storableText(1, 2048).describe('absolute http(s) URL resolving only to public addresses')
+const createBody = z.object({ url, events })
+const patchBody = z.object({ url: url.optional(), events: events.optional(), is_active: z.boolean().optional() }).strict()
+// The router passes path parameters of up to 2048 characters; any id not of the `whk_` form is a 404.
+const idParams = z.object({ id: boundedString(2048, 1) })
+
+const eventFilter = z.union([z.literal('*'), z.array(z.enum(webhookEventTypes))]).describe('`*` (every type) or a list of event types')
+
+/** A subscription as reads show it: never the secret. */
+export const webhookSchema = z
+  .strictObject({ id: z.string().describe('`whk_…`'), url: z.string(), events: eventFilter, is_active: z.boolean(), created_at: instant, updated_at: instant.nullable() })
+  .meta({ id: 'Webhook' })
+
+export function webhookView(w: Webhook | Record<string, unknown>): z.output<typeof webhookSchema> {
+  const r = w as Record<string, unknown>
+  const iso = isoOrNull
+  return {
+    id: r.id as string,
+    url: r.url as string,
+    // Read-model rows hold the filter as JSON text; the aggregate holds the value itself.
+    events: (typeof r.events === 'string' && r.events !== '*' ? JSON.parse(r.events) : r.events) as EventFilter,
+    is_active: r.is_active as boolean,
+    created_at: iso(r.created_at)!,
+    updated_at: iso(r.updated_at),
+  }
+}
+
+const deliveryStatuses: readonly DeliveryStatus[] = ['pending', 'delivered', 'failed']
+
+const delivery = z
+  .strictObject({
+    id: z.string().describe('`del_…`'),
+    event_type: z.string(),
+    status: z.enum(deliveryStatuses),
+    response_status: z.number().int().nullable().describe("the receiver's HTTP status; null when the request could not be sent"),
+    attempt: z.number().int().describe('1-based'),
+    attempted_at: instant.nullable().describe('the latest attempt; for a pending delivery, its creation time'),
+  })
+  .meta({ id: 'WebhookDelivery' })
+
+/** Spec, Webhooks: every route answers 402 while the project's billing state is not active. */
+const webhookCodes = ['billing_state_blocked']
+const tags = ['Webhooks']
+
+const listSchema = { summary: 'List subscriptions', tags, response: { 200: z.strictObject({ data: z.array(webhookSchema) }), ...errorResponses(...webhookCodes) } }
+
+const readSchema = { summary: 'Read a subscription', tags, params: idParams, response: { 200: webhookSchema, ...errorResponses(...webhookCodes, 'webhook_not_found') } }
+
+const createSchema = {
+  summary: 'Subscribe a URL to events',
+  description:
+    'The URL must be absolute http(s) and resolve only to public addresses. The answer shows the signing secret, once. ' +
+    `A project has at most ${maxWebhooksPerProject} subscriptions, active or not: one more is 409 \`webhook_limit_reached\`.`,
+  tags,
+  body: createBody,
+  response: {
+    201: z.strictObject({ id: z.string(), url: z.string(), events: eventFilter, secret: z.string().describe('`whsec_…`; shown only here and on rotation'), is_active: z.boolean(), created_at: instant }),
+    ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_limit_reached'),
+  },
+}
+
+const updateSchema = {
+  summary: 'Change a subscription',
+  tags,
+  params: idParams,
+  body: patchBody,
+  response: { 200: webhookSchema, ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_not_found') },
+}
+
+const rotateSchema = {
+  summary: "Rotate a subscription's signing secret",
+  description: 'The previous secret stays valid for 24 hours.',
+  tags,
+  params: idParams,
+  response: {
+    200: z.strictObject({
+      id: z.string(),
+      secret: z.string(),
+      previous_secret_expires_at: instant.nullable().describe('rotated_at plus 24 hours'),
+      rotated_at: instant.nullable(),
+    }),
+    ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_not_found'),
+  },
+}
+
+const deliveriesSchema = {
+  summary: "A subscription's deliveries, newest first",
+  description: '`limit` is clamped to 1–100 (default 50). `next_cursor` is omitted when `has_more` is false.',
+  tags,
+  params: idParams,
+  querystring: z.object({ limit: limitText, cursor: cursorText }),
+  response: {
+    200: z.strictObject({ data: z.array(delivery), has_more: z.boolean(), next_cursor: z.string().optional() }),
+    ...errorResponses(...webhookCodes, 'webhook_not_found', 'invalid_cursor'),
+  },
+}
+
+const deleteSchema = {
+  summary: 'Delete a subscription',
+  description: 'Deliveries already pending still go out.',
+  tags,
+  params: idParams,
+  response: { 204: noContent('Deleted'), ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_not_found') },
+}
+
+/** `events` over `maxEventsLength` as sent: 400 `invalid_request`, before the schema sees it. */
+async function checkEventsAsSent(request: FastifyRequest): Promise<void> {
+  const body = request.body
+  if (typeof body !== 'object' || body === null || !('events' in body)) return
+  const text = JSON.stringify(body.events)
+  if (text !== undefined && text.length > maxEventsLength) {
+    throw invalidRequest(`body.events: at most ${maxEventsLength} characters as sent (its JSON text, duplicates included)`)
+  }
+}
+
+/** The URL's safety rules, checked after the schema: 400 `invalid_request`. */
+async function checkSubscription(ctx: ApiContext, input: { url?: string | undefined }): Promise<void> {
+  if (input.url !== undefined) {
+    const verdict = await checkWebhookUrl(input.url, ctx.deps.config.webhookAllowHosts, ctx.deps.resolveHost)
+    if (!verdict.ok) throw invalidRequest(`body.url: ${verdict.reason}`)
+  }
+}
+
+/** The seven webhook routes of the spec. */
+export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
+  const { deps, jobs } = ctx
+  const hooks = new WebhookService(deps)
+  return async (plugin) => {
+    const app = plugin.withTypeProvider<ZodTypeProvider>()
+    // Spec: every webhook route answers 402 while the project's billing state is not active.
+    app.addHook('preHandler', async (request) => {
+      const state = billingOf(request.principal.project).state
+      if (state !== 'active') throw new BillingStateBlocked(`the project's billing state is ${state}`)
+    })
+
+    app.get('/', { schema: listSchema }, async (request) => {
+      const projectId = request.principal.projectId
+      await awaitOwnWrites(ctx, projectId, undefined)
+      const rows = await deps.sql`SELECT * FROM webhooks WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
+      return { data: rows.map(webhookView) }
+    })
+
+    app.get('/:id', { schema: readSchema }, async (request) => webhookView(await hooks.load(request.principal.projectId, request.params.id)))
+
+    app.post('/', { schema: createSchema, preValidation: checkEventsAsSent }, async (request, reply) => {
+      await checkSubscription(ctx, request.body)
+      const { result, secret } = await hooks.create(request.principal.projectId, { url: request.body.url, events: request.body.events as EventFilter })
+      jobs.noteWritten(request.principal.projectId, result.seq)
+      const w = result.state!
+      return reply.code(201).send({ id: w.id, url: w.url, events: w.events, secret, is_active: w.is_active, created_at: w.created_at })
+    })
+
+    app.patch('/:id', { schema: updateSchema, preValidation: checkEventsAsSent }, async (request) => {
+      await hooks.load(request.principal.projectId, request.params.id)
+      await checkSubscription(ctx, request.body)
+      const result = await hooks.update(request.principal.projectId, request.params.id, request.body as { url?: string; events?: EventFilter; is_active?: boolean })
+      jobs.noteWritten(request.principal.projectId, result.seq)
+      return webhookView(result.state!)
+    })
+
+    app.post('/:id/rotate-secret', { schema: rotateSchema }, async (request) => {
+      const { result, secret } = await hooks.rotateSecret(request.principal.projectId, request.params.id)
+      const w = result.state!
+      return { id: w.id, secret, previous_secret_expires_at: w.previous_secret_expires_at, rotated_at: w.updated_at }
+    })
+
+    app.get('/:id/deliveries', { schema: deliveriesSchema }, async (request) => {
+      const projectId = request.principal.projectId
+      await hooks.load(projectId, request.params.id)
+      const limit = clampLimit(request.query.limit, 50, 1, 100)
+      const after = request.query.cursor === undefined ? null : decodeCursor(request.query.cursor)
+      const sql = deps.sql
+      const rows = await sql<{ id: string; event_type: string; status: DeliveryStatus; response_status: number | null; attempt: number; attempted_at: Date; created_at: Date }[]>`
+        SELECT id, event_type, status, response_status, attempt, attempted_at, created_at FROM deliveries
+        WHERE project_id = ${projectId} AND webhook_id = ${request.params.id}
+          ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
+        ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`
+      const page = rows.slice(0, limit)
+      const data = page.map((r) => ({ id: r.id, event_type: r.event_type, status: r.status, response_status: r.response_status, attempt: Math.max(r.attempt, 1), attempted_at: isoOrNull(r.attempted_at) }))
+      const last = page.at(-1)
+      // Spec, Webhooks 4: next_cursor is omitted when there is nothing more.
+      return rows.length > limit && last ? { data, has_more: true, next_cursor: encodeCursor({ created_at: last.created_at.toISOString(), id: last.id }) } : { data, has_more: false }
+    })
+
+    app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
+      const result = await hooks.delete(request.principal.projectId, request.params.id)
+      jobs.noteWritten(request.principal.projectId, result.seq)
+      return reply.code(204).send()
+    })
+  }
+}

@@ -1,0 +1,328 @@
+import type { FastifyPluginAsync } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import type { Job } from '../../../../domain/job.ts'
+import { claimForPoll } from '../../../use-cases/jobs/claimer.ts'
+import { registerRecurringSchedules } from '../../../use-cases/jobs/recurring-service.ts'
+import type { ApiContext } from '../app.ts'
+import { runInLanes } from '../../../use-cases/jobs/lanes.ts'
+import { invalidRequest, itemFailure, rateLimitExceeded, serviceUnavailable } from '../errors.ts'
+import { errorResponses, instant, itemErrorObject, writeCodes } from '../openapi.ts'
+import { anyText, boundedString, storableText } from '../text-fields.ts'
+
+/** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
+const maxErrorMessage = 10_000
+const maxStackTrace = 65_536
+
+/**
+ * What a poll refused for its project's number of polls is told to wait: the spec's re-check
+ * interval, so a worker that comes back then has missed nothing a waiting poll would have seen.
+ */
+const pollRetryAfterMs = 2_000
+
+/** Goes into a `text` column of the read model. */
+const text = (max: number) => storableText(1, max)
+const workerId = text(200)
+const queueName = text(100)
+const jobType = text(500)
+
+export const pollBody = z.object({
+  worker_id: workerId,
+  queues: z.array(queueName).min(1).max(50),
+  capacity: z.number().int().min(1).max(50).default(1),
+  job_types: z.array(jobType).min(1).max(100).nullish(),
+  /** Extension: how long to hold the poll when nothing is claimable (0 answers at once). */
+  wait_seconds: z.number().min(0).max(30).optional(),
+})
+
+const errorDetail = z.object({
+  type: boundedString(500).default('Error'),
+  message: anyText().default('').transform((s) => s.slice(0, maxErrorMessage)),
+  stack_trace: anyText().default('').transform((s) => s.slice(0, maxStackTrace)),
+})
+
+/** Any job id is looked up; one this service could not have issued is simply not found. */
+const jobId = boundedString(2048, 1)
+
+export const ackBody = z.object({
+  job_id: jobId,
+  worker_id: workerId,
+  status: z.enum(['succeeded', 'failed']),
+  duration_ms: z.number().int().min(0).nullish(),
+  error: errorDetail.nullish(),
+})
+
+/** What an ack answers, alone or as an item of a batch. */
+const ackOutcome = z.strictObject({
+  action: z.enum(['done', 'retry']).describe('`done` (completed or dead-lettered) or `retry`'),
+  retry_at: instant.optional().describe('only when action is retry'),
+  children_activated: z.number().int().optional().describe('continuations activated by this success; omitted when the job has none'),
+})
+
+export const heartbeatBody = z.object({
+  job_id: jobId,
+  worker_id: workerId,
+  /** Extension: the job's progress, 0.0 to 1.0; a change is recorded as an event. */
+  progress: z.number().min(0).max(1).nullish(),
+})
+
+const recurringSchedule = z.object({
+  job_type: jobType,
+  cron_expression: text(200),
+  queue: queueName.nullish(),
+  timezone: text(100).nullish(),
+  max_attempts: z.number().int().min(1).max(100).nullish(),
+  timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
+})
+
+export const registerBody = z.object({
+  worker_id: workerId,
+  queues: z.array(queueName).max(50),
+  job_types: z.array(jobType).max(100),
+  hostname: boundedString(255).nullish(),
+  sdk_version: boundedString(100).nullish(),
+  // Items are checked one by one in the handler: a bad schedule is logged, not a 400 (spec).
+  recurring_schedules: z.array(z.unknown()).max(100).nullish(),
+})
+
+const pollSchema = {
+  summary: 'Claim jobs (long poll)',
+  description:
+    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline. A project has at most `max_polls_per_project` polls in flight per API process (default 500); one more answers 429 `rate_limit_exceeded` with `Retry-After`.',
+  tags: ['Workers'],
+  body: pollBody,
+  response: {
+    200: z.strictObject({
+      jobs: z.array(
+        z.strictObject({
+          id: z.string(),
+          job_type: z.string(),
+          payload: z.record(z.string(), z.unknown()),
+          attempt: z.number().int().describe('1-based'),
+          max_attempts: z.number().int(),
+          timeout_seconds: z.number().int(),
+          enqueued_at: instant,
+        }),
+      ),
+    }),
+    ...errorResponses(...writeCodes, 'service_unavailable'),
+  },
+}
+
+const ackSchema = {
+  summary: 'Report the outcome of an attempt',
+  description: 'A failure is retried after `15 × 2^(attempt−1)` s plus 0–3 s of jitter, or dead-lettered on the last attempt. The answer carries `X-Event-Seq`.',
+  tags: ['Workers'],
+  body: ackBody,
+  response: {
+    200: ackOutcome,
+    ...errorResponses(...writeCodes, 'job_not_found', 'worker_mismatch', 'invalid_state'),
+  },
+}
+
+/** Acks one batch may carry (README, "Security and limits"). */
+export const maxBatchAcks = 1000
+
+/**
+ * Acks of one batch in flight at once: enough to keep the publisher's pipeline full, few enough
+ * that a batch of 1,000 does not queue its whole burst ahead of every other request.
+ */
+const acksInFlight = 64
+
+const batchAckItem = z.union([
+  z.strictObject({ job_id: z.string(), status: z.literal(200), body: ackOutcome }),
+  z.strictObject({
+    job_id: z.string().nullable().describe("the item's `job_id`; null when it had none that could be read"),
+    status: z.number().int().describe('the status a single ack of this item would have answered'),
+    error: itemErrorObject('invalid_request', 'job_not_found', 'worker_mismatch', 'invalid_state', 'service_unavailable', 'internal_error'),
+  }),
+])
+
+const ackBatchSchema = {
+  summary: 'Report the outcomes of up to 1,000 attempts',
+  description: `\`acks\` holds 1 to ${maxBatchAcks.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/workers/ack\`, each validated and applied exactly as a single ack; \`results\` answers them in the same order, each with its \`job_id\`, the status a single ack would have had, and its body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes; \`X-Event-Seq\` is the highest of its acks. Acks of one job in a batch are applied in order. The whole request is refused (the error envelope) only when its body is not \`{acks: [1 to 1,000 items]}\`, by the hourly request limit (the batch counts one request) and by the \`Idempotency-Key\` rules (a key covers the whole batch).`,
+  tags: ['Workers'],
+  body: z.object({ acks: z.array(z.unknown()).min(1).max(maxBatchAcks) }),
+  response: {
+    200: z.strictObject({
+      acked: z.number().int().describe('items answered 200'),
+      failed: z.number().int().describe('items answered with an error'),
+      results: z.array(batchAckItem).describe('one per item of `acks`, in its order'),
+    }),
+    ...errorResponses(...writeCodes),
+  },
+}
+
+/** Documented only: the route validates each ack itself, so one bad ack fails alone. */
+const documentedAckBatchBody = z.object({ acks: z.array(ackBody).min(1).max(maxBatchAcks) })
+
+type BatchAckItem = z.output<typeof batchAckItem>
+
+/** The ack's job id as sent, when it is one this service could look up; null otherwise. */
+function jobIdOf(raw: unknown): string | null {
+  const id = (raw as { job_id?: unknown } | null)?.job_id
+  return typeof id === 'string' && jobId.safeParse(id).success ? id : null
+}
+
+const heartbeatSchema = {
+  summary: 'Keep a claimed job alive (and report progress)',
+  description: 'Send one every `max(timeout_seconds / 3, 10 s)`. A changed `progress` is recorded as a `job_progressed` event.',
+  tags: ['Workers'],
+  body: heartbeatBody,
+  response: {
+    200: z.strictObject({ status: z.enum(['ok', 'cancel']).describe('`ok`: continue (`cancel` is reserved, not produced today)') }),
+    ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state', 'worker_mismatch'),
+  },
+}
+
+const registerSchema = {
+  summary: 'Announce a worker and upsert its recurring schedules',
+  description: 'Each schedule is upserted as `rjob_<slug of job_type>`; one that cannot be saved (a bad cron expression, say) is logged, and the answer is still `registered`.',
+  tags: ['Workers'],
+  body: registerBody,
+  response: { 200: z.strictObject({ status: z.literal('registered') }), ...errorResponses(...writeCodes) },
+}
+
+function toPolledJob(job: Job) {
+  return {
+    id: job.id,
+    job_type: job.job_type,
+    payload: job.payload,
+    attempt: job.attempt,
+    max_attempts: job.max_attempts,
+    timeout_seconds: job.timeout_seconds,
+    enqueued_at: job.created_at,
+  }
+}
+
+export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
+  const { deps, jobs } = ctx
+  return async (plugin) => {
+    const app = plugin.withTypeProvider<ZodTypeProvider>()
+
+    /**
+     * Claims at once when it can; otherwise waits until the ready index wakes it (as soon as a job
+     * of its queues becomes claimable), re-checking every tick as a safety net. Claims come from
+     * the index; only a queue the index cannot vouch for, and the tick's re-check, ask the read
+     * model, taking their turn in the process's claim line (services/use-cases/jobs/claim-line.ts), which
+     * bounds the Postgres connections one project's polls hold.
+     */
+    app.post('/poll', { schema: pollSchema }, async (request, reply) => {
+      const b = request.body
+      const release = ctx.polls.tryAcquire(request.principal.projectId)
+      if (release === null) {
+        throw rateLimitExceeded(pollRetryAfterMs, `this project already has ${ctx.polls.max} polls in flight on this server; poll again after Retry-After`)
+      }
+      const claim = {
+        projectId: request.principal.projectId,
+        workerId: b.worker_id,
+        queues: [...new Set(b.queues)],
+        jobTypes: b.job_types ? [...new Set(b.job_types)] : null,
+        capacity: b.capacity,
+      }
+      const t = deps.config.tunables
+      const deadline = Date.now() + Math.min(b.wait_seconds === undefined ? t.poll_max_wait_ms : b.wait_seconds * 1000, t.poll_max_wait_ms)
+      // Ends the wait on a disconnect or on shutdown. The request's own `close` fires as soon as
+      // its body has been read (Node >= 16), which ended every long poll at once; the response
+      // closes before it ends only on a disconnect. The shutdown listener is removed when the
+      // poll ends: one left per poll would pile up on the process-wide signal. The poll's slot is
+      // freed in the same `finally`, whichever way the poll ends (claim, deadline, disconnect,
+      // shutdown, error).
+      const gone = new AbortController()
+      const end = () => gone.abort()
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableEnded) end()
+      })
+      ctx.stopping.addEventListener('abort', end, { once: true })
+      try {
+        return await pollUntilClaimedOrDeadline()
+      } finally {
+        ctx.stopping.removeEventListener('abort', end)
+        release()
+      }
+
+      async function pollUntilClaimedOrDeadline() {
+        const restarting = () => serviceUnavailable('the service is restarting; poll again with backoff')
+        // Open before the first claim, so that a job that becomes claimable between a claim and
+        // the wait that follows it still wakes this poll.
+        const session = ctx.ready.open(claim.projectId, claim.queues, claim.jobTypes, claim.capacity)
+        try {
+          let recheck = false
+          for (;;) {
+            if (ctx.stopping.aborted) throw restarting()
+            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone.signal, recheck)
+            // A claim still waiting for its turn when shutdown began was withdrawn, not run.
+            if (claimed.length === 0 && ctx.stopping.aborted) throw restarting()
+            const remaining = deadline - Date.now()
+            if (claimed.length > 0 || remaining <= 0 || gone.signal.aborted) return { jobs: claimed.map(toPolledJob) }
+            recheck = (await session.wait(Math.min(remaining, t.poll_tick_ms), gone.signal)) === 'timeout'
+          }
+        } finally {
+          session.close()
+        }
+      }
+    })
+
+    app.post('/ack', { schema: ackSchema }, async (request, reply) => {
+      const b = request.body
+      const { outcome, seq } = await jobs.ack(request.principal.projectId, b.job_id, {
+        worker_id: b.worker_id,
+        status: b.status,
+        duration_ms: b.duration_ms ?? null,
+        error: b.error ?? null,
+      })
+      return reply.header('X-Event-Seq', String(seq)).send(outcome)
+    })
+
+    /**
+     * Each ack validated and applied as the single ack is; acks are pipelined, those of one job
+     * applied one after another so that their outcomes do not depend on a race.
+     */
+    app.post('/ack/batch', { schema: ackBatchSchema, config: { documentedBody: documentedAckBatchBody } }, async (request, reply) => {
+      const items = request.body.acks
+      const results = new Array<BatchAckItem>(items.length)
+      const valid: Array<{ index: number; ack: z.output<typeof ackBody> }> = []
+      items.forEach((raw, index) => {
+        const parsed = ackBody.safeParse(raw)
+        if (parsed.success) return void valid.push({ index, ack: parsed.data })
+        const issue = parsed.error.issues[0]!
+        const failure = itemFailure(request, invalidRequest(`${[`body.acks[${index}]`, ...issue.path.map(String)].join('.')}: ${issue.message}`))
+        results[index] = { job_id: jobIdOf(raw), ...failure }
+      })
+      let lastSeq = 0
+      await runInLanes(valid.map((v) => v.ack.job_id), acksInFlight, async (k) => {
+        const { index, ack } = valid[k]!
+        try {
+          const { outcome, seq } = await jobs.ack(request.principal.projectId, ack.job_id, {
+            worker_id: ack.worker_id,
+            status: ack.status,
+            duration_ms: ack.duration_ms ?? null,
+            error: ack.error ?? null,
+          })
+          lastSeq = Math.max(lastSeq, seq)
+          results[index] = { job_id: ack.job_id, status: 200, body: outcome }
+        } catch (err) {
+          results[index] = { job_id: ack.job_id, ...itemFailure(request, err) }
+        }
+      })
+      if (lastSeq > 0) void reply.header('X-Event-Seq', String(lastSeq))
+      const acked = results.filter((r) => r.status === 200).length
+      return { acked, failed: results.length - acked, results }
+    })
+
+    app.post('/heartbeat', { schema: heartbeatSchema }, async (request) => {
+      const b = request.body
+      await jobs.heartbeat(request.principal.projectId, b.job_id, b.worker_id, b.progress ?? null)
+      return { status: 'ok' as const }
+    })
+
+    app.post('/register', { schema: registerSchema }, async (request) => {
+      const b = request.body
+      const results = await registerRecurringSchedules(deps, request.principal.projectId, b.recurring_schedules ?? [], recurringSchedule)
+      for (const r of results) {
+        if (!r.ok) request.log.warn({ request_id: request.id, worker_id: b.worker_id, schedule: r.input, reason: r.reason }, 'register: schedule not saved')
+      }
+      return { status: 'registered' as const }
+    })
+  }
+}

@@ -1,0 +1,85 @@
+import { parseArgs } from 'node:util'
+import { plans, type Plan } from '../../domain/project.ts'
+import type { SignupPlan } from '../../domain/user.ts'
+import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/config.ts'
+import { AccountService } from '../use-cases/platform/accounts.ts'
+import { createProject } from '../use-cases/projects/project-service.ts'
+import { createLogger, openRuntime, type Runtime } from '../infrastructure/runtime.ts'
+
+const usage = `usage:
+  npm run --silent cli -- project create --name NAME [--plan free|starter|pro|business|enterprise] [--email E] [--env test|live]
+  npm run --silent cli -- user suspend --email E
+  npm run --silent cli -- user reinstate --email E`
+
+const emailPattern = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
+
+function emailOption(value: string | undefined, required: boolean): string | null {
+  const email = value?.trim() ?? null
+  if (email === null && required) throw new ConfigError('--email is required')
+  if (email !== null && !emailPattern.test(email)) throw new ConfigError('--email is not an e-mail address')
+  return email
+}
+
+type Command = (runtime: Runtime) => Promise<Record<string, unknown>>
+
+function projectCreate(args: string[]): Command {
+  const { values } = parseArgs({
+    args,
+    options: { name: { type: 'string' }, plan: { type: 'string' }, email: { type: 'string' }, env: { type: 'string' } },
+  })
+  const name = values.name?.trim()
+  if (!name || name.length > 100) throw new ConfigError('--name is required (1 to 100 characters)')
+  const plan = (values.plan ?? 'free') as Plan
+  if (!plans.includes(plan)) throw new ConfigError(`--plan must be one of ${plans.join(', ')}`)
+  const env = values.env ?? 'test'
+  if (env !== 'test' && env !== 'live') throw new ConfigError('--env must be test or live')
+  const email = emailOption(values.email, false)
+  return async (runtime) => {
+    // With --email, the owner is a verified user (created if new), who can sign in after
+    // choosing a password through "forgot password".
+    const accounts = new AccountService(runtime)
+    const owner = email === null ? null : await accounts.ensureVerifiedUser(email, plan === 'enterprise' ? 'business' : (plan as SignupPlan))
+    const { project, apiKey } = await createProject(runtime, { name, plan, ownerEmail: owner?.email ?? null, ownerUserId: owner?.id ?? null, keyEnvironment: env })
+    if (owner !== null) await accounts.indexProject(owner.id, project.id, true)
+    return { project_id: project.id, api_key: apiKey, ...(owner ? { owner_user_id: owner.id } : {}) }
+  }
+}
+
+function userSuspension(args: string[], suspended: boolean): Command {
+  const { values } = parseArgs({ args, options: { email: { type: 'string' } } })
+  const email = emailOption(values.email, true)!
+  return async (runtime) => {
+    const user = await new AccountService(runtime).setSuspended(email, suspended)
+    return { user_id: user.id, status: user.status }
+  }
+}
+
+function commandOf(argv: string[]): Command {
+  const [noun, verb, ...rest] = argv
+  if (noun === 'project' && verb === 'create') return projectCreate(rest)
+  if (noun === 'user' && (verb === 'suspend' || verb === 'reinstate')) return userSuspension(rest, verb === 'suspend')
+  throw new ConfigError(usage)
+}
+
+/**
+ * The operator command line (CONTRACT.md): same environment and same commands as the service.
+ * A leading `--dev` (which `npm run cli` passes, as `npm start` does) reads the development
+ * mode's secret file when JOBSVC_SECRET is not set.
+ */
+async function main(argv: string[]): Promise<void> {
+  const dev = argv[0] === '--dev'
+  const command = commandOf(dev ? argv.slice(1) : argv)
+  const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null })
+  const log = createLogger({ logLevel: config.logLevel === 'info' ? 'warn' : config.logLevel })
+  const runtime = await openRuntime(config, log, 'jobsvc-cli')
+  try {
+    process.stdout.write(JSON.stringify(await command(runtime)) + '\n')
+  } finally {
+    await runtime.close()
+  }
+}
+
+main(process.argv.slice(2)).catch((err) => {
+  process.stderr.write(`${err instanceof ConfigError ? err.message : String(err?.stack ?? err)}\n`)
+  process.exit(err instanceof ConfigError ? 2 : 1)
+})

@@ -1,0 +1,71 @@
+import { applyBatchIsolatingFailures, projectedThrough } from '../../../projections/checkpoints.ts'
+import { projections } from '../../../projections/index.ts'
+import { consumeBatches } from '../../../streams/consume.ts'
+import { checkpointSubject, eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../../streams/names.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+import { assertStillLeading, holdLeadership, LeadershipLost } from '../../infrastructure/leadership.ts'
+
+/** Messages applied per transaction at most; a busy log is applied in batches this large. */
+const maxBatch = 1000
+
+/**
+ * The projector role: one durable consumer over the whole log feeds every read model. Only one
+ * projector runs at a time across processes (a Postgres advisory lock); the others wait as
+ * hot standbys, because checkpoints are per projection, not per process.
+ */
+export async function start(deps: Deps): Promise<() => Promise<void>> {
+  const controller = new AbortController()
+  const ns = deps.config.namespace
+  let lead: AbortController | undefined
+  const yieldRequests = deps.nats.nc.subscribe(projectorYieldSubject(ns), {
+    callback: () => {
+      if (lead && !lead.signal.aborted) deps.log.info('projector: stepping down for a replay')
+      lead?.abort()
+    },
+  })
+  const done = holdLeadership(deps.sql, 'jobsvc.projector:' + ns, controller.signal, async (leaderPid) => {
+    deps.log.info('projector: leading')
+    lead = new AbortController()
+    const signal = AbortSignal.any([controller.signal, lead.signal])
+    await consumeBatches(
+      deps.nats,
+      {
+        stream: eventsStreamName(ns),
+        durable: projectorConsumerName(ns),
+        filterSubject: eventsSubjectFilter(ns),
+        maxBatch,
+        resumeFrom: async () => (await projectedThrough(deps.sql, projections)) + 1,
+      },
+      async (records) => {
+        const seq = await applyBatchIsolatingFailures(
+          deps.sql,
+          projections,
+          records,
+          (record, err) =>
+            deps.log.error({ err, seq: record.seq, subject: record.subject }, 'projector: a message the read models cannot hold was skipped (see projection_failures)'),
+          { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
+        )
+        announce(deps, seq)
+      },
+      signal,
+      (err) => {
+        deps.log.error({ err }, 'projector: consumer failed; resuming from the checkpoint')
+        if (err instanceof LeadershipLost) lead?.abort()
+      },
+    )
+  }, (err) => deps.log.error({ err }, 'projector: leadership lost'))
+  return async () => {
+    yieldRequests.unsubscribe()
+    controller.abort()
+    await done
+  }
+}
+
+/**
+ * After a commit: tells API processes how far the read models are (read-your-writes waits, and
+ * the ready index's warm-ups). Polls are not woken from here: each API process's ready index
+ * follows the log itself and wakes its own polls.
+ */
+function announce(deps: Deps, seq: number): void {
+  deps.nats.nc.publish(checkpointSubject(deps.config.namespace), String(seq))
+}

@@ -1,0 +1,92 @@
+import { applyBatchIsolatingFailures, resetReadModels } from '../../../projections/checkpoints.ts'
+import { projections } from '../../../projections/index.ts'
+import { decodeEventMessage, type EventRecord } from '../../../streams/event-store.ts'
+import { eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../../streams/names.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+import { assertStillLeading, holdLeadership } from '../../infrastructure/leadership.ts'
+
+const batchSize = 1000
+
+/**
+ * Rebuilds every read model from sequence 1 with the projector's own code (`applyBatch`). It
+ * takes the projector's leadership lock first, so a running projector pauses (it stands by)
+ * instead of racing the rebuild; its durable consumer is removed, so whichever projector leads
+ * next resumes from the rebuilt checkpoint.
+ */
+export async function rebuildReadModels(deps: Deps, say: (message: string) => void): Promise<{ through: number; ms: number }> {
+  const ns = deps.config.namespace
+  const started = Date.now()
+  const controller = new AbortController()
+  let result: { through: number; ms: number } | undefined
+  let failure: unknown
+  let waited = false
+  const timer = setTimeout(() => {
+    waited = true
+    say('replay: waiting for the running projector to hand over its lock')
+  }, 2000)
+  // Queue for the lock first, then ask a leading projector to step down: Postgres grants a
+  // released advisory lock to the waiting session, so the projector cannot take it back.
+  const asking = setInterval(() => deps.nats.nc.publish(projectorYieldSubject(ns)), 250)
+  await holdLeadership(
+    deps.sql,
+    'jobsvc.projector:' + ns,
+    controller.signal,
+    async (leaderPid) => {
+      clearTimeout(timer)
+      clearInterval(asking)
+      try {
+        await deps.nats.jsm.consumers.delete(eventsStreamName(ns), projectorConsumerName(ns)).catch(() => undefined)
+        await resetReadModels(deps.sql, projections)
+        const last = await deps.store.lastSequence()
+        let through = 0
+        await readStream(deps, last, async (records) => {
+          through = await applyBatchIsolatingFailures(
+            deps.sql,
+            projections,
+            records,
+            (record) => say(`replay: message ${record.seq} (${record.subject}) cannot be held by the read models; recorded in projection_failures`),
+            { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
+          )
+        })
+        result = { through, ms: Date.now() - started }
+      } catch (err) {
+        failure = err
+      } finally {
+        controller.abort()
+      }
+    },
+    (err) => {
+      failure = err
+      controller.abort()
+    },
+    { blocking: true },
+  )
+  clearTimeout(timer)
+  clearInterval(asking)
+  if (failure !== undefined) throw failure
+  if (waited) say('replay: lock acquired')
+  return result!
+}
+
+/** Reads the log from sequence 1 to `last` with an ordered consumer, in batches. */
+async function readStream(deps: Deps, last: number, handle: (records: EventRecord[]) => Promise<void>): Promise<void> {
+  if (last === 0) return
+  const consumer = await deps.nats.js.consumers.get(eventsStreamName(deps.config.namespace), {
+    filter_subjects: eventsSubjectFilter(deps.config.namespace),
+  })
+  const messages = await consumer.consume({ max_messages: batchSize * 2 })
+  let batch: EventRecord[] = []
+  try {
+    for await (const m of messages) {
+      batch.push({ seq: m.seq, subject: m.subject, message: decodeEventMessage(m.data) })
+      const isLast = m.seq >= last
+      if (isLast || batch.length >= batchSize || messages.getPending() === 0) {
+        await handle(batch)
+        batch = []
+      }
+      if (isLast) break
+    }
+  } finally {
+    messages.stop()
+  }
+}

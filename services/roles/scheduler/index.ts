@@ -1,0 +1,199 @@
+import { performance } from 'node:perf_hooks'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { isAttemptStale } from '../../../domain/job.ts'
+import type { Project } from '../../../domain/project.ts'
+import { JobService } from '../../use-cases/jobs/job-service.ts'
+import { fireDueSchedules } from '../../use-cases/jobs/recurring-service.ts'
+import { billingPeriodOf } from '../../use-cases/metering/allowance.ts'
+import { BillingService } from '../../use-cases/metering/billing-service.ts'
+import { projectRef } from '../../use-cases/projects/project-service.ts'
+import { pruneMinuteThroughput, Retention } from './retention.ts'
+import { evaluateAlerts } from '../../use-cases/alerts/alert-service.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+
+/** Rows handled per promotion or reaping pass; the next pass takes the rest. */
+const passLimit = 500
+const passConcurrency = 16
+
+/**
+ * The scheduler role: moves due scheduled jobs to pending, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
+ * continuation cascades that a crash interrupted, starts billing periods and deletes terminal
+ * jobs past their plan's retention. Every move is a command on the job aggregate, so several schedulers may run:
+ * the expected-sequence append lets exactly one of them win each move.
+ */
+export async function start(deps: Deps): Promise<() => Promise<void>> {
+  const controller = new AbortController()
+  const { signal } = controller
+  const jobs = new JobService(deps)
+  const t = deps.config.tunables
+  const billing = new BillingService(deps)
+  const rolled = { period: '', projects: new Set<string>() }
+  const retention = new Retention(deps)
+  let lastThroughputPrune = Number.NEGATIVE_INFINITY
+
+  const loops = [
+    every(t.scheduler_interval_ms, signal, async () => void (await promoteDueJobs(deps, jobs)), (err) =>
+      deps.log.error({ err }, 'scheduler: promotion pass failed'),
+    ),
+    every(t.scheduler_interval_ms, signal, async () => void (await fireDueSchedules(deps, jobs, billing)), (err) =>
+      deps.log.error({ err }, 'scheduler: recurring pass failed'),
+    ),
+    every(t.reaper_interval_ms, signal, async () => void (await reapStaleAttempts(deps, jobs)), (err) =>
+      deps.log.error({ err }, 'scheduler: reaper pass failed'),
+    ),
+    every(t.cascade_sweep_interval_ms, signal, async () => void (await healInterruptedCascades(deps, jobs)), (err) =>
+      deps.log.error({ err }, 'scheduler: cascade sweep failed'),
+    ),
+    every(t.alert_interval_ms, signal, async () => void (await evaluateAlerts(deps)), (err) =>
+      deps.log.error({ err }, 'scheduler: alert pass failed'),
+    ),
+    every(
+      t.retention_interval_ms,
+      signal,
+      async () => {
+        // Back to back while passes come back full, so a backlog drains at the rate passes
+        // sustain rather than a batch per interval; each pass is its own bounded transaction,
+        // and the other loops run between passes.
+        const pass = await retention.pass()
+        if (performance.now() - lastThroughputPrune >= t.retention_interval_ms) {
+          await pruneMinuteThroughput(deps)
+          lastThroughputPrune = performance.now()
+        }
+        return pass.full
+      },
+      (err) => deps.log.error({ err }, 'scheduler: retention pass failed'),
+    ),
+    every(t.billing_period_check_interval_ms, signal, async () => void (await rollBillingPeriods(deps, billing, rolled)), (err) =>
+      deps.log.error({ err }, 'scheduler: billing period pass failed'),
+    ),
+  ]
+  return async () => {
+    controller.abort()
+    await Promise.all(loops)
+    retention.close()
+    await billing.allowance.stop()
+  }
+}
+
+/** Runs `pass` every `ms`; a pass that resolves to true (work left over) is followed at once. */
+async function every(ms: number, signal: AbortSignal, pass: () => Promise<boolean | void>, onError: (err: unknown) => void): Promise<void> {
+  while (!signal.aborted) {
+    let again = false
+    try {
+      again = (await pass()) === true
+    } catch (err) {
+      if (!signal.aborted) onError(err)
+    }
+    // node:timers/promises removes its abort listener when the timer fires: one left behind per
+    // pass would pile up on the role's signal (a leak, and MaxListenersExceededWarning). A zero
+    // delay still yields to the timers phase, so the other loops run between passes.
+    await sleep(again ? 0 : ms, undefined, { signal }).catch(() => undefined)
+  }
+}
+
+async function inParallel<T>(items: T[], run: (item: T) => Promise<void>): Promise<void> {
+  const queue = [...items]
+  const worker = async () => {
+    for (let item = queue.shift(); item !== undefined; item = queue.shift()) await run(item)
+  }
+  await Promise.all(Array.from({ length: Math.min(passConcurrency, queue.length) }, worker))
+}
+
+/**
+ * Scheduled jobs whose run_at has come become pending. Their rows are written here rather than
+ * left to the projector, so that the next pass does not pick them again. Polls learn of the
+ * promotion from the log (each API process's ready index), not from here.
+ */
+export async function promoteDueJobs(deps: Deps, jobs: JobService): Promise<number> {
+  const due = await deps.sql<{ project_id: string; id: string }[]>`
+    SELECT project_id, id FROM jobs
+    WHERE state = 'scheduled' AND NOT waiting_for_parent AND available_at <= ${deps.now()}
+    ORDER BY available_at LIMIT ${passLimit}`
+  let promoted = 0
+  await inParallel(due, async (row) => {
+    const result = await jobs.promote(row.project_id, row.id)
+    await jobs.writeRows([result.record])
+    if (result.appended) promoted++
+  })
+  return promoted
+}
+
+/**
+ * Processing attempts past the shortest window they could have (see isAttemptStale) are checked
+ * against their last heartbeat in KV; stale ones are retried or dead-lettered through the
+ * aggregate. The reap names the attempt, so an ack that landed first turns it into a no-op.
+ */
+export async function reapStaleAttempts(deps: Deps, jobs: JobService): Promise<number> {
+  const graceMs = deps.config.tunables.reaper_grace_ms
+  const now = deps.now()
+  const candidates = await deps.sql<{ project_id: string; id: string; attempt: number; started_at: Date; timeout_seconds: number }[]>`
+    SELECT project_id, id, attempt, started_at, timeout_seconds FROM jobs
+    WHERE state = 'processing'
+      AND started_at + make_interval(secs => (least(timeout_seconds, 2 * greatest(timeout_seconds / 3.0, 10)) + ${graceMs}::double precision / 1000)::double precision) < ${now}
+    ORDER BY started_at LIMIT ${passLimit}`
+  let reaped = 0
+  await inParallel(candidates, async (c) => {
+    const beat = await jobs.lastHeartbeat(c.id, c.attempt)
+    const view = { state: 'processing' as const, started_at: c.started_at.toISOString(), timeout_seconds: c.timeout_seconds }
+    if (!isAttemptStale(view, beat?.at ?? null, now.toISOString(), graceMs)) return
+    const silentFor = Math.round((now.getTime() - Date.parse(beat?.at ?? view.started_at)) / 1000)
+    const result = await jobs.reap(c.project_id, c.id, c.attempt, {
+      type: 'HeartbeatTimeout',
+      message: `no heartbeat for ${silentFor} s on attempt ${c.attempt}; the worker is presumed lost`,
+      stack_trace: '',
+    })
+    await jobs.writeRows([result.record])
+    if (result.appended) {
+      reaped++
+      deps.log.warn({ job_id: c.id, attempt: c.attempt, state: result.state?.state }, 'scheduler: reaped a stale attempt')
+    }
+  })
+  return reaped
+}
+
+/**
+ * Finishes continuation cascades a crash interrupted. The API moves a parent's children right
+ * after the parent's own append; if the process died in between, the read model shows children
+ * still waiting on a parent that has ended. Each such parent is loaded from the log and its
+ * cascade run again: a child already moved is a no-op in the domain, so repeating is harmless.
+ * A sweep of the read model rather than a consumer of the log, because only crashed requests
+ * need it and reading every job event to find them cost a third of the scheduler's CPU.
+ */
+export async function healInterruptedCascades(deps: Deps, jobs: JobService): Promise<number> {
+  const parents = await deps.sql<{ project_id: string; id: string }[]>`
+    SELECT DISTINCT p.project_id, p.id FROM jobs c JOIN jobs p ON p.id = c.parent_job_id
+    WHERE c.state = 'scheduled' AND c.waiting_for_parent AND p.state IN ('succeeded', 'dead_letter', 'cancelled')
+    LIMIT ${passLimit}`
+  let moved = 0
+  await inParallel(parents, async (p) => {
+    const { job } = await jobs.get(p.project_id, p.id)
+    moved += await jobs.cascadeFromState(p.project_id, job)
+  })
+  if (moved > 0) deps.log.warn({ moved }, 'scheduler: finished interrupted continuation cascades')
+  return moved
+}
+
+/**
+ * At the start of each billing period (UTC month), moves every active project into it: the
+ * previous period's overage is charged and the allowance starts again (one `billing_period_reset`
+ * per project and period, decided by the aggregate). Projects already moved this period are
+ * remembered, so later passes read nothing but the project list.
+ */
+export async function rollBillingPeriods(deps: Deps, billing: BillingService, rolled: { period: string; projects: Set<string> }): Promise<number> {
+  const { start } = billingPeriodOf(deps.now())
+  if (rolled.period !== start) {
+    rolled.period = start
+    rolled.projects.clear()
+  }
+  const rows = await deps.sql<{ id: string }[]>`SELECT id FROM projects WHERE status = 'active'`
+  let moved = 0
+  await inParallel(
+    rows.filter((r) => !rolled.projects.has(r.id)),
+    async ({ id }) => {
+      const project = (await deps.store.load<Project>(projectRef(id))).state
+      if (project !== null && project.status === 'active' && (await billing.rollPeriod(project))) moved++
+      rolled.projects.add(id)
+    },
+  )
+  return moved
+}

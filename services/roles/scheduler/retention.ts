@@ -1,0 +1,217 @@
+import type { Tx } from '../../../projections/database.ts'
+import { heartbeatMaxAgeMs } from '../../../streams/definitions.ts'
+import { LogPruner } from '../../../streams/log-pruner.ts'
+import { eventSubject } from '../../../streams/names.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+
+const dayMs = 24 * 60 * 60 * 1000
+
+/** Jobs per pass: one transaction, one statement that picks and deletes them, one for the counts. */
+export const retentionBatchSize = 1000
+
+/**
+ * Jobs whose messages are removed at once. Each job is a chain of requests (a direct get per
+ * message, then the deletes), so this many chains keep the server busy without a long queue
+ * behind a pass; measured here, 64 reached the server's rate and more gained nothing.
+ */
+const pruneConcurrency = 64
+
+/**
+ * A heartbeat entry is written while its attempt runs, so it is older than the job's end and the
+ * bucket's TTL has removed it once the job ended that long ago (plus an hour for clocks that
+ * disagree). Only a plan keeping terminal jobs less than that (`retention_days` of 1 or 2) can
+ * find one left, and only then is a delete worth a KV write (a delete marker, itself kept until
+ * the TTL).
+ */
+const heartbeatOutlivesJobMs = heartbeatMaxAgeMs + 60 * 60 * 1000
+
+export interface RetentionPass {
+  /** Jobs deleted: their rows, their state counts and their messages. */
+  jobs: number
+  /** Messages removed from the log. */
+  messages: number
+  /** Jobs whose subject was purged whole because their chain could not be walked (see LogPruner). */
+  purgedBySubject: number
+  /** The pass took a whole batch: more may be waiting, so the next pass should follow at once. */
+  full: boolean
+}
+
+interface DeletedJob {
+  id: string
+  project_id: string
+  queue: string
+  state: string
+  last_seq: number
+  ended_at: Date
+}
+
+/**
+ * Hard-deletes terminal jobs older than their plan's retention (spec, Retention: 30 days on free
+ * and starter, 90 on pro, 180 on business; JOBSVC_CONFIG may change them), a batch per pass: the
+ * job's messages leave the log, its row and its place in the state counts leave the read
+ * models, together.
+ *
+ * One pass is one transaction. Its first statement picks the batch and deletes the rows; their
+ * messages are then removed from the log while the transaction is open, and the counts are
+ * adjusted before it commits. So:
+ * - a crash or a NATS failure mid-pass rolls the rows back, and the next pass picks them again
+ *   (removing messages is idempotent): a row is never gone while its messages stay;
+ * - several schedulers share the backlog: rows one has picked are locked, and the others skip
+ *   them (SKIP LOCKED), so no job is removed or subtracted twice;
+ * - only what the row has seen leaves the log (messages up to its `last_seq`). A job retried
+ *   after the pick keeps its new message, and the projector rebuilds its row from it. Live and a
+ *   replay agree on it, since both apply that message to a job with no earlier history; the
+ *   price is that the state it left (dead_letter, cancelled) stays subtracted once in the counts
+ *   of its queue. The window is one pass (a retry the projector applied before the pick leaves a
+ *   row that is not terminal, which is not picked), for a job past its retention.
+ *
+ * Fairness: projects are taken in id order starting after the last project the previous pass of
+ * this process served, each giving its oldest expired jobs, so every project of every plan gets
+ * its turn however large another's backlog is.
+ */
+export class Retention {
+  readonly #deps: Deps
+  readonly #pruner: LogPruner
+  #afterProject = ''
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+    this.#pruner = new LogPruner(deps.nats.nc, deps.config.namespace)
+  }
+
+  async pass(): Promise<RetentionPass> {
+    const deps = this.#deps
+    const now = deps.now().getTime()
+    const cutoffs = Object.entries(deps.config.plans).map(([plan, limits]) => ({ plan, cutoff: new Date(now - limits.retention_days * dayMs).toISOString() }))
+    let messages = 0
+    let purgedBySubject = 0
+    const deleted = await deps.sql.begin(async (tx) => {
+      // The projects are ordered before the lateral join so that it stops probing them once the
+      // batch is full; each probe is one range scan of jobs_terminal_by_project_end.
+      const rows = await tx<DeletedJob[]>`
+        WITH picked AS MATERIALIZED (
+          SELECT e.id FROM (
+            SELECT p.id, c.cutoff FROM projects p
+            JOIN json_to_recordset(${JSON.stringify(cutoffs)}::text::json) AS c(plan text, cutoff timestamptz) ON c.plan = p.plan
+            ORDER BY p.id <= ${this.#afterProject}, p.id
+          ) p
+          CROSS JOIN LATERAL (
+            SELECT j.id FROM jobs j
+            WHERE j.project_id = p.id AND j.state IN ('succeeded', 'dead_letter', 'cancelled') AND coalesce(j.completed_at, j.updated_at) < p.cutoff
+            ORDER BY coalesce(j.completed_at, j.updated_at)
+            LIMIT ${retentionBatchSize}
+            FOR UPDATE SKIP LOCKED
+          ) e
+          LIMIT ${retentionBatchSize}
+        )
+        DELETE FROM jobs j USING picked WHERE j.id = picked.id
+        RETURNING j.id, j.project_id, j.queue, j.state, j.last_seq, coalesce(j.completed_at, j.updated_at) AS ended_at`
+      if (rows.length === 0) return rows
+      await inParallel(rows, pruneConcurrency, async (job) => {
+        const result = await this.#pruner.removeThrough(eventSubject(deps.config.namespace, job.project_id, 'job', job.id), job.last_seq)
+        messages += result.messages
+        if (result.purgedBySubject) purgedBySubject++
+      })
+      await subtractFromStateCounts(tx, rows)
+      return rows
+    })
+    if (deleted.length > 0) {
+      this.#afterProject = nextProjectCursor(deleted, this.#afterProject)
+      const maybeBeating = deleted.filter((job) => now - job.ended_at.getTime() < heartbeatOutlivesJobMs)
+      await inParallel(maybeBeating, pruneConcurrency, async (job) => void (await deps.heartbeats.delete(job.id).catch(() => undefined)))
+      deps.log.info({ jobs: deleted.length, messages, purged_by_subject: purgedBySubject }, 'scheduler: expired terminal jobs deleted')
+    }
+    return { jobs: deleted.length, messages, purgedBySubject, full: deleted.length === retentionBatchSize }
+  }
+
+  close(): void {
+    this.#pruner.close()
+  }
+}
+
+/**
+ * The state counts lose the deleted jobs with their rows (a replay, which no longer sees their
+ * messages, would not count them either), and a state a queue has emptied leaves no row, as the
+ * projector does. The rows are locked in key order first, the order the projector's batches lock
+ * them in too, so the two never wait on each other in a cycle.
+ */
+async function subtractFromStateCounts(tx: Tx, rows: readonly DeletedJob[]): Promise<void> {
+  const counts = new Map<string, { project_id: string; queue: string; state: string; n: number }>()
+  for (const r of rows) {
+    const key = `${r.project_id}\u0000${r.queue}\u0000${r.state}`
+    const entry = counts.get(key) ?? { project_id: r.project_id, queue: r.queue, state: r.state, n: 0 }
+    entry.n++
+    counts.set(key, entry)
+  }
+  const deltas = JSON.stringify([...counts.values()])
+  await tx`
+    SELECT 1 FROM job_state_counts c
+    JOIN json_to_recordset(${deltas}::text::json) AS d(project_id text, queue text, state text, n bigint) USING (project_id, queue, state)
+    ORDER BY c.project_id, c.queue, c.state
+    FOR UPDATE OF c`
+  await tx`
+    UPDATE job_state_counts c SET count = c.count - d.n
+    FROM json_to_recordset(${deltas}::text::json) AS d(project_id text, queue text, state text, n bigint)
+    WHERE c.project_id = d.project_id AND c.queue = d.queue AND c.state = d.state`
+  await tx`
+    DELETE FROM job_state_counts c USING json_to_recordset(${deltas}::text::json) AS d(project_id text, queue text, state text)
+    WHERE c.count = 0 AND c.project_id = d.project_id AND c.queue = d.queue AND c.state = d.state`
+}
+
+/** The project the next pass starts after: the last one this pass reached in its order. */
+function nextProjectCursor(rows: readonly DeletedJob[], after: string): string {
+  const ids = rows.map((r) => r.project_id)
+  const wrapped = ids.filter((id) => id <= after)
+  const list = wrapped.length > 0 ? wrapped : ids
+  return list.reduce((a, b) => (b > a ? b : a))
+}
+
+/**
+ * Runs `run` over `items`, `concurrency` at a time. After a failure no new item starts, and the
+ * first failure is thrown once those in flight have settled: a pass rolls back only when nothing
+ * of it is still changing the log.
+ */
+async function inParallel<T>(items: readonly T[], concurrency: number, run: (item: T) => Promise<void>): Promise<void> {
+  let next = 0
+  let failure: { err: unknown } | null = null
+  const worker = async () => {
+    while (failure === null && next < items.length) {
+      try {
+        await run(items[next++]!)
+      } catch (err) {
+        failure ??= { err }
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker))
+  if (failure !== null) throw (failure as { err: unknown }).err
+}
+
+/**
+ * Deletes expired terminal jobs until none is left (or a pass finds only jobs another scheduler
+ * holds), and resolves to how many this call deleted. The scheduler runs passes itself, one at a
+ * time between its other duties; this is for tools and tests.
+ */
+export async function purgeExpiredJobs(deps: Deps): Promise<number> {
+  const retention = new Retention(deps)
+  try {
+    let total = 0
+    for (;;) {
+      const pass = await retention.pass()
+      total += pass.jobs
+      if (!pass.full) return total
+    }
+  } finally {
+    retention.close()
+  }
+}
+
+/** Minute buckets serve windows of 12 hours at most (README, "Metrics"); a week of them is kept. */
+export const minuteThroughputKeptMs = 7 * dayMs
+
+/** Deletes throughput minute buckets older than a week; hours and days stay. */
+export async function pruneMinuteThroughput(deps: Deps): Promise<number> {
+  const cutoff = new Date(deps.now().getTime() - minuteThroughputKeptMs)
+  const deleted = await deps.sql`DELETE FROM job_throughput WHERE resolution = 'minute' AND bucket_start < ${cutoff}`
+  return deleted.count
+}

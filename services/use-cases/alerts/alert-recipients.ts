@@ -1,0 +1,35 @@
+import type { Project } from '../../../domain/project.ts'
+import type { User } from '../../../domain/user.ts'
+import { normalizeEmail, userRef } from '../platform/accounts.ts'
+import { projectRef } from '../projects/project-service.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+
+/**
+ * Alert e-mails go only to the project's own people: an address is a recipient while it is the
+ * current address of a member of the project. Anything else would make the alert routes an open
+ * relay (whoever holds an API key could have the service mail any address, ten per alert, with a
+ * subject they wrote). Checked when an alert is written and again before each e-mail is sent, so
+ * a member removed since, or a user whose account is gone or whose address changed, gets nothing.
+ *
+ * Both the project's member list and the user are read from the log (the member entry keeps the
+ * address the user joined with; the user aggregate has the current one), so there is no
+ * projection lag. Resolves to the addresses of `emails` that are not recipients, in their order.
+ */
+export async function nonMemberAddresses(deps: Deps, projectId: string, emails: readonly string[]): Promise<string[]> {
+  if (emails.length === 0) return []
+  const project = (await deps.store.load<Project>(projectRef(projectId))).state
+  const users = new Map<string, Promise<User | null>>()
+  const userOf = (id: string) => {
+    let user = users.get(id)
+    if (user === undefined) users.set(id, (user = deps.store.load<User>(userRef(id)).then((l) => l.state)))
+    return user
+  }
+  const refused: string[] = []
+  for (const email of emails) {
+    const address = normalizeEmail(email)
+    const member = project?.status === 'active' ? project.members.find((m) => normalizeEmail(m.email) === address) : undefined
+    const user = member === undefined ? null : await userOf(member.user_id)
+    if (user === null || user.status === 'deleted' || normalizeEmail(user.email) !== address) refused.push(email)
+  }
+  return refused
+}

@@ -1,0 +1,145 @@
+import { alertDecider, type Alert, type AlertCommand, type AlertEvent, type AlertSettings } from '../../../domain/alert.ts'
+import { AlertNotFound } from '../../../domain/errors.ts'
+import { applyAlertRows } from '../../../projections/alerts.ts'
+import type { Queryable } from '../../../projections/database.ts'
+import type { AggregateRef } from '../../../streams/event-store.ts'
+import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+
+export function alertRef(projectId: string, alertId: string): AggregateRef {
+  return { aggregate: 'alert', projectId, id: alertId }
+}
+
+const alertIdPattern = /^alr_[0-9a-z]{26}$/
+
+/** `db`: where the alert's row is written at once (a transaction of the caller's, or the pool). */
+export async function commandAlert(
+  deps: Deps,
+  projectId: string,
+  alertId: string,
+  command: AlertCommand,
+  db: Queryable = deps.sql,
+): Promise<CommandResult<AlertEvent, Alert>> {
+  if (!alertIdPattern.test(alertId)) throw new AlertNotFound(`alert ${alertId} was not found`)
+  const result = await handleCommand<AlertCommand, AlertEvent, Alert>(deps.store, alertDecider, alertRef(projectId, alertId), command, () => `evt_${deps.newUlid()}`)
+  // Written at once too, so a list right after a change shows it and the scheduler sees it.
+  if (result.appended) await applyAlertRows(db, [result.record])
+  return result
+}
+
+export async function createAlert(deps: Deps, projectId: string, settings: AlertSettings, db: Queryable = deps.sql): Promise<CommandResult<AlertEvent, Alert>> {
+  const alertId = `alr_${deps.newUlid().toLowerCase()}`
+  const command: AlertCommand = { type: 'create_alert', data: { ...settings, alert_id: alertId, project_id: projectId }, meta: { now: deps.now().toISOString() } }
+  return commandAlert(deps, projectId, alertId, command, db)
+}
+
+/**
+ * Creates alerts within a per-project cap (deleted alerts do not count). The count and the new
+ * row are written in one transaction under a Postgres advisory lock of the project, so the cap
+ * holds across API processes. Creations of one project also take turns in this process, so a
+ * burst of them holds one pooled connection, not one each while they wait for the lock.
+ */
+export class CappedAlertCreation {
+  readonly #deps: Deps
+  readonly #turns = new Map<string, Promise<unknown>>()
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+  }
+
+  /** Resolves to the creation, or null when the project already has `max` alerts. */
+  async create(projectId: string, settings: AlertSettings, max: number): Promise<CommandResult<AlertEvent, Alert> | null> {
+    const before = this.#turns.get(projectId) ?? Promise.resolve()
+    const mine = before.catch(() => undefined).then(() => this.#createCounted(projectId, settings, max))
+    this.#turns.set(projectId, mine)
+    try {
+      return await mine
+    } finally {
+      if (this.#turns.get(projectId) === mine) this.#turns.delete(projectId)
+    }
+  }
+
+  #createCounted(projectId: string, settings: AlertSettings, max: number): Promise<CommandResult<AlertEvent, Alert> | null> {
+    return this.#deps.sql.begin(async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(hashtextextended(${`alerts:${projectId}`}, 0))`
+      const [row] = await tx<{ n: number }[]>`SELECT count(*)::int AS n FROM alerts WHERE project_id = ${projectId} AND NOT deleted`
+      if (row!.n >= max) return null
+      return createAlert(this.#deps, projectId, settings, tx)
+    })
+  }
+}
+
+export async function loadAlert(deps: Deps, projectId: string, alertId: string): Promise<Alert> {
+  const alert = alertIdPattern.test(alertId) ? (await deps.store.load<Alert>(alertRef(projectId, alertId))).state : null
+  if (alert === null || alert.deleted) throw new AlertNotFound(`alert ${alertId} was not found`)
+  return alert
+}
+
+/** What an alert measures, now, from the jobs read model. */
+export async function measure(deps: Deps, alert: Pick<Alert, 'project_id' | 'kind' | 'queue' | 'window_minutes'>, now: Date): Promise<number> {
+  const sql = deps.sql
+  const inQueue = alert.queue === null ? sql`` : sql`AND queue = ${alert.queue}`
+  switch (alert.kind) {
+    case 'dead_letter_count': {
+      const since = new Date(now.getTime() - alert.window_minutes * 60_000)
+      const [row] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM jobs WHERE project_id = ${alert.project_id} AND state = 'dead_letter' AND completed_at > ${since} ${inQueue}`
+      return row!.n
+    }
+    case 'queue_depth': {
+      const [row] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM jobs WHERE project_id = ${alert.project_id} AND state = 'pending' ${inQueue}`
+      return row!.n
+    }
+    case 'oldest_pending_age': {
+      const [row] = await sql<{ oldest: Date | null }[]>`
+        SELECT min(available_at) AS oldest FROM jobs
+        WHERE project_id = ${alert.project_id} AND state = 'pending' AND available_at <= ${now} ${inQueue}`
+      return row!.oldest === null ? 0 : Math.max(0, Math.floor((now.getTime() - row!.oldest.getTime()) / 1000))
+    }
+  }
+}
+
+/**
+ * Evaluates every enabled alert: measures it and records the result on the aggregate, which
+ * decides whether that is a trigger (condition newly holds), a resolution (it no longer holds)
+ * or nothing (no change: a condition that keeps holding notifies once). Notifications follow
+ * from the appended `alert_triggered` / `alert_resolved` on the log: the dispatcher sends the
+ * e-mails and the webhooks (services/roles/dispatcher).
+ */
+export async function evaluateAlerts(deps: Deps, pageSize = 1000): Promise<{ triggered: number; resolved: number }> {
+  const now = deps.now()
+  let triggered = 0
+  let resolved = 0
+  for (let after = { project_id: '', id: '' }; ; ) {
+    const page = await deps.sql<{ project_id: string; id: string }[]>`
+      SELECT project_id, id FROM alerts
+      WHERE NOT deleted AND (enabled OR status = 'firing') AND (project_id, id) > (${after.project_id}, ${after.id})
+      ORDER BY project_id, id LIMIT ${pageSize}`
+    const counts = await evaluatePage(deps, page, now)
+    triggered += counts.triggered
+    resolved += counts.resolved
+    if (page.length < pageSize) break
+    after = page.at(-1)!
+  }
+  return { triggered, resolved }
+}
+
+async function evaluatePage(deps: Deps, rows: Array<{ project_id: string; id: string }>, now: Date): Promise<{ triggered: number; resolved: number }> {
+  let triggered = 0
+  let resolved = 0
+  for (const row of rows) {
+    try {
+      const alert = await loadAlert(deps, row.project_id, row.id)
+      const value = await measure(deps, alert, now)
+      const result = await commandAlert(deps, row.project_id, row.id, { type: 'record_evaluation', data: { value }, meta: { now: now.toISOString() } })
+      const event = result.events[0]
+      if (event === undefined) continue
+      if (event.type === 'alert_triggered') triggered++
+      if (event.type === 'alert_resolved') resolved++
+    } catch (err) {
+      deps.log.error({ err, project_id: row.project_id, alert_id: row.id }, 'scheduler: alert evaluation failed')
+    }
+  }
+  return { triggered, resolved }
+}

@@ -1,0 +1,148 @@
+import { InvalidState, JobNotFound } from '../../../domain/errors.ts'
+import type { Job } from '../../../domain/job.ts'
+import { jobFromRow } from '../../../projections/job-list.ts'
+import { ConcurrencyConflict } from '../../../streams/errors.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+import type { ClaimLine } from './claim-line.ts'
+import type { JobService } from './job-service.ts'
+import type { Candidate, PollSession } from './ready-index.ts'
+
+/** Where polls look for work: one project, its queues, optionally only some job types. */
+export interface ClaimTarget {
+  projectId: string
+  queues: string[]
+  jobTypes: string[] | null
+}
+
+/** One poll's share of a claim: the worker the jobs go to, and how many it takes. */
+export interface PollDemand {
+  workerId: string
+  capacity: number
+}
+
+export type ClaimRequest = ClaimTarget & PollDemand
+
+/**
+ * Rounds of candidates one claim takes from the index: a round whose appends lost races (another
+ * process claimed first) takes the next candidates, a few times at most.
+ */
+const indexRounds = 3
+
+/**
+ * One claim of a long poll: candidates from the ready index first, claimed with no Postgres at
+ * all; then, for what the poll still wants, the read-model query through the claim line, but only
+ * when the index cannot vouch for every queue of the poll (cold, past a bound, not following the
+ * log) or on the poll's safety-net re-check (`recheck`, after a tick with no wake-up).
+ */
+export async function claimForPoll(
+  jobs: JobService,
+  line: ClaimLine<Job>,
+  session: PollSession,
+  request: ClaimRequest,
+  signal: AbortSignal,
+  recheck: boolean,
+): Promise<Job[]> {
+  const claimed = await claimFromIndex(jobs, session, request.workerId, request.capacity)
+  const wanted = request.capacity - claimed.length
+  if (wanted === 0 || (session.isComplete() && !recheck)) return claimed
+  return [...claimed, ...(await line.claim({ ...request, capacity: wanted }, signal))]
+}
+
+/**
+ * Claims up to `capacity` of the session's candidates, each an append at the sequence the index
+ * holds for it. A candidate whose append conflicts is dropped without a reload (the follower
+ * brings the job's newer state anyway), and the next ones are tried.
+ */
+export async function claimFromIndex(jobs: JobService, session: PollSession, workerId: string, capacity: number): Promise<Job[]> {
+  const claimed: Job[] = []
+  let failure: unknown
+  for (let round = 0; round < indexRounds && claimed.length < capacity; round++) {
+    const candidates = session.take(capacity - claimed.length)
+    if (candidates.length === 0) break
+    const outcomes = await Promise.all(candidates.map((c) => claimCandidate(jobs, session, c, workerId)))
+    let lost = 0
+    for (const outcome of outcomes) {
+      if (outcome === 'lost') lost++
+      else if (outcome instanceof Error) failure ??= outcome
+      else claimed.push(outcome)
+    }
+    if (lost === 0) break
+  }
+  // Jobs claimed beside a failure are answered: their claims stand, and the worker should run them.
+  if (claimed.length === 0 && failure !== undefined) throw failure
+  return claimed
+}
+
+async function claimCandidate(jobs: JobService, session: PollSession, c: Candidate, workerId: string): Promise<Job | 'lost' | Error> {
+  try {
+    const known = c.job === null ? undefined : { state: c.job, seq: c.seq }
+    const result = await jobs.claim(c.projectId, c.jobId, workerId, known, true)
+    session.settle(c, 'claimed')
+    return result.state!
+  } catch (err) {
+    if (err instanceof ConcurrencyConflict || err instanceof InvalidState || err instanceof JobNotFound) {
+      session.settle(c, 'lost')
+      return 'lost'
+    }
+    session.settle(c, 'unknown')
+    return err instanceof Error ? err : new Error(String(err))
+  }
+}
+
+/**
+ * The read-model side of claims, for several polls of one target in one transaction: one
+ * candidate query for all of them (`LIMIT` the sum of their capacities), the candidates dealt out
+ * in order, each poll taking up to its capacity. Resolves to each poll's jobs, in the order of
+ * `polls`. It runs where the ready index cannot answer for a queue (see claimForPoll).
+ *
+ * Candidates are claimed through the log, deciding on the row itself (a row is the job's whole
+ * state at its last_seq), so a claim is one append and no load. `FOR UPDATE SKIP LOCKED` keeps
+ * concurrent pollers (in any process) off each other's rows while the transaction lasts; the
+ * claim's append at the job's last sequence is the real guard. The claimed rows are not written
+ * here: the projector's write of `job_claimed` is the only one. Until it lands a claimed row still
+ * reads pending, so `isStale` (the ready index's knowledge of newer messages) skips rows this
+ * process knows are behind instead of paying a failed append for each.
+ */
+export async function claimForPolls(
+  deps: Deps,
+  jobs: JobService,
+  target: ClaimTarget,
+  polls: readonly PollDemand[],
+  isStale: (jobId: string, seq: number) => boolean = () => false,
+): Promise<Job[][]> {
+  const now = deps.now()
+  const wanted = polls.reduce((sum, p) => sum + p.capacity, 0)
+  return deps.sql.begin(async (tx) => {
+    const rows = await tx`
+      SELECT * FROM jobs
+      WHERE project_id = ${target.projectId} AND state = 'pending' AND queue = ANY(${target.queues})
+        AND available_at <= ${now}
+        ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
+      ORDER BY available_at, id
+      LIMIT ${wanted}
+      FOR UPDATE SKIP LOCKED`
+    const candidates = rows.filter((row) => !isStale(row.id as string, row.last_seq as number))
+    const dealt: Array<{ poll: number; row: (typeof candidates)[number] }> = []
+    for (let poll = 0, next = 0; poll < polls.length && next < candidates.length; poll++) {
+      for (let n = 0; n < polls[poll]!.capacity && next < candidates.length; n++) dealt.push({ poll, row: candidates[next++]! })
+    }
+    const outcomes = await Promise.all(
+      dealt.map(({ poll, row }) => claimRow(jobs, target.projectId, polls[poll]!.workerId, row.id as string, jobFromRow(row), row.last_seq as number)),
+    )
+    const claimed: Job[][] = polls.map(() => [])
+    outcomes.forEach((job, i) => {
+      if (job !== null) claimed[dealt[i]!.poll]!.push(job)
+    })
+    return claimed
+  })
+}
+
+/** Claims one job from its row; null when the log says it is no longer claimable. */
+async function claimRow(jobs: JobService, projectId: string, workerId: string, jobId: string, row: Job, seq: number): Promise<Job | null> {
+  try {
+    return (await jobs.claim(projectId, jobId, workerId, { state: row, seq })).state
+  } catch (err) {
+    if (err instanceof InvalidState) return null
+    throw err
+  }
+}

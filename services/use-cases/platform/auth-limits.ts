@@ -1,0 +1,105 @@
+import type { KV } from '@nats-io/kv'
+import { sha256Hex } from '../../infrastructure/secrets.ts'
+
+/** Spec, Limits: 20 anonymous POSTs per IP and 10 failed logins per account, each per 15 minutes. */
+export const anonymousPostsPerWindow = 20
+export const loginFailuresPerWindow = 10
+export const authWindowMs = 15 * 60 * 1000
+
+/**
+ * Compare-and-set rounds before a window update gives up. A round is lost only to another
+ * request's successful write, and a full window needs no write, so taking a slot needs at most
+ * about `limit` rounds however many requests race for it; giving slots back adds a few.
+ */
+const maxRounds = 50
+
+export interface Verdict {
+  admitted: boolean
+  /** Until the window admits again; 0 when admitted. */
+  retryAfterMs: number
+}
+
+/**
+ * Sliding windows kept in a KV bucket, so every API process counts against the same numbers. A
+ * window is the list of its recent instants; each change is a compare-and-set on the entry's
+ * revision, so concurrent requests in several processes never both take the last slot.
+ */
+export class AuthLimits {
+  readonly #kv: KV
+
+  constructor(kv: KV) {
+    this.#kv = kv
+  }
+
+  async #read(key: string): Promise<{ times: number[]; revision: number | null }> {
+    const entry = await this.#kv.get(key)
+    if (entry === null || entry.operation !== 'PUT') return { times: [], revision: entry?.revision ?? null }
+    return { times: entry.json<number[]>(), revision: entry.revision }
+  }
+
+  async #write(key: string, times: number[], revision: number | null): Promise<boolean> {
+    const value = JSON.stringify(times)
+    try {
+      if (revision === null) await this.#kv.create(key, value)
+      else await this.#kv.update(key, value, revision)
+      return true
+    } catch (err) {
+      if (/wrong last sequence|key exists/i.test((err as Error).message)) return false
+      throw err
+    }
+  }
+
+  /** Takes one slot of `key`'s window if one is free. */
+  async #take(key: string, limit: number, windowMs: number, now: number): Promise<Verdict> {
+    for (let round = 0; round < maxRounds; round++) {
+      const { times, revision } = await this.#read(key)
+      const live = times.filter((t) => t > now - windowMs)
+      if (live.length >= limit) return { admitted: false, retryAfterMs: live[live.length - limit]! + windowMs - now }
+      live.push(now)
+      if (await this.#write(key, live, revision)) return { admitted: true, retryAfterMs: 0 }
+    }
+    throw new Error(`auth limits: could not update ${key}`)
+  }
+
+  /** Gives back one slot taken at `at` (when several were taken in the same millisecond, one of them). */
+  async #give(key: string, at: number): Promise<void> {
+    for (let round = 0; round < maxRounds; round++) {
+      const { times, revision } = await this.#read(key)
+      const index = times.indexOf(at)
+      if (index < 0) return
+      if (await this.#write(key, [...times.slice(0, index), ...times.slice(index + 1)], revision)) return
+    }
+    throw new Error(`auth limits: could not update ${key}`)
+  }
+
+  /** Counts one anonymous POST from `ip` (every POST counts, whatever its answer). */
+  admitAnonymousPost(ip: string, now: Date): Promise<Verdict> {
+    return this.#take(`ip.${sha256Hex(ip).slice(0, 32)}`, anonymousPostsPerWindow, authWindowMs, now.getTime())
+  }
+
+  /**
+   * Takes a slot of the account's failure window before its password is checked, or answers how
+   * long the account is locked. Every attempt in flight holds a slot of its own, so no more than
+   * `loginFailuresPerWindow` passwords are checked per window however many arrive at once. The
+   * slot stands as the attempt's failure unless it is given back (`releaseLoginAttempt`) or the
+   * window is cleared by a success.
+   */
+  reserveLoginAttempt(userId: string, now: Date): Promise<Verdict> {
+    return this.#take(`login.${userId}`, loginFailuresPerWindow, authWindowMs, now.getTime())
+  }
+
+  /** An attempt that turned out not to be a failure (right password, but no second factor yet). */
+  releaseLoginAttempt(userId: string, now: Date): Promise<void> {
+    return this.#give(`login.${userId}`, now.getTime())
+  }
+
+  /** A successful login (or a password reset) starts the count again. */
+  async clearLoginFailures(userId: string): Promise<void> {
+    await this.#kv.delete(`login.${userId}`)
+  }
+
+  /** One use per `periodMs` per key (the account export's 1 per 60 s per user). */
+  takeCooldown(purpose: string, id: string, periodMs: number, now: Date): Promise<Verdict> {
+    return this.#take(`cooldown.${purpose}.${id}`, 1, periodMs, now.getTime())
+  }
+}

@@ -1,0 +1,92 @@
+import { randomBytes } from 'node:crypto'
+import { WebhookLimitReached, WebhookNotFound } from '../../../domain/errors.ts'
+import { maxWebhooksPerProject, webhookDecider, type EventFilter, type Webhook, type WebhookCommand, type WebhookEvent } from '../../../domain/webhook.ts'
+import type { Queryable } from '../../../projections/database.ts'
+import { applyWebhookRows } from '../../../projections/webhooks.ts'
+import type { AggregateRef } from '../../../streams/event-store.ts'
+import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
+import { deriveKey, encryptAtRest } from '../../infrastructure/secrets.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+
+const webhookIdPattern = /^whk_[0-9a-z]{26}$/
+
+export function webhookRef(projectId: string, webhookId: string): AggregateRef {
+  return { aggregate: 'webhook', projectId, id: webhookId }
+}
+
+/** Subscriptions: commands on the webhook aggregate; secrets leave only in create and rotate answers. */
+export class WebhookService {
+  readonly #deps: Deps
+  readonly #sealKey: Uint8Array
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+    this.#sealKey = deriveKey(deps.config.secret, 'webhook-secret-at-rest')
+  }
+
+  #newSecret(): { secret: string; sealed: string } {
+    const secret = `whsec_${randomBytes(32).toString('base64url')}`
+    return { secret, sealed: encryptAtRest(this.#sealKey, secret) }
+  }
+
+  async #on(projectId: string, webhookId: string, command: WebhookCommand, db: Queryable = this.#deps.sql): Promise<CommandResult<WebhookEvent, Webhook>> {
+    if (!webhookIdPattern.test(webhookId)) throw new WebhookNotFound(`webhook ${webhookId} was not found`)
+    const deps = this.#deps
+    const result = await handleCommand<WebhookCommand, WebhookEvent, Webhook>(deps.store, webhookDecider, webhookRef(projectId, webhookId), command, () => `evt_${deps.newUlid()}`)
+    if (result.appended) await applyWebhookRows(db, [result.record])
+    return result
+  }
+
+  #meta() {
+    return { now: this.#deps.now().toISOString() }
+  }
+
+  /**
+   * Refused with `webhook_limit_reached` when the project already has `maxWebhooksPerProject`
+   * subscriptions. The count and the create run under a per-project advisory lock, and the new
+   * row is written in the same transaction, so concurrent creates (in any process) are counted
+   * one after the other and cannot both take the last place.
+   */
+  async create(projectId: string, input: { url: string; events: EventFilter }): Promise<{ result: CommandResult<WebhookEvent, Webhook>; secret: string }> {
+    const webhookId = `whk_${this.#deps.newUlid().toLowerCase()}`
+    const { secret, sealed } = this.#newSecret()
+    const result = await this.#deps.sql.begin(async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(hashtext('webhook_subscriptions'), hashtext(${projectId}))`
+      const [row] = await tx<{ n: number }[]>`SELECT count(*)::int AS n FROM webhooks WHERE project_id = ${projectId} AND NOT deleted`
+      if (row!.n >= maxWebhooksPerProject) {
+        throw new WebhookLimitReached(`a project can have at most ${maxWebhooksPerProject} webhook subscriptions; delete one to add another`)
+      }
+      return this.#on(
+        projectId,
+        webhookId,
+        {
+          type: 'create_webhook',
+          data: { webhook_id: webhookId, project_id: projectId, url: input.url, events: input.events, secret_encrypted: sealed },
+          meta: this.#meta(),
+        },
+        tx,
+      )
+    })
+    return { result, secret }
+  }
+
+  async load(projectId: string, webhookId: string): Promise<Webhook> {
+    const hook = webhookIdPattern.test(webhookId) ? (await this.#deps.store.load<Webhook>(webhookRef(projectId, webhookId))).state : null
+    if (hook === null || hook.deleted) throw new WebhookNotFound(`webhook ${webhookId} was not found`)
+    return hook
+  }
+
+  update(projectId: string, webhookId: string, changes: { url?: string; events?: EventFilter; is_active?: boolean }) {
+    return this.#on(projectId, webhookId, { type: 'update_webhook', data: changes, meta: this.#meta() })
+  }
+
+  async rotateSecret(projectId: string, webhookId: string): Promise<{ result: CommandResult<WebhookEvent, Webhook>; secret: string }> {
+    const { secret, sealed } = this.#newSecret()
+    const result = await this.#on(projectId, webhookId, { type: 'rotate_webhook_secret', data: { secret_encrypted: sealed }, meta: this.#meta() })
+    return { result, secret }
+  }
+
+  delete(projectId: string, webhookId: string) {
+    return this.#on(projectId, webhookId, { type: 'delete_webhook', data: {}, meta: this.#meta() })
+  }
+}
