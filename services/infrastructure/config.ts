@@ -2,9 +2,24 @@ import { randomBytes } from 'node:crypto'
 import { existsSync, linkSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs'
 import { isIP } from 'node:net'
 import { z } from 'zod'
-import type { Plan } from '../../domain/project.ts'
+import { plans, type Plan } from '../../domain/project.ts'
 import { isValidNamespace } from '../../streams/names.ts'
-import { plansFileSchema, resolvePlans, type PlanLimits } from '../use-cases/metering/plans.ts'
+import { resolvePlans, type PlanLimits } from '../../domain/plans.ts'
+
+const planOverridesSchema = z
+  .object({
+    requests_per_hour: z.number().int().min(0),
+    monthly_jobs: z.number().int().min(0),
+    overage_cents_per_10k: z.number().min(0).nullable(),
+    retention_days: z.number().int().min(1),
+  })
+  .partial()
+  .strict()
+
+const plansFileSchema = z
+  .object(Object.fromEntries(plans.map((plan) => [plan, planOverridesSchema])) as Record<Plan, typeof planOverridesSchema>)
+  .partial()
+  .strict()
 
 /** An address, an address/prefix, or one of proxy-addr's named ranges. */
 function isProxyAddress(entry: string): boolean {

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { buildApp } from '../../services/roles/api/app.ts'
 import { BillingService } from '../../services/use-cases/metering/billing-service.ts'
-import { resolvePlans } from '../../services/use-cases/metering/plans.ts'
+import { resolvePlans } from '../../domain/plans.ts'
 import { eventually, httpRequest, startHarness, type Harness, type HttpResponse } from '../support/harness.ts'
 import { isError } from '../support/jobs-api.ts'
 

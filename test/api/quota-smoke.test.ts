@@ -1,5 +1,5 @@
 import t from 'tap'
-import { resolvePlans } from '../../services/use-cases/metering/plans.ts'
+import { resolvePlans } from '../../domain/plans.ts'
 import { startHarness } from '../support/harness.ts'
 
 t.test('quota headers and the allowance', async (t) => {

@@ -3,7 +3,7 @@ import { decodeTime } from 'ulid'
 import { fireDueSchedules, occurrenceJobId, recurringRef } from '../../services/use-cases/jobs/recurring-service.ts'
 import { JobService } from '../../services/use-cases/jobs/job-service.ts'
 import { BillingService } from '../../services/use-cases/metering/billing-service.ts'
-import { resolvePlans } from '../../services/use-cases/metering/plans.ts'
+import { resolvePlans } from '../../domain/plans.ts'
 import { eventually, httpRequest, startHarness, type Harness, type HttpResponse } from '../support/harness.ts'
 
 // No scheduler role: the tests fire schedules themselves, with the clock where they want it.

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { RequestRateLimiter } from '../../services/use-cases/metering/request-rate.ts'
-import { resolvePlans } from '../../services/use-cases/metering/plans.ts'
+import { resolvePlans } from '../../domain/plans.ts'
 import { startHarness } from '../support/harness.ts'
 
 t.test('the hourly request limit per project', async (t) => {

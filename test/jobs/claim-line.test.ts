@@ -1,5 +1,5 @@
 import t from 'tap'
-import type { ClaimTarget, PollDemand } from '../../services/use-cases/jobs/claimer.ts'
+import type { ClaimTarget, PollDemand } from '../../services/use-cases/jobs/claim-line.ts'
 import { ClaimLine } from '../../services/use-cases/jobs/claim-line.ts'
 
 /**

@@ -1,7 +1,7 @@
 import cors from '@fastify/cors'
+import type { ApiContext } from './context.ts'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { validatorCompiler } from 'fastify-type-provider-zod'
-import type { Job } from '../../../domain/job.ts'
 import { ClaimLine } from '../../use-cases/jobs/claim-line.ts'
 import { claimForPolls } from '../../use-cases/jobs/claimer.ts'
 import { JobService } from '../../use-cases/jobs/job-service.ts'
@@ -17,7 +17,6 @@ import { invalidRequest, rawClientErrorResponse, registerErrorHandling, sendErro
 import { LogHead } from './log-head.ts'
 import { ProjectSlots } from './project-slots.ts'
 import { openIdempotencyStore, registerIdempotency } from './idempotency-hooks.ts'
-import type { IdempotencyStore } from '../../use-cases/metering/idempotency.ts'
 import { admitProjectRequest } from './request-limit.ts'
 import { compileResponses, registerApiDescription, serializeResponses } from './openapi.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
@@ -38,33 +37,6 @@ declare module 'fastify' {
   interface FastifyRequest {
     principal: Principal
   }
-}
-
-/** What routes are handed: the runtime plus the per-process helpers built on it. */
-export interface ApiContext {
-  deps: Deps
-  jobs: JobService
-  keys: ApiKeyDirectory
-  /** The claimable jobs of this process's polls, followed from the log: where claims come from. */
-  ready: ReadyIndex
-  watcher: ProjectionWatcher
-  accounts: AccountService
-  team: TeamService
-  accountExports: AccountLifecycle
-  requestRate: RequestRateLimiter
-  billing: BillingService
-  /** Idempotency keys and the answers stored under them (header keys, and batch items' body keys). */
-  idempotency: IdempotencyStore
-  /** Worker polls in flight per project (README, API reference notes, "Poll"). */
-  polls: ProjectSlots
-  /** Progress streams open per project. */
-  streams: ProjectSlots
-  /** Where polls take turns to run their read-model claim transactions (the index's fallback). */
-  claims: ClaimLine<Job>
-  /** How far the log reaches, for `min_seq`. */
-  logHead: LogHead
-  /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
-  stopping: AbortSignal
 }
 
 export interface RegisteredRoute {

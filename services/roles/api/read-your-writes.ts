@@ -1,4 +1,4 @@
-import type { ApiContext } from './app.ts'
+import type { ApiContext } from './context.ts'
 import { invalidRequest } from './errors.ts'
 
 /**

@@ -1,6 +1,6 @@
 import type { FastifyReply } from 'fastify'
 import type { Project } from '../../../domain/project.ts'
-import type { ApiContext } from './app.ts'
+import type { ApiContext } from './context.ts'
 import { rateLimitExceeded } from './errors.ts'
 
 /**

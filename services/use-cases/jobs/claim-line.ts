@@ -1,4 +1,17 @@
-import type { ClaimRequest, ClaimTarget, PollDemand } from './claimer.ts'
+/** Where polls look for work: one project, its queues, optionally only some job types. */
+export interface ClaimTarget {
+  projectId: string
+  queues: string[]
+  jobTypes: string[] | null
+}
+
+/** One poll's share of a claim: the worker the jobs go to, and how many it takes. */
+export interface PollDemand {
+  workerId: string
+  capacity: number
+}
+
+export type ClaimRequest = ClaimTarget & PollDemand
 
 /** Runs one claim transaction for several polls of one target; resolves to each poll's jobs. */
 export type ClaimRunner<J> = (target: ClaimTarget, polls: readonly PollDemand[]) => Promise<J[][]>

@@ -3,24 +3,9 @@ import type { Job } from '../../../domain/job.ts'
 import { jobFromRow } from '../../../projections/job-list.ts'
 import { ConcurrencyConflict } from '../../../streams/errors.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import type { ClaimLine } from './claim-line.ts'
+import type { ClaimLine, ClaimRequest, ClaimTarget, PollDemand } from './claim-line.ts'
 import type { JobService } from './job-service.ts'
 import type { Candidate, PollSession } from './ready-index.ts'
-
-/** Where polls look for work: one project, its queues, optionally only some job types. */
-export interface ClaimTarget {
-  projectId: string
-  queues: string[]
-  jobTypes: string[] | null
-}
-
-/** One poll's share of a claim: the worker the jobs go to, and how many it takes. */
-export interface PollDemand {
-  workerId: string
-  capacity: number
-}
-
-export type ClaimRequest = ClaimTarget & PollDemand
 
 /**
  * Rounds of candidates one claim takes from the index: a round whose appends lost races (another

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import type { ApiContext } from '../app.ts'
+import type { ApiContext } from '../context.ts'
 import { cursorPage, errorResponses, instant } from '../openapi.ts'
 import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'

@@ -4,7 +4,7 @@ import { z } from 'zod'
 import { isMigrated } from '../../../../projections/migrate.ts'
 import { isNatsConnected } from '../../../../streams/connection.ts'
 import { eventsStreamName } from '../../../../streams/names.ts'
-import type { ApiContext } from '../app.ts'
+import type { ApiContext } from '../context.ts'
 import { publicErrorResponses } from '../openapi.ts'
 
 /** A probe answers within this even while a dependency hangs: that check is then false. */

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandle
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { jobStates, type Job } from '../../../../domain/job.ts'
-import type { ApiContext } from '../app.ts'
+import type { ApiContext } from '../context.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
 import { forbidden, invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../jobs-export.ts'

@@ -1,5 +1,4 @@
-import { z } from 'zod'
-import type { Plan } from '../../../domain/project.ts'
+import { plans, type Plan } from './project.ts'
 
 /** What a plan allows (spec, Limits); JOBSVC_CONFIG may override any number per plan. */
 export interface PlanLimits {
@@ -22,30 +21,10 @@ export const defaultPlanLimits: Readonly<Record<Plan, PlanLimits>> = {
   enterprise: { requests_per_hour: 500_000, monthly_jobs: 30_000_000, overage_cents_per_10k: 50, retention_days: 180 },
 }
 
-export const planOverridesSchema = z
-  .object({
-    requests_per_hour: z.number().int().min(0),
-    monthly_jobs: z.number().int().min(0),
-    overage_cents_per_10k: z.number().min(0).nullable(),
-    retention_days: z.number().int().min(1),
-  })
-  .partial()
-  .strict()
+/** JOBSVC_CONFIG's `plans`: any number of any plan, validated by the configuration's schema. */
+export type PlanOverrides = Partial<Record<Plan, Partial<PlanLimits>>>
 
-export const plansFileSchema = z
-  .object({
-    free: planOverridesSchema,
-    starter: planOverridesSchema,
-    pro: planOverridesSchema,
-    business: planOverridesSchema,
-    enterprise: planOverridesSchema,
-  })
-  .partial()
-  .strict()
-
-export function resolvePlans(overrides: z.infer<typeof plansFileSchema> = {}): Readonly<Record<Plan, PlanLimits>> {
-  const plans = Object.fromEntries(
-    (Object.keys(defaultPlanLimits) as Plan[]).map((plan) => [plan, Object.freeze({ ...defaultPlanLimits[plan], ...overrides[plan] })]),
-  ) as Record<Plan, PlanLimits>
-  return Object.freeze(plans)
+export function resolvePlans(overrides: PlanOverrides = {}): Readonly<Record<Plan, PlanLimits>> {
+  const resolved = Object.fromEntries(plans.map((plan) => [plan, Object.freeze({ ...defaultPlanLimits[plan], ...overrides[plan] })])) as Record<Plan, PlanLimits>
+  return Object.freeze(resolved)
 }

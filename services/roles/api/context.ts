@@ -1,0 +1,42 @@
+import type { Job } from '../../../domain/job.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+import type { ClaimLine } from '../../use-cases/jobs/claim-line.ts'
+import type { JobService } from '../../use-cases/jobs/job-service.ts'
+import type { ReadyIndex } from '../../use-cases/jobs/ready-index.ts'
+import type { BillingService } from '../../use-cases/metering/billing-service.ts'
+import type { IdempotencyStore } from '../../use-cases/metering/idempotency.ts'
+import type { RequestRateLimiter } from '../../use-cases/metering/request-rate.ts'
+import type { AccountLifecycle } from '../../use-cases/platform/account-lifecycle.ts'
+import type { AccountService } from '../../use-cases/platform/accounts.ts'
+import type { TeamService } from '../../use-cases/platform/team-service.ts'
+import type { ApiKeyDirectory } from './api-key-directory.ts'
+import type { LogHead } from './log-head.ts'
+import type { ProjectSlots } from './project-slots.ts'
+import type { ProjectionWatcher } from './projection-watcher.ts'
+
+/** What routes are handed: the runtime plus the per-process helpers built on it. */
+export interface ApiContext {
+  deps: Deps
+  jobs: JobService
+  keys: ApiKeyDirectory
+  /** The claimable jobs of this process's polls, followed from the log: where claims come from. */
+  ready: ReadyIndex
+  watcher: ProjectionWatcher
+  accounts: AccountService
+  team: TeamService
+  accountExports: AccountLifecycle
+  requestRate: RequestRateLimiter
+  billing: BillingService
+  /** Idempotency keys and the answers stored under them (header keys, and batch items' body keys). */
+  idempotency: IdempotencyStore
+  /** Worker polls in flight per project (README, API reference notes, "Poll"). */
+  polls: ProjectSlots
+  /** Progress streams open per project. */
+  streams: ProjectSlots
+  /** Where polls take turns to run their read-model claim transactions (the index's fallback). */
+  claims: ClaimLine<Job>
+  /** How far the log reaches, for `min_seq`. */
+  logHead: LogHead
+  /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
+  stopping: AbortSignal
+}
