@@ -77,7 +77,7 @@ N are deleted, after the cycles, with nothing else running; it prints the jobs p
 and the machine's CPU per purged job, and the JSON gains retention_jobs_per_s. The spawned
 service's own retention runs once a day in this mode.`
 
-const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..')
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
 
 /**
  * The list route waits at most this long for the projector (the read_your_writes_wait_ms
