@@ -118,6 +118,20 @@ export class CpuMeter {
   }
 }
 
+/** What `run` resolved with and the CPU every group spent meanwhile (null where /proc is not there). */
+export interface Metered<T> {
+  result: T
+  cpu: CpuBreakdown | null
+}
+
+/** Runs `run` with a CpuMeter around it. */
+export async function withCpuMeter<T>(servicePid: number | undefined, run: () => Promise<T>): Promise<Metered<T>> {
+  const meter = new CpuMeter(servicePid)
+  meter.start()
+  const result = await run()
+  return { result, cpu: meter.stop() }
+}
+
 /**
  * Lines for the report: CPU per job by group, and the rate at which the machine's cores would be
  * spent entirely at that cost (the ceiling for this run's mix on this machine).

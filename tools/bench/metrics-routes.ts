@@ -3,6 +3,7 @@ import type { Job, JobEvent } from '../../domain/job.ts'
 import { applyMetricDeltas, MetricDeltas } from '../../projections/job-metrics.ts'
 import { openSql } from '../../projections/database.ts'
 import type { StoredEvent } from '../../streams/event-store.ts'
+import { percentile } from './percentiles.ts'
 
 /**
  * `npm run bench -- --spawn --metrics-jobs N`: the metrics routes' latency with N jobs in the
@@ -105,8 +106,7 @@ export interface MetricsBenchResult {
   max_ms: number
 }
 
-const percentileOf = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!
-const round = (ms: number) => Math.round(ms * 100) / 100
+const toHundredths = (ms: number) => Math.round(ms * 100) / 100
 
 /**
  * Seeds, then asks each metrics route `requests` times (after a warm-up), one request at a time
@@ -149,8 +149,7 @@ export async function benchMetrics(options: {
     for (let i = 0; i < 20; i++) await ask()
     const latencies: number[] = []
     for (let i = 0; i < options.requests; i++) latencies.push(await ask())
-    latencies.sort((a, b) => a - b)
-    const result = { route, requests: latencies.length, p50_ms: round(percentileOf(latencies, 0.5)), p99_ms: round(percentileOf(latencies, 0.99)), max_ms: round(latencies.at(-1)!) }
+    const result = { route, requests: latencies.length, p50_ms: toHundredths(percentile(latencies, 50)!), p99_ms: toHundredths(percentile(latencies, 99)!), max_ms: toHundredths(percentile(latencies, 100)!) }
     options.log(`bench: ${route}: p50 ${result.p50_ms} ms, p99 ${result.p99_ms} ms, max ${result.max_ms} ms`)
     results.push(result)
   }

@@ -6,6 +6,7 @@ import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import type { Config } from '../../services/infrastructure/config.ts'
 import { CpuMeter, describeCpu, type CpuBreakdown } from './cpu.ts'
+import { percentile } from './percentiles.ts'
 import { JobService } from '../../services/use-cases/jobs/job-service.ts'
 import { createProject } from '../../services/use-cases/projects/project-service.ts'
 import { openRuntime, type Deps, type Runtime } from '../../services/infrastructure/runtime.ts'
@@ -103,8 +104,6 @@ export interface RetentionRun {
   cpu: CpuBreakdown | null
 }
 
-const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!
-
 export class RetentionBench {
   readonly #runtime: Runtime
   readonly #projectIds: string[]
@@ -174,7 +173,6 @@ export class RetentionBench {
     }
     const elapsedMs = performance.now() - started
     const cpu = meter.stop()
-    passMs.sort((a, b) => a - b)
     return {
       jobs,
       messages,
@@ -182,8 +180,8 @@ export class RetentionBench {
       passes: passMs.length,
       elapsedMs,
       jobsPerSecond: Math.round((jobs / elapsedMs) * 1000),
-      fullPassP50Ms: passMs.length === 0 ? null : Math.round(percentile(passMs, 0.5)),
-      fullPassMaxMs: passMs.length === 0 ? null : Math.round(passMs.at(-1)!),
+      fullPassP50Ms: passMs.length === 0 ? null : Math.round(percentile(passMs, 50)!),
+      fullPassMaxMs: passMs.length === 0 ? null : Math.round(percentile(passMs, 100)!),
       cpu,
     }
   }

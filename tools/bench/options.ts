@@ -1,0 +1,185 @@
+import { parseArgs } from 'node:util'
+import { ConfigError, devSecretFileName, loadConfig, type Config } from '../../services/infrastructure/config.ts'
+
+const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
+  [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
+  [--nats-url URL] [--service-log FILE] [--service-cpu-prof DIR] [--no-metering] [--webhooks]
+  [--idle N] [--batch B] [--retention-jobs N]
+       npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
+       npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
+
+A run measures, one after another: an idle phase (--idle N jobs, default 300, paced at 50/s by 2
+producers for 4 workers: claim latency on an idle system), the single-request cycle (--jobs,
+default 10,000), the batched cycle (--batch B, default 100) and, with --spawn, retention of a
+backlog alone (--retention-jobs N, default 20,000). Each figure is printed on its own line and
+the JSON last line carries jobs_per_s, idle_claim_p50_ms, batch_jobs_per_s and
+retention_jobs_per_s with the rest. 0 turns a phase off (--jobs 0: no cycles, retention alone).
+
+Without --rate producers create as fast as the service answers, so created->claimed includes the
+backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
+latency at a load the service keeps up with.
+
+--batch B runs a second cycle of the same number of jobs after the first, on a queue of its own:
+producers create B jobs per POST /jobsvc/v1/jobs/batch and workers (capacity 50 unless --capacity
+says otherwise) acknowledge each poll's jobs in one POST /jobsvc/v1/workers/ack/batch. Its rate is
+printed on its own line and added to the JSON line as batch_jobs_per_s.
+
+--service-cpu-prof writes a V8 CPU profile of the spawned service into DIR when it stops (node
+--cpu-prof), to see where the service's share of the CPU per job goes.
+
+--export-jobs seeds N jobs straight into the spawned service's jobs read model, then samples the
+service's resident memory every 100 ms while a client reading at --export-read-mbps (default 16)
+downloads the whole window as JSONL and then as CSV.
+
+--metrics-jobs seeds N jobs over 30 days straight into the spawned service's jobs read model and
+its metrics rollups (written by the projector's own code), then asks each metrics route R times
+(default 200), one request at a time, and prints p50, p99 and the worst per route.
+
+--retention-jobs runs N jobs to their end 200 days ago through the job commands (real messages on
+the log, projected by the spawned service), then times the scheduler's retention passes until all
+N are deleted, after the cycles, with nothing else running; it prints the jobs purged per second
+and the machine's CPU per purged job, and the JSON gains retention_jobs_per_s. The spawned
+service's own retention runs once a day in this mode.`
+
+/** The service's bound on one batch create. */
+const maxBatchJobs = 1000
+/** Poll capacity of the batched cycle unless --capacity is given: the largest a poll may ask. */
+const batchedCapacity = 50
+
+export interface Options {
+  url: string | null
+  apiKey: string | null
+  spawn: boolean
+  namespace: string | null
+  natsUrl: string
+  databaseUrl: string
+  /** False: the spawned service runs with the request limit and allowance off, to measure their cost. */
+  metering: boolean
+  /** Subscribe a local receiver to job.created and report deliveries per second and delivery lag. */
+  webhooks: boolean
+  jobs: number
+  producers: number
+  workers: number
+  capacity: number
+  timeoutMs: number
+  serviceLog: string | null
+  serviceCpuProfileDir: string | null
+  /** Creates per second across all producers; null: as fast as they can. */
+  rate: number | null
+  /** Jobs per batch create in a second, batched cycle (acks batched too); null: the single-request cycle only. */
+  batch: number | null
+  /** Jobs of the idle phase before the cycles (paced at 50/s); null: none (a paced run is its own idle phase). */
+  idle: number | null
+  /** Poll capacity in the batched cycle: --capacity when given, else the largest a poll may ask. */
+  batchCapacity: number
+  /** Jobs to seed and export instead of the throughput run; null: the throughput run. */
+  exportJobs: number | null
+  /** How fast the export client reads, in MB/s: slower than the service writes, so back-pressure holds. */
+  exportReadMbps: number
+  /** Jobs to seed before timing the metrics routes instead of the throughput run; null: the throughput run. */
+  metricsJobs: number | null
+  metricsRequests: number
+  /** Expired jobs to seed and time retention on, after the cycles; null: no retention run. */
+  retentionJobs: number | null
+  /**
+   * `--dev` (which `npm run bench` passes, as `npm start` does): without JOBSVC_SECRET, the
+   * spawned service and command line use the development mode's secret file too.
+   */
+  dev: boolean
+}
+
+/** A count where 0 turns its phase off (null). */
+function phaseCount(name: string, raw: string | undefined, fallback: number, max: number): number | null {
+  if (raw === '0') return null
+  return raw === undefined && fallback === 0 ? null : positiveInt(name, raw, fallback, max)
+}
+
+function positiveInt(name: string, raw: string | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (raw === undefined) return fallback
+  const n = Number(raw)
+  if (!Number.isInteger(n) || n < 1 || n > max) throw new ConfigError(`--${name} must be an integer from 1 to ${max}`)
+  return n
+}
+
+/** The command line's options; a ConfigError (with the usage) when they do not make a run. */
+export function parseOptions(argv: string[]): Options {
+  try {
+    return toOptions(argv)
+  } catch (err) {
+    if (err instanceof ConfigError) throw err
+    throw new ConfigError(`${(err as Error).message}\n${usage}`)
+  }
+}
+
+function toOptions(argv: string[]): Options {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      url: { type: 'string' },
+      'api-key': { type: 'string' },
+      spawn: { type: 'boolean', default: false },
+      dev: { type: 'boolean', default: false },
+      namespace: { type: 'string' },
+      'nats-url': { type: 'string' },
+      jobs: { type: 'string' },
+      producers: { type: 'string' },
+      workers: { type: 'string' },
+      capacity: { type: 'string' },
+      'timeout-s': { type: 'string' },
+      'service-log': { type: 'string' },
+      'service-cpu-prof': { type: 'string' },
+      rate: { type: 'string' },
+      batch: { type: 'string' },
+      idle: { type: 'string' },
+      'no-metering': { type: 'boolean', default: false },
+      webhooks: { type: 'boolean', default: false },
+      'export-jobs': { type: 'string' },
+      'export-read-mbps': { type: 'string' },
+      'metrics-jobs': { type: 'string' },
+      'metrics-requests': { type: 'string' },
+      'retention-jobs': { type: 'string' },
+    },
+  })
+  if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
+  if (values.url !== undefined && values['api-key'] === undefined) throw new ConfigError(`--url needs --api-key\n${usage}`)
+  // The seeding writes to the service's database, which only a spawned service shares with us.
+  if (values['export-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--export-jobs needs --spawn\n${usage}`)
+  if (values['metrics-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--metrics-jobs needs --spawn\n${usage}`)
+  if (values['retention-jobs'] !== undefined && values['retention-jobs'] !== '0' && !values.spawn) throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
+  // --jobs 0: no cycles (retention alone).
+  const noLoad = values.jobs === '0'
+  // The same environment the service reads (CONTRACT.md) supplies the defaults for --spawn.
+  const config = loadServiceConfig(process.env, values.dev)
+  return {
+    url: values.url ?? null,
+    apiKey: values['api-key'] ?? null,
+    spawn: values.spawn,
+    namespace: values.namespace ?? null,
+    natsUrl: values['nats-url'] ?? config.natsUrl,
+    databaseUrl: config.databaseUrl,
+    jobs: noLoad ? 0 : positiveInt('jobs', values.jobs, 10_000),
+    producers: positiveInt('producers', values.producers, 16, 1000),
+    workers: positiveInt('workers', values.workers, 8, 1000),
+    capacity: positiveInt('capacity', values.capacity, 10, 50),
+    timeoutMs: positiveInt('timeout-s', values['timeout-s'], 300) * 1000,
+    serviceLog: values['service-log'] ?? null,
+    serviceCpuProfileDir: values['service-cpu-prof'] ?? null,
+    rate: values.rate === undefined ? null : positiveInt('rate', values.rate, 0),
+    batch: noLoad ? null : phaseCount('batch', values.batch, 100, maxBatchJobs),
+    idle: noLoad || values.rate !== undefined ? null : phaseCount('idle', values.idle, 300, 100_000),
+    batchCapacity: positiveInt('capacity', values.capacity, batchedCapacity, 50),
+    metering: !values['no-metering'],
+    webhooks: values.webhooks,
+    exportJobs: values['export-jobs'] === undefined ? null : positiveInt('export-jobs', values['export-jobs'], 0, 10_000_000),
+    exportReadMbps: positiveInt('export-read-mbps', values['export-read-mbps'], 16, 10_000),
+    metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),
+    metricsRequests: positiveInt('metrics-requests', values['metrics-requests'], 200, 100_000),
+    retentionJobs: phaseCount('retention-jobs', values['retention-jobs'], values.spawn ? 20_000 : 0, 10_000_000),
+    dev: values.dev,
+  }
+}
+
+/** The configuration the service reads from `env`; under --dev, with the development mode's secret file. */
+export function loadServiceConfig(env: NodeJS.ProcessEnv, dev: boolean): Readonly<Config> {
+  return loadConfig(env, { devSecretFile: dev ? devSecretFileName : null })
+}
