@@ -8,24 +8,8 @@ import { retryDelayMs } from './retry-policy.ts'
  * consumers read from the stream (README, "Event log").
  */
 
-export type JobState =
-  | 'pending'
-  | 'scheduled'
-  | 'processing'
-  | 'succeeded'
-  | 'failed'
-  | 'cancelled'
-  | 'dead_letter'
-
-export const jobStates: readonly JobState[] = [
-  'pending',
-  'scheduled',
-  'processing',
-  'succeeded',
-  'failed',
-  'cancelled',
-  'dead_letter',
-]
+export const jobStates = ['pending', 'scheduled', 'processing', 'succeeded', 'failed', 'cancelled', 'dead_letter'] as const
+export type JobState = (typeof jobStates)[number]
 
 export const terminalJobStates: readonly JobState[] = ['succeeded', 'failed', 'cancelled', 'dead_letter']
 
