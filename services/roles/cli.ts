@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util'
+import { isEmailAddress } from '../../domain/email-address.ts'
 import { isPlan, maxProjectNameLength, plans } from '../../domain/project.ts'
 import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/config.ts'
 import { AccountService } from '../use-cases/platform/accounts.ts'
@@ -10,12 +11,10 @@ const usage = `usage:
   npm run --silent cli -- user suspend --email E
   npm run --silent cli -- user reinstate --email E`
 
-const emailPattern = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
-
 function emailOption(value: string | undefined, required: boolean): string | null {
   const email = value?.trim() ?? null
   if (email === null && required) throw new ConfigError('--email is required')
-  if (email !== null && !emailPattern.test(email)) throw new ConfigError('--email is not an e-mail address')
+  if (email !== null && !isEmailAddress(email)) throw new ConfigError('--email is not an e-mail address')
   return email
 }
 
