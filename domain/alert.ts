@@ -8,8 +8,11 @@ import type { CommandMeta } from './job.ts'
  * holding notifies once, and its end is recorded as a resolution.
  */
 
-export type AlertKind = 'dead_letter_count' | 'queue_depth' | 'oldest_pending_age'
-export const alertKinds: readonly AlertKind[] = ['dead_letter_count', 'queue_depth', 'oldest_pending_age']
+export const alertKinds = ['dead_letter_count', 'queue_depth', 'oldest_pending_age'] as const
+export type AlertKind = (typeof alertKinds)[number]
+
+export const alertStatuses = ['ok', 'firing'] as const
+export type AlertStatus = (typeof alertStatuses)[number]
 
 export interface AlertSettings {
   name: string
@@ -30,7 +33,7 @@ export interface AlertSettings {
 export interface Alert extends AlertSettings {
   id: string
   project_id: string
-  status: 'ok' | 'firing'
+  status: AlertStatus
   /** The value measured at the last trigger or resolution, and when (evaluations that change nothing are not recorded). */
   last_value: number | null
   last_evaluated_at: string | null

@@ -11,7 +11,8 @@ import type { CommandMeta } from './job.ts'
 /** Spec, Delivery policy: 5 attempts at most. */
 export const maxDeliveryAttempts = 5
 
-export type DeliveryStatus = 'pending' | 'delivered' | 'failed'
+export const deliveryStatuses = ['pending', 'delivered', 'failed'] as const
+export type DeliveryStatus = (typeof deliveryStatuses)[number]
 
 export interface Delivery {
   id: string

@@ -1,5 +1,6 @@
 import type { Decider } from './decider.ts'
 import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './errors.ts'
+import { retryDelayMs } from './retry-policy.ts'
 
 /**
  * The job aggregate. Field names are snake_case because the state and the events are a public
@@ -7,24 +8,8 @@ import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './err
  * consumers read from the stream (README, "Event log").
  */
 
-export type JobState =
-  | 'pending'
-  | 'scheduled'
-  | 'processing'
-  | 'succeeded'
-  | 'failed'
-  | 'cancelled'
-  | 'dead_letter'
-
-export const jobStates: readonly JobState[] = [
-  'pending',
-  'scheduled',
-  'processing',
-  'succeeded',
-  'failed',
-  'cancelled',
-  'dead_letter',
-]
+export const jobStates = ['pending', 'scheduled', 'processing', 'succeeded', 'failed', 'cancelled', 'dead_letter'] as const
+export type JobState = (typeof jobStates)[number]
 
 export const terminalJobStates: readonly JobState[] = ['succeeded', 'failed', 'cancelled', 'dead_letter']
 
@@ -69,6 +54,10 @@ export interface Job {
 
 /** `null` until the job's first event. */
 export type JobAggregate = Job | null
+
+/** What a worker reports of an attempt. */
+export const ackStatuses = ['succeeded', 'failed'] as const
+export type AckStatus = (typeof ackStatuses)[number]
 
 export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered'
 
@@ -164,7 +153,7 @@ export type JobCommand =
       type: 'ack_job'
       data: {
         worker_id: string
-        status: 'succeeded' | 'failed'
+        status: AckStatus
         duration_ms: number | null
         error: JobError | null
       }
@@ -173,17 +162,6 @@ export type JobCommand =
   | { type: 'reap_job'; data: { attempt: number; error: JobError }; meta: CommandMeta }
   | { type: 'cancel_job'; data: Record<string, never>; meta: CommandMeta }
   | { type: 'retry_job'; data: Record<string, never>; meta: CommandMeta }
-
-export const retryBaseDelayMs = 15_000
-export const retryJitterMs = 3_000
-/** 15 s doubling reaches a day at attempt 14; beyond that the delay stays at a day. */
-export const retryMaxDelayMs = 24 * 60 * 60 * 1000
-
-/** The spec's backoff: 15 * 2^(attempt-1) seconds plus 0-3 s of jitter, capped at a day. */
-export function retryDelayMs(attempt: number, random: number): number {
-  const exponential = retryBaseDelayMs * 2 ** Math.max(0, attempt - 1)
-  return Math.min(exponential, retryMaxDelayMs) + Math.floor(random * retryJitterMs)
-}
 
 function addMs(iso: string, ms: number): string {
   return new Date(Date.parse(iso) + ms).toISOString()

@@ -23,14 +23,22 @@ import {
  * key; invitation tokens only as their SHA-256.
  */
 
-export type Plan = 'free' | 'starter' | 'pro' | 'business' | 'enterprise'
-export const plans: readonly Plan[] = ['free', 'starter', 'pro', 'business', 'enterprise']
+/** The plans a user may choose, at sign-up or for a new project; `enterprise` is set by an operator. */
+export const signupPlans = ['free', 'starter', 'pro', 'business'] as const
+export type SignupPlan = (typeof signupPlans)[number]
 
-export type BillingState = 'active' | 'past_due' | 'unpaid' | 'cancelled' | 'suspended'
-export const billingStates: readonly BillingState[] = ['active', 'past_due', 'unpaid', 'cancelled', 'suspended']
+export const plans = [...signupPlans, 'enterprise'] as const
+export type Plan = (typeof plans)[number]
 
-export type ProjectRole = 'owner' | 'admin' | 'member' | 'viewer'
-export const projectRoles: readonly ProjectRole[] = ['owner', 'admin', 'member', 'viewer']
+export function isPlan(plan: string): plan is Plan {
+  return (plans as readonly string[]).includes(plan)
+}
+
+export const billingStates = ['active', 'past_due', 'unpaid', 'cancelled', 'suspended'] as const
+export type BillingState = (typeof billingStates)[number]
+
+export const projectRoles = ['owner', 'admin', 'member', 'viewer'] as const
+export type ProjectRole = (typeof projectRoles)[number]
 
 const roleRank: Record<ProjectRole, number> = { viewer: 0, member: 1, admin: 2, owner: 3 }
 
@@ -42,6 +50,8 @@ export function hasRoleAtLeast(role: ProjectRole, least: ProjectRole): boolean {
 export function isProjectRole(role: string): role is ProjectRole {
   return (projectRoles as readonly string[]).includes(role)
 }
+
+export const maxProjectNameLength = 100
 
 /** How long a rotated-out key keeps working (spec, Time limits). */
 export const apiKeyGraceMs = 24 * 60 * 60 * 1000

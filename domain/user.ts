@@ -9,6 +9,7 @@ import {
   UserNotFound,
 } from './errors.ts'
 import type { CommandMeta } from './job.ts'
+import type { SignupPlan } from './project.ts'
 
 /**
  * A dashboard user and the account that verifying their address opens. Secrets never reach
@@ -17,8 +18,6 @@ import type { CommandMeta } from './job.ts'
  * which time step does this code belong to) is worked out at the edge; the aggregate keeps the
  * rules that need only state: single use, expiry, step replay, what 2FA state allows.
  */
-
-export type SignupPlan = 'free' | 'starter' | 'pro' | 'business'
 
 /** A single-use token, kept as its digest, with its end of life. */
 export interface TokenGrant {

@@ -1,22 +1,20 @@
 import { parseArgs } from 'node:util'
-import { plans, type Plan } from '../../domain/project.ts'
-import type { SignupPlan } from '../../domain/user.ts'
+import { isEmailAddress } from '../../domain/email-address.ts'
+import { isPlan, maxProjectNameLength, plans } from '../../domain/project.ts'
 import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/config.ts'
 import { AccountService } from '../use-cases/platform/accounts.ts'
 import { createProject } from '../use-cases/projects/project-service.ts'
 import { createLogger, openRuntime, type Runtime } from '../infrastructure/runtime.ts'
 
 const usage = `usage:
-  npm run --silent cli -- project create --name NAME [--plan free|starter|pro|business|enterprise] [--email E] [--env test|live]
+  npm run --silent cli -- project create --name NAME [--plan ${plans.join('|')}] [--email E] [--env test|live]
   npm run --silent cli -- user suspend --email E
   npm run --silent cli -- user reinstate --email E`
-
-const emailPattern = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
 
 function emailOption(value: string | undefined, required: boolean): string | null {
   const email = value?.trim() ?? null
   if (email === null && required) throw new ConfigError('--email is required')
-  if (email !== null && !emailPattern.test(email)) throw new ConfigError('--email is not an e-mail address')
+  if (email !== null && !isEmailAddress(email)) throw new ConfigError('--email is not an e-mail address')
   return email
 }
 
@@ -28,9 +26,9 @@ function projectCreate(args: string[]): Command {
     options: { name: { type: 'string' }, plan: { type: 'string' }, email: { type: 'string' }, env: { type: 'string' } },
   })
   const name = values.name?.trim()
-  if (!name || name.length > 100) throw new ConfigError('--name is required (1 to 100 characters)')
-  const plan = (values.plan ?? 'free') as Plan
-  if (!plans.includes(plan)) throw new ConfigError(`--plan must be one of ${plans.join(', ')}`)
+  if (!name || name.length > maxProjectNameLength) throw new ConfigError(`--name is required (1 to ${maxProjectNameLength} characters)`)
+  const plan = values.plan ?? 'free'
+  if (!isPlan(plan)) throw new ConfigError(`--plan must be one of ${plans.join(', ')}`)
   const env = values.env ?? 'test'
   if (env !== 'test' && env !== 'live') throw new ConfigError('--env must be test or live')
   const email = emailOption(values.email, false)
@@ -38,7 +36,7 @@ function projectCreate(args: string[]): Command {
     // With --email, the owner is a verified user (created if new), who can sign in after
     // choosing a password through "forgot password".
     const accounts = new AccountService(runtime)
-    const owner = email === null ? null : await accounts.ensureVerifiedUser(email, plan === 'enterprise' ? 'business' : (plan as SignupPlan))
+    const owner = email === null ? null : await accounts.ensureVerifiedUser(email, plan === 'enterprise' ? 'business' : plan)
     const { project, apiKey } = await createProject(runtime, { name, plan, ownerEmail: owner?.email ?? null, ownerUserId: owner?.id ?? null, keyEnvironment: env })
     if (owner !== null) await accounts.indexProject(owner.id, project.id, true)
     return { project_id: project.id, api_key: apiKey, ...(owner ? { owner_user_id: owner.id } : {}) }

@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Job } from '../../../domain/job.ts'
+import { isTerminal, type Job, type JobState } from '../../../domain/job.ts'
 import { decodeEventMessage } from '../../../streams/event-store.ts'
 import { eventSubject } from '../../../streams/names.ts'
 import type { JobService } from '../../use-cases/jobs/job-service.ts'
@@ -8,10 +8,9 @@ import type { Deps } from '../../infrastructure/runtime.ts'
 /** Spec, Job progress stream: at most 120 s, a check about once a second. */
 export const streamLifetimeMs = 120_000
 const tickMs = 1_000
-const closingStates = new Set(['succeeded', 'failed', 'cancelled', 'dead_letter'])
 
 interface Snapshot {
-  state: string
+  state: JobState
   progress: number | null
   attempt: number
   max_attempts: number
@@ -64,7 +63,7 @@ export async function streamJobProgress(
     if (last !== null && last.state === snapshot.state && last.progress === snapshot.progress) return
     last = snapshot
     res.write(`event: snapshot\ndata: ${JSON.stringify(snapshot)}\n\n`)
-    if (closingStates.has(snapshot.state)) close()
+    if (isTerminal(snapshot.state)) close()
   }
   const subscription = deps.nats.nc.subscribe(eventSubject(deps.config.namespace, projectId, 'job', jobId), {
     callback: (err, msg) => {

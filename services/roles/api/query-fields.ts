@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import { maxJobTypeLength, maxQueueNameLength } from '../../../domain/job-options.ts'
 import { boundedString, storableText } from './text-fields.ts'
 
 /**
@@ -23,7 +24,7 @@ export const windowBoundText = boundedString(100).optional()
 export const formatText = boundedString(100).optional()
 
 /** A queue name used as a filter; empty means every queue where the route says so. */
-export const queueFilter = storableText(0, 100).optional()
+export const queueFilter = storableText(0, maxQueueNameLength).optional()
 
 /** A job type used as a filter. */
-export const jobTypeFilter = storableText(0, 500).optional()
+export const jobTypeFilter = storableText(0, maxJobTypeLength).optional()

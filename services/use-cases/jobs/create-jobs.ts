@@ -1,5 +1,6 @@
 import { BillingStateBlocked, MonthlyAllowanceExceeded, SpendCapReached } from '../../../domain/errors.ts'
 import type { Job } from '../../../domain/job.ts'
+import { jobDefaults } from '../../../domain/job-options.ts'
 import { billingOf, type Project } from '../../../domain/project.ts'
 import type { AllowanceRefusal, Grant, QuotaReading, QuotaTerms } from '../metering/allowance.ts'
 import { allowanceMarksOf, type BillingService } from '../metering/billing-service.ts'
@@ -42,8 +43,6 @@ export interface CreationPorts {
   jobs: JobService
   billing: BillingService
 }
-
-export const jobDefaults = { queue: 'default', max_attempts: 3, timeout_seconds: 1800 } as const
 
 /**
  * Appends one batch keeps in flight at once: enough to keep the publisher's pipeline full (the

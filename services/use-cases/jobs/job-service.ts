@@ -1,6 +1,7 @@
 import { JobNotFound, ParentNotFound } from '../../../domain/errors.ts'
 import {
   assertHeartbeatAllowed,
+  type AckStatus,
   cascadeOf,
   cascadeOfState,
   type CascadeStep,
@@ -38,7 +39,7 @@ export interface NewJob {
 
 export interface AckInput {
   worker_id: string
-  status: 'succeeded' | 'failed'
+  status: AckStatus
   duration_ms: number | null
   error: JobError | null
 }

@@ -11,6 +11,7 @@ import {
   MonthlyAllowanceExceeded,
   SpendCapReached,
 } from '../../../domain/errors.ts'
+import { jobDefaults } from '../../../domain/job-options.ts'
 import {
   isActiveSchedule,
   recurringIdFor,
@@ -136,10 +137,10 @@ export async function upsertSchedule(deps: Deps, projectId: string, id: string, 
       project_id: projectId,
       job_type: input.job_type,
       cron_expression: expression,
-      queue: input.queue ?? 'default',
+      queue: input.queue ?? jobDefaults.queue,
       timezone,
-      max_attempts: input.max_attempts ?? 3,
-      timeout_seconds: input.timeout_seconds ?? 1800,
+      max_attempts: input.max_attempts ?? jobDefaults.max_attempts,
+      timeout_seconds: input.timeout_seconds ?? jobDefaults.timeout_seconds,
       payload: input.payload ?? {},
       next_run_at: nextOccurrence(expression, timezone, now)?.toISOString() ?? null,
     },

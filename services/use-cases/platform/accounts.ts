@@ -8,8 +8,8 @@ import {
   TotpNotInitialized,
   UserNotFound,
 } from '../../../domain/errors.ts'
-import { activeKeyPrefix, type Project } from '../../../domain/project.ts'
-import { userDecider, type SignupPlan, type TokenGrant, type User, type UserCommand, type UserEvent } from '../../../domain/user.ts'
+import { activeKeyPrefix, type Project, type SignupPlan } from '../../../domain/project.ts'
+import { userDecider, type TokenGrant, type User, type UserCommand, type UserEvent } from '../../../domain/user.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
 import { platformScope } from '../../../streams/names.ts'

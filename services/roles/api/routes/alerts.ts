@@ -1,13 +1,14 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import { alertKinds, type Alert, type AlertKind } from '../../../../domain/alert.ts'
+import { alertKinds, alertStatuses, type Alert, type AlertKind } from '../../../../domain/alert.ts'
 import { nonMemberAddresses } from '../../../use-cases/alerts/alert-recipients.ts'
 import { CappedAlertCreation, commandAlert, loadAlert } from '../../../use-cases/alerts/alert-service.ts'
 import type { ApiContext } from '../context.ts'
 import { invalidRequest } from '../errors.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { boundedString, emailAddress, storableText } from '../text-fields.ts'
+import { queueNameText } from '../job-fields.ts'
 import { isoOrNull } from '../read-your-writes.ts'
 
 /** Addresses one alert e-mails at most. */
@@ -16,8 +17,8 @@ const maxRecipients = 10
 /** The settings of an alert; POST and PUT take the same body (PUT replaces every setting). */
 const alertBody = z.object({
   name: storableText(1, 100),
-  kind: z.enum(alertKinds as [AlertKind, ...AlertKind[]]),
-  queue: storableText(1, 100).nullish(),
+  kind: z.enum(alertKinds),
+  queue: queueNameText.nullish(),
   threshold: z.number().int().min(0).max(1_000_000_000),
   window_minutes: z.number().int().min(1).max(1440).nullish(),
   email: z.array(emailAddress).max(maxRecipients).nullish(),
@@ -52,7 +53,7 @@ export const alertSchema = z
     email: z.array(z.string()),
     webhook: z.boolean(),
     enabled: z.boolean(),
-    status: z.enum(['ok', 'firing']),
+    status: z.enum(alertStatuses),
     last_value: z.number().nullable().describe('the value measured at the last trigger or resolution'),
     last_triggered_at: instant.nullable(),
     last_resolved_at: instant.nullable(),

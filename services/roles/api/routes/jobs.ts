@@ -2,6 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandle
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { jobStates, type Job } from '../../../../domain/job.ts'
+import { maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
 import type { ApiContext } from '../context.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
 import { forbidden, invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
@@ -19,13 +20,10 @@ import { decodeCursor, decodeHistoryCursor, encodeCursor, encodeHistoryCursor, p
 import { isStorableInstant, unstorableInstantMessage } from '../storable.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
+import { jobTypeText, maxAttemptsNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
 import { cursorText, formatText, jobTypeFilter, limitText, minSeq, queueFilter, windowBoundText } from '../query-fields.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 
-/** Tag limits the spec leaves open (README, "Limits we chose"). */
-export const maxTags = 50
-export const maxTagKeyLength = 100
-export const maxTagValueLength = 500
 /** ISO 8601 with an offset, at most 64 characters (bounded before the format's pattern runs). */
 const isoInstant = boundedString(64)
   .pipe(z.iso.datetime({ offset: true }))
@@ -36,12 +34,12 @@ const isoInstant = boundedString(64)
 const text = storableText
 
 export const createJobBody = z.object({
-  job_type: text(1, 500),
+  job_type: jobTypeText,
   payload: jobPayload,
-  queue: text(1, 100).nullish(),
+  queue: queueNameText.nullish(),
   run_at: isoInstant.nullish(),
-  max_attempts: z.number().int().min(1).max(100).nullish(),
-  timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
+  max_attempts: maxAttemptsNumber.nullish(),
+  timeout_seconds: timeoutSecondsNumber.nullish(),
   idempotency_key: text(1, 200).nullish(),
   tags: z
     .record(boundedString(maxTagKeyLength, 1), boundedString(maxTagValueLength))
@@ -80,7 +78,7 @@ export const jobDetail = z
   .meta({ id: 'Job' })
 
 const listQuery = z.object({
-  state: z.enum(jobStates as [string, ...string[]]).optional(),
+  state: z.enum(jobStates).optional(),
   queue: queueFilter,
   job_type: jobTypeFilter,
   created_after: isoInstant.optional(),

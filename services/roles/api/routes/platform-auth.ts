@@ -11,6 +11,7 @@ import { bodyCodes, instant, noContent, noSecurity, publicErrorResponses, sessio
 import { authenticateSession } from '../session-auth.ts'
 import { boundedString, patternText } from '../text-fields.ts'
 import { isEmailAddress, maxEmailLength } from '../../../../domain/email-address.ts'
+import { signupPlans } from '../../../../domain/project.ts'
 
 /** Shape is checked by the route: the spec's 422 `invalid_email` is for a string that is present but malformed. */
 const emailText = boundedString(maxEmailLength).trim().min(1)
@@ -21,7 +22,7 @@ const signupBody = z.object({
   email: emailText,
   password: boundedString(128, 8),
   accept_terms: z.literal(true, 'accept_terms must be true'),
-  plan: z.enum(['free', 'starter', 'pro', 'business']).default('free'),
+  plan: z.enum(signupPlans).default('free'),
 })
 const tokenBody = z.object({ token: boundedString(1000, 1) })
 const emailBody = z.object({ email: emailText })

@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { boundedString } from '../text-fields.ts'
 import { ProjectNotFound } from '../../../../domain/errors.ts'
-import { billingOf, billingStates, type BillingState, type Project } from '../../../../domain/project.ts'
+import { billingOf, billingStates, plans, type Project } from '../../../../domain/project.ts'
 import { checkSignature, signatureHeader } from '../../../use-cases/metering/provider-signature.ts'
 import { projectRef } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
@@ -14,7 +14,7 @@ import { authenticateSession } from '../session-auth.ts'
 const projectParams = z.object({ projectId: boundedString(100, 1) })
 const billingChanges = z
   .object({
-    plan: z.enum(['free', 'starter', 'pro', 'business', 'enterprise']).optional(),
+    plan: z.enum(plans).optional(),
     overage_enabled: z.boolean().optional(),
     spend_cap_cents: z.number().int().min(0).max(1_000_000_000).nullable().optional(),
   })
@@ -24,12 +24,12 @@ const billingChanges = z
 const providerEvent = z.object({
   id: boundedString(200, 1),
   type: z.literal('billing_state.updated'),
-  data: z.object({ project_id: boundedString(100, 1), state: z.enum(billingStates as [BillingState, ...BillingState[]]) }),
+  data: z.object({ project_id: boundedString(100, 1), state: z.enum(billingStates) }),
 })
 
 const billingView = z
   .strictObject({
-    plan: z.enum(['free', 'starter', 'pro', 'business', 'enterprise']),
+    plan: z.enum(plans),
     billing_state: z.enum(billingStates),
     overage_enabled: z.boolean(),
     overage_available: z.boolean().describe('whether the plan has an overage rate'),

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { isEmailAddress, maxEmailLength } from '../../../../domain/email-address.ts'
+import { maxProjectNameLength, plans, projectRoles, signupPlans } from '../../../../domain/project.ts'
 import { boundedString } from '../text-fields.ts'
 import type { ApiContext } from '../context.ts'
 import { confirmRequired, invalidEmail, rateLimitExceeded } from '../errors.ts'
@@ -13,19 +14,16 @@ import { authenticateSession } from '../session-auth.ts'
 import { profileSchema } from './platform-auth.ts'
 import { isStorableText, unstorableTextMessage } from '../storable.ts'
 
-const projectName = boundedString(100).trim().min(1).refine(isStorableText, unstorableTextMessage)
+const projectName = boundedString(maxProjectNameLength).trim().min(1).refine(isStorableText, unstorableTextMessage)
 const projectParams = z.object({ projectId: boundedString(100, 1) })
 const memberParams = z.object({ projectId: boundedString(100, 1), userId: boundedString(100, 1) })
-
-const plans = ['free', 'starter', 'pro', 'business', 'enterprise'] as const
-const roles = ['owner', 'admin', 'member', 'viewer'] as const
 
 export const projectSchema = z
   .strictObject({
     id: z.string().describe('`prj_…`'),
     name: z.string(),
     plan: z.enum(plans),
-    role: z.enum(roles).describe("the caller's role in the project"),
+    role: z.enum(projectRoles).describe("the caller's role in the project"),
     api_key_prefix: z.string().nullable().describe('the first 24 characters of the current key; null once the keys are revoked'),
     keys_revoked_at: instant.nullable(),
     created_at: instant,
@@ -33,10 +31,10 @@ export const projectSchema = z
   })
   .meta({ id: 'Project' })
 
-const memberSchema = z.strictObject({ user_id: z.string(), email: z.string(), role: z.enum(roles), joined_at: instant }).meta({ id: 'Member' })
+const memberSchema = z.strictObject({ user_id: z.string(), email: z.string(), role: z.enum(projectRoles), joined_at: instant }).meta({ id: 'Member' })
 
 const inviteSchema = z
-  .strictObject({ invite_id: z.string(), email: z.string(), role: z.enum(roles), invited_by: z.string(), invited_at: instant, expires_at: instant })
+  .strictObject({ invite_id: z.string(), email: z.string(), role: z.enum(projectRoles), invited_by: z.string(), invited_at: instant, expires_at: instant })
   .meta({ id: 'Invite' })
 
 const team = z.strictObject({ members: z.array(memberSchema), invites: z.array(inviteSchema).describe('only for admin and owner; empty otherwise') })
@@ -74,7 +72,7 @@ const createSchema = {
   summary: 'Create a project',
   description: 'You become its owner. The answer shows its API key, once.',
   tags,
-  body: z.object({ name: projectName, plan: z.enum(['free', 'starter', 'pro', 'business']).optional().describe('default: your sign-up plan') }),
+  body: z.object({ name: projectName, plan: z.enum(signupPlans).optional().describe('default: your sign-up plan') }),
   response: { 201: projectSchema.extend({ api_key: z.string() }), ...sessionErrorResponses(...bodyCodes) },
 }
 

@@ -8,6 +8,7 @@ import type { ApiContext } from '../context.ts'
 import { invalidRequest } from '../errors.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
+import { jobTypeText, maxAttemptsNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
 import { minSeq } from '../query-fields.ts'
 import { boundedString, storableText } from '../text-fields.ts'
 import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
@@ -15,12 +16,12 @@ import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
 const text = storableText
 
 export const scheduleBody = z.object({
-  job_type: text(1, 500),
+  job_type: jobTypeText,
   cron_expression: text(1, 200),
-  queue: text(1, 100).nullish(),
+  queue: queueNameText.nullish(),
   timezone: text(1, 100).nullish(),
-  max_attempts: z.number().int().min(1).max(100).nullish(),
-  timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
+  max_attempts: maxAttemptsNumber.nullish(),
+  timeout_seconds: timeoutSecondsNumber.nullish(),
   /** Every fired job carries it: the same limits as a job's payload. */
   payload: jobPayload.nullish(),
 })

@@ -4,7 +4,7 @@ import { z } from 'zod'
 import { cursorText, limitText } from '../query-fields.ts'
 import { BillingStateBlocked } from '../../../../domain/errors.ts'
 import { billingOf } from '../../../../domain/project.ts'
-import type { DeliveryStatus } from '../../../../domain/delivery.ts'
+import { deliveryStatuses, type DeliveryStatus } from '../../../../domain/delivery.ts'
 import { maxWebhooksPerProject, webhookEventTypes, type EventFilter, type Webhook } from '../../../../domain/webhook.ts'
 import { checkWebhookUrl } from '../../../infrastructure/url-safety.ts'
 import { WebhookService } from '../../../use-cases/webhooks/webhook-service.ts'
@@ -54,8 +54,6 @@ export function webhookView(w: Webhook | Record<string, unknown>): z.output<type
     updated_at: iso(r.updated_at),
   }
 }
-
-const deliveryStatuses: readonly DeliveryStatus[] = ['pending', 'delivered', 'failed']
 
 const delivery = z
   .strictObject({

@@ -1,7 +1,8 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import type { Job } from '../../../../domain/job.ts'
+import { ackStatuses, type Job } from '../../../../domain/job.ts'
+import { retryBaseDelayMs, retryJitterMs } from '../../../../domain/retry-policy.ts'
 import { claimForPoll } from '../../../use-cases/jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../../use-cases/jobs/recurring-service.ts'
 import type { ApiContext } from '../context.ts'
@@ -9,6 +10,8 @@ import { runInLanes } from '../../../use-cases/jobs/lanes.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, serviceUnavailable } from '../errors.ts'
 import { errorResponses, instant, itemErrorObject, writeCodes } from '../openapi.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
+import { jobTypeText, queueNameText } from '../job-fields.ts'
+import { scheduleBody } from './recurring.ts'
 
 /** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
 const maxErrorMessage = 10_000
@@ -21,16 +24,13 @@ const maxStackTrace = 65_536
 const pollRetryAfterMs = 2_000
 
 /** Goes into a `text` column of the read model. */
-const text = (max: number) => storableText(1, max)
-const workerId = text(200)
-const queueName = text(100)
-const jobType = text(500)
+const workerId = storableText(1, 200)
 
 export const pollBody = z.object({
   worker_id: workerId,
-  queues: z.array(queueName).min(1).max(50),
+  queues: z.array(queueNameText).min(1).max(50),
   capacity: z.number().int().min(1).max(50).default(1),
-  job_types: z.array(jobType).min(1).max(100).nullish(),
+  job_types: z.array(jobTypeText).min(1).max(100).nullish(),
   /** Extension: how long to hold the poll when nothing is claimable (0 answers at once). */
   wait_seconds: z.number().min(0).max(30).optional(),
 })
@@ -47,7 +47,7 @@ const jobId = boundedString(2048, 1)
 export const ackBody = z.object({
   job_id: jobId,
   worker_id: workerId,
-  status: z.enum(['succeeded', 'failed']),
+  status: z.enum(ackStatuses),
   duration_ms: z.number().int().min(0).nullish(),
   error: errorDetail.nullish(),
 })
@@ -66,19 +66,13 @@ export const heartbeatBody = z.object({
   progress: z.number().min(0).max(1).nullish(),
 })
 
-const recurringSchedule = z.object({
-  job_type: jobType,
-  cron_expression: text(200),
-  queue: queueName.nullish(),
-  timezone: text(100).nullish(),
-  max_attempts: z.number().int().min(1).max(100).nullish(),
-  timeout_seconds: z.number().int().min(1).max(86_400).nullish(),
-})
+/** A registered schedule has the recurring route's fields, but no payload (spec, Worker registration). */
+const recurringSchedule = scheduleBody.omit({ payload: true })
 
 export const registerBody = z.object({
   worker_id: workerId,
-  queues: z.array(queueName).max(50),
-  job_types: z.array(jobType).max(100),
+  queues: z.array(queueNameText).max(50),
+  job_types: z.array(jobTypeText).max(100),
   hostname: boundedString(255).nullish(),
   sdk_version: boundedString(100).nullish(),
   // Items are checked one by one in the handler: a bad schedule is logged, not a 400 (spec).
@@ -111,7 +105,7 @@ const pollSchema = {
 
 const ackSchema = {
   summary: 'Report the outcome of an attempt',
-  description: 'A failure is retried after `15 × 2^(attempt−1)` s plus 0–3 s of jitter, or dead-lettered on the last attempt. The answer carries `X-Event-Seq`.',
+  description: `A failure is retried after \`${retryBaseDelayMs / 1000} × 2^(attempt−1)\` s plus 0–${retryJitterMs / 1000} s of jitter, or dead-lettered on the last attempt. The answer carries \`X-Event-Seq\`.`,
   tags: ['Workers'],
   body: ackBody,
   response: {

@@ -1,0 +1,20 @@
+import { defaultMaxAttempts } from './retry-policy.ts'
+
+/**
+ * What a client may ask of a job, wherever one is asked for (a create, a recurring schedule, a
+ * worker's registration), and what an option left out becomes. Lengths are the spec's Limits;
+ * the tag limits are ours, since the spec leaves them open (README, "Limits we chose").
+ * `max_attempts` is bounded and defaulted by the retry policy (retry-policy.ts).
+ */
+
+export const maxJobTypeLength = 500
+export const maxQueueNameLength = 100
+
+/** A job's per-attempt timeout, in seconds. */
+export const timeoutSecondsRange = { min: 1, max: 86_400 } as const
+
+export const maxTags = 50
+export const maxTagKeyLength = 100
+export const maxTagValueLength = 500
+
+export const jobDefaults = { queue: 'default', max_attempts: defaultMaxAttempts, timeout_seconds: 1800 } as const

@@ -1,0 +1,14 @@
+import { z } from 'zod'
+import { maxJobTypeLength, maxQueueNameLength, timeoutSecondsRange } from '../../../domain/job-options.ts'
+import { maxAttemptsRange } from '../../../domain/retry-policy.ts'
+import { storableText } from './text-fields.ts'
+
+/**
+ * A job's options as requests carry them, with the domain's bounds: the job creates, the
+ * recurring routes, and a worker's polls and registrations take the same fields.
+ */
+
+export const jobTypeText = storableText(1, maxJobTypeLength)
+export const queueNameText = storableText(1, maxQueueNameLength)
+export const maxAttemptsNumber = z.number().int().min(maxAttemptsRange.min).max(maxAttemptsRange.max)
+export const timeoutSecondsNumber = z.number().int().min(timeoutSecondsRange.min).max(timeoutSecondsRange.max)
