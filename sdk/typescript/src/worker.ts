@@ -142,16 +142,18 @@ export class Worker {
   async stop(): Promise<void> {
     if (this.#stopping) return this.#drained()
     this.#stopping = true
-    // A poll aborted just as the service claimed jobs for it loses them to this worker; the
-    // reaper hands them out again after their timeout, as for any lost worker.
+    // A poll aborted in the moment between the service's claim and its answer loses those jobs
+    // to this worker; the reaper hands them out again after their timeout, as for a lost worker.
+    // Waiting for the poll instead could hold stop() for the whole long poll (30 s).
     this.#pollAbort.abort()
     this.#slotFreed?.()
     await this.#loop
-    const deadline = sleep(this.#options.shutdownGraceMs ?? 30_000)
+    const graceOver = new AbortController()
     const allDone = async () => {
-      while (this.#running.size > 0) await this.#nextSlot()
+      while (this.#running.size > 0 && !graceOver.signal.aborted) await this.#nextSlot()
+      graceOver.abort()
     }
-    await Promise.race([allDone(), deadline])
+    await Promise.race([allDone(), sleep(this.#options.shutdownGraceMs ?? 30_000, graceOver.signal).then(() => graceOver.abort())])
     for (const running of [...this.#running.values()]) {
       running.controller.abort(new WorkerStopped('the worker stopped before the handler finished'))
       this.#finish(running, 'failed', running.controller.signal.reason)
