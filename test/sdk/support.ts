@@ -1,5 +1,10 @@
+import { execFile } from 'node:child_process'
+import { createServer, type AddressInfo } from 'node:net'
+import { promisify } from 'node:util'
 import { JobsvcClient, type Job, type Logger } from '@jobsvc/sdk'
-import { eventually } from '../support/harness.ts'
+import { eventually, repoRoot } from '../support/harness.ts'
+
+const run = promisify(execFile)
 
 export interface LogEntry {
   level: 'info' | 'warn' | 'error'
@@ -47,4 +52,25 @@ export function jobReaches(client: JobsvcClient, jobId: string, state: Job['stat
     const job = await client.jobs.get(jobId)
     return job.state === state ? job : null
   }, timeoutMs, `${jobId} to be ${state}`)
+}
+
+/** A TCP port free right now, so that a restarted service can listen where its clients point. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+/** Creates a project with the operator CLI against the install `env` names; answers its API key. */
+export async function cliProject(env: Record<string, string>): Promise<string> {
+  const cli = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'sdk', '--plan', 'business'], {
+    cwd: repoRoot,
+    env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
+  })
+  return (JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { api_key: string }).api_key
 }

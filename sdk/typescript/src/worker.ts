@@ -78,8 +78,11 @@ interface Running {
 const lostAttemptCodes = new Set(['invalid_state', 'worker_mismatch', 'job_not_found'])
 const maxAcksPerBatch = 1_000
 const maxPollCapacity = 50
-/** Rounds of back-off (about two minutes in all) before acks the service keeps refusing are given up. */
-const maxAckFailures = 10
+/**
+ * How long acks the service cannot take are sent again before they are given up (and their
+ * attempts left to its reaper): long enough to ride out a restart or an upgrade.
+ */
+const ackRetryMs = 5 * 60_000
 
 /**
  * Polls the service for jobs of its queues and runs them: one handler call per claimed job, at
@@ -293,16 +296,17 @@ export class Worker {
    */
   async #flushAcks(): Promise<void> {
     let failures = 0
+    let failingSince = 0
     while (this.#acks.length > 0) {
       const batch = this.#acks.splice(0, maxAcksPerBatch)
       const { again, error } = await this.#sendAcks(batch)
       if (again.length === 0) {
         failures = 0
-      } else if (failures >= maxAckFailures) {
-        // The service stayed out of reach for minutes: these attempts are left to its reaper.
+      } else if (failures > 0 && Date.now() - failingSince > ackRetryMs) {
         this.#log.error('jobsvc worker: acks given up', { worker_id: this.workerId, job_ids: again.map((a) => a.job_id), error: String(error) })
         failures = 0
       } else {
+        if (failures === 0) failingSince = Date.now()
         this.#acks.unshift(...again)
         await this.#backOff(`ack of ${again.length} jobs`, error, failures++)
       }
