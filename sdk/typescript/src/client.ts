@@ -43,8 +43,8 @@ const terminal = new Set(['succeeded', 'failed', 'cancelled', 'dead_letter'])
 const id = (value: string) => encodeURIComponent(value)
 
 /** Every page of a cursor-paginated list, item by item, following `next_cursor`. */
-async function* everyItem<T, Q extends { cursor?: string | null }>(fetchPage: (query: Q) => Promise<Page<T>>, query: Q): AsyncGenerator<T> {
-  let cursor = query.cursor ?? undefined
+async function* everyItem<T, Q extends { cursor?: string }>(fetchPage: (query: Q) => Promise<Page<T>>, query: Q): AsyncGenerator<T> {
+  let cursor = query.cursor
   for (;;) {
     const page = await fetchPage({ ...query, cursor })
     yield* page.data

@@ -11,7 +11,12 @@ type Operation<P extends Path, M extends Method> = NonNullable<paths[P][M]>
 export type RequestBody<P extends Path, M extends Method> =
   Operation<P, M> extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never
 
-export type Query<P extends Path, M extends Method> = Operation<P, M> extends { parameters: { query?: infer Q } } ? NonNullable<Q> : never
+/**
+ * Query strings are text on the wire, and the document types numeric parameters such as `limit`
+ * as strings (they are validated from the text); a number is sent as its decimal text.
+ */
+type QueryText<Q> = { [K in keyof Q]: K extends 'cursor' ? Q[K] : Q[K] extends string | undefined ? Q[K] | number : Q[K] }
+export type Query<P extends Path, M extends Method> = Operation<P, M> extends { parameters: { query?: infer Q } } ? QueryText<NonNullable<Q>> : never
 
 type JsonOf<R> = R extends { content: { 'application/json': infer B } } ? B : never
 export type ResponseBody<P extends Path, M extends Method> =
