@@ -1,7 +1,7 @@
 import tseslint from 'typescript-eslint'
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', '.tap/**'] },
+  { ignores: ['node_modules/**', '.tap/**', 'sdk/typescript/dist/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {

@@ -1,0 +1,283 @@
+"""A client of every /jobsvc/v1 route an API key may call; each method returns the body as a dict."""
+
+import json
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+
+V1 = "/jobsvc/v1"
+
+
+class JobsvcError(Exception):
+    """An error answer of the service (its envelope's code, the HTTP status, the request id) or a
+    request that got no answer (status 0, code "network_error"). Branch on code, never on the message."""
+
+    def __init__(self, code, status, message, request_id=None, retry_after=None):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.message = message
+        self.request_id = request_id
+        self.retry_after = retry_after
+
+    @property
+    def is_transient(self):
+        """Whether the same request may succeed later: no answer, a 5xx or a rate limit."""
+        return self.status == 0 or self.status >= 500 or self.status == 429
+
+    def __repr__(self):
+        return "JobsvcError(code=%r, status=%r, request_id=%r)" % (self.code, self.status, self.request_id)
+
+
+def _error_from(status, headers, raw):
+    try:
+        error = json.loads(raw or b"{}").get("error") or {}
+    except ValueError:
+        error = {}
+    retry_after = headers.get("Retry-After") if headers is not None else None
+    return JobsvcError(
+        code=error.get("code") or "http_%d" % status,
+        status=status,
+        message=error.get("message") or "HTTP %d" % status,
+        request_id=error.get("request_id") or (headers.get("X-Request-Id") if headers is not None else None),
+        retry_after=float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None,
+    )
+
+
+def _quote(value):
+    return urllib.parse.quote(str(value), safe="")
+
+
+class Client:
+    """`Client(base_url, api_key)`: `client.jobs.create(job_type=..., payload=...)` and the rest."""
+
+    def __init__(self, base_url, api_key, max_retries=3, retry_base_seconds=0.2, timeout=60):
+        if not base_url or not api_key:
+            raise ValueError("base_url and api_key are required")
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.max_retries = max_retries
+        self.retry_base_seconds = retry_base_seconds
+        self.timeout = timeout
+        self.jobs = Jobs(self)
+        self.workers = Workers(self)
+        self.webhooks = Webhooks(self)
+        self.recurring = Recurring(self)
+        self.alerts = Alerts(self)
+        self.activity = Activity(self)
+        self.metrics = Metrics(self)
+
+    def request(self, method, path, body=None, query=None, repeat="safe", idempotency_key=None, timeout=None, raw=False):
+        """Sends one call and returns the parsed JSON answer (None for 204), or the open response
+        when raw. repeat is "key" (send an Idempotency-Key and retry with it), "safe" (retry without
+        one) or "once" (never retry: the worker's loops decide). Retries follow no answer and 5xx."""
+        url = self.base_url + path
+        if query:
+            pairs = [(k, str(v).lower() if isinstance(v, bool) else v) for k, v in query.items() if v is not None]
+            if pairs:
+                url += "?" + urllib.parse.urlencode(pairs)
+        headers = {"Authorization": "Bearer " + self.api_key, "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if repeat == "key":
+            headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
+        attempt = 0
+        while True:
+            req = urllib.request.Request(url, data=data, method=method, headers=headers)
+            try:
+                res = urllib.request.urlopen(req, timeout=timeout or self.timeout)
+                if raw:
+                    return res
+                with res:
+                    payload = res.read()
+                return json.loads(payload) if payload else None
+            except urllib.error.HTTPError as err:
+                with err:
+                    error = _error_from(err.code, err.headers, err.read())
+            except (urllib.error.URLError, OSError) as err:
+                error = JobsvcError("network_error", 0, "%s %s: %s" % (method, path, err))
+            retryable = error.status == 0 or error.status >= 500
+            if repeat == "once" or not retryable or attempt >= self.max_retries:
+                raise error
+            delay = error.retry_after if error.retry_after is not None else random.uniform(0, min(5.0, self.retry_base_seconds * 2 ** attempt))
+            time.sleep(delay)
+            attempt += 1
+
+
+def _every_item(fetch_page, query):
+    cursor = query.pop("cursor", None)
+    while True:
+        page = fetch_page(dict(query, cursor=cursor))
+        for item in page["data"]:
+            yield item
+        if not page.get("has_more") or not page.get("next_cursor"):
+            return
+        cursor = page["next_cursor"]
+
+
+class _Resource:
+    def __init__(self, client):
+        self._client = client
+
+    def _call(self, method, path, **kwargs):
+        return self._client.request(method, V1 + path, **kwargs)
+
+
+class Jobs(_Resource):
+    def create(self, idempotency_key=None, **fields):
+        """POST /jobs with the API's field names (job_type, payload, queue, run_at, ...). An
+        Idempotency-Key is generated unless given, and reused on retries: never two jobs."""
+        return self._call("POST", "/jobs", body=fields, repeat="key", idempotency_key=idempotency_key)
+
+    def create_batch(self, jobs, idempotency_key=None):
+        return self._call("POST", "/jobs/batch", body={"jobs": list(jobs)}, repeat="key", idempotency_key=idempotency_key)
+
+    def get(self, job_id):
+        return self._call("GET", "/jobs/" + _quote(job_id))
+
+    def list(self, **query):
+        return self._call("GET", "/jobs", query=query)
+
+    def list_all(self, **query):
+        """Every job the filter matches, newest first, following next_cursor."""
+        return _every_item(lambda q: self.list(**q), query)
+
+    def cancel(self, job_id):
+        return self._call("POST", "/jobs/%s/cancel" % _quote(job_id), repeat="key")
+
+    def retry(self, job_id):
+        return self._call("POST", "/jobs/%s/retry" % _quote(job_id), repeat="key")
+
+    def history(self, job_id, **query):
+        return self._call("GET", "/jobs/%s/history" % _quote(job_id), query=query)
+
+    def events(self, job_id):
+        """The progress stream: yields each snapshot dict until a terminal state."""
+        terminal = {"succeeded", "failed", "cancelled", "dead_letter"}
+        last = None
+        while True:
+            res = self._call("GET", "/jobs/%s/events" % _quote(job_id), raw=True, timeout=130)
+            with res:
+                event, data = "message", []
+                for raw_line in res:
+                    line = raw_line.decode("utf-8").rstrip("\r\n")
+                    if line == "":
+                        if event == "snapshot" and data:
+                            snapshot = json.loads("\n".join(data))
+                            if snapshot != last:
+                                yield snapshot
+                            last = snapshot
+                            if snapshot["state"] in terminal:
+                                return
+                        event, data = "message", []
+                    elif line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data.append(line[5:].lstrip(" "))
+
+    def export(self, **query):
+        """GET /jobs/export, streamed: yields the JSONL rows as dicts (or CSV lines as text)."""
+        res = self._call("GET", "/jobs/export", query=query, repeat="once", raw=True)
+        csv = "csv" in (res.headers.get("Content-Type") or "")
+        with res:
+            for raw_line in res:
+                line = raw_line.decode("utf-8")
+                if csv:
+                    yield line
+                elif line.strip():
+                    yield json.loads(line)
+
+
+class Workers(_Resource):
+    def register(self, **fields):
+        return self._call("POST", "/workers/register", body=fields)
+
+    def poll(self, **fields):
+        return self._call("POST", "/workers/poll", body=fields, repeat="once", timeout=fields.get("wait_seconds", 30) + 30)
+
+    def heartbeat(self, **fields):
+        return self._call("POST", "/workers/heartbeat", body=fields, repeat="once")
+
+    def ack(self, **fields):
+        return self._call("POST", "/workers/ack", body=fields, repeat="once")
+
+    def ack_batch(self, acks):
+        return self._call("POST", "/workers/ack/batch", body={"acks": list(acks)}, repeat="once")
+
+
+class Webhooks(_Resource):
+    def list(self):
+        return self._call("GET", "/webhooks")
+
+    def get(self, webhook_id):
+        return self._call("GET", "/webhooks/" + _quote(webhook_id))
+
+    def create(self, **fields):
+        return self._call("POST", "/webhooks", body=fields, repeat="key")
+
+    def update(self, webhook_id, **fields):
+        return self._call("PATCH", "/webhooks/" + _quote(webhook_id), body=fields, repeat="key")
+
+    def rotate_secret(self, webhook_id):
+        return self._call("POST", "/webhooks/%s/rotate-secret" % _quote(webhook_id), repeat="key")
+
+    def delete(self, webhook_id):
+        return self._call("DELETE", "/webhooks/" + _quote(webhook_id), repeat="key")
+
+    def deliveries(self, webhook_id, **query):
+        return self._call("GET", "/webhooks/%s/deliveries" % _quote(webhook_id), query=query)
+
+
+class Recurring(_Resource):
+    def list(self, **query):
+        return self._call("GET", "/recurring", query=query)
+
+    def upsert(self, schedule_id, **fields):
+        return self._call("PUT", "/recurring/" + _quote(schedule_id), body=fields)
+
+    def delete(self, schedule_id):
+        return self._call("DELETE", "/recurring/" + _quote(schedule_id), repeat="key")
+
+
+class Alerts(_Resource):
+    def list(self):
+        return self._call("GET", "/alerts")
+
+    def get(self, alert_id):
+        return self._call("GET", "/alerts/" + _quote(alert_id))
+
+    def create(self, **fields):
+        return self._call("POST", "/alerts", body=fields, repeat="key")
+
+    def update(self, alert_id, **fields):
+        return self._call("PUT", "/alerts/" + _quote(alert_id), body=fields)
+
+    def delete(self, alert_id):
+        return self._call("DELETE", "/alerts/" + _quote(alert_id), repeat="key")
+
+
+class Activity(_Resource):
+    def list(self, **query):
+        return self._call("GET", "/activity", query=query)
+
+    def list_all(self, **query):
+        return _every_item(lambda q: self.list(**q), query)
+
+
+class Metrics(_Resource):
+    def summary(self, **query):
+        return self._call("GET", "/metrics/summary", query=query)
+
+    def throughput(self, **query):
+        return self._call("GET", "/metrics/throughput", query=query)
+
+    def queues(self, **query):
+        return self._call("GET", "/metrics/queues", query=query)
+
+    def job_types(self, **query):
+        return self._call("GET", "/metrics/job-types", query=query)

@@ -1,0 +1,50 @@
+"""Verification of the service's webhook signatures (spec, Outbound webhooks)."""
+
+import hashlib
+import hmac
+import json
+import re
+import time
+
+
+class WebhookVerificationError(Exception):
+    """code: missing_signature, malformed_signature, timestamp_out_of_tolerance or invalid_signature."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+_DIGEST = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+def verify_webhook(raw_body, signature_header, secrets, tolerance_seconds=300, now=None):
+    """Checks the X-Service-Signature header (t=<seconds>,v1=<hex>[,v1=<hex>]: HMAC-SHA256 of
+    "<t>.<raw body>") against one secret or several, and returns the parsed event. Any v1 value
+    matching any secret is enough (both sign during a rotation); digests compare in constant time."""
+    if not signature_header:
+        raise WebhookVerificationError("missing_signature", "no X-Service-Signature header")
+    timestamp, digests = None, []
+    for part in signature_header.split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "t":
+            timestamp = value
+        elif key == "v1" and _DIGEST.match(value):
+            digests.append(value.lower())
+    if timestamp is None or not timestamp.isdigit() or not digests:
+        raise WebhookVerificationError("malformed_signature", "the header needs t=<seconds> and at least one v1=<hex digest>")
+    current = time.time() if now is None else now
+    if abs(current - int(timestamp)) > tolerance_seconds:
+        raise WebhookVerificationError("timestamp_out_of_tolerance", "the timestamp is more than %s s from now" % tolerance_seconds)
+    body = raw_body.encode("utf-8") if isinstance(raw_body, str) else bytes(raw_body)
+    if isinstance(secrets, str):
+        secrets = [secrets]
+    matched = False
+    for secret in secrets:
+        expected = hmac.new(secret.encode("utf-8"), timestamp.encode("ascii") + b"." + body, hashlib.sha256).hexdigest()
+        for digest in digests:
+            # Every pair is compared, so the time taken does not tell which one matched.
+            matched = hmac.compare_digest(expected, digest) or matched
+    if not matched:
+        raise WebhookVerificationError("invalid_signature", "no v1 signature matches the given secrets")
+    return json.loads(body.decode("utf-8"))

@@ -1,0 +1,338 @@
+"""A worker: polls for jobs, runs their handlers on threads, heartbeats and acknowledges them."""
+
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import traceback
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from .client import JobsvcError
+
+SDK_VERSION = "python/0.1.0"
+_LOST_ATTEMPT_CODES = {"invalid_state", "worker_mismatch", "job_not_found"}
+_MAX_POLL_CAPACITY = 50
+_MAX_ACKS_PER_BATCH = 1000
+# How long acks the service cannot take are sent again before they are left to its reaper.
+_ACK_RETRY_SECONDS = 300
+
+
+class WorkerStopped(Exception):
+    """The error an attempt is acked with when its handler still runs at the end of stop()'s grace."""
+
+
+class JobTimeout(Exception):
+    """Why ctx.cancelled is set when the job's timeout_seconds pass."""
+
+
+class JobContext:
+    """What a handler gets beside the job. `cancelled` is a threading.Event set when the job's
+    timeout passes, the service stops the attempt, or the worker stops and its grace ends;
+    `cancel_reason` says which. Long handlers should check it."""
+
+    def __init__(self, worker, running):
+        self.worker_id = worker.worker_id
+        self.cancelled = running.cancelled
+        self._worker = worker
+        self._running = running
+
+    @property
+    def cancel_reason(self):
+        return self._running.cancel_reason
+
+    def progress(self, value):
+        """Reports progress (0.0 to 1.0) with a heartbeat now."""
+        self._running.progress = value
+        self._worker._beat(self._running)
+
+
+class _Running:
+    def __init__(self, job, interval):
+        self.job = job
+        self.started = time.monotonic()
+        self.deadline = self.started + job["timeout_seconds"]
+        self.interval = interval
+        self.next_beat = self.started + interval
+        self.cancelled = threading.Event()
+        self.cancel_reason = None
+        self.progress = None
+        self.settled = False
+        self.lock = threading.Lock()
+
+    def cancel(self, reason):
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
+            self.cancelled.set()
+
+
+def _error_detail(err):
+    return {
+        "type": type(err).__name__,
+        "message": str(err),
+        "stack_trace": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
+    }
+
+
+class Worker:
+    """`Worker(client, queues=[...], handlers={job_type: fn}, concurrency=N)`; fn(job, ctx) runs
+    one job: a return acks it succeeded, an exception failed (its type, message and traceback)."""
+
+    def __init__(
+        self,
+        client,
+        queues,
+        handlers,
+        concurrency=1,
+        job_types=None,
+        worker_id=None,
+        recurring_schedules=None,
+        shutdown_grace_seconds=30.0,
+        poll_wait_seconds=5,
+        backoff_base_seconds=0.5,
+        backoff_max_seconds=30.0,
+        logger=None,
+    ):
+        if not queues:
+            raise ValueError("queues must name at least one queue")
+        self.client = client
+        self.queues = list(queues)
+        self.handlers = dict(handlers)
+        self.concurrency = max(1, int(concurrency))
+        self.job_types = list(job_types) if job_types is not None else list(self.handlers)
+        self.worker_id = worker_id or "wrk_%s_%d_%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
+        self.recurring_schedules = recurring_schedules
+        self.shutdown_grace_seconds = shutdown_grace_seconds
+        # Short by default: stop() waits for the poll in flight, whose claimed jobs it then runs.
+        self.poll_wait_seconds = poll_wait_seconds
+        self.backoff_base_seconds = backoff_base_seconds
+        self.backoff_max_seconds = backoff_max_seconds
+        self.log = logger or logging.getLogger("jobsvc")
+        self._running = {}
+        self._lock = threading.Condition()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        # Set by stop() once no handler runs any more: the heartbeat and ack threads end after it.
+        self._drained = threading.Event()
+        self._acks = []
+        self._acks_cond = threading.Condition()
+        self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="jobsvc-handler")
+        self._threads = []
+
+    @property
+    def active(self):
+        with self._lock:
+            return len(self._running)
+
+    def start(self):
+        """Registers the worker and returns at once; it polls and runs jobs on background threads."""
+        self.client.workers.register(
+            worker_id=self.worker_id,
+            queues=self.queues,
+            job_types=self.job_types,
+            hostname=socket.gethostname(),
+            sdk_version=SDK_VERSION,
+            recurring_schedules=self.recurring_schedules,
+        )
+        for target, name in ((self._poll_loop, "poll"), (self._tick_loop, "heartbeat"), (self._ack_loop, "ack")):
+            thread = threading.Thread(target=target, name="jobsvc-" + name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self.log.info("jobsvc worker %s started on %s", self.worker_id, self.queues)
+
+    def run(self):
+        """Starts the worker and blocks until SIGTERM or SIGINT, then stops it gracefully."""
+        received = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: received.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            while not received.wait(0.5):
+                pass
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        self.stop()
+
+    def stop(self):
+        """Stops polling, lets running handlers finish for up to shutdown_grace_seconds, then sets
+        their ctx.cancelled and acks them failed with WorkerStopped; returns once acks are sent."""
+        if self._stopping.is_set():
+            self._stopped.wait()
+            return
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
+        self._threads[0].join()
+        deadline = time.monotonic() + self.shutdown_grace_seconds
+        with self._lock:
+            while self._running and time.monotonic() < deadline:
+                self._lock.wait(deadline - time.monotonic())
+            left = list(self._running.values())
+        for running in left:
+            running.cancel(WorkerStopped("the worker stopped before the handler finished"))
+            self._finish(running, "failed", running.cancel_reason)
+        self._drained.set()
+        with self._acks_cond:
+            self._acks_cond.notify_all()
+        for thread in self._threads[1:]:
+            thread.join()
+        self._pool.shutdown(wait=False)
+        self._stopped.set()
+        self.log.info("jobsvc worker %s stopped", self.worker_id)
+
+    def _backoff(self, what, err, failures, interruptible=True):
+        level = logging.WARNING if isinstance(err, JobsvcError) and err.is_transient else logging.ERROR
+        self.log.log(level, "jobsvc worker: %s failed, retrying: %r", what, err)
+        retry_after = getattr(err, "retry_after", None)
+        delay = retry_after if retry_after is not None else random.uniform(0, min(self.backoff_max_seconds, self.backoff_base_seconds * 2 ** failures))
+        if interruptible:
+            self._stopping.wait(delay)
+        else:
+            time.sleep(delay)
+
+    def _poll_loop(self):
+        failures = 0
+        while not self._stopping.is_set():
+            with self._lock:
+                while len(self._running) >= self.concurrency and not self._stopping.is_set():
+                    self._lock.wait()
+                free = self.concurrency - len(self._running)
+            if self._stopping.is_set():
+                return
+            try:
+                answer = self.client.workers.poll(
+                    worker_id=self.worker_id,
+                    queues=self.queues,
+                    job_types=self.job_types or None,
+                    capacity=min(free, _MAX_POLL_CAPACITY),
+                    wait_seconds=self.poll_wait_seconds,
+                )
+                failures = 0
+            except Exception as err:  # noqa: BLE001 - a worker never dies of a failed poll
+                self._backoff("poll", err, failures)
+                failures += 1
+                continue
+            # Jobs a poll claimed are run even when stop() began meanwhile: they are this worker's.
+            for job in answer["jobs"]:
+                self._start_job(job)
+
+    def _start_job(self, job):
+        running = _Running(job, max(job["timeout_seconds"] / 3.0, 10.0))
+        with self._lock:
+            self._running[job["id"]] = running
+        self._pool.submit(self._execute, running)
+
+    def _execute(self, running):
+        handler = self.handlers.get(running.job["job_type"])
+        try:
+            if handler is None:
+                raise LookupError("no handler for job type %s" % running.job["job_type"])
+            handler(running.job, JobContext(self, running))
+        except BaseException as err:  # noqa: BLE001 - a handler's failure is its attempt's, not the worker's
+            self._finish(running, "failed", err)
+        else:
+            self._finish(running, "succeeded")
+
+    def _finish(self, running, status, err=None):
+        with running.lock:
+            if running.settled:
+                return
+            running.settled = True
+        ack = {
+            "job_id": running.job["id"],
+            "worker_id": self.worker_id,
+            "status": status,
+            "duration_ms": int((time.monotonic() - running.started) * 1000),
+        }
+        if status == "failed":
+            ack["error"] = _error_detail(err)
+        with self._acks_cond:
+            self._acks.append(ack)
+            self._acks_cond.notify_all()
+        with self._lock:
+            self._running.pop(running.job["id"], None)
+            self._lock.notify_all()
+
+    def _tick_loop(self):
+        while not self._drained.is_set():
+            now = time.monotonic()
+            with self._lock:
+                running = list(self._running.values())
+            for job in running:
+                if job.cancelled.is_set() or job.settled:
+                    continue
+                if now >= job.deadline:
+                    # Heartbeats end with the attempt's time, so a handler that ignores it is reaped.
+                    job.cancel(JobTimeout("job %s ran past its timeout_seconds" % job.job["id"]))
+                elif now >= job.next_beat:
+                    job.next_beat = now + job.interval
+                    self._beat(job)
+            time.sleep(0.2)
+
+    def _beat(self, running):
+        if running.settled or running.cancelled.is_set():
+            return
+        body = {"job_id": running.job["id"], "worker_id": self.worker_id}
+        if running.progress is not None:
+            body["progress"] = running.progress
+        try:
+            if self.client.workers.heartbeat(**body).get("status") == "cancel":
+                running.cancel(Exception("the service asked to cancel this attempt"))
+        except JobsvcError as err:
+            if err.code in _LOST_ATTEMPT_CODES:
+                self.log.warning("jobsvc worker: the service no longer gives this worker job %s (%s)", running.job["id"], err.code)
+                running.cancel(err)
+            else:
+                self.log.warning("jobsvc worker: heartbeat of %s failed; the next one retries: %r", running.job["id"], err)
+
+    def _ack_loop(self):
+        failures, failing_since = 0, 0.0
+        while True:
+            with self._acks_cond:
+                while not self._acks and not self._drained.is_set():
+                    self._acks_cond.wait(0.5)
+                if not self._acks:
+                    return
+                batch, self._acks[:] = self._acks[:_MAX_ACKS_PER_BATCH], self._acks[_MAX_ACKS_PER_BATCH:]
+            again, error = self._send_acks(batch)
+            if not again:
+                failures = 0
+                continue
+            if failures == 0:
+                failing_since = time.monotonic()
+            if time.monotonic() - failing_since > _ACK_RETRY_SECONDS:
+                self.log.error("jobsvc worker: acks given up for %s: %r", [a["job_id"] for a in again], error)
+                failures = 0
+                continue
+            with self._acks_cond:
+                self._acks[:0] = again
+            self._backoff("ack of %d jobs" % len(again), error, failures, interruptible=False)
+            failures += 1
+
+    def _send_acks(self, acks):
+        """Sends the acks in one batch; returns those to send again and the error that says why."""
+        try:
+            answer = self.client.workers.ack_batch(acks)
+        except JobsvcError as err:
+            return [a for a in acks if self._is_ack_to_retry(a, err)], err
+        again, error = [], None
+        for ack, result in zip(acks, answer["results"]):
+            if "error" in result:
+                e = result["error"]
+                err = JobsvcError(e["code"], result["status"], e["message"], e.get("request_id"))
+                if self._is_ack_to_retry(ack, err):
+                    again.append(ack)
+                    error = err
+        return again, error
+
+    def _is_ack_to_retry(self, ack, err):
+        if err.is_transient:
+            return True
+        if err.code in _LOST_ATTEMPT_CODES:
+            self.log.warning("jobsvc worker: late ack of %s ignored; the attempt was no longer this worker's (%s)", ack["job_id"], err.code)
+        else:
+            self.log.error("jobsvc worker: ack of %s refused: %r", ack["job_id"], err)
+        return False

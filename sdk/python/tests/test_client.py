@@ -1,0 +1,47 @@
+import unittest
+
+import jobsvc
+
+from .service import API_KEY, URL, client, needs_service
+
+
+@needs_service
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.client = client()
+
+    def test_create_takes_the_api_field_names_and_returns_the_body(self):
+        job = self.client.jobs.create(job_type="py-email", payload={"to": "a@example.com"}, queue="py-client", max_attempts=5)
+        self.assertTrue(job["id"].startswith("job_"))
+        self.assertEqual((job["state"], job["queue"], job["max_attempts"]), ("pending", "py-client", 5))
+        got = self.client.jobs.get(job["id"])
+        self.assertEqual(got["payload"], {"to": "a@example.com"})
+
+    def test_one_idempotency_key_makes_one_job(self):
+        first = self.client.jobs.create(job_type="py-once", payload={"n": 1}, idempotency_key="py-once-key")
+        again = self.client.jobs.create(job_type="py-once", payload={"n": 1}, idempotency_key="py-once-key")
+        self.assertEqual(first["id"], again["id"])
+
+    def test_list_all_follows_the_cursor(self):
+        made = {self.client.jobs.create(job_type="py-page", payload={}, queue="py-page")["id"] for _ in range(5)}
+        self.assertEqual({j["id"] for j in self.client.jobs.list_all(queue="py-page", limit=2)}, made)
+
+    def test_errors_carry_code_status_and_request_id(self):
+        with self.assertRaises(jobsvc.JobsvcError) as caught:
+            self.client.jobs.get("job_01ARZ3NDEKTSV4RRFFQ69G5FAV")
+        self.assertEqual((caught.exception.code, caught.exception.status), ("job_not_found", 404))
+        self.assertRegex(caught.exception.request_id, r"^[0-9A-Z]{26}$")
+        with self.assertRaises(jobsvc.JobsvcError) as caught:
+            jobsvc.Client(URL, "sv_test_sk_" + "0" * 32).jobs.list()
+        self.assertEqual(caught.exception.code, "unauthorized")
+        with self.assertRaises(jobsvc.JobsvcError) as caught:
+            jobsvc.Client("http://127.0.0.1:9", API_KEY, max_retries=1, retry_base_seconds=0.01).jobs.list()
+        self.assertEqual((caught.exception.code, caught.exception.status), ("network_error", 0))
+
+    def test_cancel_and_history(self):
+        job = self.client.jobs.create(job_type="py-cancel", payload={}, run_at="2999-01-01T00:00:00Z")
+        self.assertEqual(self.client.jobs.cancel(job["id"])["state"], "cancelled")
+        with self.assertRaises(jobsvc.JobsvcError) as caught:
+            self.client.jobs.cancel(job["id"])
+        self.assertEqual(caught.exception.code, "invalid_state")
+        self.assertEqual([e["type"] for e in self.client.jobs.history(job["id"])["data"]], ["job_created", "job_cancelled"])

@@ -1,0 +1,131 @@
+import logging
+import threading
+import unittest
+
+import jobsvc
+
+from .service import RecordingHandler, client, job_reaches, needs_service, wait_for
+
+
+def recording_logger(name):
+    logger = logging.getLogger("jobsvc.test." + name)
+    logger.propagate = False
+    logger.handlers[:] = []
+    handler = RecordingHandler()
+    logger.addHandler(handler)
+    return logger, handler
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+@needs_service
+class WorkerTest(unittest.TestCase):
+    def setUp(self):
+        self.client = client()
+
+    def test_many_jobs_with_concurrency_each_run_once_and_succeed(self):
+        runs, lock = {}, threading.Lock()
+        at_once = {"now": 0, "most": 0}
+
+        def square(job, ctx):
+            with lock:
+                runs[job["id"]] = runs.get(job["id"], 0) + 1
+                at_once["now"] += 1
+                at_once["most"] = max(at_once["most"], at_once["now"])
+            threading.Event().wait(0.01)
+            with lock:
+                at_once["now"] -= 1
+            return job["payload"]["n"] ** 2
+
+        logger, records = recording_logger("many")
+        worker = jobsvc.Worker(self.client, queues=["py-bulk"], handlers={"square": square}, concurrency=10, logger=logger)
+        worker.start()
+        self.addCleanup(worker.stop)
+        created = self.client.jobs.create_batch([{"job_type": "square", "queue": "py-bulk", "payload": {"n": n}} for n in range(200)])
+        ids = [r["body"]["id"] for r in created["results"]]
+        wait_for(lambda: self.client.metrics.summary(queue="py-bulk")["counts"]["succeeded"] == 200, 60, "200 jobs to succeed")
+        worker.stop()
+        jobs = list(self.client.jobs.list_all(queue="py-bulk", limit=100))
+        self.assertEqual(len(jobs), 200)
+        self.assertTrue(all(j["state"] == "succeeded" and j["attempt"] == 1 for j in jobs))
+        self.assertEqual(sorted(runs), sorted(ids))
+        self.assertTrue(all(n == 1 for n in runs.values()), "no job ran twice")
+        self.assertTrue(1 < at_once["most"] <= 10, "handlers overlapped within the concurrency")
+        self.assertEqual(records.level("WARNING") + records.level("ERROR"), [])
+
+    def test_a_throwing_handler_is_retried_then_dead_lettered(self):
+        attempts = []
+
+        def charge(job, ctx):
+            attempts.append(job["attempt"])
+            raise PaymentDeclined("card declined on attempt %d" % job["attempt"])
+
+        logger, _ = recording_logger("flaky")
+        worker = jobsvc.Worker(self.client, queues=["py-flaky"], handlers={"charge": charge}, logger=logger)
+        worker.start()
+        self.addCleanup(worker.stop)
+        job = self.client.jobs.create(job_type="charge", queue="py-flaky", payload={}, max_attempts=2)
+        dead = job_reaches(self.client, job["id"], "dead_letter", 40)
+        self.assertEqual(attempts, [1, 2])
+        self.assertEqual(dead["error"]["type"], "PaymentDeclined")
+        self.assertEqual(dead["error"]["message"], "card declined on attempt 2")
+        self.assertIn("test_worker.py", dead["error"]["stack_trace"])
+        types = [e["type"] for e in self.client.jobs.history(job["id"])["data"]]
+        self.assertEqual(types, ["job_created", "job_claimed", "job_attempt_failed", "job_claimed", "job_dead_lettered"])
+
+    def test_progress_is_reported(self):
+        release = threading.Event()
+
+        def report(job, ctx):
+            ctx.progress(0.25)
+            release.wait(20)
+
+        worker = jobsvc.Worker(self.client, queues=["py-progress"], handlers={"report": report}, logger=recording_logger("progress")[0])
+        worker.start()
+        self.addCleanup(worker.stop)
+        job = self.client.jobs.create(job_type="report", queue="py-progress", payload={})
+        seen = []
+        for snapshot in self.client.jobs.events(job["id"]):
+            seen.append(snapshot)
+            if snapshot["progress"] == 0.25:
+                release.set()
+        self.assertEqual(seen[-1]["state"], "succeeded")
+        self.assertTrue(any(s["state"] == "processing" and s["progress"] == 0.25 for s in seen))
+
+    def test_stop_drains_running_handlers_and_acks_the_rest_failed_after_the_grace(self):
+        release, started = threading.Event(), threading.Semaphore(0)
+
+        def slow(job, ctx):
+            started.release()
+            release.wait(20)
+
+        def stubborn(job, ctx):
+            started.release()
+            ctx.cancelled.wait(20)
+            stubborn.reason = ctx.cancel_reason
+
+        worker = jobsvc.Worker(self.client, queues=["py-drain"], handlers={"slow": slow}, concurrency=2, logger=recording_logger("drain")[0])
+        worker.start()
+        jobs = [self.client.jobs.create(job_type="slow", queue="py-drain", payload={}) for _ in range(2)]
+        for _ in jobs:
+            self.assertTrue(started.acquire(timeout=20))
+        stopping = threading.Thread(target=worker.stop)
+        stopping.start()
+        later = self.client.jobs.create(job_type="slow", queue="py-drain", payload={})
+        self.assertEqual(worker.active, 2, "the handlers still run during stop()")
+        release.set()
+        stopping.join()
+        for job in jobs:
+            self.assertEqual(self.client.jobs.get(job["id"])["state"], "succeeded")
+        self.assertEqual(self.client.jobs.get(later["id"])["state"], "pending")
+
+        grace = jobsvc.Worker(self.client, queues=["py-grace"], handlers={"stubborn": stubborn}, shutdown_grace_seconds=0.3, logger=recording_logger("grace")[0])
+        grace.start()
+        job = self.client.jobs.create(job_type="stubborn", queue="py-grace", payload={}, max_attempts=2)
+        self.assertTrue(started.acquire(timeout=20))
+        grace.stop()
+        self.assertIsInstance(stubborn.reason, jobsvc.WorkerStopped)
+        after = self.client.jobs.get(job["id"])
+        self.assertEqual((after["state"], after["error"]["type"]), ("pending", "WorkerStopped"))

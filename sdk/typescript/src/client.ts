@@ -1,0 +1,313 @@
+import { JobsvcError } from './errors.js'
+import { ExportDownload, snapshotsOf } from './streams.js'
+import { Transport, type Call, type ClientOptions, type QueryValues, type RequestOptions } from './transport.js'
+import type {
+  AckRequest,
+  AckResult,
+  ActivityPage,
+  ActivityQuery,
+  Alert,
+  AlertRequest,
+  BatchAckResult,
+  BatchCreateRequest,
+  BatchCreateResult,
+  CreatedJob,
+  CreatedWebhook,
+  CreateJobRequest,
+  CreateWebhookRequest,
+  DeliveryList,
+  DeliveryListQuery,
+  ExportQuery,
+  HeartbeatRequest,
+  HeartbeatResult,
+  Job,
+  JobHistory,
+  JobHistoryQuery,
+  JobList,
+  JobListQuery,
+  JobSnapshot,
+  Page,
+  PollRequest,
+  Query,
+  RecurringSchedule,
+  RegisterRequest,
+  ResponseBody,
+  RotatedSecret,
+  UpdateWebhookRequest,
+  UpsertRecurringRequest,
+  Webhook,
+} from './types.js'
+
+const v1 = '/jobsvc/v1'
+const terminal = new Set(['succeeded', 'failed', 'cancelled', 'dead_letter'])
+const id = (value: string) => encodeURIComponent(value)
+
+/** Every page of a cursor-paginated list, item by item, following `next_cursor`. */
+async function* everyItem<T, Q extends { cursor?: string }>(fetchPage: (query: Q) => Promise<Page<T>>, query: Q): AsyncGenerator<T> {
+  let cursor = query.cursor
+  for (;;) {
+    const page = await fetchPage({ ...query, cursor })
+    yield* page.data
+    if (!page.has_more || !page.next_cursor) return
+    cursor = page.next_cursor
+  }
+}
+
+/**
+ * A typed client of every `/jobsvc/v1` route an API key may call. Each method resolves to the
+ * answer's body, typed from the service's OpenAPI document, or throws a {@link JobsvcError}.
+ */
+export class JobsvcClient {
+  readonly #http: Transport
+  readonly jobs: JobsApi
+  readonly workers: WorkersApi
+  readonly webhooks: WebhooksApi
+  readonly recurring: RecurringApi
+  readonly alerts: AlertsApi
+  readonly activity: ActivityApi
+  readonly metrics: MetricsApi
+  readonly auditLog: AuditLogApi
+
+  constructor(options: ClientOptions) {
+    this.#http = new Transport(options)
+    const call = <T>(c: Call) => this.#http.json<T>(c)
+    const send = (c: Call) => this.#http.send(c)
+    this.jobs = new JobsApi(call, send)
+    this.workers = new WorkersApi(call)
+    this.webhooks = new WebhooksApi(call)
+    this.recurring = new RecurringApi(call)
+    this.alerts = new AlertsApi(call)
+    this.activity = new ActivityApi(call)
+    this.metrics = new MetricsApi(call)
+    this.auditLog = new AuditLogApi(send)
+  }
+}
+
+type CallJson = <T>(call: Call) => Promise<T>
+type CallRaw = (call: Call) => Promise<Response>
+
+export class JobsApi {
+  constructor(
+    private readonly call: CallJson,
+    private readonly send: CallRaw,
+  ) {}
+
+  /** `POST /jobs`, with an Idempotency-Key so that the SDK's retries never create twice. */
+  create(body: CreateJobRequest, options?: RequestOptions): Promise<CreatedJob> {
+    return this.call({ method: 'POST', path: `${v1}/jobs`, body, options, repeat: 'key' })
+  }
+
+  /** `POST /jobs/batch`: 1 to 1,000 creates, one result per item (README, Batches). */
+  createBatch(jobs: BatchCreateRequest['jobs'], options?: RequestOptions): Promise<BatchCreateResult> {
+    return this.call({ method: 'POST', path: `${v1}/jobs/batch`, body: { jobs }, options, repeat: 'key' })
+  }
+
+  get(jobId: string, options?: RequestOptions): Promise<Job> {
+    return this.call({ method: 'GET', path: `${v1}/jobs/${id(jobId)}`, options, repeat: 'safe' })
+  }
+
+  list(query: JobListQuery = {}, options?: RequestOptions): Promise<JobList> {
+    return this.call({ method: 'GET', path: `${v1}/jobs`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  /** Every job the filter matches, newest first, page after page. */
+  listAll(filter: Omit<JobListQuery, 'cursor'> = {}, options?: RequestOptions): AsyncGenerator<Job> {
+    return everyItem((query) => this.list(query, options), filter as JobListQuery)
+  }
+
+  cancel(jobId: string, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/jobs/{jobId}/cancel', 'post'>> {
+    return this.call({ method: 'POST', path: `${v1}/jobs/${id(jobId)}/cancel`, options, repeat: 'key' })
+  }
+
+  retry(jobId: string, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/jobs/{jobId}/retry', 'post'>> {
+    return this.call({ method: 'POST', path: `${v1}/jobs/${id(jobId)}/retry`, options, repeat: 'key' })
+  }
+
+  /** One page of the job's events from the log, oldest first. */
+  history(jobId: string, query: JobHistoryQuery = {}, options?: RequestOptions): Promise<JobHistory> {
+    return this.call({ method: 'GET', path: `${v1}/jobs/${id(jobId)}/history`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  /**
+   * The job's progress stream: a snapshot now, then one per change of state or progress, ending
+   * after a terminal state. The service closes a stream after 120 s; this reconnects then, and
+   * skips the repeated snapshot a reconnect begins with. Stop early with `break` or the signal.
+   */
+  async *events(jobId: string, options?: RequestOptions): AsyncGenerator<JobSnapshot> {
+    let last: string | null = null
+    for (;;) {
+      const res = await this.send({ method: 'GET', path: `${v1}/jobs/${id(jobId)}/events`, options, repeat: 'safe' })
+      if (res.body === null) throw new JobsvcError({ code: 'network_error', status: 0, message: 'the progress stream answered without a body' })
+      let state: string | null = null
+      for await (const snapshot of snapshotsOf(res.body)) {
+        state = snapshot.state
+        const seen = JSON.stringify(snapshot)
+        if (seen !== last) yield snapshot
+        last = seen
+        if (terminal.has(state)) return
+      }
+      if (options?.signal?.aborted) return
+    }
+  }
+
+  /** `GET /jobs/export`, streamed: read `records()` (JSONL), `body` or `text()`. */
+  async export(query: ExportQuery, options?: RequestOptions): Promise<ExportDownload> {
+    const res = await this.send({ method: 'GET', path: `${v1}/jobs/export`, query: query as QueryValues, options, repeat: 'once' })
+    return new ExportDownload(res)
+  }
+}
+
+/** The worker protocol. The {@link Worker} drives it; these are for loops of your own. */
+export class WorkersApi {
+  constructor(private readonly call: CallJson) {}
+
+  register(body: RegisterRequest, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/workers/register', 'post'>> {
+    return this.call({ method: 'POST', path: `${v1}/workers/register`, body, options, repeat: 'safe' })
+  }
+
+  poll(body: PollRequest, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/workers/poll', 'post'>> {
+    return this.call({ method: 'POST', path: `${v1}/workers/poll`, body, options, repeat: 'once' })
+  }
+
+  heartbeat(body: HeartbeatRequest, options?: RequestOptions): Promise<HeartbeatResult> {
+    return this.call({ method: 'POST', path: `${v1}/workers/heartbeat`, body, options, repeat: 'once' })
+  }
+
+  ack(body: AckRequest, options?: RequestOptions): Promise<AckResult> {
+    return this.call({ method: 'POST', path: `${v1}/workers/ack`, body, options, repeat: 'once' })
+  }
+
+  /** `POST /workers/ack/batch`: 1 to 1,000 acks, one result per item. */
+  ackBatch(acks: AckRequest[], options?: RequestOptions): Promise<BatchAckResult> {
+    return this.call({ method: 'POST', path: `${v1}/workers/ack/batch`, body: { acks }, options, repeat: 'once' })
+  }
+}
+
+export class WebhooksApi {
+  constructor(private readonly call: CallJson) {}
+
+  list(options?: RequestOptions): Promise<{ data: Webhook[] }> {
+    return this.call({ method: 'GET', path: `${v1}/webhooks`, options, repeat: 'safe' })
+  }
+
+  get(webhookId: string, options?: RequestOptions): Promise<Webhook> {
+    return this.call({ method: 'GET', path: `${v1}/webhooks/${id(webhookId)}`, options, repeat: 'safe' })
+  }
+
+  /** The answer holds the signing `secret`, shown this once. */
+  create(body: CreateWebhookRequest, options?: RequestOptions): Promise<CreatedWebhook> {
+    return this.call({ method: 'POST', path: `${v1}/webhooks`, body, options, repeat: 'key' })
+  }
+
+  update(webhookId: string, body: UpdateWebhookRequest, options?: RequestOptions): Promise<Webhook> {
+    return this.call({ method: 'PATCH', path: `${v1}/webhooks/${id(webhookId)}`, body, options, repeat: 'key' })
+  }
+
+  /** A new secret; the previous one keeps signing beside it for 24 hours. */
+  rotateSecret(webhookId: string, options?: RequestOptions): Promise<RotatedSecret> {
+    return this.call({ method: 'POST', path: `${v1}/webhooks/${id(webhookId)}/rotate-secret`, options, repeat: 'key' })
+  }
+
+  delete(webhookId: string, options?: RequestOptions): Promise<void> {
+    return this.call({ method: 'DELETE', path: `${v1}/webhooks/${id(webhookId)}`, options, repeat: 'key' })
+  }
+
+  deliveries(webhookId: string, query: DeliveryListQuery = {}, options?: RequestOptions): Promise<DeliveryList> {
+    return this.call({ method: 'GET', path: `${v1}/webhooks/${id(webhookId)}/deliveries`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  allDeliveries(webhookId: string, query: Omit<DeliveryListQuery, 'cursor'> = {}, options?: RequestOptions): AsyncGenerator<DeliveryList['data'][number]> {
+    return everyItem((q) => this.deliveries(webhookId, q, options), query as DeliveryListQuery)
+  }
+}
+
+export class RecurringApi {
+  constructor(private readonly call: CallJson) {}
+
+  list(query: Query<'/jobsvc/v1/recurring', 'get'> = {}, options?: RequestOptions): Promise<{ data: RecurringSchedule[] }> {
+    return this.call({ method: 'GET', path: `${v1}/recurring`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  /** Creates or replaces the schedule `rjob_<slug of job_type>`. */
+  upsert(scheduleId: string, body: UpsertRecurringRequest, options?: RequestOptions): Promise<RecurringSchedule> {
+    return this.call({ method: 'PUT', path: `${v1}/recurring/${id(scheduleId)}`, body, options, repeat: 'safe' })
+  }
+
+  delete(scheduleId: string, options?: RequestOptions): Promise<void> {
+    return this.call({ method: 'DELETE', path: `${v1}/recurring/${id(scheduleId)}`, options, repeat: 'key' })
+  }
+}
+
+export class AlertsApi {
+  constructor(private readonly call: CallJson) {}
+
+  list(options?: RequestOptions): Promise<{ data: Alert[] }> {
+    return this.call({ method: 'GET', path: `${v1}/alerts`, options, repeat: 'safe' })
+  }
+
+  get(alertId: string, options?: RequestOptions): Promise<Alert> {
+    return this.call({ method: 'GET', path: `${v1}/alerts/${id(alertId)}`, options, repeat: 'safe' })
+  }
+
+  create(body: AlertRequest, options?: RequestOptions): Promise<Alert> {
+    return this.call({ method: 'POST', path: `${v1}/alerts`, body, options, repeat: 'key' })
+  }
+
+  /** Replaces every setting of the alert. */
+  update(alertId: string, body: AlertRequest, options?: RequestOptions): Promise<Alert> {
+    return this.call({ method: 'PUT', path: `${v1}/alerts/${id(alertId)}`, body, options, repeat: 'safe' })
+  }
+
+  delete(alertId: string, options?: RequestOptions): Promise<void> {
+    return this.call({ method: 'DELETE', path: `${v1}/alerts/${id(alertId)}`, options, repeat: 'key' })
+  }
+}
+
+export class ActivityApi {
+  constructor(private readonly call: CallJson) {}
+
+  list(query: ActivityQuery = {}, options?: RequestOptions): Promise<ActivityPage> {
+    return this.call({ method: 'GET', path: `${v1}/activity`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  listAll(query: Omit<ActivityQuery, 'cursor'> = {}, options?: RequestOptions): AsyncGenerator<ActivityPage['data'][number]> {
+    return everyItem((q) => this.list(q, options), query as ActivityQuery)
+  }
+}
+
+export class MetricsApi {
+  constructor(private readonly call: CallJson) {}
+
+  summary(query: Query<'/jobsvc/v1/metrics/summary', 'get'> = {}, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/metrics/summary', 'get'>> {
+    return this.call({ method: 'GET', path: `${v1}/metrics/summary`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  throughput(query: Query<'/jobsvc/v1/metrics/throughput', 'get'> = {}, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/metrics/throughput', 'get'>> {
+    return this.call({ method: 'GET', path: `${v1}/metrics/throughput`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  queues(query: Query<'/jobsvc/v1/metrics/queues', 'get'> = {}, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/metrics/queues', 'get'>> {
+    return this.call({ method: 'GET', path: `${v1}/metrics/queues`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  jobTypes(query: Query<'/jobsvc/v1/metrics/job-types', 'get'> = {}, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/metrics/job-types', 'get'>> {
+    return this.call({ method: 'GET', path: `${v1}/metrics/job-types`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+}
+
+/** The audit-log export takes a dashboard session (a JWT of an admin or owner), not the API key. */
+export class AuditLogApi {
+  constructor(private readonly send: CallRaw) {}
+
+  async export(projectId: string, query: ExportQuery, session: { token: string }, options?: RequestOptions): Promise<ExportDownload> {
+    const res = await this.send({
+      method: 'GET',
+      path: `${v1}/projects/${id(projectId)}/audit-log/export`,
+      query: query as QueryValues,
+      options,
+      repeat: 'once',
+      authorization: `Bearer ${session.token}`,
+    })
+    return new ExportDownload(res)
+  }
+}

@@ -1,0 +1,46 @@
+/**
+ * Every failure the SDK reports: an error answer of the service (its envelope's `code`, the HTTP
+ * `status` and the `request_id`) or a request that got no answer (`status` 0, `code`
+ * `network_error`, the fetch error as `cause`). Branch on `code`, never on `message` (spec, Errors).
+ */
+export class JobsvcError extends Error {
+  override name = 'JobsvcError'
+  readonly code: string
+  readonly status: number
+  readonly requestId: string | null
+  /** Seconds from the `Retry-After` header, when the answer had one. */
+  readonly retryAfter: number | null
+
+  constructor(init: { code: string; status: number; message: string; requestId?: string | null; retryAfter?: number | null; cause?: unknown }) {
+    super(init.message, init.cause === undefined ? undefined : { cause: init.cause })
+    this.code = init.code
+    this.status = init.status
+    this.requestId = init.requestId ?? null
+    this.retryAfter = init.retryAfter ?? null
+  }
+
+  /** Whether the same request may succeed later: no answer, 5xx, or a rate limit. */
+  get isTransient(): boolean {
+    return this.status === 0 || this.status >= 500 || this.status === 429
+  }
+}
+
+/** Builds the error of a non-2xx answer from its envelope (or from the bare status if it has none). */
+export async function errorFromResponse(res: Response): Promise<JobsvcError> {
+  const text = await res.text().catch(() => '')
+  let envelope: { error?: { code?: unknown; message?: unknown; request_id?: unknown } } = {}
+  try {
+    envelope = JSON.parse(text)
+  } catch {
+    // a proxy's HTML page or an empty body: the status is all there is
+  }
+  const e = envelope.error ?? {}
+  const retryAfter = Number(res.headers.get('retry-after'))
+  return new JobsvcError({
+    code: typeof e.code === 'string' ? e.code : `http_${res.status}`,
+    status: res.status,
+    message: typeof e.message === 'string' ? e.message : `HTTP ${res.status}${text ? `: ${text.slice(0, 200)}` : ''}`,
+    requestId: typeof e.request_id === 'string' ? e.request_id : res.headers.get('x-request-id'),
+    retryAfter: res.headers.has('retry-after') && Number.isFinite(retryAfter) ? retryAfter : null,
+  })
+}

@@ -1,0 +1,8 @@
+export { JobsvcClient, JobsApi, WorkersApi, WebhooksApi, RecurringApi, AlertsApi, ActivityApi, MetricsApi, AuditLogApi } from './client.js'
+export { JobsvcError } from './errors.js'
+export { ExportDownload } from './streams.js'
+export type { ClientOptions, RequestOptions } from './transport.js'
+export { Worker, WorkerStopped, JobTimeout, type WorkerOptions, type Handler, type JobContext, type Logger } from './worker.js'
+export { verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookEvent } from './webhook.js'
+export type * from './types.js'
+export type { paths, components } from './openapi.js'

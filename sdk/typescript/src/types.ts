@@ -1,0 +1,77 @@
+import type { components, paths } from './openapi.js'
+
+/**
+ * Names for the generated operation types (src/openapi.ts, from the service's OpenAPI document),
+ * so that every method's request and answer are the document's own.
+ */
+type Method = 'get' | 'put' | 'post' | 'patch' | 'delete'
+export type Path = keyof paths
+type Operation<P extends Path, M extends Method> = NonNullable<paths[P][M]>
+
+export type RequestBody<P extends Path, M extends Method> =
+  Operation<P, M> extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never
+
+/**
+ * Query strings are text on the wire, and the document types numeric parameters such as `limit`
+ * as strings (they are validated from the text); a number is sent as its decimal text.
+ */
+type QueryText<Q> = { [K in keyof Q]: K extends 'cursor' ? Q[K] : Q[K] extends string | undefined ? Q[K] | number : Q[K] }
+export type Query<P extends Path, M extends Method> = Operation<P, M> extends { parameters: { query?: infer Q } } ? QueryText<NonNullable<Q>> : never
+
+type JsonOf<R> = R extends { content: { 'application/json': infer B } } ? B : never
+export type ResponseBody<P extends Path, M extends Method> =
+  Operation<P, M>['responses'] extends infer R
+    ? R extends { 200: infer Ok } ? JsonOf<Ok> : R extends { 201: infer Created } ? JsonOf<Created> : void
+    : never
+
+export type Job = components['schemas']['Job']
+export type JobState = Job['state']
+export type CreateJobRequest = RequestBody<'/jobsvc/v1/jobs', 'post'>
+export type CreatedJob = ResponseBody<'/jobsvc/v1/jobs', 'post'>
+export type JobListQuery = Query<'/jobsvc/v1/jobs', 'get'>
+export type JobList = ResponseBody<'/jobsvc/v1/jobs', 'get'>
+export type JobHistoryQuery = Query<'/jobsvc/v1/jobs/{jobId}/history', 'get'>
+export type JobHistory = ResponseBody<'/jobsvc/v1/jobs/{jobId}/history', 'get'>
+export type BatchCreateRequest = RequestBody<'/jobsvc/v1/jobs/batch', 'post'>
+export type BatchCreateResult = ResponseBody<'/jobsvc/v1/jobs/batch', 'post'>
+export type ExportQuery = Query<'/jobsvc/v1/jobs/export', 'get'>
+
+export type PollRequest = RequestBody<'/jobsvc/v1/workers/poll', 'post'>
+export type PolledJob = ResponseBody<'/jobsvc/v1/workers/poll', 'post'>['jobs'][number]
+export type AckRequest = RequestBody<'/jobsvc/v1/workers/ack', 'post'>
+export type AckResult = ResponseBody<'/jobsvc/v1/workers/ack', 'post'>
+export type BatchAckResult = ResponseBody<'/jobsvc/v1/workers/ack/batch', 'post'>
+export type HeartbeatRequest = RequestBody<'/jobsvc/v1/workers/heartbeat', 'post'>
+export type HeartbeatResult = ResponseBody<'/jobsvc/v1/workers/heartbeat', 'post'>
+export type RegisterRequest = RequestBody<'/jobsvc/v1/workers/register', 'post'>
+export type RecurringScheduleRegistration = NonNullable<RegisterRequest['recurring_schedules']>[number]
+
+export type Webhook = components['schemas']['Webhook']
+export type CreateWebhookRequest = RequestBody<'/jobsvc/v1/webhooks', 'post'>
+export type CreatedWebhook = ResponseBody<'/jobsvc/v1/webhooks', 'post'>
+export type UpdateWebhookRequest = RequestBody<'/jobsvc/v1/webhooks/{id}', 'patch'>
+export type RotatedSecret = ResponseBody<'/jobsvc/v1/webhooks/{id}/rotate-secret', 'post'>
+export type DeliveryListQuery = Query<'/jobsvc/v1/webhooks/{id}/deliveries', 'get'>
+export type DeliveryList = ResponseBody<'/jobsvc/v1/webhooks/{id}/deliveries', 'get'>
+
+export type RecurringSchedule = components['schemas']['RecurringSchedule']
+export type UpsertRecurringRequest = RequestBody<'/jobsvc/v1/recurring/{id}', 'put'>
+export type Alert = components['schemas']['Alert']
+export type AlertRequest = RequestBody<'/jobsvc/v1/alerts', 'post'>
+export type ActivityQuery = Query<'/jobsvc/v1/activity', 'get'>
+export type ActivityPage = ResponseBody<'/jobsvc/v1/activity', 'get'>
+
+/** One frame of the progress stream (spec, Job progress stream). */
+export interface JobSnapshot {
+  state: JobState
+  progress: number | null
+  attempt: number
+  max_attempts: number
+}
+
+/** A page of a cursor-paginated list. */
+export interface Page<T> {
+  data: T[]
+  has_more: boolean
+  next_cursor?: string | null
+}

@@ -1,0 +1,363 @@
+import { hostname } from 'node:os'
+import { backoffDelay, sleep } from './backoff.js'
+import type { JobsvcClient } from './client.js'
+import { JobsvcError } from './errors.js'
+import type { AckRequest, PolledJob, RecurringScheduleRegistration } from './types.js'
+import { sdkVersion } from './version.js'
+
+export interface JobContext {
+  readonly workerId: string
+  /**
+   * Fires when the job's `timeout_seconds` pass, when the service stops the attempt (the job was
+   * reaped, or a heartbeat answered `cancel`), or when the worker stops and its grace period ends.
+   * Pass it to fetch and the like; after it fires the attempt is over, whatever the handler does.
+   */
+  readonly signal: AbortSignal
+  /** Reports progress (0.0 to 1.0) with a heartbeat now; the progress stream shows it. */
+  progress(value: number): Promise<void>
+}
+
+/** Runs one job; a return is `succeeded`, a throw `failed` with the error's type, message and stack. */
+export type Handler = (job: PolledJob, ctx: JobContext) => unknown
+
+export interface Logger {
+  info(message: string, fields?: object): void
+  warn(message: string, fields?: object): void
+  error(message: string, fields?: object): void
+}
+
+export interface WorkerOptions {
+  client: JobsvcClient
+  queues: string[]
+  /** One handler per job type. */
+  handlers: Record<string, Handler>
+  /** The job types to claim; by default those of `handlers`. */
+  jobTypes?: string[]
+  /** Jobs run at once. Each poll asks for as many as there are free slots (at most 50). Default 1. */
+  concurrency?: number
+  /** Default `wrk_<host>_<pid>_<random>`. */
+  workerId?: string
+  /** Upserted when the worker registers (spec, POST /workers/register). */
+  recurringSchedules?: RecurringScheduleRegistration[]
+  /** How long stop() lets running handlers finish before it acks them failed. Default 30 s. */
+  shutdownGraceMs?: number
+  /** How long one poll may wait for work (0 to 30 s). Default 30. */
+  pollWaitSeconds?: number
+  /** Back-off after a failed poll or ack: up to `baseMs * 2^n`, at most `maxMs`. Default 500 ms and 30 s. */
+  backoff?: { baseMs?: number; maxMs?: number }
+  /**
+   * The shortest heartbeat interval. The spec asks for max(timeout_seconds / 3, 10 s); lower it
+   * only to test against a service whose reaper was tuned to match.
+   */
+  minHeartbeatIntervalMs?: number
+  logger?: Logger
+}
+
+/** The error an attempt is acked with when its handler is still running at the end of stop()'s grace. */
+export class WorkerStopped extends Error {
+  override name = 'WorkerStopped'
+}
+
+/** The reason `ctx.signal` carries when the job's timeout passes. */
+export class JobTimeout extends Error {
+  override name = 'JobTimeout'
+}
+
+interface Running {
+  job: PolledJob
+  controller: AbortController
+  startedAt: number
+  settled: boolean
+  progress: number | null
+  beating: Promise<void>
+  heartbeat: NodeJS.Timeout
+  timeout: NodeJS.Timeout
+}
+
+/** Codes of an ack or heartbeat that came too late: the service no longer gives this worker the attempt. */
+const lostAttemptCodes = new Set(['invalid_state', 'worker_mismatch', 'job_not_found'])
+const maxAcksPerBatch = 1_000
+const maxPollCapacity = 50
+/**
+ * How long acks the service cannot take are sent again before they are given up (and their
+ * attempts left to its reaper): long enough to ride out a restart or an upgrade.
+ */
+const ackRetryMs = 5 * 60_000
+
+/**
+ * Polls the service for jobs of its queues and runs them: one handler call per claimed job, at
+ * most `concurrency` at once, each kept alive by heartbeats and acknowledged when it ends.
+ * Nothing a handler or the service does makes it throw once started; problems are logged.
+ */
+export class Worker {
+  readonly workerId: string
+  readonly #client: JobsvcClient
+  readonly #options: WorkerOptions
+  readonly #concurrency: number
+  readonly #jobTypes: string[]
+  readonly #log: Logger
+  readonly #running = new Map<string, Running>()
+  readonly #acks: AckRequest[] = []
+  #flushing: Promise<void> | null = null
+  #batchAck = true
+  #loop: Promise<void> | null = null
+  #stopping = false
+  readonly #pollAbort = new AbortController()
+  #slotFreed: (() => void) | null = null
+
+  constructor(options: WorkerOptions) {
+    if (options.queues.length === 0) throw new TypeError('queues must name at least one queue')
+    this.#client = options.client
+    this.#options = options
+    this.#concurrency = Math.max(1, Math.floor(options.concurrency ?? 1))
+    this.#jobTypes = options.jobTypes ?? Object.keys(options.handlers)
+    this.#log = options.logger ?? console
+    this.workerId = options.workerId ?? `wrk_${hostname().replace(/[^A-Za-z0-9_-]/g, '-')}_${process.pid}_${Math.random().toString(36).slice(2, 8)}`
+  }
+
+  /** Jobs whose handlers are running now. */
+  get active(): number {
+    return this.#running.size
+  }
+
+  /** Registers the worker, then resolves as its first poll goes out; the worker runs in the background. */
+  async start(): Promise<void> {
+    if (this.#loop !== null) throw new Error('the worker has already been started')
+    await this.#client.workers.register({
+      worker_id: this.workerId,
+      queues: this.#options.queues,
+      job_types: this.#jobTypes,
+      hostname: hostname(),
+      sdk_version: `typescript/${sdkVersion}`,
+      recurring_schedules: this.#options.recurringSchedules,
+    })
+    await new Promise<void>((polling) => {
+      this.#loop = this.#pollLoop(polling)
+    })
+    this.#log.info('jobsvc worker started', { worker_id: this.workerId, queues: this.#options.queues, concurrency: this.#concurrency })
+  }
+
+  /**
+   * Stops polling, lets running handlers finish for up to `shutdownGraceMs`, then aborts the rest
+   * (their `ctx.signal`) and acks them failed with {@link WorkerStopped}; resolves once every ack
+   * has been delivered or given up.
+   */
+  async stop(): Promise<void> {
+    if (this.#stopping) return this.#drained()
+    this.#stopping = true
+    // A poll aborted in the moment between the service's claim and its answer loses those jobs
+    // to this worker; the reaper hands them out again after their timeout, as for a lost worker.
+    // Waiting for the poll instead could hold stop() for the whole long poll (30 s).
+    this.#pollAbort.abort()
+    this.#slotFreed?.()
+    await this.#loop
+    const graceOver = new AbortController()
+    const allDone = async () => {
+      while (this.#running.size > 0 && !graceOver.signal.aborted) await this.#nextSlot()
+      graceOver.abort()
+    }
+    await Promise.race([allDone(), sleep(this.#options.shutdownGraceMs ?? 30_000, graceOver.signal).then(() => graceOver.abort())])
+    for (const running of [...this.#running.values()]) {
+      running.controller.abort(new WorkerStopped('the worker stopped before the handler finished'))
+      this.#finish(running, 'failed', running.controller.signal.reason)
+    }
+    await this.#drained()
+    this.#log.info('jobsvc worker stopped', { worker_id: this.workerId })
+  }
+
+  async #drained(): Promise<void> {
+    while (this.#flushing !== null) await this.#flushing
+  }
+
+  async #pollLoop(polling: () => void): Promise<void> {
+    let failures = 0
+    while (!this.#stopping) {
+      const free = this.#concurrency - this.#running.size
+      if (free <= 0) {
+        await this.#nextSlot()
+        continue
+      }
+      try {
+        const request = this.#client.workers.poll(
+          {
+            worker_id: this.workerId,
+            queues: this.#options.queues,
+            job_types: this.#jobTypes.length > 0 ? this.#jobTypes : undefined,
+            capacity: Math.min(free, maxPollCapacity),
+            wait_seconds: this.#options.pollWaitSeconds ?? 30,
+          },
+          { signal: this.#pollAbort.signal },
+        )
+        polling()
+        const { jobs } = await request
+        failures = 0
+        for (const job of jobs) this.#run(job)
+      } catch (err) {
+        if (this.#stopping) break
+        polling()
+        await this.#backOff('poll', err, failures++, this.#pollAbort.signal)
+      }
+    }
+  }
+
+  /**
+   * Waits after a failed request: the service's Retry-After when it gave one, else back-off with
+   * jitter. `signal` cuts the wait short (stop() ends a poll's wait, never an ack's).
+   */
+  async #backOff(what: string, err: unknown, failures: number, signal?: AbortSignal): Promise<void> {
+    const error = err instanceof JobsvcError ? err : null
+    const level = error?.isTransient ? 'warn' : 'error'
+    this.#log[level](`jobsvc worker: ${what} failed, retrying`, { worker_id: this.workerId, code: error?.code, status: error?.status, error: String(err) })
+    const { baseMs = 500, maxMs = 30_000 } = this.#options.backoff ?? {}
+    await sleep(error?.retryAfter != null ? error.retryAfter * 1000 : backoffDelay(failures, baseMs, maxMs), signal)
+  }
+
+  #nextSlot(): Promise<void> {
+    return new Promise((resolve) => (this.#slotFreed = resolve))
+  }
+
+  #run(job: PolledJob): void {
+    const intervalMs = Math.max((job.timeout_seconds * 1000) / 3, this.#options.minHeartbeatIntervalMs ?? 10_000)
+    const running: Running = {
+      job,
+      controller: new AbortController(),
+      startedAt: Date.now(),
+      settled: false,
+      progress: null,
+      beating: Promise.resolve(),
+      heartbeat: setInterval(() => void this.#beat(running), intervalMs),
+      timeout: setTimeout(() => this.#timeOut(running), job.timeout_seconds * 1000),
+    }
+    this.#running.set(job.id, running)
+    const ctx: JobContext = {
+      workerId: this.workerId,
+      signal: running.controller.signal,
+      progress: (value) => {
+        running.progress = value
+        return this.#beat(running)
+      },
+    }
+    const handler = this.#options.handlers[job.job_type]
+    Promise.resolve()
+      .then(() => {
+        if (handler === undefined) throw new TypeError(`no handler for job type ${job.job_type}`)
+        return handler(job, ctx)
+      })
+      .then(
+        () => this.#finish(running, 'succeeded'),
+        (err: unknown) => this.#finish(running, 'failed', err),
+      )
+  }
+
+  #timeOut(running: Running): void {
+    // Heartbeats stop with the attempt's time: a handler that ignores the signal is then reaped
+    // by the service rather than kept alive for ever.
+    clearInterval(running.heartbeat)
+    running.controller.abort(new JobTimeout(`job ${running.job.id} ran past its timeout_seconds (${running.job.timeout_seconds})`))
+  }
+
+  /** Sends one heartbeat (with the latest progress), after any still in flight for the job. */
+  #beat(running: Running): Promise<void> {
+    running.beating = running.beating.then(async () => {
+      if (running.settled || running.controller.signal.aborted) return
+      try {
+        const body = { job_id: running.job.id, worker_id: this.workerId, ...(running.progress === null ? {} : { progress: running.progress }) }
+        const answer = await this.#client.workers.heartbeat(body)
+        if (answer.status === 'cancel') running.controller.abort(new Error('the service asked to cancel this attempt'))
+      } catch (err) {
+        if (err instanceof JobsvcError && lostAttemptCodes.has(err.code)) {
+          this.#log.warn('jobsvc worker: the service no longer gives this worker the job', { job_id: running.job.id, code: err.code })
+          clearInterval(running.heartbeat)
+          running.controller.abort(err)
+        } else {
+          this.#log.warn('jobsvc worker: heartbeat failed; the next one retries', { job_id: running.job.id, error: String(err) })
+        }
+      }
+    })
+    return running.beating
+  }
+
+  #finish(running: Running, status: 'succeeded' | 'failed', err?: unknown): void {
+    if (running.settled) return
+    running.settled = true
+    clearInterval(running.heartbeat)
+    clearTimeout(running.timeout)
+    this.#running.delete(running.job.id)
+    const ack: AckRequest = { job_id: running.job.id, worker_id: this.workerId, status, duration_ms: Date.now() - running.startedAt }
+    if (status === 'failed') ack.error = toErrorDetail(err)
+    this.#acks.push(ack)
+    this.#flushing ??= this.#flushAcks().finally(() => (this.#flushing = null))
+    this.#slotFreed?.()
+  }
+
+  /**
+   * Acks go out as they come: while one request is in flight the next acks gather, and leave
+   * together in one batch when it returns. A request that got no answer or a 5xx is sent again.
+   */
+  async #flushAcks(): Promise<void> {
+    let failures = 0
+    let failingSince = 0
+    while (this.#acks.length > 0) {
+      const batch = this.#acks.splice(0, maxAcksPerBatch)
+      const { again, error } = await this.#sendAcks(batch)
+      if (again.length === 0) {
+        failures = 0
+      } else if (failures > 0 && Date.now() - failingSince > ackRetryMs) {
+        this.#log.error('jobsvc worker: acks given up', { worker_id: this.workerId, job_ids: again.map((a) => a.job_id), error: String(error) })
+        failures = 0
+      } else {
+        if (failures === 0) failingSince = Date.now()
+        this.#acks.unshift(...again)
+        await this.#backOff(`ack of ${again.length} jobs`, error, failures++)
+      }
+    }
+  }
+
+  /** Sends the acks through the batch route (or one by one where it is missing); answers those to send again. */
+  async #sendAcks(acks: AckRequest[]): Promise<{ again: AckRequest[]; error?: unknown }> {
+    if (this.#batchAck) {
+      try {
+        const { results } = await this.#client.workers.ackBatch(acks)
+        const again = acks.filter((ack, i) => {
+          const result = results[i]
+          return result !== undefined && 'error' in result && this.#isAckToRetry(ack, toJobsvcError(result.error, result.status))
+        })
+        return { again, error: again.length > 0 ? 'the service could not apply some acks of the batch' : undefined }
+      } catch (err) {
+        if (!(err instanceof JobsvcError && err.code === 'route_not_found')) return { again: acks.filter((ack) => this.#isAckToRetry(ack, err)), error: err }
+        this.#batchAck = false
+      }
+    }
+    let error: unknown
+    const again = await Promise.all(
+      acks.map(async (ack) => {
+        try {
+          await this.#client.workers.ack(ack)
+          return []
+        } catch (err) {
+          error = err
+          return this.#isAckToRetry(ack, err) ? [ack] : []
+        }
+      }),
+    )
+    return { again: again.flat(), error }
+  }
+
+  #isAckToRetry(ack: AckRequest, err: unknown): boolean {
+    const error = err instanceof JobsvcError ? err : null
+    if (error === null || error.isTransient) return true
+    const fields = { job_id: ack.job_id, status: ack.status, code: error.code }
+    if (lostAttemptCodes.has(error.code)) this.#log.warn('jobsvc worker: late ack ignored; the attempt was no longer this worker’s', fields)
+    else this.#log.error('jobsvc worker: ack refused', fields)
+    return false
+  }
+}
+
+function toJobsvcError(error: { code: string; message: string; request_id: string }, status: number): JobsvcError {
+  return new JobsvcError({ code: error.code, status, message: error.message, requestId: error.request_id })
+}
+
+function toErrorDetail(err: unknown): NonNullable<AckRequest['error']> {
+  if (err instanceof Error) return { type: err.name || err.constructor.name, message: err.message, stack_trace: err.stack ?? '' }
+  return { type: typeof err, message: String(err), stack_trace: '' }
+}

@@ -1,0 +1,155 @@
+import { createServer, type IncomingMessage } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { JobsvcClient, JobsvcError } from '@jobsvc/sdk'
+import t from 'tap'
+import { startHarness } from '../support/harness.ts'
+
+// The typed client against a real service: every family of routes, the error class, and
+// retries that never create a job twice.
+const h = await startHarness(t, import.meta.filename)
+const client = new JobsvcClient({ baseUrl: h.url, apiKey: h.apiKey })
+
+async function thrown(promise: Promise<unknown>): Promise<JobsvcError> {
+  try {
+    await promise
+  } catch (err) {
+    if (err instanceof JobsvcError) return err
+    throw err
+  }
+  throw new Error('expected a JobsvcError')
+}
+
+/**
+ * A proxy in front of the real service that lets `fault` spoil chosen exchanges: it sees each
+ * request and the service's answer, and may cut the connection instead of passing the answer on.
+ */
+async function faultyProxy(fault: (req: IncomingMessage, seen: number) => 'pass' | 'drop-answer' | 'bad-gateway') {
+  const seen: Array<{ method: string; path: string; idempotencyKey: string | undefined }> = []
+  const proxy = createServer(async (req, res) => {
+    const chunks: Buffer[] = []
+    for await (const chunk of req) chunks.push(chunk as Buffer)
+    seen.push({ method: req.method!, path: req.url!, idempotencyKey: req.headers['idempotency-key'] as string | undefined })
+    const verdict = fault(req, seen.length)
+    if (verdict === 'bad-gateway') return void res.writeHead(502).end('upstream hiccup')
+    const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !['host', 'content-length', 'connection'].includes(k))) as Record<string, string>
+    const answer = await fetch(h.url + req.url, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined })
+    const body = Buffer.from(await answer.arrayBuffer())
+    if (verdict === 'drop-answer') return void req.socket.destroy()
+    res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' }).end(body)
+  })
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => proxy.close(resolve)))
+  return { url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, seen }
+}
+
+t.test('a create whose answer is lost is retried with the same Idempotency-Key and makes one job', async (t) => {
+  const proxy = await faultyProxy((req, n) => (req.method === 'POST' && n === 1 ? 'drop-answer' : 'pass'))
+  const viaProxy = new JobsvcClient({ baseUrl: proxy.url, apiKey: h.apiKey, retryBaseMs: 10 })
+  const job = await viaProxy.jobs.create({ job_type: 'once-only', payload: { n: 1 } })
+  t.equal(proxy.seen.length, 2, 'sent twice')
+  t.match(proxy.seen[0]!.idempotencyKey, /^[A-Za-z0-9_-]{1,200}$/, 'with a generated key the spec accepts')
+  t.equal(proxy.seen[1]!.idempotencyKey, proxy.seen[0]!.idempotencyKey, 'the retry reuses it')
+  const listed = await client.jobs.list({ job_type: 'once-only' })
+  t.strictSame(listed.data.map((j) => j.id), [job.id], 'one job, the one the retry answered')
+
+  const again = await client.jobs.create({ job_type: 'once-only', payload: { n: 1 } })
+  t.not(again.id, job.id, 'a new call is a new key and a new job')
+})
+
+t.test('reads are retried after a 5xx; a 4xx is not retried', async (t) => {
+  const proxy = await faultyProxy((_req, n) => (n === 1 ? 'bad-gateway' : 'pass'))
+  const viaProxy = new JobsvcClient({ baseUrl: proxy.url, apiKey: h.apiKey, retryBaseMs: 10 })
+  t.ok(Array.isArray((await viaProxy.jobs.list()).data), 'the list answered after one 502')
+  t.equal(proxy.seen.length, 2)
+  const before = proxy.seen.length
+  await thrown(viaProxy.jobs.get('job_01ARZ3NDEKTSV4RRFFQ69G5FAV'))
+  t.equal(proxy.seen.length, before + 1, 'a 404 is sent once')
+})
+
+t.test('errors carry code, status, request id and Retry-After', async (t) => {
+  const missing = await thrown(client.jobs.get('job_01ARZ3NDEKTSV4RRFFQ69G5FAV'))
+  t.match(missing, { name: 'JobsvcError', code: 'job_not_found', status: 404, requestId: /^[0-9A-Z]{26}$/, retryAfter: null })
+  const invalid = await thrown(client.jobs.create({ job_type: '', payload: {} }))
+  t.match(invalid, { code: 'invalid_request', status: 400 })
+  const bad = new JobsvcClient({ baseUrl: h.url, apiKey: 'sv_test_sk_00000000000000000000000000000000' })
+  t.match(await thrown(bad.jobs.list()), { code: 'unauthorized', status: 401 })
+  const nowhere = new JobsvcClient({ baseUrl: 'http://127.0.0.1:9', apiKey: h.apiKey, maxRetries: 1, retryBaseMs: 1 })
+  t.match(await thrown(nowhere.jobs.list()), { code: 'network_error', status: 0 }, 'no answer is an error too')
+
+  const from = new Date(Date.now() - 3_600_000).toISOString()
+  const until = new Date(Date.now() + 60_000).toISOString()
+  await (await client.jobs.export({ from, until })).text()
+  const cooldown = await thrown(client.jobs.export({ from, until }))
+  t.match(cooldown, { code: 'rate_limit_exceeded', status: 429 })
+  t.ok(cooldown.retryAfter !== null && cooldown.retryAfter > 0, `Retry-After is read (${cooldown.retryAfter} s)`)
+})
+
+t.test('jobs: create, batch, get, list and listAll, cancel, retry, history; batch acks', async (t) => {
+  const batch = await client.jobs.createBatch([
+    { job_type: 'tour', queue: 'tour', payload: { n: 1 } },
+    { job_type: 'tour', queue: 'tour', payload: { n: 2 } },
+    { job_type: 'tour', queue: 'tour', payload: { n: 3 }, run_at: new Date(Date.now() + 3_600_000).toISOString() },
+    { job_type: '', payload: {} },
+  ])
+  t.match(batch, { created: 3, failed: 1 })
+  t.match(batch.results[3], { status: 400, error: { code: 'invalid_request' } })
+  const [first, second, later] = batch.results.slice(0, 3).map((r) => ('body' in r ? r.body : null)!)
+  t.match(await client.jobs.get(first!.id), { id: first!.id, state: 'pending', payload: { n: 1 }, queue: 'tour' })
+
+  const page = await client.jobs.list({ queue: 'tour', limit: 2 })
+  t.equal(page.data.length, 2)
+  t.equal(page.has_more, true)
+  const all = []
+  for await (const job of client.jobs.listAll({ queue: 'tour', limit: 1 })) all.push(job.id)
+  t.strictSame(all.sort(), [first!.id, second!.id, later!.id].sort(), 'listAll follows the cursor to the end')
+
+  t.match(await client.jobs.cancel(later!.id), { id: later!.id, state: 'cancelled' })
+  t.match(await thrown(client.jobs.cancel(later!.id)), { code: 'invalid_state', status: 409 })
+
+  const claimed = await client.workers.poll({ worker_id: 'wrk_tour', queues: ['tour'], capacity: 2, wait_seconds: 5 })
+  t.equal(claimed.jobs.length, 2)
+  const acks = await client.workers.ackBatch(claimed.jobs.map((j) => ({ job_id: j.id, worker_id: 'wrk_tour', status: 'failed' as const })))
+  t.match(acks, { acked: 2, failed: 0 })
+  t.match(await thrown(client.jobs.retry(first!.id)), { code: 'invalid_state' }, 'a pending job cannot be retried')
+  const history = await client.jobs.history(first!.id)
+  t.strictSame(history.data.map((e) => e.type), ['job_created', 'job_claimed', 'job_attempt_failed'])
+
+})
+
+t.test('recurring, alerts, activity and metrics', async (t) => {
+  const schedule = await client.recurring.upsert('rjob_nightly-report', { job_type: 'nightly-report', cron_expression: '0 3 * * *' })
+  t.match(schedule, { id: 'rjob_nightly-report', queue: 'default', timezone: 'UTC' })
+  t.ok((await client.recurring.list()).data.some((s) => s.id === schedule.id))
+  await client.recurring.delete(schedule.id)
+  t.match(await thrown(client.recurring.delete(schedule.id)), { code: 'recurring_job_not_found', status: 404 })
+
+  const alert = await client.alerts.create({ name: 'backlog', kind: 'queue_depth', threshold: 100 })
+  t.match(await client.alerts.get(alert.id), { name: 'backlog', threshold: 100, enabled: true })
+  t.match(await client.alerts.update(alert.id, { name: 'backlog', kind: 'queue_depth', threshold: 50 }), { threshold: 50 })
+  t.equal((await client.alerts.list()).data.length, 1)
+  await client.alerts.delete(alert.id)
+
+  const kinds = []
+  for await (const item of client.activity.listAll({ limit: 5 })) kinds.push(item.kind)
+  t.ok(kinds.includes('recurring_upserted') && kinds.includes('alert_created') && kinds.includes('job_created'), 'activity pages through the feed')
+
+  const summary = await client.metrics.summary({ group_by: 'queue' })
+  t.ok(summary.total > 0)
+  t.ok(Array.isArray((await client.metrics.queues()).data))
+  t.ok(Array.isArray((await client.metrics.throughput()).buckets))
+  t.ok(Array.isArray((await client.metrics.jobTypes()).data))
+})
+
+t.test('the jobs export streams JSONL records', async (t) => {
+  // A project of its own, so that its export cooldown is not the one the error test used.
+  const other = await h.newProject()
+  const own = new JobsvcClient({ baseUrl: h.url, apiKey: other.apiKey })
+  const created = await own.jobs.create({ job_type: 'exported', payload: { keep: true } })
+  // The export reads the read model; a list waits for the projector to reach this project's write.
+  await own.jobs.list({ limit: 1 })
+  const download = await own.jobs.export({ from: new Date(Date.now() - 60_000).toISOString(), until: new Date(Date.now() + 60_000).toISOString() })
+  t.match(download.filename, /^svc-jobs-prj_.+\.jsonl$/)
+  const rows = []
+  for await (const row of download.records()) rows.push(row)
+  t.match(rows, [{ id: created.id, job_type: 'exported', payload: { keep: true } }])
+})
