@@ -2,7 +2,8 @@ import { createHash, createHmac } from 'node:crypto'
 import type { LookupFunction } from 'node:net'
 import type { JsMsg } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
-import { deliveryDecider, outcomeOf, type Delivery, type DeliveryCommand, type DeliveryEvent } from '../../../domain/delivery.ts'
+import { deliveryDecider, type Delivery, type DeliveryCommand, type DeliveryEvent } from '../../../domain/delivery.ts'
+import { outcomeOf, retryWaitMs } from '../../../domain/delivery-policy.ts'
 import type { Alert } from '../../../domain/alert.ts'
 import type { Job, JobEvent } from '../../../domain/job.ts'
 import { matchesFilter, maxDeliveriesPerEvent, type Webhook } from '../../../domain/webhook.ts'
@@ -305,7 +306,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     return postWebhook(verdict.url, { body: item.body, headers, lookup }, deadline)
   }
 
-  const retryDelayMs = (attempt: number) => deps.config.tunables.webhook_retry_delays_ms[attempt - 1] ?? 3_600_000
+  const retryDelayMs = (attempt: number) => retryWaitMs(attempt, deps.config.tunables.webhook_retry_delays_ms)
 
   /**
    * What is left of the wait before a delivery's next attempt, by its last one. The item's nak
