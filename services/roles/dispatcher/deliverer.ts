@@ -2,8 +2,7 @@ import type { JsMsg } from '@nats-io/jetstream'
 import { delivererConsumerName, deliveriesStreamName, deliveriesSubjectFilter, deliveriesWakeSubject, parseDeliverySubject, subscriptionDelivererConsumerName } from '../../../streams/names.ts'
 import { consumeSubjectQueues } from '../../../streams/subject-queues.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import type { DeliveryAttempts } from './delivery-attempt.ts'
-import { workItemOf } from './delivery-queue.ts'
+import { workItemOf, type DeliveryWorkItem } from './delivery-queue.ts'
 import { SlotPool } from './slot-pool.ts'
 
 /** Attempts a deliverer runs at once, shared between projects (slot-pool.ts). */
@@ -27,7 +26,7 @@ const maxAckPendingPerSubscription = 10_000
  */
 export class Deliverer {
   readonly #deps: Deps
-  readonly #attempts: DeliveryAttempts
+  readonly #attempt: (msg: JsMsg, item: DeliveryWorkItem) => Promise<void>
   readonly #signal: AbortSignal
   readonly #pool = new SlotPool(parallelDeliveries, perSubscriptionInFlight)
   readonly #inFlightBySubscription = new Map<string, number>()
@@ -36,9 +35,10 @@ export class Deliverer {
   // Longer than an attempt's deadline plus its bookkeeping, so a slow receiver is not sent the same item twice.
   readonly #ackWaitMs: number
 
-  constructor(deps: Deps, attempts: DeliveryAttempts, signal: AbortSignal) {
+  /** `attempt` settles the item itself (ack or nak); the deliverer only naks one whose attempt threw. */
+  constructor(deps: Deps, attempt: (msg: JsMsg, item: DeliveryWorkItem) => Promise<void>, signal: AbortSignal) {
     this.#deps = deps
-    this.#attempts = attempts
+    this.#attempt = attempt
     this.#signal = signal
     this.#ackWaitMs = deps.config.tunables.webhook_timeout_ms + 20_000
   }
@@ -88,8 +88,7 @@ export class Deliverer {
     const release = await this.#pool.acquire(item.project_id, this.#signal).finally(() => clearInterval(keepAlive))
     if (release === null) return msg.nak()
     this.#inFlightBySubscription.set(item.webhook_id, (this.#inFlightBySubscription.get(item.webhook_id) ?? 0) + 1)
-    const attempt = this.#attempts
-      .run(msg, item)
+    const attempt = this.#attempt(msg, item)
       .catch((err) => {
         this.#deps.log.error({ err, delivery_id: item.delivery_id }, 'dispatcher: delivery failed; it will be retried')
         msg.nak(1_000)

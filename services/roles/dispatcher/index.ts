@@ -4,7 +4,7 @@ import { aggregateKindFilter, alertDispatcherConsumerName, dispatcherConsumerNam
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { ActiveSubscriptions } from './active-subscriptions.ts'
 import { enqueueAlertMails, runMailSender } from './alert-mail.ts'
-import { DeliveryAttempts } from './delivery-attempt.ts'
+import { attemptDelivery } from './delivery-attempt.ts'
 import { Deliverer } from './deliverer.ts'
 import { FanOut } from './fan-out.ts'
 import { WebhookSender } from './webhook-sender.ts'
@@ -25,7 +25,8 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const ns = deps.config.namespace
   const subscriptions = new ActiveSubscriptions(deps)
   const fanOut = new FanOut(deps, subscriptions)
-  const deliverer = new Deliverer(deps, new DeliveryAttempts(deps, new WebhookSender(deps)), controller.signal)
+  const sender = new WebhookSender(deps)
+  const deliverer = new Deliverer(deps, (msg, item) => attemptDelivery(deps, sender, msg, item), controller.signal)
 
   const jobEventsDone = consumeBatches(
     deps.nats,
