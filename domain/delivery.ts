@@ -1,4 +1,5 @@
 import type { Decider } from './decider.ts'
+import { maxDeliveryAttempts } from './delivery-policy.ts'
 import { InvalidState } from './errors.ts'
 import type { CommandMeta } from './job.ts'
 
@@ -7,9 +8,6 @@ import type { CommandMeta } from './job.ts'
  * event and the subscription), then one event per attempt, so the deliveries list is a
  * projection and a restart loses nothing.
  */
-
-/** Spec, Delivery policy: 5 attempts at most. */
-export const maxDeliveryAttempts = 5
 
 export const deliveryStatuses = ['pending', 'delivered', 'failed'] as const
 export type DeliveryStatus = (typeof deliveryStatuses)[number]
@@ -35,19 +33,8 @@ export type DeliveryEvent =
 
 export type DeliveryCommand =
   | { type: 'schedule_delivery'; data: { delivery_id: string; project_id: string; webhook_id: string; event_id: string; event_type: string }; meta: CommandMeta }
-  /** `outcome`: what the receiver's answer means under the policy (the edge classifies it). */
+  /** `outcome`: what the receiver's answer means under the policy (the edge classifies it with delivery-policy.ts). */
   | { type: 'record_attempt'; data: { attempt: number; outcome: 'delivered' | 'permanent_failure' | 'retryable_failure'; response_status: number | null }; meta: CommandMeta }
-
-/**
- * 2xx delivered; 4xx failed at once; 3xx too (redirects are not followed, and repeating the
- * request would meet the same one); 5xx, timeouts and network errors retried until the last
- * attempt.
- */
-export function outcomeOf(responseStatus: number | null): 'delivered' | 'permanent_failure' | 'retryable_failure' {
-  if (responseStatus !== null && responseStatus >= 200 && responseStatus < 300) return 'delivered'
-  if (responseStatus !== null && responseStatus >= 300 && responseStatus < 500) return 'permanent_failure'
-  return 'retryable_failure'
-}
 
 function decide(command: DeliveryCommand, state: DeliveryAggregate): DeliveryEvent[] {
   const now = command.meta.now

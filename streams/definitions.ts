@@ -15,6 +15,7 @@ import {
   eventsSubjectFilter,
   heartbeatBucketName,
   idempotencyBucketName,
+  keyValueStreamName,
   mailStreamName,
   mailSubjectFilter,
 } from './names.ts'
@@ -117,7 +118,7 @@ export async function openIdempotencyBucket(nc: NatsConnection, ns: string): Pro
 
 /** Removes everything `ensureStreams` and the bucket openers made for `ns` (tests only). */
 export async function deleteNamespace(jsm: JetStreamManager, ns: string): Promise<void> {
-  const names = [eventsStreamName(ns), deliveriesStreamName(ns), mailStreamName(ns), `KV_${heartbeatBucketName(ns)}`, `KV_${authLimitsBucketName(ns)}`, `KV_${idempotencyBucketName(ns)}`]
+  const names = [eventsStreamName(ns), deliveriesStreamName(ns), mailStreamName(ns), keyValueStreamName(heartbeatBucketName(ns)), keyValueStreamName(authLimitsBucketName(ns)), keyValueStreamName(idempotencyBucketName(ns))]
   for (const name of names) {
     await jsm.streams.delete(name).catch(() => undefined)
   }

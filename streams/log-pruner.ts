@@ -20,7 +20,7 @@
  */
 import type { Msg, NatsConnection } from '@nats-io/transport-node'
 import { LogUnavailable } from './errors.ts'
-import { eventsStreamName } from './names.ts'
+import { directGetApiSubject, eventsStreamName, messageDeleteApiSubject, streamPurgeApiSubject } from './names.ts'
 import { ReplyRequests } from './reply-requests.ts'
 
 /** Header every append carries (EventStore.append): the subject's last sequence the decision saw. */
@@ -67,7 +67,7 @@ export class LogPruner {
     const seqs: number[] = []
     for (let seq = lastSeq; seq > 0; ) {
       if (seqs.length === maxWalk) return this.#purgeSubject(subject, lastSeq)
-      const msg = await this.#request(`$JS.API.DIRECT.GET.${this.#stream}`, `{"seq":${seq}}`)
+      const msg = await this.#request(directGetApiSubject(this.#stream), `{"seq":${seq}}`)
       const previous = Number(msg.headers?.get(previousSeqHeader) || Number.NaN)
       const isLink = !msg.headers?.hasError && msg.headers?.get('Nats-Subject') === subject && Number.isInteger(previous) && previous < seq
       if (!isLink) return this.#purgeSubject(subject, lastSeq)
@@ -89,12 +89,12 @@ export class LogPruner {
   }
 
   async #deleteMessage(seq: number): Promise<boolean> {
-    const answer = await this.#api<{ success?: boolean }>(`$JS.API.STREAM.MSG.DELETE.${this.#stream}`, `{"seq":${seq},"no_erase":true}`, true)
+    const answer = await this.#api<{ success?: boolean }>(messageDeleteApiSubject(this.#stream), `{"seq":${seq},"no_erase":true}`, true)
     return answer?.success === true
   }
 
   async #purgeSubject(subject: string, lastSeq: number): Promise<PruneResult> {
-    const answer = await this.#api<{ purged?: number }>(`$JS.API.STREAM.PURGE.${this.#stream}`, JSON.stringify({ filter: subject, seq: lastSeq + 1 }), false)
+    const answer = await this.#api<{ purged?: number }>(streamPurgeApiSubject(this.#stream), JSON.stringify({ filter: subject, seq: lastSeq + 1 }), false)
     return { messages: answer?.purged ?? 0, purgedBySubject: true }
   }
 

@@ -1,6 +1,7 @@
 /**
- * Every stream, consumer, bucket and subject name, built from the install's namespace. No other
- * file concatenates subjects: a namespace change or a new aggregate kind is made here.
+ * Every stream, consumer, bucket and subject name: the install's, built from its namespace, and
+ * the JetStream API and reply subjects it sends to. No other file concatenates or splits
+ * subjects: a namespace change or a new aggregate kind is made here.
  */
 
 export type AggregateKind = 'job' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook' | 'delivery'
@@ -78,6 +79,11 @@ export function heartbeatBucketName(ns: string): string {
   return `${ns}_heartbeats`
 }
 
+/** The stream JetStream keeps a key-value bucket in (`KV_<bucket>`). */
+export function keyValueStreamName(bucket: string): string {
+  return `KV_${bucket}`
+}
+
 /** Work queue of webhook deliveries: one message per (event, subscription), acked when settled. */
 export function deliveriesStreamName(ns: string): string {
   return `${ns}_deliveries`
@@ -149,4 +155,34 @@ export function subscriptionDelivererConsumerName(ns: string, projectId: string,
 
 export function projectorConsumerName(ns: string): string {
   return `${ns}_projector`
+}
+
+/** JetStream API: one message of `stream` by sequence, answered by any replica (the stream allows direct gets). */
+export function directGetApiSubject(stream: string): string {
+  return `$JS.API.DIRECT.GET.${stream}`
+}
+
+/** JetStream API: deletes one message of `stream` by sequence. */
+export function messageDeleteApiSubject(stream: string): string {
+  return `$JS.API.STREAM.MSG.DELETE.${stream}`
+}
+
+/** JetStream API: purges `stream`, or the messages of one subject below a sequence. */
+export function streamPurgeApiSubject(stream: string): string {
+  return `$JS.API.STREAM.PURGE.${stream}`
+}
+
+/** The reply subject of one request sent from `inbox`: `<inbox>.<token>`, the token matching it to its answer. */
+export function replySubject(inbox: string, token: string): string {
+  return `${inbox}.${token}`
+}
+
+/** Matches every reply subject of `inbox`. */
+export function replySubjectsFilter(inbox: string): string {
+  return `${inbox}.*`
+}
+
+/** The token of a reply subject of `inbox`; null for any other subject. */
+export function parseReplySubject(inbox: string, subject: string): string | null {
+  return subject.startsWith(`${inbox}.`) ? subject.slice(inbox.length + 1) : null
 }

@@ -1,6 +1,7 @@
 import { createInbox, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from '@nats-io/transport-node'
 import { isNatsConnected } from './connection.ts'
 import { LogUnavailable } from './errors.ts'
+import { parseReplySubject, replySubject, replySubjectsFilter } from './names.ts'
 
 interface Pending {
   resolve: (msg: Msg) => void
@@ -17,7 +18,7 @@ interface Pending {
  */
 export class ReplyRequests {
   readonly #nc: NatsConnection
-  readonly #prefix = createInbox()
+  readonly #inbox = createInbox()
   readonly #timeoutMs: number
   readonly #pending = new Map<string, Pending>()
   readonly #subscription: Subscription
@@ -26,7 +27,7 @@ export class ReplyRequests {
   constructor(nc: NatsConnection, timeoutMs = 10_000) {
     this.#nc = nc
     this.#timeoutMs = timeoutMs
-    this.#subscription = nc.subscribe(`${this.#prefix}.*`, { callback: (_err, msg) => this.#settle(msg) })
+    this.#subscription = nc.subscribe(replySubjectsFilter(this.#inbox), { callback: (_err, msg) => this.#settle(msg) })
   }
 
   /** Publishes `data` to `subject` and resolves to the answer; `what` names it in a timeout. */
@@ -40,7 +41,7 @@ export class ReplyRequests {
       }, this.#timeoutMs)
       this.#pending.set(token, { resolve, reject, timer })
       try {
-        this.#nc.publish(subject, data, { reply: `${this.#prefix}.${token}`, ...(headers === undefined ? {} : { headers }) })
+        this.#nc.publish(subject, data, { reply: replySubject(this.#inbox, token), ...(headers === undefined ? {} : { headers }) })
       } catch (err) {
         clearTimeout(timer)
         this.#pending.delete(token)
@@ -60,7 +61,8 @@ export class ReplyRequests {
   }
 
   #settle(msg: Msg): void {
-    const token = msg.subject.slice(this.#prefix.length + 1)
+    const token = parseReplySubject(this.#inbox, msg.subject)
+    if (token === null) return
     const pending = this.#pending.get(token)
     if (pending === undefined) return
     this.#pending.delete(token)

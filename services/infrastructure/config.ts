@@ -5,6 +5,7 @@ import { z } from 'zod'
 import { plans, type Plan } from '../../domain/project.ts'
 import { isValidNamespace } from '../../streams/names.ts'
 import { resolvePlans, type PlanLimits } from '../../domain/plans.ts'
+import { deliveryAttemptTimeoutMs, deliveryRetryWaitsMs } from '../../domain/delivery-policy.ts'
 
 const planOverridesSchema = z
   .object({
@@ -96,12 +97,12 @@ export const tunablesSchema = z
      * -- --no-metering`) or on a self-hosted install that bills nobody.
      */
     metering_enabled: z.boolean().default(true),
-    /** Waits between webhook attempts (spec: 5 s, 30 s, 5 min, 1 h); tests shorten them. */
-    webhook_retry_delays_ms: z.array(z.number().int().min(0)).length(4).default([5_000, 30_000, 300_000, 3_600_000]),
+    /** Waits between webhook attempts, one after each failed attempt but the last; the policy's (domain/delivery-policy.ts) unless tests shorten them. */
+    webhook_retry_delays_ms: z.array(z.number().int().min(0)).length(deliveryRetryWaitsMs.length).default([...deliveryRetryWaitsMs]),
     /** Waits between attempts at an alert e-mail the SMTP server refused or could not take; given up after the last. */
     mail_retry_delays_ms: z.array(z.number().int().min(0)).min(1).max(20).default([10_000, 60_000, 300_000, 1_800_000, 7_200_000]),
-    /** Each webhook attempt's total deadline (spec: 10 s): address lookup, connecting, headers and body together. */
-    webhook_timeout_ms: z.number().int().min(1).default(10_000),
+    /** Each webhook attempt's total deadline (domain/delivery-policy.ts): address lookup, connecting, headers and body together. */
+    webhook_timeout_ms: z.number().int().min(1).default(deliveryAttemptTimeoutMs),
     /** How often the scheduler evaluates the alert settings. */
     alert_interval_ms: z.number().int().min(50).default(30_000),
     /** How often the scheduler looks for terminal jobs past their plan's retention; while a pass finds a full batch (1,000 jobs) the next follows at once. */

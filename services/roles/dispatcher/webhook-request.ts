@@ -38,7 +38,20 @@ export function beforeDeadline<T>(promise: Promise<T>, deadline: AbortSignal): P
 }
 
 /**
- * One POST under a total deadline. http's own `timeout` is an idle timeout: a receiver that
+ * A lookup that answers `address` whatever the name, so the connection goes to the address that
+ * was checked rather than to the name resolved again (DNS rebinding); none without an address.
+ */
+function pinnedLookup(address: string | undefined): LookupFunction | undefined {
+  if (address === undefined) return undefined
+  const family = address.includes(':') ? 6 : 4
+  return (_host, options, callback) => {
+    if ((options as { all?: boolean }).all) (callback as unknown as (e: null, a: Array<{ address: string; family: number }>) => void)(null, [{ address, family }])
+    else callback(null, address, family)
+  }
+}
+
+/**
+ * One POST under a total deadline, to `pinnedAddress` when given. http's own `timeout` is an idle timeout: a receiver that
  * sends a byte every few seconds never trips it and holds the attempt (and its slot) for as long
  * as it likes. Here the caller's `deadline` (one timer for the whole attempt) destroys the
  * request in whatever phase it is (connecting, waiting for the headers, reading the body), and
@@ -48,7 +61,7 @@ export function beforeDeadline<T>(promise: Promise<T>, deadline: AbortSignal): P
  */
 export function postWebhook(
   url: URL,
-  request: { body: string; headers: Record<string, string | number>; lookup?: LookupFunction | undefined },
+  request: { body: string; headers: Record<string, string | number>; pinnedAddress?: string | undefined },
   deadline: AbortSignal,
 ): Promise<AttemptResult> {
   return new Promise((resolve) => {
@@ -63,7 +76,7 @@ export function postWebhook(
     const client = url.protocol === 'https:' ? https : http
     const outgoing = client.request(
       url,
-      { method: 'POST', agent: agents[url.protocol as 'http:' | 'https:'], lookup: request.lookup, headers: request.headers },
+      { method: 'POST', agent: agents[url.protocol as 'http:' | 'https:'], lookup: pinnedLookup(request.pinnedAddress), headers: request.headers },
       (response) => {
         const status = response.statusCode ?? 0
         let read = 0

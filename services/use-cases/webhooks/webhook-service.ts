@@ -14,6 +14,11 @@ export function webhookRef(projectId: string, webhookId: string): AggregateRef {
   return { aggregate: 'webhook', projectId, id: webhookId }
 }
 
+/** The key that seals subscription secrets at rest; the dispatcher opens them with the same one. */
+export function webhookSealKey(secret: string): Uint8Array {
+  return deriveKey(secret, 'webhook-secret-at-rest')
+}
+
 /** Subscriptions: commands on the webhook aggregate; secrets leave only in create and rotate answers. */
 export class WebhookService {
   readonly #deps: Deps
@@ -21,7 +26,7 @@ export class WebhookService {
 
   constructor(deps: Deps) {
     this.#deps = deps
-    this.#sealKey = deriveKey(deps.config.secret, 'webhook-secret-at-rest')
+    this.#sealKey = webhookSealKey(deps.config.secret)
   }
 
   #newSecret(): { secret: string; sealed: string } {

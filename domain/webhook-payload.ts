@@ -1,0 +1,86 @@
+import type { Alert, AlertEvent } from './alert.ts'
+import type { Job, JobEvent } from './job.ts'
+import type { WebhookEventType } from './webhook.ts'
+
+/**
+ * What a delivered webhook says (spec, Outbound webhooks): which events of the log become
+ * webhook events, their `data`, and the body's envelope. The body is signed as it is written
+ * here, so its field order is part of the contract too.
+ */
+
+/** A webhook event before it has an id and a time: its type and its `data`. */
+export interface WebhookEventContent {
+  type: WebhookEventType
+  data: Record<string, unknown>
+}
+
+/** The job events that become webhook events; the rest of a job's history is not sent. */
+export const jobEventsSent = ['job_created', 'job_succeeded', 'job_dead_lettered'] as const satisfies readonly JobEvent['type'][]
+
+/** The alert events that become webhook events, for alerts that ask for them (`webhook: true`). */
+export const alertEventsSent = ['alert_triggered', 'alert_resolved'] as const satisfies readonly AlertEvent['type'][]
+
+/** The webhook event of a job event, given the job after it; null for events that send none. */
+export function webhookEventOf(event: { type: string; data: unknown }, job: Job | null): WebhookEventContent | null {
+  if (job === null) return null
+  switch (event.type) {
+    case 'job_created':
+      return { type: 'job.created', data: { schema_version: 1, job_id: job.id, queue: job.queue } }
+    case 'job_succeeded': {
+      const d = event.data as Extract<JobEvent, { type: 'job_succeeded' }>['data']
+      return {
+        type: 'job.succeeded',
+        data: { schema_version: 1, job_id: job.id, project_id: job.project_id, job_type: job.job_type, queue: job.queue, state: 'succeeded', duration_ms: d.duration_ms, completed_at: d.completed_at },
+      }
+    }
+    case 'job_dead_lettered': {
+      const d = event.data as Extract<JobEvent, { type: 'job_dead_lettered' }>['data']
+      return {
+        type: 'job.failed',
+        data: {
+          schema_version: 1,
+          job_id: job.id,
+          project_id: job.project_id,
+          job_type: job.job_type,
+          queue: job.queue,
+          state: 'dead_letter',
+          attempt_number: d.attempt,
+          max_attempts: job.max_attempts,
+          error_type: d.error?.type ?? null,
+          error_message: d.error?.message ?? null,
+          duration_ms: d.duration_ms,
+          completed_at: d.completed_at,
+        },
+      }
+    }
+    default:
+      return null
+  }
+}
+
+/** The webhook event of an alert event, given the alert after it; null unless the alert asks for webhooks. */
+export function alertWebhookEventOf(event: { type: string; data: unknown }, alert: Alert | null): WebhookEventContent | null {
+  if (alert === null || !alert.webhook) return null
+  if (event.type !== 'alert_triggered' && event.type !== 'alert_resolved') return null
+  const d = event.data as { value: number; threshold: number; triggered_at?: string; resolved_at?: string }
+  return {
+    type: event.type === 'alert_triggered' ? 'alert.triggered' : 'alert.resolved',
+    data: {
+      schema_version: 1,
+      alert_id: alert.id,
+      project_id: alert.project_id,
+      name: alert.name,
+      kind: alert.kind,
+      queue: alert.queue,
+      threshold: d.threshold,
+      value: d.value,
+      status: event.type === 'alert_triggered' ? 'firing' : 'ok',
+      at: d.triggered_at ?? d.resolved_at,
+    },
+  }
+}
+
+/** The request body: `event_id` and `created_at` are the log event's, the same on every attempt. */
+export function webhookBody(event: { id: string; time: string }, content: WebhookEventContent): string {
+  return JSON.stringify({ event_id: event.id, event_type: content.type, created_at: event.time, data: content.data })
+}
