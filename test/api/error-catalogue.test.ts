@@ -1,7 +1,8 @@
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import t from 'tap'
-import { errorCatalogue, renderError } from '../../services/roles/api/errors.ts'
+import { edgeErrors, errorCatalogue, renderError } from '../../services/roles/api/errors.ts'
 import * as domainErrors from '../../domain/errors.ts'
+import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../services/use-cases/platform/accounts.ts'
 import { repoRoot } from '../support/harness.ts'
 
 function readmeErrorTable(): Array<{ status: number; code: string }> {
@@ -11,23 +12,91 @@ function readmeErrorTable(): Array<{ status: number; code: string }> {
 }
 
 const key = (e: { status: number; code: string }) => `${e.status} ${e.code}`
+const catalogued = new Set(errorCatalogue.map(key))
+
+/** Every TypeScript file under `dir` (relative to the repository), with its source. */
+function sources(dir: string): Array<{ path: string; text: string }> {
+  return readdirSync(`${repoRoot}${dir}`, { recursive: true, encoding: 'utf8' })
+    .filter((file) => file.endsWith('.ts'))
+    .map((file) => ({ path: `${dir}/${file}`, text: readFileSync(`${repoRoot}${dir}/${file}`, 'utf8') }))
+}
+const codeSources = [...sources('domain'), ...sources('services')]
+
+// Every refusal the domain exports, so a new one cannot go unregistered.
+const domainClasses = (Object.values(domainErrors) as unknown[]).filter(
+  (v): v is (new (a: string, b: string) => domainErrors.DomainError) & { name: string } =>
+    typeof v === 'function' && v.prototype instanceof domainErrors.DomainError,
+)
+const domainSamples = domainClasses.map((cls) => new cls('x', 'x'))
+
+// One of each refusal a use case throws that is not the domain's, in each of its shapes.
+const useCaseSamples: Error[] = [
+  ...(['invalid_credentials', 'invalid_totp_code', 'email_not_verified', 'totp_required', 'account_suspended', 'account_locked'] as const).map(
+    (reason) => new LoginRefused(reason, 1000),
+  ),
+  new WrongPassword(),
+  new TotpSecretUnreadable({ cause: new Error('bad tag'), pending: false }),
+  new TotpSecretUnreadable({ cause: new Error('bad tag'), pending: true }),
+]
 
 t.test('the error registry and the README error reference list the same codes', async (t) => {
   t.same(readmeErrorTable().map(key).sort(), errorCatalogue.map(key).sort())
 })
 
-t.test('every domain error renders to a catalogued status and code', async (t) => {
-  // Every refusal the domain exports, so a new one cannot go unmapped.
-  const classes = (Object.values(domainErrors) as unknown[]).filter(
-    (v): v is new (a: string, b: string) => domainErrors.DomainError =>
-      typeof v === 'function' && v.prototype instanceof domainErrors.DomainError,
-  )
-  t.ok(classes.length >= 25, `${classes.length} domain refusals`)
-  const samples = classes.map((cls) => new cls('x', 'x'))
-  const catalogued = new Set(errorCatalogue.map(key))
-  for (const err of samples) {
+t.test('every domain refusal is registered: its own code, a catalogued status, never the 500 of an unregistered error', async (t) => {
+  t.ok(domainSamples.length >= 25, `${domainSamples.length} domain refusals`)
+  for (const err of domainSamples) {
     const rendered = renderError(err)
-    t.ok(catalogued.has(key(rendered)), `${err.name} renders as ${key(rendered)}`)
+    t.equal(rendered.code, err.code, `${err.name} keeps its code`)
+    t.ok(catalogued.has(key(rendered)) && rendered.status < 500, `${err.name} renders as ${key(rendered)}`)
+  }
+})
+
+t.test('an unregistered domain refusal is a 500 internal_error, not a guessed status', async (t) => {
+  class Unregistered extends domainErrors.DomainError {}
+  const rendered = renderError(new Unregistered('made_up', 'secret detail'))
+  t.same({ status: rendered.status, code: rendered.code }, { status: 500, code: 'internal_error' })
+  t.notMatch(rendered.message, /secret/)
+})
+
+t.test('every error class a use case exports is registered', async (t) => {
+  const exported: string[] = []
+  for (const { path } of sources('services/use-cases')) {
+    const module = (await import(`${repoRoot}${path}`)) as Record<string, unknown>
+    for (const value of Object.values(module)) {
+      if (typeof value === 'function' && value.prototype instanceof Error) exported.push(value.name)
+    }
+  }
+  t.same(exported.sort(), [...new Set(useCaseSamples.map((err) => err.name))].sort(), 'each has a sample here')
+  for (const err of useCaseSamples) {
+    const rendered = renderError(err)
+    t.ok(catalogued.has(key(rendered)) && rendered.status < 500, `${err.name} renders as ${key(rendered)}`)
+  }
+})
+
+t.test('codes come only from domain/errors.ts and the registry', async (t) => {
+  for (const { path, text } of codeSources) {
+    if (path === 'domain/errors.ts') continue
+    t.notMatch(text, /extends (DomainError|refusal\()/, `${path} defines no domain refusal of its own`)
+  }
+  const registry = readFileSync(`${repoRoot}services/roles/api/errors.ts`, 'utf8')
+  t.equal(registry.match(/new ApiError\(/g)?.length, 1, 'the registry makes ApiErrors only in edgeError')
+})
+
+t.test('every code the API answers is catalogued, and the catalogue lists none that nothing answers', async (t) => {
+  const answered = new Set([...edgeErrors, ...[...domainSamples, ...useCaseSamples].map((err) => renderError(err))].map(key))
+  t.same([...answered].sort(), [...catalogued].sort())
+})
+
+t.test('every registered refusal is thrown somewhere', async (t) => {
+  const elsewhere = (path: string) => codeSources.filter((s) => s.path !== path).map((s) => s.text)
+  for (const cls of domainClasses) {
+    t.ok(elsewhere('domain/errors.ts').some((text) => text.includes(`new ${cls.name}(`)), `${cls.name} is thrown`)
+  }
+  const registry = readFileSync(`${repoRoot}services/roles/api/errors.ts`, 'utf8')
+  for (const [, name] of registry.matchAll(/^export const (\w+) = edgeError\(/gm)) {
+    const called = new RegExp(`\\b${name}\\(`)
+    t.ok(elsewhere('services/roles/api/errors.ts').some((text) => called.test(text)), `${name} is used`)
   }
 })
 

@@ -22,7 +22,7 @@ import { startSmtpSink, tokenFromMail } from '../support/smtp-sink.ts'
 const run = promisify(execFile)
 /** The tsx loader by absolute URL, so the entry points can run with any working directory. */
 const tsx = import.meta.resolve('tsx')
-const entry = (name: string) => join(repoRoot, 'services', name)
+const entry = (name: string) => join(repoRoot, 'services', 'roles', name)
 
 /** The test runner's environment without JOBSVC_SECRET (it may carry one). */
 function envWithoutSecret(extra: Record<string, string>): NodeJS.ProcessEnv {

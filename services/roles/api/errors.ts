@@ -43,16 +43,18 @@ import {
 } from '../../../domain/errors.ts'
 import { isDatabaseUnavailable } from '../../../projections/database.ts'
 import { ConcurrencyConflict, isLogUnavailable } from '../../../streams/errors.ts'
+import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../use-cases/platform/accounts.ts'
 
 /**
  * An error that exists only at the HTTP edge (authentication, query parsing, routing). Domain
- * refusals stay DomainErrors and get their status from the registry below.
+ * refusals stay DomainErrors and get their status from the registry below. Only `edgeError`
+ * makes one, so every code the edge answers is a named refusal of this file.
  */
-export class ApiError extends Error {
+class ApiError extends Error {
   readonly status: number
   readonly code: string
   readonly headers: Record<string, string>
-  constructor(status: number, code: string, message: string, headers: Record<string, string> = {}) {
+  constructor(status: number, code: string, message: string, headers: Record<string, string>) {
     super(message)
     this.name = 'ApiError'
     this.status = status
@@ -60,23 +62,108 @@ export class ApiError extends Error {
     this.headers = headers
   }
 }
+export type { ApiError }
 
-export const unauthorized = (message = 'missing or invalid API key') => new ApiError(401, 'unauthorized', message)
-export const invalidRequest = (message: string, status = 400) => new ApiError(status, 'invalid_request', message)
-export const invalidLimit = (message: string) => new ApiError(400, 'invalid_limit', message)
-export const invalidCursor = () => new ApiError(400, 'invalid_cursor', 'the cursor is not one this service issued')
-export const forbidden = (message: string) => new ApiError(403, 'forbidden', message)
-export const serviceUnavailable = (message: string, retryAfterSeconds?: number) =>
-  new ApiError(503, 'service_unavailable', message, retryAfterSeconds === undefined ? {} : { 'Retry-After': String(retryAfterSeconds) })
+/** The status and code of every refusal `edgeError` has named, for the catalogue's test. */
+export const edgeErrors: Array<{ status: number; code: string }> = []
+
+/**
+ * A named refusal of the edge: one per code and status, so a code with two statuses has two.
+ * `describe` gives its message, or its message and headers.
+ */
+function edgeError<A extends unknown[]>(
+  status: number,
+  code: string,
+  describe: (...args: A) => string | { message: string; headers: Record<string, string> },
+): (...args: A) => ApiError {
+  edgeErrors.push({ status, code })
+  return (...args) => {
+    const described = describe(...args)
+    const { message, headers } = typeof described === 'string' ? { message: described, headers: {} } : described
+    return new ApiError(status, code, message, headers)
+  }
+}
+
+const retryAfter = (retryAfterMs: number) => ({ 'Retry-After': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) })
 /** A dependency outage: NATS reconnects every 250 ms and Postgres pools reconnect on the next query, so a short wait is enough. */
 const outageRetryAfterSeconds = 5
-export const validationError = (message: string) => new ApiError(400, 'validation_error', message)
-export const invalidEmail = (message = 'the e-mail address is malformed') => new ApiError(422, 'invalid_email', message)
-export const confirmRequired = () => new ApiError(400, 'confirm_required', 'pass confirm=<the account e-mail address> to delete the account')
-export const rateLimitExceeded = (retryAfterMs: number, message = 'too many requests; retry later') =>
-  new ApiError(429, 'rate_limit_exceeded', message, { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) })
-export const routeNotFound = (method: string, url: string) => new ApiError(404, 'route_not_found', `no route ${method} ${url}`)
-export const uriTooLong = (max: number) => new ApiError(414, 'invalid_request', `the request URI is over ${max} characters`)
+
+export const unauthorized = edgeError(401, 'unauthorized', (message?: string) => message ?? 'missing or invalid API key')
+export const invalidRequest = edgeError(400, 'invalid_request', (message: string) => message)
+export const invalidLimit = edgeError(400, 'invalid_limit', (message: string) => message)
+export const invalidCursor = edgeError(400, 'invalid_cursor', () => 'the cursor is not one this service issued')
+export const serviceUnavailable = edgeError(503, 'service_unavailable', (message: string, retryAfterSeconds?: number) =>
+  retryAfterSeconds === undefined ? message : { message, headers: { 'Retry-After': String(retryAfterSeconds) } },
+)
+export const validationError = edgeError(400, 'validation_error', (message: string) => message)
+export const invalidEmail = edgeError(422, 'invalid_email', (message?: string) => message ?? 'the e-mail address is malformed')
+export const confirmRequired = edgeError(400, 'confirm_required', () => 'pass confirm=<the account e-mail address> to delete the account')
+export const rateLimitExceeded = edgeError(429, 'rate_limit_exceeded', (retryAfterMs: number, message?: string) => ({
+  message: message ?? 'too many requests; retry later',
+  headers: retryAfter(retryAfterMs),
+}))
+const routeNotFound = edgeError(404, 'route_not_found', (method: string, url: string) => `no route ${method} ${url}`)
+export const uriTooLong = edgeError(414, 'invalid_request', (max: number) => `the request URI is over ${max} characters`)
+const bodyTooLarge = edgeError(413, 'invalid_request', (message: string) => message)
+const unsupportedMediaType = edgeError(415, 'invalid_request', (message: string) => message)
+const requestTimeout = edgeError(408, 'invalid_request', () => 'the request was not received in time')
+const headersTooLarge = edgeError(431, 'invalid_request', () => 'the request line and headers are over the size limit')
+const internalError = edgeError(500, 'internal_error', () => 'internal error; safe to retry with backoff')
+
+export const invalidIdempotencyKey = edgeError(400, 'invalid_idempotency_key', () => 'Idempotency-Key must be 1 to 200 of A-Z a-z 0-9 _ -')
+export const idempotencyKeyReuse = edgeError(409, 'idempotency_key_reuse', (message: string) => message)
+
+export const invalidFrom = edgeError(400, 'invalid_from', () => 'from must be an ISO 8601 date-time')
+export const invalidUntil = edgeError(400, 'invalid_until', () => 'until must be an ISO 8601 date-time')
+export const invalidRange = edgeError(400, 'invalid_range', () => 'from must be before until')
+export const rangeTooLarge = edgeError(400, 'range_too_large', (message?: string) => message ?? 'the window is at most 90 days')
+export const invalidFormat = edgeError(400, 'invalid_format', () => 'format must be jsonl or csv')
+
+export const displayNameTooLong = edgeError(400, 'display_name_too_long', () => 'display_name must be at most 100 characters')
+export const invalidLocale = edgeError(400, 'invalid_locale', (locale: string) => `${JSON.stringify(locale)} is not a known BCP-47 locale`)
+
+export const billingDisabled = edgeError(503, 'billing_disabled', () => 'billing is not configured on this installation')
+export const missingSignature = edgeError(400, 'missing_signature', (header: string) => `the ${header} header is missing`)
+export const invalidSignature = edgeError(400, 'invalid_signature', () => 'the signature does not verify or its timestamp is outside 5 minutes')
+
+const invalidCredentials = edgeError(401, 'invalid_credentials', (message: string) => message)
+/** At login a wrong second factor is 401; on the 2FA routes it is the domain's InvalidTotpCode, 400. */
+const invalidTotpCodeAtLogin = edgeError(401, 'invalid_totp_code', () => 'the two-factor code is wrong or was already used')
+const emailNotVerified = edgeError(403, 'email_not_verified', () => 'verify your e-mail address first')
+const totpRequired = edgeError(403, 'totp_required', () => 'two-factor authentication is on: send totp_code or recovery_code')
+const accountSuspended = edgeError(403, 'account_suspended', () => 'this account is suspended')
+const accountLocked = edgeError(429, 'account_locked', (retryAfterMs: number) => ({
+  message: 'too many failed logins; try again later',
+  headers: retryAfter(retryAfterMs),
+}))
+/**
+ * 409, not 500: the sealed TOTP secret cannot be read with this installation's JOBSVC_SECRET.
+ * Retrying does not help; restoring the secret it was sealed under does (recovery codes, which
+ * are digests, still log in meanwhile), and a pending secret is replaced by setting up again.
+ */
+const totpSecretUnreadable = edgeError(
+  409,
+  'totp_secret_unreadable',
+  (pending: boolean) =>
+    `the two-factor secret cannot be read on this installation (its JOBSVC_SECRET changed); ${pending ? 'call 2fa/setup again for a new secret' : 'log in with a recovery code, or ask the operator to restore the secret'}`,
+)
+
+const loginRefusals: Record<LoginRefused['reason'], (err: LoginRefused) => ApiError> = {
+  invalid_credentials: () => invalidCredentials('wrong e-mail or password'),
+  invalid_totp_code: () => invalidTotpCodeAtLogin(),
+  email_not_verified: () => emailNotVerified(),
+  totp_required: () => totpRequired(),
+  account_suspended: () => accountSuspended(),
+  account_locked: (err) => accountLocked(err.retryAfterMs),
+}
+
+/** The use cases' refusals that are not the domain's: a login's, a wrong current password, an unreadable TOTP secret. */
+function useCaseRefusal(err: unknown): ApiError | null {
+  if (err instanceof LoginRefused) return loginRefusals[err.reason](err)
+  if (err instanceof WrongPassword) return invalidCredentials('the password is wrong')
+  if (err instanceof TotpSecretUnreadable) return totpSecretUnreadable(err.pending)
+  return null
+}
 
 type DomainErrorClass = abstract new (...args: never[]) => DomainError
 
@@ -98,7 +185,7 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [TotpAlreadyEnabled, 409],
   [TotpNotEnabled, 409],
   [TotpNotInitialized, 400],
-  // At login a wrong second factor is 401; the login route answers that itself.
+  // At login a wrong second factor is 401 (a LoginRefused, below).
   [InvalidTotpCode, 400],
   [KeyRevoked, 409],
   [AlreadyRevoked, 409],
@@ -208,13 +295,13 @@ interface Rendered {
 }
 
 /** Fastify's own errors for bodies it could not read, by its error code. */
-const fastifyBodyErrors: Record<string, number> = {
-  FST_ERR_CTP_INVALID_JSON_BODY: 400,
-  FST_ERR_CTP_EMPTY_JSON_BODY: 400,
-  FST_ERR_CTP_BODY_TOO_LARGE: 413,
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 415,
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 400,
-  FST_ERR_CTP_INVALID_TYPE: 400,
+const fastifyBodyErrors: Record<string, (message: string) => ApiError> = {
+  FST_ERR_CTP_INVALID_JSON_BODY: invalidRequest,
+  FST_ERR_CTP_EMPTY_JSON_BODY: invalidRequest,
+  FST_ERR_CTP_BODY_TOO_LARGE: bodyTooLarge,
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: unsupportedMediaType,
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: invalidRequest,
+  FST_ERR_CTP_INVALID_TYPE: invalidRequest,
 }
 
 /** Names the first failure as `body.field: message` (the spec: validation stops at the first). */
@@ -227,33 +314,42 @@ function describeValidation(err: FastifyError): string {
   return err.message
 }
 
-/** Maps anything thrown to the envelope's status, code and message. */
-export function renderError(err: unknown): Rendered {
-  if (err instanceof ApiError) return { status: err.status, code: err.code, message: err.message, headers: err.headers }
+/**
+ * Anything thrown as a registered refusal: the edge's own, the use cases', a domain refusal with
+ * its registered status, an outage, or one of Fastify's request errors; null for anything else.
+ */
+function toRefusal(err: unknown): Rendered | null {
+  if (err instanceof ApiError) return err
   if (err instanceof DomainError) {
-    const status = domainStatuses.find(([cls]) => err instanceof cls)?.[1] ?? 409
-    return { status, code: err.code, message: err.message }
+    const status = domainStatuses.find(([cls]) => err instanceof cls)?.[1]
+    return status === undefined ? null : { status, code: err.code, message: err.message }
   }
-  if (isLogUnavailable(err)) {
-    return { status: 503, code: 'service_unavailable', message: 'the event log (NATS) is unavailable; retry with backoff', headers: { 'Retry-After': String(outageRetryAfterSeconds) } }
-  }
-  if (isDatabaseUnavailable(err)) {
-    return { status: 503, code: 'service_unavailable', message: 'the database (Postgres) is unavailable; retry with backoff', headers: { 'Retry-After': String(outageRetryAfterSeconds) } }
-  }
-  if (err instanceof ConcurrencyConflict) {
-    return { status: 409, code: 'invalid_state', message: 'the job changed concurrently; read it again and retry' }
-  }
+  const refused = useCaseRefusal(err)
+  if (refused !== null) return refused
+  if (isLogUnavailable(err)) return serviceUnavailable('the event log (NATS) is unavailable; retry with backoff', outageRetryAfterSeconds)
+  if (isDatabaseUnavailable(err)) return serviceUnavailable('the database (Postgres) is unavailable; retry with backoff', outageRetryAfterSeconds)
+  if (err instanceof ConcurrencyConflict) return toRefusal(new InvalidState('the job changed concurrently; read it again and retry'))
   const fe = err as FastifyError
-  if (fe && typeof fe === 'object' && fe.validation) {
-    return { status: 400, code: 'invalid_request', message: describeValidation(fe) }
-  }
-  if (fe && typeof fe.code === 'string' && fe.code in fastifyBodyErrors) {
-    return { status: fastifyBodyErrors[fe.code]!, code: 'invalid_request', message: fe.message }
-  }
+  if (fe && typeof fe === 'object' && fe.validation) return invalidRequest(describeValidation(fe))
+  if (fe && typeof fe.code === 'string' && fe.code in fastifyBodyErrors) return fastifyBodyErrors[fe.code]!(fe.message)
+  return null
+}
+
+/**
+ * Maps anything thrown to the envelope's status, code and message. An error nothing registers
+ * (a DomainError left out of `domainStatuses` included) is a 500 whose message is hidden; the
+ * caller logs it.
+ */
+export function renderError(err: unknown): Rendered {
+  const refusal = toRefusal(err)
+  if (refusal !== null) return { status: refusal.status, code: refusal.code, message: refusal.message, headers: refusal.headers }
+  const fe = err as FastifyError
+  // Fastify's other client errors (a malformed URL, an over-long parameter) keep their status.
   if (fe && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
     return { status: fe.statusCode, code: 'invalid_request', message: fe.message }
   }
-  return { status: 500, code: 'internal_error', message: 'internal error; safe to retry with backoff' }
+  const internal = internalError()
+  return { status: internal.status, code: internal.code, message: internal.message }
 }
 
 function logServerSide(request: FastifyRequest, rendered: Rendered, err: unknown, what: string): void {
@@ -305,15 +401,13 @@ export function itemFailure(request: FastifyRequest, err: unknown): ItemFailure 
  * Node does, since the parser cannot find the next request on it.
  */
 export function rawClientErrorResponse(err: { code?: string }, requestId: string): string {
-  const [status, message] =
+  const { status, code, message } =
     err.code === 'HPE_HEADER_OVERFLOW'
-      ? [431, 'the request line and headers are over the size limit']
+      ? headersTooLarge()
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? [408, 'the request was not received in time']
-        : err.code === 'HPE_INVALID_METHOD'
-          ? [400, 'unknown HTTP method']
-          : [400, 'malformed HTTP request']
-  const body = JSON.stringify({ error: { code: 'invalid_request', message, request_id: requestId } })
+        ? requestTimeout()
+        : invalidRequest(err.code === 'HPE_INVALID_METHOD' ? 'unknown HTTP method' : 'malformed HTTP request')
+  const body = JSON.stringify({ error: { code, message, request_id: requestId } })
   return [
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}`,
     'Content-Type: application/json; charset=utf-8',

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, onSendHookHandler, 
 import { fingerprintOf, IdempotencyStore, isIdempotencyKey, type Reservation } from '../../use-cases/metering/idempotency.ts'
 import { deriveKey } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import { ApiError } from './errors.ts'
+import { idempotencyKeyReuse, invalidIdempotencyKey, type ApiError } from './errors.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -15,9 +15,6 @@ const stateChanging = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 const repeatedHeaders = ['location', 'x-event-seq', 'deprecation']
 /** RFC 9745: the body-field `idempotency_key` is deprecated since the platform's beta (2026-04-14). */
 export const bodyKeyDeprecation = '@1776124800'
-
-const invalidKey = () =>
-  new ApiError(400, 'invalid_idempotency_key', 'Idempotency-Key must be 1 to 200 of A-Z a-z 0-9 _ -')
 
 function bodyKeyOf(request: FastifyRequest): string | null {
   const body = request.body as { idempotency_key?: unknown } | undefined
@@ -40,15 +37,15 @@ export function openIdempotencyStore(deps: Deps): IdempotencyStore {
 export function keyRefusal(outcome: 'mismatch' | 'in_flight' | 'unreadable' | 'unstored'): ApiError {
   switch (outcome) {
     case 'mismatch':
-      return new ApiError(409, 'idempotency_key_reuse', 'this Idempotency-Key was used with a different request')
+      return idempotencyKeyReuse('this Idempotency-Key was used with a different request')
     case 'in_flight':
-      return new ApiError(409, 'idempotency_key_reuse', 'a request with this Idempotency-Key is still running; retry shortly')
+      return idempotencyKeyReuse('a request with this Idempotency-Key is still running; retry shortly')
     case 'unreadable':
       // Running it again could do twice what the first did; repeating it needs the secret it
       // was sealed under. The key expires 24 hours after its first use.
-      return new ApiError(409, 'idempotency_key_reuse', "this Idempotency-Key's stored answer cannot be read (the service's JOBSVC_SECRET changed); use a new key")
+      return idempotencyKeyReuse("this Idempotency-Key's stored answer cannot be read (the service's JOBSVC_SECRET changed); use a new key")
     case 'unstored':
-      return new ApiError(409, 'idempotency_key_reuse', "this Idempotency-Key's request ran, but its answer was too large to keep for replays; use a new key")
+      return idempotencyKeyReuse("this Idempotency-Key's request ran, but its answer was too large to keep for replays; use a new key")
   }
 }
 
@@ -106,7 +103,7 @@ export function registerIdempotency(app: FastifyInstance, deps: Deps, store: Ide
   // passes through three plain function calls and no promise.
   const checkKeyHeader: preValidationHookHandler = (request, _reply, done) => {
     const header = request.headers['idempotency-key']
-    if (header !== undefined && (Array.isArray(header) || !isIdempotencyKey(header))) return done(invalidKey())
+    if (header !== undefined && (Array.isArray(header) || !isIdempotencyKey(header))) return done(invalidIdempotencyKey())
     done()
   }
 

@@ -4,7 +4,7 @@ import type { FastifyReply } from 'fastify'
 import type { PendingQuery } from 'postgres'
 import type { Sql } from '../../../projections/database.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import { ApiError } from './errors.ts'
+import { invalidFormat, invalidFrom, invalidRange, invalidUntil, rangeTooLarge } from './errors.ts'
 
 /** Spec, Exports: windows of at most 90 days, one export per project per 60 s. */
 export const maxWindowMs = 90 * 24 * 60 * 60 * 1000
@@ -24,13 +24,13 @@ export interface ExportWindow {
  */
 export function windowBound(value: string, bound: 'from' | 'until'): Date {
   const at = /^\d{4}-\d{2}-\d{2}/.test(value) ? Date.parse(value) : Number.NaN
-  if (!Number.isFinite(at)) throw new ApiError(400, `invalid_${bound}`, `${bound} must be an ISO 8601 date-time`)
+  if (!Number.isFinite(at)) throw bound === 'from' ? invalidFrom() : invalidUntil()
   return new Date(at)
 }
 
 /** 400 `invalid_range` unless `from` is before `until`. */
 export function assertOrderedWindow(from: Date, until: Date): void {
-  if (from.getTime() >= until.getTime()) throw new ApiError(400, 'invalid_range', 'from must be before until')
+  if (from.getTime() >= until.getTime()) throw invalidRange()
 }
 
 /** The spec's window rules, in its order of codes. */
@@ -38,9 +38,9 @@ export function parseExportWindow(query: { from?: string | undefined; until?: st
   const from = windowBound(query.from ?? '', 'from')
   const until = windowBound(query.until ?? '', 'until')
   assertOrderedWindow(from, until)
-  if (until.getTime() - from.getTime() > maxWindowMs) throw new ApiError(400, 'range_too_large', 'the window is at most 90 days')
+  if (until.getTime() - from.getTime() > maxWindowMs) throw rangeTooLarge()
   const format = query.format ?? 'jsonl'
-  if (format !== 'jsonl' && format !== 'csv') throw new ApiError(400, 'invalid_format', 'format must be jsonl or csv')
+  if (format !== 'jsonl' && format !== 'csv') throw invalidFormat()
   return { from, until, format }
 }
 

@@ -65,7 +65,7 @@ export function toNewJob(request: JobRequest): NewJob {
   }
 }
 
-function refusalError(refusal: AllowanceRefusal): Error {
+function refusalError(refusal: AllowanceRefusal): SpendCapReached | MonthlyAllowanceExceeded {
   return refusal === 'spend_cap_reached' ? new SpendCapReached('the spend cap is reached') : new MonthlyAllowanceExceeded("this period's job allowance is used up")
 }
 

@@ -93,12 +93,15 @@ export class LoginRefused extends Error {
 
 /**
  * The user's TOTP secret was sealed under another JOBSVC_SECRET than this process holds (the
- * secret was changed or lost), so no code can be checked against it.
+ * secret was changed or lost), so no code can be checked against it. A pending secret (set up,
+ * not yet verified) is mended by setting up again; an enabled one is not.
  */
 export class TotpSecretUnreadable extends Error {
-  constructor(options: { cause: unknown }) {
+  readonly pending: boolean
+  constructor(options: { cause: unknown; pending: boolean }) {
     super('the two-factor secret cannot be decrypted with this JOBSVC_SECRET', options)
     this.name = 'TotpSecretUnreadable'
+    this.pending = options.pending
   }
 }
 
@@ -383,7 +386,7 @@ export class AccountService {
     } catch (err) {
       // The operator's problem more than the user's: said once per attempt in the log.
       this.#deps.log.error({ err, user_id: user.id }, 'a TOTP secret cannot be decrypted: it was sealed under another JOBSVC_SECRET')
-      throw new TotpSecretUnreadable({ cause: err })
+      throw new TotpSecretUnreadable({ cause: err, pending: user.totp!.enabled_at === null })
     }
   }
 

@@ -1,11 +1,12 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import { Forbidden } from '../../../../domain/errors.ts'
 import { hasRoleAtLeast } from '../../../../domain/project.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
 import { admitProjectRequest } from '../request-limit.ts'
-import { forbidden, rateLimitExceeded } from '../errors.ts'
+import { rateLimitExceeded } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendExport, type ExportLayout } from '../jobs-export.ts'
 import { mediaResponse, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
@@ -80,7 +81,7 @@ export function auditLogExportRoutes(ctx: ApiContext): FastifyPluginAsync {
       const { project, role } = await ctx.team.load(user, request.params.projectId)
       await admitProjectRequest(ctx, project, reply)
       // Checked before the cooldown, so that a viewer cannot hold the admins' export back.
-      if (!hasRoleAtLeast(role, 'admin')) throw forbidden('exporting the audit log needs the project role admin or owner')
+      if (!hasRoleAtLeast(role, 'admin')) throw new Forbidden('exporting the audit log needs the project role admin or owner')
       const window = parseExportWindow(request.query)
       const verdict = await ctx.accounts.limits.takeCooldown('audit-log-export', project.id, exportCooldownMs, deps.now())
       if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'one audit-log export per project per 60 seconds')

@@ -1,11 +1,12 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import { Forbidden } from '../../../../domain/errors.ts'
 import { jobStates, type Job } from '../../../../domain/job.ts'
 import { maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
 import type { ApiContext } from '../context.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
-import { forbidden, invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
+import { invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../jobs-export.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import { quotaHeaders } from '../../../use-cases/metering/allowance.ts'
@@ -511,7 +512,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     })
 
     app.post('/:jobId/cancel', { schema: cancelSchema }, async (request, reply) => {
-      if (!hasRoleAtLeast(request.principal.role, 'member')) throw forbidden('cancelling a job needs the project role member or above')
+      if (!hasRoleAtLeast(request.principal.role, 'member')) throw new Forbidden('cancelling a job needs the project role member or above')
       const { job, seq } = await jobs.cancel(request.principal.projectId, request.params.jobId)
       return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state })
     })

@@ -4,7 +4,7 @@ import { z } from 'zod'
 import { jobStates } from '../../../../domain/job.ts'
 import { throughputResolutions, type Resolution } from '../../../../domain/job-metrics.ts'
 import type { ApiContext } from '../context.ts'
-import { ApiError, invalidRequest } from '../errors.ts'
+import { invalidRequest, rangeTooLarge } from '../errors.ts'
 import { errorResponses, instant } from '../openapi.ts'
 import { assertOrderedWindow, windowBound } from '../jobs-export.ts'
 import { clampLimit } from '../pagination.ts'
@@ -185,7 +185,7 @@ export function metricsRoutes(ctx: ApiContext): FastifyPluginAsync {
         if (span > maxThroughputWindowMs[resolution]) {
           const hours = maxThroughputWindowMs[resolution] / hourMs
           const limit = hours < 24 ? `${hours} hours` : `${hours / 24} days`
-          throw new ApiError(400, 'range_too_large', `a ${resolution} interval serves windows of at most ${limit}`)
+          throw rangeTooLarge(`a ${resolution} interval serves windows of at most ${limit}`)
         }
         await awaitOwnWrites(ctx, projectId, q.min_seq)
         return {
@@ -213,7 +213,7 @@ export function metricsRoutes(ctx: ApiContext): FastifyPluginAsync {
         const q = request.query
         const projectId = request.principal.projectId
         const window = parseWindow(q, deps.now(), dayMs)
-        if (window.until.getTime() - window.from.getTime() > maxJobTypesWindowMs) throw new ApiError(400, 'range_too_large', 'the window is at most 90 days')
+        if (window.until.getTime() - window.from.getTime() > maxJobTypesWindowMs) throw rangeTooLarge()
         await awaitOwnWrites(ctx, projectId, q.min_seq)
         const data = await topJobTypes(deps, projectId, { ...window, limit: clampLimit(q.limit, 10, 1, 100) })
         return { from: window.from.toISOString(), until: window.until.toISOString(), data }

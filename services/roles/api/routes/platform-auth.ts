@@ -2,16 +2,16 @@ import type { FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { isIanaTimezone } from '../../../use-cases/jobs/recurring-service.ts'
-import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../../use-cases/platform/accounts.ts'
 import { expiredSessionCookie, sessionCookie, sessionTokenOf } from '../../../use-cases/platform/sessions.ts'
 import { recoveryCodePattern } from '../../../use-cases/platform/totp.ts'
 import type { ApiContext } from '../context.ts'
-import { ApiError, invalidEmail, rateLimitExceeded, validationError } from '../errors.ts'
+import { displayNameTooLong, invalidEmail, invalidLocale, rateLimitExceeded, validationError } from '../errors.ts'
 import { bodyCodes, instant, noContent, noSecurity, publicErrorResponses, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
 import { boundedString, patternText } from '../text-fields.ts'
 import { isEmailAddress, maxEmailLength } from '../../../../domain/email-address.ts'
 import { signupPlans } from '../../../../domain/project.ts'
+import { InvalidTimezone } from '../../../../domain/errors.ts'
 
 /** Shape is checked by the route: the spec's 422 `invalid_email` is for a string that is present but malformed. */
 const emailText = boundedString(maxEmailLength).trim().min(1)
@@ -219,37 +219,6 @@ function requireEmailShape(email: string): string {
   return email
 }
 
-const loginErrors: Record<LoginRefused['reason'], { status: number; message: string }> = {
-  invalid_credentials: { status: 401, message: 'wrong e-mail or password' },
-  invalid_totp_code: { status: 401, message: 'the two-factor code is wrong or was already used' },
-  email_not_verified: { status: 403, message: 'verify your e-mail address first' },
-  totp_required: { status: 403, message: 'two-factor authentication is on: send totp_code or recovery_code' },
-  account_suspended: { status: 403, message: 'this account is suspended' },
-  account_locked: { status: 429, message: 'too many failed logins; try again later' },
-}
-
-function loginError(err: LoginRefused): ApiError {
-  const { status, message } = loginErrors[err.reason]
-  const headers: Record<string, string> = err.reason === 'account_locked' ? { 'Retry-After': String(Math.max(1, Math.ceil(err.retryAfterMs / 1000))) } : {}
-  return new ApiError(status, err.reason, message, headers)
-}
-
-const wrongPassword = (err: unknown): never => {
-  if (err instanceof WrongPassword) throw new ApiError(401, 'invalid_credentials', 'the password is wrong')
-  throw err
-}
-
-/**
- * 409, not 500: the sealed TOTP secret cannot be read with this installation's JOBSVC_SECRET.
- * Retrying does not help; restoring the secret it was sealed under does (recovery codes, which
- * are digests, still log in meanwhile).
- */
-const totpSecretUnreadable = (advice: string) => (err: unknown): never => {
-  if (err instanceof TotpSecretUnreadable) throw new ApiError(409, 'totp_secret_unreadable', `the two-factor secret cannot be read on this installation (its JOBSVC_SECRET changed); ${advice}`)
-  throw err
-}
-const enabledSecretUnreadable = totpSecretUnreadable('log in with a recovery code, or ask the operator to restore the secret')
-
 /** A body the 2FA routes validate themselves: their spec'd code is `validation_error`. */
 function twoFactorBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
   const parsed = schema.safeParse(body ?? {})
@@ -296,12 +265,7 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     r.post('/login', { schema: loginSchema }, async (request, reply) => {
       const b = request.body
-      const result = await ctx.accounts
-        .login({ email: b.email, password: b.password, totpCode: b.totp_code, recoveryCode: b.recovery_code })
-        .catch((err) => {
-          if (err instanceof LoginRefused) throw loginError(err)
-          return enabledSecretUnreadable(err)
-        })
+      const result = await ctx.accounts.login({ email: b.email, password: b.password, totpCode: b.totp_code, recoveryCode: b.recovery_code })
       setSession(reply, result.session)
       return {
         user_id: result.user.id,
@@ -351,16 +315,16 @@ export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
       if (b.display_name !== undefined) {
         const trimmed = b.display_name?.trim() ?? ''
         // Characters as a person counts them (code points), not UTF-16 units.
-        if ([...trimmed].length > 100) throw new ApiError(400, 'display_name_too_long', 'display_name must be at most 100 characters')
+        if ([...trimmed].length > 100) throw displayNameTooLong()
         changes.display_name = trimmed === '' ? null : trimmed
       }
       if (b.timezone !== undefined) {
-        if (!isIanaTimezone(b.timezone)) throw new ApiError(400, 'invalid_timezone', `${JSON.stringify(b.timezone)} is not an IANA timezone`)
+        if (!isIanaTimezone(b.timezone)) throw new InvalidTimezone(`${JSON.stringify(b.timezone)} is not an IANA timezone`)
         changes.timezone = b.timezone
       }
       if (b.locale !== undefined) {
         const locale = isKnownLocale(b.locale)
-        if (locale === null) throw new ApiError(400, 'invalid_locale', `${JSON.stringify(b.locale)} is not a known BCP-47 locale`)
+        if (locale === null) throw invalidLocale(b.locale)
         changes.locale = locale
       }
       await ctx.accounts.updateProfile(user, changes)
@@ -369,7 +333,7 @@ export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     r.post('/change-password', { schema: changePasswordSchema }, async (request, reply) => {
       const user = await userOf(request)
-      const changed = await ctx.accounts.changePassword(user, request.body.current_password, request.body.new_password).catch(wrongPassword)
+      const changed = await ctx.accounts.changePassword(user, request.body.current_password, request.body.new_password)
       // Every earlier session ends, this one included; the caller gets a fresh one.
       setSession(reply, await ctx.accounts.sessions.issue(changed.id, ctx.deps.now()))
       return { message: messages.changePassword }
@@ -385,14 +349,14 @@ export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
     r.post('/2fa/verify', { schema: totpVerifySchema, attachValidation: true }, async (request) => {
       const user = await userOf(request)
       const { code } = twoFactorBody(totpCodeBody, request.body)
-      const enabled = await ctx.accounts.enableTotp(user, code).catch(totpSecretUnreadable('call 2fa/setup again for a new secret'))
+      const enabled = await ctx.accounts.enableTotp(user, code)
       return { enabled: true as const, enabled_at: enabled.totp!.enabled_at! }
     })
 
     r.post('/2fa/disable', { schema: totpDisableSchema, attachValidation: true }, async (request) => {
       const user = await userOf(request)
       const { password, code } = twoFactorBody(disableTotpBody, request.body)
-      await ctx.accounts.disableTotp(user, password, code).catch(wrongPassword).catch(enabledSecretUnreadable)
+      await ctx.accounts.disableTotp(user, password, code)
       return { message: messages.disable }
     })
 

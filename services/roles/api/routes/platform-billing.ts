@@ -7,7 +7,7 @@ import { billingOf, billingStates, plans, type Project } from '../../../../domai
 import { checkSignature, signatureHeader } from '../../../use-cases/metering/provider-signature.ts'
 import { projectRef } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
-import { ApiError, invalidRequest } from '../errors.ts'
+import { billingDisabled, invalidRequest, invalidSignature, missingSignature } from '../errors.ts'
 import { bodyCodes, instant, noSecurity, publicErrorResponses, sessionErrorResponses } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
 
@@ -111,12 +111,12 @@ export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.withTypeProvider<ZodTypeProvider>().post('/billing/webhook', { schema: providerWebhookSchema, config: { documentedBody: providerEvent } }, async (request) => {
       const secret = ctx.deps.config.billingWebhookSecret
-      if (secret === null) throw new ApiError(503, 'billing_disabled', 'billing is not configured on this installation')
+      if (secret === null) throw billingDisabled()
       const raw = typeof request.body === 'string' ? request.body : ''
       const header = request.headers[signatureHeader]
       const check = checkSignature(secret, Array.isArray(header) ? header.join(',') : header, raw, ctx.deps.now())
-      if (check === 'missing') throw new ApiError(400, 'missing_signature', `the ${signatureHeader} header is missing`)
-      if (check === 'invalid') throw new ApiError(400, 'invalid_signature', 'the signature does not verify or its timestamp is outside 5 minutes')
+      if (check === 'missing') throw missingSignature(signatureHeader)
+      if (check === 'invalid') throw invalidSignature()
       let parsed: unknown
       try {
         parsed = JSON.parse(raw)
