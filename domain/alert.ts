@@ -1,6 +1,5 @@
-import type { Decider } from './decider.ts'
+import type { CommandMeta, Decider } from './decider.ts'
 import { AlertNotFound } from './errors.ts'
-import type { CommandMeta } from './job.ts'
 
 /**
  * An alert setting of a project: a condition on its jobs, evaluated by the scheduler, and where

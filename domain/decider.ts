@@ -1,4 +1,13 @@
 /**
+ * What the edge passes in on every command so that `decide` stays deterministic: `now` is an ISO
+ * instant; `random` is in [0, 1) and only feeds the job's retry jitter.
+ */
+export interface CommandMeta {
+  now: string
+  random?: number
+}
+
+/**
  * The shape every aggregate follows (Emmett's decider): `decide` turns a command and the current
  * state into events or throws a DomainError; `evolve` folds one event into the state. Both are
  * pure: time, ids and randomness arrive on the command.

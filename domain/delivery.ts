@@ -1,6 +1,5 @@
-import type { Decider } from './decider.ts'
+import type { CommandMeta, Decider } from './decider.ts'
 import { InvalidState } from './errors.ts'
-import type { CommandMeta } from './job.ts'
 
 /**
  * One event's delivery to one webhook subscription: scheduled once (its id is derived from the

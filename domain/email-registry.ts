@@ -1,6 +1,5 @@
-import type { Decider } from './decider.ts'
+import type { CommandMeta, Decider } from './decider.ts'
 import { EmailAlreadyRegistered } from './errors.ts'
-import type { CommandMeta } from './job.ts'
 
 /**
  * One aggregate per e-mail address (its id is a digest of the normalised address): it makes

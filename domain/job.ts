@@ -1,4 +1,4 @@
-import type { Decider } from './decider.ts'
+import type { CommandMeta, Decider } from './decider.ts'
 import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './errors.ts'
 
 /**
@@ -127,12 +127,6 @@ export type JobEvent =
   | { type: 'job_retried'; data: { attempt: number; max_attempts: number; previous_state: 'failed' | 'dead_letter'; retried_at: string } }
 
 export type JobEventType = JobEvent['type']
-
-/** `now` is an ISO instant; `random` is in [0, 1) and only feeds the retry jitter. */
-export interface CommandMeta {
-  now: string
-  random?: number
-}
 
 export type JobCommand =
   | {

@@ -1,5 +1,4 @@
-import type { Decider } from './decider.ts'
-import type { CommandMeta } from './job.ts'
+import type { CommandMeta, Decider } from './decider.ts'
 import {
   AlreadyRevoked,
   CannotModifyOwner,

@@ -1,6 +1,5 @@
 import { canonicalJson } from './canonical-json.ts'
-import type { Decider } from './decider.ts'
-import type { CommandMeta } from './job.ts'
+import type { CommandMeta, Decider } from './decider.ts'
 import { RecurringJobNotFound, RecurringJobTypeConflict } from './errors.ts'
 
 /**

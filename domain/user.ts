@@ -1,4 +1,4 @@
-import type { Decider } from './decider.ts'
+import type { CommandMeta, Decider } from './decider.ts'
 import {
   InvalidResetToken,
   InvalidTotpCode,
@@ -8,7 +8,6 @@ import {
   TotpNotInitialized,
   UserNotFound,
 } from './errors.ts'
-import type { CommandMeta } from './job.ts'
 
 /**
  * A dashboard user and the account that verifying their address opens. Secrets never reach

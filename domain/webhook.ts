@@ -1,6 +1,5 @@
-import type { Decider } from './decider.ts'
+import type { CommandMeta, Decider } from './decider.ts'
 import { WebhookNotFound } from './errors.ts'
-import type { CommandMeta } from './job.ts'
 
 /**
  * A project's webhook subscription. The signing secret is held only sealed (AES-256-GCM at the
