@@ -1,4 +1,4 @@
-import type { CommandMeta, Decider } from './decider.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { AlertNotFound } from './errors.ts'
 
 /**
@@ -115,7 +115,7 @@ function evolve(state: AlertAggregate, event: AlertEvent): AlertAggregate {
       deleted: false,
     }
   }
-  if (state === null) throw new AlertNotFound(`${event.type} before alert_created`)
+  if (state === null) throw new EventBeforeCreation(event.type, 'alert_created')
   switch (event.type) {
     case 'alert_updated': {
       const { updated_at, ...settings } = event.data

@@ -1,4 +1,4 @@
-import type { CommandMeta, Decider } from './decider.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { InvalidState } from './errors.ts'
 
 /**
@@ -80,7 +80,7 @@ function evolve(state: DeliveryAggregate, event: DeliveryEvent): DeliveryAggrega
       created_at: d.scheduled_at,
     }
   }
-  if (state === null) throw new InvalidState('delivery_attempted before delivery_scheduled')
+  if (state === null) throw new EventBeforeCreation(event.type, 'delivery_scheduled')
   return { ...state, attempt: event.data.attempt, status: event.data.status, response_status: event.data.response_status, attempted_at: event.data.attempted_at }
 }
 

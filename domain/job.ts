@@ -1,4 +1,4 @@
-import type { CommandMeta, Decider } from './decider.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './errors.ts'
 
 /**
@@ -452,7 +452,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       updated_at: d.created_at,
     }
   }
-  if (state === null) return state
+  if (state === null) throw new EventBeforeCreation(event.type, 'job_created')
   switch (event.type) {
     case 'job_child_attached':
       return { ...state, children: [...state.children, event.data.child_job_id], updated_at: event.data.attached_at }

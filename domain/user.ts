@@ -1,4 +1,4 @@
-import type { CommandMeta, Decider } from './decider.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import {
   InvalidResetToken,
   InvalidTotpCode,
@@ -296,7 +296,7 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
       project_ids: [],
     }
   }
-  if (state === null) throw new UserNotFound(`${event.type} before user_signed_up`)
+  if (state === null) throw new EventBeforeCreation(event.type, 'user_signed_up')
   switch (event.type) {
     case 'terms_accepted':
       return { ...state, terms_accepted_at: event.data.accepted_at }

@@ -1,4 +1,4 @@
-import type { CommandMeta, Decider } from './decider.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { WebhookNotFound } from './errors.ts'
 
 /**
@@ -114,7 +114,7 @@ function evolve(state: WebhookAggregate, event: WebhookEvent): WebhookAggregate 
       deleted: false,
     }
   }
-  if (state === null) throw new WebhookNotFound(`${event.type} before webhook_created`)
+  if (state === null) throw new EventBeforeCreation(event.type, 'webhook_created')
   switch (event.type) {
     case 'webhook_updated': {
       const { updated_at, ...changes } = event.data

@@ -4,7 +4,7 @@ import t from 'tap'
 import { fold } from '../../domain/decider.ts'
 import { AlertNotFound } from '../../domain/errors.ts'
 import { alertDecider, type AlertAggregate, type AlertCommand, type AlertEvent, type AlertSettings } from '../../domain/alert.ts'
-import { deciderSpec } from '../support/decider-spec.ts'
+import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const t0 = '2025-03-01T12:00:00.000Z'
 const t1 = '2025-03-01T12:05:00.000Z'
@@ -155,8 +155,8 @@ t.test('a deleted or unknown alert records nothing on evaluation', async (t) => 
   deciderSpec(t, alertDecider).given([]).when(evaluate(100)).then([], 'never created')
 })
 
-t.test('evolve refuses an event before alert_created', async (t) => {
-  t.throws(() => alertDecider.evolve(null, triggered(3)), AlertNotFound)
+t.test('evolve on a missing state: alert_created builds it, any other event throws', async (t) => {
+  evolveOnMissingState(t, alertDecider, created(), [updated(), triggered(3), resolved(1), deleted()])
 })
 
 /**
