@@ -1,5 +1,5 @@
 import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
-import { AlertNotFound } from './errors.ts'
+import { AlertAlreadyExists, AlertNotFound } from './errors.ts'
 
 /**
  * An alert setting of a project: a condition on its jobs, evaluated by the scheduler, and where
@@ -77,7 +77,7 @@ function decide(command: AlertCommand, state: AlertAggregate): AlertEvent[] {
   const now = command.meta.now
   switch (command.type) {
     case 'create_alert':
-      if (state !== null) throw new AlertNotFound('an alert with this id already exists')
+      if (state !== null) throw new AlertAlreadyExists('an alert with this id already exists')
       return [{ type: 'alert_created', data: { ...command.data, created_at: now } }]
     case 'update_alert': {
       const alert = requireAlert(state)

@@ -6,6 +6,7 @@ import {
   TotpAlreadyEnabled,
   TotpNotEnabled,
   TotpNotInitialized,
+  UserAlreadyExists,
   UserNotFound,
 } from './errors.ts'
 
@@ -180,7 +181,7 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
   const { now } = command.meta
   if (command.type === 'sign_up') {
     // A deleted user's id is never reused; a new sign-up with the same address gets a new id.
-    if (state !== null) throw new UserNotFound('a user with this id already exists')
+    if (state !== null) throw new UserAlreadyExists('a user with this id already exists')
     const d = command.data
     return [
       { type: 'user_signed_up', data: { user_id: d.user_id, email: d.email, password_hash: d.password_hash, plan: d.plan, created_at: now } },

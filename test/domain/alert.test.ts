@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import fc from 'fast-check'
 import t from 'tap'
 import { fold } from '../../domain/decider.ts'
-import { AlertNotFound } from '../../domain/errors.ts'
+import { AlertAlreadyExists, AlertNotFound } from '../../domain/errors.ts'
 import { alertDecider, type AlertAggregate, type AlertCommand, type AlertEvent, type AlertSettings } from '../../domain/alert.ts'
 import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
@@ -52,9 +52,9 @@ t.test('create: alert_created, and the state is an ok alert with the settings', 
   })
 })
 
-t.test('create on an existing id is refused with AlertNotFound (alert_not_found)', async (t) => {
-  deciderSpec(t, alertDecider).given([created()]).when(create({}, t1)).thenThrows(AlertNotFound, 'alert_not_found')
-  deciderSpec(t, alertDecider).given([created(), deleted()]).when(create({}, t2)).thenThrows(AlertNotFound, 'alert_not_found', 'a deleted id is not reused either')
+t.test('create on an existing id is refused with AlertAlreadyExists (alert_not_found, as before it had a class)', async (t) => {
+  deciderSpec(t, alertDecider).given([created()]).when(create({}, t1)).thenThrows(AlertAlreadyExists, 'alert_not_found')
+  deciderSpec(t, alertDecider).given([created(), deleted()]).when(create({}, t2)).thenThrows(AlertAlreadyExists, 'alert_not_found', 'a deleted id is not reused either')
 })
 
 t.test('update with changed settings: alert_updated, created_at kept', async (t) => {

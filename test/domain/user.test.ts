@@ -7,6 +7,7 @@ import {
   TotpAlreadyEnabled,
   TotpNotEnabled,
   TotpNotInitialized,
+  UserAlreadyExists,
   UserNotFound,
 } from '../../domain/errors.ts'
 import { isSessionLive, maxEndedSessions, userDecider, type TokenGrant, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
@@ -94,11 +95,11 @@ t.test('sign up: the user, the accepted terms and a verification token', async (
 })
 
 t.test('sign up refuses an id that already exists, deleted or not', async (t) => {
-  userSpec(t).given(signedUp).when(signUp).thenThrows(UserNotFound, 'user_not_found')
+  userSpec(t).given(signedUp).when(signUp).thenThrows(UserAlreadyExists, 'user_not_found')
   userSpec(t)
     .given([...verified, { type: 'account_deleted', data: { deleted_at: at(90) } }])
     .when(signUp)
-    .thenThrows(UserNotFound, 'user_not_found', 'a deleted user id is not reused')
+    .thenThrows(UserAlreadyExists, 'user_not_found', 'a deleted user id is not reused')
 })
 
 t.test('commands other than sign up need an existing user', async (t) => {

@@ -2,6 +2,7 @@ import { STATUS_CODES } from 'node:http'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
 import {
+  AlertAlreadyExists,
   AlertNotFound,
   AlreadyRevoked,
   BillingStateBlocked,
@@ -25,8 +26,10 @@ import {
   TotpAlreadyEnabled,
   TotpNotEnabled,
   TotpNotInitialized,
+  UserAlreadyExists,
   UserNotFound,
   InvalidState,
+  WebhookAlreadyExists,
   WebhookLimitReached,
   WebhookNotFound,
   InvalidCronExpression,
@@ -95,6 +98,7 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [InvalidResetToken, 400],
   [InvalidToken, 422],
   [UserNotFound, 404],
+  [UserAlreadyExists, 404],
   [TotpAlreadyEnabled, 409],
   [TotpNotEnabled, 409],
   [TotpNotInitialized, 400],
@@ -113,7 +117,9 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [OverageUnavailable, 409],
   [RecurringJobNotFound, 404],
   [AlertNotFound, 404],
+  [AlertAlreadyExists, 404],
   [WebhookNotFound, 404],
+  [WebhookAlreadyExists, 404],
   [WebhookLimitReached, 409],
   [InvalidCronExpression, 400],
   [InvalidTimezone, 400],
