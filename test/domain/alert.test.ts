@@ -4,6 +4,7 @@ import t from 'tap'
 import { fold } from '../../domain/decider.ts'
 import { AlertAlreadyExists, AlertNotFound } from '../../domain/errors.ts'
 import { alertDecider, type AlertAggregate, type AlertCommand, type AlertEvent, type AlertSettings } from '../../domain/alert.ts'
+import { sampleAlertSettings } from '../support/aggregate-samples.ts'
 import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const t0 = '2025-03-01T12:00:00.000Z'
@@ -11,16 +12,7 @@ const t1 = '2025-03-01T12:05:00.000Z'
 const t2 = '2025-03-01T12:10:00.000Z'
 const t3 = '2025-03-01T12:15:00.000Z'
 
-const settings: AlertSettings = {
-  name: 'deep queue',
-  kind: 'queue_depth',
-  queue: 'q1',
-  threshold: 2,
-  window_minutes: 60,
-  email: ['ops@example.com'],
-  webhook: false,
-  enabled: true,
-}
+const settings = sampleAlertSettings
 
 const ids = { alert_id: 'alr_01jabcdefghjkmnpqrstvwxyz0', project_id: 'prj_1' }
 

@@ -7,20 +7,13 @@ import {
   type RecurringJobEvent,
   type RecurringSchedule,
 } from '../../domain/recurring-job.ts'
+import { sampleRecurringSchedule } from '../support/aggregate-samples.ts'
 import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const first = '2025-03-01T12:00:00.000Z'
 const later = '2025-03-02T08:30:00.000Z'
 
-const schedule: RecurringSchedule = {
-  job_type: 'nightly.report',
-  cron_expression: '0 2 * * *',
-  queue: 'reports',
-  timezone: 'Europe/Paris',
-  max_attempts: 3,
-  timeout_seconds: 600,
-  payload: {},
-}
+const schedule = sampleRecurringSchedule
 
 function upsert(over: Partial<RecurringSchedule> = {}, now = first): RecurringJobCommand {
   return { type: 'upsert_recurring', data: { ...schedule, ...over, recurring_id: 'rjob_nightly-report', project_id: 'prj_1' }, meta: { now } }
