@@ -1,6 +1,5 @@
-import type { Decider } from './decider.ts'
-import { AlertNotFound } from './errors.ts'
-import type { CommandMeta } from './job.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
+import { AlertAlreadyExists, AlertNotFound } from './errors.ts'
 
 /**
  * An alert setting of a project: a condition on its jobs, evaluated by the scheduler, and where
@@ -81,7 +80,7 @@ function decide(command: AlertCommand, state: AlertAggregate): AlertEvent[] {
   const now = command.meta.now
   switch (command.type) {
     case 'create_alert':
-      if (state !== null) throw new AlertNotFound('an alert with this id already exists')
+      if (state !== null) throw new AlertAlreadyExists('an alert with this id already exists')
       return [{ type: 'alert_created', data: { ...command.data, created_at: now } }]
     case 'update_alert': {
       const alert = requireAlert(state)
@@ -119,7 +118,7 @@ function evolve(state: AlertAggregate, event: AlertEvent): AlertAggregate {
       deleted: false,
     }
   }
-  if (state === null) throw new AlertNotFound(`${event.type} before alert_created`)
+  if (state === null) throw new EventBeforeCreation(event.type, 'alert_created')
   switch (event.type) {
     case 'alert_updated': {
       const { updated_at, ...settings } = event.data

@@ -1,7 +1,6 @@
-import type { Decider } from './decider.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { maxDeliveryAttempts } from './delivery-policy.ts'
 import { InvalidState } from './errors.ts'
-import type { CommandMeta } from './job.ts'
 
 /**
  * One event's delivery to one webhook subscription: scheduled once (its id is derived from the
@@ -69,7 +68,7 @@ function evolve(state: DeliveryAggregate, event: DeliveryEvent): DeliveryAggrega
       created_at: d.scheduled_at,
     }
   }
-  if (state === null) throw new InvalidState('delivery_attempted before delivery_scheduled')
+  if (state === null) throw new EventBeforeCreation(event.type, 'delivery_scheduled')
   return { ...state, attempt: event.data.attempt, status: event.data.status, response_status: event.data.response_status, attempted_at: event.data.attempted_at }
 }
 

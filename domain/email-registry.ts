@@ -1,6 +1,5 @@
-import type { Decider } from './decider.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { EmailAlreadyRegistered } from './errors.ts'
-import type { CommandMeta } from './job.ts'
 
 /**
  * One aggregate per e-mail address (its id is a digest of the normalised address): it makes
@@ -45,13 +44,10 @@ function decide(command: EmailClaimCommand, state: EmailClaimAggregate): EmailCl
   }
 }
 
-function evolve(_state: EmailClaimAggregate, event: EmailClaimEvent): EmailClaimAggregate {
-  switch (event.type) {
-    case 'email_claimed':
-      return { user_id: event.data.user_id, claimed_at: event.data.claimed_at }
-    case 'email_released':
-      return { user_id: null, claimed_at: null }
-  }
+function evolve(state: EmailClaimAggregate, event: EmailClaimEvent): EmailClaimAggregate {
+  if (event.type === 'email_claimed') return { user_id: event.data.user_id, claimed_at: event.data.claimed_at }
+  if (state === null) throw new EventBeforeCreation(event.type, 'email_claimed')
+  return { user_id: null, claimed_at: null }
 }
 
 export const emailRegistryDecider: Decider<EmailClaimCommand, EmailClaimEvent, EmailClaimAggregate> = {

@@ -73,6 +73,12 @@ export class InvalidVerificationToken extends refusal('invalid_verification_toke
 export class InvalidResetToken extends refusal('invalid_reset_token') {}
 export class InvalidToken extends refusal('invalid_token') {}
 export class UserNotFound extends refusal('user_not_found') {}
+/**
+ * A sign-up on a user id already taken. Ids are random, so only a collision meets it; the API
+ * answers it as it did before it had a class of its own (404 user_not_found), and so do the
+ * alert's and the webhook's below.
+ */
+export class UserAlreadyExists extends refusal('invalid_state') {}
 export class TotpAlreadyEnabled extends refusal('totp_already_enabled') {}
 export class TotpNotEnabled extends refusal('totp_not_enabled') {}
 export class TotpNotInitialized extends refusal('totp_not_initialized') {}
@@ -100,6 +106,8 @@ export class RecurringJobNotFound extends refusal('recurring_job_not_found') {}
 export class InvalidCronExpression extends refusal('invalid_cron_expression') {}
 export class InvalidTimezone extends refusal('invalid_timezone') {}
 export class AlertNotFound extends refusal('alert_not_found') {}
+export class AlertAlreadyExists extends refusal('invalid_state') {}
 export class WebhookNotFound extends refusal('webhook_not_found') {}
+export class WebhookAlreadyExists extends refusal('invalid_state') {}
 /** A project already has as many webhook subscriptions as it may (domain/webhook.ts). */
 export class WebhookLimitReached extends refusal('webhook_limit_reached') {}

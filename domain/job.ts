@@ -1,4 +1,4 @@
-import type { Decider } from './decider.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './errors.ts'
 import { retryDelayMs } from './retry-policy.ts'
 
@@ -116,12 +116,6 @@ export type JobEvent =
   | { type: 'job_retried'; data: { attempt: number; max_attempts: number; previous_state: 'failed' | 'dead_letter'; retried_at: string } }
 
 export type JobEventType = JobEvent['type']
-
-/** `now` is an ISO instant; `random` is in [0, 1) and only feeds the retry jitter. */
-export interface CommandMeta {
-  now: string
-  random?: number
-}
 
 export type JobCommand =
   | {
@@ -436,7 +430,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       updated_at: d.created_at,
     }
   }
-  if (state === null) return state
+  if (state === null) throw new EventBeforeCreation(event.type, 'job_created')
   switch (event.type) {
     case 'job_child_attached':
       return { ...state, children: [...state.children, event.data.child_job_id], updated_at: event.data.attached_at }

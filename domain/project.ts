@@ -1,5 +1,4 @@
-import type { Decider } from './decider.ts'
-import type { CommandMeta } from './job.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import {
   AlreadyRevoked,
   CannotModifyOwner,
@@ -443,7 +442,7 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
       billing_period: `${d.created_at.slice(0, 7)}-01`,
     }
   }
-  if (state === null) throw new ProjectNotFound('(unknown)')
+  if (state === null) throw new EventBeforeCreation(event.type, 'project_created')
   switch (event.type) {
     case 'api_key_issued':
       return {

@@ -1,6 +1,5 @@
 import { canonicalJson } from './canonical-json.ts'
-import type { Decider } from './decider.ts'
-import type { CommandMeta } from './job.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { RecurringJobNotFound, RecurringJobTypeConflict } from './errors.ts'
 
 /**
@@ -117,37 +116,36 @@ function decide(command: RecurringJobCommand, state: RecurringJobAggregate): Rec
 }
 
 function evolve(state: RecurringJobAggregate, event: RecurringJobEvent): RecurringJobAggregate {
-  switch (event.type) {
-    case 'recurring_upserted': {
-      const { recurring_id, project_id, upserted_at, next_run_at, ...schedule } = event.data
-      const live = isActiveSchedule(state) ? state : null
-      return {
-        ...schedule,
-        id: recurring_id,
-        project_id,
-        created_at: live?.created_at ?? upserted_at,
-        updated_at: upserted_at,
-        status: 'active',
-        next_run_at: next_run_at ?? null,
-        last_occurrence_at: live?.last_occurrence_at ?? null,
-        last_run_at: live?.last_run_at ?? null,
-        last_job_id: live?.last_job_id ?? null,
-      }
+  if (event.type === 'recurring_upserted') {
+    const { recurring_id, project_id, upserted_at, next_run_at, ...schedule } = event.data
+    const live = isActiveSchedule(state) ? state : null
+    return {
+      ...schedule,
+      id: recurring_id,
+      project_id,
+      created_at: live?.created_at ?? upserted_at,
+      updated_at: upserted_at,
+      status: 'active',
+      next_run_at: next_run_at ?? null,
+      last_occurrence_at: live?.last_occurrence_at ?? null,
+      last_run_at: live?.last_run_at ?? null,
+      last_job_id: live?.last_job_id ?? null,
     }
+  }
+  if (state === null) throw new EventBeforeCreation(event.type, 'recurring_upserted')
+  switch (event.type) {
     case 'recurring_deleted':
-      return state === null ? null : { ...state, status: 'deleted', next_run_at: null, updated_at: event.data.deleted_at }
+      return { ...state, status: 'deleted', next_run_at: null, updated_at: event.data.deleted_at }
     case 'recurring_rescheduled':
-      return state === null ? null : { ...state, next_run_at: event.data.next_run_at }
+      return { ...state, next_run_at: event.data.next_run_at }
     case 'recurring_fired':
-      return state === null
-        ? null
-        : {
-            ...state,
-            last_occurrence_at: event.data.occurrence_at,
-            last_run_at: event.data.job_id === null ? (state.last_run_at ?? null) : event.data.fired_at,
-            last_job_id: event.data.job_id ?? state.last_job_id ?? null,
-            next_run_at: event.data.next_run_at,
-          }
+      return {
+        ...state,
+        last_occurrence_at: event.data.occurrence_at,
+        last_run_at: event.data.job_id === null ? (state.last_run_at ?? null) : event.data.fired_at,
+        last_job_id: event.data.job_id ?? state.last_job_id ?? null,
+        next_run_at: event.data.next_run_at,
+      }
   }
 }
 

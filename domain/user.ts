@@ -1,4 +1,4 @@
-import type { Decider } from './decider.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import {
   InvalidResetToken,
   InvalidTotpCode,
@@ -6,9 +6,9 @@ import {
   TotpAlreadyEnabled,
   TotpNotEnabled,
   TotpNotInitialized,
+  UserAlreadyExists,
   UserNotFound,
 } from './errors.ts'
-import type { CommandMeta } from './job.ts'
 import type { SignupPlan } from './project.ts'
 
 /**
@@ -180,7 +180,7 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
   const { now } = command.meta
   if (command.type === 'sign_up') {
     // A deleted user's id is never reused; a new sign-up with the same address gets a new id.
-    if (state !== null) throw new UserNotFound('a user with this id already exists')
+    if (state !== null) throw new UserAlreadyExists('a user with this id already exists')
     const d = command.data
     return [
       { type: 'user_signed_up', data: { user_id: d.user_id, email: d.email, password_hash: d.password_hash, plan: d.plan, created_at: now } },
@@ -296,7 +296,7 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
       project_ids: [],
     }
   }
-  if (state === null) throw new UserNotFound(`${event.type} before user_signed_up`)
+  if (state === null) throw new EventBeforeCreation(event.type, 'user_signed_up')
   switch (event.type) {
     case 'terms_accepted':
       return { ...state, terms_accepted_at: event.data.accepted_at }

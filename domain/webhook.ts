@@ -1,6 +1,5 @@
-import type { Decider } from './decider.ts'
-import { WebhookNotFound } from './errors.ts'
-import type { CommandMeta } from './job.ts'
+import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
+import { WebhookAlreadyExists, WebhookNotFound } from './errors.ts'
 
 /**
  * A project's webhook subscription. The signing secret is held only sealed (AES-256-GCM at the
@@ -73,7 +72,7 @@ function decide(command: WebhookCommand, state: WebhookAggregate): WebhookEvent[
   const now = command.meta.now
   switch (command.type) {
     case 'create_webhook':
-      if (state !== null) throw new WebhookNotFound('a subscription with this id already exists')
+      if (state !== null) throw new WebhookAlreadyExists('a subscription with this id already exists')
       return [{ type: 'webhook_created', data: { ...command.data, created_at: now } }]
     case 'update_webhook': {
       const hook = requireWebhook(state)
@@ -115,7 +114,7 @@ function evolve(state: WebhookAggregate, event: WebhookEvent): WebhookAggregate 
       deleted: false,
     }
   }
-  if (state === null) throw new WebhookNotFound(`${event.type} before webhook_created`)
+  if (state === null) throw new EventBeforeCreation(event.type, 'webhook_created')
   switch (event.type) {
     case 'webhook_updated': {
       const { updated_at, ...changes } = event.data

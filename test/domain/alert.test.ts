@@ -2,25 +2,17 @@ import assert from 'node:assert/strict'
 import fc from 'fast-check'
 import t from 'tap'
 import { fold } from '../../domain/decider.ts'
-import { AlertNotFound } from '../../domain/errors.ts'
+import { AlertAlreadyExists, AlertNotFound } from '../../domain/errors.ts'
 import { alertDecider, type AlertAggregate, type AlertCommand, type AlertEvent, type AlertSettings } from '../../domain/alert.ts'
-import { deciderSpec } from '../support/decider-spec.ts'
+import { sampleAlertSettings } from '../support/aggregate-samples.ts'
+import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const t0 = '2025-03-01T12:00:00.000Z'
 const t1 = '2025-03-01T12:05:00.000Z'
 const t2 = '2025-03-01T12:10:00.000Z'
 const t3 = '2025-03-01T12:15:00.000Z'
 
-const settings: AlertSettings = {
-  name: 'deep queue',
-  kind: 'queue_depth',
-  queue: 'q1',
-  threshold: 2,
-  window_minutes: 60,
-  email: ['ops@example.com'],
-  webhook: false,
-  enabled: true,
-}
+const settings = sampleAlertSettings
 
 const ids = { alert_id: 'alr_01jabcdefghjkmnpqrstvwxyz0', project_id: 'prj_1' }
 
@@ -52,9 +44,9 @@ t.test('create: alert_created, and the state is an ok alert with the settings', 
   })
 })
 
-t.test('create on an existing id is refused with AlertNotFound (alert_not_found)', async (t) => {
-  deciderSpec(t, alertDecider).given([created()]).when(create({}, t1)).thenThrows(AlertNotFound, 'alert_not_found')
-  deciderSpec(t, alertDecider).given([created(), deleted()]).when(create({}, t2)).thenThrows(AlertNotFound, 'alert_not_found', 'a deleted id is not reused either')
+t.test('create on an existing id is refused with AlertAlreadyExists (409 invalid_state, like a taken project id)', async (t) => {
+  deciderSpec(t, alertDecider).given([created()]).when(create({}, t1)).thenThrows(AlertAlreadyExists, 'invalid_state')
+  deciderSpec(t, alertDecider).given([created(), deleted()]).when(create({}, t2)).thenThrows(AlertAlreadyExists, 'invalid_state', 'a deleted id is not reused either')
 })
 
 t.test('update with changed settings: alert_updated, created_at kept', async (t) => {
@@ -155,8 +147,8 @@ t.test('a deleted or unknown alert records nothing on evaluation', async (t) => 
   deciderSpec(t, alertDecider).given([]).when(evaluate(100)).then([], 'never created')
 })
 
-t.test('evolve refuses an event before alert_created', async (t) => {
-  t.throws(() => alertDecider.evolve(null, triggered(3)), AlertNotFound)
+t.test('evolve on a missing state: alert_created builds it, any other event throws', async (t) => {
+  evolveOnMissingState(t, alertDecider, created(), [updated(), triggered(3), resolved(1), deleted()])
 })
 
 /**

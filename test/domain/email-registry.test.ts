@@ -1,7 +1,7 @@
 import t from 'tap'
 import { emailRegistryDecider, type EmailClaimCommand, type EmailClaimEvent } from '../../domain/email-registry.ts'
 import { EmailAlreadyRegistered } from '../../domain/errors.ts'
-import { deciderSpec } from '../support/decider-spec.ts'
+import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const t0 = Date.parse('2025-03-01T12:00:00.000Z')
 const at = (seconds: number) => new Date(t0 + seconds * 1000).toISOString()
@@ -73,4 +73,8 @@ t.test('claim after a release, by a new user or the earlier one', async (t) => {
   const state = deciderSpec(t, emailRegistryDecider).given(history).when(claim('usr_2', null, 20)).then([claimed('usr_2', 20)])
   t.same(state, { user_id: 'usr_2', claimed_at: at(20) })
   deciderSpec(t, emailRegistryDecider).given(history).when(claim('usr_1', null, 20)).then([claimed('usr_1', 20)], 'the earlier holder again')
+})
+
+t.test('evolve on a missing state: email_claimed builds it, a release throws', async (t) => {
+  evolveOnMissingState(t, emailRegistryDecider, claimed('usr_1'), [released('usr_1')])
 })

@@ -12,7 +12,7 @@ import {
   type JobEvent,
 } from '../../domain/job.ts'
 import { failedJobState } from '../support/job-commands.ts'
-import { deciderSpec } from '../support/decider-spec.ts'
+import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const t0 = Date.parse('2025-03-01T12:00:00.000Z')
 /** The instant `seconds` after t0. */
@@ -719,6 +719,21 @@ t.test('cascadeOf: what a parent event does to its continuations', async (t) => 
   t.equal(cascadeOf({ type: 'job_retried', data: { attempt: 1, max_attempts: 2, previous_state: 'dead_letter', retried_at: at(0) } }), null, 'job_retried')
   t.equal(cascadeOf({ type: 'job_child_attached', data: { child_job_id: 'c', attached_at: at(0) } }), null, 'job_child_attached')
   t.equal(cascadeOf({ type: 'job_activated', data: { parent_job_id: 'p', state: 'pending', activated_at: at(0) } }), null, 'job_activated')
+})
+
+t.test('evolve on a missing state: job_created builds it, any other event throws', async (t) => {
+  evolveOnMissingState(t, jobDecider, ev.created(), [
+    ev.claimed(),
+    ev.progress(0.5),
+    ev.succeeded(),
+    ev.attemptFailed(1, 0, 15),
+    ev.deadLettered(1),
+    ev.cancelled(),
+    ev.promoted(1),
+    { type: 'job_retried', data: { attempt: 1, max_attempts: 2, previous_state: 'dead_letter', retried_at: at(0) } },
+    { type: 'job_child_attached', data: { child_job_id: 'c', attached_at: at(0) } },
+    { type: 'job_activated', data: { parent_job_id: 'p', state: 'pending', activated_at: at(0) } },
+  ])
 })
 
 function stateAfter(events: readonly JobEvent[]) {

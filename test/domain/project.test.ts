@@ -32,7 +32,7 @@ import {
   type ProjectEvent,
   type ProjectRole,
 } from '../../domain/project.ts'
-import { deciderSpec } from '../support/decider-spec.ts'
+import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const now = '2025-03-01T12:00:00.000Z'
 
@@ -644,4 +644,18 @@ t.test('set billing state: provider event ids are remembered for a day, a hundre
   t.equal(project.provider_events?.[0]?.id, 'evt_5', 'the oldest dropped first')
   const dayLater: ProjectEvent = { type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: 'evt_late', confirmed_at: at(60 + 104 + day) } }
   t.strictSame(projectOf([...createdEvents(), ...confirmations, dayLater]).provider_events, [{ id: 'evt_late', at: at(60 + 104 + day) }], 'a day later the earlier ones are forgotten')
+})
+
+t.test('evolve on a missing state: project_created builds it, any other event throws', async (t) => {
+  const [created, keyIssued, memberJoined] = team
+  evolveOnMissingState(t, projectDecider, created!, [
+    keyIssued!,
+    memberJoined!,
+    rotated(2, 60),
+    { type: 'api_key_revoked', data: { revoked_at: at(60) } },
+    { type: 'project_renamed', data: { name: 'Acme 2', previous_name: 'Acme', renamed_at: at(60) } },
+    { type: 'member_removed', data: { user_id: 'usr_member', removed_at: at(120) } },
+    { type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: 'evt_c', confirmed_at: at(180) } },
+    { type: 'project_deleted', data: { deleted_at: at(300) } },
+  ])
 })

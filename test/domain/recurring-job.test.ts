@@ -7,20 +7,13 @@ import {
   type RecurringJobEvent,
   type RecurringSchedule,
 } from '../../domain/recurring-job.ts'
-import { deciderSpec } from '../support/decider-spec.ts'
+import { sampleRecurringSchedule } from '../support/aggregate-samples.ts'
+import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const first = '2025-03-01T12:00:00.000Z'
 const later = '2025-03-02T08:30:00.000Z'
 
-const schedule: RecurringSchedule = {
-  job_type: 'nightly.report',
-  cron_expression: '0 2 * * *',
-  queue: 'reports',
-  timezone: 'Europe/Paris',
-  max_attempts: 3,
-  timeout_seconds: 600,
-  payload: {},
-}
+const schedule = sampleRecurringSchedule
 
 function upsert(over: Partial<RecurringSchedule> = {}, now = first): RecurringJobCommand {
   return { type: 'upsert_recurring', data: { ...schedule, ...over, recurring_id: 'rjob_nightly-report', project_id: 'prj_1' }, meta: { now } }
@@ -85,4 +78,12 @@ t.test('recurringIdFor: rjob_ and a slug of the job type', async (t) => {
   t.equal(recurringIdFor('job_type-42'), 'rjob_job-type-42')
   t.equal(recurringIdFor('Ünïcode'), 'rjob_n-code', 'non-ASCII letters are not kept')
   t.equal(recurringIdFor('***'), 'rjob_job', 'a type with no letters or digits still gets an id')
+})
+
+t.test('evolve on a missing state: recurring_upserted builds it, any other event throws', async (t) => {
+  evolveOnMissingState(t, recurringJobDecider, upserted(), [
+    { type: 'recurring_rescheduled', data: { next_run_at: later, rescheduled_at: first } },
+    { type: 'recurring_fired', data: { occurrence_at: later, job_id: 'job_1', skipped_reason: null, fired_at: later, next_run_at: null } },
+    { type: 'recurring_deleted', data: { recurring_id: 'rjob_nightly-report', deleted_at: later } },
+  ])
 })

@@ -7,10 +7,11 @@ import {
   TotpAlreadyEnabled,
   TotpNotEnabled,
   TotpNotInitialized,
+  UserAlreadyExists,
   UserNotFound,
 } from '../../domain/errors.ts'
 import { isSessionLive, maxEndedSessions, userDecider, type TokenGrant, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
-import { deciderSpec } from '../support/decider-spec.ts'
+import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const t0 = Date.parse('2025-03-01T12:00:00.000Z')
 /** The instant `seconds` after t0. */
@@ -94,11 +95,11 @@ t.test('sign up: the user, the accepted terms and a verification token', async (
 })
 
 t.test('sign up refuses an id that already exists, deleted or not', async (t) => {
-  userSpec(t).given(signedUp).when(signUp).thenThrows(UserNotFound, 'user_not_found')
+  userSpec(t).given(signedUp).when(signUp).thenThrows(UserAlreadyExists, 'invalid_state')
   userSpec(t)
     .given([...verified, { type: 'account_deleted', data: { deleted_at: at(90) } }])
     .when(signUp)
-    .thenThrows(UserNotFound, 'user_not_found', 'a deleted user id is not reused')
+    .thenThrows(UserAlreadyExists, 'invalid_state', 'a deleted user id is not reused')
 })
 
 t.test('commands other than sign up need an existing user', async (t) => {
@@ -388,8 +389,15 @@ t.test('a deleted account pending reset or verification tokens cannot be used', 
     .thenThrows(UserNotFound, 'user_not_found')
 })
 
-t.test('evolve refuses an event before user_signed_up', async (t) => {
-  t.throws(() => userDecider.evolve(null, { type: 'terms_accepted', data: { accepted_at: at(0) } }), UserNotFound)
+t.test('evolve on a missing state: user_signed_up builds it, any other event throws', async (t) => {
+  const [created, ...later] = [...withCodes, ...resetRequested.slice(verified.length)]
+  evolveOnMissingState(t, userDecider, created!, [
+    ...later,
+    { type: 'password_changed', data: { password_hash: 'scrypt$changed', changed_at: at(900) } },
+    { type: 'session_ended', data: { session_id: 's1', expires_at: at(60 + 7 * day), ended_at: at(600) } },
+    { type: 'all_sessions_ended', data: { ended_at: at(1000) } },
+    { type: 'account_deleted', data: { deleted_at: at(90) } },
+  ])
 })
 
 t.test('enable_totp refuses a code checked against a secret that a second setup replaced', async (t) => {

@@ -1,8 +1,9 @@
 import type { Test } from 'tap'
-import { fold, type Decider } from '../../domain/decider.ts'
+import { EventBeforeCreation, fold, type Decider } from '../../domain/decider.ts'
 import type { DomainError } from '../../domain/errors.ts'
 
 type Asserts = Pick<Test, 'strictSame' | 'equal' | 'type' | 'fail'>
+type EvolveAsserts = Pick<Test, 'not' | 'throws'>
 
 type DomainErrorClass = new (...args: never[]) => DomainError
 
@@ -40,5 +41,22 @@ export function deciderSpec<Command, Event, State>(t: Asserts, decider: Decider<
   return {
     given: (events: readonly Event[]) => from(fold(decider, decider.initialState, events)),
     givenState: from,
+  }
+}
+
+/**
+ * The rule every `evolve` follows on a missing state (domain/decider.ts): the creation event
+ * builds a state from nothing, and each later event, applied to no state, throws
+ * EventBeforeCreation.
+ */
+export function evolveOnMissingState<Command, Event extends { type: string }, State>(
+  t: EvolveAsserts,
+  decider: Decider<Command, Event, State>,
+  creation: Event,
+  later: readonly Event[],
+): void {
+  t.not(decider.evolve(decider.initialState, creation), decider.initialState, `${creation.type} builds the state from nothing`)
+  for (const event of later) {
+    t.throws(() => decider.evolve(decider.initialState, event), EventBeforeCreation, `${event.type} on a missing state throws`)
   }
 }

@@ -2,6 +2,7 @@ import { STATUS_CODES } from 'node:http'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
 import {
+  AlertAlreadyExists,
   AlertNotFound,
   AlreadyRevoked,
   BillingStateBlocked,
@@ -25,8 +26,10 @@ import {
   TotpAlreadyEnabled,
   TotpNotEnabled,
   TotpNotInitialized,
+  UserAlreadyExists,
   UserNotFound,
   InvalidState,
+  WebhookAlreadyExists,
   WebhookLimitReached,
   WebhookNotFound,
   InvalidCronExpression,
@@ -182,6 +185,7 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [InvalidResetToken, 400],
   [InvalidToken, 422],
   [UserNotFound, 404],
+  [UserAlreadyExists, 409],
   [TotpAlreadyEnabled, 409],
   [TotpNotEnabled, 409],
   [TotpNotInitialized, 400],
@@ -200,7 +204,9 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [OverageUnavailable, 409],
   [RecurringJobNotFound, 404],
   [AlertNotFound, 404],
+  [AlertAlreadyExists, 409],
   [WebhookNotFound, 404],
+  [WebhookAlreadyExists, 409],
   [WebhookLimitReached, 409],
   [InvalidCronExpression, 400],
   [InvalidTimezone, 400],

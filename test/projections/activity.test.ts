@@ -1,0 +1,75 @@
+import t from 'tap'
+import { ulid } from 'ulid'
+import { jobDecider, type JobCommand } from '../../domain/job.ts'
+import { projectDecider, type ProjectCommand } from '../../domain/project.ts'
+import { userDecider, type UserCommand } from '../../domain/user.ts'
+import { activityFeed } from '../../projections/activity.ts'
+import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
+import { platformScope } from '../../streams/names.ts'
+import { createJobData } from '../support/job-commands.ts'
+import { openProjectionBench } from '../support/projection-bench.ts'
+
+const bench = await openProjectionBench(t, import.meta.filename, activityFeed)
+
+const at = (minute: number) => `2024-06-01T13:${String(minute).padStart(2, '0')}:00.000Z`
+const meta = (minute: number) => ({ now: at(minute) })
+
+const rowsOf = (records: readonly EventRecord[]) =>
+  bench.sql`SELECT * FROM activity WHERE seq = ANY(${records.map((r) => r.seq)}) ORDER BY seq, id`
+/** The activity id of the record's only event: the event's ULID. */
+const idOf = (record: EventRecord) => record.message.events[0]!.id.replace(/^evt_/, '')
+
+async function jobHistory() {
+  const projectId = `prj_${ulid().toLowerCase()}`
+  const ref: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid().toLowerCase()}` }
+  const decide = (command: JobCommand) => bench.decide(jobDecider, ref, command)
+  const created = await decide({ type: 'create_job', data: createJobData({ job_id: ref.id, project_id: projectId, queue: 'mail' }), meta: meta(0) })
+  const cancelled = await decide({ type: 'cancel_job', data: {}, meta: meta(1) })
+  return { ref, projectId, created, cancelled }
+}
+
+t.test('a job: a row for its creation and its cancellation, in its project', async (t) => {
+  const { ref, projectId, created, cancelled } = await jobHistory()
+  await bench.project([created, cancelled])
+  const rows = await rowsOf([created, cancelled])
+  t.match(rows, [
+    { id: idOf(created), project_id: projectId, user_id: null, kind: 'job_created', target_type: 'job', target_id: ref.id, summary: 'Job email created in queue mail' },
+    { id: idOf(cancelled), project_id: projectId, user_id: null, kind: 'job_cancelled', target_type: 'job', target_id: ref.id, summary: 'Job cancelled (requested)' },
+  ])
+  t.same(rows.map((r) => JSON.parse(r.metadata)), [{ job_type: 'email', queue: 'mail' }, { reason: 'requested' }])
+  t.same(rows.map((r) => r.created_at.toISOString()), [at(0), at(1)], 'the time of the event')
+  t.same(rows.map((r) => Number(r.seq)), [created.seq, cancelled.seq])
+})
+
+t.test('a project: its own id is the project; events that are no activity kind give no row', async (t) => {
+  const id = `prj_${ulid().toLowerCase()}`
+  const ref: AggregateRef = { aggregate: 'project', projectId: id, id }
+  const decide = (command: ProjectCommand) => bench.decide(projectDecider, ref, command)
+  const key = { prefix: `jobsvc_test_${ulid().slice(-12).toLowerCase()}`, key_hash: 'a'.repeat(64) }
+  const created = await decide({ type: 'create_project', data: { project_id: id, name: 'Acme', plan: 'pro', owner_email: null, key }, meta: meta(0) })
+  const renamed = await decide({ type: 'rename_project', data: { actor_user_id: null, name: 'Acme Two' }, meta: meta(1) })
+  await bench.project([created, renamed])
+  t.same(await rowsOf([created]), [], 'project_created and api_key_issued are not activity kinds')
+  const [row] = await rowsOf([renamed])
+  t.match(row, { project_id: id, user_id: null, kind: 'project_renamed', target_type: 'project', target_id: id, summary: 'Project renamed to Acme Two' })
+  t.same(JSON.parse(row!.metadata), { previous_name: 'Acme', name: 'Acme Two' })
+})
+
+t.test('a user: account kinds carry the user and no project', async (t) => {
+  const ref: AggregateRef = { aggregate: 'user', projectId: platformScope, id: `usr_${ulid().toLowerCase()}` }
+  const signUp: UserCommand = {
+    type: 'sign_up',
+    data: { user_id: ref.id, email: 'ada@example.test', password_hash: 'scrypt$x', plan: 'free', verification: { token_hash: 'v'.repeat(64), expires_at: at(59) } },
+    meta: meta(0),
+  }
+  const signedUp = await bench.decide(userDecider, ref, signUp)
+  await bench.project([signedUp])
+  const rows = await rowsOf([signedUp])
+  t.match(rows, [{ project_id: null, user_id: ref.id, kind: 'terms_accepted', target_type: 'user', target_id: ref.id, metadata: null }])
+  t.equal(rows[0]!.id, signedUp.message.events[1]!.id.replace(/^evt_/, ''), 'the row of the second event of the message')
+})
+
+t.test('re-delivering the same sequences changes nothing', async (t) => {
+  const { created, cancelled } = await jobHistory()
+  await bench.redeliveryChangesNothing(t, [created, cancelled])
+})

@@ -1,0 +1,58 @@
+import t from 'tap'
+import { ulid } from 'ulid'
+import { deliveryDecider, type DeliveryCommand } from '../../domain/delivery.ts'
+import { outcomeOf } from '../../domain/delivery-policy.ts'
+import { webhookDeliveries } from '../../projections/deliveries.ts'
+import type { AggregateRef } from '../../streams/event-store.ts'
+import { openProjectionBench } from '../support/projection-bench.ts'
+
+const bench = await openProjectionBench(t, import.meta.filename, webhookDeliveries)
+
+const projectId = 'prj_deliveries'
+const at = (minute: number) => `2024-06-01T12:${String(minute).padStart(2, '0')}:00.000Z`
+
+/** What a delivery is of: one event to one subscription. */
+const about = { project_id: projectId, webhook_id: 'whk_1', event_id: 'evt_1', event_type: 'job.failed' }
+
+const decide = (ref: AggregateRef, command: DeliveryCommand) => bench.decide(deliveryDecider, ref, command)
+const schedule = (ref: AggregateRef) => decide(ref, { type: 'schedule_delivery', data: { delivery_id: ref.id, ...about }, meta: { now: at(0) } })
+const attempt = (ref: AggregateRef, n: number, responseStatus: number | null) =>
+  decide(ref, { type: 'record_attempt', data: { attempt: n, outcome: outcomeOf(responseStatus), response_status: responseStatus }, meta: { now: at(n) } })
+
+const newDelivery = (): AggregateRef => ({ aggregate: 'delivery', projectId, id: `dlv_${ulid().toLowerCase()}` })
+const row = async (id: string) => (await bench.sql`SELECT * FROM deliveries WHERE id = ${id}`)[0]
+
+t.test('a delivery row follows its attempts: scheduled, retried, delivered', async (t) => {
+  const ref = newDelivery()
+  const scheduled = await schedule(ref)
+  await bench.project([scheduled])
+  const r = await row(ref.id)
+  t.match(r, about)
+  t.match(r, { status: 'pending', response_status: null, attempt: 0, last_seq: scheduled.seq })
+  t.equal(r!.created_at.toISOString(), at(0))
+  t.equal(r!.attempted_at.toISOString(), at(0))
+
+  const timedOut = await attempt(ref, 1, null)
+  const unavailable = await attempt(ref, 2, 503)
+  await bench.project([timedOut, unavailable])
+  t.match(await row(ref.id), { status: 'pending', response_status: 503, attempt: 2, last_seq: unavailable.seq }, 'one batch: the newest message wins')
+
+  const delivered = await attempt(ref, 3, 204)
+  await bench.project([delivered])
+  const after = await row(ref.id)
+  t.match(after, { status: 'delivered', response_status: 204, attempt: 3, last_seq: delivered.seq })
+  t.equal(after!.attempted_at.toISOString(), at(3))
+  t.equal(after!.created_at.toISOString(), at(0), 'the creation time stays')
+})
+
+t.test('a refused delivery fails at once', async (t) => {
+  const ref = newDelivery()
+  const records = [await schedule(ref), await attempt(ref, 1, 410)]
+  await bench.project(records)
+  t.match(await row(ref.id), { status: 'failed', response_status: 410, attempt: 1 })
+})
+
+t.test('re-delivering the same sequences changes nothing', async (t) => {
+  const ref = newDelivery()
+  await bench.redeliveryChangesNothing(t, [await schedule(ref), await attempt(ref, 1, 500)])
+})
