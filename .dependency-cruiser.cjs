@@ -18,12 +18,23 @@ const useCaseOrder = useCases.map((name, i) => ({
 
 module.exports = {
   forbidden: [
-    { name: 'no-circular', comment: 'an import circle ties modules that should be able to change apart', severity: 'error', from: {}, to: { circular: true } },
+    {
+      name: 'no-circular',
+      comment: 'an import circle ties modules that should be able to change apart',
+      severity: 'error',
+      from: {},
+      to: { circular: true },
+    },
     { name: 'domain-is-pure', severity: 'error', from: { path: '^domain/' }, to: { path: '^(streams|projections|services|tools|test|sdk)/' } },
     { name: 'streams-below-projections', severity: 'error', from: { path: '^streams/' }, to: { path: '^(projections|services|tools|test|sdk)/' } },
     { name: 'projections-below-services', severity: 'error', from: { path: '^projections/' }, to: { path: '^(services|tools|test|sdk)/' } },
     { name: 'services-below-tools-and-tests', severity: 'error', from: { path: '^services/' }, to: { path: '^(tools|test)/' } },
-    { name: 'infrastructure-below-use-cases', severity: 'error', from: { path: '^services/infrastructure/' }, to: { path: '^services/(use-cases|roles)/' } },
+    {
+      name: 'infrastructure-below-use-cases',
+      severity: 'error',
+      from: { path: '^services/infrastructure/' },
+      to: { path: '^services/(use-cases|roles)/' },
+    },
     { name: 'use-cases-below-roles', severity: 'error', from: { path: '^services/use-cases/' }, to: { path: '^services/roles/' } },
     {
       name: 'roles-apart',

@@ -19,7 +19,10 @@ export default tseslint.config(
           patterns: [
             { group: ['node:*', 'fs', 'net', 'http', 'crypto'], message: 'domain/ does no I/O' },
             { group: ['@nats-io/*', 'postgres', 'fastify', 'fastify-*', 'pino', 'ulid'], message: 'domain/ does no I/O' },
-            { group: ['../streams/*', '../projections/*', '../services/*'], message: 'dependencies point services -> streams, projections -> domain' },
+            {
+              group: ['../streams/*', '../projections/*', '../services/*'],
+              message: 'dependencies point services -> streams, projections -> domain',
+            },
           ],
         },
       ],

@@ -127,9 +127,21 @@ function evolve(state: AlertAggregate, event: AlertEvent): AlertAggregate {
     case 'alert_deleted':
       return { ...state, deleted: true, updated_at: event.data.deleted_at }
     case 'alert_triggered':
-      return { ...state, status: 'firing', last_value: event.data.value, last_evaluated_at: event.data.triggered_at, last_triggered_at: event.data.triggered_at }
+      return {
+        ...state,
+        status: 'firing',
+        last_value: event.data.value,
+        last_evaluated_at: event.data.triggered_at,
+        last_triggered_at: event.data.triggered_at,
+      }
     case 'alert_resolved':
-      return { ...state, status: 'ok', last_value: event.data.value, last_evaluated_at: event.data.resolved_at, last_resolved_at: event.data.resolved_at }
+      return {
+        ...state,
+        status: 'ok',
+        last_value: event.data.value,
+        last_evaluated_at: event.data.resolved_at,
+        last_resolved_at: event.data.resolved_at,
+      }
   }
 }
 

@@ -27,13 +27,24 @@ export interface Delivery {
 export type DeliveryAggregate = Delivery | null
 
 export type DeliveryEvent =
-  | { type: 'delivery_scheduled'; data: { delivery_id: string; project_id: string; webhook_id: string; event_id: string; event_type: string; scheduled_at: string } }
+  | {
+      type: 'delivery_scheduled'
+      data: { delivery_id: string; project_id: string; webhook_id: string; event_id: string; event_type: string; scheduled_at: string }
+    }
   | { type: 'delivery_attempted'; data: { attempt: number; status: DeliveryStatus; response_status: number | null; attempted_at: string } }
 
 export type DeliveryCommand =
-  | { type: 'schedule_delivery'; data: { delivery_id: string; project_id: string; webhook_id: string; event_id: string; event_type: string }; meta: CommandMeta }
+  | {
+      type: 'schedule_delivery'
+      data: { delivery_id: string; project_id: string; webhook_id: string; event_id: string; event_type: string }
+      meta: CommandMeta
+    }
   /** `outcome`: what the receiver's answer means under the policy (the edge classifies it with delivery-policy.ts). */
-  | { type: 'record_attempt'; data: { attempt: number; outcome: 'delivered' | 'permanent_failure' | 'retryable_failure'; response_status: number | null }; meta: CommandMeta }
+  | {
+      type: 'record_attempt'
+      data: { attempt: number; outcome: 'delivered' | 'permanent_failure' | 'retryable_failure'; response_status: number | null }
+      meta: CommandMeta
+    }
 
 function decide(command: DeliveryCommand, state: DeliveryAggregate): DeliveryEvent[] {
   const now = command.meta.now
@@ -69,7 +80,13 @@ function evolve(state: DeliveryAggregate, event: DeliveryEvent): DeliveryAggrega
     }
   }
   if (state === null) throw new EventBeforeCreation(event.type, 'delivery_scheduled')
-  return { ...state, attempt: event.data.attempt, status: event.data.status, response_status: event.data.response_status, attempted_at: event.data.attempted_at }
+  return {
+    ...state,
+    attempt: event.data.attempt,
+    status: event.data.status,
+    response_status: event.data.response_status,
+    attempted_at: event.data.attempted_at,
+  }
 }
 
 export const deliveryDecider: Decider<DeliveryCommand, DeliveryEvent, DeliveryAggregate> = { initialState: null, decide, evolve }

@@ -341,9 +341,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
     }
     case 'reap_job': {
       if (state === null || state.state !== 'processing' || state.attempt !== command.data.attempt) return []
-      return [
-        failedAttempt(state, state.worker_id, command.data.error, elapsedMs(state.started_at, now), now, command.meta.random ?? 0, true),
-      ]
+      return [failedAttempt(state, state.worker_id, command.data.error, elapsedMs(state.started_at, now), now, command.meta.random ?? 0, true)]
     }
     case 'cancel_job': {
       const job = requireJob(state)

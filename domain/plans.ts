@@ -25,6 +25,9 @@ export const defaultPlanLimits: Readonly<Record<Plan, PlanLimits>> = {
 export type PlanOverrides = Partial<Record<Plan, Partial<PlanLimits>>>
 
 export function resolvePlans(overrides: PlanOverrides = {}): Readonly<Record<Plan, PlanLimits>> {
-  const resolved = Object.fromEntries(plans.map((plan) => [plan, Object.freeze({ ...defaultPlanLimits[plan], ...overrides[plan] })])) as Record<Plan, PlanLimits>
+  const resolved = Object.fromEntries(plans.map((plan) => [plan, Object.freeze({ ...defaultPlanLimits[plan], ...overrides[plan] })])) as Record<
+    Plan,
+    PlanLimits
+  >
   return Object.freeze(resolved)
 }

@@ -129,7 +129,11 @@ function rememberProviderEvent(project: Project, id: string | null, at: string):
 
 /** A project's billing settings with their defaults. */
 export function billingOf(project: Project): { state: BillingState; overageEnabled: boolean; spendCapCents: number | null } {
-  return { state: project.billing_state ?? 'active', overageEnabled: project.overage_enabled ?? false, spendCapCents: project.spend_cap_cents ?? null }
+  return {
+    state: project.billing_state ?? 'active',
+    overageEnabled: project.overage_enabled ?? false,
+    spendCapCents: project.spend_cap_cents ?? null,
+  }
 }
 
 export type ProjectAggregate = Project | null
@@ -154,13 +158,23 @@ export type ProjectEvent =
   | { type: 'overage_enabled'; data: { enabled_at: string } }
   | { type: 'overage_disabled'; data: { disabled_at: string } }
   | { type: 'spend_cap_updated'; data: { spend_cap_cents: number | null; updated_at: string } }
-  | { type: 'billing_state_changed'; data: { state: BillingState; previous_state: BillingState; provider_event_id: string | null; changed_at: string } }
+  | {
+      type: 'billing_state_changed'
+      data: { state: BillingState; previous_state: BillingState; provider_event_id: string | null; changed_at: string }
+    }
   /** The provider reported the state the project is already in: recorded so a replay of it is known. */
   | { type: 'billing_state_confirmed'; data: { state: BillingState; provider_event_id: string; confirmed_at: string } }
   | { type: 'allowance_warning_80' | 'allowance_warning_100'; data: { period: string; used: number; allowance: number; warned_at: string } }
   | {
       type: 'billing_period_reset'
-      data: { period: string; previous_period: string | null; previous_used: number; previous_overage: number; previous_overage_cents: number; reset_at: string }
+      data: {
+        period: string
+        previous_period: string | null
+        previous_used: number
+        previous_overage: number
+        previous_overage_cents: number
+        reset_at: string
+      }
     }
   | { type: 'overage_charged'; data: { period: string; overage: number; cents: number; charged_at: string } }
   | { type: 'jobs_exported'; data: { from: string; until: string; format: string; exported_at: string } }
@@ -260,7 +274,14 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     return [
       {
         type: 'project_created',
-        data: { project_id: d.project_id, name: d.name, plan: d.plan, owner_email: d.owner_email, owner_user_id: d.owner_user_id ?? null, created_at: now },
+        data: {
+          project_id: d.project_id,
+          name: d.name,
+          plan: d.plan,
+          owner_email: d.owner_email,
+          owner_user_id: d.owner_user_id ?? null,
+          created_at: now,
+        },
       },
       { type: 'api_key_issued', data: { prefix: d.key.prefix, key_hash: d.key.key_hash, issued_at: now } },
     ]
@@ -272,7 +293,8 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     // even when a later event has moved the state on since.
     if (eventId !== null && hasProviderEvent(project, eventId)) return []
     const current = billingOf(project).state
-    if (next === current) return eventId === null ? [] : [{ type: 'billing_state_confirmed', data: { state: next, provider_event_id: eventId, confirmed_at: now } }]
+    if (next === current)
+      return eventId === null ? [] : [{ type: 'billing_state_confirmed', data: { state: next, provider_event_id: eventId, confirmed_at: now } }]
     return [{ type: 'billing_state_changed', data: { state: next, previous_state: current, provider_event_id: eventId, changed_at: now } }]
   }
   if (command.type === 'record_jobs_export') {
@@ -284,7 +306,9 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     const mark = `${command.data.period}:${command.data.percent}`
     if ((project.allowance_warnings ?? []).includes(mark)) return []
     const { period, used, allowance } = command.data
-    return [{ type: command.data.percent === 80 ? 'allowance_warning_80' : 'allowance_warning_100', data: { period, used, allowance, warned_at: now } }]
+    return [
+      { type: command.data.percent === 80 ? 'allowance_warning_80' : 'allowance_warning_100', data: { period, used, allowance, warned_at: now } },
+    ]
   }
   if (command.type === 'roll_billing_period') {
     const project = requireProject(state)
@@ -294,11 +318,21 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     const events: ProjectEvent[] = [
       {
         type: 'billing_period_reset',
-        data: { period: d.period, previous_period: previous, previous_used: d.previous_used, previous_overage: d.previous_overage, previous_overage_cents: d.previous_overage_cents, reset_at: now },
+        data: {
+          period: d.period,
+          previous_period: previous,
+          previous_used: d.previous_used,
+          previous_overage: d.previous_overage,
+          previous_overage_cents: d.previous_overage_cents,
+          reset_at: now,
+        },
       },
     ]
     if (previous !== null && d.previous_overage > 0) {
-      events.unshift({ type: 'overage_charged', data: { period: previous, overage: d.previous_overage, cents: d.previous_overage_cents, charged_at: now } })
+      events.unshift({
+        type: 'overage_charged',
+        data: { period: previous, overage: d.previous_overage, cents: d.previous_overage_cents, charged_at: now },
+      })
     }
     return events
   }
@@ -307,10 +341,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     const d = command.data
     const invite = project.invites.find((i) => i.invite_id === d.invite_id)
     const isValid =
-      invite !== undefined &&
-      invite.token_hash === d.token_hash &&
-      invite.email === d.email &&
-      Date.parse(invite.expires_at) > Date.parse(now)
+      invite !== undefined && invite.token_hash === d.token_hash && invite.email === d.email && Date.parse(invite.expires_at) > Date.parse(now)
     if (!isValid) throw new InvalidToken('the invitation is invalid, used, expired or for another address')
     if (project.members.some((m) => m.user_id === d.user_id)) throw new MemberExists('you are already a member of this project')
     return [
@@ -459,7 +490,13 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
       const previous = state.keys
         .filter((k) => k.status === 'active')
         .map((k) => ({ ...k, status: 'grace' as const, expires_at: event.data.grace_until }))
-      const next: ApiKeyRecord = { prefix: event.data.prefix, key_hash: event.data.key_hash, status: 'active', issued_at: event.data.rotated_at, expires_at: null }
+      const next: ApiKeyRecord = {
+        prefix: event.data.prefix,
+        key_hash: event.data.key_hash,
+        status: 'active',
+        issued_at: event.data.rotated_at,
+        expires_at: null,
+      }
       return { ...state, keys: [...previous, next], updated_at: event.data.rotated_at }
     }
     case 'api_key_revoked':

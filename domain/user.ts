@@ -174,7 +174,8 @@ export function isSessionLive(user: User, session: { session_id: string | null; 
   return session.session_id === null || !(user.ended_sessions ?? []).some((s) => s.session_id === session.session_id)
 }
 
-const unexpired = (sessions: readonly EndedSession[] | undefined, now: string) => (sessions ?? []).filter((s) => Date.parse(s.expires_at) > Date.parse(now))
+const unexpired = (sessions: readonly EndedSession[] | undefined, now: string) =>
+  (sessions ?? []).filter((s) => Date.parse(s.expires_at) > Date.parse(now))
 
 function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
   const { now } = command.meta
@@ -243,7 +244,8 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
     case 'enable_totp':
       if (user.totp?.enabled_at) throw new TotpAlreadyEnabled('two-factor authentication is already enabled')
       if (user.totp === null) throw new TotpNotInitialized('call 2fa/setup first')
-      if (user.totp.secret_encrypted !== command.data.secret_encrypted) throw new InvalidTotpCode('2fa/setup ran again meanwhile; use the newest secret')
+      if (user.totp.secret_encrypted !== command.data.secret_encrypted)
+        throw new InvalidTotpCode('2fa/setup ran again meanwhile; use the newest secret')
       requireFreshStep(user.totp, command.data.step)
       return [{ type: 'two_factor_enabled', data: { enabled_at: now, step: command.data.step } }]
     case 'accept_totp_step':

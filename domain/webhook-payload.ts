@@ -30,7 +30,16 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
       const d = event.data as Extract<JobEvent, { type: 'job_succeeded' }>['data']
       return {
         type: 'job.succeeded',
-        data: { schema_version: 1, job_id: job.id, project_id: job.project_id, job_type: job.job_type, queue: job.queue, state: 'succeeded', duration_ms: d.duration_ms, completed_at: d.completed_at },
+        data: {
+          schema_version: 1,
+          job_id: job.id,
+          project_id: job.project_id,
+          job_type: job.job_type,
+          queue: job.queue,
+          state: 'succeeded',
+          duration_ms: d.duration_ms,
+          completed_at: d.completed_at,
+        },
       }
     }
     case 'job_dead_lettered': {

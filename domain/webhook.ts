@@ -43,7 +43,10 @@ export interface Webhook {
 export type WebhookAggregate = Webhook | null
 
 export type WebhookEvent =
-  | { type: 'webhook_created'; data: { webhook_id: string; project_id: string; url: string; events: EventFilter; secret_encrypted: string; created_at: string } }
+  | {
+      type: 'webhook_created'
+      data: { webhook_id: string; project_id: string; url: string; events: EventFilter; secret_encrypted: string; created_at: string }
+    }
   | { type: 'webhook_updated'; data: { url?: string; events?: EventFilter; is_active?: boolean; updated_at: string } }
   | { type: 'webhook_secret_rotated'; data: { secret_encrypted: string; previous_secret_expires_at: string; rotated_at: string } }
   | { type: 'webhook_deleted'; data: { deleted_at: string } }
@@ -51,7 +54,11 @@ export type WebhookEvent =
 export type WebhookEventKind = WebhookEvent['type']
 
 export type WebhookCommand =
-  | { type: 'create_webhook'; data: { webhook_id: string; project_id: string; url: string; events: EventFilter; secret_encrypted: string }; meta: CommandMeta }
+  | {
+      type: 'create_webhook'
+      data: { webhook_id: string; project_id: string; url: string; events: EventFilter; secret_encrypted: string }
+      meta: CommandMeta
+    }
   | { type: 'update_webhook'; data: { url?: string; events?: EventFilter; is_active?: boolean }; meta: CommandMeta }
   | { type: 'rotate_webhook_secret'; data: { secret_encrypted: string }; meta: CommandMeta }
   | { type: 'delete_webhook'; data: Record<string, never>; meta: CommandMeta }
@@ -88,7 +95,11 @@ function decide(command: WebhookCommand, state: WebhookAggregate): WebhookEvent[
       return [
         {
           type: 'webhook_secret_rotated',
-          data: { secret_encrypted: command.data.secret_encrypted, previous_secret_expires_at: new Date(Date.parse(now) + secretGraceMs).toISOString(), rotated_at: now },
+          data: {
+            secret_encrypted: command.data.secret_encrypted,
+            previous_secret_expires_at: new Date(Date.parse(now) + secretGraceMs).toISOString(),
+            rotated_at: now,
+          },
         },
       ]
     case 'delete_webhook':

@@ -54,25 +54,66 @@ function describeUserEvent(e: UserEvent, userId: string): Described | null {
 function describeProjectEvent(e: ProjectEvent, project: Project | null): Described | null {
   switch (e.type) {
     case 'api_key_rotated':
-      return { kind: 'api_key_rotated', target_type: 'api_key', target_id: e.data.prefix, summary: 'API key rotated; the previous key works for 24 hours', metadata: { grace_until: e.data.grace_until } }
+      return {
+        kind: 'api_key_rotated',
+        target_type: 'api_key',
+        target_id: e.data.prefix,
+        summary: 'API key rotated; the previous key works for 24 hours',
+        metadata: { grace_until: e.data.grace_until },
+      }
     case 'api_key_revoked':
       return { kind: 'api_key_revoked', target_type: 'project', target_id: project?.id ?? null, summary: 'Every API key of the project revoked' }
     case 'project_renamed':
-      return { kind: 'project_renamed', target_type: 'project', target_id: project?.id ?? null, summary: `Project renamed to ${e.data.name}`, metadata: { previous_name: e.data.previous_name, name: e.data.name } }
+      return {
+        kind: 'project_renamed',
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary: `Project renamed to ${e.data.name}`,
+        metadata: { previous_name: e.data.previous_name, name: e.data.name },
+      }
     case 'project_deleted':
       return { kind: 'project_deleted', target_type: 'project', target_id: project?.id ?? null, summary: 'Project deleted' }
     case 'member_invited':
-      return { kind: 'member_invited', target_type: 'member', target_id: e.data.invite_id, summary: `${e.data.email} invited as ${e.data.role}`, metadata: { email: e.data.email, role: e.data.role, invited_by: e.data.invited_by } }
+      return {
+        kind: 'member_invited',
+        target_type: 'member',
+        target_id: e.data.invite_id,
+        summary: `${e.data.email} invited as ${e.data.role}`,
+        metadata: { email: e.data.email, role: e.data.role, invited_by: e.data.invited_by },
+      }
     case 'team_invite_accepted':
-      return { kind: 'team_invite_accepted', target_type: 'member', target_id: e.data.user_id, summary: 'Invitation accepted', metadata: { invite_id: e.data.invite_id } }
+      return {
+        kind: 'team_invite_accepted',
+        target_type: 'member',
+        target_id: e.data.user_id,
+        summary: 'Invitation accepted',
+        metadata: { invite_id: e.data.invite_id },
+      }
     case 'member_joined':
-      return { kind: 'member_joined', target_type: 'member', target_id: e.data.user_id, summary: `${e.data.email} joined as ${e.data.role}`, metadata: { role: e.data.role } }
+      return {
+        kind: 'member_joined',
+        target_type: 'member',
+        target_id: e.data.user_id,
+        summary: `${e.data.email} joined as ${e.data.role}`,
+        metadata: { role: e.data.role },
+      }
     case 'member_role_changed':
-      return { kind: 'member_role_changed', target_type: 'member', target_id: e.data.user_id, summary: `Role changed from ${e.data.previous_role} to ${e.data.role}`, metadata: { role: e.data.role, previous_role: e.data.previous_role } }
+      return {
+        kind: 'member_role_changed',
+        target_type: 'member',
+        target_id: e.data.user_id,
+        summary: `Role changed from ${e.data.previous_role} to ${e.data.role}`,
+        metadata: { role: e.data.role, previous_role: e.data.previous_role },
+      }
     case 'member_removed':
       return { kind: 'member_removed', target_type: 'member', target_id: e.data.user_id, summary: 'Member removed' }
     case 'overage_enabled':
-      return { kind: 'overage_enabled', target_type: 'project', target_id: project?.id ?? null, summary: 'Overage enabled: creation continues past the allowance and is billed' }
+      return {
+        kind: 'overage_enabled',
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary: 'Overage enabled: creation continues past the allowance and is billed',
+      }
     case 'overage_disabled':
       return { kind: 'overage_disabled', target_type: 'project', target_id: project?.id ?? null, summary: 'Overage disabled' }
     case 'spend_cap_updated':
@@ -126,7 +167,13 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         user_id: e.data.exported_by,
       }
     case 'ownership_transferred':
-      return { kind: 'ownership_transferred', target_type: 'member', target_id: e.data.to_user_id, summary: 'Ownership transferred', metadata: { from_user_id: e.data.from_user_id, to_user_id: e.data.to_user_id } }
+      return {
+        kind: 'ownership_transferred',
+        target_type: 'member',
+        target_id: e.data.to_user_id,
+        summary: 'Ownership transferred',
+        metadata: { from_user_id: e.data.from_user_id, to_user_id: e.data.to_user_id },
+      }
     default:
       return null
   }
@@ -143,7 +190,12 @@ function describeRecurringEvent(e: RecurringJobEvent): Described | null {
         metadata: { job_type: e.data.job_type, cron_expression: e.data.cron_expression, timezone: e.data.timezone, queue: e.data.queue },
       }
     case 'recurring_deleted':
-      return { kind: 'recurring_deleted', target_type: 'recurring', target_id: e.data.recurring_id, summary: `Schedule ${e.data.recurring_id} deleted` }
+      return {
+        kind: 'recurring_deleted',
+        target_type: 'recurring',
+        target_id: e.data.recurring_id,
+        summary: `Schedule ${e.data.recurring_id} deleted`,
+      }
     default:
       return null
   }
@@ -153,9 +205,19 @@ function describeAlertEvent(e: AlertEvent, alert: Alert | null): Described | nul
   const target = { target_type: 'alert', target_id: alert?.id ?? null }
   switch (e.type) {
     case 'alert_created':
-      return { kind: 'alert_created', ...target, summary: `Alert "${e.data.name}" created (${e.data.kind} over ${e.data.threshold})`, metadata: { kind: e.data.kind, queue: e.data.queue, threshold: e.data.threshold } }
+      return {
+        kind: 'alert_created',
+        ...target,
+        summary: `Alert "${e.data.name}" created (${e.data.kind} over ${e.data.threshold})`,
+        metadata: { kind: e.data.kind, queue: e.data.queue, threshold: e.data.threshold },
+      }
     case 'alert_updated':
-      return { kind: 'alert_updated', ...target, summary: `Alert "${e.data.name}" updated`, metadata: { kind: e.data.kind, queue: e.data.queue, threshold: e.data.threshold, enabled: e.data.enabled } }
+      return {
+        kind: 'alert_updated',
+        ...target,
+        summary: `Alert "${e.data.name}" updated`,
+        metadata: { kind: e.data.kind, queue: e.data.queue, threshold: e.data.threshold, enabled: e.data.enabled },
+      }
     case 'alert_deleted':
       return { kind: 'alert_deleted', ...target, summary: `Alert "${alert?.name ?? ''}" deleted` }
     default:
@@ -167,11 +229,21 @@ function describeJobEvent(e: JobEvent, jobId: string): Described | null {
   const target = { target_type: 'job', target_id: jobId }
   switch (e.type) {
     case 'job_created':
-      return { kind: 'job_created', ...target, summary: `Job ${e.data.job_type} created in queue ${e.data.queue}`, metadata: { job_type: e.data.job_type, queue: e.data.queue } }
+      return {
+        kind: 'job_created',
+        ...target,
+        summary: `Job ${e.data.job_type} created in queue ${e.data.queue}`,
+        metadata: { job_type: e.data.job_type, queue: e.data.queue },
+      }
     case 'job_cancelled':
       return { kind: 'job_cancelled', ...target, summary: `Job cancelled (${e.data.reason.replace(/_/g, ' ')})`, metadata: { reason: e.data.reason } }
     case 'job_retried':
-      return { kind: 'job_retried', ...target, summary: `Job retried: attempt ${e.data.attempt + 1} of ${e.data.max_attempts}`, metadata: { max_attempts: e.data.max_attempts } }
+      return {
+        kind: 'job_retried',
+        ...target,
+        summary: `Job retried: attempt ${e.data.attempt + 1} of ${e.data.max_attempts}`,
+        metadata: { max_attempts: e.data.max_attempts },
+      }
     default:
       return null
   }
@@ -187,7 +259,12 @@ function describeWebhookEvent(e: WebhookEvent, hook: Webhook | null): Described 
       return { kind: 'webhook_updated', ...target, summary: 'Webhook updated', metadata: changes }
     }
     case 'webhook_secret_rotated':
-      return { kind: 'webhook_secret_rotated', ...target, summary: 'Webhook secret rotated; the previous one works for 24 hours', metadata: { previous_secret_expires_at: e.data.previous_secret_expires_at } }
+      return {
+        kind: 'webhook_secret_rotated',
+        ...target,
+        summary: 'Webhook secret rotated; the previous one works for 24 hours',
+        metadata: { previous_secret_expires_at: e.data.previous_secret_expires_at },
+      }
     case 'webhook_deleted':
       return { kind: 'webhook_deleted', ...target, summary: 'Webhook deleted' }
     default:
@@ -204,16 +281,16 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
       m.aggregate === 'job'
         ? describeJobEvent(event as JobEvent, m.aggregate_id)
         : m.aggregate === 'user'
-        ? describeUserEvent(event as UserEvent, m.aggregate_id)
-        : m.aggregate === 'project'
-          ? describeProjectEvent(event as ProjectEvent, m.state as Project | null)
-          : m.aggregate === 'recurring'
-            ? describeRecurringEvent(event as RecurringJobEvent)
-            : m.aggregate === 'alert'
-              ? describeAlertEvent(event as AlertEvent, m.state as Alert | null)
-              : m.aggregate === 'webhook'
-                ? describeWebhookEvent(event as WebhookEvent, m.state as Webhook | null)
-                : null
+          ? describeUserEvent(event as UserEvent, m.aggregate_id)
+          : m.aggregate === 'project'
+            ? describeProjectEvent(event as ProjectEvent, m.state as Project | null)
+            : m.aggregate === 'recurring'
+              ? describeRecurringEvent(event as RecurringJobEvent)
+              : m.aggregate === 'alert'
+                ? describeAlertEvent(event as AlertEvent, m.state as Alert | null)
+                : m.aggregate === 'webhook'
+                  ? describeWebhookEvent(event as WebhookEvent, m.state as Webhook | null)
+                  : null
     if (described === null) continue
     const { metadata, user_id: actor, ...rest } = described
     rows.push({

@@ -24,7 +24,18 @@ export function openSql(url: string, options: { max?: number; applicationName?: 
 }
 
 /** postgres.js's own codes for a connection it could not make or lost, and the OS's. */
-const connectionFailures = new Set(['CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EPIPE'])
+const connectionFailures = new Set([
+  'CONNECT_TIMEOUT',
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENOTFOUND',
+  'EPIPE',
+])
 
 /**
  * Whether `err` says Postgres is out of reach rather than that a statement was wrong: a

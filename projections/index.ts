@@ -9,4 +9,13 @@ import type { Projection } from './projection.ts'
 import { recurringJobs } from './recurring-jobs.ts'
 
 /** Every read model the projector maintains, in the order they are applied within a batch. */
-export const projections: readonly Projection[] = [projectDirectory, jobList, jobMetrics, recurringJobs, alertSettings, webhookSubscriptions, webhookDeliveries, activityFeed]
+export const projections: readonly Projection[] = [
+  projectDirectory,
+  jobList,
+  jobMetrics,
+  recurringJobs,
+  alertSettings,
+  webhookSubscriptions,
+  webhookDeliveries,
+  activityFeed,
+]

@@ -69,7 +69,14 @@ export class MetricDeltas {
       // The queue's own row and the project's all-queues row.
       for (const queue of [job.queue, allQueues]) {
         const key = `${job.project_id}\u0000${resolution}\u0000${start}\u0000${queue}`
-        const row = this.throughput.get(key) ?? { project_id: job.project_id, resolution, bucket_start: start, queue, ...emptyThroughput(), durations: [] }
+        const row = this.throughput.get(key) ?? {
+          project_id: job.project_id,
+          resolution,
+          bucket_start: start,
+          queue,
+          ...emptyThroughput(),
+          durations: [],
+        }
         for (const [name, n] of Object.entries(effect.counts) as Array<[keyof ThroughputCounts, number]>) row[name] += n
         if (durationIndex !== null) {
           while (row.durations.length <= durationIndex) row.durations.push(0)

@@ -10,7 +10,10 @@ export interface NatsHandles {
 /** Connects to `servers` (a CONTRACT-style comma-separated list) and opens the JetStream APIs. */
 export async function connectNats(servers: string, name: string): Promise<NatsHandles> {
   const nc = await connect({
-    servers: servers.split(',').map((s) => s.trim()).filter(Boolean),
+    servers: servers
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,

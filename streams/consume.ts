@@ -73,7 +73,10 @@ export async function consumeBatches(
           batch.push(r.value)
           next = iterator.next()
           if (batch.length < opts.maxBatch && (await hasArrived(messages, next))) continue
-          const accepted = opts.accept === undefined ? batch : batch.filter((m) => opts.accept!({ subject: m.subject, eventTypes: m.headers?.get('Jobsvc-Event-Type') ?? '' }))
+          const accepted =
+            opts.accept === undefined
+              ? batch
+              : batch.filter((m) => opts.accept!({ subject: m.subject, eventTypes: m.headers?.get('Jobsvc-Event-Type') ?? '' }))
           if (accepted.length > 0) await handle(accepted.map(toRecord))
           batch.at(-1)!.ack()
           batch = []
@@ -102,7 +105,13 @@ export async function consumeBatches(
  */
 async function hasArrived(messages: { getPending(): number }, next: Promise<unknown>): Promise<boolean> {
   if (messages.getPending() === 0) return false
-  return Promise.race([next.then(() => true, () => true), new Promise<boolean>((resolve) => setImmediate(resolve, false))])
+  return Promise.race([
+    next.then(
+      () => true,
+      () => true,
+    ),
+    new Promise<boolean>((resolve) => setImmediate(resolve, false)),
+  ])
 }
 
 async function ensureDurableAt(nats: NatsHandles, opts: BatchConsumerOptions): Promise<void> {
@@ -295,7 +304,12 @@ export async function followEvents(
     let consumer: Consumer | undefined
     try {
       consumer = await nats.js.consumers.get(opts.stream, { filter_subjects: opts.filterSubject, opt_start_seq: next })
-      const messages = await consumer.consume({ max_messages: 1000, expires: 4 * followHeartbeatMs, idle_heartbeat: followHeartbeatMs, callback: deliver })
+      const messages = await consumer.consume({
+        max_messages: 1000,
+        expires: 4 * followHeartbeatMs,
+        idle_heartbeat: followHeartbeatMs,
+        callback: deliver,
+      })
       // The consumer exists from `next` on: whatever was stored since is on its way.
       setLive(true)
       failing = false

@@ -1,10 +1,4 @@
-import {
-  DiscardPolicy,
-  RetentionPolicy,
-  StorageType,
-  type JetStreamManager,
-  type StreamConfig,
-} from '@nats-io/jetstream'
+import { DiscardPolicy, RetentionPolicy, StorageType, type JetStreamManager, type StreamConfig } from '@nats-io/jetstream'
 import { Kvm, type KV } from '@nats-io/kv'
 import type { NatsConnection } from '@nats-io/transport-node'
 import {
@@ -118,7 +112,14 @@ export async function openIdempotencyBucket(nc: NatsConnection, ns: string): Pro
 
 /** Removes everything `ensureStreams` and the bucket openers made for `ns` (tests only). */
 export async function deleteNamespace(jsm: JetStreamManager, ns: string): Promise<void> {
-  const names = [eventsStreamName(ns), deliveriesStreamName(ns), mailStreamName(ns), keyValueStreamName(heartbeatBucketName(ns)), keyValueStreamName(authLimitsBucketName(ns)), keyValueStreamName(idempotencyBucketName(ns))]
+  const names = [
+    eventsStreamName(ns),
+    deliveriesStreamName(ns),
+    mailStreamName(ns),
+    keyValueStreamName(heartbeatBucketName(ns)),
+    keyValueStreamName(authLimitsBucketName(ns)),
+    keyValueStreamName(idempotencyBucketName(ns)),
+  ]
   for (const name of names) {
     await jsm.streams.delete(name).catch(() => undefined)
   }

@@ -65,7 +65,7 @@ export class LogPruner {
     // A purge request's `seq` of 1 or less means no bound at all: never send one.
     if (lastSeq < 1) return { messages: 0, purgedBySubject: false }
     const seqs: number[] = []
-    for (let seq = lastSeq; seq > 0; ) {
+    for (let seq = lastSeq; seq > 0;) {
       if (seqs.length === maxWalk) return this.#purgeSubject(subject, lastSeq)
       const msg = await this.#request(directGetApiSubject(this.#stream), `{"seq":${seq}}`)
       const previous = Number(msg.headers?.get(previousSeqHeader) || Number.NaN)
@@ -94,7 +94,11 @@ export class LogPruner {
   }
 
   async #purgeSubject(subject: string, lastSeq: number): Promise<PruneResult> {
-    const answer = await this.#api<{ purged?: number }>(streamPurgeApiSubject(this.#stream), JSON.stringify({ filter: subject, seq: lastSeq + 1 }), false)
+    const answer = await this.#api<{ purged?: number }>(
+      streamPurgeApiSubject(this.#stream),
+      JSON.stringify({ filter: subject, seq: lastSeq + 1 }),
+      false,
+    )
     return { messages: answer?.purged ?? 0, purgedBySubject: true }
   }
 

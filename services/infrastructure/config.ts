@@ -71,7 +71,11 @@ export const environmentSchema = z.object({
     .describe('key material for JWT signing and encryption at rest, the same in every process of an install; required outside the development mode'),
   SMTP_URL: z.string().optional().describe('e-mail transport; unset: e-mails are logged'),
   PUBLIC_URL: z.url().optional().describe('base of links in e-mails and the dashboard origin allowed by CORS; default http://HOST:PORT'),
-  TRUST_PROXY: trustProxyValue.default(false).describe('whether the client IP comes from X-Forwarded-For: false, a number of trusted proxy hops, a list of trusted proxy addresses, or true (every hop)'),
+  TRUST_PROXY: trustProxyValue
+    .default(false)
+    .describe(
+      'whether the client IP comes from X-Forwarded-For: false, a number of trusted proxy hops, a list of trusted proxy addresses, or true (every hop)',
+    ),
   WEBHOOK_ALLOW_HOSTS: z.string().default('').describe('host:port list exempt from the public-address rule'),
   JOBSVC_CONFIG: z.string().optional().describe('path of a JSON file overriding plan limits and tunables'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
@@ -98,7 +102,10 @@ export const tunablesSchema = z
      */
     metering_enabled: z.boolean().default(true),
     /** Waits between webhook attempts, one after each failed attempt but the last; the policy's (domain/delivery-policy.ts) unless tests shorten them. */
-    webhook_retry_delays_ms: z.array(z.number().int().min(0)).length(deliveryRetryWaitsMs.length).default([...deliveryRetryWaitsMs]),
+    webhook_retry_delays_ms: z
+      .array(z.number().int().min(0))
+      .length(deliveryRetryWaitsMs.length)
+      .default([...deliveryRetryWaitsMs]),
     /** Waits between attempts at an alert e-mail the SMTP server refused or could not take; given up after the last. */
     mail_retry_delays_ms: z.array(z.number().int().min(0)).min(1).max(20).default([10_000, 60_000, 300_000, 1_800_000, 7_200_000]),
     /** Each webhook attempt's total deadline (domain/delivery-policy.ts): address lookup, connecting, headers and body together. */
@@ -116,7 +123,11 @@ export const tunablesSchema = z
      */
     validate_responses: z.boolean().default(false),
     /** Largest JSON payload accepted on job creation, in bytes. */
-    max_payload_bytes: z.number().int().min(1).default(256 * 1024),
+    max_payload_bytes: z
+      .number()
+      .int()
+      .min(1)
+      .default(256 * 1024),
     /**
      * Worker polls of one project in flight at once in one API process (waiting or claiming);
      * more answer 429. Per process because what a poll holds (memory, a place in the claim
@@ -152,7 +163,11 @@ const configFileSchema = z
     plans: plansFileSchema.optional(),
     tunables: tunablesSchema.partial().optional(),
     /** The payment provider's webhook signing secret; without it, billing webhooks answer 503. */
-    billing: z.object({ webhook_secret: z.string().min(16) }).partial().strict().optional(),
+    billing: z
+      .object({ webhook_secret: z.string().min(16) })
+      .partial()
+      .strict()
+      .optional(),
   })
   .passthrough()
 
@@ -266,7 +281,9 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
     smtpUrl: e.SMTP_URL ?? null,
     publicUrl: e.PUBLIC_URL ?? null,
     trustProxy: e.TRUST_PROXY,
-    webhookAllowHosts: e.WEBHOOK_ALLOW_HOSTS.split(',').map((s) => s.trim()).filter(Boolean),
+    webhookAllowHosts: e.WEBHOOK_ALLOW_HOSTS.split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
     logLevel: e.LOG_LEVEL,
     tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
     plans: resolvePlans(filePlans),

@@ -4,7 +4,10 @@ import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes, ti
  * Key material derived from JOBSVC_SECRET, one key per purpose (HKDF-SHA256), so the JWT
  * signing key and the encryption-at-rest key are never the same bytes.
  */
-export function deriveKey(secret: string, purpose: 'jwt-signing' | 'totp-at-rest' | 'webhook-secret-at-rest' | 'idempotent-answers-at-rest'): Uint8Array {
+export function deriveKey(
+  secret: string,
+  purpose: 'jwt-signing' | 'totp-at-rest' | 'webhook-secret-at-rest' | 'idempotent-answers-at-rest',
+): Uint8Array {
   return new Uint8Array(hkdfSync('sha256', secret, 'jobsvc', purpose, 32))
 }
 

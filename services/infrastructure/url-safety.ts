@@ -94,7 +94,12 @@ function hostPort(url: URL): string {
  * at delivery on the address actually connected to, so a name that later resolves elsewhere
  * (DNS rebinding) is refused then.
  */
-export async function checkWebhookUrl(raw: string, allowHosts: readonly string[], resolve: HostResolver = systemResolver, signal?: AbortSignal): Promise<UrlVerdict> {
+export async function checkWebhookUrl(
+  raw: string,
+  allowHosts: readonly string[],
+  resolve: HostResolver = systemResolver,
+  signal?: AbortSignal,
+): Promise<UrlVerdict> {
   if (raw.length > 2048) return { ok: false, reason: 'url must be at most 2048 characters' }
   let url: URL
   try {

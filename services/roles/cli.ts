@@ -37,7 +37,13 @@ function projectCreate(args: string[]): Command {
     // choosing a password through "forgot password".
     const accounts = new AccountService(runtime)
     const owner = email === null ? null : await accounts.ensureVerifiedUser(email, plan === 'enterprise' ? 'business' : plan)
-    const { project, apiKey } = await createProject(runtime, { name, plan, ownerEmail: owner?.email ?? null, ownerUserId: owner?.id ?? null, keyEnvironment: env })
+    const { project, apiKey } = await createProject(runtime, {
+      name,
+      plan,
+      ownerEmail: owner?.email ?? null,
+      ownerUserId: owner?.id ?? null,
+      keyEnvironment: env,
+    })
     if (owner !== null) await accounts.indexProject(owner.id, project.id, true)
     return { project_id: project.id, api_key: apiKey, ...(owner ? { owner_user_id: owner.id } : {}) }
   }

@@ -16,8 +16,15 @@ type Role = (typeof roles)[number]
  * Supervisors and docker-compose run `node --import tsx services/roles/main.ts` without it.
  */
 function parseArguments(argv: string[]): { roles: Role[]; dev: boolean } {
-  const { values } = parseArgs({ args: argv, options: { role: { type: 'string', multiple: true }, dev: { type: 'boolean', default: false } }, allowPositionals: false })
-  const wanted = (values.role ?? []).flatMap((r) => r.split(',')).map((r) => r.trim()).filter(Boolean)
+  const { values } = parseArgs({
+    args: argv,
+    options: { role: { type: 'string', multiple: true }, dev: { type: 'boolean', default: false } },
+    allowPositionals: false,
+  })
+  const wanted = (values.role ?? [])
+    .flatMap((r) => r.split(','))
+    .map((r) => r.trim())
+    .filter(Boolean)
   for (const r of wanted) {
     if (r !== 'all' && !roles.includes(r as Role)) throw new ConfigError(`unknown role ${JSON.stringify(r)}; roles are ${roles.join(', ')}`)
   }
@@ -29,7 +36,10 @@ async function main(): Promise<void> {
   const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null })
   const log = createLogger(config)
   if (config.devSecretFile !== null) {
-    log.warn({ file: config.devSecretFile }, `development mode: JOBSVC_SECRET is not set, so the secret kept in ${config.devSecretFile} is used; set JOBSVC_SECRET in production`)
+    log.warn(
+      { file: config.devSecretFile },
+      `development mode: JOBSVC_SECRET is not set, so the secret kept in ${config.devSecretFile} is used; set JOBSVC_SECRET in production`,
+    )
   }
   const runtime = await openRuntime(config, log, `jobsvc-${selected.join('+')}`)
   const stops: Array<() => Promise<void>> = []
@@ -48,7 +58,10 @@ async function main(): Promise<void> {
     address = role.address
     stops.push(role.stop)
   }
-  log.info({ roles: selected, address, namespace: config.namespace }, address ? `jobsvc listening on ${address}` : `jobsvc ready (${selected.join(', ')})`)
+  log.info(
+    { roles: selected, address, namespace: config.namespace },
+    address ? `jobsvc listening on ${address}` : `jobsvc ready (${selected.join(', ')})`,
+  )
 
   let stopping = false
   const shutdown = async (signal: string) => {

@@ -32,7 +32,11 @@ type ToThread = { type: 'stop' }
 const threadPools = { connections: 8, meteringConnections: 2 }
 const stopTimeoutMs = 20_000
 
-const starters: Record<BackgroundRole, typeof projector.start> = { projector: projector.start, scheduler: scheduler.start, dispatcher: dispatcher.start }
+const starters: Record<BackgroundRole, typeof projector.start> = {
+  projector: projector.start,
+  scheduler: scheduler.start,
+  dispatcher: dispatcher.start,
+}
 
 async function runInThread(port: NonNullable<typeof parentPort>, data: ThreadData): Promise<void> {
   const config = Object.freeze(data.config)
@@ -66,7 +70,12 @@ if (!isMainThread && parentPort !== null && (workerData as { roleThread?: boolea
  * A thread that fails or exits on its own takes the process down (`onFatal`): a supervisor then
  * restarts the whole service, as it would after any crash.
  */
-export async function startRoleThread(config: Readonly<Config>, roles: BackgroundRole[], log: Logger, onFatal: (why: string) => void): Promise<() => Promise<void>> {
+export async function startRoleThread(
+  config: Readonly<Config>,
+  roles: BackgroundRole[],
+  log: Logger,
+  onFatal: (why: string) => void,
+): Promise<() => Promise<void>> {
   const worker = new Worker(new URL('./role-thread.mjs', import.meta.url), { workerData: { config, roles, roleThread: true } })
   let stopping = false
   const stopped = new Promise<void>((resolve) => {

@@ -15,7 +15,13 @@ t.test('the activity feed', async (t) => {
     const first = res.body.data[0]
     t.match(first, { id: /^[0-9A-Z]{26}$/, kind: 'job_created', target_type: 'job', target_id: created.at(-1), summary: /feed/, created_at: /Z$/ })
     t.same(JSON.parse(first.metadata), { job_type: 'feed', queue: 'f' }, 'metadata is JSON text')
-    for (const [limit, expected] of [['0', 1], ['-5', 1], ['500', 26], ['abc', 20], ['3.7', 3]] as const) {
+    for (const [limit, expected] of [
+      ['0', 1],
+      ['-5', 1],
+      ['500', 26],
+      ['abc', 20],
+      ['3.7', 3],
+    ] as const) {
       const page = await h.request('GET', `/jobsvc/v1/activity?limit=${limit}`)
       t.equal(page.status, 200)
       t.equal(page.body.data.length, Math.min(expected, 25), `limit=${limit}`)

@@ -14,7 +14,10 @@ import { dispatcherConsumerName, eventsStreamName, mailStreamName } from '../../
  */
 
 const mailRetryDelaysMs = [200, 400]
-const h = await startPlatformHarness(t, import.meta.filename, { roles: ['api', 'projector', 'dispatcher'], tunables: { mail_retry_delays_ms: mailRetryDelaysMs } })
+const h = await startPlatformHarness(t, import.meta.filename, {
+  roles: ['api', 'projector', 'dispatcher'],
+  tunables: { mail_retry_delays_ms: mailRetryDelaysMs },
+})
 
 /**
  * Alerts e-mail only the project's members, so the alerts here belong to a project with people:
@@ -75,7 +78,9 @@ async function mailSettled(): Promise<void> {
 async function pendingIs(queue: string, n: number, projectId = p.projectId): Promise<void> {
   await eventually(
     async () => {
-      const [row] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM jobs WHERE project_id = ${projectId} AND queue = ${queue} AND state = 'pending'`
+      const [row] = await sql<
+        { n: number }[]
+      >`SELECT count(*)::int AS n FROM jobs WHERE project_id = ${projectId} AND queue = ${queue} AND state = 'pending'`
       return row!.n === n
     },
     15_000,
@@ -84,7 +89,11 @@ async function pendingIs(queue: string, n: number, projectId = p.projectId): Pro
 }
 
 async function jobStateIs(id: string, state: string): Promise<void> {
-  await eventually(async () => (await sql<{ state: string }[]>`SELECT state FROM jobs WHERE id = ${id}`)[0]?.state === state, 15_000, `${id} in ${state}`)
+  await eventually(
+    async () => (await sql<{ state: string }[]>`SELECT state FROM jobs WHERE id = ${id}`)[0]?.state === state,
+    15_000,
+    `${id} in ${state}`,
+  )
 }
 
 /** Claims exactly `n` jobs of `queue` (as many polls as the read model needs). */
@@ -146,13 +155,25 @@ t.test('create, list, get, update, delete; activity rows', async (t) => {
   t.match(alert.created_at, iso)
 
   const minimal = await newAlert({ name: 'dl', kind: 'dead_letter_count', threshold: 0 })
-  t.match(minimal, { name: 'dl', kind: 'dead_letter_count', threshold: 0, queue: null, window_minutes: 60, email: [], webhook: false, enabled: true, status: 'ok' }, 'defaults')
+  t.match(
+    minimal,
+    { name: 'dl', kind: 'dead_letter_count', threshold: 0, queue: null, window_minutes: 60, email: [], webhook: false, enabled: true, status: 'ok' },
+    'defaults',
+  )
   t.strictSame(minimal.email, [], 'email defaults to []')
 
   t.strictSame((await p.request('GET', '/jobsvc/v1/alerts')).body, { data: [alert, minimal] }, 'the list shows both, oldest first')
   t.strictSame(await getAlert(alert.id), alert, 'get answers the created alert')
 
-  const changed = { ...fullBody(address), name: 'Deeper backlog', threshold: 50, queue: null, email: [address, await memberAddress()], webhook: false, enabled: false }
+  const changed = {
+    ...fullBody(address),
+    name: 'Deeper backlog',
+    threshold: 50,
+    queue: null,
+    email: [address, await memberAddress()],
+    webhook: false,
+    enabled: false,
+  }
   const put = await p.request('PUT', `/jobsvc/v1/alerts/${alert.id}`, changed)
   t.equal(put.status, 200)
   t.match(put.body, { ...changed, id: alert.id, status: 'ok', created_at: alert.created_at })
@@ -165,10 +186,20 @@ t.test('create, list, get, update, delete; activity rows', async (t) => {
   t.equal(same.status, 200, 'the same settings again: 200')
   t.strictSame(same.body, put.body, 'and nothing changes, updated_at included')
 
-  const partial = await p.request('PUT', `/jobsvc/v1/alerts/${minimal.id}`, { name: 'dl', kind: 'dead_letter_count', threshold: 0, window_minutes: 5, email: [address] })
+  const partial = await p.request('PUT', `/jobsvc/v1/alerts/${minimal.id}`, {
+    name: 'dl',
+    kind: 'dead_letter_count',
+    threshold: 0,
+    window_minutes: 5,
+    email: [address],
+  })
   t.equal(partial.status, 200)
   const partialBack = await p.request('PUT', `/jobsvc/v1/alerts/${minimal.id}`, { name: 'dl', kind: 'dead_letter_count', threshold: 0 })
-  t.match(partialBack.body, { window_minutes: 60, queue: null, webhook: false, enabled: true }, 'PUT replaces every setting: omitted ones return to their defaults')
+  t.match(
+    partialBack.body,
+    { window_minutes: 60, queue: null, webhook: false, enabled: true },
+    'PUT replaces every setting: omitted ones return to their defaults',
+  )
   t.strictSame(partialBack.body.email, [])
 
   const del = await p.request('DELETE', `/jobsvc/v1/alerts/${alert.id}`)
@@ -205,7 +236,16 @@ t.test('create, list, get, update, delete; activity rows', async (t) => {
 
 t.test('unknown and malformed ids are 404 alert_not_found', async (t) => {
   const body = { name: 'x', kind: 'queue_depth', threshold: 1 }
-  const ids = [unknownId, 'nope', 'alr_', `ALR_01J${'A'.repeat(23)}`, `alr_01J${'A'.repeat(23)}`, `alr_${'a'.repeat(27)}`, `job_01j${'a'.repeat(23)}`, 'a'.repeat(100)]
+  const ids = [
+    unknownId,
+    'nope',
+    'alr_',
+    `ALR_01J${'A'.repeat(23)}`,
+    `alr_01J${'A'.repeat(23)}`,
+    `alr_${'a'.repeat(27)}`,
+    `job_01j${'a'.repeat(23)}`,
+    'a'.repeat(100),
+  ]
   for (const id of ids) {
     isError(t, await p.request('GET', `/jobsvc/v1/alerts/${id}`), 404, 'alert_not_found', `GET ${id}`)
     isError(t, await p.request('PUT', `/jobsvc/v1/alerts/${id}`, body), 404, 'alert_not_found', `PUT ${id}`)
@@ -232,11 +272,24 @@ t.test("another project's alert is 404 alert_not_found and not listed", async (t
   const theirs = await newAlert({ name: 'theirs', kind: 'queue_depth', queue: 'iso-q', threshold: 3 }, other.apiKey)
   const as = (key: string, method: string, path: string, body?: unknown) => httpRequest(h.url, key, method, path, body)
   isError(t, await as(other.apiKey, 'GET', `/jobsvc/v1/alerts/${mine.id}`), 404, 'alert_not_found', 'get')
-  isError(t, await as(other.apiKey, 'PUT', `/jobsvc/v1/alerts/${mine.id}`, { name: 'hijack', kind: 'queue_depth', threshold: 0 }), 404, 'alert_not_found', 'put')
+  isError(
+    t,
+    await as(other.apiKey, 'PUT', `/jobsvc/v1/alerts/${mine.id}`, { name: 'hijack', kind: 'queue_depth', threshold: 0 }),
+    404,
+    'alert_not_found',
+    'put',
+  )
   isError(t, await as(other.apiKey, 'DELETE', `/jobsvc/v1/alerts/${mine.id}`), 404, 'alert_not_found', 'delete')
   isError(t, await p.request('GET', `/jobsvc/v1/alerts/${theirs.id}`), 404, 'alert_not_found', 'and the other way round')
-  t.same((await as(other.apiKey, 'GET', '/jobsvc/v1/alerts')).body.data.map((a: any) => a.id), [theirs.id], 'their list has only theirs')
-  t.notOk((await p.request('GET', '/jobsvc/v1/alerts')).body.data.some((a: any) => a.id === theirs.id), 'my list does not show theirs')
+  t.same(
+    (await as(other.apiKey, 'GET', '/jobsvc/v1/alerts')).body.data.map((a: any) => a.id),
+    [theirs.id],
+    'their list has only theirs',
+  )
+  t.notOk(
+    (await p.request('GET', '/jobsvc/v1/alerts')).body.data.some((a: any) => a.id === theirs.id),
+    'my list does not show theirs',
+  )
   t.strictSame(await getAlert(mine.id), mine, 'my alert is untouched')
   t.equal((await p.request('DELETE', `/jobsvc/v1/alerts/${mine.id}`)).status, 204)
   t.equal((await as(other.apiKey, 'DELETE', `/jobsvc/v1/alerts/${theirs.id}`)).status, 204)
@@ -303,7 +356,11 @@ t.test('queue_depth: triggers once, holds without re-triggering, resolves once',
   await pendingIs('q1', 3, other.projectId)
 
   await evaluateAlerts(h.runtime)
-  t.match(await getAlert(alert.id), { status: 'ok', last_triggered_at: null }, 'two pending (= threshold) is not above it; other queues and projects do not count')
+  t.match(
+    await getAlert(alert.id),
+    { status: 'ok', last_triggered_at: null },
+    'two pending (= threshold) is not above it; other queues and projects do not count',
+  )
   t.equal(mailsTo(address).length, 0, 'no mail')
 
   jobs.push(await create({ queue: 'q1' }))
@@ -344,7 +401,9 @@ t.test('dead_letter_count: a dead letter fires it; it resolves once it leaves th
   const job = await create({ queue: 'q2', max_attempts: 1 })
   const [claimed] = await claim('q2', 1, 'wrk_dead')
   t.equal(claimed.id, job.id)
-  t.strictSame((await ack({ job_id: job.id, worker_id: 'wrk_dead', status: 'failed', error: { type: 'Boom', message: 'boom' } })).body, { action: 'done' })
+  t.strictSame((await ack({ job_id: job.id, worker_id: 'wrk_dead', status: 'failed', error: { type: 'Boom', message: 'boom' } })).body, {
+    action: 'done',
+  })
   await jobStateIs(job.id, 'dead_letter')
 
   await evaluateAlerts(h.runtime)
@@ -507,13 +566,26 @@ t.test("alert e-mails go only to the current addresses of the project's members:
     ['an invited address that has not joined', [invited], invited],
   ]
   for (const [what, email, named] of refusals) {
-    for (const [method, path] of [['POST', '/jobsvc/v1/alerts'], ['PUT', `/jobsvc/v1/alerts/${existing.id}`]] as const) {
+    for (const [method, path] of [
+      ['POST', '/jobsvc/v1/alerts'],
+      ['PUT', `/jobsvc/v1/alerts/${existing.id}`],
+    ] as const) {
       const res = await p.request(method, path, body(email))
       isError(t, res, 400, 'invalid_request', `${method}: ${what}`)
-      t.match(res.body.error.message, new RegExp(`^body\\.email\\[${email.indexOf(named)}\\]: ${named.replace(/[.+]/g, '\\$&')} is not the address of a member`), `${method}: the message names ${what}`)
+      t.match(
+        res.body.error.message,
+        new RegExp(`^body\\.email\\[${email.indexOf(named)}\\]: ${named.replace(/[.+]/g, '\\$&')} is not the address of a member`),
+        `${method}: the message names ${what}`,
+      )
     }
   }
-  isError(t, await h.request('POST', '/jobsvc/v1/alerts', body([member])), 400, 'invalid_request', "another project's key cannot mail this project's member")
+  isError(
+    t,
+    await h.request('POST', '/jobsvc/v1/alerts', body([member])),
+    400,
+    'invalid_request',
+    "another project's key cannot mail this project's member",
+  )
   t.same(
     (await p.request('GET', '/jobsvc/v1/alerts')).body.data.filter((a: any) => a.queue === 'rcpt-q').map((a: any) => a.email),
     [[member]],

@@ -7,7 +7,16 @@ import t from 'tap'
 import { openSql } from '../../projections/database.ts'
 import { resolvePlans } from '../../domain/plans.ts'
 import { signPayload } from '../../services/use-cases/metering/provider-signature.ts'
-import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService, type HttpResponse, type SpawnedService } from '../support/harness.ts'
+import {
+  eventually,
+  httpRequest,
+  isolatedNames,
+  removeIsolated,
+  repoRoot,
+  spawnService,
+  type HttpResponse,
+  type SpawnedService,
+} from '../support/harness.ts'
 import { newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
 
 const run = promisify(execFile)
@@ -54,7 +63,11 @@ t.test('the monthly allowance on job creation (one process)', async (t) => {
   await t.test('every job-creation answer carries the quota headers; only created jobs count', async (t) => {
     const first = await create(job(1))
     t.equal(first.status, 201)
-    t.strictSame(quotaOf(first), { limit: '12', used: '0', overage: '0', cost: '0', cap: null, reset }, 'a 201: used counts before this request, no spend cap header')
+    t.strictSame(
+      quotaOf(first),
+      { limit: '12', used: '0', overage: '0', cost: '0', cap: null, reset },
+      'a 201: used counts before this request, no spend cap header',
+    )
 
     const invalid = await create({ job_type: '' })
     t.equal(invalid.status, 400)
@@ -124,7 +137,11 @@ t.test('the monthly allowance on job creation (one process)', async (t) => {
       const refused = await create(job(30 + i))
       t.equal(refused.status, 429)
       t.equal(refused.body.error.code, 'monthly_allowance_exceeded')
-      t.strictSame(quotaOf(refused), { limit: '12', used: '12', overage: '0', cost: '0', cap: null, reset }, `refusal ${i + 1}: used = limit, no overage`)
+      t.strictSame(
+        quotaOf(refused),
+        { limit: '12', used: '12', overage: '0', cost: '0', cap: null, reset },
+        `refusal ${i + 1}: used = limit, no overage`,
+      )
     }
     const replay = await create(job(5), { 'idempotency-key': 'allow-k1' })
     t.equal(replay.status, 201, 'a replay needs no unit, so it still answers when the allowance is used up')
@@ -147,7 +164,12 @@ t.test('the monthly allowance on job creation (one process)', async (t) => {
       return res.body.jobs?.[0]
     }
     const ack = (jobId: string, workerId: string, status: 'succeeded' | 'failed') =>
-      h.request('POST', '/jobsvc/v1/workers/ack', { job_id: jobId, worker_id: workerId, status, ...(status === 'failed' ? { error: { type: 'Boom', message: 'no' } } : {}) })
+      h.request('POST', '/jobsvc/v1/workers/ack', {
+        job_id: jobId,
+        worker_id: workerId,
+        status,
+        ...(status === 'failed' ? { error: { type: 'Boom', message: 'no' } } : {}),
+      })
 
     t.equal((await claimOne('inflight-ok', 'wrk_allow_ok'))?.id, inflight.ok)
     const ok = await ack(inflight.ok, 'wrk_allow_ok', 'succeeded')
@@ -177,13 +199,19 @@ t.test('the monthly allowance on job creation (one process)', async (t) => {
     t.equal(refused.body.error.code, 'monthly_allowance_exceeded')
     t.equal(refused.headers.get('x-quota-used'), '12', 'claims, acks and both kinds of retry took no unit')
     const listed = await jobsOf('inflight-dead')
-    t.strictSame(listed.map((j) => j.id), [inflight.dead], 'the retry made no new job')
+    t.strictSame(
+      listed.map((j) => j.id),
+      [inflight.dead],
+      'the retry made no new job',
+    )
   })
 
   await t.test('402 billing_state_blocked carries the headers and takes no unit', async (t) => {
     const other = await h.newProject()
     const body = JSON.stringify({ id: 'evt_allow_1', type: 'billing_state.updated', data: { project_id: other.projectId, state: 'past_due' } })
-    const hook = await h.platform('POST', '/platform/v1/billing/webhook', body, { headers: { 'jobsvc-signature': signPayload(webhookSecret, body, new Date()) } })
+    const hook = await h.platform('POST', '/platform/v1/billing/webhook', body, {
+      headers: { 'jobsvc-signature': signPayload(webhookSecret, body, new Date()) },
+    })
     t.equal(hook.status, 200, JSON.stringify(hook.body))
     const blocked = await httpRequest(h.url, other.apiKey, 'POST', '/jobsvc/v1/jobs', job(50))
     t.equal(blocked.status, 402)
@@ -197,7 +225,15 @@ t.test('the monthly allowance on job creation (one process)', async (t) => {
     const mine = (n: number) => httpRequest(h.url, u.apiKey, 'POST', '/jobsvc/v1/jobs', job(n))
     const view = await asUser('GET')
     t.equal(view.status, 200, JSON.stringify(view.body))
-    t.match(view.body, { plan: 'starter', overage_enabled: false, overage_available: true, allowance: 3, used: 0, overage_cents_per_10k: 150, spend_cap_cents: null })
+    t.match(view.body, {
+      plan: 'starter',
+      overage_enabled: false,
+      overage_available: true,
+      allowance: 3,
+      used: 0,
+      overage_cents_per_10k: 150,
+      spend_cap_cents: null,
+    })
 
     const used: string[] = []
     for (let i = 0; i < 3; i++) used.push((await mine(i)).headers.get('x-quota-used')!)
@@ -212,10 +248,18 @@ t.test('the monthly allowance on job creation (one process)', async (t) => {
     t.equal(enabled.body.overage_enabled, true)
     const beyond1 = await mine(4)
     t.equal(beyond1.status, 201, 'creation continues past the allowance')
-    t.strictSame(quotaOf(beyond1), { limit: '3', used: '3', overage: '0', cost: '0', cap: null, reset }, 'no job beyond the allowance before this one')
+    t.strictSame(
+      quotaOf(beyond1),
+      { limit: '3', used: '3', overage: '0', cost: '0', cap: null, reset },
+      'no job beyond the allowance before this one',
+    )
     const beyond2 = await mine(5)
     t.equal(beyond2.status, 201)
-    t.strictSame(quotaOf(beyond2), { limit: '3', used: '4', overage: '1', cost: '1', cap: null, reset }, 'one overage job costs ceil(150/10000) = 1 cent')
+    t.strictSame(
+      quotaOf(beyond2),
+      { limit: '3', used: '4', overage: '1', cost: '1', cap: null, reset },
+      'one overage job costs ceil(150/10000) = 1 cent',
+    )
 
     /** Creates `count` jobs, a few at a time, and checks they took the counts from `from` on. */
     const fill = async (from: number, count: number) => {
@@ -223,9 +267,16 @@ t.test('the monthly allowance on job creation (one process)', async (t) => {
       for (let i = 0; i < count; i += 8) {
         answers.push(...(await Promise.all(Array.from({ length: Math.min(8, count - i) }, (_, k) => mine(1000 + from + i + k)))))
       }
-      t.ok(answers.every((r) => r.status === 201), `${count} more jobs created`)
+      t.ok(
+        answers.every((r) => r.status === 201),
+        `${count} more jobs created`,
+      )
       const counts = answers.map((r) => Number(r.headers.get('x-quota-used'))).sort((a, b) => a - b)
-      t.strictSame(counts, Array.from({ length: count }, (_, k) => from + k), `they took the counts ${from} to ${from + count - 1}`)
+      t.strictSame(
+        counts,
+        Array.from({ length: count }, (_, k) => from + k),
+        `they took the counts ${from} to ${from + count - 1}`,
+      )
     }
     // On to 66 jobs beyond the allowance: 66 × 1.5 = 0.99 cents, 67 × 1.5 = 1.005 cents.
     await fill(5, 64)
@@ -337,7 +388,16 @@ t.test('two API processes hand out the last 50 units exactly once', async (t) =>
   const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl, JOBSVC_CONFIG: configFile }
 
   const starting = [spawnService(env), spawnService(env)]
-  t.teardown(() => Promise.all(starting.map((s) => s.then((svc) => svc.stop(), () => undefined))))
+  t.teardown(() =>
+    Promise.all(
+      starting.map((s) =>
+        s.then(
+          (svc) => svc.stop(),
+          () => undefined,
+        ),
+      ),
+    ),
+  )
   const services: SpawnedService[] = await Promise.all(starting)
   const sql = openSql(names.databaseUrl, { max: 2, applicationName: 'jobsvc-test' })
   t.teardown(() => sql.end({ timeout: 5 }))
@@ -361,10 +421,20 @@ t.test('two API processes hand out the last 50 units exactly once', async (t) =>
   const refused = answers.filter((r) => r.status === 429)
   t.equal(created.length, 50, 'exactly 50 creates answered 201')
   t.equal(refused.length, 150, 'the other 150 answered 429')
-  t.ok(refused.every((r) => r.body.error?.code === 'monthly_allowance_exceeded'), 'every refusal is monthly_allowance_exceeded')
-  t.ok(refused.every((r) => r.headers.get('x-quota-used') === String(allowance)), 'every refusal reports the allowance used up')
+  t.ok(
+    refused.every((r) => r.body.error?.code === 'monthly_allowance_exceeded'),
+    'every refusal is monthly_allowance_exceeded',
+  )
+  t.ok(
+    refused.every((r) => r.headers.get('x-quota-used') === String(allowance)),
+    'every refusal reports the allowance used up',
+  )
   const usedValues = created.map((r) => Number(r.headers.get('x-quota-used'))).sort((a, b) => a - b)
-  t.strictSame(usedValues, Array.from({ length: 50 }, (_, i) => allowance - 50 + i), 'the 201s saw 50 consecutive counts, none skipped or repeated')
+  t.strictSame(
+    usedValues,
+    Array.from({ length: 50 }, (_, i) => allowance - 50 + i),
+    'the 201s saw 50 consecutive counts, none skipped or repeated',
+  )
   // Which process gets the units is not part of the contract: each serves its waiting creates
   // in one statement, so one process may take all 50.
   t.comment(`201s by process: ${[0, 1].map((p) => answers.filter((r, i) => i % 2 === p && r.status === 201).length).join(' and ')}`)
@@ -382,7 +452,10 @@ t.test('two API processes hand out the last 50 units exactly once', async (t) =>
     'the 50 jobs in the list',
   )
   t.equal(listed.length, 50, 'the list holds exactly 50 new jobs')
-  t.ok(listed.every((j) => ids.has(j.id)), 'and they are the ones answered 201')
+  t.ok(
+    listed.every((j) => ids.has(j.id)),
+    'and they are the ones answered 201',
+  )
   const [row] = await sql<{ used: number }[]>`SELECT used::int AS used FROM project_usage WHERE project_id = ${projectId}`
   t.equal(row?.used, allowance, 'the usage row stopped at the allowance')
 })

@@ -10,7 +10,8 @@ const ulidPattern = /^[0-9A-HJKMNP-TV-Z]{26}$/
 const jobs = '/jobsvc/v1/jobs'
 
 /** Sends with exactly these headers: no key is added unless the caller passes one. */
-const anonymous = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) => httpRequest(h.url, null, method, path, body, headers)
+const anonymous = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
+  httpRequest(h.url, null, method, path, body, headers)
 const withAuthorization = (authorization: string, method = 'GET', path = jobs, body?: unknown) => anonymous(method, path, body, { authorization })
 
 function isUnauthorized(t: Test, res: HttpResponse, what: string): void {
@@ -105,7 +106,10 @@ t.test('a valid key works, test and live alike', async (t) => {
   t.match(created.headers.get('x-request-id') ?? '', ulidPattern)
   const listed = await h.request('GET', jobs)
   t.equal(listed.status, 200)
-  t.ok(listed.body.data.some((j: { id: string }) => j.id === created.body.id), 'the job is listed')
+  t.ok(
+    listed.body.data.some((j: { id: string }) => j.id === created.body.id),
+    'the job is listed',
+  )
 
   const live = await createProject(h.runtime, { name: 'live', plan: 'business', ownerEmail: null, keyEnvironment: 'live' })
   t.match(live.apiKey, /^sv_live_sk_[0-9a-f]{32}$/)

@@ -83,7 +83,13 @@ const lengthChecks = new Set(['max_length', 'min_length', 'length_equals'])
 const found: StringNode[] = []
 for (const route of built.routes ?? []) {
   const methods = ([] as string[]).concat(route.method).join(',')
-  const parts = { body: route.schema?.body, query: route.schema?.querystring, params: route.schema?.params, headers: route.schema?.headers, readBody: route.documentedBody }
+  const parts = {
+    body: route.schema?.body,
+    query: route.schema?.querystring,
+    params: route.schema?.params,
+    headers: route.schema?.headers,
+    readBody: route.documentedBody,
+  }
   for (const [part, schema] of Object.entries(parts)) stringsIn(schema as Node | undefined, `${methods} ${route.url} ${part}`, found)
 }
 // Fastify's HEAD twin of a GET route shares its schemas: each string once.
@@ -105,7 +111,9 @@ t.test('every string field is bounded, and its bound aborts before anything else
 
 t.test('over its bound, no later check of any string runs', async (t) => {
   for (const { where, node } of strings) {
-    const def = node._zod.def as unknown as { checks?: Array<{ _zod: { def: { check: string; maximum?: number }; check: (payload: unknown) => unknown } }> }
+    const def = node._zod.def as unknown as {
+      checks?: Array<{ _zod: { def: { check: string; maximum?: number }; check: (payload: unknown) => unknown } }>
+    }
     const checks = def.checks ?? []
     const max = checks.find((c) => c._zod.def.check === 'max_length')?._zod.def.maximum
     if (max === undefined) continue

@@ -12,7 +12,13 @@ import { eventually, startHarness, type Harness } from '../support/harness.ts'
  * finish the cascade.
  */
 async function appendWithoutCascade(h: Harness, jobId: string, command: JobCommand): Promise<void> {
-  await handleCommand<JobCommand, JobEvent, Job>(h.runtime.store, jobDecider, { aggregate: 'job', projectId: h.projectId, id: jobId }, command, () => `evt_${h.runtime.newUlid()}`)
+  await handleCommand<JobCommand, JobEvent, Job>(
+    h.runtime.store,
+    jobDecider,
+    { aggregate: 'job', projectId: h.projectId, id: jobId },
+    command,
+    () => `evt_${h.runtime.newUlid()}`,
+  )
 }
 
 const now = () => ({ now: new Date().toISOString() })
@@ -28,7 +34,11 @@ t.test('a crash between a parent and its children heals itself', async (t) => {
     t.equal(child.state, 'scheduled')
     const polled = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'w', queues: ['heal-a'], wait_seconds: 5 })
     t.equal(polled.body.jobs[0]?.id, parent.id)
-    await appendWithoutCascade(h, parent.id, { type: 'ack_job', data: { worker_id: 'w', status: 'succeeded', duration_ms: 1, error: null }, meta: now() })
+    await appendWithoutCascade(h, parent.id, {
+      type: 'ack_job',
+      data: { worker_id: 'w', status: 'succeeded', duration_ms: 1, error: null },
+      meta: now(),
+    })
     t.equal(await state(parent.id), 'succeeded')
     await eventually(async () => (await state(child.id)) === 'pending', 15_000, 'the child to be activated')
     t.pass('the child was activated by the sweep')

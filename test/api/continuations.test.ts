@@ -43,13 +43,25 @@ t.test('a child of a succeeded parent is pending and runs at once', async (t) =>
 t.test('a child of a cancelled or dead-lettered parent is 409 parent_terminal', async (t) => {
   const cancelled = await create({ queue: 'c-term' })
   await h.request('POST', `/jobsvc/v1/jobs/${cancelled.id}/cancel`)
-  isError(t, await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'c', payload: {}, parent_job_id: cancelled.id }), 409, 'parent_terminal', 'cancelled parent')
+  isError(
+    t,
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'c', payload: {}, parent_job_id: cancelled.id }),
+    409,
+    'parent_terminal',
+    'cancelled parent',
+  )
 
   const dead = await create({ queue: 'c-term', max_attempts: 1 })
   await claimOne('c-term', 'wrk_p')
   await ack({ job_id: dead.id, worker_id: 'wrk_p', status: 'failed' })
   t.equal((await getJob(dead.id)).state, 'dead_letter')
-  isError(t, await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'c', payload: {}, parent_job_id: dead.id }), 409, 'parent_terminal', 'dead-lettered parent')
+  isError(
+    t,
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'c', payload: {}, parent_job_id: dead.id }),
+    409,
+    'parent_terminal',
+    'dead-lettered parent',
+  )
 
   const listed = await h.request('GET', '/jobsvc/v1/jobs?job_type=c')
   t.same(listed.body.data, [], 'no child was created')
@@ -62,7 +74,13 @@ t.test('an unknown parent is 422 parent_not_found, and so is another project’s
   const other = await h.newProject()
   const theirs = await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'p', payload: {} }, { authorization: `Bearer ${other.apiKey}` })
   t.equal(theirs.status, 201)
-  isError(t, await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'c', payload: {}, parent_job_id: theirs.body.id }), 422, 'parent_not_found', 'another project’s job')
+  isError(
+    t,
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'c', payload: {}, parent_job_id: theirs.body.id }),
+    422,
+    'parent_not_found',
+    'another project’s job',
+  )
 })
 
 t.test('a parent’s success activates its scheduled children: children_activated, pending, claimable', async (t) => {
@@ -116,7 +134,10 @@ t.test('a parent that fails an attempt but will retry leaves its children waitin
 
 t.test('cancelling a parent cancels its scheduled children', async (t) => {
   const parent = await create({ queue: 'c-cancel', run_at: new Date(Date.now() + 3_600_000).toISOString() })
-  const kids = [await create({ queue: 'c-cancel-child', parent_job_id: parent.id }), await create({ queue: 'c-cancel-child', parent_job_id: parent.id })]
+  const kids = [
+    await create({ queue: 'c-cancel-child', parent_job_id: parent.id }),
+    await create({ queue: 'c-cancel-child', parent_job_id: parent.id }),
+  ]
   const res = await h.request('POST', `/jobsvc/v1/jobs/${parent.id}/cancel`)
   t.strictSame(res.body, { id: parent.id, state: 'cancelled' })
   for (const kid of kids) t.equal((await getJob(kid.id)).state, 'cancelled')

@@ -25,7 +25,9 @@ t.test('a jobs export with formula-looking values', async (t) => {
     status: 'failed',
     error: { type: '-Err', message: '@cmd|/c calc', stack_trace: '' },
   })
-  await eventually(async () => (await h.runtime.sql`SELECT error->>'message' AS message FROM jobs WHERE id = ${created.body.id}`)[0]?.message === '@cmd|/c calc')
+  await eventually(
+    async () => (await h.runtime.sql`SELECT error->>'message' AS message FROM jobs WHERE id = ${created.body.id}`)[0]?.message === '@cmd|/c calc',
+  )
   const from = new Date(Date.now() - 3_600_000).toISOString()
   const until = new Date(Date.now() + 3_600_000).toISOString()
   const csv: HttpResponse<string> = await h.request('GET', `/jobsvc/v1/jobs/export?from=${from}&until=${until}&format=csv`)
@@ -39,7 +41,9 @@ t.test('a jobs export with formula-looking values', async (t) => {
   t.equal(cell('Payload'), '{"a":1}', 'JSON columns untouched')
 
   // The export cooldown is 60 s per project: the second export runs a minute later on the service clock.
-  const jsonl: HttpResponse<string> = await withClockShifted(h.runtime, 61_000, () => h.request('GET', `/jobsvc/v1/jobs/export?from=${from}&until=${until}`))
+  const jsonl: HttpResponse<string> = await withClockShifted(h.runtime, 61_000, () =>
+    h.request('GET', `/jobsvc/v1/jobs/export?from=${from}&until=${until}`),
+  )
   // One line of JSONL is one JSON document, which the test client has parsed already.
   const line = typeof jsonl.body === 'string' ? JSON.parse(jsonl.body.trim()) : jsonl.body
   t.equal(line.job_type, jobType, 'JSONL keeps the value exactly')

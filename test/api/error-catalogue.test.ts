@@ -91,12 +91,18 @@ t.test('every code the API answers is catalogued, and the catalogue lists none t
 t.test('every registered refusal is thrown somewhere', async (t) => {
   const elsewhere = (path: string) => codeSources.filter((s) => s.path !== path).map((s) => s.text)
   for (const cls of domainClasses) {
-    t.ok(elsewhere('domain/errors.ts').some((text) => text.includes(`new ${cls.name}(`)), `${cls.name} is thrown`)
+    t.ok(
+      elsewhere('domain/errors.ts').some((text) => text.includes(`new ${cls.name}(`)),
+      `${cls.name} is thrown`,
+    )
   }
   const registry = readFileSync(`${repoRoot}services/roles/api/errors.ts`, 'utf8')
   for (const [, name] of registry.matchAll(/^export const (\w+) = edgeError\(/gm)) {
     const called = new RegExp(`\\b${name}\\(`)
-    t.ok(elsewhere('services/roles/api/errors.ts').some((text) => called.test(text)), `${name} is used`)
+    t.ok(
+      elsewhere('services/roles/api/errors.ts').some((text) => called.test(text)),
+      `${name} is used`,
+    )
   }
 })
 

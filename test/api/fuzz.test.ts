@@ -92,9 +92,21 @@ t.test(`${requests} hostile requests over every route (seed ${seed}) get no 5xx,
   )
   const kinds = new Map<string, Finding>()
   for (const f of findings) kinds.set(`${f.problem} ${f.status} ${f.request.method} ${f.request.path.split('?')[0]!.replace(/[^/]{30,}/g, '…')}`, f)
-  if (process.env.JOBSVC_FUZZ_REPORT) for (const [k, f] of kinds) console.error(k, '\n   ', f.request.path.slice(0, 150), JSON.stringify(f.request.headers).slice(0, 150), (f.request.body ?? '').slice(0, 200), '\n   ', f.body.slice(0, 200))
+  if (process.env.JOBSVC_FUZZ_REPORT)
+    for (const [k, f] of kinds)
+      console.error(
+        k,
+        '\n   ',
+        f.request.path.slice(0, 150),
+        JSON.stringify(f.request.headers).slice(0, 150),
+        (f.request.body ?? '').slice(0, 200),
+        '\n   ',
+        f.body.slice(0, 200),
+      )
   t.same(
-    findings.slice(0, 10).map((f) => ({ problem: f.problem, status: f.status, method: f.request.method, path: f.request.path.slice(0, 200), body: f.body })),
+    findings
+      .slice(0, 10)
+      .map((f) => ({ problem: f.problem, status: f.status, method: f.request.method, path: f.request.path.slice(0, 200), body: f.body })),
     [],
     `no findings (${findings.length} in all)`,
   )
@@ -106,10 +118,14 @@ t.test('after the run the service is ready, its projector is not stuck, and a jo
   t.equal(ready.status, 200, JSON.stringify(ready.body))
   const created = await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'after-fuzz', queue: 'after-fuzz', payload: {} })
   t.equal(created.status, 201)
-  const listed = await eventually(async () => {
-    const list = await h.request('GET', '/jobsvc/v1/jobs?queue=after-fuzz')
-    return list.body.data?.length === 1 ? list : null
-  }, 15_000, 'the new job in the list')
+  const listed = await eventually(
+    async () => {
+      const list = await h.request('GET', '/jobsvc/v1/jobs?queue=after-fuzz')
+      return list.body.data?.length === 1 ? list : null
+    },
+    15_000,
+    'the new job in the list',
+  )
   t.equal(listed.body.data[0].id, created.body.id)
   const failures = await h.runtime.sql`SELECT count(*)::int AS n FROM projection_failures`
   t.equal(failures[0]!.n, 0, 'no event was parked by the projector')

@@ -34,7 +34,8 @@ function nested(levels: number): Record<string, unknown> {
 }
 
 t.test('a recurring schedule payload has the job payload limits: depth, size, finite numbers', async (t) => {
-  const put = (payload: unknown) => h.request('PUT', '/jobsvc/v1/recurring/rjob_report', { job_type: 'report', cron_expression: '0 * * * *', payload })
+  const put = (payload: unknown) =>
+    h.request('PUT', '/jobsvc/v1/recurring/rjob_report', { job_type: 'report', cron_expression: '0 * * * *', payload })
   isRefused(t, await put(nested(65)), 'invalid_request', 'payload')
   isRefused(t, await put({ blob: 'x'.repeat(5000) }), 'invalid_request', 'payload')
   const infinite = await h.request(

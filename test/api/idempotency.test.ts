@@ -75,14 +75,18 @@ t.test('Idempotency-Key on job creation', async (t) => {
 
   await t.test('100 concurrent identical requests: one job, one event', async (t) => {
     const answers = await Promise.all(
-      Array.from({ length: 100 }, () => h.request('POST', '/jobsvc/v1/jobs', { job_type: 'storm', payload: { x: 1 } }, { 'idempotency-key': 'storm' })),
+      Array.from({ length: 100 }, () =>
+        h.request('POST', '/jobsvc/v1/jobs', { job_type: 'storm', payload: { x: 1 } }, { 'idempotency-key': 'storm' }),
+      ),
     )
     t.same([...new Set(answers.map((a) => a.status))], [201], 'every one answered 201')
     const ids = new Set(answers.map((a) => a.body.id))
     t.equal(ids.size, 1, 'all name the same job')
     t.equal(answers.filter((a) => a.headers.get('idempotent-replay') === 'true').length, 99, '99 are replays')
     const [jobId] = [...ids]
-    const info = await h.runtime.nats.jsm.streams.info(eventsStreamName(h.config.namespace), { subjects_filter: `${h.config.namespace}.evt.${h.projectId}.job.${jobId}` })
+    const info = await h.runtime.nats.jsm.streams.info(eventsStreamName(h.config.namespace), {
+      subjects_filter: `${h.config.namespace}.evt.${h.projectId}.job.${jobId}`,
+    })
     t.same(info.state.subjects, { [`${h.config.namespace}.evt.${h.projectId}.job.${jobId}`]: 1 }, 'one message on the job subject')
   })
 

@@ -16,7 +16,8 @@ const h = await startHarness(t, import.meta.filename, {
   config: { plans: resolvePlans({ free: { requests_per_hour: 5 } }) },
 })
 
-const batch = (jobs: unknown, headers?: Record<string, string>, harness: Pick<Harness, 'request'> = h) => harness.request('POST', '/jobsvc/v1/jobs/batch', { jobs }, headers)
+const batch = (jobs: unknown, headers?: Record<string, string>, harness: Pick<Harness, 'request'> = h) =>
+  harness.request('POST', '/jobsvc/v1/jobs/batch', { jobs }, headers)
 const job = (n: number, extra: Record<string, unknown> = {}) => ({ job_type: 'batch', payload: { n }, ...extra })
 const missingJob = 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV'
 
@@ -64,7 +65,10 @@ t.test('valid and invalid items mixed: each answers as a single create would, in
   t.match(results[3].error.message, /^body\.jobs\[3\]\.payload: \d+ bytes is over the limit of 1024/, 'the payload limit applies to each item')
   t.match(results[4].error.message, /^body\.jobs\[4\]: /)
   t.match(results[6].error.message, /^body\.jobs\[6\]\.timeout_seconds: /, 'validation stops at the first failure, as on a single create')
-  t.ok(results.filter((r) => r.error).every((r) => r.error.request_id === res.headers.get('x-request-id')), 'each error object carries the request id')
+  t.ok(
+    results.filter((r) => r.error).every((r) => r.error.request_id === res.headers.get('x-request-id')),
+    'each error object carries the request id',
+  )
   t.equal(res.headers.get('location'), null, 'no Location: a batch creates many')
 
   const created = results.filter((r) => r.status === 201).map((r) => r.body)
@@ -80,20 +84,33 @@ t.test('valid and invalid items mixed: each answers as a single create would, in
   t.equal((await h.request('GET', `/jobsvc/v1/jobs/${created[1].id}`)).body.parent_job_id, parent.body.id)
 
   const listed = await h.request('GET', `/jobsvc/v1/jobs?queue=b-mixed&min_seq=${res.headers.get('x-event-seq')}`)
-  t.same(listed.body.data.map((j: any) => j.id).sort(), [parent.body.id, ...created.map((c) => c.id)].sort(), 'X-Event-Seq lets a list see every created job, and only those')
+  t.same(
+    listed.body.data.map((j: any) => j.id).sort(),
+    [parent.body.id, ...created.map((c) => c.id)].sort(),
+    'X-Event-Seq lets a list see every created job, and only those',
+  )
 })
 
 t.test('a parent that ended refuses its continuations item by item', async (t) => {
   const parent = await h.request('POST', '/jobsvc/v1/jobs', job(0, { queue: 'b-ended' }))
   t.equal((await h.request('POST', `/jobsvc/v1/jobs/${parent.body.id}/cancel`)).status, 200)
   const results = itemsOf(t, await batch([job(1, { parent_job_id: parent.body.id }), job(2)]))
-  t.same(results.map((r) => [r.status, r.error?.code ?? null]), [[409, 'parent_terminal'], [201, null]])
+  t.same(
+    results.map((r) => [r.status, r.error?.code ?? null]),
+    [
+      [409, 'parent_terminal'],
+      [201, null],
+    ],
+  )
 })
 
 t.test('many continuations of one parent in one batch are all attached and created', async (t) => {
   const parent = await h.request('POST', '/jobsvc/v1/jobs', job(0, { queue: 'b-children' }))
   const results = itemsOf(t, await batch(Array.from({ length: 40 }, (_, i) => job(i + 1, { queue: 'b-children', parent_job_id: parent.body.id }))))
-  t.ok(results.every((r) => r.status === 201 && r.body.state === 'scheduled'), 'every child created, waiting for its parent')
+  t.ok(
+    results.every((r) => r.status === 201 && r.body.state === 'scheduled'),
+    'every child created, waiting for its parent',
+  )
   const claimed = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'wrk_b', queues: ['b-children'], wait_seconds: 5 })
   t.equal(claimed.body.jobs[0]?.id, parent.body.id)
   const acked = await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: parent.body.id, worker_id: 'wrk_b', status: 'succeeded' })
@@ -122,18 +139,28 @@ t.test('whole-request refusals keep the envelope and create nothing', async (t) 
 t.test('a batch of 1,000 is accepted', async (t) => {
   const results = itemsOf(t, await batch(Array.from({ length: 1000 }, (_, i) => ({ job_type: 'b.k', queue: 'b-thousand', payload: { i } }))))
   t.equal(results.length, 1000)
-  t.ok(results.every((r) => r.status === 201), 'all 1,000 created')
+  t.ok(
+    results.every((r) => r.status === 201),
+    'all 1,000 created',
+  )
   t.equal(new Set(results.map((r) => r.body.id)).size, 1000, 'with 1,000 ids')
 })
 
 t.test('while the billing state is not active the whole batch is 402, with the quota headers', async (t) => {
   const other = await h.newProject()
-  const as = { request: (method: string, path: string, body?: unknown, headers?: Record<string, string>) => httpRequest(h.url, other.apiKey, method, path, body, headers) }
+  const as = {
+    request: (method: string, path: string, body?: unknown, headers?: Record<string, string>) =>
+      httpRequest(h.url, other.apiKey, method, path, body, headers),
+  }
   await new BillingService(h.runtime).setBillingState(other.projectId, 'past_due', null)
-  const blocked = await eventually(async () => {
-    const res = await batch([job(1), { job_type: '' }], undefined, as)
-    return res.status === 402 && res
-  }, 10_000, 'the billing state to reach the API')
+  const blocked = await eventually(
+    async () => {
+      const res = await batch([job(1), { job_type: '' }], undefined, as)
+      return res.status === 402 && res
+    },
+    10_000,
+    'the billing state to reach the API',
+  )
   isError(t, blocked, 402, 'billing_state_blocked')
   t.equal(blocked.headers.get('x-quota-used'), '0')
 })
@@ -197,13 +224,24 @@ t.test("an item's body-field idempotency_key works as on a single create", async
 
 t.test('the hourly request limit counts a batch as one request', async (t) => {
   const other = await h.newProject()
-  const as = { request: (method: string, path: string, body?: unknown, headers?: Record<string, string>) => httpRequest(h.url, other.apiKey, method, path, body, headers) }
-  const first = await batch(Array.from({ length: 50 }, (_, i) => job(i)), undefined, as)
+  const as = {
+    request: (method: string, path: string, body?: unknown, headers?: Record<string, string>) =>
+      httpRequest(h.url, other.apiKey, method, path, body, headers),
+  }
+  const first = await batch(
+    Array.from({ length: 50 }, (_, i) => job(i)),
+    undefined,
+    as,
+  )
   t.equal(first.status, 200)
   t.equal(first.body.created, 50)
   t.equal(first.headers.get('x-ratelimit-limit'), '5')
   t.equal(first.headers.get('x-ratelimit-remaining'), '4', '50 jobs, one request')
-  const second = await batch(Array.from({ length: 50 }, (_, i) => job(i)), undefined, as)
+  const second = await batch(
+    Array.from({ length: 50 }, (_, i) => job(i)),
+    undefined,
+    as,
+  )
   t.equal(second.headers.get('x-ratelimit-remaining'), '3')
 })
 
@@ -230,7 +268,11 @@ t.test('the allowance across batches', async (t) => {
   })
 
   await t.test('units are counted per created job: refused, invalid and failed items take none', async (t) => {
-    const res = await batch([job(1), { job_type: '' }, job(2, { parent_job_id: missingJob }), ...Array.from({ length: 9 }, (_, i) => job(10 + i))], undefined, q)
+    const res = await batch(
+      [job(1), { job_type: '' }, job(2, { parent_job_id: missingJob }), ...Array.from({ length: 9 }, (_, i) => job(10 + i))],
+      undefined,
+      q,
+    )
     const results = itemsOf(t, res)
     t.equal(res.body.created, 10)
     t.equal(res.headers.get('x-quota-limit'), '25')
@@ -254,7 +296,10 @@ t.test('the allowance across batches', async (t) => {
     )
     t.ok(results.filter((r) => r.status === 429).every((r) => r.error.code === 'monthly_allowance_exceeded'))
     const refused = await batch([job(200)], undefined, q)
-    t.same(itemsOf(t, refused).map((r) => r.error?.code), ['monthly_allowance_exceeded'])
+    t.same(
+      itemsOf(t, refused).map((r) => r.error?.code),
+      ['monthly_allowance_exceeded'],
+    )
     t.equal(refused.headers.get('x-quota-used'), '25', 'used up')
     const single = await q.request('POST', '/jobsvc/v1/jobs', job(201))
     isError(t, single, 429, 'monthly_allowance_exceeded', 'the single create agrees')
@@ -267,15 +312,24 @@ t.test('the allowance across batches', async (t) => {
     const second = await buildApp(q.runtime, new AbortController().signal)
     t.teardown(() => second.app.close())
     const secondUrl = await second.app.listen({ port: 0, host: '127.0.0.1' })
-    const send = (url: string, from: number) => httpRequest(url, other.apiKey, 'POST', '/jobsvc/v1/jobs/batch', { jobs: Array.from({ length: 30 }, (_, i) => job(from + i, { queue: 'q-race' })) })
+    const send = (url: string, from: number) =>
+      httpRequest(url, other.apiKey, 'POST', '/jobsvc/v1/jobs/batch', {
+        jobs: Array.from({ length: 30 }, (_, i) => job(from + i, { queue: 'q-race' })),
+      })
     const answers = await Promise.all([send(q.url, 0), send(secondUrl, 100)])
     const created = answers.map((a) => itemsOf(t, a).filter((r) => r.status === 201).length)
     t.equal(created[0]! + created[1]!, 40, 'exactly the 40 units of the allowance were created')
-    t.ok(answers.every((a) => itemsOf(t, a).every((r) => r.status === 201 || r.error.code === 'monthly_allowance_exceeded')), 'the rest were refused by the allowance')
+    t.ok(
+      answers.every((a) => itemsOf(t, a).every((r) => r.status === 201 || r.error.code === 'monthly_allowance_exceeded')),
+      'the rest were refused by the allowance',
+    )
     const ranges = answers.map((a, i) => ({ from: Number(a.headers.get('x-quota-used')), to: Number(a.headers.get('x-quota-used')) + created[i]! }))
     ranges.sort((x, y) => x.from - y.from)
     const [low, high] = ranges as [(typeof ranges)[number], (typeof ranges)[number]]
-    t.ok(low.from === 0 && low.to === high.from && high.to === 40, `the batches took the counts 0 to 39 between them, disjoint (${JSON.stringify(ranges)})`)
+    t.ok(
+      low.from === 0 && low.to === high.from && high.to === 40,
+      `the batches took the counts 0 to 39 between them, disjoint (${JSON.stringify(ranges)})`,
+    )
     const [usage] = await q.runtime.sql<{ used: number }[]>`SELECT used::int AS used FROM project_usage WHERE project_id = ${other.projectId}`
     t.equal(usage?.used, 40)
   })

@@ -27,9 +27,39 @@ t.test('jobs export', async (t) => {
   t.match(jsonl.headers.get('content-type'), /^application\/x-ndjson/)
   t.equal(jsonl.headers.get('content-length'), null, 'chunked')
   t.match(jsonl.headers.get('content-disposition'), new RegExp(`^attachment; filename="svc-jobs-${h.projectId}-\\d{4}-\\d{2}-\\d{2}\\.jsonl"$`))
-  const lines = String(jsonl.body).trim().split('\n').map((l) => JSON.parse(l))
-  t.same(lines.map((l) => l.id), ids, 'created_at then id order')
-  t.same(Object.keys(lines[0]), ['id', 'created_at', 'job_type', 'queue', 'state', 'attempt_number', 'max_attempts', 'timeout_seconds', 'run_at', 'started_at', 'completed_at', 'next_retry_at', 'duration_ms', 'worker_id', 'progress', 'parent_job_id', 'idempotency_key', 'tags', 'error_type', 'error_message', 'error_stack_trace', 'payload'])
+  const lines = String(jsonl.body)
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l))
+  t.same(
+    lines.map((l) => l.id),
+    ids,
+    'created_at then id order',
+  )
+  t.same(Object.keys(lines[0]), [
+    'id',
+    'created_at',
+    'job_type',
+    'queue',
+    'state',
+    'attempt_number',
+    'max_attempts',
+    'timeout_seconds',
+    'run_at',
+    'started_at',
+    'completed_at',
+    'next_retry_at',
+    'duration_ms',
+    'worker_id',
+    'progress',
+    'parent_job_id',
+    'idempotency_key',
+    'tags',
+    'error_type',
+    'error_message',
+    'error_stack_trace',
+    'payload',
+  ])
   t.equal(lines[2].tags, '{"team":"a,b"}', 'tags as JSON text')
   t.same(lines[3].payload, { i: 3, text: 'comma, "quote"\r\nnewline', n: 1.5 }, 'payload as raw JSON')
 
@@ -43,9 +73,31 @@ t.test('jobs export', async (t) => {
   t.equal(csv.status, 200)
   t.match(csv.headers.get('content-type'), /^text\/csv/)
   const table = parseCsv(String(csv.body))
-  t.same(table[0], ['Id', 'CreatedAt', 'JobType', 'Queue', 'State', 'AttemptNumber', 'MaxAttempts', 'StartedAt', 'CompletedAt', 'DurationMs', 'WorkerId', 'ParentJobId', 'IdempotencyKey', 'ErrorType', 'ErrorMessage', 'Tags', 'Payload'])
+  t.same(table[0], [
+    'Id',
+    'CreatedAt',
+    'JobType',
+    'Queue',
+    'State',
+    'AttemptNumber',
+    'MaxAttempts',
+    'StartedAt',
+    'CompletedAt',
+    'DurationMs',
+    'WorkerId',
+    'ParentJobId',
+    'IdempotencyKey',
+    'ErrorType',
+    'ErrorMessage',
+    'Tags',
+    'Payload',
+  ])
   t.equal(table.length, 8)
-  t.same(table.slice(1).map((r) => r[0]), lines.map((l) => l.id), 'the CSV holds exactly the rows of the JSONL export')
+  t.same(
+    table.slice(1).map((r) => r[0]),
+    lines.map((l) => l.id),
+    'the CSV holds exactly the rows of the JSONL export',
+  )
   t.same(JSON.parse(table[4]![16]!), lines[3].payload, 'an awkward payload survives RFC 4180 quoting')
   t.equal(table[3]![15], '{"team":"a,b"}')
 

@@ -115,7 +115,13 @@ t.test('POST /jobs refuses bodies outside the field bounds with 400 invalid_requ
 })
 
 t.test('GET /jobs/{id} returns the full detail object right after the 201', async (t) => {
-  const created = await create({ job_type: 'report', queue: 'reports', payload: { n: 1, nested: { a: [1, 2] } }, tags: { env: 'test' }, timeout_seconds: 90 })
+  const created = await create({
+    job_type: 'report',
+    queue: 'reports',
+    payload: { n: 1, nested: { a: [1, 2] } },
+    tags: { env: 'test' },
+    timeout_seconds: 90,
+  })
   const res = await call('GET', `/jobsvc/v1/jobs/${created.id}`)
   t.equal(res.status, 200)
   t.match(res.body, {
@@ -134,7 +140,22 @@ t.test('GET /jobs/{id} returns the full detail object right after the 201', asyn
     error: null,
     tags: { env: 'test' },
   })
-  for (const field of ['id', 'state', 'job_type', 'queue', 'payload', 'created_at', 'started_at', 'completed_at', 'attempt', 'max_attempts', 'progress', 'duration_ms', 'error', 'tags']) {
+  for (const field of [
+    'id',
+    'state',
+    'job_type',
+    'queue',
+    'payload',
+    'created_at',
+    'started_at',
+    'completed_at',
+    'attempt',
+    'max_attempts',
+    'progress',
+    'duration_ms',
+    'error',
+    'tags',
+  ]) {
     t.ok(field in res.body, `detail has ${field}`)
   }
   const untagged = await getJob((await create({ job_type: 'report' })).id)
@@ -162,23 +183,59 @@ t.test('GET /jobs lists newest first, ties by id, and filters', async (t) => {
   t.equal(all.body.next_cursor, null)
   const ids = all.body.data.map((j: any) => j.id)
   t.same([...ids].sort(), made.map((j) => j.id).sort(), 'the list holds exactly the project’s jobs')
-  t.same(ids, [...all.body.data].sort(byNewest).map((j: any) => j.id), 'created_at descending, ties by id descending')
+  t.same(
+    ids,
+    [...all.body.data].sort(byNewest).map((j: any) => j.id),
+    'created_at descending, ties by id descending',
+  )
   const first = all.body.data[0]
-  t.same(Object.keys(first).sort(), Object.keys((await as(other.apiKey, 'GET', `/jobsvc/v1/jobs/${first.id}`)).body).sort(), 'list items have the detail shape')
+  t.same(
+    Object.keys(first).sort(),
+    Object.keys((await as(other.apiKey, 'GET', `/jobsvc/v1/jobs/${first.id}`)).body).sort(),
+    'list items have the detail shape',
+  )
   t.equal(all.body.data.find((j: any) => j.id === cancelled.id).state, 'cancelled', 'the list shows the cancel at once')
 
   const idsOf = async (query: string) => (await as(other.apiKey, 'GET', `/jobsvc/v1/jobs?${query}`)).body.data.map((j: any) => j.id).sort()
-  const expect = (pred: (j: any) => boolean) => made.filter(pred).map((j) => j.id).sort()
+  const expect = (pred: (j: any) => boolean) =>
+    made
+      .filter(pred)
+      .map((j) => j.id)
+      .sort()
   t.same(await idsOf('state=cancelled'), [cancelled.id], 'state filter')
-  t.same(await idsOf('state=pending'), expect((j) => j.id !== cancelled.id), 'state filter, pending')
-  t.same(await idsOf('queue=q2'), expect((j) => j.queue === 'q2'), 'queue filter')
-  t.same(await idsOf('job_type=gamma'), expect((j) => j.job_type === 'gamma'), 'job_type filter')
-  t.same(await idsOf('job_type=alpha&queue=q1&state=pending'), expect((j) => j.job_type === 'alpha' && j.id !== cancelled.id), 'filters combine')
+  t.same(
+    await idsOf('state=pending'),
+    expect((j) => j.id !== cancelled.id),
+    'state filter, pending',
+  )
+  t.same(
+    await idsOf('queue=q2'),
+    expect((j) => j.queue === 'q2'),
+    'queue filter',
+  )
+  t.same(
+    await idsOf('job_type=gamma'),
+    expect((j) => j.job_type === 'gamma'),
+    'job_type filter',
+  )
+  t.same(
+    await idsOf('job_type=alpha&queue=q1&state=pending'),
+    expect((j) => j.job_type === 'alpha' && j.id !== cancelled.id),
+    'filters combine',
+  )
   t.same(await idsOf('queue=nope'), [], 'a queue without jobs lists nothing')
 
   const pivot = made[2].created_at
-  t.same(await idsOf(`created_after=${encodeURIComponent(pivot)}`), expect((j) => j.created_at > pivot), 'created_after is exclusive')
-  t.same(await idsOf(`created_before=${encodeURIComponent(pivot)}`), expect((j) => j.created_at < pivot), 'created_before is exclusive')
+  t.same(
+    await idsOf(`created_after=${encodeURIComponent(pivot)}`),
+    expect((j) => j.created_at > pivot),
+    'created_after is exclusive',
+  )
+  t.same(
+    await idsOf(`created_before=${encodeURIComponent(pivot)}`),
+    expect((j) => j.created_at < pivot),
+    'created_before is exclusive',
+  )
   const lo = made[0].created_at
   const hi = made[4].created_at
   t.same(
@@ -255,7 +312,10 @@ t.test('another project’s job is not found on get, cancel, retry and history, 
     isErrorEnvelope(t, await as(other.apiKey, method, path), 404, 'job_not_found')
   }
   const listed = await as(other.apiKey, 'GET', '/jobsvc/v1/jobs?limit=100')
-  t.notOk(listed.body.data.some((j: any) => j.id === mine.id), 'not in the other project’s list')
+  t.notOk(
+    listed.body.data.some((j: any) => j.id === mine.id),
+    'not in the other project’s list',
+  )
   t.equal((await getJob(mine.id)).state, 'pending', 'the other project’s cancel did nothing')
   t.equal((await getJob(dead.id)).state, 'dead_letter', 'the other project’s retry did nothing')
 })
@@ -297,7 +357,16 @@ t.test('retry from dead_letter resets the job and raises max_attempts when attem
   t.equal(res.status, 200)
   t.strictSame(res.body, { id: dead.id, state: 'pending', attempt: 1 })
   const after = await getJob(dead.id)
-  t.match(after, { state: 'pending', attempt: 1, max_attempts: 2, error: null, started_at: null, completed_at: null, duration_ms: null, progress: null })
+  t.match(after, {
+    state: 'pending',
+    attempt: 1,
+    max_attempts: 2,
+    error: null,
+    started_at: null,
+    completed_at: null,
+    duration_ms: null,
+    progress: null,
+  })
   t.equal(after.worker_id, null, 'worker assignment cleared')
 
   const again = await claimOne('retry-q', 'wrk_r')
@@ -331,7 +400,10 @@ t.test('GET /jobs/{id}/history answers the job’s events in order', async (t) =
   const res = await call('GET', `/jobsvc/v1/jobs/${job.id}/history`)
   t.equal(res.status, 200)
   const events = res.body.data
-  t.same(events.map((e: any) => e.type), ['job_created', 'job_claimed', 'job_succeeded'])
+  t.same(
+    events.map((e: any) => e.type),
+    ['job_created', 'job_claimed', 'job_succeeded'],
+  )
   for (let i = 1; i < events.length; i++) t.ok(events[i].sequence > events[i - 1].sequence, 'sequences increase')
   for (const e of events) {
     t.type(e.sequence, 'number')
@@ -368,13 +440,23 @@ t.test('GET /jobs/{id}/history is paged: limit (default 100, 1 to 500) and curso
   t.equal(second.body.has_more, false)
   t.equal(second.body.next_cursor, null, 'next_cursor is null exactly when has_more is false')
   const all = [...first.body.data, ...second.body.data]
-  t.same(all.map((e: any) => e.type), expectedTypes, 'oldest first, nothing skipped or repeated across pages')
-  t.same(all.map((e: any) => e.data.progress).filter((p: unknown) => p !== undefined), Array.from({ length: reports }, (_, i) => (i + 1) / 1000))
+  t.same(
+    all.map((e: any) => e.type),
+    expectedTypes,
+    'oldest first, nothing skipped or repeated across pages',
+  )
+  t.same(
+    all.map((e: any) => e.data.progress).filter((p: unknown) => p !== undefined),
+    Array.from({ length: reports }, (_, i) => (i + 1) / 1000),
+  )
 
   const small: any[] = []
   let pages = 0
   for (let cursor: string | null = null; ; pages++) {
-    const page: HttpResponse = await call('GET', `/jobsvc/v1/jobs/${job.id}/history?limit=7${cursor === null ? '' : `&cursor=${encodeURIComponent(cursor)}`}`)
+    const page: HttpResponse = await call(
+      'GET',
+      `/jobsvc/v1/jobs/${job.id}/history?limit=7${cursor === null ? '' : `&cursor=${encodeURIComponent(cursor)}`}`,
+    )
     t.ok(page.body.data.length <= 7, 'no page is longer than its limit')
     small.push(...page.body.data)
     if (!page.body.has_more) break
@@ -391,7 +473,12 @@ t.test('GET /jobs/{id}/history is paged: limit (default 100, 1 to 500) and curso
   for (const cursor of ['nonsense', listCursor, Buffer.from('["h",0,0]').toString('base64url'), Buffer.from('["h",1,-1]').toString('base64url')]) {
     isErrorEnvelope(t, await call('GET', `/jobsvc/v1/jobs/${job.id}/history?cursor=${encodeURIComponent(cursor)}`), 400, 'invalid_cursor')
   }
-  isErrorEnvelope(t, await call('GET', `/jobsvc/v1/jobs/${missingJob}/history?cursor=${encodeURIComponent(first.body.next_cursor)}`), 404, 'job_not_found')
+  isErrorEnvelope(
+    t,
+    await call('GET', `/jobsvc/v1/jobs/${missingJob}/history?cursor=${encodeURIComponent(first.body.next_cursor)}`),
+    404,
+    'job_not_found',
+  )
 })
 
 t.test('every response carried an X-Request-Id that is a ULID', async (t) => {

@@ -5,7 +5,16 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { openSql } from '../../projections/database.ts'
-import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService, type HttpResponse, type SpawnedService } from '../support/harness.ts'
+import {
+  eventually,
+  httpRequest,
+  isolatedNames,
+  removeIsolated,
+  repoRoot,
+  spawnService,
+  type HttpResponse,
+  type SpawnedService,
+} from '../support/harness.ts'
 
 const run = promisify(execFile)
 const requestsPerHour = 30
@@ -36,10 +45,14 @@ t.test('request counts, the allowance and idempotency keys survive a restart of 
   t.teardown(() => sql.end({ timeout: 5 }))
 
   const first = await start()
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'restart', '--plan', 'business'], {
-    cwd: repoRoot,
-    env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
-  })
+  const cli = await run(
+    process.execPath,
+    ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'restart', '--plan', 'business'],
+    {
+      cwd: repoRoot,
+      env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
+    },
+  )
   const { project_id: projectId, api_key: apiKey } = JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { project_id: string; api_key: string }
 
   // Every /jobsvc/v1 request counts towards the hourly limit; `sent` is what the project has used.
@@ -95,7 +108,10 @@ t.test('request counts, the allowance and idempotency keys survive a restart of 
     await eventually(async () => (await sql`SELECT 1 FROM jobs WHERE id = ${fresh.body.id}`).length === 1, 15_000, 'the newest job row')
     const rows = await sql<{ id: string }[]>`SELECT id FROM jobs WHERE project_id = ${projectId}`
     t.equal(rows.length, 5, 'four jobs before the restart and one after: the replay made none')
-    t.ok(rows.some((r) => r.id === original.body.id), 'the keyed job is the original one')
+    t.ok(
+      rows.some((r) => r.id === original.body.id),
+      'the keyed job is the original one',
+    )
 
     await t.test('with a second process running only the api role', async (t) => {
       const apiOnly = await start(['--role', 'api'])

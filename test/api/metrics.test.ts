@@ -56,27 +56,32 @@ t.test('metrics routes agree with direct counts over the jobs', async (t) => {
     dead.push(id)
   }
   t.equal((await h.request('POST', `/jobsvc/v1/jobs/${dead[0]}/retry`)).status, 200)
-  const pendingAlpha = (await h.runtime.sql<{ id: string }[]>`SELECT id FROM jobs WHERE queue = 'alpha' AND state = 'pending' ORDER BY id LIMIT 2`).map((r) => r.id)
+  const pendingAlpha = (
+    await h.runtime.sql<{ id: string }[]>`SELECT id FROM jobs WHERE queue = 'alpha' AND state = 'pending' ORDER BY id LIMIT 2`
+  ).map((r) => r.id)
   for (const id of [...pendingAlpha, later]) t.equal((await h.request('POST', `/jobsvc/v1/jobs/${id}/cancel`)).status, 200)
 
-  const byKey = (rows: Array<{ queue: string; state: string; n: number }>) =>
-    rows.map((r) => `${r.queue}/${r.state}=${r.n}`).sort()
+  const byKey = (rows: Array<{ queue: string; state: string; n: number }>) => rows.map((r) => `${r.queue}/${r.state}=${r.n}`).sort()
   const direct = async () =>
     h.runtime.sql<{ queue: string; state: string; n: number }[]>`
       SELECT queue, state, count(*)::int AS n FROM jobs WHERE project_id = ${h.projectId} GROUP BY queue, state ORDER BY queue, state`
 
   t.test('summary: counts by state, overall and by queue', async (t) => {
     // Both sides are read models of the projector: compare once both have caught up.
-    const summary = await eventually(async () => {
-      const expected = await direct()
-      const res = await h.request('GET', '/jobsvc/v1/metrics/summary?group_by=queue')
-      const got = res.body.queues.flatMap((q: { queue: string; counts: Record<string, number> }) =>
-        Object.entries(q.counts)
-          .filter(([, n]) => n > 0)
-          .map(([state, n]) => ({ queue: q.queue, state, n })),
-      )
-      return JSON.stringify(byKey(got)) === JSON.stringify(byKey(expected)) ? res.body : null
-    }, 15_000, 'the rollups to match the jobs table')
+    const summary = await eventually(
+      async () => {
+        const expected = await direct()
+        const res = await h.request('GET', '/jobsvc/v1/metrics/summary?group_by=queue')
+        const got = res.body.queues.flatMap((q: { queue: string; counts: Record<string, number> }) =>
+          Object.entries(q.counts)
+            .filter(([, n]) => n > 0)
+            .map(([state, n]) => ({ queue: q.queue, state, n })),
+        )
+        return JSON.stringify(byKey(got)) === JSON.stringify(byKey(expected)) ? res.body : null
+      },
+      15_000,
+      'the rollups to match the jobs table',
+    )
     t.equal(summary.total, 34)
     // alpha: 12 succeeded, 3 cancelled (one of them scheduled), 6 pending; beta: resize 3
     // succeeded and 7 pending (4 of them waiting out a backoff), report 2 dead and 1 retried.
@@ -99,7 +104,11 @@ t.test('metrics routes agree with direct counts over the jobs', async (t) => {
     t.ok(alpha.oldest_pending_age_ms >= 0)
     const beta = res.body.data.find((q: { queue: string }) => q.queue === 'beta')
     t.match(beta, { pending: 8 })
-    t.same(res.body.data.map((q: { queue: string }) => q.queue), ['beta', 'alpha'], 'deepest first')
+    t.same(
+      res.body.data.map((q: { queue: string }) => q.queue),
+      ['beta', 'alpha'],
+      'deepest first',
+    )
     const one = await h.request('GET', '/jobsvc/v1/metrics/queues?limit=1')
     t.equal(one.body.data.length, 1)
     t.equal(one.body.has_more, true)
@@ -119,7 +128,10 @@ t.test('metrics routes agree with direct counts over the jobs', async (t) => {
     t.equal(sum(hourly.body.buckets, 'cancelled'), 3)
     t.equal(sum(hourly.body.buckets, 'retried'), 1)
     const starts = hourly.body.buckets.map((b: { start: string }) => Date.parse(b.start))
-    t.ok(starts.every((s: number, i: number) => i === 0 || s - starts[i - 1] === 3_600_000), 'contiguous buckets, empty ones included')
+    t.ok(
+      starts.every((s: number, i: number) => i === 0 || s - starts[i - 1] === 3_600_000),
+      'contiguous buckets, empty ones included',
+    )
 
     const minutely = await h.request('GET', `/jobsvc/v1/metrics/throughput?from=${from}&until=${until}&interval=minute`)
     t.equal(sum(minutely.body.buckets, 'created'), 34, 'minute buckets add up to the same')
@@ -132,7 +144,11 @@ t.test('metrics routes agree with direct counts over the jobs', async (t) => {
     t.equal(durations.length, emailDurations.length)
     const withData = alpha.body.buckets.filter((b: { succeeded: number }) => b.succeeded > 0)
     t.equal(withData.length, 1, 'one day bucket')
-    for (const [field, p] of [['p50_ms', 0.5], ['p95_ms', 0.95], ['p99_ms', 0.99]] as const) {
+    for (const [field, p] of [
+      ['p50_ms', 0.5],
+      ['p95_ms', 0.95],
+      ['p99_ms', 0.99],
+    ] as const) {
       const exact = percentile(durations, p)
       const got = withData[0][field]
       t.ok(Math.abs(got - exact) <= exact * 0.05 + 1, `${field} ${got} within 5% of ${exact}`)
@@ -142,19 +158,32 @@ t.test('metrics routes agree with direct counts over the jobs', async (t) => {
   })
 
   t.test('job types: volume, success rate and average duration', async (t) => {
-    const res = await h.request('GET', `/jobsvc/v1/metrics/job-types?from=${new Date(t0 - 3_600_000).toISOString()}&until=${new Date(Date.now() + offset + 60_000).toISOString()}`)
+    const res = await h.request(
+      'GET',
+      `/jobsvc/v1/metrics/job-types?from=${new Date(t0 - 3_600_000).toISOString()}&until=${new Date(Date.now() + offset + 60_000).toISOString()}`,
+    )
     t.equal(res.status, 200)
     const counts = await h.runtime.sql<{ job_type: string; n: number; ok: number; avg: number | null }[]>`
       SELECT job_type, count(*)::int AS n, count(*) FILTER (WHERE state = 'succeeded')::int AS ok,
         avg(duration_ms) FILTER (WHERE state = 'succeeded')::float8 AS avg
       FROM jobs GROUP BY job_type ORDER BY count(*) DESC, job_type`
-    t.same(res.body.data.map((r: { job_type: string; created: number }) => [r.job_type, r.created]), counts.map((c) => [c.job_type, c.n]), 'by volume, as counted directly')
+    t.same(
+      res.body.data.map((r: { job_type: string; created: number }) => [r.job_type, r.created]),
+      counts.map((c) => [c.job_type, c.n]),
+      'by volume, as counted directly',
+    )
     const email = res.body.data.find((r: { job_type: string }) => r.job_type === 'email')
     t.equal(email.succeeded, counts.find((c) => c.job_type === 'email')!.ok)
     t.equal(email.success_rate, 1)
     t.ok(Math.abs(email.avg_duration_ms - counts.find((c) => c.job_type === 'email')!.avg!) < 0.1, 'average duration of its attempts')
-    t.match(res.body.data.find((r: { job_type: string }) => r.job_type === 'resize'), { succeeded: 3, failed: 4, success_rate: 0.4286 })
-    t.match(res.body.data.find((r: { job_type: string }) => r.job_type === 'report'), { succeeded: 0, failed: 3, dead_lettered: 3, success_rate: 0 })
+    t.match(
+      res.body.data.find((r: { job_type: string }) => r.job_type === 'resize'),
+      { succeeded: 3, failed: 4, success_rate: 0.4286 },
+    )
+    t.match(
+      res.body.data.find((r: { job_type: string }) => r.job_type === 'report'),
+      { succeeded: 0, failed: 3, dead_lettered: 3, success_rate: 0 },
+    )
     t.equal((await h.request('GET', '/jobsvc/v1/metrics/job-types?limit=1')).body.data.length, 1)
   })
 
@@ -169,7 +198,11 @@ t.test('metrics routes agree with direct counts over the jobs', async (t) => {
     for (const r of rows) {
       const sample = samples[r.i - 1]!
       const ms = (index: number | null) => (index === null ? null : histogramValue(index))
-      t.same([ms(r.p50), ms(r.p95), ms(r.p99)], [0.5, 0.95, 0.99].map((p) => histogramPercentile(sample, p)), JSON.stringify(sample))
+      t.same(
+        [ms(r.p50), ms(r.p95), ms(r.p99)],
+        [0.5, 0.95, 0.99].map((p) => histogramPercentile(sample, p)),
+        JSON.stringify(sample),
+      )
     }
   })
 

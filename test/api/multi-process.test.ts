@@ -28,7 +28,16 @@ t.test('two service processes with 8 pollers each claim 2,000 jobs exactly once'
   // Both processes start together on a fresh install and both run every role: the projector is
   // leader-elected, so one of them projects and the other stands by.
   const starting = [spawnService(env), spawnService(env)]
-  t.teardown(() => Promise.all(starting.map((s) => s.then((svc) => svc.stop(), () => undefined))))
+  t.teardown(() =>
+    Promise.all(
+      starting.map((s) =>
+        s.then(
+          (svc) => svc.stop(),
+          () => undefined,
+        ),
+      ),
+    ),
+  )
   const services: SpawnedService[] = await Promise.all(starting)
   const sql = openSql(names.databaseUrl, { max: 2, applicationName: 'jobsvc-test' })
   t.teardown(() => sql.end({ timeout: 5 }))
@@ -88,9 +97,7 @@ t.test('two service processes with 8 pollers each claim 2,000 jobs exactly once'
       )
     }
   }
-  await Promise.all(
-    services.flatMap((svc, p) => Array.from({ length: pollersPerProcess }, (_, w) => poller(svc, `p${p}-w${w}`))),
-  )
+  await Promise.all(services.flatMap((svc, p) => Array.from({ length: pollersPerProcess }, (_, w) => poller(svc, `p${p}-w${w}`))))
 
   t.same(duplicateClaims, [], 'no job was claimed twice for the same attempt')
   t.same(overCapacity, [], 'no poll answered more jobs than its capacity')
@@ -98,15 +105,23 @@ t.test('two service processes with 8 pollers each claim 2,000 jobs exactly once'
   const lost = created.filter((id) => !acked.has(id))
   t.same(lost.slice(0, 10), [], `no job lost (${lost.length} never claimed and acked)`)
   t.equal(claims.size, totalJobs, 'exactly one claim per job')
-  t.ok([...claims.keys()].every((k) => k.endsWith('#1')), 'every claim was the first attempt')
+  t.ok(
+    [...claims.keys()].every((k) => k.endsWith('#1')),
+    'every claim was the first attempt',
+  )
   const byProcess = [0, 1].map((p) => [...claims.values()].filter((w) => w.startsWith(`p${p}-`)).length)
-  t.ok(byProcess.every((n) => n > 0), `both processes claimed jobs (${byProcess.join(' and ')})`)
+  t.ok(
+    byProcess.every((n) => n > 0),
+    `both processes claimed jobs (${byProcess.join(' and ')})`,
+  )
 
   // On a timeout the assertion below shows how far the read model got.
   let states: Record<string, number> = {}
   await eventually(
     async () => {
-      const rows = await sql<{ state: string; n: number }[]>`SELECT state, count(*)::int AS n FROM jobs WHERE project_id = ${projectId} GROUP BY state`
+      const rows = await sql<
+        { state: string; n: number }[]
+      >`SELECT state, count(*)::int AS n FROM jobs WHERE project_id = ${projectId} GROUP BY state`
       states = Object.fromEntries(rows.map((r) => [r.state, r.n]))
       return states.succeeded === totalJobs
     },
@@ -125,5 +140,8 @@ t.test('two service processes with 8 pollers each claim 2,000 jobs exactly once'
     cursor = page.body.next_cursor
   } while (cursor !== null)
   t.equal(listed.size, totalJobs, 'the list pages through every job')
-  t.ok(created.every((id) => listed.get(id) === 'succeeded'), 'the list shows every created job succeeded')
+  t.ok(
+    created.every((id) => listed.get(id) === 'succeeded'),
+    'the list shows every created job succeeded',
+  )
 })

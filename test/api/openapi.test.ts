@@ -72,8 +72,14 @@ t.test('every registered route is in the document', async (t) => {
   await app.ready()
   const routes = registeredRoutes(app.printRoutes({ commonPrefix: false }))
   t.ok(routes.length > 100, `${routes.length} method and path pairs registered`)
-  t.ok(routes.some((r) => r.method === 'POST' && r.path === '/jobsvc/v1/workers/poll'), 'the parser reads plain routes')
-  t.ok(routes.some((r) => r.method === 'POST' && r.path === '/platform/v1/projects/:projectId/members'), 'the parser reads nested routes')
+  t.ok(
+    routes.some((r) => r.method === 'POST' && r.path === '/jobsvc/v1/workers/poll'),
+    'the parser reads plain routes',
+  )
+  t.ok(
+    routes.some((r) => r.method === 'POST' && r.path === '/platform/v1/projects/:projectId/members'),
+    'the parser reads nested routes',
+  )
   const documented = new Set(operations.map((o) => `${o.method.toUpperCase()} ${o.path}`))
   const checked = routes.filter(
     (r) =>
@@ -94,13 +100,18 @@ t.test('every registered route is in the document', async (t) => {
 
 function documentedCodes(responses: Operation['responses']): Array<{ status: number; code: string }> {
   return Object.entries(responses).flatMap(([status, response]) => {
-    const schema = response.content?.['application/json']?.schema as { properties?: { error?: { properties?: { code?: { enum?: string[] } } } } } | undefined
+    const schema = response.content?.['application/json']?.schema as
+      { properties?: { error?: { properties?: { code?: { enum?: string[] } } } } } | undefined
     return (schema?.properties?.error?.properties?.code?.enum ?? []).map((code) => ({ status: Number(status), code }))
   })
 }
 
 t.test('every status and code of the error catalogue is documented', async (t) => {
-  const found = new Set([...operations.flatMap((o) => documentedCodes(o.op.responses)), ...documentedCodes({ 404: doc.components.responses.RouteNotFound! })].map((e) => `${e.status} ${e.code}`))
+  const found = new Set(
+    [...operations.flatMap((o) => documentedCodes(o.op.responses)), ...documentedCodes({ 404: doc.components.responses.RouteNotFound! })].map(
+      (e) => `${e.status} ${e.code}`,
+    ),
+  )
   for (const { status, code } of errorCatalogue) t.ok(found.has(`${status} ${code}`), `${status} ${code}`)
 })
 
@@ -112,7 +123,8 @@ t.test('every operation names its credentials, and the common codes of its surfa
     t.ok(codes.has('500 internal_error'), `${name}: 500 internal_error`)
     if (op.security?.some((s) => 'apiKey' in s)) {
       for (const common of ['401 unauthorized', '429 rate_limit_exceeded', '400 invalid_request']) t.ok(codes.has(common), `${name}: ${common}`)
-      if (method !== 'get') t.ok(codes.has('400 invalid_idempotency_key') && codes.has('409 idempotency_key_reuse'), `${name}: the Idempotency-Key codes`)
+      if (method !== 'get')
+        t.ok(codes.has('400 invalid_idempotency_key') && codes.has('409 idempotency_key_reuse'), `${name}: the Idempotency-Key codes`)
     }
     if (op.security?.some((s) => 'sessionBearer' in s) && !op.security.some((s) => Object.keys(s).length === 0)) {
       t.ok(codes.has('401 unauthorized'), `${name}: 401 unauthorized`)
@@ -155,17 +167,40 @@ async function answersMatchTheDocument(t: Test, h: Harness): Promise<void> {
   const polled = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'wrk_docs', queues: ['default'], wait_seconds: 0 })
   check('post', '/jobsvc/v1/workers/poll', polled.status, polled.body)
   t.equal(polled.body.jobs.length, 1, 'the poll claimed the job')
-  const acked = await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: created.body.id, worker_id: 'wrk_docs', status: 'failed', error: { message: 'boom' } })
+  const acked = await h.request('POST', '/jobsvc/v1/workers/ack', {
+    job_id: created.body.id,
+    worker_id: 'wrk_docs',
+    status: 'failed',
+    error: { message: 'boom' },
+  })
   check('post', '/jobsvc/v1/workers/ack', acked.status, acked.body)
-  const batch = await h.request('POST', '/jobsvc/v1/jobs/batch', { jobs: [{ job_type: 'openapi.batch', payload: {} }, { job_type: '' }, { job_type: 'x', payload: {}, parent_job_id: 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV' }] })
+  const batch = await h.request('POST', '/jobsvc/v1/jobs/batch', {
+    jobs: [
+      { job_type: 'openapi.batch', payload: {} },
+      { job_type: '' },
+      { job_type: 'x', payload: {}, parent_job_id: 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV' },
+    ],
+  })
   check('post', '/jobsvc/v1/jobs/batch', batch.status, batch.body)
-  t.same(batch.body.results.map((r: { status: number }) => r.status), [201, 400, 422], 'the batch answer has a created and two failed items to check')
+  t.same(
+    batch.body.results.map((r: { status: number }) => r.status),
+    [201, 400, 422],
+    'the batch answer has a created and two failed items to check',
+  )
   const batchPoll = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'wrk_docs', queues: ['default'], wait_seconds: 5 })
   const acks = await h.request('POST', '/jobsvc/v1/workers/ack/batch', {
-    acks: [{ job_id: batchPoll.body.jobs[0]?.id, worker_id: 'wrk_docs', status: 'succeeded' }, { job_id: created.body.id, worker_id: 'wrk_docs', status: 'succeeded' }, {}],
+    acks: [
+      { job_id: batchPoll.body.jobs[0]?.id, worker_id: 'wrk_docs', status: 'succeeded' },
+      { job_id: created.body.id, worker_id: 'wrk_docs', status: 'succeeded' },
+      {},
+    ],
   })
   check('post', '/jobsvc/v1/workers/ack/batch', acks.status, acks.body)
-  t.same(acks.body.results.map((r: { status: number }) => r.status), [200, 409, 400], 'the ack batch answer has an acked and two failed items to check')
+  t.same(
+    acks.body.results.map((r: { status: number }) => r.status),
+    [200, 409, 400],
+    'the ack batch answer has an acked and two failed items to check',
+  )
   const history = await h.request('GET', `/jobsvc/v1/jobs/${created.body.id}/history`)
   check('get', '/jobsvc/v1/jobs/{jobId}/history', history.status, history.body)
   const activity = await h.request('GET', `/jobsvc/v1/activity?min_seq=${created.headers.get('x-event-seq')}`)
@@ -183,12 +218,17 @@ async function answersMatchTheDocument(t: Test, h: Harness): Promise<void> {
 t.test('answers match the schemas the document gives for them', (t) => answersMatchTheDocument(t, h))
 
 t.test('with compiled serializers (production: validate_responses off), answers still match the document', async (t) => {
-  const compiled = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], suffix: '_compiled', tunables: { validate_responses: false } })
+  const compiled = await startHarness(t, import.meta.filename, {
+    roles: ['api', 'projector'],
+    suffix: '_compiled',
+    tunables: { validate_responses: false },
+  })
   await answersMatchTheDocument(t, compiled)
 })
 
 t.test('error bodies are written as they are; success bodies must match their schema', async (t) => {
-  const compile = (status: string, schema: z.ZodType) => serializeResponses({ schema, method: 'GET', url: '/jobsvc/v1/jobs/:jobId', httpStatus: status })
+  const compile = (status: string, schema: z.ZodType) =>
+    serializeResponses({ schema, method: 'GET', url: '/jobsvc/v1/jobs/:jobId', httpStatus: status })
   // A code the route does not list must not turn the refusal into a 500.
   const notFound = compile('404', errorResponses('job_not_found')[404]!)
   const undocumented = { error: { code: 'route_not_found', message: 'no route', request_id: '01ARZ3NDEKTSV4RRFFQ69G5FAV' } }

@@ -62,7 +62,11 @@ t.test("a project's waiting polls (more than the pool) leave another project's p
   const created = await asB('POST', '/jobsvc/v1/jobs', { job_type: 'b-work', queue: 'b-q', payload: {} })
   t.equal(created.status, 201)
   const before = await asB('GET', '/jobsvc/v1/jobs?limit=10')
-  t.same(before.body.data.map((j: any) => j.id), [created.body.id], "B's job is in the read model before the lock")
+  t.same(
+    before.body.data.map((j: any) => j.id),
+    [created.body.id],
+    "B's job is in the read model before the lock",
+  )
 
   await h.stopRole('projector')
   const c = await h.newProject()
@@ -81,7 +85,7 @@ t.test("a project's waiting polls (more than the pool) leave another project's p
   await eventually(
     async () => context.claims.served(h.projectId) + context.claims.waiting(h.projectId) === pollsOfA,
     15_000,
-    "every poll of A is claiming or waiting for its turn",
+    'every poll of A is claiming or waiting for its turn',
   )
   await eventually(async () => (await claimsBlocked()) === context.claims.running(h.projectId), 15_000, "A's running claims reached Postgres")
   t.notOk(context.ready.isComplete(h.projectId, ['a-q']), "the index cannot vouch for A's queue")
@@ -90,7 +94,10 @@ t.test("a project's waiting polls (more than the pool) leave another project's p
   t.not(listB, 'pending', "B's jobs list answers while A's polls wait")
   if (listB === 'pending') return
   t.equal(listB.status, 200)
-  t.same(listB.body.data.map((j: any) => j.id), [created.body.id])
+  t.same(
+    listB.body.data.map((j: any) => j.id),
+    [created.body.id],
+  )
   const activityB = await answerWithin(asB('GET', '/jobsvc/v1/activity?limit=5'))
   t.not(activityB, 'pending', "B's activity feed answers too")
   t.equal(answeredA, 0, "none of A's polls has answered: they all still wait")
@@ -113,8 +120,16 @@ t.test("a project's waiting polls (more than the pool) leave another project's p
   await release()
   const claimedB = await pollB
   t.equal(claimedB.status, 200)
-  t.same(claimedB.body.jobs.map((j: any) => j.id), [created.body.id], "B's poll claims B's job")
-  await eventually(async () => context.claims.running(h.projectId) === 0 && context.claims.waiting(h.projectId) === 0, 15_000, "A's claims ran once the lock was gone")
+  t.same(
+    claimedB.body.jobs.map((j: any) => j.id),
+    [created.body.id],
+    "B's poll claims B's job",
+  )
+  await eventually(
+    async () => context.claims.running(h.projectId) === 0 && context.claims.waiting(h.projectId) === 0,
+    15_000,
+    "A's claims ran once the lock was gone",
+  )
   t.equal(answeredA, 0, "A's polls, with nothing to claim, keep waiting")
 
   await stop()
@@ -122,7 +137,7 @@ t.test("a project's waiting polls (more than the pool) leave another project's p
   t.same(
     answers.map((r) => `${r.status} ${r.body?.error?.code}`),
     answers.map(() => '503 service_unavailable'),
-    "shutdown ends every waiting poll of A with 503",
+    'shutdown ends every waiting poll of A with 503',
   )
   t.equal(context.polls.held(h.projectId), 0, "and frees every slot of A's")
   t.equal(context.polls.held(b.projectId), 0, "and of B's")

@@ -94,15 +94,25 @@ t.test('the job progress stream', async (t) => {
 
     await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: created.body.id, worker_id: 'w', status: 'succeeded' })
     await stream.done
-    t.same(stream.frames.map((f) => f.data.state), ['pending', 'processing', 'processing', 'succeeded'])
+    t.same(
+      stream.frames.map((f) => f.data.state),
+      ['pending', 'processing', 'processing', 'succeeded'],
+    )
   })
 
   await t.test('a terminal job sends its snapshot and closes; a reconnect gets the current snapshot first', async (t) => {
-    const created = await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'sse2', payload: {}, run_at: new Date(Date.now() + 3_600_000).toISOString() })
+    const created = await h.request('POST', '/jobsvc/v1/jobs', {
+      job_type: 'sse2',
+      payload: {},
+      run_at: new Date(Date.now() + 3_600_000).toISOString(),
+    })
     await h.request('POST', `/jobsvc/v1/jobs/${created.body.id}/cancel`)
     const stream = openStream(h.url, h.apiKey, created.body.id)
     await stream.done
-    t.same(stream.frames.map((f) => f.data.state), ['cancelled'])
+    t.same(
+      stream.frames.map((f) => f.data.state),
+      ['cancelled'],
+    )
   })
 
   await t.test('the stream closes after 120 seconds (clock injected)', async (t) => {
@@ -115,69 +125,73 @@ t.test('the job progress stream', async (t) => {
     await stream.done
     t.equal(stream.frames.length, 1, 'only the first snapshot: nothing changed')
   })
-  await t.test('a project has at most max_event_streams_per_project streams open: 429 with Retry-After; every way a stream ends frees its slot', async (t) => {
-    // The streams of the tests above all ended (terminal state, 120 s), so every slot is free now.
-    const other = await h.newProject()
-    const newJob = async (apiKey = h.apiKey) => (await httpRequest(h.url, apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'sse-cap', queue: 'sse-cap', payload: {} })).body.id as string
-    const jobs = [await newJob(), await newJob(), await newJob()]
-    type Stream = ReturnType<typeof openStream>
-    /** A stream once it is open (its first frame came) or refused. */
-    const opened = async (id: string, apiKey = h.apiKey): Promise<Stream> => {
-      const stream = openStream(h.url, apiKey, id)
-      await until(() => stream.frames.length > 0 || (stream.status() !== 0 && stream.status() !== 200))
-      if (stream.status() !== 200) await stream.done
-      return stream
-    }
-    const drop = async (streams: Stream[]) => {
-      for (const stream of streams) stream.disconnect()
-      await Promise.all(streams.map((stream) => stream.done))
-    }
-    /**
-     * Opens `maxStreams` streams at once and one more. The server frees a dropped stream's slot
-     * when it sees the close, so until it has, one of the first streams may be refused: then all
-     * are dropped and tried again. Once all of them are open, the project holds every slot.
-     */
-    async function fill(what: string): Promise<{ open: Stream[]; extra: Stream }> {
-      return eventually(
-        async () => {
-          const open: Stream[] = []
-          for (const id of jobs.slice(0, maxStreams)) {
-            open.push(await opened(id))
-            if (open.at(-1)!.status() !== 200) return void (await drop(open))
-          }
-          return { open, extra: await opened(jobs[maxStreams]!) }
-        },
-        15_000,
-        `${maxStreams} streams open ${what}`,
-      )
-    }
-    const isRefused = (extra: Stream, what: string) => {
-      t.equal(extra.status(), 429, `${what}: stream number ${maxStreams + 1} is refused`)
-      t.equal(extra.errorCode(), 'rate_limit_exceeded', `${what}: rate_limit_exceeded`)
-      t.equal(extra.retryAfter(), '5', `${what}: with Retry-After`)
-    }
+  await t.test(
+    'a project has at most max_event_streams_per_project streams open: 429 with Retry-After; every way a stream ends frees its slot',
+    async (t) => {
+      // The streams of the tests above all ended (terminal state, 120 s), so every slot is free now.
+      const other = await h.newProject()
+      const newJob = async (apiKey = h.apiKey) =>
+        (await httpRequest(h.url, apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'sse-cap', queue: 'sse-cap', payload: {} })).body.id as string
+      const jobs = [await newJob(), await newJob(), await newJob()]
+      type Stream = ReturnType<typeof openStream>
+      /** A stream once it is open (its first frame came) or refused. */
+      const opened = async (id: string, apiKey = h.apiKey): Promise<Stream> => {
+        const stream = openStream(h.url, apiKey, id)
+        await until(() => stream.frames.length > 0 || (stream.status() !== 0 && stream.status() !== 200))
+        if (stream.status() !== 200) await stream.done
+        return stream
+      }
+      const drop = async (streams: Stream[]) => {
+        for (const stream of streams) stream.disconnect()
+        await Promise.all(streams.map((stream) => stream.done))
+      }
+      /**
+       * Opens `maxStreams` streams at once and one more. The server frees a dropped stream's slot
+       * when it sees the close, so until it has, one of the first streams may be refused: then all
+       * are dropped and tried again. Once all of them are open, the project holds every slot.
+       */
+      async function fill(what: string): Promise<{ open: Stream[]; extra: Stream }> {
+        return eventually(
+          async () => {
+            const open: Stream[] = []
+            for (const id of jobs.slice(0, maxStreams)) {
+              open.push(await opened(id))
+              if (open.at(-1)!.status() !== 200) return void (await drop(open))
+            }
+            return { open, extra: await opened(jobs[maxStreams]!) }
+          },
+          15_000,
+          `${maxStreams} streams open ${what}`,
+        )
+      }
+      const isRefused = (extra: Stream, what: string) => {
+        t.equal(extra.status(), 429, `${what}: stream number ${maxStreams + 1} is refused`)
+        t.equal(extra.errorCode(), 'rate_limit_exceeded', `${what}: rate_limit_exceeded`)
+        t.equal(extra.retryAfter(), '5', `${what}: with Retry-After`)
+      }
 
-    for (let i = 0; i < maxStreams + 2; i++) {
-      const missing = await h.request('GET', '/jobsvc/v1/jobs/job_01aaaaaaaaaaaaaaaaaaaaaaaa/events')
-      t.equal(missing.status, 404, `unknown job ${i + 1}: 404, and no slot kept`)
-    }
-    const first = await fill('after not-found answers')
-    isRefused(first.extra, 'at first')
-    const theirs = await opened(await newJob(other.apiKey), other.apiKey)
-    t.equal(theirs.status(), 200, "another project's stream opens meanwhile")
-    await drop([theirs])
+      for (let i = 0; i < maxStreams + 2; i++) {
+        const missing = await h.request('GET', '/jobsvc/v1/jobs/job_01aaaaaaaaaaaaaaaaaaaaaaaa/events')
+        t.equal(missing.status, 404, `unknown job ${i + 1}: 404, and no slot kept`)
+      }
+      const first = await fill('after not-found answers')
+      isRefused(first.extra, 'at first')
+      const theirs = await opened(await newJob(other.apiKey), other.apiKey)
+      t.equal(theirs.status(), 200, "another project's stream opens meanwhile")
+      await drop([theirs])
 
-    await drop(first.open)
-    const second = await fill('after a disconnect')
-    isRefused(second.extra, 'after a disconnect')
+      await drop(first.open)
+      const second = await fill('after a disconnect')
+      isRefused(second.extra, 'after a disconnect')
 
-    t.equal((await h.request('POST', `/jobsvc/v1/jobs/${jobs[0]}/cancel`)).status, 200)
-    await second.open[0]!.done
-    t.equal(second.open[0]!.frames.at(-1)!.data.state, 'cancelled', 'the first stream closed on its terminal state')
-    await drop([second.open[1]!])
-    jobs[0] = await newJob()
-    const third = await fill('after a terminal state')
-    isRefused(third.extra, 'after a terminal state')
-    await drop(third.open)
-  })
+      t.equal((await h.request('POST', `/jobsvc/v1/jobs/${jobs[0]}/cancel`)).status, 200)
+      await second.open[0]!.done
+      t.equal(second.open[0]!.frames.at(-1)!.data.state, 'cancelled', 'the first stream closed on its terminal state')
+      await drop([second.open[1]!])
+      jobs[0] = await newJob()
+      const third = await fill('after a terminal state')
+      isRefused(third.extra, 'after a terminal state')
+      await drop(third.open)
+    },
+  )
 })

@@ -47,7 +47,10 @@ t.test('a min_seq beyond the last sequence of the log is 400 at once on every ro
   restarted = true
   const listed = await control
   t.equal(listed.status, 200, 'the waiting list answers once the projector has caught up')
-  t.same(listed.body.data.map((j: any) => j.id), [created.body.id])
+  t.same(
+    listed.body.data.map((j: any) => j.id),
+    [created.body.id],
+  )
 })
 
 t.test('a min_seq written through another process (unknown to this one) is waited for, not refused', async (t) => {
@@ -66,7 +69,11 @@ t.test('a min_seq written through another process (unknown to this one) is waite
   })
   const res = await httpRequest(h.url, other.apiKey, 'GET', `/jobsvc/v1/jobs?queue=rw-elsewhere&min_seq=${elsewhere.seq}`)
   t.equal(res.status, 200)
-  t.same(res.body.data.map((j: any) => j.id), [elsewhere.job.id], 'the list includes that write')
+  t.same(
+    res.body.data.map((j: any) => j.id),
+    [elsewhere.job.id],
+    'the list includes that write',
+  )
   for (const path of routesTakingMinSeq) {
     t.equal((await httpRequest(h.url, other.apiKey, 'GET', `${path}?min_seq=${elsewhere.seq}`)).status, 200, `${path} with a min_seq the log holds`)
   }

@@ -128,7 +128,11 @@ t.test('a job created in this process is claimed from the index, with the jobs t
   const res = await answerWithin(waiting)
   t.not(res, 'pending', 'the waiting poll answered while the jobs table was locked')
   if (res === 'pending') return
-  t.same(res.body.jobs.map((j: any) => [j.id, j.attempt, j.payload]), [[created.body.id, 1, { fast: true }]], 'it claimed the job: no claim query, no row write')
+  t.same(
+    res.body.jobs.map((j: any) => [j.id, j.attempt, j.payload]),
+    [[created.body.id, 1, { fast: true }]],
+    'it claimed the job: no claim query, no row write',
+  )
   const acked = await ack(api, created.body.id, 'wrk_fast')
   t.equal(acked.status, 200, 'and the ack needs no Postgres either')
   await unlock()
@@ -144,15 +148,25 @@ t.test("a followed queue's waiting polls hold no connection and no place in the 
   const api = await startApi()
   await follow(api, 'q-idle')
   const polls = Array.from({ length: 20 }, (_, i) =>
-    httpRequest(api.url, h.apiKey, 'POST', '/jobsvc/v1/workers/poll', { worker_id: `idle-${i}`, queues: ['q-idle'], wait_seconds: 30 }).catch(() => null),
+    httpRequest(api.url, h.apiKey, 'POST', '/jobsvc/v1/workers/poll', { worker_id: `idle-${i}`, queues: ['q-idle'], wait_seconds: 30 }).catch(
+      () => null,
+    ),
   )
   await eventually(async () => api.context.polls.held(h.projectId) === 20, 15_000, 'the 20 polls to be waiting')
-  t.equal(api.context.claims.running(h.projectId) + api.context.claims.served(h.projectId) + api.context.claims.waiting(h.projectId), 0, 'none of them is in the claim line, which is where polls take a connection')
+  t.equal(
+    api.context.claims.running(h.projectId) + api.context.claims.served(h.projectId) + api.context.claims.waiting(h.projectId),
+    0,
+    'none of them is in the claim line, which is where polls take a connection',
+  )
   const created = await httpRequest(api.url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'ri', queue: 'q-idle', payload: {} })
   await eventually(async () => api.context.polls.held(h.projectId) === 19, 15_000, 'one poll to answer')
   await api.stop()
   const answers = (await Promise.all(polls)).filter((r) => r !== null && r.status === 200 && r.body.jobs.length > 0)
-  t.same(answers.map((r) => r!.body.jobs.map((j: any) => j.id)), [[created.body.id]], 'the one job woke one poll, which claimed it')
+  t.same(
+    answers.map((r) => r!.body.jobs.map((j: any) => j.id)),
+    [[created.body.id]],
+    'the one job woke one poll, which claimed it',
+  )
 })
 
 t.test('jobs created while no API process ran are claimed exactly once by two started later', async (t) => {
@@ -205,10 +219,14 @@ t.test("a gap in the index's consumer: jobs created meanwhile are claimed once, 
   t.same(others, [], "the index's own consumer is the only ephemeral one")
   await h.runtime.nats.jsm.consumers.delete(stream, gone!)
   const during = await createElsewhere('q-gap', 8)
-  await eventually(async () => {
-    const now = await ephemeral()
-    return now.length === 1 && now[0] !== gone
-  }, 15_000, 'a new consumer for the index')
+  await eventually(
+    async () => {
+      const now = await ephemeral()
+      return now.length === 1 && now[0] !== gone
+    },
+    15_000,
+    'a new consumer for the index',
+  )
   const last = (await elsewhere.get(h.projectId, during.at(-1)!)).seq
   await eventually(async () => api.context.ready.position >= last, 15_000, 'the index to follow past the jobs created during the gap')
   await eventually(async () => api.context.ready.isComplete(h.projectId, ['q-gap']), 15_000, 'the index to vouch for the queue')
@@ -231,7 +249,11 @@ t.test("a job this process was creating, whose append's answer never came, is ta
   api.context.ready.observer.created(jobId)
   t.equal(api.context.ready.size, 1, 'the append settled without an answer: the job is held from the copy')
   const res = await poll(api, { worker_id: 'wrk_lost', queues: ['q-lost'] })
-  t.same(res.body.jobs.map((j: any) => j.id), [jobId], 'and claimed')
+  t.same(
+    res.body.jobs.map((j: any) => j.id),
+    [jobId],
+    'and claimed',
+  )
   await api.stop()
 })
 
@@ -239,7 +261,10 @@ t.test("a retry whose backoff ends wakes a waiting poll of the index's own accor
   const api = await startApi()
   const [id] = await createElsewhere('q-retry', 1)
   const first = await poll(api, { worker_id: 'wrk_r', queues: ['q-retry'], wait_seconds: 10 })
-  t.same(first.body.jobs.map((j: any) => j.id), [id])
+  t.same(
+    first.body.jobs.map((j: any) => j.id),
+    [id],
+  )
   const failed = await ack(api, id!, 'wrk_r', 'failed')
   t.equal(failed.body.action, 'retry')
   const retryAt = Date.parse(failed.body.retry_at)
@@ -259,7 +284,11 @@ t.test("a retry whose backoff ends wakes a waiting poll of the index's own accor
       session.close()
     }
     const second = await poll(api, { worker_id: 'wrk_r2', queues: ['q-retry'], wait_seconds: 5 })
-    t.same(second.body.jobs.map((j: any) => [j.id, j.attempt]), [[id, 2]], 'a poll claims the second attempt')
+    t.same(
+      second.body.jobs.map((j: any) => [j.id, j.attempt]),
+      [[id, 2]],
+      'a poll claims the second attempt',
+    )
   })
   await api.stop()
 })

@@ -9,7 +9,16 @@ import { openSql } from '../../projections/database.ts'
 import { occurrenceJobId } from '../../services/use-cases/jobs/recurring-service.ts'
 import { connectNats } from '../../streams/connection.ts'
 import { eventsStreamConfig } from '../../streams/definitions.ts'
-import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService, type HttpResponse, type SpawnedService } from '../support/harness.ts'
+import {
+  eventually,
+  httpRequest,
+  isolatedNames,
+  removeIsolated,
+  repoRoot,
+  spawnService,
+  type HttpResponse,
+  type SpawnedService,
+} from '../support/harness.ts'
 
 const run = promisify(execFile)
 const periodMs = 2_000
@@ -70,7 +79,10 @@ t.test('schedulers in several processes fire each occurrence once, and catch up 
     const all: any[] = []
     let cursor: string | null = null
     do {
-      const res: HttpResponse = await call('GET', `/jobsvc/v1/jobs?job_type=${jobType}&limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)
+      const res: HttpResponse = await call(
+        'GET',
+        `/jobsvc/v1/jobs?job_type=${jobType}&limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+      )
       if (res.status !== 200) throw new Error(`list answered ${res.status}: ${JSON.stringify(res.body)}`)
       all.push(...res.body.data)
       cursor = res.body.next_cursor
@@ -78,14 +90,22 @@ t.test('schedulers in several processes fire each occurrence once, and catch up 
     return all.sort((a, b) => occurrenceOf(a) - occurrenceOf(b))
   }
   const firedAtOrAfter = (jobType: string, at: number, count: number) =>
-    eventually(async () => (await jobsOf(jobType)).filter((j) => occurrenceOf(j) >= at).length >= count, 30_000, `${count} ${jobType} jobs from ${iso(at)}`)
+    eventually(
+      async () => (await jobsOf(jobType)).filter((j) => occurrenceOf(j) >= at).length >= count,
+      30_000,
+      `${count} ${jobType} jobs from ${iso(at)}`,
+    )
   /** Every job in the read model: the projector has applied the whole log. */
   const projected = async () => {
     const last = (await nats.jsm.streams.info(eventsStreamConfig(names.namespace).name)).state.last_seq
-    await eventually(async () => {
-      const [row] = await sql<{ n: number | null }[]>`SELECT min(last_seq)::int AS n FROM projection_checkpoints`
-      return (row?.n ?? 0) >= last
-    }, 20_000, `the projections to reach seq ${last}`)
+    await eventually(
+      async () => {
+        const [row] = await sql<{ n: number | null }[]>`SELECT min(last_seq)::int AS n FROM projection_checkpoints`
+        return (row?.n ?? 0) >= last
+      },
+      20_000,
+      `the projections to reach seq ${last}`,
+    )
   }
 
   await t.test('a bad schedule in a registration is logged by the API process, and the answer is 200', async (t) => {
@@ -98,7 +118,11 @@ t.test('schedulers in several processes fire each occurrence once, and catch up 
     t.equal(res.status, 200)
     t.strictSame(res.body, { status: 'registered' })
     const line = await eventually(
-      async () => api.output().split('\n').find((l) => l.includes('register: schedule not saved')),
+      async () =>
+        api
+          .output()
+          .split('\n')
+          .find((l) => l.includes('register: schedule not saved')),
       10_000,
       'the warning in the log',
     )
@@ -143,12 +167,19 @@ t.test('schedulers in several processes fire each occurrence once, and catch up 
     t.equal(new Set(ticks.map((j) => j.id)).size, ticks.length, 'job ids are distinct')
     t.equal(new Set(occurrences).size, occurrences.length, 'no occurrence has two jobs')
     t.same(occurrences.filter((o) => o % periodMs !== 0).map(iso), [], 'every job is for a 2-second occurrence')
-    t.same(ticks.filter((j) => j.id !== occurrenceJobId(projectId, 'rjob_tick', new Date(occurrenceOf(j)))).map((j) => j.id), [], "every id is the occurrence's deterministic id")
+    t.same(
+      ticks.filter((j) => j.id !== occurrenceJobId(projectId, 'rjob_tick', new Date(occurrenceOf(j)))).map((j) => j.id),
+      [],
+      "every id is the occurrence's deterministic id",
+    )
     t.same(gapsOverOneMissed(occurrences), [], 'no gap of more than one missed occurrence')
     t.ok(occurrences[0]! > tickPutAt, 'no occurrence from before the schedule existed')
     t.ok(occurrences[0]! <= tickPutAt + 2 * periodMs, 'the first occurrence after the PUT fired (or the one after it)')
     t.ok(occurrences.at(-1)! <= tickDeletedAt, 'nothing fired after the delete')
-    t.ok(ticks.every((j) => j.tags?.recurring_id === 'rjob_tick' && j.payload?.phase === 1), 'tags and payload from the schedule')
+    t.ok(
+      ticks.every((j) => j.tags?.recurring_id === 'rjob_tick' && j.payload?.phase === 1),
+      'tags and payload from the schedule',
+    )
   })
 
   await t.test('after downtime the missed occurrences fire once in total: the latest', async (t) => {

@@ -8,7 +8,15 @@ t.test('a schedule fires once per occurrence', async (t) => {
   const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'] })
   const put = await h.request('PUT', '/jobsvc/v1/recurring/rjob_tick', { job_type: 'tick', cron_expression: '*/5 * * * *', payload: { a: 1 } })
   t.equal(put.status, 201, JSON.stringify(put.body))
-  t.match(put.body, { id: 'rjob_tick', job_type: 'tick', cron_expression: '*/5 * * * *', queue: 'default', timezone: 'UTC', payload: { a: 1 }, last_run_at: null })
+  t.match(put.body, {
+    id: 'rjob_tick',
+    job_type: 'tick',
+    cron_expression: '*/5 * * * *',
+    queue: 'default',
+    timezone: 'UTC',
+    payload: { a: 1 },
+    last_run_at: null,
+  })
   const next = Date.parse(put.body.next_run_at)
   t.ok(next > Date.now() && next <= Date.now() + 5 * 60_000)
   const again = await h.request('PUT', '/jobsvc/v1/recurring/rjob_tick', { job_type: 'tick', cron_expression: '*/5 * * * *', payload: { a: 1 } })

@@ -50,7 +50,11 @@ const put = (body: Record<string, unknown>, id?: string) => h.request('PUT', `/j
 
 /** The id a job type's schedule has, worked out here independently of the service. */
 function idOf(jobType: string): string {
-  const slug = jobType.toLowerCase().split(/[^a-z0-9]+/).filter(Boolean).join('-')
+  const slug = jobType
+    .toLowerCase()
+    .split(/[^a-z0-9]+/)
+    .filter(Boolean)
+    .join('-')
   return `rjob_${slug}`
 }
 
@@ -67,10 +71,14 @@ async function scheduleOf(h: Harness, id: string, apiKey = h.apiKey): Promise<an
 /** Waits until every projection has applied the whole log, so a read model read next is complete. */
 async function projected(h: Harness): Promise<void> {
   const last = await h.runtime.store.lastSequence()
-  await eventually(async () => {
-    const [row] = await h.runtime.sql<{ n: number | null }[]>`SELECT min(last_seq)::int AS n FROM projection_checkpoints`
-    return (row?.n ?? 0) >= last
-  }, 15_000, `the projections to reach seq ${last}`)
+  await eventually(
+    async () => {
+      const [row] = await h.runtime.sql<{ n: number | null }[]>`SELECT min(last_seq)::int AS n FROM projection_checkpoints`
+      return (row?.n ?? 0) >= last
+    },
+    15_000,
+    `the projections to reach seq ${last}`,
+  )
 }
 
 /** Every job of a type, all pages, once the projections caught up. */
@@ -79,7 +87,10 @@ async function jobsOf(h: Harness, jobType: string): Promise<any[]> {
   const all: any[] = []
   let cursor: string | null = null
   do {
-    const res: HttpResponse = await h.request('GET', `/jobsvc/v1/jobs?job_type=${encodeURIComponent(jobType)}&limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)
+    const res: HttpResponse = await h.request(
+      'GET',
+      `/jobsvc/v1/jobs?job_type=${encodeURIComponent(jobType)}&limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+    )
     if (res.status !== 200) throw new Error(`list answered ${res.status}: ${JSON.stringify(res.body)}`)
     all.push(...res.body.data)
     cursor = res.body.next_cursor
@@ -91,11 +102,15 @@ async function jobsOf(h: Harness, jobType: string): Promise<any[]> {
 const occurrenceOf = (jobId: string) => new Date(decodeTime(jobId.replace(/^job_/, ''))).toISOString()
 
 async function activityOf(h: Harness, targetId: string, atLeast: number): Promise<any[]> {
-  return eventually(async () => {
-    const rows = await h.runtime.sql`
+  return eventually(
+    async () => {
+      const rows = await h.runtime.sql`
       SELECT kind, project_id, target_type, target_id, metadata FROM activity WHERE target_id = ${targetId} ORDER BY seq, id`
-    return rows.length >= atLeast && rows.map((r) => ({ ...r, metadata: r.metadata === null ? null : JSON.parse(r.metadata) }))
-  }, 10_000, `${atLeast} activity rows for ${targetId}`)
+      return rows.length >= atLeast && rows.map((r) => ({ ...r, metadata: r.metadata === null ? null : JSON.parse(r.metadata) }))
+    },
+    10_000,
+    `${atLeast} activity rows for ${targetId}`,
+  )
 }
 
 /** Deletes every schedule left in a project, so later firing passes only see their own. */
@@ -142,7 +157,15 @@ t.test('the recurring routes: list, create, update, unchanged, ids, validation, 
     t.equal(same.status, 200)
     t.strictSame(same.body, created.body, 'the same schedule, updated_at untouched')
     t.equal(same.headers.get('x-event-seq'), createdSeq, 'nothing was appended')
-    const spelledOut = await put({ ...nightly, cron_expression: ' 0  9 *  * * ', queue: 'default', timezone: 'UTC', max_attempts: 3, timeout_seconds: 1800, payload: {} })
+    const spelledOut = await put({
+      ...nightly,
+      cron_expression: ' 0  9 *  * * ',
+      queue: 'default',
+      timezone: 'UTC',
+      max_attempts: 3,
+      timeout_seconds: 1800,
+      payload: {},
+    })
     t.equal(spelledOut.status, 200, 'defaults spelled out and spacing in the cron expression change nothing')
     t.strictSame(spelledOut.body, created.body)
     t.equal(spelledOut.headers.get('x-event-seq'), createdSeq)
@@ -152,12 +175,27 @@ t.test('the recurring routes: list, create, update, unchanged, ids, validation, 
     const steps: Array<[string, Record<string, unknown>, string]> = [
       ['timezone Asia/Kolkata (UTC+5:30): 09:00 IST is 03:30Z tomorrow', { timezone: 'Asia/Kolkata' }, '2026-06-16T03:30:00.000Z'],
       ['timezone America/New_York (EDT, UTC-4): 09:00 EDT is 13:00Z today', { timezone: 'America/New_York' }, '2026-06-15T13:00:00.000Z'],
-      ['cron on Saturdays only: Saturday 2026-06-20 09:00 EDT', { timezone: 'America/New_York', cron_expression: '0 9 * * 6' }, '2026-06-20T13:00:00.000Z'],
+      [
+        'cron on Saturdays only: Saturday 2026-06-20 09:00 EDT',
+        { timezone: 'America/New_York', cron_expression: '0 9 * * 6' },
+        '2026-06-20T13:00:00.000Z',
+      ],
       ['cron every 20 minutes: 10:20Z', { timezone: 'America/New_York', cron_expression: '*/20 * * * *' }, '2026-06-15T10:20:00.000Z'],
-      ['queue changed: same next run', { timezone: 'America/New_York', cron_expression: '*/20 * * * *', queue: 'reports' }, '2026-06-15T10:20:00.000Z'],
+      [
+        'queue changed: same next run',
+        { timezone: 'America/New_York', cron_expression: '*/20 * * * *', queue: 'reports' },
+        '2026-06-15T10:20:00.000Z',
+      ],
       [
         'payload, attempts and timeout changed: same next run',
-        { timezone: 'America/New_York', cron_expression: '*/20 * * * *', queue: 'reports', payload: { report: 'daily', n: 1 }, max_attempts: 5, timeout_seconds: 60 },
+        {
+          timezone: 'America/New_York',
+          cron_expression: '*/20 * * * *',
+          queue: 'reports',
+          payload: { report: 'daily', n: 1 },
+          max_attempts: 5,
+          timeout_seconds: 60,
+        },
         '2026-06-15T10:20:00.000Z',
       ],
     ]
@@ -183,7 +221,13 @@ t.test('the recurring routes: list, create, update, unchanged, ids, validation, 
     t.ok(rows.every((r) => r.kind === 'recurring_upserted' && r.project_id === h.projectId && r.target_type === 'recurring'))
     t.same(
       rows.map((r) => [r.metadata.cron_expression, r.metadata.timezone]),
-      [['0 9 * * *', 'UTC'], ['0 9 * * *', 'Asia/Kolkata'], ['0 9 * * *', 'America/New_York'], ['0 9 * * 6', 'America/New_York'], ...Array(3).fill(['*/20 * * * *', 'America/New_York'])],
+      [
+        ['0 9 * * *', 'UTC'],
+        ['0 9 * * *', 'Asia/Kolkata'],
+        ['0 9 * * *', 'America/New_York'],
+        ['0 9 * * 6', 'America/New_York'],
+        ...Array(3).fill(['*/20 * * * *', 'America/New_York']),
+      ],
     )
   })
 
@@ -196,9 +240,27 @@ t.test('the recurring routes: list, create, update, unchanged, ids, validation, 
     isError(t, await put(nightly, 'rjob_other'), 409, 'recurring_job_type_conflict', 'another id for a type that has its schedule')
     isError(t, await put(nightly, 'rjob_Nightly-Report'), 409, 'recurring_job_type_conflict', 'the id in other case')
     isError(t, await put(nightly, 'nightly-report'), 409, 'recurring_job_type_conflict', 'the id without its prefix')
-    isError(t, await put({ job_type: 'Weekly Digest', cron_expression: '0 8 * * 1' }, 'rjob_weekly'), 400, 'invalid_request', 'a wrong id for a type without a schedule')
-    isError(t, await put({ job_type: 'billing.invoice.sync', cron_expression: '0 0 1 * *' }), 409, 'recurring_job_type_conflict', 'a second type with the same slug')
-    isError(t, await put({ job_type: 'nightly-report', cron_expression: '0 9 * * *' }), 409, 'recurring_job_type_conflict', 'a type whose slug is taken by another type')
+    isError(
+      t,
+      await put({ job_type: 'Weekly Digest', cron_expression: '0 8 * * 1' }, 'rjob_weekly'),
+      400,
+      'invalid_request',
+      'a wrong id for a type without a schedule',
+    )
+    isError(
+      t,
+      await put({ job_type: 'billing.invoice.sync', cron_expression: '0 0 1 * *' }),
+      409,
+      'recurring_job_type_conflict',
+      'a second type with the same slug',
+    )
+    isError(
+      t,
+      await put({ job_type: 'nightly-report', cron_expression: '0 9 * * *' }),
+      409,
+      'recurring_job_type_conflict',
+      'a type whose slug is taken by another type',
+    )
     const unchanged = await scheduleOf(h, 'rjob_billing-invoice-sync')
     t.equal(unchanged.job_type, '  Billing::Invoice  Sync!! ', 'the refused PUT left the schedule alone')
   })
@@ -206,7 +268,18 @@ t.test('the recurring routes: list, create, update, unchanged, ids, validation, 
   await t.test('bad cron expressions, timezones and bodies are refused and write nothing', async (t) => {
     const before = (await h.request('GET', '/jobsvc/v1/recurring')).body
     const body = { job_type: 'Weekly Digest', cron_expression: '0 8 * * 1' }
-    for (const cron of ['* * * *', '* * * * * * *', '61 * * * *', '* 24 * * *', '* * 32 * *', '* * * 13 *', '60 * * * * *', 'not a cron', '@daily', 'a b c d e']) {
+    for (const cron of [
+      '* * * *',
+      '* * * * * * *',
+      '61 * * * *',
+      '* 24 * * *',
+      '* * 32 * *',
+      '* * * 13 *',
+      '60 * * * * *',
+      'not a cron',
+      '@daily',
+      'a b c d e',
+    ]) {
       isError(t, await put({ ...body, cron_expression: cron }), 400, 'invalid_cron_expression', JSON.stringify(cron))
     }
     for (const timezone of ['Mars/Base', '+02:00', 'Europe/Nowhere']) {
@@ -224,7 +297,11 @@ t.test('the recurring routes: list, create, update, unchanged, ids, validation, 
     const del = await h.request('DELETE', '/jobsvc/v1/recurring/rjob_billing-invoice-sync')
     t.equal(del.status, 204)
     t.equal(del.body, null, 'no body')
-    t.same((await h.request('GET', '/jobsvc/v1/recurring')).body.data.map((s: any) => s.id), ['rjob_nightly-report'], 'gone from the list')
+    t.same(
+      (await h.request('GET', '/jobsvc/v1/recurring')).body.data.map((s: any) => s.id),
+      ['rjob_nightly-report'],
+      'gone from the list',
+    )
     isError(t, await h.request('DELETE', '/jobsvc/v1/recurring/rjob_billing-invoice-sync'), 404, 'recurring_job_not_found', 'deleted already')
     isError(t, await h.request('DELETE', '/jobsvc/v1/recurring/rjob_never-was'), 404, 'recurring_job_not_found', 'never existed')
     isError(t, await h.request('DELETE', '/jobsvc/v1/recurring/not-an-id'), 404, 'recurring_job_not_found', 'not a schedule id')
@@ -238,9 +315,18 @@ t.test('the recurring routes: list, create, update, unchanged, ids, validation, 
 
     const again = await put({ job_type: 'billing.invoice.sync', cron_expression: '0 0 1 * *', timezone: 'Europe/Berlin' })
     t.equal(again.status, 201, 'the slug is free again, for another type too')
-    t.match(again.body, { id: 'rjob_billing-invoice-sync', job_type: 'billing.invoice.sync', next_run_at: '2026-06-30T22:00:00.000Z', last_run_at: null, last_job_id: null })
+    t.match(again.body, {
+      id: 'rjob_billing-invoice-sync',
+      job_type: 'billing.invoice.sync',
+      next_run_at: '2026-06-30T22:00:00.000Z',
+      last_run_at: null,
+      last_job_id: null,
+    })
     const rows = await activityOf(h, 'rjob_billing-invoice-sync', 3)
-    t.same(rows.map((r) => r.kind), ['recurring_upserted', 'recurring_deleted', 'recurring_upserted'])
+    t.same(
+      rows.map((r) => r.kind),
+      ['recurring_upserted', 'recurring_deleted', 'recurring_upserted'],
+    )
     t.ok(rows.every((r) => r.project_id === h.projectId))
   })
 
@@ -262,10 +348,22 @@ t.test('worker registration upserts schedules the same way and logs bad ones wit
   runFrom(h, '2026-06-15T10:10:00Z')
   t.teardown(() => deleteAll(h))
   const register = (recurring_schedules: unknown[]) =>
-    h.request('POST', '/jobsvc/v1/workers/register', { worker_id: 'wrk_cron', queues: ['default', 'maint'], job_types: ['Cleanup Temp'], recurring_schedules })
+    h.request('POST', '/jobsvc/v1/workers/register', {
+      worker_id: 'wrk_cron',
+      queues: ['default', 'maint'],
+      job_types: ['Cleanup Temp'],
+      recurring_schedules,
+    })
 
   t.equal((await put({ job_type: 'Nightly Report', cron_expression: '0 9 * * *' })).status, 201)
-  const cleanup = { job_type: 'Cleanup Temp', cron_expression: '15 * * * *', timezone: 'Europe/Berlin', queue: 'maint', max_attempts: 2, timeout_seconds: 120 }
+  const cleanup = {
+    job_type: 'Cleanup Temp',
+    cron_expression: '15 * * * *',
+    timezone: 'Europe/Berlin',
+    queue: 'maint',
+    max_attempts: 2,
+    timeout_seconds: 120,
+  }
   const first = await register([
     { job_type: 'bad cron', cron_expression: '99 * * * *' },
     cleanup,
@@ -279,11 +377,26 @@ t.test('worker registration upserts schedules the same way and logs bad ones wit
   t.strictSame(first.body, { status: 'registered' }, 'bad schedules are not an error of the registration')
 
   const list = (await h.request('GET', '/jobsvc/v1/recurring')).body.data as any[]
-  t.same(list.map((s) => s.id), ['rjob_cleanup-temp', 'rjob_hourly-sync', 'rjob_nightly-report'], 'the good ones are saved, after the bad ones too')
+  t.same(
+    list.map((s) => s.id),
+    ['rjob_cleanup-temp', 'rjob_hourly-sync', 'rjob_nightly-report'],
+    'the good ones are saved, after the bad ones too',
+  )
   const saved = list[0]
   t.match(saved, { ...cleanup, id: 'rjob_cleanup-temp', next_run_at: '2026-06-15T10:15:00.000Z', last_run_at: null })
-  t.match(list[1], { job_type: 'Hourly Sync', queue: 'default', timezone: 'UTC', max_attempts: 3, timeout_seconds: 1800, next_run_at: '2026-06-15T12:00:00.000Z' })
-  t.match(list[2], { job_type: 'Nightly Report', cron_expression: '0 9 * * *' }, 'a registered type whose slug is taken does not overwrite the schedule')
+  t.match(list[1], {
+    job_type: 'Hourly Sync',
+    queue: 'default',
+    timezone: 'UTC',
+    max_attempts: 3,
+    timeout_seconds: 1800,
+    next_run_at: '2026-06-15T12:00:00.000Z',
+  })
+  t.match(
+    list[2],
+    { job_type: 'Nightly Report', cron_expression: '0 9 * * *' },
+    'a registered type whose slug is taken does not overwrite the schedule',
+  )
 
   const repeat = await register([cleanup])
   t.strictSame(repeat.body, { status: 'registered' })
@@ -299,7 +412,14 @@ t.test('worker registration upserts schedules the same way and logs bad ones wit
   t.equal(after.created_at, saved.created_at)
 
   const rows = await activityOf(h, 'rjob_cleanup-temp', 2)
-  t.same(rows.map((r) => [r.kind, r.metadata.cron_expression]), [['recurring_upserted', '15 * * * *'], ['recurring_upserted', '45 * * * *']], 'no activity for the repeated registration')
+  t.same(
+    rows.map((r) => [r.kind, r.metadata.cron_expression]),
+    [
+      ['recurring_upserted', '15 * * * *'],
+      ['recurring_upserted', '45 * * * *'],
+    ],
+    'no activity for the repeated registration',
+  )
   t.equal(rows[0].project_id, h.projectId)
 })
 
@@ -307,7 +427,14 @@ t.test('fired jobs: deterministic ids, the schedule payload, tags; updates keep 
   t.teardown(() => deleteAll(h))
   const fire = firing(h)
   freezeAt(h, '2026-07-01T08:02:00Z')
-  const made = await put({ job_type: 'fire.payload', cron_expression: '*/5 * * * *', queue: 'cron', max_attempts: 4, timeout_seconds: 30, payload: { v: 1 } })
+  const made = await put({
+    job_type: 'fire.payload',
+    cron_expression: '*/5 * * * *',
+    queue: 'cron',
+    max_attempts: 4,
+    timeout_seconds: 30,
+    payload: { v: 1 },
+  })
   t.equal(made.status, 201)
   t.equal(made.body.next_run_at, '2026-07-01T08:05:00.000Z')
 
@@ -319,17 +446,43 @@ t.test('fired jobs: deterministic ids, the schedule payload, tags; updates keep 
   const [job] = await jobsOf(h, 'fire.payload')
   t.equal(job.id, occurrenceJobId(h.projectId, 'rjob_fire-payload', new Date('2026-07-01T08:05:00Z')), 'the id is derived from the occurrence')
   t.equal(occurrenceOf(job.id), '2026-07-01T08:05:00.000Z')
-  t.match(job, { job_type: 'fire.payload', queue: 'cron', max_attempts: 4, timeout_seconds: 30, payload: { v: 1 }, state: 'pending', parent_job_id: null })
+  t.match(job, {
+    job_type: 'fire.payload',
+    queue: 'cron',
+    max_attempts: 4,
+    timeout_seconds: 30,
+    payload: { v: 1 },
+    state: 'pending',
+    parent_job_id: null,
+  })
   t.strictSame(job.tags, { recurring_id: 'rjob_fire-payload' })
 
   freezeAt(h, '2026-07-01T08:07:00Z')
-  const updated = await put({ job_type: 'fire.payload', cron_expression: '*/5 * * * *', queue: 'cron', max_attempts: 4, timeout_seconds: 30, payload: { v: 2 } })
+  const updated = await put({
+    job_type: 'fire.payload',
+    cron_expression: '*/5 * * * *',
+    queue: 'cron',
+    max_attempts: 4,
+    timeout_seconds: 30,
+    payload: { v: 2 },
+  })
   t.equal(updated.status, 200)
-  t.match(updated.body, { last_job_id: job.id, last_run_at: '2026-07-01T08:05:00.000Z', next_run_at: '2026-07-01T08:10:00.000Z', payload: { v: 2 } }, 'an update keeps the last run')
+  t.match(
+    updated.body,
+    { last_job_id: job.id, last_run_at: '2026-07-01T08:05:00.000Z', next_run_at: '2026-07-01T08:10:00.000Z', payload: { v: 2 } },
+    'an update keeps the last run',
+  )
   freezeAt(h, '2026-07-01T08:10:01Z')
   t.equal(await fire(), 1)
   const jobs = await jobsOf(h, 'fire.payload')
-  t.same(jobs.map((j) => [occurrenceOf(j.id), j.payload]), [['2026-07-01T08:10:00.000Z', { v: 2 }], ['2026-07-01T08:05:00.000Z', { v: 1 }]], 'the next job carries the new payload')
+  t.same(
+    jobs.map((j) => [occurrenceOf(j.id), j.payload]),
+    [
+      ['2026-07-01T08:10:00.000Z', { v: 2 }],
+      ['2026-07-01T08:05:00.000Z', { v: 1 }],
+    ],
+    'the next job carries the new payload',
+  )
   t.equal(jobs[0].created_at, '2026-07-01T08:10:01.000Z', 'created when the pass ran')
 })
 
@@ -349,7 +502,11 @@ t.test('catch-up: after three hours down only the latest occurrence fires, once'
   t.equal(schedule.next_run_at, '2026-07-02T11:05:00.000Z', 'next_run_at moved on past now')
   t.equal(schedule.last_run_at, '2026-07-02T11:03:00.000Z')
   const jobs = await jobsOf(h, 'catch.up')
-  t.same(jobs.map((j) => occurrenceOf(j.id)), ['2026-07-02T11:00:00.000Z', '2026-07-02T08:05:00.000Z'], 'the 35 missed occurrences before 11:00 never fire')
+  t.same(
+    jobs.map((j) => occurrenceOf(j.id)),
+    ['2026-07-02T11:00:00.000Z', '2026-07-02T08:05:00.000Z'],
+    'the 35 missed occurrences before 11:00 never fire',
+  )
   t.equal(schedule.last_job_id, jobs[0].id)
 
   freezeAt(h, '2026-07-02T11:05:00Z')
@@ -379,7 +536,10 @@ t.test('an occurrence before the schedule existed never fires, nor one while it 
   t.equal(await fire(), 0, '12:00 and 13:00 passed while the schedule was deleted')
   freezeAt(h, '2026-07-03T14:00:01Z')
   t.equal(await fire(), 1)
-  t.same((await jobsOf(h, 'fresh.hourly')).map((j) => occurrenceOf(j.id)), ['2026-07-03T14:00:00.000Z', '2026-07-03T11:00:00.000Z'])
+  t.same(
+    (await jobsOf(h, 'fresh.hourly')).map((j) => occurrenceOf(j.id)),
+    ['2026-07-03T14:00:00.000Z', '2026-07-03T11:00:00.000Z'],
+  )
 })
 
 /*
@@ -482,7 +642,11 @@ t.test('daylight-saving changes: each local occurrence fires exactly once, minut
       }
       t.equal(fired, c.expected.length, 'as many firings as occurrences')
       const jobs = (await jobsOf(h, c.job_type)).reverse()
-      t.same(jobs.map((j) => occurrenceOf(j.id)), c.expected, 'exactly the expected occurrences')
+      t.same(
+        jobs.map((j) => occurrenceOf(j.id)),
+        c.expected,
+        'exactly the expected occurrences',
+      )
       for (const j of jobs) {
         const late = Date.parse(j.created_at) - decodeTime(j.id.replace(/^job_/, ''))
         t.ok(late > 0 && late <= stepMs, `${occurrenceOf(j.id)} fired at the first pass after it (${late} ms)`)
@@ -497,7 +661,11 @@ t.test('daylight-saving changes: each local occurrence fires exactly once, minut
 })
 
 t.test('fired jobs take allowance units; a used-up allowance skips the occurrence', async (t) => {
-  const q = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], suffix: '_quota', config: { plans: resolvePlans({ business: { monthly_jobs: 4 } }) } })
+  const q = await startHarness(t, import.meta.filename, {
+    roles: ['api', 'projector'],
+    suffix: '_quota',
+    config: { plans: resolvePlans({ business: { monthly_jobs: 4 } }) },
+  })
   t.teardown(() => void (q.runtime.now = realNow))
   const fire = firing(q)
   const create = (n: number) => q.request('POST', '/jobsvc/v1/jobs', { job_type: 'manual', payload: { n } })
@@ -519,11 +687,19 @@ t.test('fired jobs take allowance units; a used-up allowance skips the occurrenc
 
   freezeAt(q, '2026-06-10T10:10:01Z')
   t.equal(await fire(), 1, 'the last unit goes to the schedule')
-  const warnings = await eventually(async () => {
-    const rows = await q.runtime.sql`SELECT kind FROM activity WHERE project_id = ${q.projectId} AND kind LIKE 'allowance_warning_%' ORDER BY kind`
-    return rows.length >= 2 && rows
-  }, 10_000, 'the allowance warnings')
-  t.same(warnings.map((r) => r.kind), ['allowance_warning_100', 'allowance_warning_80'], 'a fired job that reaches the allowance warns like any creation')
+  const warnings = await eventually(
+    async () => {
+      const rows = await q.runtime.sql`SELECT kind FROM activity WHERE project_id = ${q.projectId} AND kind LIKE 'allowance_warning_%' ORDER BY kind`
+      return rows.length >= 2 && rows
+    },
+    10_000,
+    'the allowance warnings',
+  )
+  t.same(
+    warnings.map((r) => r.kind),
+    ['allowance_warning_100', 'allowance_warning_80'],
+    'a fired job that reaches the allowance warns like any creation',
+  )
   const refused = await create(3)
   t.equal(refused.status, 429)
   t.equal(refused.body.error.code, 'monthly_allowance_exceeded')
@@ -534,7 +710,11 @@ t.test('fired jobs take allowance units; a used-up allowance skips the occurrenc
   const skipped = occurrenceJobId(q.projectId, 'rjob_quota-tick', new Date('2026-06-10T10:15:00Z'))
   t.equal((await q.request('GET', `/jobsvc/v1/jobs/${skipped}`)).status, 404, "the occurrence's job does not exist")
   const afterSkip = await scheduleOf(q, 'rjob_quota-tick')
-  t.match(afterSkip, { next_run_at: '2026-06-10T10:20:00.000Z', last_run_at: '2026-06-10T10:10:01.000Z' }, 'the skip moves next_run_at on and is not a run')
+  t.match(
+    afterSkip,
+    { next_run_at: '2026-06-10T10:20:00.000Z', last_run_at: '2026-06-10T10:10:01.000Z' },
+    'the skip moves next_run_at on and is not a run',
+  )
   t.equal(occurrenceOf(afterSkip.last_job_id), '2026-06-10T10:10:00.000Z', 'the last job is still the 10:10 one')
   freezeAt(q, '2026-06-10T10:15:02Z')
   t.equal(await fire(), 0, 'the skipped occurrence is not tried again')
@@ -544,7 +724,10 @@ t.test('fired jobs take allowance units; a used-up allowance skips the occurrenc
   t.equal(await fire(), 0, 'two schedules due with nothing left: both skip, nothing throws')
   t.same(
     ((await q.request('GET', '/jobsvc/v1/recurring')).body.data as any[]).map((s) => [s.id, s.next_run_at]),
-    [['rjob_quota-other', '2026-06-10T10:25:00.000Z'], ['rjob_quota-tick', '2026-06-10T10:25:00.000Z']],
+    [
+      ['rjob_quota-other', '2026-06-10T10:25:00.000Z'],
+      ['rjob_quota-tick', '2026-06-10T10:25:00.000Z'],
+    ],
   )
   const [usage] = await q.runtime.sql`SELECT used::int AS used FROM project_usage WHERE project_id = ${q.projectId} AND period_start = '2026-06-01'`
   t.equal(usage?.used, 4, 'skipped occurrences took no unit')
@@ -554,8 +737,14 @@ t.test('fired jobs take allowance units; a used-up allowance skips the occurrenc
   const july = await create(4)
   t.equal(july.status, 201)
   t.equal(july.headers.get('x-quota-used'), '2', 'and count in the new period')
-  t.same((await jobsOf(q, 'quota.tick')).map((j) => occurrenceOf(j.id)), ['2026-07-01T00:00:00.000Z', '2026-06-10T10:10:00.000Z', '2026-06-10T10:05:00.000Z'])
-  t.same((await jobsOf(q, 'quota.other')).map((j) => occurrenceOf(j.id)), ['2026-07-01T00:00:00.000Z'])
+  t.same(
+    (await jobsOf(q, 'quota.tick')).map((j) => occurrenceOf(j.id)),
+    ['2026-07-01T00:00:00.000Z', '2026-06-10T10:10:00.000Z', '2026-06-10T10:05:00.000Z'],
+  )
+  t.same(
+    (await jobsOf(q, 'quota.other')).map((j) => occurrenceOf(j.id)),
+    ['2026-07-01T00:00:00.000Z'],
+  )
 })
 
 t.test('a project whose billing state is not active skips its occurrences, like any creation', async (t) => {
@@ -563,7 +752,10 @@ t.test('a project whose billing state is not active skips its occurrences, like 
   t.teardown(() => deleteAll(h, other.apiKey))
   const fire = firing(h)
   freezeAt(h, '2026-08-03T09:00:30Z')
-  const made = await httpRequest(h.url, other.apiKey, 'PUT', '/jobsvc/v1/recurring/rjob_billing-tick', { job_type: 'billing.tick', cron_expression: '*/5 * * * *' })
+  const made = await httpRequest(h.url, other.apiKey, 'PUT', '/jobsvc/v1/recurring/rjob_billing-tick', {
+    job_type: 'billing.tick',
+    cron_expression: '*/5 * * * *',
+  })
   t.equal(made.status, 201)
   await new BillingService(h.runtime).setBillingState(other.projectId, 'past_due', null)
 

@@ -28,7 +28,13 @@ t.test('retention deletes exactly the expired terminal jobs of each plan, from t
     const ids: Record<string, string> = {}
     for (const kind of ['ok', 'dead', 'cancel', 'pending']) {
       const runAt = kind === 'cancel' ? new Date(Date.now() + 3_600_000).toISOString() : undefined
-      const res = await api('POST', '/jobsvc/v1/jobs', { job_type: `${tag}-${kind}`, queue: `q-${tag}-${kind}`, payload: {}, max_attempts: 1, ...(runAt ? { run_at: runAt } : {}) })
+      const res = await api('POST', '/jobsvc/v1/jobs', {
+        job_type: `${tag}-${kind}`,
+        queue: `q-${tag}-${kind}`,
+        payload: {},
+        max_attempts: 1,
+        ...(runAt ? { run_at: runAt } : {}),
+      })
       ids[kind] = res.body.id
     }
     for (const kind of ['ok', 'dead']) {
@@ -45,7 +51,11 @@ t.test('retention deletes exactly the expired terminal jobs of each plan, from t
   const b = await populate(business, 'b')
   const f = await populate(freeApi, 'f')
   const rowCount = async () => (await h.runtime.sql`SELECT count(*)::int AS n FROM jobs`)[0]!.n as number
-  await eventually(async () => (await rowCount()) === 8 && (await h.runtime.sql`SELECT count(*)::int AS n FROM jobs WHERE state IN ('succeeded','dead_letter','cancelled')`)[0]!.n === 6)
+  await eventually(
+    async () =>
+      (await rowCount()) === 8 &&
+      (await h.runtime.sql`SELECT count(*)::int AS n FROM jobs WHERE state IN ('succeeded','dead_letter','cancelled')`)[0]!.n === 6,
+  )
 
   const stream = eventsStreamName(h.config.namespace)
   const messagesOf = async (projectId: string, jobId: string) => {
@@ -83,7 +93,9 @@ t.test('retention deletes exactly the expired terminal jobs of each plan, from t
 async function jobsOnLog(h: Harness, projectIds: readonly string[]): Promise<Set<string>> {
   const ids = new Set<string>()
   for (const projectId of projectIds) {
-    const info = await h.runtime.nats.jsm.streams.info(eventsStreamName(h.config.namespace), { subjects_filter: `${h.config.namespace}.evt.${projectId}.job.*` })
+    const info = await h.runtime.nats.jsm.streams.info(eventsStreamName(h.config.namespace), {
+      subjects_filter: `${h.config.namespace}.evt.${projectId}.job.*`,
+    })
     for (const subject of Object.keys(info.state.subjects ?? {})) ids.add(subject.split('.').at(-1)!)
   }
   return ids
@@ -93,92 +105,139 @@ async function jobsOnLog(h: Harness, projectIds: readonly string[]): Promise<Set
 async function countsAndRows(h: Harness, exceptQueue = '') {
   const sql = h.runtime.sql
   const counts = await sql`SELECT project_id, queue, state, count FROM job_state_counts WHERE queue <> ${exceptQueue} ORDER BY 1, 2, 3`
-  const rows = await sql`SELECT project_id, queue, state, count(*)::bigint AS count FROM jobs WHERE queue <> ${exceptQueue} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
+  const rows =
+    await sql`SELECT project_id, queue, state, count(*)::bigint AS count FROM jobs WHERE queue <> ${exceptQueue} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
   return { counts: [...counts], rows: [...rows] }
 }
 
-const caughtUp = (h: Harness, seq: number) => eventually(async () => (await projectedThrough(h.runtime.sql, projections)) >= seq, 60_000, `the projector to reach ${seq}`)
+const caughtUp = (h: Harness, seq: number) =>
+  eventually(async () => (await projectedThrough(h.runtime.sql, projections)) >= seq, 60_000, `the projector to reach ${seq}`)
 
-t.test('retention at volume: the scheduler drains thousands of expired jobs of every plan back to back, from the log, the rows and the counts', async (t) => {
-  // A pass every ten minutes: the backlog (over three batches) drains within the wait below only
-  // because full passes follow each other at once.
-  const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], suffix: '_volume', tunables: { retention_interval_ms: 600_000 } })
-  const projectOf = async (plan: Plan) => (await createProject(h.runtime, { name: plan, plan, ownerEmail: null, keyEnvironment: 'test' })).project.id
-  const firstFree = await createProject(h.runtime, { name: 'free', plan: 'free', ownerEmail: null, keyEnvironment: 'test' })
-  const freeKey = firstFree.apiKey
-  const projects = { free: [firstFree.project.id, await projectOf('free')], starter: [await projectOf('starter')], pro: [await projectOf('pro'), await projectOf('pro')], business: [h.projectId] }
-  const all = Object.values(projects).flat()
-  const longAgo = (days: number) => new Date(Date.now() - days * day)
+t.test(
+  'retention at volume: the scheduler drains thousands of expired jobs of every plan back to back, from the log, the rows and the counts',
+  async (t) => {
+    // A pass every ten minutes: the backlog (over three batches) drains within the wait below only
+    // because full passes follow each other at once.
+    const h = await startHarness(t, import.meta.filename, {
+      roles: ['api', 'projector'],
+      suffix: '_volume',
+      tunables: { retention_interval_ms: 600_000 },
+    })
+    const projectOf = async (plan: Plan) =>
+      (await createProject(h.runtime, { name: plan, plan, ownerEmail: null, keyEnvironment: 'test' })).project.id
+    const firstFree = await createProject(h.runtime, { name: 'free', plan: 'free', ownerEmail: null, keyEnvironment: 'test' })
+    const freeKey = firstFree.apiKey
+    const projects = {
+      free: [firstFree.project.id, await projectOf('free')],
+      starter: [await projectOf('starter')],
+      pro: [await projectOf('pro'), await projectOf('pro')],
+      business: [h.projectId],
+    }
+    const all = Object.values(projects).flat()
+    const longAgo = (days: number) => new Date(Date.now() - days * day)
 
-  // Past every plan's retention; past free and starter's only; past none.
-  const old = await seedEndedJobs(h.runtime, { projectIds: all, count: 3000, endedAt: longAgo(200) })
-  const middle = await seedEndedJobs(h.runtime, { projectIds: all, count: 300, endedAt: longAgo(60) })
-  const recent = await seedEndedJobs(h.runtime, { projectIds: all, count: 120, endedAt: longAgo(10) })
-  // Not terminal although created 200 days ago: pending, and scheduled a day ahead.
-  const atOld = new JobService({ ...h.runtime, now: () => longAgo(200) })
-  const unfinished: string[] = []
-  for (const [i, projectId] of all.entries()) {
-    const job = { job_type: 'unfinished', payload: {}, queue: 'unfinished', max_attempts: 3, timeout_seconds: 300, tags: null, parent_job_id: null, idempotency_key: null }
-    unfinished.push((await atOld.create(projectId, { ...job, run_at: null })).job.id)
-    unfinished.push((await atOld.create(projectId, { ...job, run_at: new Date(Date.now() + day + i).toISOString() })).job.id)
-  }
-  // Dead-lettered 200 days ago, then retried after retention picked it (the projector is stopped,
-  // so the row still shows the dead letter): the retry's message must survive the purge.
-  const changedProject = projects.free[0]!
-  const changedJob = await atOld.create(changedProject, { job_type: 'changed', payload: {}, queue: 'changed', run_at: null, max_attempts: 1, timeout_seconds: 300, tags: null, parent_job_id: null, idempotency_key: null })
-  await atOld.claim(changedProject, changedJob.job.id, 'w')
-  await atOld.ack(changedProject, changedJob.job.id, { worker_id: 'w', status: 'failed', duration_ms: 5, error: null })
-  await caughtUp(h, await h.runtime.store.lastSequence())
-  const changed = changedJob.job.id
-  t.equal((await h.runtime.sql`SELECT state FROM jobs WHERE id = ${changed}`)[0]!.state, 'dead_letter', 'one job is dead-lettered 200 days ago')
+    // Past every plan's retention; past free and starter's only; past none.
+    const old = await seedEndedJobs(h.runtime, { projectIds: all, count: 3000, endedAt: longAgo(200) })
+    const middle = await seedEndedJobs(h.runtime, { projectIds: all, count: 300, endedAt: longAgo(60) })
+    const recent = await seedEndedJobs(h.runtime, { projectIds: all, count: 120, endedAt: longAgo(10) })
+    // Not terminal although created 200 days ago: pending, and scheduled a day ahead.
+    const atOld = new JobService({ ...h.runtime, now: () => longAgo(200) })
+    const unfinished: string[] = []
+    for (const [i, projectId] of all.entries()) {
+      const job = {
+        job_type: 'unfinished',
+        payload: {},
+        queue: 'unfinished',
+        max_attempts: 3,
+        timeout_seconds: 300,
+        tags: null,
+        parent_job_id: null,
+        idempotency_key: null,
+      }
+      unfinished.push((await atOld.create(projectId, { ...job, run_at: null })).job.id)
+      unfinished.push((await atOld.create(projectId, { ...job, run_at: new Date(Date.now() + day + i).toISOString() })).job.id)
+    }
+    // Dead-lettered 200 days ago, then retried after retention picked it (the projector is stopped,
+    // so the row still shows the dead letter): the retry's message must survive the purge.
+    const changedProject = projects.free[0]!
+    const changedJob = await atOld.create(changedProject, {
+      job_type: 'changed',
+      payload: {},
+      queue: 'changed',
+      run_at: null,
+      max_attempts: 1,
+      timeout_seconds: 300,
+      tags: null,
+      parent_job_id: null,
+      idempotency_key: null,
+    })
+    await atOld.claim(changedProject, changedJob.job.id, 'w')
+    await atOld.ack(changedProject, changedJob.job.id, { worker_id: 'w', status: 'failed', duration_ms: 5, error: null })
+    await caughtUp(h, await h.runtime.store.lastSequence())
+    const changed = changedJob.job.id
+    t.equal((await h.runtime.sql`SELECT state FROM jobs WHERE id = ${changed}`)[0]!.state, 'dead_letter', 'one job is dead-lettered 200 days ago')
 
-  const expired = new Set([...old.jobs.map((j) => j.id), ...middle.jobs.filter((j) => [...projects.free, ...projects.starter].includes(j.projectId)).map((j) => j.id)])
-  const rowsBefore = (await h.runtime.sql<{ id: string }[]>`SELECT id FROM jobs`).map((r) => r.id)
-  const survivors = new Set(rowsBefore.filter((id) => !expired.has(id) && id !== changed))
-  t.equal(rowsBefore.length, 3000 + 300 + 120 + 2 * all.length + 1, 'every seeded job has its row')
-  t.ok(expired.size > 3 * retentionBatchSize, `${expired.size} jobs are past their plan's retention: more than three passes`)
+    const expired = new Set([
+      ...old.jobs.map((j) => j.id),
+      ...middle.jobs.filter((j) => [...projects.free, ...projects.starter].includes(j.projectId)).map((j) => j.id),
+    ])
+    const rowsBefore = (await h.runtime.sql<{ id: string }[]>`SELECT id FROM jobs`).map((r) => r.id)
+    const survivors = new Set(rowsBefore.filter((id) => !expired.has(id) && id !== changed))
+    t.equal(rowsBefore.length, 3000 + 300 + 120 + 2 * all.length + 1, 'every seeded job has its row')
+    t.ok(expired.size > 3 * retentionBatchSize, `${expired.size} jobs are past their plan's retention: more than three passes`)
 
-  await h.stopRole('projector')
-  const retried = await new JobService(h.runtime).retry(changedProject, changed)
-  t.equal(retried.job.state, 'pending', 'the dead-lettered job is retried while the projector is stopped')
-  t.equal((await h.runtime.sql`SELECT state FROM jobs WHERE id = ${changed}`)[0]!.state, 'dead_letter', 'its row still shows the dead letter')
+    await h.stopRole('projector')
+    const retried = await new JobService(h.runtime).retry(changedProject, changed)
+    t.equal(retried.job.state, 'pending', 'the dead-lettered job is retried while the projector is stopped')
+    t.equal((await h.runtime.sql`SELECT state FROM jobs WHERE id = ${changed}`)[0]!.state, 'dead_letter', 'its row still shows the dead letter')
 
-  await h.startRole('scheduler')
-  await eventually(async () => (await h.runtime.sql`SELECT count(*)::int AS n FROM jobs`)[0]!.n === survivors.size, 60_000, 'the scheduler to delete every expired job')
-  await h.startRole('projector')
-  await caughtUp(h, retried.seq)
+    await h.startRole('scheduler')
+    await eventually(
+      async () => (await h.runtime.sql`SELECT count(*)::int AS n FROM jobs`)[0]!.n === survivors.size,
+      60_000,
+      'the scheduler to delete every expired job',
+    )
+    await h.startRole('projector')
+    await caughtUp(h, retried.seq)
 
-  const rowsAfter = new Set((await h.runtime.sql<{ id: string }[]>`SELECT id FROM jobs`).map((r) => r.id))
-  t.same([...rowsAfter].sort(), [...survivors, changed].sort(), 'exactly the unexpired and unfinished jobs keep their rows, and the retried one is rebuilt')
-  t.same([...(await jobsOnLog(h, all))].sort(), [...rowsAfter].sort(), 'exactly the jobs that keep a row keep messages on the log')
-  const changedNow = await httpRequest(h.url, null, 'GET', `/jobsvc/v1/jobs/${changed}`, undefined, { authorization: `Bearer ${freeKey}` })
-  t.equal(changedNow.status, 200, 'the retried job is still there')
-  t.equal(changedNow.body.state, 'pending', 'in the state its retry gave it')
-  const subject = `${h.config.namespace}.evt.${changedProject}.job.${changed}`
-  const changedInfo = await h.runtime.nats.jsm.streams.info(eventsStreamName(h.config.namespace), { subjects_filter: subject })
-  t.equal(changedInfo.state.subjects?.[subject], 1, 'only its retry is left on the log: what the row had seen is gone')
-  t.same(
-    (await h.runtime.sql`SELECT state, count FROM job_state_counts WHERE queue = 'changed' ORDER BY state`).map((r) => `${r.state} ${r.count}`),
-    ['dead_letter -1', 'pending 1'],
-    'the retried job counts as pending; its dead letter stays subtracted (see the replay below)',
-  )
-  const { counts, rows } = await countsAndRows(h, 'changed')
-  t.same(counts, rows, 'the state counts equal the rows, queue by queue (the retried job\'s queue is below)')
-  t.ok(recent.jobs.every((j) => rowsAfter.has(j.id)) && unfinished.every((id) => rowsAfter.has(id)), 'unexpired and unfinished jobs stay')
-  const activity = await h.runtime.sql`SELECT count(*)::int AS n FROM activity WHERE target_type = 'job' AND target_id IN ${h.runtime.sql([...expired].slice(0, 100))}`
-  t.ok(activity[0]!.n >= 100, 'activity rows that name deleted jobs stay')
+    const rowsAfter = new Set((await h.runtime.sql<{ id: string }[]>`SELECT id FROM jobs`).map((r) => r.id))
+    t.same(
+      [...rowsAfter].sort(),
+      [...survivors, changed].sort(),
+      'exactly the unexpired and unfinished jobs keep their rows, and the retried one is rebuilt',
+    )
+    t.same([...(await jobsOnLog(h, all))].sort(), [...rowsAfter].sort(), 'exactly the jobs that keep a row keep messages on the log')
+    const changedNow = await httpRequest(h.url, null, 'GET', `/jobsvc/v1/jobs/${changed}`, undefined, { authorization: `Bearer ${freeKey}` })
+    t.equal(changedNow.status, 200, 'the retried job is still there')
+    t.equal(changedNow.body.state, 'pending', 'in the state its retry gave it')
+    const subject = `${h.config.namespace}.evt.${changedProject}.job.${changed}`
+    const changedInfo = await h.runtime.nats.jsm.streams.info(eventsStreamName(h.config.namespace), { subjects_filter: subject })
+    t.equal(changedInfo.state.subjects?.[subject], 1, 'only its retry is left on the log: what the row had seen is gone')
+    t.same(
+      (await h.runtime.sql`SELECT state, count FROM job_state_counts WHERE queue = 'changed' ORDER BY state`).map((r) => `${r.state} ${r.count}`),
+      ['dead_letter -1', 'pending 1'],
+      'the retried job counts as pending; its dead letter stays subtracted (see the replay below)',
+    )
+    const { counts, rows } = await countsAndRows(h, 'changed')
+    t.same(counts, rows, "the state counts equal the rows, queue by queue (the retried job's queue is below)")
+    t.ok(recent.jobs.every((j) => rowsAfter.has(j.id)) && unfinished.every((id) => rowsAfter.has(id)), 'unexpired and unfinished jobs stay')
+    const activity = await h.runtime
+      .sql`SELECT count(*)::int AS n FROM activity WHERE target_type = 'job' AND target_id IN ${h.runtime.sql([...expired].slice(0, 100))}`
+    t.ok(activity[0]!.n >= 100, 'activity rows that name deleted jobs stay')
 
-  // A replay no longer sees the deleted jobs: the read models it rebuilds from what is left must
-  // equal the live ones. (Activity, throughput and job-type rollups keep the deleted jobs'
-  // history live, which a replay cannot rebuild from a log without them.) The retried job's old
-  // state stays subtracted in both: the message that survived moves it out of a state that, for a
-  // replay, it never entered.
-  await h.stopRole('scheduler')
-  const live = await readModels(h.runtime.sql)
-  await rebuildReadModels(h.runtime, () => undefined)
-  const rebuilt = await readModels(h.runtime.sql)
-  for (const table of ['jobs', 'job_state_counts', 'projects', 'api_keys', 'recurring_jobs'] as const) t.same(rebuilt[table], live[table], `a replay after retention rebuilds ${table} as it is live`)
-})
+    // A replay no longer sees the deleted jobs: the read models it rebuilds from what is left must
+    // equal the live ones. (Activity, throughput and job-type rollups keep the deleted jobs'
+    // history live, which a replay cannot rebuild from a log without them.) The retried job's old
+    // state stays subtracted in both: the message that survived moves it out of a state that, for a
+    // replay, it never entered.
+    await h.stopRole('scheduler')
+    const live = await readModels(h.runtime.sql)
+    await rebuildReadModels(h.runtime, () => undefined)
+    const rebuilt = await readModels(h.runtime.sql)
+    for (const table of ['jobs', 'job_state_counts', 'projects', 'api_keys', 'recurring_jobs'] as const)
+      t.same(rebuilt[table], live[table], `a replay after retention rebuilds ${table} as it is live`)
+  },
+)
 
 t.test('two retention runs at once share the backlog: each expired job is deleted and subtracted once', async (t) => {
   const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], suffix: '_two' })
@@ -202,7 +261,11 @@ t.test('two retention runs at once share the backlog: each expired job is delete
 })
 
 t.test('a plan keeping jobs a day deletes their heartbeat entries too (the bucket TTL is two days)', async (t) => {
-  const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], suffix: '_heartbeat', config: { plans: resolvePlans({ free: { retention_days: 1 } }) } })
+  const h = await startHarness(t, import.meta.filename, {
+    roles: ['api', 'projector'],
+    suffix: '_heartbeat',
+    config: { plans: resolvePlans({ free: { retention_days: 1 } }) },
+  })
   const free = await h.newProject()
   const api = (method: string, path: string, body?: unknown) => httpRequest(h.url, free.apiKey, method, path, body)
   const created = await api('POST', '/jobsvc/v1/jobs', { job_type: 'beating', queue: 'hb', payload: {} })
@@ -236,8 +299,12 @@ t.test('a project with a large backlog does not hold up another: passes take the
 
   const retention = new Retention(h.runtime)
   t.teardown(() => retention.close())
-  t.same(await retention.pass(), { jobs: retentionBatchSize, messages: 2900, purgedBySubject: 0, full: true }, 'the first pass fills its batch from the first project')
+  t.same(
+    await retention.pass(),
+    { jobs: retentionBatchSize, messages: 2900, purgedBySubject: 0, full: true },
+    'the first pass fills its batch from the first project',
+  )
   t.same([await left(large), await left(small)], [1500, 10])
   t.equal((await retention.pass()).jobs, retentionBatchSize, 'the second pass starts after it')
-  t.same([await left(large), await left(small)], [510, 0], 'and takes the other project\'s jobs before more of the first\'s')
+  t.same([await left(large), await left(small)], [510, 0], "and takes the other project's jobs before more of the first's")
 })

@@ -12,10 +12,14 @@ t.test('one process runs the API on its main thread and the other roles on a thr
   const svc = await spawnService(env)
   t.teardown(() => svc.stop('SIGKILL'))
 
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'threads', '--plan', 'business'], {
-    cwd: repoRoot,
-    env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
-  })
+  const cli = await run(
+    process.execPath,
+    ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'threads', '--plan', 'business'],
+    {
+      cwd: repoRoot,
+      env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
+    },
+  )
   const { api_key: apiKey } = JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { api_key: string }
   const call = (method: string, path: string, body?: unknown) => httpRequest(svc.url, apiKey, method, path, body)
   await eventually(async () => (await call('GET', '/jobsvc/v1/jobs?limit=1')).status === 200, 15_000, 'the new key works')
@@ -23,11 +27,18 @@ t.test('one process runs the API on its main thread and the other roles on a thr
   const created = await call('POST', '/jobsvc/v1/jobs', { job_type: 'threaded', queue: 'threads', payload: { n: 1 } })
   t.equal(created.status, 201)
   const listed = await call('GET', '/jobsvc/v1/jobs')
-  t.ok(listed.body.data.some((j: { id: string }) => j.id === created.body.id), 'the list shows it at once: the API waited for the projector thread')
+  t.ok(
+    listed.body.data.some((j: { id: string }) => j.id === created.body.id),
+    'the list shows it at once: the API waited for the projector thread',
+  )
 
   const polled = await call('POST', '/jobsvc/v1/workers/poll', { worker_id: 'wrk_thread', queues: ['threads'], wait_seconds: 5 })
   t.equal(polled.status, 200)
-  t.strictSame(polled.body.jobs.map((j: { id: string }) => j.id), [created.body.id], 'claimed')
+  t.strictSame(
+    polled.body.jobs.map((j: { id: string }) => j.id),
+    [created.body.id],
+    'claimed',
+  )
   const acked = await call('POST', '/jobsvc/v1/workers/ack', { job_id: created.body.id, worker_id: 'wrk_thread', status: 'succeeded' })
   t.strictSame(acked.body, { action: 'done' })
   await eventually(async () => (await call('GET', `/jobsvc/v1/jobs?state=succeeded`)).body.data.length === 1, 15_000, 'the success projected')

@@ -20,11 +20,15 @@ const pause = (ms: number) => new Promise((r) => setTimeout(r, ms))
 /** Claims exactly the given jobs of a queue for one worker, however the projector batches them. */
 async function claimAll(queue: string, workerId: string, ids: string[]): Promise<void> {
   const claimed = new Set<string>()
-  await eventually(async () => {
-    const res = await poll({ worker_id: workerId, queues: [queue], capacity: ids.length, wait_seconds: 2 })
-    for (const j of res.body.jobs) claimed.add(j.id)
-    return claimed.size >= ids.length
-  }, 10_000, `claims on ${queue}`)
+  await eventually(
+    async () => {
+      const res = await poll({ worker_id: workerId, queues: [queue], capacity: ids.length, wait_seconds: 2 })
+      for (const j of res.body.jobs) claimed.add(j.id)
+      return claimed.size >= ids.length
+    },
+    10_000,
+    `claims on ${queue}`,
+  )
   if ([...claimed].sort().join() !== [...ids].sort().join()) throw new Error(`claimed ${[...claimed]} instead of ${ids}`)
 }
 
@@ -43,9 +47,16 @@ t.test('a job with a run_at is not claimable before it, then the scheduler makes
   t.ok(Date.parse(promoted.time) >= Date.parse(runAt), 'promoted no earlier than run_at')
 
   const res = await poll({ worker_id: 'wrk_s', queues: ['s-at'], wait_seconds: 5 })
-  t.same(res.body.jobs.map((j: any) => j.id), [job.id], 'claimable once pending')
+  t.same(
+    res.body.jobs.map((j: any) => j.id),
+    [job.id],
+    'claimable once pending',
+  )
   t.equal(res.body.jobs[0].attempt, 1)
-  t.same((await historyOf(job.id)).map((e) => e.type), ['job_created', 'job_promoted', 'job_claimed'])
+  t.same(
+    (await historyOf(job.id)).map((e) => e.type),
+    ['job_created', 'job_promoted', 'job_claimed'],
+  )
 })
 
 t.test('the reaper retries a silent attempt, and dead-letters it on the last attempt', async (t) => {
@@ -53,20 +64,28 @@ t.test('the reaper retries a silent attempt, and dead-letters it on the last att
   const last = await create({ queue: 's-reap', timeout_seconds: 1, max_attempts: 1 })
   await claimAll('s-reap', 'wrk_lost', [retried.id, last.id])
 
-  const afterRetry = await eventually(async () => {
-    const j = await getJob(retried.id)
-    return j.state !== 'processing' && j
-  }, 10_000, 'the reaper to retry the attempt')
+  const afterRetry = await eventually(
+    async () => {
+      const j = await getJob(retried.id)
+      return j.state !== 'processing' && j
+    },
+    10_000,
+    'the reaper to retry the attempt',
+  )
   t.match(afterRetry, { state: 'pending', attempt: 1, max_attempts: 3, worker_id: null, error: { type: 'HeartbeatTimeout' } })
   t.type(afterRetry.error.message, 'string')
   t.ok(Date.parse(afterRetry.run_at) > Date.now(), 'the retry waits for its backoff like any failed attempt')
   const failed = (await historyOf(retried.id)).at(-1)
   t.match(failed, { type: 'job_attempt_failed', data: { attempt: 1, worker_id: 'wrk_lost', reaped: true } })
 
-  const afterLast = await eventually(async () => {
-    const j = await getJob(last.id)
-    return j.state !== 'processing' && j
-  }, 10_000, 'the reaper to dead-letter the last attempt')
+  const afterLast = await eventually(
+    async () => {
+      const j = await getJob(last.id)
+      return j.state !== 'processing' && j
+    },
+    10_000,
+    'the reaper to dead-letter the last attempt',
+  )
   t.match(afterLast, { state: 'dead_letter', attempt: 1, error: { type: 'HeartbeatTimeout' } })
   t.type(afterLast.completed_at, 'string', 'completed_at is set')
   t.match((await historyOf(last.id)).at(-1), { type: 'job_dead_lettered', data: { reaped: true } })
@@ -108,7 +127,10 @@ t.test('the reaper spares a heartbeating attempt and an acked one while it reaps
   t.match(await getJob(silent.id), { state: 'pending', error: { type: 'HeartbeatTimeout' } })
   t.match(await getJob(beating.id), { state: 'processing', attempt: 1, worker_id: 'wrk_w', error: null }, 'the heartbeating job is not reaped')
   t.match(await getJob(acked.id), { state: 'succeeded', attempt: 1, error: null }, 'the ack that came first stands')
-  t.notOk((await historyOf(acked.id)).some((e) => e.type === 'job_attempt_failed'), 'no reap was recorded on the acked job')
+  t.notOk(
+    (await historyOf(acked.id)).some((e) => e.type === 'job_attempt_failed'),
+    'no reap was recorded on the acked job',
+  )
   const done = await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: beating.id, worker_id: 'wrk_w', status: 'succeeded' })
   t.strictSame(done.body, { action: 'done' }, 'the spared worker can still finish its job')
 })

@@ -10,7 +10,6 @@ const ulidPattern = /^[0-9A-HJKMNP-TV-Z]{26}$/
 const jobs = '/jobsvc/v1/jobs'
 const minimal = { job_type: 'email', payload: { to: 'a@b.c' } }
 
-
 /** The response is exactly `{error: {code, message, request_id}}` with this status and code. */
 function isEnvelope(t: Test, res: HttpResponse, status: number, code: string, mentions?: string): void {
   t.equal(res.status, status, `status ${status}`)
@@ -160,9 +159,27 @@ t.test('workers: bad bodies are 400 invalid_request naming the field', async (t)
   isEnvelope(t, await h.request('POST', poll, { queues: ['default'], wait_seconds: 0 }), 400, 'invalid_request', 'worker_id')
   isEnvelope(t, await h.request('POST', poll, { worker_id: 'w', wait_seconds: 0 }), 400, 'invalid_request', 'queues')
   isEnvelope(t, await h.request('POST', poll, { worker_id: 'w', queues: 'default', wait_seconds: 0 }), 400, 'invalid_request', 'queues')
-  isEnvelope(t, await h.request('POST', poll, { worker_id: 'w', queues: ['default'], capacity: 0, wait_seconds: 0 }), 400, 'invalid_request', 'capacity')
-  isEnvelope(t, await h.request('POST', poll, { worker_id: 'w', queues: ['default'], capacity: 51, wait_seconds: 0 }), 400, 'invalid_request', 'capacity')
-  isEnvelope(t, await h.request('POST', poll, { worker_id: 'w', queues: ['default'], capacity: 2.5, wait_seconds: 0 }), 400, 'invalid_request', 'capacity')
+  isEnvelope(
+    t,
+    await h.request('POST', poll, { worker_id: 'w', queues: ['default'], capacity: 0, wait_seconds: 0 }),
+    400,
+    'invalid_request',
+    'capacity',
+  )
+  isEnvelope(
+    t,
+    await h.request('POST', poll, { worker_id: 'w', queues: ['default'], capacity: 51, wait_seconds: 0 }),
+    400,
+    'invalid_request',
+    'capacity',
+  )
+  isEnvelope(
+    t,
+    await h.request('POST', poll, { worker_id: 'w', queues: ['default'], capacity: 2.5, wait_seconds: 0 }),
+    400,
+    'invalid_request',
+    'capacity',
+  )
   isEnvelope(t, await rawPost(poll, undefined, null), 400, 'invalid_request')
   const edge = await h.request('POST', poll, { worker_id: 'w-edge', queues: ['nothing-here'], capacity: 50, wait_seconds: 0 })
   t.equal(edge.status, 200, 'capacity 50 is accepted')
@@ -176,7 +193,13 @@ t.test('workers: bad bodies are 400 invalid_request naming the field', async (t)
   isEnvelope(t, await h.request('POST', ack, { job_id: '', worker_id: 'w', status: 'succeeded' }), 400, 'invalid_request', 'job_id')
   isEnvelope(t, await h.request('POST', ack, { job_id: job, status: 'succeeded' }), 400, 'invalid_request', 'worker_id')
   isEnvelope(t, await h.request('POST', ack, { job_id: job, worker_id: '', status: 'succeeded' }), 400, 'invalid_request', 'worker_id')
-  isEnvelope(t, await h.request('POST', ack, { job_id: job, worker_id: 'w', status: 'failed', duration_ms: 'slow' }), 400, 'invalid_request', 'duration_ms')
+  isEnvelope(
+    t,
+    await h.request('POST', ack, { job_id: job, worker_id: 'w', status: 'failed', duration_ms: 'slow' }),
+    400,
+    'invalid_request',
+    'duration_ms',
+  )
   isEnvelope(t, await h.request('POST', ack, { job_id: job, worker_id: 'w', status: 'failed', error: 'boom' }), 400, 'invalid_request', 'error')
   isEnvelope(t, await h.request('POST', ack, { job_id: job, worker_id: 'w', status: 'succeeded' }), 404, 'job_not_found')
 
@@ -197,7 +220,16 @@ t.test('unknown routes are 404 route_not_found in the envelope', async (t) => {
 })
 
 t.test('a job id that is not job_ + ULID is 404 job_not_found', async (t) => {
-  for (const id of ['abc', 'job_', 'job_123', 'job_01arz3ndektsv4rrffq69g5fav', 'job_01ARZ3NDEKTSV4RRFFQ69G5FAVX', 'JOB_01ARZ3NDEKTSV4RRFFQ69G5FAV', '%00', 'job_01ARZ3NDEKTSV4RRFFQ69G5FA%2F']) {
+  for (const id of [
+    'abc',
+    'job_',
+    'job_123',
+    'job_01arz3ndektsv4rrffq69g5fav',
+    'job_01ARZ3NDEKTSV4RRFFQ69G5FAVX',
+    'JOB_01ARZ3NDEKTSV4RRFFQ69G5FAV',
+    '%00',
+    'job_01ARZ3NDEKTSV4RRFFQ69G5FA%2F',
+  ]) {
     isEnvelope(t, await h.request('GET', `${jobs}/${id}`), 404, 'job_not_found')
     isEnvelope(t, await h.request('POST', `${jobs}/${id}/cancel`), 404, 'job_not_found')
     isEnvelope(t, await h.request('POST', `${jobs}/${id}/retry`), 404, 'job_not_found')
@@ -296,7 +328,13 @@ t.test('values Postgres cannot store are refused with 400, and the projector kee
 
   const poll = '/jobsvc/v1/workers/poll'
   isEnvelope(t, await h.request('POST', poll, { worker_id: 'w', queues: ['\u0000'], wait_seconds: 0 }), 400, 'invalid_request', 'queues')
-  isEnvelope(t, await h.request('POST', poll, { worker_id: 'w', queues: ['default'], job_types: ['a\u0000'], wait_seconds: 0 }), 400, 'invalid_request', 'job_types')
+  isEnvelope(
+    t,
+    await h.request('POST', poll, { worker_id: 'w', queues: ['default'], job_types: ['a\u0000'], wait_seconds: 0 }),
+    400,
+    'invalid_request',
+    'job_types',
+  )
   isEnvelope(t, await h.request('POST', poll, { worker_id: 'w\u0000', queues: ['default'], wait_seconds: 0 }), 400, 'invalid_request', 'worker_id')
   const ack = { job_id: 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV', worker_id: 'w\u0000', status: 'succeeded' }
   isEnvelope(t, await h.request('POST', '/jobsvc/v1/workers/ack', ack), 400, 'invalid_request', 'worker_id')
@@ -306,12 +344,19 @@ t.test('values Postgres cannot store are refused with 400, and the projector kee
     worker_id: 'w',
     queues: ['default'],
     job_types: ['report'],
-    recurring_schedules: [{ job_type: 'report\u0000', cron_expression: '* * * * *' }, { job_type: 'x', cron_expression: '*\u0000 * * * *' }],
+    recurring_schedules: [
+      { job_type: 'report\u0000', cron_expression: '* * * * *' },
+      { job_type: 'x', cron_expression: '*\u0000 * * * *' },
+    ],
   })
   t.strictSame(badSchedule.body, { status: 'registered' }, 'a bad schedule is only logged (spec), never appended')
 
   const after = await h.request('POST', jobs, { job_type: 'after-unstorable', payload: {} })
-  await eventually(async () => (await h.runtime.sql`SELECT 1 FROM jobs WHERE id = ${after.body.id}`).length === 1, 10_000, 'the projector to apply a later job')
+  await eventually(
+    async () => (await h.runtime.sql`SELECT 1 FROM jobs WHERE id = ${after.body.id}`).length === 1,
+    10_000,
+    'the projector to apply a later job',
+  )
   t.pass('the projector applied every event and a later job')
 })
 
@@ -327,10 +372,14 @@ const anyJson = fc.oneof(
 /** A body of random shape: most fields present with a random type, sometimes a non-object body. */
 function bodies(fields: string[]) {
   const record = fc.record(Object.fromEntries(fields.map((f) => [f, anyJson])), { requiredKeys: [] })
-  return fc.oneof({ weight: 8, arbitrary: record.map((r) => JSON.stringify(r)) }, { weight: 1, arbitrary: anyJson.map((v) => JSON.stringify(v) ?? 'null') }, {
-    weight: 1,
-    arbitrary: fc.string({ unit: 'binary', maxLength: 60 }),
-  })
+  return fc.oneof(
+    { weight: 8, arbitrary: record.map((r) => JSON.stringify(r)) },
+    { weight: 1, arbitrary: anyJson.map((v) => JSON.stringify(v) ?? 'null') },
+    {
+      weight: 1,
+      arbitrary: fc.string({ unit: 'binary', maxLength: 60 }),
+    },
+  )
 }
 
 t.test('fuzz: random bodies never get a 5xx and always get a well-formed answer', async (t) => {
@@ -373,7 +422,10 @@ t.test('fuzz: random bodies never get a 5xx and always get a well-formed answer'
   const ackBodies = fc.oneof(
     bodies(['job_id', 'worker_id', 'status', 'duration_ms', 'error']),
     fc
-      .record({ worker_id: anyJson, status: fc.constantFrom('succeeded', 'failed'), duration_ms: anyJson, error: anyJson }, { requiredKeys: ['status'] })
+      .record(
+        { worker_id: anyJson, status: fc.constantFrom('succeeded', 'failed'), duration_ms: anyJson, error: anyJson },
+        { requiredKeys: ['status'] },
+      )
       .map((r) => JSON.stringify({ job_id: real.body.id, ...r })),
   )
   await fc.assert(
@@ -381,7 +433,10 @@ t.test('fuzz: random bodies never get a 5xx and always get a well-formed answer'
     { numRuns: 100 },
   )
   t.comment(`statuses seen: ${JSON.stringify(Object.fromEntries([...seen].sort()))}`)
-  t.ok([...seen.keys()].every((s) => s < 500), 'no 5xx')
+  t.ok(
+    [...seen.keys()].every((s) => s < 500),
+    'no 5xx',
+  )
   t.ok(seen.has(400), 'some bodies were refused')
   t.ok(seen.has(201), 'some bodies were accepted, so the fuzz reaches past validation')
   // Accepted is not enough: an event the read model cannot store would stop the projector.

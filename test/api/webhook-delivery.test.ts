@@ -44,10 +44,12 @@ function verifies(header: string, secret: string, body: string): boolean {
   const parts = header.split(',')
   const ts = parts.find((p) => p.startsWith('t='))!.slice(2)
   const expected = createHmac('sha256', secret).update(`${ts}.${body}`).digest()
-  return parts.filter((p) => p.startsWith('v1=')).some((p) => {
-    const given = Buffer.from(p.slice(3), 'hex')
-    return given.length === expected.length && timingSafeEqual(given, expected)
-  })
+  return parts
+    .filter((p) => p.startsWith('v1='))
+    .some((p) => {
+      const given = Buffer.from(p.slice(3), 'hex')
+      return given.length === expected.length && timingSafeEqual(given, expected)
+    })
 }
 
 t.test('webhook delivery', async (t) => {
@@ -82,8 +84,18 @@ t.test('webhook delivery', async (t) => {
       return p.body.jobs?.length ? p : null
     })
     await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: polled.body.jobs[0].id, worker_id: 'w', status: 'succeeded', duration_ms: 12 })
-    const succeeded = await eventually(async () => receiver.received.find((r) => r.path === '/ok' && JSON.parse(r.body).event_type === 'job.succeeded'))
-    t.match(JSON.parse(succeeded.body).data, { schema_version: 1, job_id: job.body.id, job_type: 'hooked', queue: 'wh', state: 'succeeded', duration_ms: 12, completed_at: /Z$/ })
+    const succeeded = await eventually(async () =>
+      receiver.received.find((r) => r.path === '/ok' && JSON.parse(r.body).event_type === 'job.succeeded'),
+    )
+    t.match(JSON.parse(succeeded.body).data, {
+      schema_version: 1,
+      job_id: job.body.id,
+      job_type: 'hooked',
+      queue: 'wh',
+      state: 'succeeded',
+      duration_ms: 12,
+      completed_at: /Z$/,
+    })
     const list = await eventually(async () => {
       const l = await deliveriesOf(sub.id)
       return l.data.length === 2 && l.data.every((d: { status: string }) => d.status === 'delivered') ? l : null
@@ -148,7 +160,10 @@ t.test('webhook delivery', async (t) => {
     await evaluateAlerts(h.runtime)
     const triggered = await eventually(async () => receiver.received.find((r) => r.path === '/alerts'))
     t.ok(verifies(String(triggered.headers['x-service-signature']), sub.secret, triggered.body))
-    t.match(JSON.parse(triggered.body), { event_type: 'alert.triggered', data: { schema_version: 1, alert_id: alert.body.id, name: 'depth', kind: 'queue_depth', threshold: 0, value: 1, status: 'firing' } })
+    t.match(JSON.parse(triggered.body), {
+      event_type: 'alert.triggered',
+      data: { schema_version: 1, alert_id: alert.body.id, name: 'depth', kind: 'queue_depth', threshold: 0, value: 1, status: 'firing' },
+    })
     await h.request('PUT', `/jobsvc/v1/alerts/${alert.body.id}`, { name: 'depth', kind: 'queue_depth', queue: 'deep', threshold: 5, webhook: true })
     await evaluateAlerts(h.runtime)
     const resolved = await eventually(async () => receiver.received.filter((r) => r.path === '/alerts')[1])
@@ -170,7 +185,10 @@ t.test('webhook delivery', async (t) => {
     }
     const subs = []
     for (let i = 0; i < blockedForms.length; i++) {
-      const res = await h.request('POST', '/jobsvc/v1/webhooks', { url: `http://rebind${i}.example.test:${receiver.port}/rebound`, events: ['job.created'] })
+      const res = await h.request('POST', '/jobsvc/v1/webhooks', {
+        url: `http://rebind${i}.example.test:${receiver.port}/rebound`,
+        events: ['job.created'],
+      })
       t.equal(res.status, 201, `create-time check passed for rebind${i}`)
       subs.push(res.body.id as string)
     }
@@ -206,64 +224,85 @@ t.test('webhook delivery', async (t) => {
     await eventually(async () => receiver.received.filter((r) => r.path === '/fast').length === 16, 20_000, 'every fast delivery')
     const slowDone = receiver.received.filter((r) => r.path === '/slow').length
     t.ok(slowDone < 16, `the fast receiver had all 16 while the slow one had ${slowDone}`)
-    await eventually(async () => (await deliveriesOf(slow.id)).data.filter((d: { status: string }) => d.status === 'delivered').length === 16, 30_000, 'every slow delivery')
+    await eventually(
+      async () => (await deliveriesOf(slow.id)).data.filter((d: { status: string }) => d.status === 'delivered').length === 16,
+      30_000,
+      'every slow delivery',
+    )
     void fast
   })
 
-  await t.test('a secret sealed under another JOBSVC_SECRET: its deliveries fail at once, logged once; an unopenable previous secret is left out', async (t) => {
-    // A project of its own: this file's project is near its cap of subscriptions.
-    const p = await h.newProject()
-    const subscribeP = async (path: string) => {
-      const res = await httpRequest(h.url, p.apiKey, 'POST', '/jobsvc/v1/webhooks', { url: `${receiver.base}${path}`, events: ['job.created'] })
-      t.equal(res.status, 201, JSON.stringify(res.body))
-      return res.body as { id: string; secret: string }
-    }
-    const deliveriesOfP = async (id: string) => (await httpRequest(h.url, p.apiKey, 'GET', `/jobsvc/v1/webhooks/${id}/deliveries`)).body
-    const lost = await subscribeP('/lost-key')
-    const kept = await subscribeP('/rotated-key')
-    // The install restarts with another secret: the dispatcher and the API now hold another key.
-    await h.stopRole('dispatcher')
-    const lines: Array<{ level: number; msg: string; webhook_id?: string }> = []
-    const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) })
-    const deps = { ...h.runtime, config: { ...h.config, secret: 'another-secret-another-secret-another-secret' }, log }
-    const otherApi = await api.start(deps)
-    t.teardown(() => otherApi.stop())
-    const rotated = await httpRequest(otherApi.address, p.apiKey, 'POST', `/jobsvc/v1/webhooks/${kept.id}/rotate-secret`)
-    t.equal(rotated.status, 200, 'rotating works whatever key sealed the old secret')
-    const stop = await dispatcher.start(deps)
-    t.teardown(async () => {
-      await stop()
-      await h.startRole('dispatcher')
-    })
-    for (const i of [1, 2]) await httpRequest(h.url, p.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'rekeyed', queue: 'other', payload: { i } })
-    const failed = await eventually(async () => {
-      const l = (await deliveriesOfP(lost.id)).data
-      return l.length === 2 && l.every((d: { status: string }) => d.status === 'failed') ? l : null
-    }, 10_000, 'both deliveries to the subscription whose secret cannot be opened to fail')
-    for (const d of failed) t.match(d, { status: 'failed', response_status: null, attempt: 1 }, 'failed at the first attempt, for good')
-    t.equal(receiver.received.filter((r) => r.path === '/lost-key').length, 0, 'nothing was sent unsigned')
-    // Settled means acked: nothing of it is left in the work queue to spin on.
-    const subjects = await eventually(async () => {
-      const info = await h.runtime.nats.jsm.streams.info(deliveriesStreamName(h.config.namespace), { subjects_filter: deliveriesSubjectFilter(h.config.namespace) })
-      const left = Object.keys(info.state.subjects ?? {}).filter((s) => s.endsWith(lost.id))
-      return left.length === 0 ? left : null
-    }, 10_000, 'the work queue to let go of the failed items')
-    t.same(subjects, [])
-    const errors = lines.filter((l) => l.level === 50 && l.webhook_id === lost.id)
-    t.equal(errors.length, 1, 'one error line for that secret, not one per delivery or per retry')
-    t.match(errors[0]!.msg, /cannot be opened/)
+  await t.test(
+    'a secret sealed under another JOBSVC_SECRET: its deliveries fail at once, logged once; an unopenable previous secret is left out',
+    async (t) => {
+      // A project of its own: this file's project is near its cap of subscriptions.
+      const p = await h.newProject()
+      const subscribeP = async (path: string) => {
+        const res = await httpRequest(h.url, p.apiKey, 'POST', '/jobsvc/v1/webhooks', { url: `${receiver.base}${path}`, events: ['job.created'] })
+        t.equal(res.status, 201, JSON.stringify(res.body))
+        return res.body as { id: string; secret: string }
+      }
+      const deliveriesOfP = async (id: string) => (await httpRequest(h.url, p.apiKey, 'GET', `/jobsvc/v1/webhooks/${id}/deliveries`)).body
+      const lost = await subscribeP('/lost-key')
+      const kept = await subscribeP('/rotated-key')
+      // The install restarts with another secret: the dispatcher and the API now hold another key.
+      await h.stopRole('dispatcher')
+      const lines: Array<{ level: number; msg: string; webhook_id?: string }> = []
+      const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) })
+      const deps = { ...h.runtime, config: { ...h.config, secret: 'another-secret-another-secret-another-secret' }, log }
+      const otherApi = await api.start(deps)
+      t.teardown(() => otherApi.stop())
+      const rotated = await httpRequest(otherApi.address, p.apiKey, 'POST', `/jobsvc/v1/webhooks/${kept.id}/rotate-secret`)
+      t.equal(rotated.status, 200, 'rotating works whatever key sealed the old secret')
+      const stop = await dispatcher.start(deps)
+      t.teardown(async () => {
+        await stop()
+        await h.startRole('dispatcher')
+      })
+      for (const i of [1, 2]) await httpRequest(h.url, p.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'rekeyed', queue: 'other', payload: { i } })
+      const failed = await eventually(
+        async () => {
+          const l = (await deliveriesOfP(lost.id)).data
+          return l.length === 2 && l.every((d: { status: string }) => d.status === 'failed') ? l : null
+        },
+        10_000,
+        'both deliveries to the subscription whose secret cannot be opened to fail',
+      )
+      for (const d of failed) t.match(d, { status: 'failed', response_status: null, attempt: 1 }, 'failed at the first attempt, for good')
+      t.equal(receiver.received.filter((r) => r.path === '/lost-key').length, 0, 'nothing was sent unsigned')
+      // Settled means acked: nothing of it is left in the work queue to spin on.
+      const subjects = await eventually(
+        async () => {
+          const info = await h.runtime.nats.jsm.streams.info(deliveriesStreamName(h.config.namespace), {
+            subjects_filter: deliveriesSubjectFilter(h.config.namespace),
+          })
+          const left = Object.keys(info.state.subjects ?? {}).filter((s) => s.endsWith(lost.id))
+          return left.length === 0 ? left : null
+        },
+        10_000,
+        'the work queue to let go of the failed items',
+      )
+      t.same(subjects, [])
+      const errors = lines.filter((l) => l.level === 50 && l.webhook_id === lost.id)
+      t.equal(errors.length, 1, 'one error line for that secret, not one per delivery or per retry')
+      t.match(errors[0]!.msg, /cannot be opened/)
 
-    const hits = await eventually(async () => {
-      const r = receiver.received.filter((x) => x.path === '/rotated-key')
-      return r.length === 2 ? r : null
-    }, 10_000, 'the rotated subscription to receive both events')
-    for (const hit of hits) {
-      const header = String(hit.headers['x-service-signature'])
-      t.equal(header.split(',').filter((p) => p.startsWith('v1=')).length, 1, 'signed with the new secret only')
-      t.ok(verifies(header, rotated.body.secret, hit.body), 'and that signature verifies')
-    }
-    t.equal(lines.filter((l) => l.level === 40 && l.webhook_id === kept.id).length, 1, 'the left-out previous secret is reported once')
-  })
+      const hits = await eventually(
+        async () => {
+          const r = receiver.received.filter((x) => x.path === '/rotated-key')
+          return r.length === 2 ? r : null
+        },
+        10_000,
+        'the rotated subscription to receive both events',
+      )
+      for (const hit of hits) {
+        const header = String(hit.headers['x-service-signature'])
+        t.equal(header.split(',').filter((p) => p.startsWith('v1=')).length, 1, 'signed with the new secret only')
+        t.ok(verifies(header, rotated.body.secret, hit.body), 'and that signature verifies')
+      }
+      t.equal(lines.filter((l) => l.level === 40 && l.webhook_id === kept.id).length, 1, 'the left-out previous secret is reported once')
+    },
+  )
 
   await t.test('an inactive subscription receives nothing; a filter lets only its types through', async (t) => {
     const quiet = await subscribe('/quiet', '*')
@@ -274,9 +313,21 @@ t.test('webhook delivery', async (t) => {
       const p = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'w', queues: ['dl'], wait_seconds: 1 })
       return p.body.jobs?.length ? p : null
     })
-    await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: polled.body.jobs[0].id, worker_id: 'w', status: 'failed', error: { type: 'Boom', message: 'it broke' } })
+    await h.request('POST', '/jobsvc/v1/workers/ack', {
+      job_id: polled.body.jobs[0].id,
+      worker_id: 'w',
+      status: 'failed',
+      error: { type: 'Boom', message: 'it broke' },
+    })
     const failed = await eventually(async () => receiver.received.find((r) => r.path === '/only-failed'))
-    t.match(JSON.parse(failed.body).data, { job_id: job.body.id, state: 'dead_letter', attempt_number: 1, max_attempts: 1, error_type: 'Boom', error_message: 'it broke' })
+    t.match(JSON.parse(failed.body).data, {
+      job_id: job.body.id,
+      state: 'dead_letter',
+      attempt_number: 1,
+      max_attempts: 1,
+      error_type: 'Boom',
+      error_message: 'it broke',
+    })
     t.equal(receiver.received.filter((r) => r.path === '/only-failed').length, 1, 'job.created was filtered out')
     t.equal(receiver.received.filter((r) => r.path === '/quiet').length, 0)
     await eventually(async () => (await deliveriesOf(only.id)).data.length === 1, 5_000, 'the delivery is listed')

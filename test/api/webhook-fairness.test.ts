@@ -116,10 +116,14 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
     return res.body.id as string
   }
   const failedForGood = (key: string, id: string) =>
-    eventually(async () => {
-      const d = (await deliveriesOf(key, id)).data[0]
-      return d?.status === 'failed' ? d : null
-    }, 15_000, `the delivery to ${id} to fail`)
+    eventually(
+      async () => {
+        const d = (await deliveriesOf(key, id)).data[0]
+        return d?.status === 'failed' ? d : null
+      },
+      15_000,
+      `the delivery to ${id} to fail`,
+    )
 
   await t.test('an attempt ends at the deadline in every phase: headers, body, DNS; it is a timeout, retried', async (t) => {
     const body = await subscribe(h.apiKey, `${receiver.base}/trickle-body`)
@@ -134,14 +138,25 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
     }
     const dns = await subscribe(h.apiKey, `http://hang.example.test:${receiver.port + 1}/never`)
     await httpRequest(h.url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'trickled', queue: 'slow', payload: {} })
-    for (const [name, id] of [['body', body], ['headers', head], ['dns', dns]] as const) {
+    for (const [name, id] of [
+      ['body', body],
+      ['headers', head],
+      ['dns', dns],
+    ] as const) {
       t.match(await failedForGood(h.apiKey, id), { status: 'failed', response_status: null, attempt: 5 }, `${name}: five timeouts, then failed`)
     }
     const bodyHits = receiver.hits.filter((x) => x.path === '/trickle-body')
     t.equal(bodyHits.length, 5, 'the body trickler was tried five times')
     await eventually(async () => bodyHits.every((x) => x.cutOff), 5_000, 'every body trickle cut off')
-    t.ok(bodyHits.every((x) => x.cutOff), 'each attempt was cut off while the body still trickled')
-    await eventually(async () => headers.connections.length === 5 && headers.connections.every((c) => c.cutOff), 5_000, 'every header trickle cut off')
+    t.ok(
+      bodyHits.every((x) => x.cutOff),
+      'each attempt was cut off while the body still trickled',
+    )
+    await eventually(
+      async () => headers.connections.length === 5 && headers.connections.every((c) => c.cutOff),
+      5_000,
+      'every header trickle cut off',
+    )
     t.equal(headers.connections.length, 5, 'the header trickler was tried five times, each cut off mid-headers')
     t.ok(lookups > 1, 'the delivery-time lookups hung and were given up')
   })
@@ -149,10 +164,14 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
   await t.test('only the start of a long answer is read: its status settles the attempt', async (t) => {
     const id = await subscribe(h.apiKey, `${receiver.base}/endless`)
     await httpRequest(h.url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'long-answer', queue: 'slow', payload: {} })
-    const settled = await eventually(async () => {
-      const d = (await deliveriesOf(h.apiKey, id)).data[0]
-      return d?.status === 'delivered' ? d : null
-    }, 10_000, 'the delivery to the endless receiver')
+    const settled = await eventually(
+      async () => {
+        const d = (await deliveriesOf(h.apiKey, id)).data[0]
+        return d?.status === 'delivered' ? d : null
+      },
+      10_000,
+      'the delivery to the endless receiver',
+    )
     t.match(settled, { status: 'delivered', response_status: 200, attempt: 1 })
     const hit = receiver.hits.find((x) => x.path === '/endless')!
     await eventually(async () => hit.cutOff, 5_000, 'the endless answer cut off')
@@ -171,10 +190,14 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
     await eventually(async () => receiver.openTrickles() >= 16, 10_000, "A's trickling attempts under way")
     const b = await subscribe(h.apiKey, `${receiver.base}/b`)
     await httpRequest(h.url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'mine', queue: 'b', payload: {} })
-    const delivered = await eventually(async () => {
-      const d = (await deliveriesOf(h.apiKey, b)).data[0]
-      return d?.status === 'delivered' ? d : null
-    }, 10_000, "B's delivery")
+    const delivered = await eventually(
+      async () => {
+        const d = (await deliveriesOf(h.apiKey, b)).data[0]
+        return d?.status === 'delivered' ? d : null
+      },
+      10_000,
+      "B's delivery",
+    )
     t.match(delivered, { status: 'delivered', response_status: 200, attempt: 1 })
     const hitB = receiver.hits.find((x) => x.path === '/b')!
     t.ok(hitB.openTrickles > 0, `B's delivery arrived while ${hitB.openTrickles} of A's attempts were in flight`)
@@ -182,12 +205,19 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
     t.ok(pendingOfA[0]!.n > 0, `A still had ${pendingOfA[0]!.n} deliveries pending`)
     t.ok(receiver.maxOpenTrickles() < 64, `A never held every slot (at most ${receiver.maxOpenTrickles()} at once)`)
     // A's own deliveries are not starved either: they go on timing out and being retried.
-    await eventually(async () => (await deliveriesOf(a.apiKey, hooksOfA[0]!)).data.some((d: { attempt: number }) => d.attempt >= 2), 15_000, "A's retries")
+    await eventually(
+      async () => (await deliveriesOf(a.apiKey, hooksOfA[0]!)).data.some((d: { attempt: number }) => d.attempt >= 2),
+      15_000,
+      "A's retries",
+    )
   })
 
   await t.test('an item handed out again early (its consumer re-created) still waits out its retry wait', async (t) => {
     await h.stopRole('dispatcher')
-    const stop = await dispatcher.start({ ...h.runtime, config: { ...h.config, tunables: { ...h.config.tunables, webhook_retry_delays_ms: [2_000, 2_000, 2_000, 2_000] } } })
+    const stop = await dispatcher.start({
+      ...h.runtime,
+      config: { ...h.config, tunables: { ...h.config.tunables, webhook_retry_delays_ms: [2_000, 2_000, 2_000, 2_000] } },
+    })
     t.teardown(async () => {
       await stop()
       await h.startRole('dispatcher')
@@ -199,19 +229,31 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
     const stream = deliveriesStreamName(h.config.namespace)
     const consumer = subscriptionDelivererConsumerName(h.config.namespace, h.projectId, id)
     await h.runtime.nats.jsm.consumers.delete(stream, consumer)
-    await eventually(async () => {
-      const info = await h.runtime.nats.jsm.consumers.info(stream, consumer).catch(() => null)
-      return info !== null && info.delivered.consumer_seq >= 1
-    }, 10_000, 'the item handed out again by a new consumer')
-    const hits = await eventually(async () => {
-      const r = receiver.hits.filter((x) => x.path === '/down-wait')
-      return r.length >= 2 ? r : null
-    }, 10_000, 'the second attempt')
+    await eventually(
+      async () => {
+        const info = await h.runtime.nats.jsm.consumers.info(stream, consumer).catch(() => null)
+        return info !== null && info.delivered.consumer_seq >= 1
+      },
+      10_000,
+      'the item handed out again by a new consumer',
+    )
+    const hits = await eventually(
+      async () => {
+        const r = receiver.hits.filter((x) => x.path === '/down-wait')
+        return r.length >= 2 ? r : null
+      },
+      10_000,
+      'the second attempt',
+    )
     t.ok(hits[1]!.at - hits[0]!.at >= 2_000, `the second attempt came ${hits[1]!.at - hits[0]!.at} ms after the first, not at once`)
-    const second = await eventually(async () => {
-      const d = (await deliveriesOf(h.apiKey, id)).data[0]
-      return d?.attempt === 2 ? d : null
-    }, 10_000, 'the second attempt recorded')
+    const second = await eventually(
+      async () => {
+        const d = (await deliveriesOf(h.apiKey, id)).data[0]
+        return d?.attempt === 2 ? d : null
+      },
+      10_000,
+      'the second attempt recorded',
+    )
     t.match(second, { status: 'pending', response_status: 500, attempt: 2 })
   })
 
@@ -222,10 +264,14 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
     const ids = [await subscribe(d.apiKey, `${receiver.base}/two/a`), await subscribe(d.apiKey, `${receiver.base}/two/b`)]
     for (let i = 0; i < 30; i++) await httpRequest(h.url, d.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'twice', queue: 'd', payload: { i } })
     for (const id of ids) {
-      await eventually(async () => {
-        const rows = await h.runtime.sql`SELECT 1 FROM deliveries WHERE webhook_id = ${id} AND status = 'delivered'`
-        return rows.length === 30
-      }, 15_000, `the 30 deliveries to ${id}`)
+      await eventually(
+        async () => {
+          const rows = await h.runtime.sql`SELECT 1 FROM deliveries WHERE webhook_id = ${id} AND status = 'delivered'`
+          return rows.length === 30
+        },
+        15_000,
+        `the 30 deliveries to ${id}`,
+      )
     }
     t.equal(receiver.hits.filter((x) => x.path === '/two/a').length, 30, 'each of the 30 events reached /two/a once')
     t.equal(receiver.hits.filter((x) => x.path === '/two/b').length, 30, 'and /two/b once')
@@ -240,21 +286,37 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
       const id = `whk_${h.runtime.newUlid().toLowerCase()}`
       const command: WebhookCommand = {
         type: 'create_webhook',
-        data: { webhook_id: id, project_id: c.projectId, url: `${receiver.base}/legacy/${i}`, events: '*', secret_encrypted: encryptAtRest(sealKey, `whsec_legacy_${i}`) },
+        data: {
+          webhook_id: id,
+          project_id: c.projectId,
+          url: `${receiver.base}/legacy/${i}`,
+          events: '*',
+          secret_encrypted: encryptAtRest(sealKey, `whsec_legacy_${i}`),
+        },
         meta: { now: new Date(Date.now() + i).toISOString() },
       }
-      const result = await handleCommand<WebhookCommand, WebhookEvent, Webhook>(h.runtime.store, webhookDecider, webhookRef(c.projectId, id), command, () => `evt_${h.runtime.newUlid()}`)
+      const result = await handleCommand<WebhookCommand, WebhookEvent, Webhook>(
+        h.runtime.store,
+        webhookDecider,
+        webhookRef(c.projectId, id),
+        command,
+        () => `evt_${h.runtime.newUlid()}`,
+      )
       await applyWebhookRows(h.runtime.sql, [result.record])
       ids.push(id)
     }
     const job = await httpRequest(h.url, c.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'wide', queue: 'c', payload: {} })
     t.equal(job.status, 201)
     // The fan-out has handled every event once its consumer has nothing pending or unacked.
-    await eventually(async () => {
-      const info = await h.runtime.nats.jsm.consumers.info(eventsStreamName(h.config.namespace), dispatcherConsumerName(h.config.namespace))
-      const rows = await h.runtime.sql`SELECT 1 FROM deliveries WHERE project_id = ${c.projectId}`
-      return info.num_pending === 0 && info.num_ack_pending === 0 && rows.length >= 20
-    }, 10_000, 'the fan-out of the event')
+    await eventually(
+      async () => {
+        const info = await h.runtime.nats.jsm.consumers.info(eventsStreamName(h.config.namespace), dispatcherConsumerName(h.config.namespace))
+        const rows = await h.runtime.sql`SELECT 1 FROM deliveries WHERE project_id = ${c.projectId}`
+        return info.num_pending === 0 && info.num_ack_pending === 0 && rows.length >= 20
+      },
+      10_000,
+      'the fan-out of the event',
+    )
     const rows = await h.runtime.sql<{ webhook_id: string }[]>`SELECT webhook_id FROM deliveries WHERE project_id = ${c.projectId}`
     t.equal(rows.length, 20, 'twenty deliveries for one event')
     t.same(new Set(rows.map((r) => r.webhook_id)), new Set(ids.slice(0, 20)), 'to the twenty oldest subscriptions')

@@ -7,11 +7,28 @@ t.test('webhook subscriptions', async (t) => {
   const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], config: { webhookAllowHosts: ['localhost:9999'] } })
 
   await t.test('create shows the secret once; reads never do', async (t) => {
-    const created = await h.request('POST', '/jobsvc/v1/webhooks', { url: 'https://8.8.8.8/hook', events: ['job.created', 'job.failed', 'job.created'] })
+    const created = await h.request('POST', '/jobsvc/v1/webhooks', {
+      url: 'https://8.8.8.8/hook',
+      events: ['job.created', 'job.failed', 'job.created'],
+    })
     t.equal(created.status, 201, JSON.stringify(created.body))
-    t.match(created.body, { id: /^whk_[0-9a-z]{26}$/, url: 'https://8.8.8.8/hook', events: ['job.created', 'job.failed'], secret: /^whsec_/, is_active: true, created_at: /Z$/ })
+    t.match(created.body, {
+      id: /^whk_[0-9a-z]{26}$/,
+      url: 'https://8.8.8.8/hook',
+      events: ['job.created', 'job.failed'],
+      secret: /^whsec_/,
+      is_active: true,
+      created_at: /Z$/,
+    })
     const one = await h.request('GET', `/jobsvc/v1/webhooks/${created.body.id}`)
-    t.same(one.body, { id: created.body.id, url: 'https://8.8.8.8/hook', events: ['job.created', 'job.failed'], is_active: true, created_at: created.body.created_at, updated_at: null })
+    t.same(one.body, {
+      id: created.body.id,
+      url: 'https://8.8.8.8/hook',
+      events: ['job.created', 'job.failed'],
+      is_active: true,
+      created_at: created.body.created_at,
+      updated_at: null,
+    })
     const list = await h.request('GET', '/jobsvc/v1/webhooks')
     t.same(list.body.data, [one.body])
     const star = await h.request('POST', '/jobsvc/v1/webhooks', { url: 'http://localhost:9999/dev', events: '*' })
@@ -42,7 +59,12 @@ t.test('webhook subscriptions', async (t) => {
     t.ok(log.includes('8.8.8.8'), 'the search would find what is there')
 
     t.equal((await h.request('DELETE', `/jobsvc/v1/webhooks/${created.body.id}`)).status, 204)
-    for (const [method, path] of [['GET', ''], ['PATCH', ''], ['DELETE', ''], ['POST', '/rotate-secret']] as const) {
+    for (const [method, path] of [
+      ['GET', ''],
+      ['PATCH', ''],
+      ['DELETE', ''],
+      ['POST', '/rotate-secret'],
+    ] as const) {
       const res = await h.request(method, `/jobsvc/v1/webhooks/${created.body.id}${path}`, method === 'PATCH' ? { is_active: true } : undefined)
       t.equal(res.body.error?.code, 'webhook_not_found', `${method} after delete`)
     }
@@ -120,7 +142,8 @@ t.test('webhook subscriptions', async (t) => {
 
   await t.test('a project has at most 20 subscriptions, active or not: 409 webhook_limit_reached past that', async (t) => {
     const c = await h.newProject()
-    const create = (i: number | string) => httpRequest(h.url, c.apiKey, 'POST', '/jobsvc/v1/webhooks', { url: `https://8.8.8.8/cap/${i}`, events: '*' })
+    const create = (i: number | string) =>
+      httpRequest(h.url, c.apiKey, 'POST', '/jobsvc/v1/webhooks', { url: `https://8.8.8.8/cap/${i}`, events: '*' })
     const ids: string[] = []
     for (let i = 0; i < 20; i++) {
       const res = await create(i)
@@ -131,14 +154,22 @@ t.test('webhook subscriptions', async (t) => {
     const refused = await create('one-more')
     t.equal(refused.status, 409, 'the 21st, an inactive one still counting')
     t.equal(refused.body.error.code, 'webhook_limit_reached')
-    t.equal((await httpRequest(h.url, c.apiKey, 'PATCH', `/jobsvc/v1/webhooks/${ids[0]}`, { is_active: true })).status, 200, 're-activating changes no count')
+    t.equal(
+      (await httpRequest(h.url, c.apiKey, 'PATCH', `/jobsvc/v1/webhooks/${ids[0]}`, { is_active: true })).status,
+      200,
+      're-activating changes no count',
+    )
     t.equal((await httpRequest(h.url, c.apiKey, 'DELETE', `/jobsvc/v1/webhooks/${ids[1]}`)).status, 204)
     // One place left and five creates racing for it: exactly one gets it.
     const racing = await Promise.all([1, 2, 3, 4, 5].map((i) => create(`race-${i}`)))
     t.same(racing.map((r) => r.status).sort(), [201, 409, 409, 409, 409])
     const listed = await httpRequest(h.url, c.apiKey, 'GET', '/jobsvc/v1/webhooks')
     t.equal(listed.body.data.length, 20)
-    t.equal((await h.request('POST', '/jobsvc/v1/webhooks', { url: 'https://8.8.8.8/other-project', events: '*' })).status, 201, 'another project is not affected')
+    t.equal(
+      (await h.request('POST', '/jobsvc/v1/webhooks', { url: 'https://8.8.8.8/other-project', events: '*' })).status,
+      201,
+      'another project is not affected',
+    )
   })
 
   await t.test('every webhook route answers 402 while billing is not active', async (t) => {

@@ -102,7 +102,9 @@ t.test('an Idempotency-Key covers the whole batch of acks', async (t) => {
 })
 
 t.test('a full cycle in batches: create 100, claim them, ack 100', async (t) => {
-  const created = await h.request('POST', '/jobsvc/v1/jobs/batch', { jobs: Array.from({ length: 100 }, (_, i) => ({ job_type: 'cycle', queue: 'a-cycle', payload: { i } })) })
+  const created = await h.request('POST', '/jobsvc/v1/jobs/batch', {
+    jobs: Array.from({ length: 100 }, (_, i) => ({ job_type: 'cycle', queue: 'a-cycle', payload: { i } })),
+  })
   t.equal(created.body.created, 100)
   const claimed: any[] = []
   for (let i = 0; i < 20 && claimed.length < 100; i++) {
@@ -112,7 +114,10 @@ t.test('a full cycle in batches: create 100, claim them, ack 100', async (t) => 
   t.equal(claimed.length, 100, 'every job claimed')
   const acked = await ackBatch(claimed.map((j) => ({ job_id: j.id, worker_id: 'wrk_c', status: 'succeeded' })))
   t.equal(acked.body.acked, 100)
-  t.ok(acked.body.results.every((r: any, i: number) => r.job_id === claimed[i].id && r.status === 200), 'in the order sent')
+  t.ok(
+    acked.body.results.every((r: any, i: number) => r.job_id === claimed[i].id && r.status === 200),
+    'in the order sent',
+  )
   const done = await h.request('GET', `/jobsvc/v1/jobs?queue=a-cycle&state=succeeded&limit=100&min_seq=${acked.headers.get('x-event-seq')}`)
   t.equal(done.body.data.length, 100, 'all succeeded')
 })

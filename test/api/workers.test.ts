@@ -47,7 +47,11 @@ t.test('poll honours queues', async (t) => {
   await settle()
   t.strictSame((await poll({ worker_id: 'wrk_q', queues: ['w-qb'] })).body, { jobs: [] }, 'a job in another queue is not claimed')
   const both = await poll({ worker_id: 'wrk_q', queues: ['w-qb', 'w-qa'], capacity: 5 })
-  t.same(both.body.jobs.map((j: any) => j.id), [a.id], 'any of the listed queues')
+  t.same(
+    both.body.jobs.map((j: any) => j.id),
+    [a.id],
+    'any of the listed queues',
+  )
   t.equal((await getJob(a.id)).queue, 'w-qa')
 })
 
@@ -57,7 +61,10 @@ t.test('poll honours job_types', async (t) => {
   const x2 = await create({ queue: 'w-types', job_type: 'x' })
   await settle()
   const onlyY = await poll({ worker_id: 'wrk_t', queues: ['w-types'], job_types: ['y'], capacity: 5 })
-  t.same(onlyY.body.jobs.map((j: any) => j.id), [y.id])
+  t.same(
+    onlyY.body.jobs.map((j: any) => j.id),
+    [y.id],
+  )
   t.strictSame((await poll({ worker_id: 'wrk_t', queues: ['w-types'], job_types: ['z'], capacity: 5 })).body, { jobs: [] })
   const xs = await poll({ worker_id: 'wrk_t', queues: ['w-types'], job_types: ['x', 'z'], capacity: 5 })
   t.same(xs.body.jobs.map((j: any) => j.id).sort(), [x1.id, x2.id].sort())
@@ -65,7 +72,12 @@ t.test('poll honours job_types', async (t) => {
 })
 
 t.test('poll honours capacity, 1 by default, 1 to 50', async (t) => {
-  const made = [await create({ queue: 'w-cap' }), await create({ queue: 'w-cap' }), await create({ queue: 'w-cap' }), await create({ queue: 'w-cap' })]
+  const made = [
+    await create({ queue: 'w-cap' }),
+    await create({ queue: 'w-cap' }),
+    await create({ queue: 'w-cap' }),
+    await create({ queue: 'w-cap' }),
+  ]
   await settle()
   const one = await poll({ worker_id: 'wrk_c', queues: ['w-cap'] })
   t.equal(one.body.jobs.length, 1, 'capacity defaults to 1')
@@ -99,7 +111,11 @@ t.test('a long poll returns the job created while it waits', async (t) => {
   const job = await create({ queue: 'w-long' })
   const res = await pending
   t.equal(res.status, 200)
-  t.same(res.body.jobs.map((j: any) => j.id), [job.id], 'the held poll claims the new job')
+  t.same(
+    res.body.jobs.map((j: any) => j.id),
+    [job.id],
+    'the held poll claims the new job',
+  )
   t.ok(Date.parse(job.created_at) >= startedAt, 'the job was created after the poll began')
 })
 
@@ -249,14 +265,36 @@ t.test('register answers registered and stores the valid schedules only', async 
   t.equal(res.status, 200)
   t.strictSame(res.body, { status: 'registered' }, 'invalid schedules do not fail the registration')
 
-  const rows = await eventually(async () => {
-    const r = await h.runtime.sql`SELECT * FROM recurring_jobs WHERE project_id = ${h.projectId} ORDER BY id`
-    return r.some((x) => x.id === 'rjob_cleanup-old') && r
-  }, 10_000, 'the last valid schedule to be projected')
+  const rows = await eventually(
+    async () => {
+      const r = await h.runtime.sql`SELECT * FROM recurring_jobs WHERE project_id = ${h.projectId} ORDER BY id`
+      return r.some((x) => x.id === 'rjob_cleanup-old') && r
+    },
+    10_000,
+    'the last valid schedule to be projected',
+  )
   // The schedules are upserted in order, so once the last one is projected, any earlier one is too.
-  t.same(rows.map((r) => r.id), ['rjob_cleanup-old', 'rjob_report-daily'], 'only the valid schedules are stored')
-  t.match(rows[1], { job_type: 'report.daily', cron_expression: '0 6 * * *', queue: 'default', timezone: 'UTC', max_attempts: 3, timeout_seconds: 1800 })
-  t.match(rows[0], { job_type: 'Cleanup Old', cron_expression: '*/5 * * * *', queue: 'cronq', timezone: 'Europe/Paris', max_attempts: 5, timeout_seconds: 60 })
+  t.same(
+    rows.map((r) => r.id),
+    ['rjob_cleanup-old', 'rjob_report-daily'],
+    'only the valid schedules are stored',
+  )
+  t.match(rows[1], {
+    job_type: 'report.daily',
+    cron_expression: '0 6 * * *',
+    queue: 'default',
+    timezone: 'UTC',
+    max_attempts: 3,
+    timeout_seconds: 1800,
+  })
+  t.match(rows[0], {
+    job_type: 'Cleanup Old',
+    cron_expression: '*/5 * * * *',
+    queue: 'cronq',
+    timezone: 'Europe/Paris',
+    max_attempts: 5,
+    timeout_seconds: 60,
+  })
 
   const minimal = await h.request('POST', '/jobsvc/v1/workers/register', { worker_id: 'wrk_r', queues: ['default'], job_types: [] })
   t.strictSame(minimal.body, { status: 'registered' }, 'schedules are optional')
@@ -299,16 +337,20 @@ function abortablePoll(apiKey: string, body: Record<string, unknown>) {
 async function holdBothSlots(queue: string) {
   const holder = (i: number) => abortablePoll(h.apiKey, { worker_id: `wrk_hold${i}`, queues: [queue], wait_seconds: 30 })
   const holders = [holder(1), holder(2)]
-  const refused = await eventually(async () => {
-    const refusedHolders = holders.filter((hd) => hd.state.settled)
-    holders.forEach((hd, i) => {
-      if (hd.state.settled) holders[i] = holder(i + 1)
-    })
-    // A holder polling again gets a round to arrive before the next probe.
-    if (refusedHolders.length > 0) return false
-    const res = await poll({ worker_id: 'wrk_probe', queues: [queue] })
-    return res.status === 429 && !holders.some((hd) => hd.state.settled) && res
-  }, 15_000, `two polls of ${queue} to hold both slots`)
+  const refused = await eventually(
+    async () => {
+      const refusedHolders = holders.filter((hd) => hd.state.settled)
+      holders.forEach((hd, i) => {
+        if (hd.state.settled) holders[i] = holder(i + 1)
+      })
+      // A holder polling again gets a round to arrive before the next probe.
+      if (refusedHolders.length > 0) return false
+      const res = await poll({ worker_id: 'wrk_probe', queues: [queue] })
+      return res.status === 429 && !holders.some((hd) => hd.state.settled) && res
+    },
+    15_000,
+    `two polls of ${queue} to hold both slots`,
+  )
   return { holders, refused }
 }
 
@@ -325,7 +367,11 @@ t.test('a project has at most max_polls_per_project polls in flight: 429 with Re
   isError(t, refused, 429, 'rate_limit_exceeded', `poll number ${maxPolls + 1} is refused`)
   t.equal(refused.headers.get('retry-after'), '2', 'with Retry-After')
   t.match(refused.body.error.message, /polls in flight/)
-  const theirs = await httpRequest(h.url, other.apiKey, 'POST', '/jobsvc/v1/workers/poll', { worker_id: 'wrk_other', queues: ['w-full'], wait_seconds: 0 })
+  const theirs = await httpRequest(h.url, other.apiKey, 'POST', '/jobsvc/v1/workers/poll', {
+    worker_id: 'wrk_other',
+    queues: ['w-full'],
+    wait_seconds: 0,
+  })
   t.strictSame({ status: theirs.status, body: theirs.body }, { status: 200, body: { jobs: [] } }, "another project's poll is admitted meanwhile")
   t.same(await dropAll(holders), [0, 0], 'the two polls were waiting all along')
 })
@@ -341,7 +387,11 @@ t.test('every way a poll ends frees its slot: deadline, claim, disconnect', asyn
   // The previous test's polls were dropped: their slots come back once the server sees the close.
   await slotsFree()
   const deadline = await Promise.all([1, 2].map((i) => poll({ worker_id: `wrk_dl${i}`, queues: ['w-deadline'], wait_seconds: 1 })))
-  t.same(deadline.map((r) => r.body), [{ jobs: [] }, { jobs: [] }], 'two polls reach their deadline')
+  t.same(
+    deadline.map((r) => r.body),
+    [{ jobs: [] }, { jobs: [] }],
+    'two polls reach their deadline',
+  )
   await bothSlotsFree('a deadline')
 
   const jobs = [await create({ queue: 'w-slot-claim' }), await create({ queue: 'w-slot-claim' })]

@@ -16,16 +16,36 @@ const settings = sampleAlertSettings
 
 const ids = { alert_id: 'alr_01jabcdefghjkmnpqrstvwxyz0', project_id: 'prj_1' }
 
-const create = (over: Partial<AlertSettings> = {}, now = t0): AlertCommand => ({ type: 'create_alert', data: { ...settings, ...over, ...ids }, meta: { now } })
-const update = (over: Partial<AlertSettings> = {}, now = t1): AlertCommand => ({ type: 'update_alert', data: { ...settings, ...over }, meta: { now } })
+const create = (over: Partial<AlertSettings> = {}, now = t0): AlertCommand => ({
+  type: 'create_alert',
+  data: { ...settings, ...over, ...ids },
+  meta: { now },
+})
+const update = (over: Partial<AlertSettings> = {}, now = t1): AlertCommand => ({
+  type: 'update_alert',
+  data: { ...settings, ...over },
+  meta: { now },
+})
 const remove = (now = t1): AlertCommand => ({ type: 'delete_alert', data: {}, meta: { now } })
 const evaluate = (value: number, now = t1): AlertCommand => ({ type: 'record_evaluation', data: { value }, meta: { now } })
 
-const created = (over: Partial<AlertSettings> = {}, now = t0): AlertEvent => ({ type: 'alert_created', data: { ...settings, ...over, ...ids, created_at: now } })
-const updated = (over: Partial<AlertSettings> = {}, now = t1): AlertEvent => ({ type: 'alert_updated', data: { ...settings, ...over, updated_at: now } })
+const created = (over: Partial<AlertSettings> = {}, now = t0): AlertEvent => ({
+  type: 'alert_created',
+  data: { ...settings, ...over, ...ids, created_at: now },
+})
+const updated = (over: Partial<AlertSettings> = {}, now = t1): AlertEvent => ({
+  type: 'alert_updated',
+  data: { ...settings, ...over, updated_at: now },
+})
 const deleted = (now = t1): AlertEvent => ({ type: 'alert_deleted', data: { deleted_at: now } })
-const triggered = (value: number, threshold = settings.threshold, now = t1): AlertEvent => ({ type: 'alert_triggered', data: { value, threshold, triggered_at: now } })
-const resolved = (value: number, threshold = settings.threshold, now = t2): AlertEvent => ({ type: 'alert_resolved', data: { value, threshold, resolved_at: now } })
+const triggered = (value: number, threshold = settings.threshold, now = t1): AlertEvent => ({
+  type: 'alert_triggered',
+  data: { value, threshold, triggered_at: now },
+})
+const resolved = (value: number, threshold = settings.threshold, now = t2): AlertEvent => ({
+  type: 'alert_resolved',
+  data: { value, threshold, resolved_at: now },
+})
 
 t.test('create: alert_created, and the state is an ok alert with the settings', async (t) => {
   const alert = deciderSpec(t, alertDecider).given([]).when(create()).then([created()])
@@ -46,7 +66,10 @@ t.test('create: alert_created, and the state is an ok alert with the settings', 
 
 t.test('create on an existing id is refused with AlertAlreadyExists (409 invalid_state, like a taken project id)', async (t) => {
   deciderSpec(t, alertDecider).given([created()]).when(create({}, t1)).thenThrows(AlertAlreadyExists, 'invalid_state')
-  deciderSpec(t, alertDecider).given([created(), deleted()]).when(create({}, t2)).thenThrows(AlertAlreadyExists, 'invalid_state', 'a deleted id is not reused either')
+  deciderSpec(t, alertDecider)
+    .given([created(), deleted()])
+    .when(create({}, t2))
+    .thenThrows(AlertAlreadyExists, 'invalid_state', 'a deleted id is not reused either')
 })
 
 t.test('update with changed settings: alert_updated, created_at kept', async (t) => {
@@ -62,16 +85,26 @@ t.test('update with changed settings: alert_updated, created_at kept', async (t)
     { enabled: false },
   ]
   for (const change of changes) {
-    const alert = deciderSpec(t, alertDecider).given([created()]).when(update(change)).then([updated(change)], `changed ${JSON.stringify(change)}`)
+    const alert = deciderSpec(t, alertDecider)
+      .given([created()])
+      .when(update(change))
+      .then([updated(change)], `changed ${JSON.stringify(change)}`)
     const { name, kind, queue, threshold, window_minutes, email, webhook, enabled } = alert!
-    t.strictSame({ name, kind, queue, threshold, window_minutes, email, webhook, enabled }, { ...settings, ...change }, 'the state carries the new settings')
+    t.strictSame(
+      { name, kind, queue, threshold, window_minutes, email, webhook, enabled },
+      { ...settings, ...change },
+      'the state carries the new settings',
+    )
     t.match(alert, { created_at: t0, updated_at: t1, status: 'ok', deleted: false })
   }
 })
 
 t.test('update with the same settings records nothing', async (t) => {
   deciderSpec(t, alertDecider).given([created()]).when(update()).then([])
-  deciderSpec(t, alertDecider).given([created(), updated({ threshold: 9 })]).when(update({ threshold: 9 }, t2)).then([], 'same as the last update')
+  deciderSpec(t, alertDecider)
+    .given([created(), updated({ threshold: 9 })])
+    .when(update({ threshold: 9 }, t2))
+    .then([], 'same as the last update')
 })
 
 t.test('update of an alert that does not exist is AlertNotFound', async (t) => {
@@ -90,14 +123,23 @@ t.test('delete: alert_deleted; afterwards update and delete are AlertNotFound', 
 })
 
 t.test('record_evaluation: ok and value above the threshold triggers', async (t) => {
-  const alert = deciderSpec(t, alertDecider).given([created()]).when(evaluate(3)).then([triggered(3)])
+  const alert = deciderSpec(t, alertDecider)
+    .given([created()])
+    .when(evaluate(3))
+    .then([triggered(3)])
   t.match(alert, { status: 'firing', last_value: 3, last_triggered_at: t1, last_evaluated_at: t1, last_resolved_at: null })
 })
 
 t.test('record_evaluation: a value equal to the threshold does not trigger', async (t) => {
   deciderSpec(t, alertDecider).given([created()]).when(evaluate(2)).then([])
-  deciderSpec(t, alertDecider).given([created({ threshold: 0 })]).when(evaluate(0)).then([], 'threshold 0, value 0')
-  deciderSpec(t, alertDecider).given([created({ threshold: 0 })]).when(evaluate(1)).then([triggered(1, 0)], 'threshold 0, value 1')
+  deciderSpec(t, alertDecider)
+    .given([created({ threshold: 0 })])
+    .when(evaluate(0))
+    .then([], 'threshold 0, value 0')
+  deciderSpec(t, alertDecider)
+    .given([created({ threshold: 0 })])
+    .when(evaluate(1))
+    .then([triggered(1, 0)], 'threshold 0, value 1')
 })
 
 t.test('record_evaluation: firing and still above the threshold records nothing (no re-trigger)', async (t) => {
@@ -107,29 +149,53 @@ t.test('record_evaluation: firing and still above the threshold records nothing 
 })
 
 t.test('record_evaluation: firing and at or below the threshold resolves', async (t) => {
-  const alert = deciderSpec(t, alertDecider).given([created(), triggered(3)]).when(evaluate(2, t2)).then([resolved(2)])
+  const alert = deciderSpec(t, alertDecider)
+    .given([created(), triggered(3)])
+    .when(evaluate(2, t2))
+    .then([resolved(2)])
   t.match(alert, { status: 'ok', last_value: 2, last_triggered_at: t1, last_resolved_at: t2 })
-  deciderSpec(t, alertDecider).given([created(), triggered(3)]).when(evaluate(0, t2)).then([resolved(0)], 'down to zero')
+  deciderSpec(t, alertDecider)
+    .given([created(), triggered(3)])
+    .when(evaluate(0, t2))
+    .then([resolved(0)], 'down to zero')
 })
 
 t.test('record_evaluation: ok and at or below the threshold records nothing', async (t) => {
   deciderSpec(t, alertDecider).given([created()]).when(evaluate(0)).then([])
-  deciderSpec(t, alertDecider).given([created(), triggered(3), resolved(1)]).when(evaluate(1, t3)).then([], 'after a resolution')
+  deciderSpec(t, alertDecider)
+    .given([created(), triggered(3), resolved(1)])
+    .when(evaluate(1, t3))
+    .then([], 'after a resolution')
 })
 
 t.test('after a resolution the alert can trigger again', async (t) => {
-  const alert = deciderSpec(t, alertDecider).given([created(), triggered(3), resolved(1)]).when(evaluate(4, t3)).then([triggered(4, 2, t3)])
+  const alert = deciderSpec(t, alertDecider)
+    .given([created(), triggered(3), resolved(1)])
+    .when(evaluate(4, t3))
+    .then([triggered(4, 2, t3)])
   t.match(alert, { status: 'firing', last_triggered_at: t3, last_resolved_at: t2 })
 })
 
 t.test('the threshold in force is the one after an update', async (t) => {
-  deciderSpec(t, alertDecider).given([created(), updated({ threshold: 10 })]).when(evaluate(5, t2)).then([])
-  deciderSpec(t, alertDecider).given([created(), triggered(3), updated({ threshold: 10 })]).when(evaluate(5, t2)).then([resolved(5, 10)], 'raising the threshold above the value resolves')
+  deciderSpec(t, alertDecider)
+    .given([created(), updated({ threshold: 10 })])
+    .when(evaluate(5, t2))
+    .then([])
+  deciderSpec(t, alertDecider)
+    .given([created(), triggered(3), updated({ threshold: 10 })])
+    .when(evaluate(5, t2))
+    .then([resolved(5, 10)], 'raising the threshold above the value resolves')
 })
 
 t.test('a disabled alert never triggers', async (t) => {
-  deciderSpec(t, alertDecider).given([created({ enabled: false })]).when(evaluate(1_000)).then([])
-  deciderSpec(t, alertDecider).given([created(), updated({ enabled: false })]).when(evaluate(1_000, t2)).then([], 'disabled by an update')
+  deciderSpec(t, alertDecider)
+    .given([created({ enabled: false })])
+    .when(evaluate(1_000))
+    .then([])
+  deciderSpec(t, alertDecider)
+    .given([created(), updated({ enabled: false })])
+    .when(evaluate(1_000, t2))
+    .then([], 'disabled by an update')
 })
 
 t.test('a firing alert that gets disabled resolves at the next evaluation, and stays quiet', async (t) => {
@@ -138,12 +204,18 @@ t.test('a firing alert that gets disabled resolves at the next evaluation, and s
     .when(evaluate(7, t3))
     .then([resolved(7, 2, t3)])
   t.match(alert, { status: 'ok', enabled: false, last_resolved_at: t3 })
-  deciderSpec(t, alertDecider).given([created(), triggered(3), updated({ enabled: false }, t2), resolved(7, 2, t3)]).when(evaluate(7, t3)).then([], 'no trigger afterwards')
+  deciderSpec(t, alertDecider)
+    .given([created(), triggered(3), updated({ enabled: false }, t2), resolved(7, 2, t3)])
+    .when(evaluate(7, t3))
+    .then([], 'no trigger afterwards')
 })
 
 t.test('a deleted or unknown alert records nothing on evaluation', async (t) => {
   deciderSpec(t, alertDecider).given([created(), deleted()]).when(evaluate(100, t2)).then([])
-  deciderSpec(t, alertDecider).given([created(), triggered(3), deleted(t2)]).when(evaluate(0, t3)).then([], 'deleted while firing: no resolution')
+  deciderSpec(t, alertDecider)
+    .given([created(), triggered(3), deleted(t2)])
+    .when(evaluate(0, t3))
+    .then([], 'deleted while firing: no resolution')
   deciderSpec(t, alertDecider).given([]).when(evaluate(100)).then([], 'never created')
 })
 
@@ -184,11 +256,16 @@ t.test('property: triggers and resolutions alternate strictly, status follows th
           assert.equal(state!.status, holds ? 'firing' : 'ok', `after evaluating ${o.value}: status matches whether the condition holds`)
           if (events.length === 1) assert.equal(state!.last_value, o.value)
         } else {
-          assert.ok(events.every((e) => e.type === 'alert_updated'), 'an update records only alert_updated')
+          assert.ok(
+            events.every((e) => e.type === 'alert_updated'),
+            'an update records only alert_updated',
+          )
         }
       }
       const transitions = all.filter((e) => e.type === 'alert_triggered' || e.type === 'alert_resolved').map((e) => e.type)
-      transitions.forEach((type, i) => assert.equal(type, i % 2 === 0 ? 'alert_triggered' : 'alert_resolved', `transition ${i} of ${transitions.join(',')}`))
+      transitions.forEach((type, i) =>
+        assert.equal(type, i % 2 === 0 ? 'alert_triggered' : 'alert_resolved', `transition ${i} of ${transitions.join(',')}`),
+      )
       assert.equal(state!.status, transitions.length % 2 === 1 ? 'firing' : 'ok', 'firing exactly when the last transition is a trigger')
       assert.deepEqual(fold(alertDecider, alertDecider.initialState, all), state, 'folding every event from the start gives the same state')
     }),

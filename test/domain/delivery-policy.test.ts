@@ -3,7 +3,10 @@ import { deliveryAttemptTimeoutMs, deliveryRetryWaitsMs, maxDeliveryAttempts, ou
 
 t.test('the spec: at most 5 attempts, waits of 5 s, 30 s, 5 min and 1 h between them, 10 s each', async (t) => {
   t.equal(maxDeliveryAttempts, 5)
-  t.strictSame([1, 2, 3, 4].map((attempt) => retryWaitMs(attempt)), [5_000, 30_000, 300_000, 3_600_000])
+  t.strictSame(
+    [1, 2, 3, 4].map((attempt) => retryWaitMs(attempt)),
+    [5_000, 30_000, 300_000, 3_600_000],
+  )
   t.equal(deliveryRetryWaitsMs.length, maxDeliveryAttempts - 1, 'one wait between each two attempts')
   const worstCaseMinutes = (deliveryRetryWaitsMs.reduce((sum, wait) => sum + wait, 0) + maxDeliveryAttempts * deliveryAttemptTimeoutMs) / 60_000
   t.equal(Math.round(worstCaseMinutes), 66, 'the worst case is about 66 minutes')
@@ -11,7 +14,10 @@ t.test('the spec: at most 5 attempts, waits of 5 s, 30 s, 5 min and 1 h between 
 
 t.test('configured waits replace the policy’s; past their end the last holds', async (t) => {
   const waits = [100, 200, 300, 400]
-  t.strictSame([1, 2, 3, 4].map((attempt) => retryWaitMs(attempt, waits)), waits)
+  t.strictSame(
+    [1, 2, 3, 4].map((attempt) => retryWaitMs(attempt, waits)),
+    waits,
+  )
   t.equal(retryWaitMs(5, waits), 400)
 })
 

@@ -38,22 +38,37 @@ t.test('schedule: delivery_scheduled, and the state is a pending delivery with n
 
 t.test('schedule again (the same event and subscription, redelivered) records nothing', async (t) => {
   spec(t).given([scheduled()]).when(schedule(10)).then([])
-  spec(t).given([scheduled(), attempted(1, 'delivered', 200)]).when(schedule(10)).then([], 'after it was delivered')
+  spec(t)
+    .given([scheduled(), attempted(1, 'delivered', 200)])
+    .when(schedule(10))
+    .then([], 'after it was delivered')
 })
 
 t.test('an attempt the receiver answered 2xx: delivered', async (t) => {
-  const delivery = spec(t).given([scheduled()]).when(attempt(1, 'delivered', 204)).then([attempted(1, 'delivered', 204)])
+  const delivery = spec(t)
+    .given([scheduled()])
+    .when(attempt(1, 'delivered', 204))
+    .then([attempted(1, 'delivered', 204)])
   t.match(delivery, { status: 'delivered', attempt: 1, response_status: 204, attempted_at: at(1) })
 })
 
 t.test('a permanent failure fails the delivery at once, whatever the attempt', async (t) => {
-  const delivery = spec(t).given([scheduled()]).when(attempt(1, 'permanent_failure', 410)).then([attempted(1, 'failed', 410)])
+  const delivery = spec(t)
+    .given([scheduled()])
+    .when(attempt(1, 'permanent_failure', 410))
+    .then([attempted(1, 'failed', 410)])
   t.match(delivery, { status: 'failed', attempt: 1, response_status: 410 })
 })
 
 t.test('a retryable failure keeps the delivery pending until the last attempt, which fails it', async (t) => {
-  spec(t).given([scheduled()]).when(attempt(1, 'retryable_failure', 503)).then([attempted(1, 'pending', 503)])
-  spec(t).given(failedTimes(3)).when(attempt(4, 'retryable_failure', null)).then([attempted(4, 'pending', null)], 'a timeout has no status')
+  spec(t)
+    .given([scheduled()])
+    .when(attempt(1, 'retryable_failure', 503))
+    .then([attempted(1, 'pending', 503)])
+  spec(t)
+    .given(failedTimes(3))
+    .when(attempt(4, 'retryable_failure', null))
+    .then([attempted(4, 'pending', null)], 'a timeout has no status')
   const last = spec(t)
     .given(failedTimes(maxDeliveryAttempts - 1))
     .when(attempt(maxDeliveryAttempts, 'retryable_failure', 500))
@@ -66,17 +81,32 @@ t.test('a retryable failure keeps the delivery pending until the last attempt, w
 })
 
 t.test('an attempt already recorded (a redelivered work item) records nothing', async (t) => {
-  spec(t).given(failedTimes(2)).when(attempt(2, 'delivered', 200, 10)).then([], 'the same attempt number')
-  spec(t).given(failedTimes(2)).when(attempt(1, 'retryable_failure', 503, 10)).then([], 'an earlier one')
+  spec(t)
+    .given(failedTimes(2))
+    .when(attempt(2, 'delivered', 200, 10))
+    .then([], 'the same attempt number')
+  spec(t)
+    .given(failedTimes(2))
+    .when(attempt(1, 'retryable_failure', 503, 10))
+    .then([], 'an earlier one')
 })
 
 t.test('a settled delivery records no further attempt', async (t) => {
-  spec(t).given([scheduled(), attempted(1, 'delivered', 200)]).when(attempt(2, 'retryable_failure', 503)).then([], 'delivered')
-  spec(t).given([scheduled(), attempted(1, 'failed', 404)]).when(attempt(2, 'delivered', 200)).then([], 'failed')
+  spec(t)
+    .given([scheduled(), attempted(1, 'delivered', 200)])
+    .when(attempt(2, 'retryable_failure', 503))
+    .then([], 'delivered')
+  spec(t)
+    .given([scheduled(), attempted(1, 'failed', 404)])
+    .when(attempt(2, 'delivered', 200))
+    .then([], 'failed')
 })
 
 t.test('an attempt on a delivery never scheduled is refused with InvalidState', async (t) => {
-  spec(t).given([]).when(attempt(1, 'delivered', 200)).thenThrows(InvalidState, 'invalid_state')
+  spec(t)
+    .given([])
+    .when(attempt(1, 'delivered', 200))
+    .thenThrows(InvalidState, 'invalid_state')
 })
 
 t.test('outcomeOf: 2xx delivered; 3xx and 4xx permanent; 5xx and no answer retryable', async (t) => {

@@ -19,11 +19,12 @@ t.test('every duration falls in a bucket whose value is within 5% of it (or 1 ms
 })
 
 t.test('percentiles are nearest-rank over the buckets', async (t) => {
-  const of = (durations: number[]) => durations.reduce<number[]>((h, d) => {
-    const one = new Array<number>(histogramIndex(d) + 1).fill(0)
-    one[one.length - 1] = 1
-    return addHistograms(h, one)
-  }, [])
+  const of = (durations: number[]) =>
+    durations.reduce<number[]>((h, d) => {
+      const one = new Array<number>(histogramIndex(d) + 1).fill(0)
+      one[one.length - 1] = 1
+      return addHistograms(h, one)
+    }, [])
   t.equal(histogramPercentile([], 0.5), null, 'nothing counted, no percentile')
   t.equal(histogramPercentile([0, 0], 0.5), null)
   const h = of([10, 20, 30, 40, 1000])

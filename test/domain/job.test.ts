@@ -112,7 +112,10 @@ const ev = {
     type: 'job_progressed',
     data: { worker_id: worker, progress, reported_at: at(now) },
   }),
-  cancelled: (now = 0, previous_state: 'pending' | 'scheduled' = 'pending'): JobEvent => ({ type: 'job_cancelled', data: { reason: 'requested', previous_state, cancelled_at: at(now) } }),
+  cancelled: (now = 0, previous_state: 'pending' | 'scheduled' = 'pending'): JobEvent => ({
+    type: 'job_cancelled',
+    data: { reason: 'requested', previous_state, cancelled_at: at(now) },
+  }),
   promoted: (now: number): JobEvent => ({ type: 'job_promoted', data: { promoted_at: at(now) } }),
 }
 
@@ -185,7 +188,10 @@ t.test('create job', async (t) => {
   })
 
   t.test('with a future run_at: scheduled, run_at echoed', async (t) => {
-    const job = deciderSpec(t, jobDecider).given([]).when(cmd.create({ run_at: at(60) })).then([ev.created({ run_at: at(60) })])
+    const job = deciderSpec(t, jobDecider)
+      .given([])
+      .when(cmd.create({ run_at: at(60) }))
+      .then([ev.created({ run_at: at(60) })])
     t.equal(job?.state, 'scheduled')
     t.equal(job?.run_at, at(60))
     t.equal(job?.waiting_for_parent, false)
@@ -193,8 +199,20 @@ t.test('create job', async (t) => {
 
   t.test('with a run_at already past (or now): pending, run_at echoed', async (t) => {
     const spec = deciderSpec(t, jobDecider)
-    t.equal(spec.given([]).when(cmd.create({ run_at: at(-60) })).then([ev.created({ run_at: at(-60) })])?.state, 'pending')
-    t.equal(spec.given([]).when(cmd.create({ run_at: at(0) })).then([ev.created({ run_at: at(0) })])?.state, 'pending')
+    t.equal(
+      spec
+        .given([])
+        .when(cmd.create({ run_at: at(-60) }))
+        .then([ev.created({ run_at: at(-60) })])?.state,
+      'pending',
+    )
+    t.equal(
+      spec
+        .given([])
+        .when(cmd.create({ run_at: at(0) }))
+        .then([ev.created({ run_at: at(0) })])?.state,
+      'pending',
+    )
   })
 
   t.test('under a parent that has yet to succeed: scheduled, waiting for the parent', async (t) => {
@@ -268,7 +286,10 @@ t.test('attach child (create job under a parent, decided on the parent first)', 
 
 t.test('claim (worker poll)', async (t) => {
   t.test('a pending job is claimed: processing, worker set, attempt 1', async (t) => {
-    const job = deciderSpec(t, jobDecider).given(histories.pending).when(cmd.claim('w1', 4)).then([ev.claimed(1, 'w1', 4)])
+    const job = deciderSpec(t, jobDecider)
+      .given(histories.pending)
+      .when(cmd.claim('w1', 4))
+      .then([ev.claimed(1, 'w1', 4)])
     t.equal(job?.state, 'processing')
     t.equal(job?.worker_id, 'w1')
     t.equal(job?.attempt, 1)
@@ -276,14 +297,20 @@ t.test('claim (worker poll)', async (t) => {
   })
 
   t.test('a pending job whose run_at has passed is claimable', async (t) => {
-    deciderSpec(t, jobDecider).given([ev.created({ run_at: at(-1) })]).when(cmd.claim('w1', 0)).then([ev.claimed(1, 'w1', 0)])
+    deciderSpec(t, jobDecider)
+      .given([ev.created({ run_at: at(-1) })])
+      .when(cmd.claim('w1', 0))
+      .then([ev.claimed(1, 'w1', 0)])
   })
 
   t.test('a pending job with a future run_at (backoff) is not claimable before it', async (t) => {
     const spec = deciderSpec(t, jobDecider)
     const history = [ev.created(), ev.claimed(), ev.attemptFailed(1, 0, 15)]
     spec.given(history).when(cmd.claim('w2', 14)).thenThrows(InvalidState, 'invalid_state')
-    spec.given(history).when(cmd.claim('w2', 15)).then([ev.claimed(2, 'w2', 15)])
+    spec
+      .given(history)
+      .when(cmd.claim('w2', 15))
+      .then([ev.claimed(2, 'w2', 15)])
   })
 
   for (const state of ['scheduled', 'processing', 'succeeded', 'cancelled', 'dead_letter'] as const) {
@@ -299,7 +326,10 @@ t.test('claim (worker poll)', async (t) => {
 
 t.test('ack with status succeeded', async (t) => {
   t.test('the claiming worker completes the job', async (t) => {
-    const job = deciderSpec(t, jobDecider).given(histories.processing).when(cmd.ack('succeeded', { now: 2 })).then([ev.succeeded(1, 2)])
+    const job = deciderSpec(t, jobDecider)
+      .given(histories.processing)
+      .when(cmd.ack('succeeded', { now: 2 }))
+      .then([ev.succeeded(1, 2)])
     t.equal(job?.state, 'succeeded')
     t.equal(job?.completed_at, at(2))
     t.equal(job?.duration_ms, 1200)
@@ -342,23 +372,38 @@ t.test('ack with status failed', async (t) => {
   t.test('the backoff doubles with each attempt: 15 s, 30 s, 60 s', async (t) => {
     const spec = deciderSpec(t, jobDecider)
     const history: JobEvent[] = [ev.created({ max_attempts: 4 }), ev.claimed(1)]
-    spec.given(history).when(cmd.ack('failed', { random: 0 })).then([ev.attemptFailed(1, 0, 15)])
+    spec
+      .given(history)
+      .when(cmd.ack('failed', { random: 0 }))
+      .then([ev.attemptFailed(1, 0, 15)])
     history.push(ev.attemptFailed(1, 0, 15), ev.claimed(2, 'w1', 15))
-    spec.given(history).when(cmd.ack('failed', { now: 15, random: 0 })).then([ev.attemptFailed(2, 15, 30)])
+    spec
+      .given(history)
+      .when(cmd.ack('failed', { now: 15, random: 0 }))
+      .then([ev.attemptFailed(2, 15, 30)])
     history.push(ev.attemptFailed(2, 15, 30), ev.claimed(3, 'w1', 45))
-    spec.given(history).when(cmd.ack('failed', { now: 45, random: 0 })).then([ev.attemptFailed(3, 45, 60)])
+    spec
+      .given(history)
+      .when(cmd.ack('failed', { now: 45, random: 0 }))
+      .then([ev.attemptFailed(3, 45, 60)])
   })
 
   t.test('the jitter adds 0 ms at random 0 and under 3 s at random 0.999', async (t) => {
     const spec = deciderSpec(t, jobDecider)
-    spec.given(histories.processing).when(cmd.ack('failed', { random: 0.999 })).then([ev.attemptFailed(1, 0, 17.997)])
+    spec
+      .given(histories.processing)
+      .when(cmd.ack('failed', { random: 0.999 }))
+      .then([ev.attemptFailed(1, 0, 17.997)])
     const [failed] = jobDecider.decide(cmd.ack('failed', { random: 0.999 }), stateAfter(histories.processing))
     const delayMs = failed?.type === 'job_attempt_failed' ? Date.parse(failed.data.retry_at) - t0 : NaN
     t.ok(delayMs >= 15_000 && delayMs < 18_000, `retry after ${delayMs} ms is within 15 s + [0, 3 s)`)
   })
 
   t.test('without meta.random there is no jitter', async (t) => {
-    deciderSpec(t, jobDecider).given(histories.processing).when(cmd.ack('failed', {})).then([ev.attemptFailed(1, 0, 15)])
+    deciderSpec(t, jobDecider)
+      .given(histories.processing)
+      .when(cmd.ack('failed', {}))
+      .then([ev.attemptFailed(1, 0, 15)])
   })
 
   t.test('without an error object a generic one is recorded', async (t) => {
@@ -393,7 +438,10 @@ t.test('ack with status failed', async (t) => {
   })
 
   t.test('max_attempts 1 dead-letters on the first failure', async (t) => {
-    deciderSpec(t, jobDecider).given([ev.created({ max_attempts: 1 }), ev.claimed()]).when(cmd.ack('failed')).then([ev.deadLettered(1)])
+    deciderSpec(t, jobDecider)
+      .given([ev.created({ max_attempts: 1 }), ev.claimed()])
+      .when(cmd.ack('failed'))
+      .then([ev.deadLettered(1)])
   })
 
   t.test('a parent dead-lettering cancels its waiting children (cascade)', async (t) => {
@@ -410,8 +458,14 @@ t.test('ack with status failed', async (t) => {
 t.test('ack refusals', async (t) => {
   t.test('another worker is refused with worker_mismatch', async (t) => {
     const spec = deciderSpec(t, jobDecider)
-    spec.given(histories.processing).when(cmd.ack('succeeded', { worker: 'w2' })).thenThrows(WorkerMismatch, 'worker_mismatch')
-    spec.given(histories.processing).when(cmd.ack('failed', { worker: 'w2' })).thenThrows(WorkerMismatch, 'worker_mismatch')
+    spec
+      .given(histories.processing)
+      .when(cmd.ack('succeeded', { worker: 'w2' }))
+      .thenThrows(WorkerMismatch, 'worker_mismatch')
+    spec
+      .given(histories.processing)
+      .when(cmd.ack('failed', { worker: 'w2' }))
+      .thenThrows(WorkerMismatch, 'worker_mismatch')
   })
 
   for (const state of ['pending', 'scheduled', 'succeeded', 'cancelled', 'dead_letter'] as const) {
@@ -439,7 +493,10 @@ t.test('ack refusals', async (t) => {
 t.test('cancel', async (t) => {
   for (const state of ['pending', 'scheduled'] as const) {
     t.test(`a ${state} job is cancelled`, async (t) => {
-      const job = deciderSpec(t, jobDecider).given(histories[state]).when(cmd.cancel(3)).then([ev.cancelled(3, state)])
+      const job = deciderSpec(t, jobDecider)
+        .given(histories[state])
+        .when(cmd.cancel(3))
+        .then([ev.cancelled(3, state)])
       t.equal(job?.state, 'cancelled')
       const cascades = jobDecider.decide(cmd.cancel(3), stateAfter(histories[state])).map(cascadeOf)
       t.same(cascades, [{ kind: 'cancel', reason: 'parent_cancelled' }], 'its waiting children are cancelled in turn')
@@ -490,7 +547,10 @@ t.test('retry', async (t) => {
       .then([{ type: 'job_retried', data: { attempt: 1, max_attempts: 2, previous_state: 'dead_letter', retried_at: at(9) } }])
     t.match(job, { ...cleared, attempt: 1, max_attempts: 2, updated_at: at(9) }, 'error, timing and worker are cleared')
     const retried: JobEvent = { type: 'job_retried', data: { attempt: 1, max_attempts: 2, previous_state: 'dead_letter', retried_at: at(9) } }
-    spec.given([...history, retried]).when(cmd.claim('w2', 10)).then([ev.claimed(2, 'w2', 10)])
+    spec
+      .given([...history, retried])
+      .when(cmd.claim('w2', 10))
+      .then([ev.claimed(2, 'w2', 10)])
   })
 
   t.test('a failed job below its max_attempts keeps max_attempts', async (t) => {
@@ -540,10 +600,16 @@ t.test('activate child (parent succeeded)', async (t) => {
   t.test('a waiting child with its own future run_at stays scheduled, no longer waiting, and is promoted at run_at', async (t) => {
     const spec = deciderSpec(t, jobDecider)
     const activated: JobEvent = { type: 'job_activated', data: { parent_job_id: 'job_parent', state: 'scheduled', activated_at: at(4) } }
-    const job = spec.given([waiting({ run_at: at(60) })]).when(cmd.activate('job_parent', 4)).then([activated])
+    const job = spec
+      .given([waiting({ run_at: at(60) })])
+      .when(cmd.activate('job_parent', 4))
+      .then([activated])
     t.equal(job?.state, 'scheduled')
     t.equal(job?.waiting_for_parent, false)
-    spec.given([waiting({ run_at: at(60) }), activated]).when(cmd.promote(60)).then([ev.promoted(60)])
+    spec
+      .given([waiting({ run_at: at(60) }), activated])
+      .when(cmd.promote(60))
+      .then([ev.promoted(60)])
   })
 
   t.test('a job not waiting for a parent is left alone', async (t) => {
@@ -552,7 +618,10 @@ t.test('activate child (parent succeeded)', async (t) => {
     spec.given([waiting(), activated]).when(cmd.activate('job_parent', 2)).then([], 'already activated')
     spec.given(histories.scheduled).when(cmd.activate('job_parent', 2)).then([], 'scheduled by run_at only')
     spec.given(histories.pending).when(cmd.activate('job_parent', 2)).then([], 'pending')
-    spec.given([waiting(), ev.cancelled(1)]).when(cmd.activate('job_parent', 2)).then([], 'cancelled')
+    spec
+      .given([waiting(), ev.cancelled(1)])
+      .when(cmd.activate('job_parent', 2))
+      .then([], 'cancelled')
     spec.given([]).when(cmd.activate('job_parent', 2)).then([], 'missing')
   })
 })
@@ -575,7 +644,10 @@ t.test('cancel by parent (parent dead-lettered or cancelled)', async (t) => {
     const spec = deciderSpec(t, jobDecider)
     const activated: JobEvent = { type: 'job_activated', data: { parent_job_id: 'job_parent', state: 'pending', activated_at: at(1) } }
     spec.given([waiting, activated]).when(cmd.cancelByParent('parent_cancelled', 2)).then([], 'already activated')
-    spec.given([waiting, ev.cancelled(1)]).when(cmd.cancelByParent('parent_cancelled', 2)).then([], 'already cancelled')
+    spec
+      .given([waiting, ev.cancelled(1)])
+      .when(cmd.cancelByParent('parent_cancelled', 2))
+      .then([], 'already cancelled')
     spec.given(histories.scheduled).when(cmd.cancelByParent('parent_cancelled', 2)).then([], 'scheduled by run_at only')
     spec.given(histories.processing).when(cmd.cancelByParent('parent_cancelled', 2)).then([], 'processing')
     spec.given([]).when(cmd.cancelByParent('parent_cancelled', 2)).then([], 'missing')
@@ -585,15 +657,24 @@ t.test('cancel by parent (parent dead-lettered or cancelled)', async (t) => {
 t.test('promote (scheduled job whose run_at arrived)', async (t) => {
   t.test('a due scheduled job becomes pending', async (t) => {
     const spec = deciderSpec(t, jobDecider)
-    const job = spec.given(histories.scheduled).when(cmd.promote(60)).then([ev.promoted(60)])
+    const job = spec
+      .given(histories.scheduled)
+      .when(cmd.promote(60))
+      .then([ev.promoted(60)])
     t.equal(job?.state, 'pending')
-    spec.given(histories.scheduled).when(cmd.promote(61)).then([ev.promoted(61)])
+    spec
+      .given(histories.scheduled)
+      .when(cmd.promote(61))
+      .then([ev.promoted(61)])
   })
 
   t.test('nothing happens before run_at, while waiting for a parent, or outside scheduled', async (t) => {
     const spec = deciderSpec(t, jobDecider)
     spec.given(histories.scheduled).when(cmd.promote(59)).then([], 'before run_at')
-    spec.given([ev.created({ parent_job_id: 'job_parent', waits_for_parent: true })]).when(cmd.promote(60)).then([], 'waiting for a parent')
+    spec
+      .given([ev.created({ parent_job_id: 'job_parent', waits_for_parent: true })])
+      .when(cmd.promote(60))
+      .then([], 'waiting for a parent')
     spec.given(histories.pending).when(cmd.promote(60)).then([], 'pending')
     spec.given(histories.cancelled).when(cmd.promote(60)).then([], 'cancelled')
     spec.given([]).when(cmd.promote(60)).then([], 'missing')
@@ -611,7 +692,10 @@ t.test('report progress', async (t) => {
   })
 
   t.test('the same progress again records nothing', async (t) => {
-    deciderSpec(t, jobDecider).given([...histories.processing, ev.progress(0.25)]).when(cmd.progress(0.25)).then([])
+    deciderSpec(t, jobDecider)
+      .given([...histories.processing, ev.progress(0.25)])
+      .when(cmd.progress(0.25))
+      .then([])
   })
 
   t.test('another worker is refused, and so is a job not processing', async (t) => {
@@ -709,14 +793,22 @@ t.test('cascadeOf: what a parent event does to its continuations', async (t) => 
   t.same(cascadeOf(ev.succeeded()), { kind: 'activate' })
   t.same(cascadeOf(ev.deadLettered(1)), { kind: 'cancel', reason: 'parent_dead_lettered' })
   t.same(cascadeOf(ev.cancelled()), { kind: 'cancel', reason: 'parent_cancelled' })
-  t.same(cascadeOf({ type: 'job_cancelled', data: { reason: 'parent_dead_lettered', previous_state: 'scheduled', cancelled_at: at(0) } }), {
-    kind: 'cancel',
-    reason: 'parent_cancelled',
-  }, 'a child cancelled by its parent cancels its own children as cancelled')
+  t.same(
+    cascadeOf({ type: 'job_cancelled', data: { reason: 'parent_dead_lettered', previous_state: 'scheduled', cancelled_at: at(0) } }),
+    {
+      kind: 'cancel',
+      reason: 'parent_cancelled',
+    },
+    'a child cancelled by its parent cancels its own children as cancelled',
+  )
   for (const event of [ev.created(), ev.claimed(), ev.attemptFailed(1, 0, 15), ev.promoted(1), ev.progress(0.1)]) {
     t.equal(cascadeOf(event), null, event.type)
   }
-  t.equal(cascadeOf({ type: 'job_retried', data: { attempt: 1, max_attempts: 2, previous_state: 'dead_letter', retried_at: at(0) } }), null, 'job_retried')
+  t.equal(
+    cascadeOf({ type: 'job_retried', data: { attempt: 1, max_attempts: 2, previous_state: 'dead_letter', retried_at: at(0) } }),
+    null,
+    'job_retried',
+  )
   t.equal(cascadeOf({ type: 'job_child_attached', data: { child_job_id: 'c', attached_at: at(0) } }), null, 'job_child_attached')
   t.equal(cascadeOf({ type: 'job_activated', data: { parent_job_id: 'p', state: 'pending', activated_at: at(0) } }), null, 'job_activated')
 })

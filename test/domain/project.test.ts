@@ -50,7 +50,10 @@ const createProject: ProjectCommand = {
 
 function createdEvents(ownerEmail: string | null = 'ops@acme.test'): ProjectEvent[] {
   return [
-    { type: 'project_created', data: { project_id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: ownerEmail, owner_user_id: null, created_at: now } },
+    {
+      type: 'project_created',
+      data: { project_id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: ownerEmail, owner_user_id: null, created_at: now },
+    },
     { type: 'api_key_issued', data: { prefix: 'jsk_live_0123456789abcde', key_hash: 'a'.repeat(64), issued_at: now } },
   ]
 }
@@ -79,10 +82,7 @@ t.test('create project: the project and its first API key', async (t) => {
 
 t.test('create project without an owner email', async (t) => {
   const command: ProjectCommand = { ...createProject, data: { ...createProject.data, owner_email: null } }
-  const project = deciderSpec(t, projectDecider)
-    .given([])
-    .when(command)
-    .then(createdEvents(null))
+  const project = deciderSpec(t, projectDecider).given([]).when(command).then(createdEvents(null))
   t.equal(project?.owner_email, null)
 })
 
@@ -142,19 +142,29 @@ const rotate = (actor: string | null, n = 1, seconds = 60) => command('rotate_ap
 const revoke = (actor: string | null, seconds = 60) => command('revoke_api_keys', { actor_user_id: actor }, seconds)
 
 t.test('create project with an owner user: the owner is the first member', async (t) => {
-  const create = command('create_project', { project_id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: 'ops@acme.test', owner_user_id: 'usr_owner', key: firstKey }, 0)
+  const create = command(
+    'create_project',
+    { project_id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: 'ops@acme.test', owner_user_id: 'usr_owner', key: firstKey },
+    0,
+  )
   const project = spec(t)
     .given([])
     .when(create)
     .then([
-      { type: 'project_created', data: { project_id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: 'ops@acme.test', owner_user_id: 'usr_owner', created_at: now } },
+      {
+        type: 'project_created',
+        data: { project_id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: 'ops@acme.test', owner_user_id: 'usr_owner', created_at: now },
+      },
       { type: 'api_key_issued', data: { ...firstKey, issued_at: now } },
     ])
   t.same(project?.members, [{ user_id: 'usr_owner', email: 'ops@acme.test', role: 'owner', joined_at: now }])
 })
 
 t.test('rotate: the active key enters a 24 h grace window and the new key is active', async (t) => {
-  const project = spec(t).given(team).when(rotate('usr_owner', 1, 60)).then([rotated(1, 60)])
+  const project = spec(t)
+    .given(team)
+    .when(rotate('usr_owner', 1, 60))
+    .then([rotated(1, 60)])
   t.equal(at(60 + day), new Date(t0 + 60_000 + apiKeyGraceMs).toISOString(), 'grace_until is rotated_at + 24 h')
   t.same(project?.keys, [
     { ...firstKey, status: 'grace', issued_at: now, expires_at: at(60 + day) },
@@ -174,7 +184,10 @@ t.test('a second rotation drops the older grace key and gives the previous key a
     { ...keyOf(2), status: 'active', issued_at: at(3600), expires_at: null },
   ])
   t.equal(project?.keys.filter((k) => k.status === 'active').length, 1, 'one active key')
-  t.notOk(project?.keys.some((k) => k.prefix === firstKey.prefix), 'the first key is gone')
+  t.notOk(
+    project?.keys.some((k) => k.prefix === firstKey.prefix),
+    'the first key is gone',
+  )
 })
 
 t.test('revoke: every key revoked, grace keys included, and keys_revoked_at set', async (t) => {
@@ -184,12 +197,21 @@ t.test('revoke: every key revoked, grace keys included, and keys_revoked_at set'
     .then([{ type: 'api_key_revoked', data: { revoked_at: at(120) } }])
   t.equal(project?.keys_revoked_at, at(120))
   t.equal(project?.keys.length, 2)
-  t.ok(project?.keys.every((k) => k.status === 'revoked' && k.expires_at === at(120)), 'every key is revoked now')
+  t.ok(
+    project?.keys.every((k) => k.status === 'revoked' && k.expires_at === at(120)),
+    'every key is revoked now',
+  )
   if (project === null) return
   t.equal(activeKeyPrefix(project), null, 'no active key after revocation')
-  spec(t).givenState(project).when(rotate('usr_owner', 2, 180)).thenThrows(KeyRevoked, 'key_revoked')
+  spec(t)
+    .givenState(project)
+    .when(rotate('usr_owner', 2, 180))
+    .thenThrows(KeyRevoked, 'key_revoked')
   spec(t).givenState(project).when(revoke('usr_owner', 180)).thenThrows(AlreadyRevoked, 'already_revoked')
-  spec(t).givenState(project).when(rotate(null, 2, 180)).thenThrows(KeyRevoked, 'key_revoked', 'not even by the operator')
+  spec(t)
+    .givenState(project)
+    .when(rotate(null, 2, 180))
+    .thenThrows(KeyRevoked, 'key_revoked', 'not even by the operator')
 })
 
 t.test('key routes: non-members get project_not_found, members below admin get forbidden, the operator may', async (t) => {
@@ -199,9 +221,18 @@ t.test('key routes: non-members get project_not_found, members below admin get f
     spec(t).given(team).when(rotate(actor)).thenThrows(Forbidden, 'forbidden', `rotate by ${actor}`)
     spec(t).given(team).when(revoke(actor)).thenThrows(Forbidden, 'forbidden', `revoke by ${actor}`)
   }
-  spec(t).given(team).when(rotate(null, 1, 60)).then([rotated(1, 60)], 'operator rotates')
-  spec(t).given(team).when(revoke(null, 60)).then([{ type: 'api_key_revoked', data: { revoked_at: at(60) } }], 'operator revokes')
-  spec(t).given(createdEvents()).when(rotate(null, 1, 60)).then([rotated(1, 60)], 'operator on a project without members')
+  spec(t)
+    .given(team)
+    .when(rotate(null, 1, 60))
+    .then([rotated(1, 60)], 'operator rotates')
+  spec(t)
+    .given(team)
+    .when(revoke(null, 60))
+    .then([{ type: 'api_key_revoked', data: { revoked_at: at(60) } }], 'operator revokes')
+  spec(t)
+    .given(createdEvents())
+    .when(rotate(null, 1, 60))
+    .then([rotated(1, 60)], 'operator on a project without members')
   spec(t).given([]).when(rotate(null)).thenThrows(ProjectNotFound, 'project_not_found', 'no project')
 })
 
@@ -223,9 +254,18 @@ t.test('rename: admin and above, nothing when the name is unchanged', async (t) 
     .when(command('rename_project', { actor_user_id: 'usr_admin', name: 'Acme 2' }))
     .then([{ type: 'project_renamed', data: { name: 'Acme 2', previous_name: 'Acme', renamed_at: at(60) } }])
   t.equal(project?.name, 'Acme 2')
-  spec(t).given(team).when(command('rename_project', { actor_user_id: 'usr_owner', name: 'Acme' })).then([])
-  spec(t).given(team).when(command('rename_project', { actor_user_id: 'usr_member', name: 'X' })).thenThrows(Forbidden, 'forbidden')
-  spec(t).given(team).when(command('rename_project', { actor_user_id: 'usr_stranger', name: 'X' })).thenThrows(ProjectNotFound, 'project_not_found')
+  spec(t)
+    .given(team)
+    .when(command('rename_project', { actor_user_id: 'usr_owner', name: 'Acme' }))
+    .then([])
+  spec(t)
+    .given(team)
+    .when(command('rename_project', { actor_user_id: 'usr_member', name: 'X' }))
+    .thenThrows(Forbidden, 'forbidden')
+  spec(t)
+    .given(team)
+    .when(command('rename_project', { actor_user_id: 'usr_stranger', name: 'X' }))
+    .thenThrows(ProjectNotFound, 'project_not_found')
 })
 
 t.test('delete project: owner only, never their last project; the operator may always', async (t) => {
@@ -235,15 +275,32 @@ t.test('delete project: owner only, never their last project; the operator may a
     rotated(1, 60),
     {
       type: 'member_invited',
-      data: { invite_id: 'inv_1', email: 'new@acme.test', role: 'member', token_hash: 'tok_1', expires_at: at(7 * day), invited_by: 'usr_owner', invited_at: at(60) },
+      data: {
+        invite_id: 'inv_1',
+        email: 'new@acme.test',
+        role: 'member',
+        token_hash: 'tok_1',
+        expires_at: at(7 * day),
+        invited_by: 'usr_owner',
+        invited_at: at(60),
+      },
     },
   ]
-  const project = spec(t).given(withInvite).when(del('usr_owner', 1)).then([{ type: 'project_deleted', data: { deleted_at: at(300) } }])
+  const project = spec(t)
+    .given(withInvite)
+    .when(del('usr_owner', 1))
+    .then([{ type: 'project_deleted', data: { deleted_at: at(300) } }])
   t.equal(project?.status, 'deleted')
-  t.ok(project?.keys.every((k) => k.status === 'revoked'), 'its keys are dead')
+  t.ok(
+    project?.keys.every((k) => k.status === 'revoked'),
+    'its keys are dead',
+  )
   t.same(project?.invites, [], 'its invites are dropped')
   spec(t).given(team).when(del('usr_owner', 0)).thenThrows(LastProject, 'last_project')
-  spec(t).given(team).when(del(null, 0)).then([{ type: 'project_deleted', data: { deleted_at: at(300) } }], 'operator')
+  spec(t)
+    .given(team)
+    .when(del(null, 0))
+    .then([{ type: 'project_deleted', data: { deleted_at: at(300) } }], 'operator')
   spec(t).given(team).when(del('usr_admin', 3)).thenThrows(Forbidden, 'forbidden')
   spec(t).given(team).when(del('usr_viewer', 3)).thenThrows(Forbidden, 'forbidden')
   spec(t).given(team).when(del('usr_stranger', 3)).thenThrows(ProjectNotFound, 'project_not_found')
@@ -253,7 +310,14 @@ t.test('delete project: owner only, never their last project; the operator may a
     revoke('usr_owner'),
     command('rename_project', { actor_user_id: 'usr_owner', name: 'X' }),
     del('usr_owner', 1),
-    command('invite_member', { actor_user_id: 'usr_owner', invite_id: 'inv_2', email: 'x@acme.test', role: 'member', token_hash: 'tok_2', expires_at: at(8 * day) }),
+    command('invite_member', {
+      actor_user_id: 'usr_owner',
+      invite_id: 'inv_2',
+      email: 'x@acme.test',
+      role: 'member',
+      token_hash: 'tok_2',
+      expires_at: at(8 * day),
+    }),
     command('accept_invite', { invite_id: 'inv_1', token_hash: 'tok_1', user_id: 'usr_new', email: 'new@acme.test' }),
     command('change_member_role', { actor_user_id: 'usr_owner', user_id: 'usr_member', role: 'viewer' }),
     command('remove_member', { actor_user_id: 'usr_owner', user_id: 'usr_member' }),
@@ -265,30 +329,81 @@ t.test('delete project: owner only, never their last project; the operator may a
 })
 
 const invite = (actor: string | null, email: string, role: string, n = 1, seconds = 60) =>
-  command('invite_member', { actor_user_id: actor, invite_id: `inv_${n}`, email, role, token_hash: `tok_${n}`, expires_at: at(seconds + 7 * day) }, seconds)
+  command(
+    'invite_member',
+    { actor_user_id: actor, invite_id: `inv_${n}`, email, role, token_hash: `tok_${n}`, expires_at: at(seconds + 7 * day) },
+    seconds,
+  )
 
 const invited = (invitedBy: string, email: string, role: ProjectRole, n = 1, seconds = 60): ProjectEvent => ({
   type: 'member_invited',
-  data: { invite_id: `inv_${n}`, email, role, token_hash: `tok_${n}`, expires_at: at(seconds + 7 * day), invited_by: invitedBy, invited_at: at(seconds) },
+  data: {
+    invite_id: `inv_${n}`,
+    email,
+    role,
+    token_hash: `tok_${n}`,
+    expires_at: at(seconds + 7 * day),
+    invited_by: invitedBy,
+    invited_at: at(seconds),
+  },
 })
 
 t.test('invite member: admin and above, assignable roles only, not an existing member', async (t) => {
-  const project = spec(t).given(team).when(invite('usr_owner', 'new@acme.test', 'admin')).then([invited('usr_owner', 'new@acme.test', 'admin')])
+  const project = spec(t)
+    .given(team)
+    .when(invite('usr_owner', 'new@acme.test', 'admin'))
+    .then([invited('usr_owner', 'new@acme.test', 'admin')])
   t.same(project?.invites, [(invited('usr_owner', 'new@acme.test', 'admin') as Extract<ProjectEvent, { type: 'member_invited' }>).data])
-  spec(t).given(team).when(invite('usr_admin', 'new@acme.test', 'member')).then([invited('usr_admin', 'new@acme.test', 'member')], 'an admin invites a member')
-  spec(t).given(team).when(invite('usr_admin', 'new@acme.test', 'admin')).thenThrows(RoleExceedsCaller, 'role_exceeds_caller', 'an admin cannot make another admin')
+  spec(t)
+    .given(team)
+    .when(invite('usr_admin', 'new@acme.test', 'member'))
+    .then([invited('usr_admin', 'new@acme.test', 'member')], 'an admin invites a member')
+  spec(t)
+    .given(team)
+    .when(invite('usr_admin', 'new@acme.test', 'admin'))
+    .thenThrows(RoleExceedsCaller, 'role_exceeds_caller', 'an admin cannot make another admin')
   for (const role of ['member', 'viewer'] as const) {
-    spec(t).given(team).when(invite('usr_owner', 'new@acme.test', role)).then([invited('usr_owner', 'new@acme.test', role)], `owner invites a ${role}`)
+    spec(t)
+      .given(team)
+      .when(invite('usr_owner', 'new@acme.test', role))
+      .then([invited('usr_owner', 'new@acme.test', role)], `owner invites a ${role}`)
   }
-  spec(t).given(team).when(invite(null, 'new@acme.test', 'viewer')).then([invited('operator', 'new@acme.test', 'viewer')], 'the operator')
-  spec(t).given(team).when(invite('usr_owner', 'new@acme.test', 'superuser')).thenThrows(InvalidRole, 'invalid_role', 'unknown role')
-  spec(t).given(team).when(invite('usr_owner', 'new@acme.test', 'owner')).thenThrows(InvalidRole, 'invalid_role', 'owner is not assignable')
-  spec(t).given(team).when(invite(null, 'new@acme.test', 'owner')).thenThrows(InvalidRole, 'invalid_role', 'not even by the operator')
-  spec(t).given(team).when(invite('usr_member', 'new@acme.test', 'viewer')).thenThrows(Forbidden, 'forbidden', 'member')
-  spec(t).given(team).when(invite('usr_viewer', 'new@acme.test', 'viewer')).thenThrows(Forbidden, 'forbidden', 'viewer')
-  spec(t).given(team).when(invite('usr_stranger', 'new@acme.test', 'viewer')).thenThrows(ProjectNotFound, 'project_not_found', 'non-member')
-  spec(t).given(team).when(invite('usr_owner', emailOf('usr_member'), 'admin')).thenThrows(MemberExists, 'member_exists', 'a member')
-  spec(t).given(team).when(invite('usr_admin', emailOf('usr_owner'), 'viewer')).thenThrows(MemberExists, 'member_exists', 'the owner')
+  spec(t)
+    .given(team)
+    .when(invite(null, 'new@acme.test', 'viewer'))
+    .then([invited('operator', 'new@acme.test', 'viewer')], 'the operator')
+  spec(t)
+    .given(team)
+    .when(invite('usr_owner', 'new@acme.test', 'superuser'))
+    .thenThrows(InvalidRole, 'invalid_role', 'unknown role')
+  spec(t)
+    .given(team)
+    .when(invite('usr_owner', 'new@acme.test', 'owner'))
+    .thenThrows(InvalidRole, 'invalid_role', 'owner is not assignable')
+  spec(t)
+    .given(team)
+    .when(invite(null, 'new@acme.test', 'owner'))
+    .thenThrows(InvalidRole, 'invalid_role', 'not even by the operator')
+  spec(t)
+    .given(team)
+    .when(invite('usr_member', 'new@acme.test', 'viewer'))
+    .thenThrows(Forbidden, 'forbidden', 'member')
+  spec(t)
+    .given(team)
+    .when(invite('usr_viewer', 'new@acme.test', 'viewer'))
+    .thenThrows(Forbidden, 'forbidden', 'viewer')
+  spec(t)
+    .given(team)
+    .when(invite('usr_stranger', 'new@acme.test', 'viewer'))
+    .thenThrows(ProjectNotFound, 'project_not_found', 'non-member')
+  spec(t)
+    .given(team)
+    .when(invite('usr_owner', emailOf('usr_member'), 'admin'))
+    .thenThrows(MemberExists, 'member_exists', 'a member')
+  spec(t)
+    .given(team)
+    .when(invite('usr_admin', emailOf('usr_owner'), 'viewer'))
+    .thenThrows(MemberExists, 'member_exists', 'the owner')
 })
 
 t.test('inviting the same address again replaces the earlier invite', async (t) => {
@@ -322,16 +437,34 @@ t.test('accept invite: the invited user joins with the invited role, once', asyn
   if (project === null) return
   t.equal(roleOf(project, 'usr_new'), 'member')
   spec(t).givenState(project).when(accept({}, 3700)).thenThrows(InvalidToken, 'invalid_token', 'accepting again')
-  spec(t).givenState(project).when(accept({ user_id: 'usr_other' }, 3700)).thenThrows(InvalidToken, 'invalid_token', 'a used invite, by someone else')
+  spec(t)
+    .givenState(project)
+    .when(accept({ user_id: 'usr_other' }, 3700))
+    .thenThrows(InvalidToken, 'invalid_token', 'a used invite, by someone else')
 })
 
 t.test('accept invite refuses a wrong token, an expired invite, another address or an unknown invite', async (t) => {
   const given = [...team, invited('usr_admin', 'new@acme.test', 'member')]
-  spec(t).given(given).when(accept({ token_hash: 'tok_x' })).thenThrows(InvalidToken, 'invalid_token', 'wrong hash')
-  spec(t).given(given).when(accept({}, 60 + 7 * day)).thenThrows(InvalidToken, 'invalid_token', 'at expiry')
-  spec(t).given(given).when(accept({}, 60 + 8 * day)).thenThrows(InvalidToken, 'invalid_token', 'after expiry')
-  spec(t).given(given).when(accept({ email: 'other@acme.test' })).thenThrows(InvalidToken, 'invalid_token', 'other address')
-  spec(t).given(given).when(accept({ invite_id: 'inv_9' })).thenThrows(InvalidToken, 'invalid_token', 'unknown invite')
+  spec(t)
+    .given(given)
+    .when(accept({ token_hash: 'tok_x' }))
+    .thenThrows(InvalidToken, 'invalid_token', 'wrong hash')
+  spec(t)
+    .given(given)
+    .when(accept({}, 60 + 7 * day))
+    .thenThrows(InvalidToken, 'invalid_token', 'at expiry')
+  spec(t)
+    .given(given)
+    .when(accept({}, 60 + 8 * day))
+    .thenThrows(InvalidToken, 'invalid_token', 'after expiry')
+  spec(t)
+    .given(given)
+    .when(accept({ email: 'other@acme.test' }))
+    .thenThrows(InvalidToken, 'invalid_token', 'other address')
+  spec(t)
+    .given(given)
+    .when(accept({ invite_id: 'inv_9' }))
+    .thenThrows(InvalidToken, 'invalid_token', 'unknown invite')
   spec(t)
     .given([...given, invited('usr_admin', 'new@acme.test', 'viewer', 2)])
     .when(accept())
@@ -346,7 +479,8 @@ t.test('accept invite by a user who is already a member is refused', async (t) =
     .thenThrows(MemberExists, 'member_exists')
 })
 
-const changeRole = (actor: string | null, userId: string, role: string) => command('change_member_role', { actor_user_id: actor, user_id: userId, role }, 120)
+const changeRole = (actor: string | null, userId: string, role: string) =>
+  command('change_member_role', { actor_user_id: actor, user_id: userId, role }, 120)
 
 t.test('change member role', async (t) => {
   const project = spec(t)
@@ -357,25 +491,58 @@ t.test('change member role', async (t) => {
   spec(t)
     .given(team)
     .when(changeRole('usr_owner', 'usr_viewer', 'admin'))
-    .then([{ type: 'member_role_changed', data: { user_id: 'usr_viewer', role: 'admin', previous_role: 'viewer', changed_at: at(120) } }], 'owner promotes')
+    .then(
+      [{ type: 'member_role_changed', data: { user_id: 'usr_viewer', role: 'admin', previous_role: 'viewer', changed_at: at(120) } }],
+      'owner promotes',
+    )
   spec(t)
     .given(team)
     .when(changeRole(null, 'usr_admin', 'member'))
-    .then([{ type: 'member_role_changed', data: { user_id: 'usr_admin', role: 'member', previous_role: 'admin', changed_at: at(120) } }], 'operator demotes')
-  spec(t).given(team).when(changeRole('usr_admin', 'usr_member', 'member')).then([], 'to the same role')
-  spec(t).given(team).when(changeRole('usr_admin', 'usr_owner', 'viewer')).thenThrows(CannotModifyOwner, 'cannot_modify_owner')
-  spec(t).given(team).when(changeRole('usr_owner', 'usr_owner', 'admin')).thenThrows(CannotModifyOwner, 'cannot_modify_owner', 'the owner on themself')
-  spec(t).given(team).when(changeRole('usr_admin', 'usr_nobody', 'viewer')).thenThrows(MemberNotFound, 'member_not_found')
-  spec(t).given(team).when(changeRole('usr_owner', 'usr_member', 'owner')).thenThrows(InvalidRole, 'invalid_role', 'to owner')
-  spec(t).given(team).when(changeRole('usr_owner', 'usr_member', 'root')).thenThrows(InvalidRole, 'invalid_role', 'unknown role')
-  spec(t).given(team).when(changeRole('usr_member', 'usr_viewer', 'member')).thenThrows(Forbidden, 'forbidden', 'by a member')
-  spec(t).given(team).when(changeRole('usr_stranger', 'usr_viewer', 'member')).thenThrows(ProjectNotFound, 'project_not_found')
+    .then(
+      [{ type: 'member_role_changed', data: { user_id: 'usr_admin', role: 'member', previous_role: 'admin', changed_at: at(120) } }],
+      'operator demotes',
+    )
+  spec(t)
+    .given(team)
+    .when(changeRole('usr_admin', 'usr_member', 'member'))
+    .then([], 'to the same role')
+  spec(t)
+    .given(team)
+    .when(changeRole('usr_admin', 'usr_owner', 'viewer'))
+    .thenThrows(CannotModifyOwner, 'cannot_modify_owner')
+  spec(t)
+    .given(team)
+    .when(changeRole('usr_owner', 'usr_owner', 'admin'))
+    .thenThrows(CannotModifyOwner, 'cannot_modify_owner', 'the owner on themself')
+  spec(t)
+    .given(team)
+    .when(changeRole('usr_admin', 'usr_nobody', 'viewer'))
+    .thenThrows(MemberNotFound, 'member_not_found')
+  spec(t)
+    .given(team)
+    .when(changeRole('usr_owner', 'usr_member', 'owner'))
+    .thenThrows(InvalidRole, 'invalid_role', 'to owner')
+  spec(t)
+    .given(team)
+    .when(changeRole('usr_owner', 'usr_member', 'root'))
+    .thenThrows(InvalidRole, 'invalid_role', 'unknown role')
+  spec(t)
+    .given(team)
+    .when(changeRole('usr_member', 'usr_viewer', 'member'))
+    .thenThrows(Forbidden, 'forbidden', 'by a member')
+  spec(t)
+    .given(team)
+    .when(changeRole('usr_stranger', 'usr_viewer', 'member'))
+    .thenThrows(ProjectNotFound, 'project_not_found')
 })
 
 const remove = (actor: string | null, userId: string) => command('remove_member', { actor_user_id: actor, user_id: userId }, 120)
 
 t.test('remove member', async (t) => {
-  const project = spec(t).given(team).when(remove('usr_admin', 'usr_member')).then([{ type: 'member_removed', data: { user_id: 'usr_member', removed_at: at(120) } }])
+  const project = spec(t)
+    .given(team)
+    .when(remove('usr_admin', 'usr_member'))
+    .then([{ type: 'member_removed', data: { user_id: 'usr_member', removed_at: at(120) } }])
   t.same(
     project?.members.map((m) => m.user_id),
     ['usr_owner', 'usr_admin', 'usr_viewer'],
@@ -395,7 +562,10 @@ t.test('remove member', async (t) => {
   spec(t).given(team).when(remove('usr_member', 'usr_viewer')).thenThrows(Forbidden, 'forbidden', 'a member removing another')
   spec(t).given(team).when(remove('usr_stranger', 'usr_stranger')).thenThrows(ProjectNotFound, 'project_not_found', 'a stranger leaving')
   spec(t).given(team).when(remove('usr_owner', 'usr_nobody')).thenThrows(MemberNotFound, 'member_not_found')
-  spec(t).given(team).when(remove(null, 'usr_admin')).then([{ type: 'member_removed', data: { user_id: 'usr_admin', removed_at: at(120) } }], 'operator')
+  spec(t)
+    .given(team)
+    .when(remove(null, 'usr_admin'))
+    .then([{ type: 'member_removed', data: { user_id: 'usr_admin', removed_at: at(120) } }], 'operator')
 })
 
 const transfer = (actor: string | null, userId: string) => command('transfer_ownership', { actor_user_id: actor, user_id: userId }, 120)
@@ -594,56 +764,130 @@ t.test('random team and key commands keep one owner, at most one active key, and
       assert.ok(active.length <= 1, `at most one active key: ${JSON.stringify(state.keys)}`)
       assert.equal(active.length, state.keys_revoked_at === null ? 1 : 0, 'one active key until revoked, none after')
       assert.ok(state.keys.filter((k) => k.status === 'grace').length <= 1, 'at most one grace key')
-      assert.ok(state.invites.every((inv) => inv.role !== 'owner'), 'no invite grants ownership')
+      assert.ok(
+        state.invites.every((inv) => inv.role !== 'owner'),
+        'no invite grants ownership',
+      )
       assert.deepEqual(fold(projectDecider, projectDecider.initialState, history), state, 'folding every event gives the state')
     })
     assert.deepEqual(fold(projectDecider, projectDecider.initialState, history), state, 'the final state is the fold of the history')
   })
   const details = fc.check(property, { numRuns })
   t.equal(details.failed, false, fc.defaultReportMessage(details) ?? `team invariants (${numRuns} runs)`)
-  for (const type of ['api_key_rotated', 'api_key_revoked', 'member_invited', 'team_invite_accepted', 'member_role_changed', 'member_removed', 'ownership_transferred']) {
+  for (const type of [
+    'api_key_rotated',
+    'api_key_revoked',
+    'member_invited',
+    'team_invite_accepted',
+    'member_role_changed',
+    'member_removed',
+    'ownership_transferred',
+  ]) {
     t.ok((seen.get(type) ?? 0) > 0, `the generator reaches ${type}`)
   }
-  for (const code of ['forbidden', 'project_not_found', 'invalid_role', 'invalid_token', 'member_not_found', 'cannot_modify_owner', 'cannot_remove_owner', 'key_revoked']) {
+  for (const code of [
+    'forbidden',
+    'project_not_found',
+    'invalid_role',
+    'invalid_token',
+    'member_not_found',
+    'cannot_modify_owner',
+    'cannot_remove_owner',
+    'key_revoked',
+  ]) {
     t.ok((seen.get(`refused:${code}`) ?? 0) > 0, `the generator hits the refusal ${code}`)
   }
 })
 
 t.test('below the owner, nobody manages a role at or above their own (role_exceeds_caller)', async (t) => {
   const twoAdmins = [...team, joined('usr_admin2', 'admin')]
-  spec(t).given(twoAdmins).when(changeRole('usr_admin', 'usr_admin2', 'viewer')).thenThrows(RoleExceedsCaller, 'role_exceeds_caller', 'an admin demoting an admin')
-  spec(t).given(twoAdmins).when(changeRole('usr_admin', 'usr_member', 'admin')).thenThrows(RoleExceedsCaller, 'role_exceeds_caller', 'an admin promoting to admin')
+  spec(t)
+    .given(twoAdmins)
+    .when(changeRole('usr_admin', 'usr_admin2', 'viewer'))
+    .thenThrows(RoleExceedsCaller, 'role_exceeds_caller', 'an admin demoting an admin')
+  spec(t)
+    .given(twoAdmins)
+    .when(changeRole('usr_admin', 'usr_member', 'admin'))
+    .thenThrows(RoleExceedsCaller, 'role_exceeds_caller', 'an admin promoting to admin')
   spec(t).given(twoAdmins).when(remove('usr_admin', 'usr_admin2')).thenThrows(RoleExceedsCaller, 'role_exceeds_caller', 'an admin removing an admin')
-  spec(t).given(twoAdmins).when(remove('usr_admin2', 'usr_admin2')).then([{ type: 'member_removed', data: { user_id: 'usr_admin2', removed_at: at(120) } }], 'an admin may leave')
+  spec(t)
+    .given(twoAdmins)
+    .when(remove('usr_admin2', 'usr_admin2'))
+    .then([{ type: 'member_removed', data: { user_id: 'usr_admin2', removed_at: at(120) } }], 'an admin may leave')
   spec(t)
     .given(twoAdmins)
     .when(changeRole('usr_owner', 'usr_admin2', 'viewer'))
-    .then([{ type: 'member_role_changed', data: { user_id: 'usr_admin2', role: 'viewer', previous_role: 'admin', changed_at: at(120) } }], 'the owner manages admins')
+    .then(
+      [{ type: 'member_role_changed', data: { user_id: 'usr_admin2', role: 'viewer', previous_role: 'admin', changed_at: at(120) } }],
+      'the owner manages admins',
+    )
 })
 
 t.test('set billing state: a provider event id is applied once, even after a later event moved the state on', async (t) => {
-  const setState = (state: BillingState, id: string | null, seconds: number) => command('set_billing_state', { state, provider_event_id: id }, seconds)
-  const pastDue: ProjectEvent = { type: 'billing_state_changed', data: { state: 'past_due', previous_state: 'active', provider_event_id: 'evt_a', changed_at: at(60) } }
-  const backToActive: ProjectEvent = { type: 'billing_state_changed', data: { state: 'active', previous_state: 'past_due', provider_event_id: 'evt_b', changed_at: at(120) } }
-  spec(t).given(createdEvents()).when(setState('past_due', 'evt_a', 60)).then([pastDue])
-  const after = spec(t).given([...createdEvents(), pastDue]).when(setState('active', 'evt_b', 120)).then([backToActive])
-  t.strictSame(after?.provider_events, [{ id: 'evt_a', at: at(60) }, { id: 'evt_b', at: at(120) }], 'both ids are remembered')
-  spec(t).given([...createdEvents(), pastDue, backToActive]).when(setState('past_due', 'evt_a', 180)).then([], 'a replay of evt_a changes nothing')
+  const setState = (state: BillingState, id: string | null, seconds: number) =>
+    command('set_billing_state', { state, provider_event_id: id }, seconds)
+  const pastDue: ProjectEvent = {
+    type: 'billing_state_changed',
+    data: { state: 'past_due', previous_state: 'active', provider_event_id: 'evt_a', changed_at: at(60) },
+  }
+  const backToActive: ProjectEvent = {
+    type: 'billing_state_changed',
+    data: { state: 'active', previous_state: 'past_due', provider_event_id: 'evt_b', changed_at: at(120) },
+  }
+  spec(t)
+    .given(createdEvents())
+    .when(setState('past_due', 'evt_a', 60))
+    .then([pastDue])
+  const after = spec(t)
+    .given([...createdEvents(), pastDue])
+    .when(setState('active', 'evt_b', 120))
+    .then([backToActive])
+  t.strictSame(
+    after?.provider_events,
+    [
+      { id: 'evt_a', at: at(60) },
+      { id: 'evt_b', at: at(120) },
+    ],
+    'both ids are remembered',
+  )
+  spec(t)
+    .given([...createdEvents(), pastDue, backToActive])
+    .when(setState('past_due', 'evt_a', 180))
+    .then([], 'a replay of evt_a changes nothing')
   const confirmed = spec(t)
     .given([...createdEvents(), pastDue, backToActive])
     .when(setState('active', 'evt_c', 180))
-    .then([{ type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: 'evt_c', confirmed_at: at(180) } }], 'the current state, reported: recorded as a confirmation')
-  t.ok(confirmed?.provider_events?.some((e) => e.id === 'evt_c'), 'so its replay is known too')
-  spec(t).given([...createdEvents(), pastDue]).when(setState('past_due', null, 180)).then([], 'without an event id, the same state is a no-op')
+    .then(
+      [{ type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: 'evt_c', confirmed_at: at(180) } }],
+      'the current state, reported: recorded as a confirmation',
+    )
+  t.ok(
+    confirmed?.provider_events?.some((e) => e.id === 'evt_c'),
+    'so its replay is known too',
+  )
+  spec(t)
+    .given([...createdEvents(), pastDue])
+    .when(setState('past_due', null, 180))
+    .then([], 'without an event id, the same state is a no-op')
 })
 
 t.test('set billing state: provider event ids are remembered for a day, a hundred at most', async (t) => {
-  const confirmations = Array.from({ length: 105 }, (_, i): ProjectEvent => ({ type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: `evt_${i}`, confirmed_at: at(60 + i) } }))
+  const confirmations = Array.from({ length: 105 }, (_, i): ProjectEvent => ({
+    type: 'billing_state_confirmed',
+    data: { state: 'active', provider_event_id: `evt_${i}`, confirmed_at: at(60 + i) },
+  }))
   const project = projectOf([...createdEvents(), ...confirmations])
   t.equal(project.provider_events?.length, 100, 'the newest 100')
   t.equal(project.provider_events?.[0]?.id, 'evt_5', 'the oldest dropped first')
-  const dayLater: ProjectEvent = { type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: 'evt_late', confirmed_at: at(60 + 104 + day) } }
-  t.strictSame(projectOf([...createdEvents(), ...confirmations, dayLater]).provider_events, [{ id: 'evt_late', at: at(60 + 104 + day) }], 'a day later the earlier ones are forgotten')
+  const dayLater: ProjectEvent = {
+    type: 'billing_state_confirmed',
+    data: { state: 'active', provider_event_id: 'evt_late', confirmed_at: at(60 + 104 + day) },
+  }
+  t.strictSame(
+    projectOf([...createdEvents(), ...confirmations, dayLater]).provider_events,
+    [{ id: 'evt_late', at: at(60 + 104 + day) }],
+    'a day later the earlier ones are forgotten',
+  )
 })
 
 t.test('evolve on a missing state: project_created builds it, any other event throws', async (t) => {

@@ -104,7 +104,10 @@ t.test('sign up refuses an id that already exists, deleted or not', async (t) =>
 
 t.test('commands other than sign up need an existing user', async (t) => {
   userSpec(t).given([]).when(verify()).thenThrows(UserNotFound, 'user_not_found')
-  userSpec(t).given([]).when(cmd('change_password', { password_hash: 'x' })).thenThrows(UserNotFound, 'user_not_found')
+  userSpec(t)
+    .given([])
+    .when(cmd('change_password', { password_hash: 'x' }))
+    .thenThrows(UserNotFound, 'user_not_found')
 })
 
 t.test('verify e-mail with the right token before expiry: verified and joined to the first project', async (t) => {
@@ -123,8 +126,14 @@ t.test('verify e-mail with the right token before expiry: verified and joined to
 })
 
 t.test('verify e-mail refuses a wrong, expired or used token', async (t) => {
-  userSpec(t).given(signedUp).when(verify('w'.repeat(64))).thenThrows(InvalidVerificationToken, 'invalid_verification_token', 'wrong hash')
-  userSpec(t).given(signedUp).when(verify(verification.token_hash, day)).thenThrows(InvalidVerificationToken, 'invalid_verification_token', 'at expiry')
+  userSpec(t)
+    .given(signedUp)
+    .when(verify('w'.repeat(64)))
+    .thenThrows(InvalidVerificationToken, 'invalid_verification_token', 'wrong hash')
+  userSpec(t)
+    .given(signedUp)
+    .when(verify(verification.token_hash, day))
+    .thenThrows(InvalidVerificationToken, 'invalid_verification_token', 'at expiry')
   userSpec(t)
     .given(signedUp)
     .when(verify(verification.token_hash, day + 1))
@@ -162,7 +171,10 @@ t.test('issue verification token: a new grant while unverified, nothing once ver
     .when(cmd('issue_verification_token', { verification: next }))
     .then([{ type: 'verification_token_issued', data: next }])
   t.same(user?.verification, next)
-  userSpec(t).given(verified).when(cmd('issue_verification_token', { verification: next })).then([])
+  userSpec(t)
+    .given(verified)
+    .when(cmd('issue_verification_token', { verification: next }))
+    .then([])
 })
 
 t.test('request password reset stores the grant', async (t) => {
@@ -240,7 +252,10 @@ t.test('update profile emits only the fields that change', async (t) => {
   t.equal(user?.locale, 'fr-FR')
   t.equal(user?.timezone, 'UTC')
   if (user === null) return
-  userSpec(t).givenState(user).when(cmd('update_profile', { display_name: 'Ada L.', locale: 'fr-FR' })).then([], 'no change, no event')
+  userSpec(t)
+    .givenState(user)
+    .when(cmd('update_profile', { display_name: 'Ada L.', locale: 'fr-FR' }))
+    .then([], 'no change, no event')
   userSpec(t).givenState(user).when(cmd('update_profile', {})).then([], 'empty update, no event')
   const cleared = userSpec(t)
     .givenState(user)
@@ -262,22 +277,37 @@ t.test('stage TOTP: a pending secret, replaceable until enabled', async (t) => {
     .when(cmd('stage_totp', { secret_encrypted: 'enc:secret-2' }))
     .then([{ type: 'totp_secret_staged', data: { secret_encrypted: 'enc:secret-2' } }])
   t.same(restaged?.totp, { secret_encrypted: 'enc:secret-2', enabled_at: null, last_step: 0 })
-  userSpec(t).given(enabled).when(cmd('stage_totp', { secret_encrypted: 'enc:secret-3' })).thenThrows(TotpAlreadyEnabled, 'totp_already_enabled')
+  userSpec(t)
+    .given(enabled)
+    .when(cmd('stage_totp', { secret_encrypted: 'enc:secret-3' }))
+    .thenThrows(TotpAlreadyEnabled, 'totp_already_enabled')
 })
 
 t.test('enable TOTP needs a staged secret and records the step', async (t) => {
-  userSpec(t).given(verified).when(cmd('enable_totp', { step: 100, secret_encrypted: 'enc:secret-1' })).thenThrows(TotpNotInitialized, 'totp_not_initialized')
+  userSpec(t)
+    .given(verified)
+    .when(cmd('enable_totp', { step: 100, secret_encrypted: 'enc:secret-1' }))
+    .thenThrows(TotpNotInitialized, 'totp_not_initialized')
   const user = userSpec(t)
     .given(staged)
     .when(cmd('enable_totp', { step: 100, secret_encrypted: 'enc:secret-1' }, 120))
     .then([{ type: 'two_factor_enabled', data: { enabled_at: at(120), step: 100 } }])
   t.same(user?.totp, { secret_encrypted: 'enc:secret-1', enabled_at: at(120), last_step: 100 })
-  userSpec(t).given(enabled).when(cmd('enable_totp', { step: 101, secret_encrypted: 'enc:secret-1' })).thenThrows(TotpAlreadyEnabled, 'totp_already_enabled')
+  userSpec(t)
+    .given(enabled)
+    .when(cmd('enable_totp', { step: 101, secret_encrypted: 'enc:secret-1' }))
+    .thenThrows(TotpAlreadyEnabled, 'totp_already_enabled')
 })
 
 t.test('accept TOTP step: only steps newer than the last accepted one (no replay)', async (t) => {
-  userSpec(t).given(enabled).when(cmd('accept_totp_step', { step: 100 })).thenThrows(InvalidTotpCode, 'invalid_totp_code', 'same step')
-  userSpec(t).given(enabled).when(cmd('accept_totp_step', { step: 99 })).thenThrows(InvalidTotpCode, 'invalid_totp_code', 'earlier step')
+  userSpec(t)
+    .given(enabled)
+    .when(cmd('accept_totp_step', { step: 100 }))
+    .thenThrows(InvalidTotpCode, 'invalid_totp_code', 'same step')
+  userSpec(t)
+    .given(enabled)
+    .when(cmd('accept_totp_step', { step: 99 }))
+    .thenThrows(InvalidTotpCode, 'invalid_totp_code', 'earlier step')
   const user = userSpec(t)
     .given(enabled)
     .when(cmd('accept_totp_step', { step: 101 }))
@@ -285,9 +315,18 @@ t.test('accept TOTP step: only steps newer than the last accepted one (no replay
   t.equal(user?.totp?.last_step, 101)
   t.equal(user?.totp?.enabled_at, at(120), 'accepting a step keeps 2FA enabled')
   if (user === null) return
-  userSpec(t).givenState(user).when(cmd('accept_totp_step', { step: 101 })).thenThrows(InvalidTotpCode, 'invalid_totp_code', 'replay of 101')
-  userSpec(t).given(verified).when(cmd('accept_totp_step', { step: 1 })).thenThrows(TotpNotEnabled, 'totp_not_enabled', '2FA off')
-  userSpec(t).given(staged).when(cmd('accept_totp_step', { step: 1 })).thenThrows(TotpNotEnabled, 'totp_not_enabled', 'staged only')
+  userSpec(t)
+    .givenState(user)
+    .when(cmd('accept_totp_step', { step: 101 }))
+    .thenThrows(InvalidTotpCode, 'invalid_totp_code', 'replay of 101')
+  userSpec(t)
+    .given(verified)
+    .when(cmd('accept_totp_step', { step: 1 }))
+    .thenThrows(TotpNotEnabled, 'totp_not_enabled', '2FA off')
+  userSpec(t)
+    .given(staged)
+    .when(cmd('accept_totp_step', { step: 1 }))
+    .thenThrows(TotpNotEnabled, 'totp_not_enabled', 'staged only')
 })
 
 t.test('use recovery code removes only that code', async (t) => {
@@ -297,9 +336,18 @@ t.test('use recovery code removes only that code', async (t) => {
     .then([{ type: 'recovery_code_used', data: { code_hash: 'c2' } }])
   t.same(user?.recovery_code_hashes, ['c1', 'c3'])
   if (user === null) return
-  userSpec(t).givenState(user).when(cmd('use_recovery_code', { code_hash: 'c2' })).thenThrows(InvalidTotpCode, 'invalid_totp_code', 'a used code')
-  userSpec(t).given(withCodes).when(cmd('use_recovery_code', { code_hash: 'zz' })).thenThrows(InvalidTotpCode, 'invalid_totp_code', 'unknown')
-  userSpec(t).given(verified).when(cmd('use_recovery_code', { code_hash: 'c1' })).thenThrows(TotpNotEnabled, 'totp_not_enabled', '2FA off')
+  userSpec(t)
+    .givenState(user)
+    .when(cmd('use_recovery_code', { code_hash: 'c2' }))
+    .thenThrows(InvalidTotpCode, 'invalid_totp_code', 'a used code')
+  userSpec(t)
+    .given(withCodes)
+    .when(cmd('use_recovery_code', { code_hash: 'zz' }))
+    .thenThrows(InvalidTotpCode, 'invalid_totp_code', 'unknown')
+  userSpec(t)
+    .given(verified)
+    .when(cmd('use_recovery_code', { code_hash: 'c1' }))
+    .thenThrows(TotpNotEnabled, 'totp_not_enabled', '2FA off')
 })
 
 t.test('regenerate recovery codes replaces the whole list', async (t) => {
@@ -309,8 +357,14 @@ t.test('regenerate recovery codes replaces the whole list', async (t) => {
     .then([{ type: 'recovery_codes_regenerated', data: { code_hashes: ['d1', 'd2'] } }])
   t.same(user?.recovery_code_hashes, ['d1', 'd2'], 'earlier codes are gone')
   if (user === null) return
-  userSpec(t).givenState(user).when(cmd('use_recovery_code', { code_hash: 'c1' })).thenThrows(InvalidTotpCode, 'invalid_totp_code', 'an old code')
-  userSpec(t).given(staged).when(cmd('regenerate_recovery_codes', { code_hashes: ['d1'] })).thenThrows(TotpNotEnabled, 'totp_not_enabled')
+  userSpec(t)
+    .givenState(user)
+    .when(cmd('use_recovery_code', { code_hash: 'c1' }))
+    .thenThrows(InvalidTotpCode, 'invalid_totp_code', 'an old code')
+  userSpec(t)
+    .given(staged)
+    .when(cmd('regenerate_recovery_codes', { code_hashes: ['d1'] }))
+    .thenThrows(TotpNotEnabled, 'totp_not_enabled')
 })
 
 t.test('disable TOTP clears the secret and the recovery codes', async (t) => {
@@ -321,11 +375,23 @@ t.test('disable TOTP clears the secret and the recovery codes', async (t) => {
   t.equal(user?.totp, null)
   t.same(user?.recovery_code_hashes, [])
   t.equal(user?.updated_at, at(300))
-  userSpec(t).given(withCodes).when(cmd('disable_totp', { step: 100 })).thenThrows(InvalidTotpCode, 'invalid_totp_code', 'a replayed step')
-  userSpec(t).given(verified).when(cmd('disable_totp', { step: 102 })).thenThrows(TotpNotEnabled, 'totp_not_enabled')
-  userSpec(t).given(staged).when(cmd('disable_totp', { step: 102 })).thenThrows(TotpNotEnabled, 'totp_not_enabled', 'staged only')
+  userSpec(t)
+    .given(withCodes)
+    .when(cmd('disable_totp', { step: 100 }))
+    .thenThrows(InvalidTotpCode, 'invalid_totp_code', 'a replayed step')
+  userSpec(t)
+    .given(verified)
+    .when(cmd('disable_totp', { step: 102 }))
+    .thenThrows(TotpNotEnabled, 'totp_not_enabled')
+  userSpec(t)
+    .given(staged)
+    .when(cmd('disable_totp', { step: 102 }))
+    .thenThrows(TotpNotEnabled, 'totp_not_enabled', 'staged only')
   if (user === null) return
-  userSpec(t).givenState(user).when(cmd('enable_totp', { step: 103, secret_encrypted: 'enc:secret-1' })).thenThrows(TotpNotInitialized, 'totp_not_initialized', 'setup again first')
+  userSpec(t)
+    .givenState(user)
+    .when(cmd('enable_totp', { step: 103, secret_encrypted: 'enc:secret-1' }))
+    .thenThrows(TotpNotInitialized, 'totp_not_initialized', 'setup again first')
 })
 
 t.test('join and leave project are idempotent', async (t) => {
@@ -334,15 +400,24 @@ t.test('join and leave project are idempotent', async (t) => {
     .when(cmd('join_project', { project_id: 'prj_2' }))
     .then([{ type: 'project_joined', data: { project_id: 'prj_2' } }])
   t.same(joined?.project_ids, ['prj_1', 'prj_2'], 'newest last')
-  userSpec(t).given(verified).when(cmd('join_project', { project_id: 'prj_1' })).then([], 'joining twice adds nothing')
+  userSpec(t)
+    .given(verified)
+    .when(cmd('join_project', { project_id: 'prj_1' }))
+    .then([], 'joining twice adds nothing')
   const left = userSpec(t)
     .given(verified)
     .when(cmd('leave_project', { project_id: 'prj_1' }))
     .then([{ type: 'project_left', data: { project_id: 'prj_1' } }])
   t.same(left?.project_ids, [])
   if (left === null) return
-  userSpec(t).givenState(left).when(cmd('leave_project', { project_id: 'prj_1' })).then([], 'leaving twice removes nothing')
-  userSpec(t).given(verified).when(cmd('leave_project', { project_id: 'prj_9' })).then([], 'never joined')
+  userSpec(t)
+    .givenState(left)
+    .when(cmd('leave_project', { project_id: 'prj_1' }))
+    .then([], 'leaving twice removes nothing')
+  userSpec(t)
+    .given(verified)
+    .when(cmd('leave_project', { project_id: 'prj_9' }))
+    .then([], 'never joined')
 })
 
 t.test('delete account: status deleted, secrets cleared, every later command refused', async (t) => {
@@ -402,7 +477,10 @@ t.test('evolve on a missing state: user_signed_up builds it, any other event thr
 
 t.test('enable_totp refuses a code checked against a secret that a second setup replaced', async (t) => {
   const restaged: UserEvent[] = [...staged, { type: 'totp_secret_staged', data: { secret_encrypted: 'enc:secret-2' } }]
-  userSpec(t).given(restaged).when(cmd('enable_totp', { step: 100, secret_encrypted: 'enc:secret-1' })).thenThrows(InvalidTotpCode, 'invalid_totp_code')
+  userSpec(t)
+    .given(restaged)
+    .when(cmd('enable_totp', { step: 100, secret_encrypted: 'enc:secret-1' }))
+    .thenThrows(InvalidTotpCode, 'invalid_totp_code')
 })
 
 /** Logout of the session `id`, issued at `issued` and expiring 7 days later, decided at `seconds`. */
@@ -417,11 +495,18 @@ t.test('logout ends exactly the session it names, until that session would have 
     .then([{ type: 'session_ended', data: { session_id: 's1', expires_at: at(60 + 7 * day), ended_at: at(600) } }])
   t.equal(isSessionLive(user!, session('s1')), false, 'the ended session is refused')
   t.equal(isSessionLive(user!, session('s2')), true, 'another session of the same user still works')
-  t.equal(isSessionLive(user!, { session_id: null, issued_at_ms: Date.parse(at(60)) }), true, 'a token without an id is judged by its issue time only')
+  t.equal(
+    isSessionLive(user!, { session_id: null, issued_at_ms: Date.parse(at(60)) }),
+    true,
+    'a token without an id is judged by its issue time only',
+  )
 
   const ended: UserEvent[] = [...verified, { type: 'session_ended', data: { session_id: 's1', expires_at: at(60 + 7 * day), ended_at: at(600) } }]
   userSpec(t).given(ended).when(endSession('s1', 700)).then([], 'ending it again changes nothing')
-  userSpec(t).given(verified).when(endSession('s3', 8 * day, 0)).then([], 'an expired session needs no ending')
+  userSpec(t)
+    .given(verified)
+    .when(endSession('s3', 8 * day, 0))
+    .then([], 'an expired session needs no ending')
   const later = userSpec(t)
     .given(ended)
     .when(endSession('s4', 8 * day, 7 * day))
@@ -445,7 +530,10 @@ t.test(`past ${maxEndedSessions} unexpired ended sessions, logout ends every ses
   for (let i = 0; i < maxEndedSessions; i++) {
     many.push({ type: 'session_ended', data: { session_id: `s${i}`, expires_at: at(60 + 7 * day), ended_at: at(100 + i) } })
   }
-  const user = userSpec(t).given(many).when(endSession('last', 1000)).then([{ type: 'all_sessions_ended', data: { ended_at: at(1000) } }])
+  const user = userSpec(t)
+    .given(many)
+    .when(endSession('last', 1000))
+    .then([{ type: 'all_sessions_ended', data: { ended_at: at(1000) } }])
   t.strictSame(user!.ended_sessions, [], 'the list is replaced by one instant')
   t.equal(user!.sessions_ended_before, at(1000))
   t.equal(isSessionLive(user!, session('last')), false, 'the session logging out is ended')

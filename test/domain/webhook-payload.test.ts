@@ -7,26 +7,72 @@ const at = '2025-03-01T12:00:00.000Z'
 const done = '2025-03-01T12:00:02.500Z'
 
 const job: Job = {
-  id: 'job_1', project_id: 'prj_1', state: 'succeeded', job_type: 'email.send', queue: 'mail', payload: { to: 'someone' }, tags: null,
-  created_at: at, run_at: null, started_at: at, completed_at: done, updated_at: done, duration_ms: 2_500, progress: null, error: null,
-  attempt: 3, max_attempts: 3, timeout_seconds: 30, worker_id: null, idempotency_key: null,
-  parent_job_id: null, waiting_for_parent: false, children: [],
+  id: 'job_1',
+  project_id: 'prj_1',
+  state: 'succeeded',
+  job_type: 'email.send',
+  queue: 'mail',
+  payload: { to: 'someone' },
+  tags: null,
+  created_at: at,
+  run_at: null,
+  started_at: at,
+  completed_at: done,
+  updated_at: done,
+  duration_ms: 2_500,
+  progress: null,
+  error: null,
+  attempt: 3,
+  max_attempts: 3,
+  timeout_seconds: 30,
+  worker_id: null,
+  idempotency_key: null,
+  parent_job_id: null,
+  waiting_for_parent: false,
+  children: [],
 }
 
 const alert: Alert = {
-  id: 'alr_1', project_id: 'prj_1', name: 'deep queue', kind: 'queue_depth', queue: 'mail', threshold: 10, window_minutes: 60,
-  email: [], webhook: true, enabled: true, status: 'firing', last_value: 12, deleted: false,
-  last_evaluated_at: at, last_triggered_at: at, last_resolved_at: null, created_at: at, updated_at: at,
+  id: 'alr_1',
+  project_id: 'prj_1',
+  name: 'deep queue',
+  kind: 'queue_depth',
+  queue: 'mail',
+  threshold: 10,
+  window_minutes: 60,
+  email: [],
+  webhook: true,
+  enabled: true,
+  status: 'firing',
+  last_value: 12,
+  deleted: false,
+  last_evaluated_at: at,
+  last_triggered_at: at,
+  last_resolved_at: null,
+  created_at: at,
+  updated_at: at,
 }
 
 t.test('job.created carries the job and its queue only', async (t) => {
-  t.strictSame(webhookEventOf({ type: 'job_created', data: {} }, job), { type: 'job.created', data: { schema_version: 1, job_id: 'job_1', queue: 'mail' } })
+  t.strictSame(webhookEventOf({ type: 'job_created', data: {} }, job), {
+    type: 'job.created',
+    data: { schema_version: 1, job_id: 'job_1', queue: 'mail' },
+  })
 })
 
 t.test('job.succeeded carries the spec’s fields, its times from the event', async (t) => {
   t.strictSame(webhookEventOf({ type: 'job_succeeded', data: { worker_id: 'w', attempt: 1, duration_ms: 2_500, completed_at: done } }, job), {
     type: 'job.succeeded',
-    data: { schema_version: 1, job_id: 'job_1', project_id: 'prj_1', job_type: 'email.send', queue: 'mail', state: 'succeeded', duration_ms: 2_500, completed_at: done },
+    data: {
+      schema_version: 1,
+      job_id: 'job_1',
+      project_id: 'prj_1',
+      job_type: 'email.send',
+      queue: 'mail',
+      state: 'succeeded',
+      duration_ms: 2_500,
+      completed_at: done,
+    },
   })
 })
 
@@ -60,9 +106,23 @@ t.test('other job events, and events of no job, send nothing', async (t) => {
 t.test('alert notifications, only for alerts that ask for webhooks', async (t) => {
   t.strictSame(alertWebhookEventOf({ type: 'alert_triggered', data: { value: 12, threshold: 10, triggered_at: at } }, alert), {
     type: 'alert.triggered',
-    data: { schema_version: 1, alert_id: 'alr_1', project_id: 'prj_1', name: 'deep queue', kind: 'queue_depth', queue: 'mail', threshold: 10, value: 12, status: 'firing', at },
+    data: {
+      schema_version: 1,
+      alert_id: 'alr_1',
+      project_id: 'prj_1',
+      name: 'deep queue',
+      kind: 'queue_depth',
+      queue: 'mail',
+      threshold: 10,
+      value: 12,
+      status: 'firing',
+      at,
+    },
   })
-  t.match(alertWebhookEventOf({ type: 'alert_resolved', data: { value: 3, threshold: 10, resolved_at: done } }, alert), { type: 'alert.resolved', data: { status: 'ok', value: 3, at: done } })
+  t.match(alertWebhookEventOf({ type: 'alert_resolved', data: { value: 3, threshold: 10, resolved_at: done } }, alert), {
+    type: 'alert.resolved',
+    data: { status: 'ok', value: 3, at: done },
+  })
   t.equal(alertWebhookEventOf({ type: 'alert_triggered', data: { value: 12, threshold: 10, triggered_at: at } }, { ...alert, webhook: false }), null)
   t.equal(alertWebhookEventOf({ type: 'alert_updated', data: {} }, alert), null)
 })

@@ -75,17 +75,29 @@ t.test('update: webhook_updated carries only the fields that change', async (t) 
 
 t.test('update that changes nothing records nothing', async (t) => {
   spec(t).given([created()]).when(update({})).then([], 'no fields')
-  spec(t).given([created()]).when(update({ url: subscription.url, events: ['job.succeeded'], is_active: true })).then([], 'the same values')
+  spec(t)
+    .given([created()])
+    .when(update({ url: subscription.url, events: ['job.succeeded'], is_active: true }))
+    .then([], 'the same values')
 })
 
 t.test('update of a subscription that does not exist, or was deleted, is WebhookNotFound', async (t) => {
-  spec(t).given([]).when(update({ is_active: false })).thenThrows(WebhookNotFound, 'webhook_not_found')
-  spec(t).given([created(), deleted()]).when(update({ is_active: false }, t2)).thenThrows(WebhookNotFound, 'webhook_not_found', 'after delete')
+  spec(t)
+    .given([])
+    .when(update({ is_active: false }))
+    .thenThrows(WebhookNotFound, 'webhook_not_found')
+  spec(t)
+    .given([created(), deleted()])
+    .when(update({ is_active: false }, t2))
+    .thenThrows(WebhookNotFound, 'webhook_not_found', 'after delete')
   spec(t).given([created(), deleted()]).when(update({}, t2)).thenThrows(WebhookNotFound, 'webhook_not_found', 'even with no changes')
 })
 
 t.test('rotate: the new secret, and the previous one valid for 24 hours more', async (t) => {
-  const hook = spec(t).given([created()]).when(rotate('enc:secret-2')).then([rotated('enc:secret-2')])
+  const hook = spec(t)
+    .given([created()])
+    .when(rotate('enc:secret-2'))
+    .then([rotated('enc:secret-2')])
   t.match(hook, {
     secret_encrypted: 'enc:secret-2',
     previous_secret_encrypted: 'enc:secret-1',

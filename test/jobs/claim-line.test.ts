@@ -23,7 +23,8 @@ function lineWithManualRuns(limits = { perProject: 2, total: 3, jobsPerTransacti
         runs.push({
           target,
           polls,
-          finish: (jobsFor = () => 0) => resolve(polls.map((p) => Array.from({ length: jobsFor(p) }, (_, n) => `${target.projectId}:${p.workerId}:${n}`))),
+          finish: (jobsFor = () => 0) =>
+            resolve(polls.map((p) => Array.from({ length: jobsFor(p) }, (_, n) => `${target.projectId}:${p.workerId}:${n}`))),
           fail: reject,
         })
       }),
@@ -48,7 +49,10 @@ t.test('polls of one project and target that wait together share one transaction
   const got = await Promise.all(answers)
   t.same(got[0], ['prj_a:w0:0'], 'each poll gets what its share of the transaction claimed')
   t.same(got[1], ['prj_a:w1:0'])
-  t.ok(got.slice(2).every((jobs) => jobs.length === 0), 'the others get nothing')
+  t.ok(
+    got.slice(2).every((jobs) => jobs.length === 0),
+    'the others get nothing',
+  )
 })
 
 t.test('a transaction serves at most jobsPerTransaction jobs of capacity; the rest form the next batch', async (t) => {
@@ -56,11 +60,18 @@ t.test('a transaction serves at most jobsPerTransaction jobs of capacity; the re
   const answers = [line.claim(request('prj_a', 'big1', 50)), line.claim(request('prj_a', 'big2', 50)), line.claim(request('prj_a', 'big3', 50))]
   await settle()
   t.equal(runs.length, 1)
-  t.same(runs[0]!.polls.map((p) => p.workerId), ['big1', 'big2'], 'two polls of capacity 50 fill a transaction')
+  t.same(
+    runs[0]!.polls.map((p) => p.workerId),
+    ['big1', 'big2'],
+    'two polls of capacity 50 fill a transaction',
+  )
   runs[0]!.finish()
   await settle()
   t.equal(runs.length, 2)
-  t.same(runs[1]!.polls.map((p) => p.workerId), ['big3'])
+  t.same(
+    runs[1]!.polls.map((p) => p.workerId),
+    ['big3'],
+  )
   runs[1]!.finish()
   await Promise.all(answers)
 })
@@ -76,7 +87,10 @@ t.test('different queue sets of a project are different batches; the same set in
   t.same(
     runs.map((r) => [r.target.queues, r.polls.map((p) => p.workerId)]),
     [
-      [['x', 'y'], ['w1', 'w2']],
+      [
+        ['x', 'y'],
+        ['w1', 'w2'],
+      ],
       [['x'], ['w3']],
     ],
   )
@@ -116,7 +130,11 @@ t.test("another project's poll is not stuck behind a project's long line: projec
   }
   answers.push(line.claim(request('prj_b', 'b0')))
   await settle()
-  t.same(runs.map((r) => r.target.projectId), ['prj_a', 'prj_a'], 'A holds both slots of the process')
+  t.same(
+    runs.map((r) => r.target.projectId),
+    ['prj_a', 'prj_a'],
+    'A holds both slots of the process',
+  )
   runs[0]!.finish()
   await settle()
   t.equal(runs[2]!.target.projectId, 'prj_b', "the next free slot goes to B's poll, ahead of A's three queued batches")
@@ -142,7 +160,11 @@ t.test('an aborted poll leaves its batch before it runs; once it runs, the answe
   t.equal(line.waiting('prj_a'), 1)
   runs[0]!.finish()
   await settle()
-  t.same(runs[1]!.polls.map((p) => p.workerId), ['staying'], 'its batch runs without it')
+  t.same(
+    runs[1]!.polls.map((p) => p.workerId),
+    ['staying'],
+    'its batch runs without it',
+  )
   runs[1]!.finish(() => 1)
   t.same(await staying, ['prj_a:staying:0'])
   await first

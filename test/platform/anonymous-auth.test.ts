@@ -60,7 +60,10 @@ function mailsTo(email: string, subject: RegExp): ReceivedMail[] {
   return h.smtp.mails.filter((m) => m.to.includes(email.toLowerCase()) && subject.test(m.subject))
 }
 
-async function signUp(t: Test, body: { email: string; password: string; plan?: string }): Promise<{ userId: string; token: string; mail: ReceivedMail }> {
+async function signUp(
+  t: Test,
+  body: { email: string; password: string; plan?: string },
+): Promise<{ userId: string; token: string; mail: ReceivedMail }> {
   const res = await post('signup', { accept_terms: true, ...body })
   t.equal(res.status, 201, `signup ${body.email}: ${JSON.stringify(res.body)}`)
   const mail = await h.smtp.next(body.email, verifySubject)
@@ -132,7 +135,10 @@ t.test('signup with plan pro carries it to the first project (and a 128-characte
   t.equal(verified.status, 200, JSON.stringify(verified.body))
   const login = await post('login', { email, password: pw })
   t.equal(login.status, 200, JSON.stringify(login.body))
-  t.strictSame(login.body.projects.map((p: { plan: string }) => p.plan), ['pro'])
+  t.strictSame(
+    login.body.projects.map((p: { plan: string }) => p.plan),
+    ['pro'],
+  )
   const profile = await me(sessionFrom(login))
   t.equal(profile.body.products[0]?.plan, 'pro')
   t.equal(profile.body.projects[0]?.plan, 'pro')
@@ -188,9 +194,21 @@ t.test('signup with a present but malformed address: 422 invalid_email', async (
 
 t.test('signup with a registered address, also differently cased: 409 email_already_registered', async (t) => {
   isError(t, await post('signup', { email: free.email, password: password(), accept_terms: true }), 409, 'email_already_registered', 'same address')
-  isError(t, await post('signup', { email: free.email.toUpperCase(), password: password(), accept_terms: true }), 409, 'email_already_registered', 'upper-cased')
+  isError(
+    t,
+    await post('signup', { email: free.email.toUpperCase(), password: password(), accept_terms: true }),
+    409,
+    'email_already_registered',
+    'upper-cased',
+  )
   const [local, domain] = free.email.split('@')
-  isError(t, await post('signup', { email: `${local}@${domain!.toUpperCase()}`, password: password(), accept_terms: true }), 409, 'email_already_registered', 'domain upper-cased')
+  isError(
+    t,
+    await post('signup', { email: `${local}@${domain!.toUpperCase()}`, password: password(), accept_terms: true }),
+    409,
+    'email_already_registered',
+    'domain upper-cased',
+  )
   // The original account is untouched.
   const login = await post('login', { email: free.email, password: free.password })
   t.equal(login.status, 200, JSON.stringify(login.body))
@@ -219,7 +237,11 @@ t.test('verify answers {user_id, project_id, project_name, api_key, message}; th
   // The first verification's key is still the project's key.
   t.equal((await httpRequest(h.url, res.body.api_key, 'GET', '/jobsvc/v1/jobs')).status, 200)
   const login = await post('login', { email, password: pw })
-  t.strictSame(login.body.projects.map((p: { id: string }) => p.id), [res.body.project_id], 'one project, not two')
+  t.strictSame(
+    login.body.projects.map((p: { id: string }) => p.id),
+    [res.body.project_id],
+    'one project, not two',
+  )
 })
 
 t.test('verify refuses bad tokens: 400 invalid_verification_token; a missing one is invalid_request', async (t) => {
@@ -323,13 +345,26 @@ t.test("passwords: scrypt at OWASP's minimum; an older hash is upgraded at the n
 
   // A hash from before the change (N = 2^15), written as a password change would have written it.
   const salt = randomBytes(16)
-  const weak = ['scrypt', 2 ** 15, 8, 1, salt.toString('base64url'), scryptSync(u.password.normalize('NFKC'), salt, 32, { N: 2 ** 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 }).toString('base64url')].join('$')
+  const weak = [
+    'scrypt',
+    2 ** 15,
+    8,
+    1,
+    salt.toString('base64url'),
+    scryptSync(u.password.normalize('NFKC'), salt, 32, { N: 2 ** 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 }).toString('base64url'),
+  ].join('$')
   const command: UserCommand = { type: 'change_password', data: { password_hash: weak }, meta: { now: new Date().toISOString() } }
   await handleCommand<UserCommand, UserEvent, User>(h.runtime.store, userDecider, userRef(u.userId), command, () => `evt_${h.runtime.newUlid()}`)
   const before = await stored()
   t.equal(before.password_hash, weak, 'the user now has an N=2^15 hash')
 
-  isError(t, await post('login', { email: u.email, password: `${u.password}-wrong` }), 401, 'invalid_credentials', 'a wrong password against the old hash')
+  isError(
+    t,
+    await post('login', { email: u.email, password: `${u.password}-wrong` }),
+    401,
+    'invalid_credentials',
+    'a wrong password against the old hash',
+  )
   t.equal((await stored()).password_hash, weak, 'a failed login upgrades nothing')
 
   const login = await post('login', { email: u.email, password: u.password })
@@ -505,7 +540,11 @@ t.test('resend answers the same {message} for unknown, unverified and verified a
   const unknown = await timed(() => post('resend', { email: freshEmail('unknown') }))
   const pending = await timed(() => post('resend', { email: unverified.email }))
   const done = await timed(() => post('resend', { email: free.email }))
-  for (const [what, { res, ms }] of [['unknown', unknown], ['unverified', pending], ['verified', done]] as const) {
+  for (const [what, { res, ms }] of [
+    ['unknown', unknown],
+    ['unverified', pending],
+    ['verified', done],
+  ] as const) {
     t.equal(res.status, 200, `${what}: ${JSON.stringify(res.body)}`)
     t.strictSame(Object.keys(res.body), ['message'], `${what}: only a message`)
     t.ok(ms >= 300, `${what}: answered after ${ms.toFixed(1)} ms, at least 300`)
@@ -528,7 +567,10 @@ t.test('forgot answers the same {message} for registered and unknown addresses, 
   const known = await timed(() => post('forgot', { email: free.email }))
   const unknownEmail = freshEmail('unknown')
   const unknown = await timed(() => post('forgot', { email: unknownEmail }))
-  for (const [what, { res, ms }] of [['registered', known], ['unknown', unknown]] as const) {
+  for (const [what, { res, ms }] of [
+    ['registered', known],
+    ['unknown', unknown],
+  ] as const) {
     t.equal(res.status, 200, `${what}: ${JSON.stringify(res.body)}`)
     t.strictSame(Object.keys(res.body), ['message'], `${what}: only a message`)
     t.ok(ms >= 300, `${what}: answered after ${ms.toFixed(1)} ms, at least 300`)
@@ -556,7 +598,13 @@ t.test('reset: body rules, success, single use, and every earlier session ends',
   isError(t, await post('reset', { new_password: 'long-enough-pw' }), 400, 'invalid_request', 'token missing')
   isError(t, await post('reset', { token, new_password: 1234567890 }), 400, 'invalid_request', 'new_password a number')
   isError(t, await post('reset', { token: 'garbage', new_password: 'long-enough-pw' }), 400, 'invalid_reset_token', 'garbage token')
-  isError(t, await post('reset', { token: `${u.userId}.${randomBytes(24).toString('base64url')}`, new_password: 'long-enough-pw' }), 400, 'invalid_reset_token', 'wrong secret')
+  isError(
+    t,
+    await post('reset', { token: `${u.userId}.${randomBytes(24).toString('base64url')}`, new_password: 'long-enough-pw' }),
+    400,
+    'invalid_reset_token',
+    'wrong secret',
+  )
 
   const newPassword = `r-${randomBytes(4).toString('hex')}`
   t.equal(newPassword.length, 10)

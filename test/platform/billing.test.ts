@@ -78,7 +78,11 @@ async function activityOf(projectId: string, kinds?: string[]): Promise<Activity
   const rows = await h.runtime.sql<(Omit<ActivityRow, 'metadata' | 'seq'> & { metadata: string | null; seq: string | number })[]>`
     SELECT kind, project_id, user_id, target_type, target_id, metadata, seq FROM activity WHERE project_id = ${projectId} ORDER BY seq, id`
   return rows
-    .map((r) => ({ ...r, seq: Number(r.seq), metadata: r.metadata === null ? null : typeof r.metadata === 'string' ? JSON.parse(r.metadata) : r.metadata }))
+    .map((r) => ({
+      ...r,
+      seq: Number(r.seq),
+      metadata: r.metadata === null ? null : typeof r.metadata === 'string' ? JSON.parse(r.metadata) : r.metadata,
+    }))
     .filter((r) => kinds === undefined || kinds.includes(r.kind))
 }
 
@@ -392,7 +396,11 @@ t.test('spend cap stops overage creation', async (t) => {
 
 t.test('provider webhook: signature scheme', async (t) => {
   const u = await newVerifiedUser(h)
-  const body = JSON.stringify({ id: `evt_${randomBytes(6).toString('hex')}`, type: 'billing_state.updated', data: { project_id: u.projectId, state: 'active' } })
+  const body = JSON.stringify({
+    id: `evt_${randomBytes(6).toString('hex')}`,
+    type: 'billing_state.updated',
+    data: { project_id: u.projectId, state: 'active' },
+  })
   const now = new Date()
   const ts = Math.floor(now.getTime() / 1000)
   const independent = `t=${ts},v1=${createHmac('sha256', webhookSecret).update(`${ts}.${body}`).digest('hex')}`
@@ -426,7 +434,13 @@ t.test('provider webhook: signature scheme', async (t) => {
   const rotating = await send(body, `${sign(body, new Date(), 'whsec-some-other-secret-000')},v1=${sign(body, new Date()).split('v1=')[1]}`)
   t.equal(rotating.status, 200, 'one good v1 among several is enough (secret rotation)')
 
-  isError(t, await send('{"id": "x", "type": ', sign('{"id": "x", "type": ', new Date())), 400, 'invalid_request', 'malformed JSON with a valid signature')
+  isError(
+    t,
+    await send('{"id": "x", "type": ', sign('{"id": "x", "type": ', new Date())),
+    400,
+    'invalid_request',
+    'malformed JSON with a valid signature',
+  )
   const wrongType = JSON.stringify({ id: 'evt_x', type: 'invoice.paid', data: { project_id: u.projectId, state: 'active' } })
   isError(t, await send(wrongType, sign(wrongType, new Date())), 400, 'invalid_request', 'an unknown event type')
   const badState = JSON.stringify({ id: 'evt_x', type: 'billing_state.updated', data: { project_id: u.projectId, state: 'bankrupt' } })
@@ -440,7 +454,8 @@ t.test('provider webhook: signature scheme', async (t) => {
 
 t.test('provider webhook: an event id is applied once; a replay inside the window is a 200 duplicate', async (t) => {
   const u = await newVerifiedUser(h)
-  const send = (payload: string, signature: string) => h.platform('POST', '/platform/v1/billing/webhook', payload, { headers: { 'jobsvc-signature': signature } })
+  const send = (payload: string, signature: string) =>
+    h.platform('POST', '/platform/v1/billing/webhook', payload, { headers: { 'jobsvc-signature': signature } })
   const event = (id: string, state: string) => JSON.stringify({ id, type: 'billing_state.updated', data: { project_id: u.projectId, state } })
   const tag = randomBytes(4).toString('hex')
   const stateEvents = async () => {
@@ -457,20 +472,36 @@ t.test('provider webhook: an event id is applied once; a replay inside the windo
 
   const replay = await send(pastDue, pastDueSignature)
   t.equal(replay.status, 200, 'the same signed request again, inside its 5 minutes: 200')
-  t.strictSame(replay.body, { received: true, duplicate: true, project_id: u.projectId, billing_state: 'active' }, 'answered as a duplicate with the current state')
+  t.strictSame(
+    replay.body,
+    { received: true, duplicate: true, project_id: u.projectId, billing_state: 'active' },
+    'answered as a duplicate with the current state',
+  )
   const resigned = await send(pastDue, signPayload(webhookSecret, pastDue, new Date(Date.now() + 1000)))
-  t.strictSame(resigned.body, { received: true, duplicate: true, project_id: u.projectId, billing_state: 'active' }, 'so is the same event id signed again (a provider retry)')
+  t.strictSame(
+    resigned.body,
+    { received: true, duplicate: true, project_id: u.projectId, billing_state: 'active' },
+    'so is the same event id signed again (a provider retry)',
+  )
   t.equal((await getBilling(u, u.projectId)).body.billing_state, 'active', 'the replay did not put the project back in past_due')
 
   const confirming = event(`evt_c_${tag}`, 'active')
   const confirmingSignature = signPayload(webhookSecret, confirming, new Date())
-  t.strictSame((await send(confirming, confirmingSignature)).body, { received: true, project_id: u.projectId, billing_state: 'active' }, 'an event that confirms the current state is applied')
+  t.strictSame(
+    (await send(confirming, confirmingSignature)).body,
+    { received: true, project_id: u.projectId, billing_state: 'active' },
+    'an event that confirms the current state is applied',
+  )
   t.strictSame((await send(confirming, confirmingSignature)).body.duplicate, true, 'and its replay is a duplicate too')
 
   const parallel = event(`evt_d_${tag}`, 'unpaid')
   const parallelSignature = signPayload(webhookSecret, parallel, new Date())
   const answers = await Promise.all(Array.from({ length: 5 }, () => send(parallel, parallelSignature)))
-  t.strictSame(answers.map((a) => a.status), [200, 200, 200, 200, 200], 'five concurrent deliveries of one event: all 200')
+  t.strictSame(
+    answers.map((a) => a.status),
+    [200, 200, 200, 200, 200],
+    'five concurrent deliveries of one event: all 200',
+  )
   t.equal(answers.filter((a) => a.body.duplicate !== true).length, 1, 'exactly one applied, four duplicates')
 
   const ids = (await stateEvents()).map((e) => e.data.provider_event_id)
@@ -482,8 +513,10 @@ t.test('provider webhook: a blocked billing state stops job creation, not reads'
   const existing = await createJob(u.apiKey)
   t.equal(existing.status, 201, JSON.stringify(existing.body))
   const jobId: string = existing.body.id
-  const stateEvent = (state: string) => JSON.stringify({ id: `evt_${randomBytes(6).toString('hex')}`, type: 'billing_state.updated', data: { project_id: u.projectId, state } })
-  const send = (payload: string) => h.platform('POST', '/platform/v1/billing/webhook', payload, { headers: { 'jobsvc-signature': signPayload(webhookSecret, payload, new Date()) } })
+  const stateEvent = (state: string) =>
+    JSON.stringify({ id: `evt_${randomBytes(6).toString('hex')}`, type: 'billing_state.updated', data: { project_id: u.projectId, state } })
+  const send = (payload: string) =>
+    h.platform('POST', '/platform/v1/billing/webhook', payload, { headers: { 'jobsvc-signature': signPayload(webhookSecret, payload, new Date()) } })
 
   const pastDue = await send(stateEvent('past_due'))
   t.equal(pastDue.status, 200, JSON.stringify(pastDue.body))
@@ -524,13 +557,19 @@ t.test('provider webhook: exempt from the anonymous per-IP limit', async (t) => 
   for (let i = 0; i < 25; i++) {
     const state = i % 2 === 0 ? 'past_due' : 'active'
     const payload = JSON.stringify({ id: `evt_limit_${i}`, type: 'billing_state.updated', data: { project_id: u.projectId, state } })
-    const res = await h.platform('POST', '/platform/v1/billing/webhook', payload, { ip, headers: { 'jobsvc-signature': signPayload(webhookSecret, payload, new Date()) } })
+    const res = await h.platform('POST', '/platform/v1/billing/webhook', payload, {
+      ip,
+      headers: { 'jobsvc-signature': signPayload(webhookSecret, payload, new Date()) },
+    })
     statuses.push(res.status)
   }
   t.strictSame(statuses, Array(25).fill(200), '25 signed webhooks from one address: none 429')
   // The 25th event set past_due; put the project back.
   const payload = JSON.stringify({ id: 'evt_limit_end', type: 'billing_state.updated', data: { project_id: u.projectId, state: 'active' } })
-  const back = await h.platform('POST', '/platform/v1/billing/webhook', payload, { ip, headers: { 'jobsvc-signature': signPayload(webhookSecret, payload, new Date()) } })
+  const back = await h.platform('POST', '/platform/v1/billing/webhook', payload, {
+    ip,
+    headers: { 'jobsvc-signature': signPayload(webhookSecret, payload, new Date()) },
+  })
   t.equal(back.body.billing_state, 'active')
 
   const login = await h.platform('POST', '/platform/v1/auth/login', { email: freshEmail('nobody'), password: 'wrong-password' }, { ip })
@@ -613,7 +652,11 @@ t.test('billing period rollover', async (t) => {
     await activityRows(downgraded.projectId, 'billing_period_reset')
     await activityBarrier(t, downgraded, downgraded.projectId)
     const charged = await activityOf(downgraded.projectId, ['overage_charged'])
-    t.strictSame(charged.map((r) => r.metadata), [], 'no overage_charged row')
+    t.strictSame(
+      charged.map((r) => r.metadata),
+      [],
+      'no overage_charged row',
+    )
     const mails = h.smtp.mails.filter((m) => m.to.includes(downgraded.email.toLowerCase()) && /overage charged/.test(m.subject))
     t.equal(mails.length, 0, `no "overage charged" mail (${mails.map((m) => m.subject).join(' | ')})`)
   })
@@ -623,7 +666,9 @@ t.test('provider webhook without a billing secret: 503 billing_disabled', async 
   const other = await startPlatformHarness(t, import.meta.filename, { suffix: '_nobilling' })
   t.equal(other.config.billingWebhookSecret, null)
   const payload = JSON.stringify({ id: 'evt_1', type: 'billing_state.updated', data: { project_id: other.projectId, state: 'past_due' } })
-  const res = await other.platform('POST', '/platform/v1/billing/webhook', payload, { headers: { 'jobsvc-signature': signPayload(webhookSecret, payload, new Date()) } })
+  const res = await other.platform('POST', '/platform/v1/billing/webhook', payload, {
+    headers: { 'jobsvc-signature': signPayload(webhookSecret, payload, new Date()) },
+  })
   isError(t, res, 503, 'billing_disabled', 'a signed webhook')
   isError(t, await other.platform('POST', '/platform/v1/billing/webhook', payload), 503, 'billing_disabled', 'an unsigned webhook')
   t.equal((await other.request('POST', '/jobsvc/v1/jobs', job())).status, 201, 'the project was not blocked')

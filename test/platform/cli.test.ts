@@ -12,7 +12,13 @@ t.test('the operator command line opens accounts and suspends users', async (t) 
   const cli = async (...args: string[]) => {
     const out = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', ...args], {
       cwd: repoRoot,
-      env: { ...process.env, JOBSVC_NAMESPACE: h.config.namespace, DATABASE_URL: h.config.databaseUrl, JOBSVC_SECRET: h.config.secret, LOG_LEVEL: 'silent' },
+      env: {
+        ...process.env,
+        JOBSVC_NAMESPACE: h.config.namespace,
+        DATABASE_URL: h.config.databaseUrl,
+        JOBSVC_SECRET: h.config.secret,
+        LOG_LEVEL: 'silent',
+      },
     })
     return JSON.parse(out.stdout.trim().split('\n').at(-1)!) as Record<string, string>
   }
@@ -39,14 +45,20 @@ t.test('the operator command line opens accounts and suspends users', async (t) 
     const refused = await h.platform('POST', '/platform/v1/auth/login', { email, password: 'a-new-password-1' })
     t.equal(refused.status, 403)
     t.equal(refused.body.error.code, 'account_suspended')
-    t.equal((await h.platform('POST', '/platform/v1/auth/login', { email, password: 'wrong-password-1' })).body.error.code, 'invalid_credentials', 'the password is checked first')
+    t.equal(
+      (await h.platform('POST', '/platform/v1/auth/login', { email, password: 'wrong-password-1' })).body.error.code,
+      'invalid_credentials',
+      'the password is checked first',
+    )
     t.equal((await h.platform('GET', '/platform/v1/auth/me', undefined, { jwt: session })).status, 401)
     t.same(await cli('user', 'reinstate', '--email', email), { user_id: created.owner_user_id, status: 'active' })
     t.equal((await h.platform('POST', '/platform/v1/auth/login', { email, password: 'a-new-password-1' })).status, 200)
   })
 
   await t.test('bad arguments exit with 2 and a usage line', async (t) => {
-    const failed = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'user', 'suspend'], { cwd: repoRoot }).catch((e: { code: number; stderr: string }) => e)
+    const failed = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'user', 'suspend'], { cwd: repoRoot }).catch(
+      (e: { code: number; stderr: string }) => e,
+    )
     t.match(failed, { code: 2, stderr: /--email is required/ })
   })
 })

@@ -1,7 +1,16 @@
 import { randomBytes } from 'node:crypto'
 import t, { type Test } from 'tap'
 import { eventually, httpRequest, type HttpResponse } from '../support/harness.ts'
-import { freshEmail, freshIp, joinProject, newVerifiedUser, sessionFrom, startPlatformHarness, totpCode, type VerifiedUser } from '../support/platform.ts'
+import {
+  freshEmail,
+  freshIp,
+  joinProject,
+  newVerifiedUser,
+  sessionFrom,
+  startPlatformHarness,
+  totpCode,
+  type VerifiedUser,
+} from '../support/platform.ts'
 import { tokenFromMail } from '../support/smtp-sink.ts'
 
 // The dashboard's project, key and team routes, and the account export and deletion, over HTTP
@@ -68,7 +77,9 @@ async function newTeam(): Promise<Team> {
 const shared = await newTeam()
 
 async function activityOf(projectId: string) {
-  return h.runtime.sql<{ kind: string; project_id: string | null; user_id: string | null; target_type: string; target_id: string | null; metadata: string | null }[]>`
+  return h.runtime.sql<
+    { kind: string; project_id: string | null; user_id: string | null; target_type: string; target_id: string | null; metadata: string | null }[]
+  >`
     SELECT kind, project_id, user_id, target_type, target_id, metadata FROM activity WHERE project_id = ${projectId} ORDER BY seq, id`
 }
 
@@ -156,7 +167,10 @@ t.test('concurrent rotations are serialised: every caller gets 200 and a key tha
   t.equal(working, 2, 'of the last round of 3 answered keys, the last two rotations (active and grace) work')
   t.equal(await keyStatus(u.apiKey), 401, 'the original key was dropped')
   const view = await h.platform('GET', projectPath(u.projectId), undefined, asUser(u))
-  t.ok(keys.some((k) => k.startsWith(view.body.api_key_prefix)), 'the active key is one that a caller received')
+  t.ok(
+    keys.some((k) => k.startsWith(view.body.api_key_prefix)),
+    'the active key is one that a caller received',
+  )
 })
 
 t.test('key routes need a session and the role admin or owner', async (t) => {
@@ -168,11 +182,23 @@ t.test('key routes need a session and the role admin or owner', async (t) => {
     const path = projectPath(projectId, route)
     isError(t, await h.platform(method, path), 401, 'unauthorized', `${route} without a session`)
     isError(t, await h.platform(method, path, undefined, { jwt: 'not.a.jwt' }), 401, 'unauthorized', `${route} with a garbage JWT`)
-    isError(t, await h.platform(method, path, undefined, { jwt: owner.jwt.slice(0, -3) + 'AAA' }), 401, 'unauthorized', `${route} with a tampered JWT`)
+    isError(
+      t,
+      await h.platform(method, path, undefined, { jwt: owner.jwt.slice(0, -3) + 'AAA' }),
+      401,
+      'unauthorized',
+      `${route} with a tampered JWT`,
+    )
     isError(t, await h.platform(method, path, undefined, asUser(member)), 403, 'forbidden', `${route} by a member`)
     isError(t, await h.platform(method, path, undefined, asUser(viewer)), 403, 'forbidden', `${route} by a viewer`)
     isError(t, await h.platform(method, path, undefined, asUser(outsider)), 404, 'project_not_found', `${route} by a non-member`)
-    isError(t, await h.platform(method, projectPath(unknownProjectId, route), undefined, asUser(owner)), 404, 'project_not_found', `${route} on an unknown project`)
+    isError(
+      t,
+      await h.platform(method, projectPath(unknownProjectId, route), undefined, asUser(owner)),
+      404,
+      'project_not_found',
+      `${route} on an unknown project`,
+    )
     isError(t, await h.platform(method, projectPath('nope', route), undefined, asUser(owner)), 404, 'project_not_found', `${route} on a malformed id`)
   }
   t.equal(await keyStatus(owner.apiKey), 200, 'the refusals changed nothing: the first key is still active')
@@ -213,8 +239,20 @@ t.test('revocation rejects every key at once and is permanent', async (t) => {
   t.equal(view.body.keys_revoked_at, revoked.body.revoked_at, 'the project shows when its keys were revoked')
   t.equal(view.body.api_key_prefix, null, 'no active key prefix')
 
-  isError(t, await h.platform('DELETE', projectPath(u.projectId, '/keys/revoke'), undefined, asUser(u)), 409, 'already_revoked', 'a second revocation')
-  isError(t, await h.platform('POST', projectPath(u.projectId, '/keys/rotate'), undefined, asUser(u)), 409, 'key_revoked', 'a rotation after revocation')
+  isError(
+    t,
+    await h.platform('DELETE', projectPath(u.projectId, '/keys/revoke'), undefined, asUser(u)),
+    409,
+    'already_revoked',
+    'a second revocation',
+  )
+  isError(
+    t,
+    await h.platform('POST', projectPath(u.projectId, '/keys/rotate'), undefined, asUser(u)),
+    409,
+    'key_revoked',
+    'a rotation after revocation',
+  )
   t.equal(await keyStatus(keyB), 401, 'still rejected after the refused rotation')
 })
 
@@ -280,7 +318,10 @@ t.test('projects: list, create, rename, delete', async (t) => {
   isError(t, await h.platform('DELETE', projectPath(secondId), undefined, asUser(u)), 404, 'project_not_found', 'deleting it again')
   isError(t, await h.platform('POST', projectPath(secondId, '/keys/rotate'), undefined, asUser(u)), 404, 'project_not_found', 'rotating its key')
   const after = await h.platform('GET', '/platform/v1/projects', undefined, asUser(u))
-  t.notOk(after.body.data.some((p: { id: string }) => p.id === secondId), 'the deleted project is no longer listed')
+  t.notOk(
+    after.body.data.some((p: { id: string }) => p.id === secondId),
+    'the deleted project is no longer listed',
+  )
 
   t.equal((await h.platform('DELETE', projectPath(boundary.body.id), undefined, asUser(u))).status, 200)
   isError(t, await h.platform('DELETE', projectPath(u.projectId), undefined, asUser(u)), 409, 'last_project', "deleting the user's only project")
@@ -292,7 +333,13 @@ t.test('rename and delete need the right role', async (t) => {
   const { projectId, admin, member, viewer, outsider, owner } = shared
   isError(t, await h.platform('PATCH', projectPath(projectId), { name: 'By member' }, asUser(member)), 403, 'forbidden', 'rename by a member')
   isError(t, await h.platform('PATCH', projectPath(projectId), { name: 'By viewer' }, asUser(viewer)), 403, 'forbidden', 'rename by a viewer')
-  isError(t, await h.platform('PATCH', projectPath(projectId), { name: 'By outsider' }, asUser(outsider)), 404, 'project_not_found', 'rename by a non-member')
+  isError(
+    t,
+    await h.platform('PATCH', projectPath(projectId), { name: 'By outsider' }, asUser(outsider)),
+    404,
+    'project_not_found',
+    'rename by a non-member',
+  )
   const byAdmin = await h.platform('PATCH', projectPath(projectId), { name: 'Team project' }, asUser(admin))
   t.equal(byAdmin.status, 200, JSON.stringify(byAdmin.body))
   t.match(byAdmin.body, { name: 'Team project', role: 'admin' }, 'the view carries the caller role')
@@ -310,7 +357,12 @@ t.test('an invitation is e-mailed and accepted by the invited address', async (t
   const project = (await h.platform('GET', projectPath(owner.projectId), undefined, asUser(owner))).body
   const email = freshEmail('invitee')
 
-  const invited = await h.platform('POST', projectPath(owner.projectId, '/members'), { email: `  ${email.toUpperCase()} `, role: 'member' }, asUser(owner))
+  const invited = await h.platform(
+    'POST',
+    projectPath(owner.projectId, '/members'),
+    { email: `  ${email.toUpperCase()} `, role: 'member' },
+    asUser(owner),
+  )
   t.equal(invited.status, 201, JSON.stringify(invited.body))
   t.strictSame(Object.keys(invited.body).sort(), ['email', 'expires_at', 'invite_id', 'invited_at', 'invited_by', 'role'])
   t.match(invited.body.invite_id, /^inv_[0-9a-z]{26}$/)
@@ -427,7 +479,13 @@ t.test('an invitation works only with its own token, for its own address, within
   shiftClock(7 * dayMs + 1000)
   const login = await h.platform('POST', '/platform/v1/auth/login', { email: v.email, password: v.password }, { ip: freshIp() })
   t.equal(login.status, 200, JSON.stringify(login.body))
-  isError(t, await h.platform('POST', '/platform/v1/invites/accept', { token: vToken }, { jwt: sessionFrom(login) }), 422, 'invalid_token', 'an invitation 7 days + 1 s old')
+  isError(
+    t,
+    await h.platform('POST', '/platform/v1/invites/accept', { token: vToken }, { jwt: sessionFrom(login) }),
+    422,
+    'invalid_token',
+    'an invitation 7 days + 1 s old',
+  )
 })
 
 t.test('invitation validation and who may invite', async (t) => {
@@ -438,22 +496,64 @@ t.test('invitation validation and who may invite', async (t) => {
   isError(t, await h.platform('POST', path, { email: freshEmail(), role: '' }, asUser(owner)), 422, 'invalid_role', 'an empty role')
   isError(t, await h.platform('POST', path, { email: freshEmail(), role: 'Admin' }, asUser(owner)), 422, 'invalid_role', 'a role in the wrong case')
   isError(t, await h.platform('POST', path, { email: 'not-an-email', role: 'member' }, asUser(owner)), 422, 'invalid_email', 'a malformed address')
-  isError(t, await h.platform('POST', path, { email: 'a@b', role: 'member' }, asUser(owner)), 422, 'invalid_email', 'an address without a dot in its domain')
-  isError(t, await h.platform('POST', path, { email: 'a b@example.com', role: 'member' }, asUser(owner)), 422, 'invalid_email', 'an address with a space')
+  isError(
+    t,
+    await h.platform('POST', path, { email: 'a@b', role: 'member' }, asUser(owner)),
+    422,
+    'invalid_email',
+    'an address without a dot in its domain',
+  )
+  isError(
+    t,
+    await h.platform('POST', path, { email: 'a b@example.com', role: 'member' }, asUser(owner)),
+    422,
+    'invalid_email',
+    'an address with a space',
+  )
   isError(t, await h.platform('POST', path, { role: 'member' }, asUser(owner)), 400, 'invalid_request', 'no email')
   isError(t, await h.platform('POST', path, { email: freshEmail() }, asUser(owner)), 400, 'invalid_request', 'no role')
-  isError(t, await h.platform('POST', path, { email: `${'a'.repeat(320)}@example.com`, role: 'member' }, asUser(owner)), 400, 'invalid_request', 'an address over 320 characters')
-  isError(t, await h.platform('POST', path, { email: member.email.toUpperCase(), role: 'viewer' }, asUser(owner)), 409, 'member_exists', 'an existing member (any case)')
+  isError(
+    t,
+    await h.platform('POST', path, { email: `${'a'.repeat(320)}@example.com`, role: 'member' }, asUser(owner)),
+    400,
+    'invalid_request',
+    'an address over 320 characters',
+  )
+  isError(
+    t,
+    await h.platform('POST', path, { email: member.email.toUpperCase(), role: 'viewer' }, asUser(owner)),
+    409,
+    'member_exists',
+    'an existing member (any case)',
+  )
   isError(t, await h.platform('POST', path, { email: owner.email, role: 'member' }, asUser(admin)), 409, 'member_exists', 'the owner, by an admin')
 
   isError(t, await h.platform('POST', path, { email: freshEmail(), role: 'viewer' }, asUser(member)), 403, 'forbidden', 'a member inviting')
   isError(t, await h.platform('POST', path, { email: freshEmail(), role: 'viewer' }, asUser(viewer)), 403, 'forbidden', 'a viewer inviting')
-  isError(t, await h.platform('POST', path, { email: freshEmail(), role: 'viewer' }, asUser(outsider)), 404, 'project_not_found', 'a non-member inviting')
-  isError(t, await h.platform('POST', projectPath(unknownProjectId, '/members'), { email: freshEmail(), role: 'viewer' }, asUser(owner)), 404, 'project_not_found', 'an unknown project')
+  isError(
+    t,
+    await h.platform('POST', path, { email: freshEmail(), role: 'viewer' }, asUser(outsider)),
+    404,
+    'project_not_found',
+    'a non-member inviting',
+  )
+  isError(
+    t,
+    await h.platform('POST', projectPath(unknownProjectId, '/members'), { email: freshEmail(), role: 'viewer' }, asUser(owner)),
+    404,
+    'project_not_found',
+    'an unknown project',
+  )
   isError(t, await h.platform('POST', path, { email: freshEmail(), role: 'viewer' }), 401, 'unauthorized', 'no session')
 
   // Below the owner nobody grants a role at or above their own (README, Dashboard routes).
-  isError(t, await h.platform('POST', path, { email: freshEmail(), role: 'admin' }, asUser(admin)), 403, 'role_exceeds_caller', 'an admin inviting an admin')
+  isError(
+    t,
+    await h.platform('POST', path, { email: freshEmail(), role: 'admin' }, asUser(admin)),
+    403,
+    'role_exceeds_caller',
+    'an admin inviting an admin',
+  )
   const ownerInvitesAdmin = await h.platform('POST', path, { email: freshEmail('admin2'), role: 'admin' }, asUser(owner))
   t.equal(ownerInvitesAdmin.status, 201, 'the owner invites an admin')
   const email = freshEmail('by-admin')
@@ -463,7 +563,10 @@ t.test('invitation validation and who may invite', async (t) => {
   t.equal(byAdmin.body.role, 'member')
   t.match((await h.smtp.next(email, /invited/i)).text, /as member/)
   const team = await h.platform('GET', path, undefined, asUser(admin))
-  t.ok(team.body.invites.some((i: { invite_id: string }) => i.invite_id === byAdmin.body.invite_id), 'an admin sees the pending invitation')
+  t.ok(
+    team.body.invites.some((i: { invite_id: string }) => i.invite_id === byAdmin.body.invite_id),
+    'an admin sees the pending invitation',
+  )
   isError(t, await h.platform('GET', path, undefined, asUser(outsider)), 404, 'project_not_found', 'a non-member reading the team')
 })
 
@@ -484,10 +587,28 @@ t.test('role changes', async (t) => {
   t.equal(same.status, 200, 'setting the same role is a no-op')
   t.equal(same.body.role, 'admin')
 
-  isError(t, await h.platform('PATCH', memberPath(owner.userId), { role: 'viewer' }, asUser(x)), 403, 'cannot_modify_owner', 'an admin demoting the owner')
-  isError(t, await h.platform('PATCH', memberPath(owner.userId), { role: 'admin' }, asUser(owner)), 403, 'cannot_modify_owner', 'the owner demoting themself')
+  isError(
+    t,
+    await h.platform('PATCH', memberPath(owner.userId), { role: 'viewer' }, asUser(x)),
+    403,
+    'cannot_modify_owner',
+    'an admin demoting the owner',
+  )
+  isError(
+    t,
+    await h.platform('PATCH', memberPath(owner.userId), { role: 'admin' }, asUser(owner)),
+    403,
+    'cannot_modify_owner',
+    'the owner demoting themself',
+  )
   isError(t, await h.platform('PATCH', memberPath(unknownUserId), { role: 'viewer' }, asUser(owner)), 404, 'member_not_found', 'an unknown user')
-  isError(t, await h.platform('PATCH', memberPath(shared.outsider.userId), { role: 'viewer' }, asUser(owner)), 404, 'member_not_found', 'a user who is not a member')
+  isError(
+    t,
+    await h.platform('PATCH', memberPath(shared.outsider.userId), { role: 'viewer' }, asUser(owner)),
+    404,
+    'member_not_found',
+    'a user who is not a member',
+  )
   isError(t, await h.platform('PATCH', memberPath(x.userId), { role: 'owner' }, asUser(owner)), 422, 'invalid_role', "granting 'owner'")
   isError(t, await h.platform('PATCH', memberPath(x.userId), { role: 'superuser' }, asUser(owner)), 422, 'invalid_role', "granting 'superuser'")
   isError(t, await h.platform('PATCH', memberPath(x.userId), {}, asUser(owner)), 400, 'invalid_request', 'no role')
@@ -497,23 +618,59 @@ t.test('role changes', async (t) => {
 
   const s = shared
   const sharedMemberPath = (userId: string) => projectPath(s.projectId, `/members/${userId}`)
-  isError(t, await h.platform('PATCH', sharedMemberPath(s.viewer.userId), { role: 'member' }, asUser(s.member)), 403, 'forbidden', 'a member changing a role')
-  isError(t, await h.platform('PATCH', sharedMemberPath(s.viewer.userId), { role: 'member' }, asUser(s.viewer)), 403, 'forbidden', 'a viewer promoting themself')
-  isError(t, await h.platform('PATCH', sharedMemberPath(s.viewer.userId), { role: 'member' }, asUser(s.outsider)), 404, 'project_not_found', 'a non-member')
+  isError(
+    t,
+    await h.platform('PATCH', sharedMemberPath(s.viewer.userId), { role: 'member' }, asUser(s.member)),
+    403,
+    'forbidden',
+    'a member changing a role',
+  )
+  isError(
+    t,
+    await h.platform('PATCH', sharedMemberPath(s.viewer.userId), { role: 'member' }, asUser(s.viewer)),
+    403,
+    'forbidden',
+    'a viewer promoting themself',
+  )
+  isError(
+    t,
+    await h.platform('PATCH', sharedMemberPath(s.viewer.userId), { role: 'member' }, asUser(s.outsider)),
+    404,
+    'project_not_found',
+    'a non-member',
+  )
 
   // Below the owner, an admin manages members and viewers, not other admins: granting, changing
   // or removing a role at or above its own is 403 role_exceeds_caller.
   const y = await join(owner, projectId, 'admin')
-  isError(t, await h.platform('PATCH', memberPath(y.userId), { role: 'viewer' }, asUser(x)), 403, 'role_exceeds_caller', 'an admin demoting another admin')
+  isError(
+    t,
+    await h.platform('PATCH', memberPath(y.userId), { role: 'viewer' }, asUser(x)),
+    403,
+    'role_exceeds_caller',
+    'an admin demoting another admin',
+  )
   isError(t, await h.platform('DELETE', memberPath(y.userId), undefined, asUser(x)), 403, 'role_exceeds_caller', 'an admin removing another admin')
-  isError(t, await h.platform('POST', projectPath(projectId, '/members'), { email: freshEmail(), role: 'admin' }, asUser(x)), 403, 'role_exceeds_caller', 'an admin inviting an admin')
+  isError(
+    t,
+    await h.platform('POST', projectPath(projectId, '/members'), { email: freshEmail(), role: 'admin' }, asUser(x)),
+    403,
+    'role_exceeds_caller',
+    'an admin inviting an admin',
+  )
   const team2 = await h.platform('GET', projectPath(projectId, '/members'), undefined, asUser(owner))
   t.equal(team2.body.members.find((m: { user_id: string }) => m.user_id === y.userId).role, 'admin', 'the refusals changed nothing')
 
   const toMember = await h.platform('PATCH', memberPath(y.userId), { role: 'member' }, asUser(owner))
   t.equal(toMember.status, 200, 'the owner manages admins')
   t.equal(toMember.body.role, 'member')
-  isError(t, await h.platform('PATCH', memberPath(y.userId), { role: 'admin' }, asUser(x)), 403, 'role_exceeds_caller', 'an admin granting admin to a member')
+  isError(
+    t,
+    await h.platform('PATCH', memberPath(y.userId), { role: 'admin' }, asUser(x)),
+    403,
+    'role_exceeds_caller',
+    'an admin granting admin to a member',
+  )
   isError(t, await h.platform('PATCH', memberPath(y.userId), { role: 'owner' }, asUser(x)), 422, 'invalid_role', "an admin granting 'owner'")
   const toViewer = await h.platform('PATCH', memberPath(y.userId), { role: 'viewer' }, asUser(x))
   t.equal(toViewer.status, 200, `an admin demotes a member: ${JSON.stringify(toViewer.body)}`)
@@ -526,7 +683,11 @@ t.test('role changes', async (t) => {
   const leaving = await h.platform('DELETE', memberPath(x.userId), undefined, asUser(x))
   t.equal(leaving.status, 204, 'an admin may leave (self-removal is not role_exceeds_caller)')
   const left = await h.platform('GET', projectPath(projectId, '/members'), undefined, asUser(owner))
-  t.strictSame(left.body.members.map((m: { user_id: string }) => m.user_id), [owner.userId], 'only the owner is left')
+  t.strictSame(
+    left.body.members.map((m: { user_id: string }) => m.user_id),
+    [owner.userId],
+    'only the owner is left',
+  )
 })
 
 t.test('removing members and leaving', async (t) => {
@@ -544,9 +705,19 @@ t.test('removing members and leaving', async (t) => {
   t.equal(removed.status, 204)
   t.equal(removed.body, null, 'no body')
   isError(t, await h.platform('GET', projectPath(projectId), undefined, asUser(m)), 404, 'project_not_found', 'the removed member reads the project')
-  isError(t, await h.platform('GET', projectPath(projectId, '/members'), undefined, asUser(m)), 404, 'project_not_found', 'the removed member reads the team')
+  isError(
+    t,
+    await h.platform('GET', projectPath(projectId, '/members'), undefined, asUser(m)),
+    404,
+    'project_not_found',
+    'the removed member reads the team',
+  )
   const mList = await h.platform('GET', '/platform/v1/projects', undefined, asUser(m))
-  t.strictSame(mList.body.data.map((p: { id: string }) => p.id), [m.projectId], "the removed member's list lost the project")
+  t.strictSame(
+    mList.body.data.map((p: { id: string }) => p.id),
+    [m.projectId],
+    "the removed member's list lost the project",
+  )
   isError(t, await h.platform('DELETE', memberPath(m.userId), undefined, asUser(owner)), 404, 'member_not_found', 'removing them again')
 
   const left = await h.platform('DELETE', memberPath(v.userId), undefined, asUser(v))
@@ -554,7 +725,11 @@ t.test('removing members and leaving', async (t) => {
   isError(t, await h.platform('GET', projectPath(projectId), undefined, asUser(v)), 404, 'project_not_found', 'the viewer after leaving')
 
   const team = await h.platform('GET', projectPath(projectId, '/members'), undefined, asUser(owner))
-  t.strictSame(team.body.members.map((x: { user_id: string }) => x.user_id), [owner.userId], 'only the owner is left')
+  t.strictSame(
+    team.body.members.map((x: { user_id: string }) => x.user_id),
+    [owner.userId],
+    'only the owner is left',
+  )
 
   const back = await h.platform('POST', projectPath(projectId, '/members'), { email: m.email, role: 'member' }, asUser(owner))
   t.equal(back.status, 201, 'a removed member can be invited again')
@@ -586,12 +761,24 @@ t.test('ownership transfer', async (t) => {
   isError(t, await h.platform('POST', path, { user_id: owner.userId }, asUser(owner)), 403, 'forbidden', 'the old owner transferring back')
   const rotated = await h.platform('POST', projectPath(projectId, '/keys/rotate'), undefined, asUser(owner))
   t.equal(rotated.status, 200, 'the old owner, now admin, may still rotate')
-  isError(t, await h.platform('PATCH', projectPath(projectId, `/members/${x.userId}`), { role: 'viewer' }, asUser(owner)), 403, 'cannot_modify_owner', 'the old owner demoting the new one')
+  isError(
+    t,
+    await h.platform('PATCH', projectPath(projectId, `/members/${x.userId}`), { role: 'viewer' }, asUser(owner)),
+    403,
+    'cannot_modify_owner',
+    'the old owner demoting the new one',
+  )
 
   const me = await h.platform('GET', '/platform/v1/auth/me', undefined, asUser(x))
-  t.ok(me.body.projects.some((p: { id: string }) => p.id === projectId), "the project is among the new owner's owned projects")
+  t.ok(
+    me.body.projects.some((p: { id: string }) => p.id === projectId),
+    "the project is among the new owner's owned projects",
+  )
   const oldMe = await h.platform('GET', '/platform/v1/auth/me', undefined, asUser(owner))
-  t.notOk(oldMe.body.projects.some((p: { id: string }) => p.id === projectId), "and no longer among the old owner's")
+  t.notOk(
+    oldMe.body.projects.some((p: { id: string }) => p.id === projectId),
+    "and no longer among the old owner's",
+  )
   t.equal((await h.platform('GET', projectPath(projectId), undefined, asUser(x))).body.role, 'owner')
 
   const back = await h.platform('POST', path, { user_id: owner.userId }, asUser(x))
@@ -615,7 +802,11 @@ t.test('account export: everything about the user, no secrets, once a minute', a
   t.equal(joined.status, 201)
   const inviteToken = tokenFromMail(await h.smtp.next(u.email, /invited/i))
   t.equal((await h.platform('POST', '/platform/v1/invites/accept', { token: inviteToken }, asUser(u))).status, 200)
-  await eventually(async () => (await h.runtime.sql`SELECT 1 FROM activity WHERE user_id = ${u.userId} AND kind = 'recovery_codes_regenerated'`).length > 0, 15_000, 'account activity')
+  await eventually(
+    async () => (await h.runtime.sql`SELECT 1 FROM activity WHERE user_id = ${u.userId} AND kind = 'recovery_codes_regenerated'`).length > 0,
+    15_000,
+    'account activity',
+  )
   await eventually(async () => (await activityOf(owner.projectId)).some((r) => r.kind === 'member_joined'), 15_000, 'team activity')
 
   isError(t, await h.platform('GET', '/platform/v1/account/export'), 401, 'unauthorized', 'export without a session')
@@ -625,10 +816,19 @@ t.test('account export: everything about the user, no secrets, once a minute', a
   t.match(exported.headers.get('content-disposition') ?? '', /attachment/)
   const body = exported.body
   t.match(body.profile, { user_id: u.userId, email: u.email, email_verified: true, totp_enabled: true })
-  t.strictSame(body.projects.map((p: { id: string; role: string }) => [p.id, p.role]).sort(), [[u.projectId, 'owner'], [owner.projectId, 'viewer']].sort())
+  t.strictSame(
+    body.projects.map((p: { id: string; role: string }) => [p.id, p.role]).sort(),
+    [
+      [u.projectId, 'owner'],
+      [owner.projectId, 'viewer'],
+    ].sort(),
+  )
   t.strictSame(body.teams.map((team: { project_id: string }) => team.project_id).sort(), [u.projectId, owner.projectId].sort())
   const ownTeam = body.teams.find((team: { project_id: string }) => team.project_id === u.projectId)
-  t.strictSame(ownTeam.members.map((m: { user_id: string }) => m.user_id), [u.userId])
+  t.strictSame(
+    ownTeam.members.map((m: { user_id: string }) => m.user_id),
+    [u.userId],
+  )
   const kinds = new Set(body.activity.map((a: { kind: string }) => a.kind))
   for (const kind of ['terms_accepted', 'two_factor_enabled', 'recovery_codes_regenerated', 'api_key_rotated', 'member_joined']) {
     t.ok(kinds.has(kind), `the export's activity has ${kind}`)
@@ -678,29 +878,54 @@ t.test("account export: a project's audit trail and pending invites only where t
   const exportOf = async (user: VerifiedUser) => {
     const res = await h.platform('GET', '/platform/v1/account/export', undefined, asUser(user))
     t.equal(res.status, 200, JSON.stringify(res.body))
-    return res.body as { activity: Array<{ kind: string; project_id: string | null; target_id: string | null }>; teams: Array<{ project_id: string; invites: unknown[] }> }
+    return res.body as {
+      activity: Array<{ kind: string; project_id: string | null; target_id: string | null }>
+      teams: Array<{ project_id: string; invites: unknown[] }>
+    }
   }
-  for (const [role, user] of [['viewer', team.viewer], ['member', team.member]] as const) {
+  for (const [role, user] of [
+    ['viewer', team.viewer],
+    ['member', team.member],
+  ] as const) {
     const body = await exportOf(user)
     const text = JSON.stringify(body)
     t.notOk(text.includes(hookUrl), `${role}: no webhook URL`)
     t.notOk(text.includes(pending), `${role}: no pending invitee`)
     const projectRows = body.activity.filter((a) => a.project_id === team.projectId)
-    t.ok(projectRows.some((a) => a.kind === 'member_joined'), `${role}: their own joining`)
-    t.ok(projectRows.every((a) => a.target_id === user.userId), `${role}: of the project's trail, only rows about them (${JSON.stringify(projectRows.map((a) => a.kind))})`)
+    t.ok(
+      projectRows.some((a) => a.kind === 'member_joined'),
+      `${role}: their own joining`,
+    )
+    t.ok(
+      projectRows.every((a) => a.target_id === user.userId),
+      `${role}: of the project's trail, only rows about them (${JSON.stringify(projectRows.map((a) => a.kind))})`,
+    )
     t.same(body.teams.find((x) => x.project_id === team.projectId)?.invites, [], `${role}: no invites in the team`)
-    t.ok(body.activity.some((a) => a.kind === 'terms_accepted' && a.project_id === null), `${role}: their own account activity`)
-    if (role === 'viewer') t.ok(body.activity.some((a) => a.kind === 'profile_updated' && a.target_id === user.userId), 'the viewer sees their own profile change')
+    t.ok(
+      body.activity.some((a) => a.kind === 'terms_accepted' && a.project_id === null),
+      `${role}: their own account activity`,
+    )
+    if (role === 'viewer')
+      t.ok(
+        body.activity.some((a) => a.kind === 'profile_updated' && a.target_id === user.userId),
+        'the viewer sees their own profile change',
+      )
   }
 
-  for (const [role, user] of [['admin', team.admin], ['owner', team.owner]] as const) {
+  for (const [role, user] of [
+    ['admin', team.admin],
+    ['owner', team.owner],
+  ] as const) {
     const body = await exportOf(user)
     const text = JSON.stringify(body)
     t.ok(text.includes(hookUrl), `${role}: the webhook URL, as in the audit-log export`)
     t.ok(text.includes(pending), `${role}: the pending invitee`)
     const kinds = new Set(body.activity.filter((a) => a.project_id === team.projectId).map((a) => a.kind))
     for (const kind of ['webhook_created', 'member_invited', 'member_joined']) t.ok(kinds.has(kind), `${role}: the project's ${kind}`)
-    t.notOk(body.activity.some((a) => a.project_id === null && a.target_id === team.viewer.userId), `${role}: not the viewer's own account rows`)
+    t.notOk(
+      body.activity.some((a) => a.project_id === null && a.target_id === team.viewer.userId),
+      `${role}: not the viewer's own account rows`,
+    )
   }
   const outsiderText = JSON.stringify(await exportOf(team.outsider))
   t.notOk(outsiderText.includes(hookUrl) || outsiderText.includes(pending), 'an outsider sees nothing of the project')
@@ -719,7 +944,13 @@ t.test('account deletion', async (t) => {
 
   isError(t, await h.platform('DELETE', '/platform/v1/account'), 401, 'unauthorized', 'without a session')
   isError(t, await h.platform('DELETE', '/platform/v1/account', undefined, asUser(u)), 400, 'confirm_required', 'without confirm')
-  isError(t, await h.platform('DELETE', `/platform/v1/account?confirm=${encodeURIComponent(other.email)}`, undefined, asUser(u)), 400, 'confirm_required', 'with another address')
+  isError(
+    t,
+    await h.platform('DELETE', `/platform/v1/account?confirm=${encodeURIComponent(other.email)}`, undefined, asUser(u)),
+    400,
+    'confirm_required',
+    'with another address',
+  )
   isError(t, await h.platform('DELETE', '/platform/v1/account?confirm=', undefined, asUser(u)), 400, 'confirm_required', 'with an empty confirm')
   t.equal((await h.platform('GET', '/platform/v1/auth/me', undefined, asUser(u))).status, 200, 'the refusals deleted nothing')
 
@@ -735,17 +966,33 @@ t.test('account deletion', async (t) => {
   isError(t, await h.platform('POST', '/platform/v1/auth/login', { email: u.email, password: u.password }), 401, 'invalid_credentials', 'logging in')
   isError(t, await httpRequest(h.url, u.apiKey, 'GET', '/jobsvc/v1/jobs'), 401, 'unauthorized', "the first owned project's key")
   t.equal(await keyStatus(second.body.api_key), 401, "the second owned project's key")
-  isError(t, await h.platform('GET', projectPath(u.projectId), undefined, asUser(member)), 404, 'project_not_found', 'a member of a deleted owned project')
+  isError(
+    t,
+    await h.platform('GET', projectPath(u.projectId), undefined, asUser(member)),
+    404,
+    'project_not_found',
+    'a member of a deleted owned project',
+  )
 
   const otherTeam = await h.platform('GET', projectPath(other.projectId, '/members'), undefined, asUser(other))
-  t.equal(otherTeam.status, 200, "a project the user was only a member of survives")
-  t.strictSame(otherTeam.body.members.map((m: { user_id: string }) => m.user_id), [other.userId], 'without the deleted user')
+  t.equal(otherTeam.status, 200, 'a project the user was only a member of survives')
+  t.strictSame(
+    otherTeam.body.members.map((m: { user_id: string }) => m.user_id),
+    [other.userId],
+    'without the deleted user',
+  )
   t.equal(await keyStatus(other.apiKey), 200, 'and its key works')
 
   const again = await h.platform('POST', '/platform/v1/auth/signup', { email: u.email, password: 'another-password', accept_terms: true })
   t.equal(again.status, 201, `the address is free again: ${JSON.stringify(again.body)}`)
   t.not(again.body.user_id, u.userId, 'a new user')
-  isError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, asUser(u)), 404, 'user_not_found', 'the old session does not reach the new account')
+  isError(
+    t,
+    await h.platform('GET', '/platform/v1/auth/me', undefined, asUser(u)),
+    404,
+    'user_not_found',
+    'the old session does not reach the new account',
+  )
 })
 
 t.test('the projector records project activity with the project id', async (t) => {
@@ -761,7 +1008,11 @@ t.test('the projector records project activity with the project id', async (t) =
   const invited = await h.platform('POST', projectPath(projectId, '/members'), { email: xEmail, role: 'member' }, asUser(owner))
   ok(invited, 201, 'invite')
   const x = await newVerifiedUser(h, { email: xEmail })
-  ok(await h.platform('POST', '/platform/v1/invites/accept', { token: tokenFromMail(await h.smtp.next(xEmail, /invited/i)) }, asUser(x)), 200, 'accept')
+  ok(
+    await h.platform('POST', '/platform/v1/invites/accept', { token: tokenFromMail(await h.smtp.next(xEmail, /invited/i)) }, asUser(x)),
+    200,
+    'accept',
+  )
   ok(await h.platform('PATCH', projectPath(projectId, `/members/${x.userId}`), { role: 'admin' }, asUser(owner)), 200, 'role change')
   const y = await join(owner, projectId, 'viewer')
   ok(await h.platform('DELETE', projectPath(projectId, `/members/${y.userId}`), undefined, asUser(owner)), 204, 'remove')
@@ -771,11 +1022,25 @@ t.test('the projector records project activity with the project id', async (t) =
   ok(await h.platform('POST', projectPath(projectId, '/transfer-ownership'), { user_id: x.userId }, asUser(owner)), 200, 'transfer')
   ok(await h.platform('DELETE', projectPath(projectId, '/keys/revoke'), undefined, asUser(owner)), 200, 'revoke by the old owner, now admin')
 
-  const expected = ['api_key_rotated', 'project_renamed', 'member_invited', 'team_invite_accepted', 'member_joined', 'member_role_changed', 'member_removed', 'ownership_transferred', 'api_key_revoked']
-  const rows = await eventually(async () => {
-    const found = await activityOf(projectId)
-    return found.some((r) => r.kind === 'api_key_revoked') ? found : null
-  }, 15_000, 'the revocation in the activity table')
+  const expected = [
+    'api_key_rotated',
+    'project_renamed',
+    'member_invited',
+    'team_invite_accepted',
+    'member_joined',
+    'member_role_changed',
+    'member_removed',
+    'ownership_transferred',
+    'api_key_revoked',
+  ]
+  const rows = await eventually(
+    async () => {
+      const found = await activityOf(projectId)
+      return found.some((r) => r.kind === 'api_key_revoked') ? found : null
+    },
+    15_000,
+    'the revocation in the activity table',
+  )
   const kinds = rows.map((r) => r.kind)
   for (const kind of expected) t.ok(kinds.includes(kind), `activity has ${kind}`)
   t.strictSame(
@@ -798,12 +1063,19 @@ t.test('the projector records project activity with the project id', async (t) =
   t.strictSame(JSON.parse(byKind('ownership_transferred').metadata!), { from_user_id: owner.userId, to_user_id: x.userId })
   t.equal(rows.filter((r) => r.kind === 'member_joined').length, 2, 'two members joined')
   t.equal(rows.filter((r) => r.kind === 'member_invited').length, 2, 'two invitations')
-  t.notOk(rows.some((r) => /sv_live_sk_[0-9a-f]{32}/.test(JSON.stringify(r))), 'no plaintext key in any row')
+  t.notOk(
+    rows.some((r) => /sv_live_sk_[0-9a-f]{32}/.test(JSON.stringify(r))),
+    'no plaintext key in any row',
+  )
 
-  const spareRows = await eventually(async () => {
-    const found = await activityOf(spare.body.id)
-    return found.some((r) => r.kind === 'project_deleted') ? found : null
-  }, 15_000, 'project_deleted in the activity table')
+  const spareRows = await eventually(
+    async () => {
+      const found = await activityOf(spare.body.id)
+      return found.some((r) => r.kind === 'project_deleted') ? found : null
+    },
+    15_000,
+    'project_deleted in the activity table',
+  )
   const deletedRow = spareRows.find((r) => r.kind === 'project_deleted')!
   t.equal(deletedRow.project_id, spare.body.id)
   t.equal(deletedRow.target_id, spare.body.id)
@@ -817,18 +1089,33 @@ t.test('the projector records account activity with the user id', async (t) => {
   ok(setup, '2fa setup')
   ok(await h.platform('POST', '/platform/v1/auth/2fa/verify', { code: totpCode(setup.body.secret) }, asUser(u)), '2fa verify')
   ok(await h.platform('POST', '/platform/v1/auth/2fa/recovery/regenerate', undefined, asUser(u)), 'regenerate')
-  const changed = await h.platform('POST', '/platform/v1/auth/change-password', { current_password: u.password, new_password: 'a-new-password-1' }, asUser(u))
+  const changed = await h.platform(
+    'POST',
+    '/platform/v1/auth/change-password',
+    { current_password: u.password, new_password: 'a-new-password-1' },
+    asUser(u),
+  )
   ok(changed, 'change password')
   const jwt = sessionFrom(changed)
   ok(await h.platform('DELETE', `/platform/v1/account?confirm=${encodeURIComponent(u.email)}`, undefined, { jwt }), 'delete account')
 
   const expected = ['terms_accepted', 'profile_updated', 'two_factor_enabled', 'recovery_codes_regenerated', 'password_changed', 'account_deleted']
-  const rows = await eventually(async () => {
-    const found = await h.runtime.sql<{ kind: string; project_id: string | null; user_id: string | null; target_type: string; target_id: string | null; metadata: string | null }[]>`
+  const rows = await eventually(
+    async () => {
+      const found = await h.runtime.sql<
+        { kind: string; project_id: string | null; user_id: string | null; target_type: string; target_id: string | null; metadata: string | null }[]
+      >`
       SELECT kind, project_id, user_id, target_type, target_id, metadata FROM activity WHERE user_id = ${u.userId} ORDER BY seq, id`
-    return found.some((r) => r.kind === 'account_deleted') ? found : null
-  }, 15_000, 'account_deleted in the activity table')
-  t.strictSame(rows.map((r) => r.kind).filter((k) => expected.includes(k)), expected, 'every account kind, in order')
+      return found.some((r) => r.kind === 'account_deleted') ? found : null
+    },
+    15_000,
+    'account_deleted in the activity table',
+  )
+  t.strictSame(
+    rows.map((r) => r.kind).filter((k) => expected.includes(k)),
+    expected,
+    'every account kind, in order',
+  )
   for (const row of rows) {
     t.equal(row.user_id, u.userId, `${row.kind} carries the user id`)
     t.equal(row.project_id, null, `${row.kind} carries no project id`)
@@ -836,5 +1123,8 @@ t.test('the projector records account activity with the user id', async (t) => {
     t.equal(row.target_id, u.userId)
   }
   t.strictSame(JSON.parse(rows.find((r) => r.kind === 'profile_updated')!.metadata!).changed.sort(), ['display_name', 'timezone'])
-  t.notOk(rows.some((r) => JSON.stringify(r).includes(setup.body.secret)), 'no TOTP secret in any row')
+  t.notOk(
+    rows.some((r) => JSON.stringify(r).includes(setup.body.secret)),
+    'no TOTP secret in any row',
+  )
 })

@@ -30,7 +30,11 @@ function withJwt<T = any>(svc: SpawnedService, method: string, path: string, jwt
 }
 
 /** Sign up and verify through `svc` (token from the sink), each POST from its own address. */
-async function verifiedUser(svc: SpawnedService, smtp: SmtpSink, tag: string): Promise<{ email: string; password: string; userId: string; projectId: string; apiKey: string }> {
+async function verifiedUser(
+  svc: SpawnedService,
+  smtp: SmtpSink,
+  tag: string,
+): Promise<{ email: string; password: string; userId: string; projectId: string; apiKey: string }> {
   const address = email(tag)
   const password = `pw-${randomBytes(8).toString('hex')}`
   const signup = await anon(svc, '/platform/v1/auth/signup', { email: address, password, accept_terms: true }, nextIp())
@@ -47,7 +51,16 @@ t.test('two API processes share the auth limits and see revocations', async (t) 
   const smtp = await startSmtpSink(t)
   const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl, TRUST_PROXY: 'true', SMTP_URL: smtp.url }
   const starting = [spawnService(env), spawnService(env, ['--role', 'api'])]
-  t.teardown(() => Promise.all(starting.map((s) => s.then((svc) => svc.stop(), () => undefined))))
+  t.teardown(() =>
+    Promise.all(
+      starting.map((s) =>
+        s.then(
+          (svc) => svc.stop(),
+          () => undefined,
+        ),
+      ),
+    ),
+  )
   const [p1, p2] = (await Promise.all(starting)) as [SpawnedService, SpawnedService]
   t.not(p1.url, p2.url, 'two processes, two listening addresses')
   t.match(p2.output(), /"roles":\["api"\]/, 'the second process runs the API role only')
@@ -59,7 +72,10 @@ t.test('two API processes share the auth limits and see revocations', async (t) 
       i % 2 === 0
         ? anon(svc, '/platform/v1/auth/login', { email: email('nobody'), password: 'wrong-password' }, ip)
         : anon(svc, '/platform/v1/auth/verify', { token: `usr_nope.${randomBytes(8).toString('hex')}` }, ip)
-    const answers = await Promise.all([...Array.from({ length: 10 }, (_, i) => request(p1, i)), ...Array.from({ length: 10 }, (_, i) => request(p2, i))])
+    const answers = await Promise.all([
+      ...Array.from({ length: 10 }, (_, i) => request(p1, i)),
+      ...Array.from({ length: 10 }, (_, i) => request(p2, i)),
+    ])
     const codes = answers.map((r) => `${r.status} ${r.body?.error?.code}`)
     t.same(
       codes,
@@ -86,7 +102,11 @@ t.test('two API processes share the auth limits and see revocations', async (t) 
       const res = await anon(svc, '/platform/v1/auth/login', { email: u.email, password: `${u.password}-wrong` }, nextIp())
       failures.push(`${res.status} ${res.body?.error?.code}`)
     }
-    t.same(failures, Array.from({ length: 10 }, () => '401 invalid_credentials'), '10 wrong passwords, 5 on each process, each refused as wrong')
+    t.same(
+      failures,
+      Array.from({ length: 10 }, () => '401 invalid_credentials'),
+      '10 wrong passwords, 5 on each process, each refused as wrong',
+    )
 
     const onP2 = await anon(p2, '/platform/v1/auth/login', { email: u.email, password: u.password }, nextIp())
     t.equal(onP2.status, 429, 'the right password on process 2 is refused: the account is locked')
@@ -129,7 +149,11 @@ t.test('two API processes share the auth limits and see revocations', async (t) 
       keys.push(again.body.api_key as string)
       const [current, previous, dropped] = [keys.at(-1)!, keys.at(-2)!, keys.at(-3)!]
       const statuses = await Promise.all([jobs(p2, current), jobs(p2, previous), jobs(p2, dropped)]).then((r) => r.map((x) => x.status))
-      t.same(statuses, [200, 200, 401], `rotation ${round + 2}: on process 2 the new key works at once, the previous is in grace, the older is dropped`)
+      t.same(
+        statuses,
+        [200, 200, 401],
+        `rotation ${round + 2}: on process 2 the new key works at once, the previous is in grace, the older is dropped`,
+      )
     }
     const [current, previous] = [keys.at(-1)!, keys.at(-2)!]
 

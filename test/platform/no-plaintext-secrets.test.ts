@@ -17,7 +17,14 @@ function found(haystack: string, needles: ReadonlyMap<string, string>): string[]
 }
 
 /** A request whose answer is kept as the bytes that came over the wire. */
-async function raw(url: string, apiKey: string, method: string, path: string, idempotencyKey: string, body?: unknown): Promise<{ status: number; replayed: boolean; text: string }> {
+async function raw(
+  url: string,
+  apiKey: string,
+  method: string,
+  path: string,
+  idempotencyKey: string,
+  body?: unknown,
+): Promise<{ status: number; replayed: boolean; text: string }> {
   const headers: Record<string, string> = { authorization: `Bearer ${apiKey}`, 'idempotency-key': idempotencyKey }
   if (body !== undefined) headers['content-type'] = 'application/json'
   const res = await fetch(url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
@@ -45,7 +52,12 @@ t.test('no plaintext secret reaches Postgres, the event log or any stream or KV 
   t.equal(afterReset.status, 200, JSON.stringify(afterReset.body))
 
   // Change to the third password.
-  const changed = await h.platform('POST', '/platform/v1/auth/change-password', { current_password: passwords[1], new_password: passwords[2] }, { jwt: sessionFrom(afterReset) })
+  const changed = await h.platform(
+    'POST',
+    '/platform/v1/auth/change-password',
+    { current_password: passwords[1], new_password: passwords[2] },
+    { jwt: sessionFrom(afterReset) },
+  )
   t.equal(changed.status, 200, JSON.stringify(changed.body))
   const jwt = sessionFrom(changed)
 
@@ -76,11 +88,17 @@ t.test('no plaintext secret reaches Postgres, the event log or any stream or KV 
 
   // A webhook created and its secret rotated with an Idempotency-Key: both answers hold a
   // signing secret, and each is replayed from the stored answer.
-  const created = await raw(h.url, secondKey, 'POST', '/jobsvc/v1/webhooks', `hook-create-${tag}`, { url: 'https://8.8.8.8/hook', events: ['job.created'] })
+  const created = await raw(h.url, secondKey, 'POST', '/jobsvc/v1/webhooks', `hook-create-${tag}`, {
+    url: 'https://8.8.8.8/hook',
+    events: ['job.created'],
+  })
   t.equal(created.status, 201, created.text)
   const hook = JSON.parse(created.text) as { id: string; secret: string }
   t.match(hook.secret, /^whsec_/, 'the create answer shows the signing secret')
-  const createReplay = await raw(h.url, secondKey, 'POST', '/jobsvc/v1/webhooks', `hook-create-${tag}`, { url: 'https://8.8.8.8/hook', events: ['job.created'] })
+  const createReplay = await raw(h.url, secondKey, 'POST', '/jobsvc/v1/webhooks', `hook-create-${tag}`, {
+    url: 'https://8.8.8.8/hook',
+    events: ['job.created'],
+  })
   t.same([createReplay.status, createReplay.replayed], [201, true], 'the create is replayed')
   t.equal(createReplay.text, created.text, 'byte for byte')
   const rotated2 = await raw(h.url, secondKey, 'POST', `/jobsvc/v1/webhooks/${hook.id}/rotate-secret`, `hook-rotate-${tag}`)
@@ -113,14 +131,26 @@ t.test('no plaintext secret reaches Postgres, the event log or any stream or KV 
     ...codes.map((c, i) => [`recovery code ${i + 1}`, c] as [string, string]),
   ])
   t.equal(new Set(secrets.values()).size, secrets.size, 'every secret is distinct')
-  t.ok([...secrets.values()].every((s) => s.length >= 9), 'every secret is long enough not to occur by chance')
+  t.ok(
+    [...secrets.values()].every((s) => s.length >= 9),
+    'every secret is long enough not to occur by chance',
+  )
 
   // Wait until the projector has applied the whole log: the latest kinds are in `activity`
   // and every checkpoint has reached the stream's last sequence.
   const { sql } = h.runtime
   const stream = eventsStreamName(h.config.namespace)
   const lastSeq = (await h.runtime.nats.jsm.streams.info(stream)).state.last_seq
-  const wanted = ['password_reset', 'password_changed', 'two_factor_enabled', 'recovery_codes_regenerated', 'recovery_code_used', 'api_key_rotated', 'member_invited', 'webhook_secret_rotated']
+  const wanted = [
+    'password_reset',
+    'password_changed',
+    'two_factor_enabled',
+    'recovery_codes_regenerated',
+    'recovery_code_used',
+    'api_key_rotated',
+    'member_invited',
+    'webhook_secret_rotated',
+  ]
   await eventually(
     async () => {
       const rows = await sql<{ kind: string }[]>`SELECT DISTINCT kind FROM activity WHERE user_id = ${u.userId} OR project_id = ${u.projectId}`
@@ -186,7 +216,10 @@ t.test('no plaintext secret reaches Postgres, the event log or any stream or KV 
     const streams: string[] = []
     for await (const info of jsm.streams.list()) if (info.config.name.includes(h.config.namespace)) streams.push(info.config.name)
     const bucket = (name: string) => streams.find((s) => s.startsWith('KV_') && s.endsWith(name))
-    t.ok(bucket('_idempotency') && bucket('_auth_limits') && bucket('_heartbeats'), `sanity: the KV buckets are among the streams (${streams.join(', ')})`)
+    t.ok(
+      bucket('_idempotency') && bucket('_auth_limits') && bucket('_heartbeats'),
+      `sanity: the KV buckets are among the streams (${streams.join(', ')})`,
+    )
     t.ok(streams.includes(stream), 'sanity: so is the event stream')
     const texts = new Map<string, string>()
     for (const name of streams) {

@@ -21,7 +21,11 @@ t.test('TRUST_PROXY forms: false, a hop count, a list of proxy addresses, or tru
   t.equal(trustOf('true'), true, 'true keeps its meaning: every hop')
   t.equal(trustOf('1'), 1, 'a number is a hop count, so 1 is one proxy, not true')
   t.equal(trustOf('2'), 2)
-  t.strictSame(trustOf(' 10.0.0.7, 10.1.0.0/16,::1 ,fd00::/8,loopback'), ['10.0.0.7', '10.1.0.0/16', '::1', 'fd00::/8', 'loopback'], 'a comma-separated list of addresses and CIDRs')
+  t.strictSame(
+    trustOf(' 10.0.0.7, 10.1.0.0/16,::1 ,fd00::/8,loopback'),
+    ['10.0.0.7', '10.1.0.0/16', '::1', 'fd00::/8', 'loopback'],
+    'a comma-separated list of addresses and CIDRs',
+  )
   t.equal(loadConfig({ JOBSVC_SECRET: 'proxy-test-secret-proxy-test-secret' }).trustProxy, false, 'the default is false')
   for (const bad of ['yes', '10.0.0.0/33', '10.0.0', 'proxy.example.com', '1.5', '-1', '10.0.0.1,,']) {
     t.throws(() => loadConfig(env(bad)), ConfigError, `${JSON.stringify(bad)} is refused at start`)
@@ -42,7 +46,14 @@ t.test('behind an appending proxy, a hop count or the proxy list takes the addre
   }
   // What a proxy that appends forwards: the client's own header first, the address it saw last.
   const anonymousPost = (url: string, clientIp: string): Promise<HttpResponse> =>
-    httpRequest(url, null, 'POST', '/platform/v1/auth/verify', { token: 'garbage' }, { 'x-forwarded-for': `198.51.100.${randomInt(1, 255)}, ${clientIp}` })
+    httpRequest(
+      url,
+      null,
+      'POST',
+      '/platform/v1/auth/verify',
+      { token: 'garbage' },
+      { 'x-forwarded-for': `198.51.100.${randomInt(1, 255)}, ${clientIp}` },
+    )
 
   const cases: Array<[string, string]> = [
     ['TRUST_PROXY=1 (one proxy)', '1'],
@@ -68,7 +79,14 @@ t.test('behind an appending proxy, a hop count or the proxy list takes the addre
   const clientIp = '203.0.113.21'
   const statuses: number[] = []
   for (let i = 0; i < 21; i++) {
-    const res = await httpRequest(url, null, 'POST', '/platform/v1/auth/verify', { token: 'garbage' }, { 'x-forwarded-for': `192.0.2.${i + 1}, ${clientIp}` })
+    const res = await httpRequest(
+      url,
+      null,
+      'POST',
+      '/platform/v1/auth/verify',
+      { token: 'garbage' },
+      { 'x-forwarded-for': `192.0.2.${i + 1}, ${clientIp}` },
+    )
     statuses.push(res.status)
   }
   t.strictSame(statuses, Array(21).fill(400), 'TRUST_PROXY=true: each forged first entry is a new client, so 21 POSTs pass')

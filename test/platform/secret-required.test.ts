@@ -69,7 +69,12 @@ function startService(env: NodeJS.ProcessEnv, cwd: string, args: string[] = []):
 }
 
 /** Runs one of the command-line entry points to its end. */
-async function runEntry(name: string, args: string[], env: NodeJS.ProcessEnv, cwd: string): Promise<{ code: number; stdout: string; stderr: string }> {
+async function runEntry(
+  name: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  cwd: string,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
     const { stdout, stderr } = await run(process.execPath, ['--import', tsx, entry(name), ...args], { cwd, env, timeout: 60_000 })
     return { code: 0, stdout, stderr }
@@ -131,7 +136,8 @@ t.test('development mode: a generated secret in a 0600 file of the working direc
   const secret = readFileSync(secretFile, 'utf8')
   t.match(secret, /^[0-9a-f]{64}\n$/, '32 random bytes, hex')
 
-  const anon = (url: string, path: string, body: unknown, jwt?: string) => httpRequest(url, null, 'POST', path, body, jwt === undefined ? {} : { authorization: `Bearer ${jwt}` })
+  const anon = (url: string, path: string, body: unknown, jwt?: string) =>
+    httpRequest(url, null, 'POST', path, body, jwt === undefined ? {} : { authorization: `Bearer ${jwt}` })
   const email = freshEmail('dev')
   const password = `pw-${randomBytes(8).toString('hex')}`
   t.equal((await anon(svc.url, '/platform/v1/auth/signup', { email, password, accept_terms: true })).status, 201)
@@ -173,7 +179,10 @@ t.test('a TOTP secret sealed under another JOBSVC_SECRET: 409 totp_secret_unread
   const role = await api.start(other)
   t.teardown(role.stop)
   const onOther = (path: string, body: unknown, jwt?: string): Promise<HttpResponse> =>
-    httpRequest(role.address, null, 'POST', path, body, { 'x-forwarded-for': freshIp(), ...(jwt === undefined ? {} : { authorization: `Bearer ${jwt}` }) })
+    httpRequest(role.address, null, 'POST', path, body, {
+      'x-forwarded-for': freshIp(),
+      ...(jwt === undefined ? {} : { authorization: `Bearer ${jwt}` }),
+    })
   const isUnreadable = (res: HttpResponse, what: string) => {
     t.equal(res.status, 409, `${what}: 409 (${JSON.stringify(res.body)})`)
     t.equal(res.body?.error?.code, 'totp_secret_unreadable', `${what}: code totp_secret_unreadable`)
@@ -184,10 +193,20 @@ t.test('a TOTP secret sealed under another JOBSVC_SECRET: 409 totp_secret_unread
   t.equal((await h.platform('POST', '/platform/v1/auth/2fa/verify', { code: totpCode(setup.body.secret) }, { jwt: u.jwt })).status, 200)
   const codes = (await h.platform('POST', '/platform/v1/auth/2fa/recovery/regenerate', undefined, { jwt: u.jwt })).body.codes as string[]
 
-  isUnreadable(await onOther('/platform/v1/auth/login', { email: u.email, password: u.password, totp_code: totpCode(setup.body.secret, new Date(), 1) }), 'a TOTP login')
+  isUnreadable(
+    await onOther('/platform/v1/auth/login', { email: u.email, password: u.password, totp_code: totpCode(setup.body.secret, new Date(), 1) }),
+    'a TOTP login',
+  )
   const recovered = await onOther('/platform/v1/auth/login', { email: u.email, password: u.password, recovery_code: codes[0] })
   t.equal(recovered.status, 200, `a recovery code still logs in (${JSON.stringify(recovered.body)})`)
-  isUnreadable(await onOther('/platform/v1/auth/2fa/disable', { password: u.password, code: totpCode(setup.body.secret, new Date(), 1) }, sessionFrom(recovered)), '2fa/disable')
+  isUnreadable(
+    await onOther(
+      '/platform/v1/auth/2fa/disable',
+      { password: u.password, code: totpCode(setup.body.secret, new Date(), 1) },
+      sessionFrom(recovered),
+    ),
+    '2fa/disable',
+  )
 
   // A secret staged by 2fa/setup, then confirmed where it cannot be read.
   const v = await newVerifiedUser(h)
@@ -197,13 +216,24 @@ t.test('a TOTP secret sealed under another JOBSVC_SECRET: 409 totp_secret_unread
   isUnreadable(await onOther('/platform/v1/auth/2fa/verify', { code: totpCode(staged.body.secret) }, vOnOther), '2fa/verify')
   const again = await onOther('/platform/v1/auth/2fa/setup', {}, vOnOther)
   t.equal(again.status, 200, '2fa/setup again replaces it')
-  t.equal((await onOther('/platform/v1/auth/2fa/verify', { code: totpCode(again.body.secret) }, vOnOther)).status, 200, 'and the new one is confirmed')
+  t.equal(
+    (await onOther('/platform/v1/auth/2fa/verify', { code: totpCode(again.body.secret) }, vOnOther)).status,
+    200,
+    'and the new one is confirmed',
+  )
 
   // Not a failed attempt: ten more of them lock nothing.
   for (let i = 0; i < 10; i++) {
-    isUnreadable(await onOther('/platform/v1/auth/login', { email: u.email, password: u.password, totp_code: totpCode(setup.body.secret, new Date(), 1) }), `TOTP login ${i + 2}`)
+    isUnreadable(
+      await onOther('/platform/v1/auth/login', { email: u.email, password: u.password, totp_code: totpCode(setup.body.secret, new Date(), 1) }),
+      `TOTP login ${i + 2}`,
+    )
   }
-  const home = await h.platform('POST', '/platform/v1/auth/login', { email: u.email, password: u.password, totp_code: totpCode(setup.body.secret, new Date(), 1) })
+  const home = await h.platform('POST', '/platform/v1/auth/login', {
+    email: u.email,
+    password: u.password,
+    totp_code: totpCode(setup.body.secret, new Date(), 1),
+  })
   t.equal(home.status, 200, `with the secret it was sealed under, the TOTP login works (${JSON.stringify(home.body)})`)
 })
 
@@ -213,7 +243,8 @@ t.test('an idempotent answer sealed under another JOBSVC_SECRET is refused, not 
   t.teardown(() => other.close())
   const role = await api.start(other)
   t.teardown(role.stop)
-  const create = (url: string) => httpRequest(url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'sealed', payload: { n: 1 } }, { 'idempotency-key': 'sealed-1' })
+  const create = (url: string) =>
+    httpRequest(url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'sealed', payload: { n: 1 } }, { 'idempotency-key': 'sealed-1' })
 
   const first = await create(h.url)
   t.equal(first.status, 201, JSON.stringify(first.body))
@@ -222,9 +253,17 @@ t.test('an idempotent answer sealed under another JOBSVC_SECRET is refused, not 
   const elsewhere = await create(role.address)
   t.equal(elsewhere.status, 409, `refused where it cannot be unsealed (${JSON.stringify(elsewhere.body)})`)
   t.equal(elsewhere.body?.error?.code, 'idempotency_key_reuse')
-  const jobs = await eventually(async () => {
-    const list = await httpRequest(h.url, h.apiKey, 'GET', '/jobsvc/v1/jobs')
-    return list.body?.data?.length > 0 ? (list.body.data as Array<{ id: string }>) : null
-  }, 15_000, 'the job list')
-  t.same(jobs.map((j) => j.id), [first.body.id], 'and no second job was created')
+  const jobs = await eventually(
+    async () => {
+      const list = await httpRequest(h.url, h.apiKey, 'GET', '/jobsvc/v1/jobs')
+      return list.body?.data?.length > 0 ? (list.body.data as Array<{ id: string }>) : null
+    },
+    15_000,
+    'the job list',
+  )
+  t.same(
+    jobs.map((j) => j.id),
+    [first.body.id],
+    'and no second job was created',
+  )
 })

@@ -95,15 +95,33 @@ t.test('sessions: the JWT as Bearer or as the sv_jwt cookie; anything else is 40
   expectError(t, await me('a.b.c'), 401, 'unauthorized', 'three garbage segments')
   expectError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: 'sv_jwt=garbage' }), 401, 'unauthorized', 'garbage cookie')
   expectError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: 'sv_jwt=' }), 401, 'unauthorized', 'empty cookie')
-  expectError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `other_jwt=${u.jwt}` }), 401, 'unauthorized', 'a cookie of another name')
-  expectError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, { headers: { authorization: `Basic ${u.jwt}` } }), 401, 'unauthorized', 'not a Bearer scheme')
+  expectError(
+    t,
+    await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `other_jwt=${u.jwt}` }),
+    401,
+    'unauthorized',
+    'a cookie of another name',
+  )
+  expectError(
+    t,
+    await h.platform('GET', '/platform/v1/auth/me', undefined, { headers: { authorization: `Basic ${u.jwt}` } }),
+    401,
+    'unauthorized',
+    'not a Bearer scheme',
+  )
 
   const [header, payload, signature] = u.jwt.split('.') as [string, string, string]
   t.ok(signature.length > 10, 'the JWT has a signature part')
   const tampered = `${header}.${payload}.${flipChar(signature, Math.floor(signature.length / 2))}`
   t.not(tampered, u.jwt)
   expectError(t, await me(tampered), 401, 'unauthorized', 'tampered signature (Bearer)')
-  expectError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${tampered}` }), 401, 'unauthorized', 'tampered signature (cookie)')
+  expectError(
+    t,
+    await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${tampered}` }),
+    401,
+    'unauthorized',
+    'tampered signature (cookie)',
+  )
 
   const other = await newVerifiedUser(h)
   const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as Record<string, unknown>
@@ -119,7 +137,13 @@ t.test('sessions: the JWT as Bearer or as the sv_jwt cookie; anything else is 40
     .setExpirationTime('1h')
     .sign(foreignKey)
   expectError(t, await me(foreign), 401, 'unauthorized', 'same claims signed with another key')
-  expectError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${foreign}` }), 401, 'unauthorized', 'foreign-key JWT as cookie')
+  expectError(
+    t,
+    await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${foreign}` }),
+    401,
+    'unauthorized',
+    'foreign-key JWT as cookie',
+  )
 
   const unsignedHeader = Buffer.from(JSON.stringify({ alg: 'none', typ: 'JWT' })).toString('base64url')
   expectError(t, await me(`${unsignedHeader}.${payload}.`), 401, 'unauthorized', 'alg none')
@@ -154,8 +178,20 @@ t.test('logout ends its session in the service, not only in the browser; other s
 
   t.equal((await h.platform('POST', '/platform/v1/auth/logout', undefined, { jwt: u.jwt })).status, 204)
   expectError(t, await me(u.jwt), 401, 'unauthorized', 'the logged-out token, as Bearer')
-  expectError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${u.jwt}` }), 401, 'unauthorized', 'the logged-out token, as the cookie')
-  expectError(t, await h.platform('PATCH', '/platform/v1/auth/profile', { display_name: 'x' }, { jwt: u.jwt }), 401, 'unauthorized', 'a write with the logged-out token')
+  expectError(
+    t,
+    await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${u.jwt}` }),
+    401,
+    'unauthorized',
+    'the logged-out token, as the cookie',
+  )
+  expectError(
+    t,
+    await h.platform('PATCH', '/platform/v1/auth/profile', { display_name: 'x' }, { jwt: u.jwt }),
+    401,
+    'unauthorized',
+    'a write with the logged-out token',
+  )
   t.equal((await me(second)).status, 200, 'another session of the same user still works')
 
   t.equal((await h.platform('POST', '/platform/v1/auth/logout', undefined, { cookie: `sv_jwt=${third}` })).status, 204, 'logout through the cookie')
@@ -206,7 +242,20 @@ t.test('GET me: the spec profile object with the right types', async (t) => {
   t.equal(p.projects[0].plan, 'pro', 'the sign-up plan is the first project plan')
   t.equal(p.projects[0].api_key_prefix, u.apiKey.slice(0, 24), 'prefix is the first 24 characters of the key')
 
-  for (const field of ['user_id', 'email', 'email_verified', 'created_at', 'is_admin', 'display_name', 'timezone', 'locale', 'totp_enabled', 'account', 'products', 'projects']) {
+  for (const field of [
+    'user_id',
+    'email',
+    'email_verified',
+    'created_at',
+    'is_admin',
+    'display_name',
+    'timezone',
+    'locale',
+    'totp_enabled',
+    'account',
+    'products',
+    'projects',
+  ]) {
     t.ok(field in p, `profile has ${field}`)
   }
   const text = JSON.stringify(p)
@@ -266,7 +315,10 @@ t.test('PATCH profile: display_name, timezone and locale', async (t) => {
   const all = await patch({ display_name: 'Grace', timezone: 'America/New_York', locale: 'fr-FR' })
   t.equal(all.status, 200, JSON.stringify(all.body))
   const p = await profile()
-  t.same({ display_name: p.display_name, timezone: p.timezone, locale: p.locale }, { display_name: 'Grace', timezone: 'America/New_York', locale: 'fr-FR' })
+  t.same(
+    { display_name: p.display_name, timezone: p.timezone, locale: p.locale },
+    { display_name: 'Grace', timezone: 'America/New_York', locale: 'fr-FR' },
+  )
 
   const mixed = await patch({ display_name: 'Hopper', timezone: 'Mars/Olympus' })
   expectError(t, mixed, 400, 'invalid_timezone', 'one bad field in a valid set')
@@ -297,9 +349,21 @@ t.test('change-password: checks the current password, ends earlier sessions, iss
     h.platform('POST', '/platform/v1/auth/change-password', body, jwt === null ? {} : { jwt })
   const newPassword = `new-${randomBytes(8).toString('hex')}`
 
-  expectError(t, await change({ current_password: 'not-the-password', new_password: newPassword }), 401, 'invalid_credentials', 'wrong current password')
+  expectError(
+    t,
+    await change({ current_password: 'not-the-password', new_password: newPassword }),
+    401,
+    'invalid_credentials',
+    'wrong current password',
+  )
   expectError(t, await change({ current_password: u.password, new_password: '123456789' }), 400, 'invalid_request', 'new password of 9 characters')
-  expectError(t, await change({ current_password: u.password, new_password: 'p'.repeat(129) }), 400, 'invalid_request', 'new password of 129 characters')
+  expectError(
+    t,
+    await change({ current_password: u.password, new_password: 'p'.repeat(129) }),
+    400,
+    'invalid_request',
+    'new password of 129 characters',
+  )
   expectError(t, await change({ current_password: u.password }), 400, 'invalid_request', 'new_password missing')
   expectError(t, await change({ new_password: newPassword }), 400, 'invalid_request', 'current_password missing')
   expectError(t, await change({ current_password: u.password, new_password: newPassword }, null), 401, 'unauthorized', 'no session')
@@ -324,8 +388,20 @@ t.test('change-password: checks the current password, ends earlier sessions, iss
 
   expectError(t, await me(u.jwt), 401, 'unauthorized', 'the session that changed the password')
   expectError(t, await me(otherSession), 401, 'unauthorized', 'another earlier session')
-  expectError(t, await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${u.jwt}` }), 401, 'unauthorized', 'earlier session as cookie')
-  expectError(t, await change({ current_password: newPassword, new_password: `${newPassword}x` }), 401, 'unauthorized', 'change with an ended session')
+  expectError(
+    t,
+    await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${u.jwt}` }),
+    401,
+    'unauthorized',
+    'earlier session as cookie',
+  )
+  expectError(
+    t,
+    await change({ current_password: newPassword, new_password: `${newPassword}x` }),
+    401,
+    'unauthorized',
+    'change with an ended session',
+  )
 
   expectError(t, await login({ email: u.email, password: u.password }), 401, 'invalid_credentials', 'login with the old password')
   const relogin = await login({ email: u.email, password: newPassword })
@@ -402,7 +478,13 @@ t.test('2FA: a second setup before verify replaces the staged secret', async (t)
   const secret = (await twoFactor('setup', v.jwt)).body.secret as string
   const ahead = await twoFactor('verify', v.jwt, { code: totpCode(secret, at, 1) })
   t.equal(ahead.status, 200, `verify accepts the next step too: ${JSON.stringify(ahead.body)}`)
-  expectError(t, await login({ email: v.email, password: v.password, totp_code: totpCode(secret, clock.set(1)) }), 401, 'invalid_totp_code', 'the step used to enable, reached by the clock')
+  expectError(
+    t,
+    await login({ email: v.email, password: v.password, totp_code: totpCode(secret, clock.set(1)) }),
+    401,
+    'invalid_totp_code',
+    'the step used to enable, reached by the clock',
+  )
   t.equal((await login({ email: v.email, password: v.password, totp_code: totpCode(secret, clock.at(1), 1) })).status, 200, 'the step after it works')
 })
 
@@ -412,9 +494,27 @@ t.test('login with 2FA: required, ±1 step window, no replay', async (t) => {
   const secret = await enableTwoFactor(t, u, clock)
 
   expectError(t, await login({ email: u.email, password: u.password }), 403, 'totp_required', 'no second factor')
-  expectError(t, await login({ email: u.email, password: 'wrong-password', totp_code: totpCode(secret, clock.at(0), 1) }), 401, 'invalid_credentials', 'wrong password with a valid code')
-  expectError(t, await login({ email: u.email, password: u.password, totp_code: wrongCode(secret, clock.at(0)) }), 401, 'invalid_totp_code', 'wrong code')
-  expectError(t, await login({ email: u.email, password: u.password, totp_code: totpCode(secret, clock.at(0)) }), 401, 'invalid_totp_code', 'the step used to enable is not reusable')
+  expectError(
+    t,
+    await login({ email: u.email, password: 'wrong-password', totp_code: totpCode(secret, clock.at(0), 1) }),
+    401,
+    'invalid_credentials',
+    'wrong password with a valid code',
+  )
+  expectError(
+    t,
+    await login({ email: u.email, password: u.password, totp_code: wrongCode(secret, clock.at(0)) }),
+    401,
+    'invalid_totp_code',
+    'wrong code',
+  )
+  expectError(
+    t,
+    await login({ email: u.email, password: u.password, totp_code: totpCode(secret, clock.at(0)) }),
+    401,
+    'invalid_totp_code',
+    'the step used to enable is not reusable',
+  )
 
   let at = clock.set(2)
   const previous = await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at, -1) })
@@ -422,18 +522,42 @@ t.test('login with 2FA: required, ±1 step window, no replay', async (t) => {
   t.notOk(JSON.stringify(previous.body).includes(sessionFrom(previous)), 'the JWT is only in the cookie, never in the body')
   t.equal(previous.body.recovery_code_used, false)
   t.equal((await me(sessionFrom(previous))).status, 200, 'the 2FA login session works')
-  expectError(t, await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at, -1) }), 401, 'invalid_totp_code', 'the same code again (replay)')
+  expectError(
+    t,
+    await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at, -1) }),
+    401,
+    'invalid_totp_code',
+    'the same code again (replay)',
+  )
 
   at = clock.set(3)
   const next = await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at, 1) })
   t.equal(next.status, 200, `code of the next step: ${JSON.stringify(next.body)}`)
 
   at = clock.set(10)
-  expectError(t, await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at, 2) }), 401, 'invalid_totp_code', 'two steps ahead')
-  expectError(t, await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at, -2) }), 401, 'invalid_totp_code', 'two steps behind')
+  expectError(
+    t,
+    await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at, 2) }),
+    401,
+    'invalid_totp_code',
+    'two steps ahead',
+  )
+  expectError(
+    t,
+    await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at, -2) }),
+    401,
+    'invalid_totp_code',
+    'two steps behind',
+  )
   const current = await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at) })
   t.equal(current.status, 200, `code of the current step: ${JSON.stringify(current.body)}`)
-  expectError(t, await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at) }), 401, 'invalid_totp_code', 'the current code used twice')
+  expectError(
+    t,
+    await login({ email: u.email, password: u.password, totp_code: totpCode(secret, at) }),
+    401,
+    'invalid_totp_code',
+    'the current code used twice',
+  )
 
   const malformed = await login({ email: u.email, password: u.password, totp_code: 'abcdef' })
   t.ok(malformed.status === 400 || malformed.status === 401, `a code that is not 6 digits is refused (${malformed.status})`)
@@ -463,7 +587,13 @@ t.test('recovery codes: regenerate, single use, invalidated by regeneration', as
   t.equal(used.status, 200, JSON.stringify(used.body))
   t.equal(used.body.recovery_code_used, true)
   t.equal((await me(sessionFrom(used))).status, 200, 'the recovery login session works')
-  expectError(t, await login({ email: u.email, password: u.password, recovery_code: codes[0] }), 401, 'invalid_totp_code', 'the same recovery code again')
+  expectError(
+    t,
+    await login({ email: u.email, password: u.password, recovery_code: codes[0] }),
+    401,
+    'invalid_totp_code',
+    'the same recovery code again',
+  )
   const unknown = codes.includes('aaaa-aaaa') ? 'bbbb-bbbb' : 'aaaa-aaaa'
   expectError(t, await login({ email: u.email, password: u.password, recovery_code: unknown }), 401, 'invalid_totp_code', 'an unknown recovery code')
   const another = await login({ email: u.email, password: u.password, recovery_code: codes[1] })
@@ -480,7 +610,13 @@ t.test('recovery codes: regenerate, single use, invalidated by regeneration', as
   t.equal(fresh.length, 10)
   t.equal(fresh.filter((c) => codes.includes(c)).length, 0, 'a new set')
   for (const old of [codes[2], codes[9]]) {
-    expectError(t, await login({ email: u.email, password: u.password, recovery_code: old }), 401, 'invalid_totp_code', `unused old code ${old} after regeneration`)
+    expectError(
+      t,
+      await login({ email: u.email, password: u.password, recovery_code: old }),
+      401,
+      'invalid_totp_code',
+      `unused old code ${old} after regeneration`,
+    )
   }
   const withNew = await login({ email: u.email, password: u.password, recovery_code: fresh[0] })
   t.equal(withNew.status, 200, 'a new code works')
@@ -506,7 +642,13 @@ t.test('2FA disable', async (t) => {
   expectError(t, await twoFactor('disable', u.jwt, { password: u.password, code: Number(good()) }), 400, 'validation_error', 'code a number')
   expectError(t, await twoFactor('disable', u.jwt, { password: 'not-the-password', code: good() }), 401, 'invalid_credentials', 'wrong password')
   expectError(t, await twoFactor('disable', u.jwt, { password: u.password, code: wrongCode(secret, at) }), 400, 'invalid_totp_code', 'wrong code')
-  expectError(t, await twoFactor('disable', u.jwt, { password: u.password, code: totpCode(secret, clock.at(0)) }), 400, 'invalid_totp_code', 'the step used to enable')
+  expectError(
+    t,
+    await twoFactor('disable', u.jwt, { password: u.password, code: totpCode(secret, clock.at(0)) }),
+    400,
+    'invalid_totp_code',
+    'the step used to enable',
+  )
   t.equal((await me(u.jwt)).body.totp_enabled, true, 'refused disables leave 2FA on')
 
   const login1 = await login({ email: u.email, password: u.password, totp_code: good() })
@@ -522,18 +664,42 @@ t.test('2FA disable', async (t) => {
   t.equal(plain.status, 200, `login without a code: ${JSON.stringify(plain.body)}`)
   t.equal(plain.body.recovery_code_used, false)
 
-  expectError(t, await twoFactor('disable', u.jwt, { password: u.password, code: totpCode(secret, clock.set(3)) }), 409, 'totp_not_enabled', 'disable again')
+  expectError(
+    t,
+    await twoFactor('disable', u.jwt, { password: u.password, code: totpCode(secret, clock.set(3)) }),
+    409,
+    'totp_not_enabled',
+    'disable again',
+  )
   expectError(t, await twoFactor('recovery/regenerate', u.jwt), 409, 'totp_not_enabled', 'regenerate after disable')
-  expectError(t, await twoFactor('verify', u.jwt, { code: totpCode(secret, clock.at(3), 1) }), 400, 'totp_not_initialized', 'the secret was deleted: verify needs a new setup')
+  expectError(
+    t,
+    await twoFactor('verify', u.jwt, { code: totpCode(secret, clock.at(3), 1) }),
+    400,
+    'totp_not_initialized',
+    'the secret was deleted: verify needs a new setup',
+  )
 
   const again = await twoFactor('setup', u.jwt)
   t.equal(again.status, 200, 'setup works again')
   t.not(again.body.secret, secret, 'a new secret')
   at = clock.set(4)
   t.equal((await twoFactor('verify', u.jwt, { code: totpCode(again.body.secret, at) })).status, 200, 'and enables again')
-  expectError(t, await login({ email: u.email, password: u.password, recovery_code: recovery[0] }), 401, 'invalid_totp_code', 'recovery codes from before the disable are deleted')
+  expectError(
+    t,
+    await login({ email: u.email, password: u.password, recovery_code: recovery[0] }),
+    401,
+    'invalid_totp_code',
+    'recovery codes from before the disable are deleted',
+  )
   if (totpCode(secret, clock.at(5)) !== totpCode(again.body.secret, clock.at(5))) {
-    expectError(t, await login({ email: u.email, password: u.password, totp_code: totpCode(secret, clock.set(5)) }), 401, 'invalid_totp_code', 'the old secret is gone')
+    expectError(
+      t,
+      await login({ email: u.email, password: u.password, totp_code: totpCode(secret, clock.set(5)) }),
+      401,
+      'invalid_totp_code',
+      'the old secret is gone',
+    )
   }
 })
 
@@ -579,12 +745,24 @@ t.test('the TOTP secret and recovery codes are not stored in plaintext', async (
   t.ok(userMessages >= 4, `the user's messages were among them (${userMessages})`)
   t.same(found, [], 'no plaintext secret or recovery code in any message of the event stream')
 
-  const rows = await eventually(async () => {
-    const r = await h.runtime.sql<{ kind: string; j: string }[]>`select kind, row_to_json(a)::text as j from activity a where a.user_id = ${u.userId}`
-    return r.some((row) => row.kind === 'recovery_code_used') ? r : null
-  }, 15_000, 'the 2FA activity rows')
-  t.ok(rows.some((row) => row.kind === 'two_factor_enabled'), 'two_factor_enabled is in the activity')
-  t.ok(rows.some((row) => row.kind === 'recovery_codes_regenerated'), 'recovery_codes_regenerated is in the activity')
+  const rows = await eventually(
+    async () => {
+      const r = await h.runtime.sql<
+        { kind: string; j: string }[]
+      >`select kind, row_to_json(a)::text as j from activity a where a.user_id = ${u.userId}`
+      return r.some((row) => row.kind === 'recovery_code_used') ? r : null
+    },
+    15_000,
+    'the 2FA activity rows',
+  )
+  t.ok(
+    rows.some((row) => row.kind === 'two_factor_enabled'),
+    'two_factor_enabled is in the activity',
+  )
+  t.ok(
+    rows.some((row) => row.kind === 'recovery_codes_regenerated'),
+    'recovery_codes_regenerated is in the activity',
+  )
   const leaks = rows.filter((row) => row.j.includes(secret) || codes.some((c) => row.j.includes(c)))
   t.same(leaks, [], 'no secret or recovery code in the activity rows')
   const profile = JSON.stringify((await me(u.jwt)).body)
@@ -618,5 +796,11 @@ t.test('GET me and PATCH profile for a deleted account: 404 user_not_found', asy
   const deleted = await h.platform('DELETE', `/platform/v1/account?confirm=${encodeURIComponent(u.email)}`, undefined, { jwt: u.jwt })
   t.equal(deleted.status, 200, JSON.stringify(deleted.body))
   expectError(t, await me(u.jwt), 404, 'user_not_found', 'me after deletion')
-  expectError(t, await h.platform('PATCH', '/platform/v1/auth/profile', { display_name: 'Gone' }, { jwt: u.jwt }), 404, 'user_not_found', 'profile after deletion')
+  expectError(
+    t,
+    await h.platform('PATCH', '/platform/v1/auth/profile', { display_name: 'Gone' }, { jwt: u.jwt }),
+    404,
+    'user_not_found',
+    'profile after deletion',
+  )
 })

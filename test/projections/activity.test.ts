@@ -14,8 +14,7 @@ const bench = await openProjectionBench(t, import.meta.filename, activityFeed)
 const at = (minute: number) => `2024-06-01T13:${String(minute).padStart(2, '0')}:00.000Z`
 const meta = (minute: number) => ({ now: at(minute) })
 
-const rowsOf = (records: readonly EventRecord[]) =>
-  bench.sql`SELECT * FROM activity WHERE seq = ANY(${records.map((r) => r.seq)}) ORDER BY seq, id`
+const rowsOf = (records: readonly EventRecord[]) => bench.sql`SELECT * FROM activity WHERE seq = ANY(${records.map((r) => r.seq)}) ORDER BY seq, id`
 /** The activity id of the record's only event: the event's ULID. */
 const idOf = (record: EventRecord) => record.message.events[0]!.id.replace(/^evt_/, '')
 
@@ -33,12 +32,38 @@ t.test('a job: a row for its creation and its cancellation, in its project', asy
   await bench.project([created, cancelled])
   const rows = await rowsOf([created, cancelled])
   t.match(rows, [
-    { id: idOf(created), project_id: projectId, user_id: null, kind: 'job_created', target_type: 'job', target_id: ref.id, summary: 'Job email created in queue mail' },
-    { id: idOf(cancelled), project_id: projectId, user_id: null, kind: 'job_cancelled', target_type: 'job', target_id: ref.id, summary: 'Job cancelled (requested)' },
+    {
+      id: idOf(created),
+      project_id: projectId,
+      user_id: null,
+      kind: 'job_created',
+      target_type: 'job',
+      target_id: ref.id,
+      summary: 'Job email created in queue mail',
+    },
+    {
+      id: idOf(cancelled),
+      project_id: projectId,
+      user_id: null,
+      kind: 'job_cancelled',
+      target_type: 'job',
+      target_id: ref.id,
+      summary: 'Job cancelled (requested)',
+    },
   ])
-  t.same(rows.map((r) => JSON.parse(r.metadata)), [{ job_type: 'email', queue: 'mail' }, { reason: 'requested' }])
-  t.same(rows.map((r) => r.created_at.toISOString()), [at(0), at(1)], 'the time of the event')
-  t.same(rows.map((r) => Number(r.seq)), [created.seq, cancelled.seq])
+  t.same(
+    rows.map((r) => JSON.parse(r.metadata)),
+    [{ job_type: 'email', queue: 'mail' }, { reason: 'requested' }],
+  )
+  t.same(
+    rows.map((r) => r.created_at.toISOString()),
+    [at(0), at(1)],
+    'the time of the event',
+  )
+  t.same(
+    rows.map((r) => Number(r.seq)),
+    [created.seq, cancelled.seq],
+  )
 })
 
 t.test('a project: its own id is the project; events that are no activity kind give no row', async (t) => {
@@ -51,7 +76,14 @@ t.test('a project: its own id is the project; events that are no activity kind g
   await bench.project([created, renamed])
   t.same(await rowsOf([created]), [], 'project_created and api_key_issued are not activity kinds')
   const [row] = await rowsOf([renamed])
-  t.match(row, { project_id: id, user_id: null, kind: 'project_renamed', target_type: 'project', target_id: id, summary: 'Project renamed to Acme Two' })
+  t.match(row, {
+    project_id: id,
+    user_id: null,
+    kind: 'project_renamed',
+    target_type: 'project',
+    target_id: id,
+    summary: 'Project renamed to Acme Two',
+  })
   t.same(JSON.parse(row!.metadata), { previous_name: 'Acme', name: 'Acme Two' })
 })
 
@@ -59,7 +91,13 @@ t.test('a user: account kinds carry the user and no project', async (t) => {
   const ref: AggregateRef = { aggregate: 'user', projectId: platformScope, id: `usr_${ulid().toLowerCase()}` }
   const signUp: UserCommand = {
     type: 'sign_up',
-    data: { user_id: ref.id, email: 'ada@example.test', password_hash: 'scrypt$x', plan: 'free', verification: { token_hash: 'v'.repeat(64), expires_at: at(59) } },
+    data: {
+      user_id: ref.id,
+      email: 'ada@example.test',
+      password_hash: 'scrypt$x',
+      plan: 'free',
+      verification: { token_hash: 'v'.repeat(64), expires_at: at(59) },
+    },
     meta: meta(0),
   }
   const signedUp = await bench.decide(userDecider, ref, signUp)

@@ -17,7 +17,8 @@ const create = (ref: AggregateRef, minute: number) =>
   decide(ref, { type: 'create_alert', data: { ...settings, alert_id: ref.id, project_id: projectId }, meta: { now: at(minute) } })
 const update = (ref: AggregateRef, minute: number, over: Partial<AlertSettings>) =>
   decide(ref, { type: 'update_alert', data: { ...settings, ...over }, meta: { now: at(minute) } })
-const evaluate = (ref: AggregateRef, minute: number, value: number) => decide(ref, { type: 'record_evaluation', data: { value }, meta: { now: at(minute) } })
+const evaluate = (ref: AggregateRef, minute: number, value: number) =>
+  decide(ref, { type: 'record_evaluation', data: { value }, meta: { now: at(minute) } })
 const remove = (ref: AggregateRef, minute: number) => decide(ref, { type: 'delete_alert', data: {}, meta: { now: at(minute) } })
 
 const newAlert = (): AggregateRef => ({ aggregate: 'alert', projectId, id: `alr_${ulid().toLowerCase()}` })
@@ -28,7 +29,16 @@ t.test('an alert row follows the alert: created, triggered, resolved, updated, d
   const created = await create(ref, 0)
   await bench.project([created])
   const r = await row(ref.id)
-  t.match(r, { name: 'deep queue', kind: 'queue_depth', queue: 'q1', window_minutes: 60, webhook: false, enabled: true, status: 'ok', deleted: false })
+  t.match(r, {
+    name: 'deep queue',
+    kind: 'queue_depth',
+    queue: 'q1',
+    window_minutes: 60,
+    webhook: false,
+    enabled: true,
+    status: 'ok',
+    deleted: false,
+  })
   t.equal(Number(r!.threshold), 2)
   t.same(r!.email, ['ops@example.com'])
   t.match(r, { last_value: null, last_triggered_at: null, last_resolved_at: null, last_seq: created.seq })

@@ -44,7 +44,13 @@ async function newProject(): Promise<EventRecord> {
     ref,
     {
       type: 'create_project',
-      data: { project_id: id, name: 'p', plan: 'free', owner_email: null, key: { prefix: `jobsvc_test_${ulid().slice(0, 12)}`, key_hash: 'f'.repeat(64) } },
+      data: {
+        project_id: id,
+        name: 'p',
+        plan: 'free',
+        owner_email: null,
+        key: { prefix: `jobsvc_test_${ulid().slice(0, 12)}`, key_hash: 'f'.repeat(64) },
+      },
       meta: meta(),
     },
     newEventId,
@@ -62,7 +68,20 @@ t.test('a batch advances every projection to its last sequence', async (t) => {
   const records = [await newJob(), await newJob()]
   const last = await applyBatch(sql, projections, records)
   t.equal(last, records[1]!.seq)
-  t.same(await checkpoints(), { 'project-directory': last, 'job-list': last, 'job-metrics': last, 'recurring-jobs': last, alerts: last, webhooks: last, deliveries: last, activity: last }, 'even the projections that handled none of it')
+  t.same(
+    await checkpoints(),
+    {
+      'project-directory': last,
+      'job-list': last,
+      'job-metrics': last,
+      'recurring-jobs': last,
+      alerts: last,
+      webhooks: last,
+      deliveries: last,
+      activity: last,
+    },
+    'even the projections that handled none of it',
+  )
   t.equal(await projectedThrough(sql, projections), last)
   t.same(await jobIds(), records.map(idOf).sort())
 })
@@ -86,7 +105,16 @@ t.test('each projection keeps its own checkpoint', async (t) => {
   await applyBatch(sql, [jobList], [job])
   await sql`DELETE FROM jobs`
   await applyBatch(sql, projections, [job, project])
-  t.same(await checkpoints(), { 'job-list': project.seq, 'job-metrics': project.seq, 'project-directory': project.seq, 'recurring-jobs': project.seq, alerts: project.seq, webhooks: project.seq, deliveries: project.seq, activity: project.seq })
+  t.same(await checkpoints(), {
+    'job-list': project.seq,
+    'job-metrics': project.seq,
+    'project-directory': project.seq,
+    'recurring-jobs': project.seq,
+    alerts: project.seq,
+    webhooks: project.seq,
+    deliveries: project.seq,
+    activity: project.seq,
+  })
   t.same(await jobIds(), [], 'the job list skipped the job it had already applied')
   const [directory] = await sql`SELECT count(*)::int AS n FROM projects WHERE id = ${idOf(project)}`
   t.equal(directory!.n, 1, 'while the project directory, behind it, applied the same batch')
@@ -123,7 +151,15 @@ t.test('resetReadModels empties the given read models and their checkpoints only
   await applyBatch(sql, projections, [job, project])
   await resetReadModels(sql, [jobList])
   t.same(await jobIds(), [])
-  t.same(await checkpoints(), { 'project-directory': project.seq, 'job-metrics': project.seq, 'recurring-jobs': project.seq, alerts: project.seq, webhooks: project.seq, deliveries: project.seq, activity: project.seq })
+  t.same(await checkpoints(), {
+    'project-directory': project.seq,
+    'job-metrics': project.seq,
+    'recurring-jobs': project.seq,
+    alerts: project.seq,
+    webhooks: project.seq,
+    deliveries: project.seq,
+    activity: project.seq,
+  })
   const [count] = await sql`SELECT count(*)::int AS n FROM projects`
   t.equal(count!.n, 1, 'the project directory is untouched')
   await resetReadModels(sql, projections)

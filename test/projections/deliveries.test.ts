@@ -17,7 +17,11 @@ const about = { project_id: projectId, webhook_id: 'whk_1', event_id: 'evt_1', e
 const decide = (ref: AggregateRef, command: DeliveryCommand) => bench.decide(deliveryDecider, ref, command)
 const schedule = (ref: AggregateRef) => decide(ref, { type: 'schedule_delivery', data: { delivery_id: ref.id, ...about }, meta: { now: at(0) } })
 const attempt = (ref: AggregateRef, n: number, responseStatus: number | null) =>
-  decide(ref, { type: 'record_attempt', data: { attempt: n, outcome: outcomeOf(responseStatus), response_status: responseStatus }, meta: { now: at(n) } })
+  decide(ref, {
+    type: 'record_attempt',
+    data: { attempt: n, outcome: outcomeOf(responseStatus), response_status: responseStatus },
+    meta: { now: at(n) },
+  })
 
 const newDelivery = (): AggregateRef => ({ aggregate: 'delivery', projectId, id: `dlv_${ulid().toLowerCase()}` })
 const row = async (id: string) => (await bench.sql`SELECT * FROM deliveries WHERE id = ${id}`)[0]

@@ -9,7 +9,21 @@ import { readModels } from '../support/read-models.ts'
 // lost tail of commits is projected again from the log. A crash before the flush leaves the
 // database as it was at an earlier commit, checkpoints included: simulated here by saving every
 // read-model table at one point, projecting more, and putting the saved tables back.
-const tables = ['jobs', 'projects', 'api_keys', 'recurring_jobs', 'job_state_counts', 'job_throughput', 'job_type_stats', 'activity', 'alerts', 'webhooks', 'deliveries', 'projection_checkpoints', 'projection_failures']
+const tables = [
+  'jobs',
+  'projects',
+  'api_keys',
+  'recurring_jobs',
+  'job_state_counts',
+  'job_throughput',
+  'job_type_stats',
+  'activity',
+  'alerts',
+  'webhooks',
+  'deliveries',
+  'projection_checkpoints',
+  'projection_failures',
+]
 
 async function projected(h: Harness, seq: number): Promise<void> {
   await eventually(async () => (await projectedThrough(h.runtime.sql, projections)) >= seq, 15_000, `projected through ${seq}`)
@@ -42,8 +56,10 @@ t.test('read models commit asynchronously, and a lost tail of commits is project
   // The crash: everything committed after the save is gone, checkpoints with it.
   for (const table of tables) {
     // Generated columns (jobs.available_at, the throughput percentiles) are computed again, not copied.
-    const columns = (await sql<{ column_name: string }[]>`
-      SELECT column_name FROM information_schema.columns WHERE table_name = ${table} AND is_generated = 'NEVER' ORDER BY ordinal_position`).map((c) => `"${c.column_name}"`)
+    const columns = (
+      await sql<{ column_name: string }[]>`
+      SELECT column_name FROM information_schema.columns WHERE table_name = ${table} AND is_generated = 'NEVER' ORDER BY ordinal_position`
+    ).map((c) => `"${c.column_name}"`)
     await sql.unsafe(`TRUNCATE ${table}; INSERT INTO ${table} (${columns}) SELECT ${columns} FROM saved_${table}; DROP TABLE saved_${table}`)
   }
   t.not((await readModels(sql)).jobs.length, before.jobs.length, 'the later jobs are gone from the read model')

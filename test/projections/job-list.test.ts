@@ -22,7 +22,9 @@ async function command(ref: AggregateRef, cmd: JobCommand): Promise<EventRecord>
   return stored
 }
 
-async function createJob(overrides: Partial<Extract<JobCommand, { type: 'create_job' }>['data']> = {}): Promise<{ ref: AggregateRef; created: EventRecord }> {
+async function createJob(
+  overrides: Partial<Extract<JobCommand, { type: 'create_job' }>['data']> = {},
+): Promise<{ ref: AggregateRef; created: EventRecord }> {
   const ref: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid()}` }
   const created = await command(ref, {
     type: 'create_job',
@@ -105,7 +107,11 @@ t.test('a job row follows the job through its events', async (t) => {
 
   clock += 60_000
   const reclaimed = await command(ref, { type: 'claim_job', data: { worker_id: 'w2' }, meta: meta() })
-  const succeeded = await command(ref, { type: 'ack_job', data: { worker_id: 'w2', status: 'succeeded', duration_ms: 250, error: null }, meta: meta() })
+  const succeeded = await command(ref, {
+    type: 'ack_job',
+    data: { worker_id: 'w2', status: 'succeeded', duration_ms: 250, error: null },
+    meta: meta(),
+  })
   await apply([reclaimed, succeeded])
   r = await row(ref.id)
   t.match(r, { state: 'succeeded', worker_id: 'w2', attempt: 2, duration_ms: 250, error: null, last_seq: succeeded.seq })

@@ -57,12 +57,21 @@ t.test('job events in: state counts, throughput and job-type stats out', async (
   const rows = await throughput(projectId)
   t.same(
     rows.map((r) => [r.resolution, r.queue, r.bucket_start.toISOString()]),
-    (['day', 'hour', 'minute'] as const).flatMap((resolution) => [[resolution, '', buckets[resolution]], [resolution, 'mail', buckets[resolution]]]),
+    (['day', 'hour', 'minute'] as const).flatMap((resolution) => [
+      [resolution, '', buckets[resolution]],
+      [resolution, 'mail', buckets[resolution]],
+    ]),
     'one bucket per resolution, for the queue and for all queues ("")',
   )
-  for (const r of rows) t.match(r, { created: 2, succeeded: 1, failed: 0, dead_lettered: 0, cancelled: 0, retried: 0, durations: histogram }, `${r.resolution} ${r.queue || 'all'}`)
+  for (const r of rows)
+    t.match(
+      r,
+      { created: 2, succeeded: 1, failed: 0, dead_lettered: 0, cancelled: 0, retried: 0, durations: histogram },
+      `${r.resolution} ${r.queue || 'all'}`,
+    )
 
-  const types = await bench.sql`SELECT resolution, job_type, created, succeeded, duration_sum_ms, duration_count FROM job_type_stats WHERE project_id = ${projectId} ORDER BY resolution`
+  const types =
+    await bench.sql`SELECT resolution, job_type, created, succeeded, duration_sum_ms, duration_count FROM job_type_stats WHERE project_id = ${projectId} ORDER BY resolution`
   t.same(
     types.map((r) => `${r.resolution} ${r.job_type} ${r.created} ${r.succeeded} ${r.duration_sum_ms} ${r.duration_count}`),
     ['day email 2 1 1500 1', 'hour email 2 1 1500 1'],

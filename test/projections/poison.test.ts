@@ -15,12 +15,23 @@ t.test('a message the read models cannot hold is recorded and skipped, not retri
     const command: JobCommand = {
       type: 'create_job',
       data: {
-        job_id: id, project_id: h.projectId, job_type: jobType, queue: 'default', payload: {}, run_at: null,
-        max_attempts: 3, timeout_seconds: 60, tags: null, parent_job_id: null, waits_for_parent: false, idempotency_key: null,
+        job_id: id,
+        project_id: h.projectId,
+        job_type: jobType,
+        queue: 'default',
+        payload: {},
+        run_at: null,
+        max_attempts: 3,
+        timeout_seconds: 60,
+        tags: null,
+        parent_job_id: null,
+        waits_for_parent: false,
+        idempotency_key: null,
       },
       meta: { now: new Date().toISOString() },
     }
-    return (await handleCommand(store, jobDecider, { aggregate: 'job', projectId: h.projectId, id }, command, () => `evt_${h.runtime.newUlid()}`)).record as EventRecord
+    return (await handleCommand(store, jobDecider, { aggregate: 'job', projectId: h.projectId, id }, command, () => `evt_${h.runtime.newUlid()}`))
+      .record as EventRecord
   }
   // The API refuses U+0000 in text fields; this message comes from elsewhere (an older version, a bug).
   const records = [await create('fine'), await create('bad\u0000type'), await create('also-fine')]
@@ -29,9 +40,16 @@ t.test('a message the read models cannot hold is recorded and skipped, not retri
   t.equal(through, records[2]!.seq, 'the checkpoint reaches the end of the batch')
   t.same(skipped, [records[1]!.seq], 'only the unstorable message is skipped')
   const rows = await sql<{ job_type: string }[]>`SELECT job_type FROM jobs ORDER BY id`
-  t.same(rows.map((r) => r.job_type), ['fine', 'also-fine'], 'the messages around it are applied')
+  t.same(
+    rows.map((r) => r.job_type),
+    ['fine', 'also-fine'],
+    'the messages around it are applied',
+  )
   const failures = await sql<{ seq: number; error_code: string }[]>`SELECT seq, error_code FROM projection_failures`
-  t.same(failures.map((f) => f.seq), [records[1]!.seq])
+  t.same(
+    failures.map((f) => f.seq),
+    [records[1]!.seq],
+  )
   t.match(failures[0]!.error_code, /^22/, 'the failure keeps its SQLSTATE')
   t.equal(await projectedThrough(sql, projections), records[2]!.seq)
 

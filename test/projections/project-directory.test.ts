@@ -45,7 +45,11 @@ const keyRows = (id: string) => sql`SELECT *, xmin::text AS version FROM api_key
 
 t.test('project_created and api_key_issued give a project row and its key', async (t) => {
   const { ref, created, prefix } = await createProject()
-  t.same(created.message.events.map((e) => e.type), ['project_created', 'api_key_issued'], 'one message carries both events')
+  t.same(
+    created.message.events.map((e) => e.type),
+    ['project_created', 'api_key_issued'],
+    'one message carries both events',
+  )
   await applyBatch(sql, [projectDirectory], [created])
   const p = await projectRow(ref.id)
   t.match(p, { id: ref.id, name: 'Acme', plan: 'pro', owner_email: 'ops@acme.test', last_seq: created.seq })
@@ -71,10 +75,17 @@ t.test('a newer message replaces the key set; an older one after it is ignored',
   const second = await issueKey(ref, created)
   await upsertProjectRows(sql, [created])
   await upsertProjectRows(sql, [second.record])
-  t.same((await keyRows(ref.id)).map((k) => k.prefix), [prefix, second.prefix])
+  t.same(
+    (await keyRows(ref.id)).map((k) => k.prefix),
+    [prefix, second.prefix],
+  )
   t.ok((await keyRows(ref.id)).every((k) => k.last_seq === second.record.seq))
   await upsertProjectRows(sql, [created])
-  t.same((await keyRows(ref.id)).map((k) => k.prefix), [prefix, second.prefix], 'the older message did not drop the second key')
+  t.same(
+    (await keyRows(ref.id)).map((k) => k.prefix),
+    [prefix, second.prefix],
+    'the older message did not drop the second key',
+  )
   t.equal((await projectRow(ref.id))!.last_seq, second.record.seq)
 })
 

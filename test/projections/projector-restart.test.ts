@@ -37,7 +37,12 @@ t.test('a projector killed mid-stream and restarted ends where an uninterrupted 
         const job = await req(
           'POST',
           '/jobsvc/v1/jobs',
-          { job_type: `kind-${i % 3}`, payload: { i, text: `job ${i}` }, max_attempts: 1 + (i % 2), tags: i % 5 === 0 ? { batch: String(i % 7) } : null },
+          {
+            job_type: `kind-${i % 3}`,
+            payload: { i, text: `job ${i}` },
+            max_attempts: 1 + (i % 2),
+            tags: i % 5 === 0 ? { batch: String(i % 7) } : null,
+          },
           201,
         )
         created.push(job.id)
@@ -56,7 +61,12 @@ t.test('a projector killed mid-stream and restarted ends where an uninterrupted 
   const worker = (async () => {
     let round = 0
     while (attempted.size < totalJobs && Date.now() < giveUpAt) {
-      const polled = await req('POST', '/jobsvc/v1/workers/poll', { worker_id: `w${round % 4}`, queues: ['default'], capacity: 10, wait_seconds: 0.2 })
+      const polled = await req('POST', '/jobsvc/v1/workers/poll', {
+        worker_id: `w${round % 4}`,
+        queues: ['default'],
+        capacity: 10,
+        wait_seconds: 0.2,
+      })
       for (const job of polled.jobs as Array<{ id: string }>) {
         attempted.add(job.id)
         const n = settled++
@@ -85,10 +95,14 @@ t.test('a projector killed mid-stream and restarted ends where an uninterrupted 
     await projector.stop('SIGKILL')
     // Postgres notices the dead client on its own time; until its sessions are gone a commit sent
     // just before the kill may still land, and its advisory lock may still be held.
-    await eventually(async () => {
-      const rows = await h.runtime.sql`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'jobsvc-projector'`
-      return rows.length === 0
-    }, 15_000, 'the killed projector\'s sessions to end')
+    await eventually(
+      async () => {
+        const rows = await h.runtime.sql`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'jobsvc-projector'`
+        return rows.length === 0
+      },
+      15_000,
+      "the killed projector's sessions to end",
+    )
   }
 
   // First kill: while jobs are still being created and claimed, with some already projected.
@@ -118,28 +132,41 @@ t.test('a projector killed mid-stream and restarted ends where an uninterrupted 
 
   await worker
   t.equal(attempted.size, totalJobs, 'every job was claimed at least once')
-  const last = await eventually(async () => {
-    const seq = await h.runtime.store.lastSequence()
-    return (await through(h)) === seq ? seq : null
-  }, 30_000, 'the projector to reach the end of the log')
+  const last = await eventually(
+    async () => {
+      const seq = await h.runtime.store.lastSequence()
+      return (await through(h)) === seq ? seq : null
+    },
+    30_000,
+    'the projector to reach the end of the log',
+  )
   t.comment(`projector killed twice, ${gaps.join(' and ')} messages behind the log; ${settled} attempts settled; log ends at ${last}`)
   await projector.stop('SIGTERM')
 
   const live = await readModels(h.runtime.sql)
   t.same(
     projections.flatMap((p) => p.tables).sort(),
-    Object.keys(live).filter((k) => !k.startsWith('projection_')).sort(),
+    Object.keys(live)
+      .filter((k) => !k.startsWith('projection_'))
+      .sort(),
     'the comparison covers every read-model table',
   )
   t.equal(live.jobs.length, totalJobs, 'every created job has its row')
-  t.same({ projects: live.projects.length, api_keys: live.api_keys.length, recurring_jobs: live.recurring_jobs.length }, { projects: 2, api_keys: 2, recurring_jobs: 1 }, 'both projects, their keys and the schedule have rows')
+  t.same(
+    { projects: live.projects.length, api_keys: live.api_keys.length, recurring_jobs: live.recurring_jobs.length },
+    { projects: 2, api_keys: 2, recurring_jobs: 1 },
+    'both projects, their keys and the schedule have rows',
+  )
   const states = await h.runtime.sql<{ state: string }[]>`SELECT DISTINCT state FROM jobs ORDER BY state`
   t.same(
     states.map((r) => r.state).filter((s) => s !== 'pending'),
     ['dead_letter', 'succeeded'],
     'jobs ended succeeded or dead-lettered (or pending a retry)',
   )
-  t.ok(live.projects.some((r) => r.includes(other.projectId)), 'the project created meanwhile is projected')
+  t.ok(
+    live.projects.some((r) => r.includes(other.projectId)),
+    'the project created meanwhile is projected',
+  )
 
   // Damage the tables first, so that equality afterwards shows a real rebuild from sequence 1.
   await h.runtime.sql`DELETE FROM jobs WHERE id = ${created[0]!}`

@@ -14,7 +14,11 @@ const day = (n: number) => `2024-06-${String(n).padStart(2, '0')}T00:00:00.000Z`
 
 const decide = (ref: AggregateRef, command: RecurringJobCommand) => bench.decide(recurringJobDecider, ref, command)
 const upsert = (ref: AggregateRef, n: number, over: Partial<RecurringSchedule> = {}) =>
-  decide(ref, { type: 'upsert_recurring', data: { ...schedule, ...over, recurring_id: ref.id, project_id: projectId, next_run_at: day(n + 1) }, meta: { now: day(n) } })
+  decide(ref, {
+    type: 'upsert_recurring',
+    data: { ...schedule, ...over, recurring_id: ref.id, project_id: projectId, next_run_at: day(n + 1) },
+    meta: { now: day(n) },
+  })
 const fire = (ref: AggregateRef, n: number, jobId: string | null) =>
   decide(ref, {
     type: 'record_fire',

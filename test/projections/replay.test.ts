@@ -11,7 +11,13 @@ function runReplay(h: Harness): Promise<{ code: number | null; output: string }>
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['--import', 'tsx', 'services/roles/replay.ts'], {
       cwd: repoRoot,
-      env: { ...process.env, JOBSVC_NAMESPACE: h.config.namespace, DATABASE_URL: h.config.databaseUrl, JOBSVC_SECRET: h.config.secret, LOG_LEVEL: 'info' },
+      env: {
+        ...process.env,
+        JOBSVC_NAMESPACE: h.config.namespace,
+        DATABASE_URL: h.config.databaseUrl,
+        JOBSVC_SECRET: h.config.secret,
+        LOG_LEVEL: 'info',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     let output = ''
@@ -39,12 +45,18 @@ t.test('npm run replay, while the projector runs, rebuilds read models identical
     if (res.status !== expected) throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(res.body)}`)
     return res.body
   }
-  const create = (body: Record<string, unknown>) => req('POST', '/jobsvc/v1/jobs', { job_type: 'replay', payload: { a: 1, nested: { b: [1, 2.5, 'x'] } }, ...body }, 201)
+  const create = (body: Record<string, unknown>) =>
+    req('POST', '/jobsvc/v1/jobs', { job_type: 'replay', payload: { a: 1, nested: { b: [1, 2.5, 'x'] } }, ...body }, 201)
   // A poll answers as soon as one job is claimable, so a few may be needed to claim `count`.
   const poll = async (queue: string, worker: string, count: number) => {
     const claimed: Array<{ id: string; attempt: number }> = []
     while (claimed.length < count) {
-      const res = await req('POST', '/jobsvc/v1/workers/poll', { worker_id: worker, queues: [queue], capacity: count - claimed.length, wait_seconds: 5 })
+      const res = await req('POST', '/jobsvc/v1/workers/poll', {
+        worker_id: worker,
+        queues: [queue],
+        capacity: count - claimed.length,
+        wait_seconds: 5,
+      })
       if (res.jobs.length === 0) throw new Error(`poll on ${queue} claimed ${claimed.length}, wanted ${count}`)
       claimed.push(...res.jobs)
     }
@@ -92,7 +104,7 @@ t.test('npm run replay, while the projector runs, rebuilds read models identical
   const [p1] = await poll('q-parent-ok', 'w-parent', 1)
   await ack(p1!.id, 'w-parent', 'succeeded')
   const [c1] = await poll('q-child', 'w-child', 1)
-  t.equal(c1!.id, childOk.id, 'the parent\'s success made its continuation claimable')
+  t.equal(c1!.id, childOk.id, "the parent's success made its continuation claimable")
   await ack(c1!.id, 'w-child', 'succeeded')
   const parentCancelled = await create({ queue: 'q-parent-cancel' })
   const childCancelled = await create({ queue: 'q-child', parent_job_id: parentCancelled.id })
@@ -113,14 +125,20 @@ t.test('npm run replay, while the projector runs, rebuilds read models identical
   t.equal(otherJob.status, 201, 'a second project has a job of its own')
 
   await eventually(async () => (await req('GET', `/jobsvc/v1/jobs/${soon.id}`)).state === 'pending', 15_000, 'the scheduler to promote the due job')
-  for (const [job, state] of [[childCancelled, 'cancelled'], [childOfDead, 'cancelled'], [dead[1], 'dead_letter']] as const) {
+  for (const [job, state] of [
+    [childCancelled, 'cancelled'],
+    [childOfDead, 'cancelled'],
+    [dead[1], 'dead_letter'],
+  ] as const) {
     t.equal((await req('GET', `/jobsvc/v1/jobs/${job!.id}`)).state, state, `${job!.id} is ${state}`)
   }
   const last = await eventually(() => caughtUp(h), 15_000, 'the projector to reach the end of the log')
   const live = await readModels(h.runtime.sql)
   t.same(
     projections.flatMap((p) => p.tables).sort(),
-    Object.keys(live).filter((k) => !k.startsWith('projection_')).sort(),
+    Object.keys(live)
+      .filter((k) => !k.startsWith('projection_'))
+      .sort(),
     'the comparison covers every read-model table',
   )
   t.same(
@@ -154,10 +172,14 @@ t.test('npm run replay, while the projector runs, rebuilds read models identical
   t.same(rebuilt, live, 'every read-model table equals the live projection row by row')
 
   const after = await create({ queue: 'q-after' })
-  const seen = await eventually(async () => {
-    const list = await req('GET', '/jobsvc/v1/jobs?queue=q-after')
-    return list.data.some((j: { id: string }) => j.id === after.id)
-  }, 15_000, 'the live projector to project a job created after the replay')
+  const seen = await eventually(
+    async () => {
+      const list = await req('GET', '/jobsvc/v1/jobs?queue=q-after')
+      return list.data.some((j: { id: string }) => j.id === after.id)
+    },
+    15_000,
+    'the live projector to project a job created after the replay',
+  )
   t.ok(seen, 'the live projector resumed after the replay')
   t.ok(await eventually(() => caughtUp(h), 15_000, 'the projector to catch up again'), 'its checkpoint reaches the end of the log')
 
@@ -184,10 +206,12 @@ t.test('npm run replay, while the projector runs, rebuilds read models identical
   await Promise.all([traffic, trafficWorker])
   const busyLast = await eventually(() => caughtUp(h), 15_000, 'the projector to catch up after the traffic')
   t.comment(`replay under traffic rebuilt through ${busyThrough}; the log ended at ${busyLast}`)
-  t.ok(busyLast > busyThrough, 'events appended after the replay\'s end were projected by the resumed projector')
+  t.ok(busyLast > busyThrough, "events appended after the replay's end were projected by the resumed projector")
   const afterTraffic = await readModels(sql)
   t.same(
-    (await sql<{ state: string }[]>`SELECT DISTINCT state FROM jobs WHERE queue = 'q-traffic' AND state NOT IN ('pending', 'succeeded')`).map((r) => r.state),
+    (await sql<{ state: string }[]>`SELECT DISTINCT state FROM jobs WHERE queue = 'q-traffic' AND state NOT IN ('pending', 'succeeded')`).map(
+      (r) => r.state,
+    ),
     [],
     'traffic jobs are pending or succeeded, none left processing',
   )

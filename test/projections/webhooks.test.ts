@@ -19,7 +19,8 @@ const create = (ref: AggregateRef) =>
   })
 const update = (ref: AggregateRef, minute: number, data: Extract<WebhookCommand, { type: 'update_webhook' }>['data']) =>
   decide(ref, { type: 'update_webhook', data, meta: { now: at(minute) } })
-const rotate = (ref: AggregateRef, minute: number) => decide(ref, { type: 'rotate_webhook_secret', data: { secret_encrypted: 'sealed:2' }, meta: { now: at(minute) } })
+const rotate = (ref: AggregateRef, minute: number) =>
+  decide(ref, { type: 'rotate_webhook_secret', data: { secret_encrypted: 'sealed:2' }, meta: { now: at(minute) } })
 const remove = (ref: AggregateRef, minute: number) => decide(ref, { type: 'delete_webhook', data: {}, meta: { now: at(minute) } })
 
 const newWebhook = (): AggregateRef => ({ aggregate: 'webhook', projectId, id: `whk_${ulid().toLowerCase()}` })
@@ -33,7 +34,10 @@ t.test('a subscription row follows the subscription, and never holds its secret'
   t.match(r, { url: 'https://hooks.example.test/a', is_active: true, deleted: false, updated_at: null, last_seq: created.seq })
   t.equal(r!.events, '["job.failed"]', 'the filter as JSON text')
   t.equal(r!.created_at.toISOString(), at(0))
-  t.notOk(Object.keys(r!).some((column) => column.includes('secret')), 'no secret column')
+  t.notOk(
+    Object.keys(r!).some((column) => column.includes('secret')),
+    'no secret column',
+  )
 
   const updated = await update(ref, 1, { url: 'https://hooks.example.test/b', events: '*', is_active: false })
   await bench.project([updated])

@@ -31,7 +31,10 @@ async function faultyProxy(fault: (req: IncomingMessage, seen: number) => 'pass'
     seen.push({ method: req.method!, path: req.url!, idempotencyKey: req.headers['idempotency-key'] as string | undefined })
     const verdict = fault(req, seen.length)
     if (verdict === 'bad-gateway') return void res.writeHead(502).end('upstream hiccup')
-    const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !['host', 'content-length', 'connection'].includes(k))) as Record<string, string>
+    const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !['host', 'content-length', 'connection'].includes(k))) as Record<
+      string,
+      string
+    >
     const answer = await fetch(h.url + req.url, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined })
     const body = Buffer.from(await answer.arrayBuffer())
     if (verdict === 'drop-answer') return void req.socket.destroy()
@@ -50,7 +53,11 @@ t.test('a create whose answer is lost is retried with the same Idempotency-Key a
   t.match(proxy.seen[0]!.idempotencyKey, /^[A-Za-z0-9_-]{1,200}$/, 'with a generated key the spec accepts')
   t.equal(proxy.seen[1]!.idempotencyKey, proxy.seen[0]!.idempotencyKey, 'the retry reuses it')
   const listed = await client.jobs.list({ job_type: 'once-only' })
-  t.strictSame(listed.data.map((j) => j.id), [job.id], 'one job, the one the retry answered')
+  t.strictSame(
+    listed.data.map((j) => j.id),
+    [job.id],
+    'one job, the one the retry answered',
+  )
 
   const again = await client.jobs.create({ job_type: 'once-only', payload: { n: 1 } })
   t.not(again.id, job.id, 'a new call is a new key and a new job')
@@ -112,8 +119,10 @@ t.test('jobs: create, batch, get, list and listAll, cancel, retry, history; batc
   t.match(acks, { acked: 2, failed: 0 })
   t.match(await thrown(client.jobs.retry(first!.id)), { code: 'invalid_state' }, 'a pending job cannot be retried')
   const history = await client.jobs.history(first!.id)
-  t.strictSame(history.data.map((e) => e.type), ['job_created', 'job_claimed', 'job_attempt_failed'])
-
+  t.strictSame(
+    history.data.map((e) => e.type),
+    ['job_created', 'job_claimed', 'job_attempt_failed'],
+  )
 })
 
 t.test('recurring, alerts, activity and metrics', async (t) => {

@@ -22,7 +22,13 @@ function unittest(modules: string[]): Promise<{ code: number; output: string }> 
       ['-m', 'unittest', '-v', ...modules],
       {
         cwd: sdkDir,
-        env: { ...process.env, JOBSVC_URL: h.url, JOBSVC_API_KEY: h.apiKey, JOBSVC_TEST_RECEIVER_PORT: String(receiverPort), PYTHONDONTWRITEBYTECODE: '1' },
+        env: {
+          ...process.env,
+          JOBSVC_URL: h.url,
+          JOBSVC_API_KEY: h.apiKey,
+          JOBSVC_TEST_RECEIVER_PORT: String(receiverPort),
+          PYTHONDONTWRITEBYTECODE: '1',
+        },
         timeout: 120_000,
       },
       (err, stdout, stderr) => resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, output: stdout + stderr }),

@@ -15,7 +15,10 @@ export interface LogEntry {
 /** A worker logger that keeps what it is told, for assertions. */
 export function recordingLogger(): Logger & { entries: LogEntry[] } {
   const entries: LogEntry[] = []
-  const record = (level: LogEntry['level']) => (message: string, fields: object = {}) => void entries.push({ level, message, fields: { ...fields } })
+  const record =
+    (level: LogEntry['level']) =>
+    (message: string, fields: object = {}) =>
+      void entries.push({ level, message, fields: { ...fields } })
   return { entries, info: record('info'), warn: record('warn'), error: record('error') }
 }
 
@@ -48,10 +51,14 @@ export function countingClient(url: string, apiKey: string): { client: JobsvcCli
 
 /** Waits until the job reaches `state` (read from the log, so without projection lag). */
 export function jobReaches(client: JobsvcClient, jobId: string, state: Job['state'], timeoutMs = 30_000): Promise<Job> {
-  return eventually(async () => {
-    const job = await client.jobs.get(jobId)
-    return job.state === state ? job : null
-  }, timeoutMs, `${jobId} to be ${state}`)
+  return eventually(
+    async () => {
+      const job = await client.jobs.get(jobId)
+      return job.state === state ? job : null
+    },
+    timeoutMs,
+    `${jobId} to be ${state}`,
+  )
 }
 
 /** A TCP port free right now, so that a restarted service can listen where its clients point. */

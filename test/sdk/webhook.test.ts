@@ -22,7 +22,10 @@ await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve))
 t.teardown(() => new Promise((resolve) => receiver.close(resolve)))
 const receiverHost = `127.0.0.1:${(receiver.address() as AddressInfo).port}`
 
-const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector', 'scheduler', 'dispatcher'], config: { webhookAllowHosts: [receiverHost] } })
+const h = await startHarness(t, import.meta.filename, {
+  roles: ['api', 'projector', 'scheduler', 'dispatcher'],
+  config: { webhookAllowHosts: [receiverHost] },
+})
 const client = new JobsvcClient({ baseUrl: h.url, apiKey: h.apiKey })
 
 const subscription = await client.webhooks.create({ url: `http://${receiverHost}/hooks`, events: ['job.created'] })
@@ -40,10 +43,14 @@ t.test('a delivery verifies with the subscription’s secret and answers the par
   const event = verifyWebhook({ rawBody: delivery.rawBody, signatureHeader: signatureOf(delivery), secrets: subscription.secret })
   t.match(event, { event_type: 'job.created', event_id: /^evt_/, data: { job_id: jobId, schema_version: 1 } })
   t.equal(event.event_id, delivery.headers['x-service-event-id'])
-  const deliveries = await eventually(async () => {
-    const page = await client.webhooks.deliveries(subscription.id)
-    return page.data.some((d) => d.status === 'delivered') ? page : null
-  }, 10_000, 'the delivery recorded')
+  const deliveries = await eventually(
+    async () => {
+      const page = await client.webhooks.deliveries(subscription.id)
+      return page.data.some((d) => d.status === 'delivered') ? page : null
+    },
+    10_000,
+    'the delivery recorded',
+  )
   t.equal(deliveries.data[0]?.event_type, 'job.created')
 })
 
@@ -54,7 +61,10 @@ t.test('during a rotation both signatures verify; a tampered body, an old timest
   t.equal(header.match(/v1=/g)?.length, 2, 'the header carries the new and the previous secret’s digests')
   t.ok(verifyWebhook({ rawBody: delivery.rawBody, signatureHeader: header, secrets: rotated.secret }), 'the new secret verifies')
   t.ok(verifyWebhook({ rawBody: delivery.rawBody, signatureHeader: header, secrets: subscription.secret }), 'the previous secret verifies')
-  t.ok(verifyWebhook({ rawBody: delivery.rawBody.toString(), signatureHeader: header, secrets: ['whsec_unrelated', rotated.secret] }), 'any of several secrets')
+  t.ok(
+    verifyWebhook({ rawBody: delivery.rawBody.toString(), signatureHeader: header, secrets: ['whsec_unrelated', rotated.secret] }),
+    'any of several secrets',
+  )
 
   const refusal = (options: Partial<Parameters<typeof verifyWebhook>[0]>) => {
     try {
@@ -71,7 +81,11 @@ t.test('during a rotation both signatures verify; a tampered body, an old timest
   t.equal(refusal({ now: new Date((signedAt + 299) * 1000) }), null, 'within the tolerance it verifies')
   t.equal(refusal({ now: new Date((signedAt + 60) * 1000), toleranceSeconds: 30 }), 'timestamp_out_of_tolerance', 'the tolerance is the caller’s')
   t.equal(refusal({ secrets: ['whsec_wrong'] }), 'invalid_signature', 'a wrong secret is refused')
-  t.equal(refusal({ signatureHeader: header.replace(/t=\d+/, `t=${signedAt + 1}`) }), 'invalid_signature', 'a replayed body under a new timestamp is refused')
+  t.equal(
+    refusal({ signatureHeader: header.replace(/t=\d+/, `t=${signedAt + 1}`) }),
+    'invalid_signature',
+    'a replayed body under a new timestamp is refused',
+  )
   t.equal(refusal({ signatureHeader: undefined }), 'missing_signature')
   t.equal(refusal({ signatureHeader: 'v1=abc' }), 'malformed_signature')
 })

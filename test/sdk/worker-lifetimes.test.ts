@@ -89,7 +89,11 @@ t.test('a handler running past timeout_seconds / 3 is kept alive by heartbeats a
   )
   const sent = beats.bodies.filter((b: any) => b.job_id === longJob.id && !('status' in b))
   t.ok(sent.length >= 2, `the worker heartbeated it every 10 s (${sent.length} heartbeats)`)
-  t.strictSame(heartbeating.logger.entries.filter((e) => e.level !== 'info'), [], 'no late ack, no failed heartbeat')
+  t.strictSame(
+    heartbeating.logger.entries.filter((e) => e.level !== 'info'),
+    [],
+    'no late ack, no failed heartbeat',
+  )
 })
 
 t.test('a throwing handler is retried, then dead-lettered with the error’s type, message and stack', async (t) => {
@@ -103,12 +107,24 @@ t.test('a throwing handler is retried, then dead-lettered with the error’s typ
     ['job_created', 'job_claimed', 'job_attempt_failed', 'job_claimed', 'job_dead_lettered'],
     'claimed, failed and retried, claimed again, dead-lettered',
   )
-  t.match(await jobReaches(client, shouty.id, 'dead_letter'), { error: { type: 'string', message: 'not an Error' } }, 'a thrown non-Error fails the attempt too')
-  t.strictSame(failing.logger.entries.filter((e) => e.level !== 'info'), [], 'handler errors are acks, not worker errors')
+  t.match(
+    await jobReaches(client, shouty.id, 'dead_letter'),
+    { error: { type: 'string', message: 'not an Error' } },
+    'a thrown non-Error fails the attempt too',
+  )
+  t.strictSame(
+    failing.logger.entries.filter((e) => e.level !== 'info'),
+    [],
+    'handler errors are acks, not worker errors',
+  )
 })
 
 t.test('an ack after the attempt was reaped is logged, not thrown, and the worker goes on', async (t) => {
-  const warned = await eventually(async () => late.logger.entries.find((e) => e.level === 'warn' && e.fields.job_id === sleepy.id), 30_000, 'the late ack')
+  const warned = await eventually(
+    async () => late.logger.entries.find((e) => e.level === 'warn' && e.fields.job_id === sleepy.id),
+    30_000,
+    'the late ack',
+  )
   t.match(warned, { message: /late ack/, fields: { code: 'invalid_state', status: 'succeeded' } })
   t.ok(lateSignalReason instanceof JobTimeout, 'ctx.signal fired when timeout_seconds passed')
   t.equal((await client.jobs.get(sleepy.id)).state, 'dead_letter', 'the reaper’s outcome stands')

@@ -40,7 +40,11 @@ t.test('a worker rides out a service restart: 503 and refused connections are re
   const unavailable = logger.entries.find((e) => e.message.includes('poll failed') && e.fields.status === 503)
   t.match(unavailable?.fields, { code: 'service_unavailable' }, 'the waiting poll was answered 503 during the shutdown')
   finish.open()
-  await eventually(async () => logger.entries.some((e) => e.message.includes('ack of 1 jobs failed') && e.fields.status === 0), 15_000, 'an ack refused by the stopped service')
+  await eventually(
+    async () => logger.entries.some((e) => e.message.includes('ack of 1 jobs failed') && e.fields.status === 0),
+    15_000,
+    'an ack refused by the stopped service',
+  )
 
   const second = await spawnService(env)
   t.teardown(() => second.stop('SIGKILL'))
@@ -50,5 +54,8 @@ t.test('a worker rides out a service restart: 503 and refused connections are re
   await jobReaches(client, next.id, 'succeeded')
   t.pass('polling resumed on its own')
   await worker.stop()
-  t.notOk(logger.entries.some((e) => e.level === 'error'), 'only warnings: every failure was one to retry')
+  t.notOk(
+    logger.entries.some((e) => e.level === 'error'),
+    'only warnings: every failure was one to retry',
+  )
 })

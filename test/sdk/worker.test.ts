@@ -50,18 +50,31 @@ t.test('1,000 jobs through one worker with concurrency 20: each run once, all su
     'every job succeeded on its first attempt',
   )
   t.strictSame([...runs.keys()].sort(), [...ids].sort(), 'every job was handed to the handler')
-  t.ok([...runs.values()].every((n) => n === 1), 'no job ran twice')
+  t.ok(
+    [...runs.values()].every((n) => n === 1),
+    'no job ran twice',
+  )
   t.ok(mostAtOnce > 1 && mostAtOnce <= 20, `handlers overlapped, never more than 20 at once (${mostAtOnce})`)
 
   const acked = bodies.flatMap((b: any) => b.acks ?? []).map((a: any) => a.job_id)
   t.equal(acked.length, 1_000, 'one ack per job')
   t.equal(new Set(acked).size, 1_000, 'no job acked twice')
-  t.ok((requests.get('POST /jobsvc/v1/workers/ack/batch') ?? 0) < 1_000, `acks shared batches (${requests.get('POST /jobsvc/v1/workers/ack/batch')} requests)`)
+  t.ok(
+    (requests.get('POST /jobsvc/v1/workers/ack/batch') ?? 0) < 1_000,
+    `acks shared batches (${requests.get('POST /jobsvc/v1/workers/ack/batch')} requests)`,
+  )
   t.notOk(requests.has('POST /jobsvc/v1/workers/ack'), 'the batch route was used, not single acks')
   const capacities = bodies.filter((b: any) => 'capacity' in b).map((b: any) => b.capacity as number)
-  t.ok(capacities.every((c) => c >= 1 && c <= 20), 'each poll asked for at most the free slots')
+  t.ok(
+    capacities.every((c) => c >= 1 && c <= 20),
+    'each poll asked for at most the free slots',
+  )
   t.equal(capacities[0], 20, 'the first poll asked for every slot')
-  t.strictSame(logger.entries.filter((e) => e.level !== 'info'), [], 'nothing went wrong')
+  t.strictSame(
+    logger.entries.filter((e) => e.level !== 'info'),
+    [],
+    'nothing went wrong',
+  )
 })
 
 t.test('ctx.progress reaches the progress stream, which ends when the job succeeds', async (t) => {

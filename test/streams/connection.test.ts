@@ -38,7 +38,11 @@ t.test('the commands of one event-loop turn go out in one socket write, and all 
   await new Promise((resolve) => setImmediate(resolve))
   t.equal(writes.count(), 1, 'sixty publishes of one turn: one write')
   await all
-  t.strictSame(received, Array.from({ length: 60 }, (_, i) => String(i)), 'every message arrives, in order')
+  t.strictSame(
+    received,
+    Array.from({ length: 60 }, (_, i) => String(i)),
+    'every message arrives, in order',
+  )
 })
 
 t.test('a request answered by another connection still round-trips promptly', async (t) => {

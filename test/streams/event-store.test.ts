@@ -38,7 +38,10 @@ t.test('an append at a stale sequence is a ConcurrencyConflict and stores nothin
   await t.rejects(store.append(ref, [event('job_progressed')], { step: 3 }, first.seq), ConcurrencyConflict)
   await t.rejects(store.append(ref, [event('job_created')], { step: 3 }, 0), ConcurrencyConflict, 'a second "new" aggregate on a used id')
   const history = await store.history(ref)
-  t.same(history.map((r) => r.message.events[0]!.type), ['job_created', 'job_claimed'])
+  t.same(
+    history.map((r) => r.message.events[0]!.type),
+    ['job_created', 'job_claimed'],
+  )
 })
 
 t.test('of 50 concurrent appends at the same sequence exactly one is stored', async (t) => {
@@ -50,7 +53,10 @@ t.test('of 50 concurrent appends at the same sequence exactly one is stored', as
   const lost = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected')
   t.equal(won.length, 1, 'one append wins')
   t.equal(lost.length, 49)
-  t.ok(lost.every((o) => o.reason instanceof ConcurrencyConflict), 'every other one is a ConcurrencyConflict')
+  t.ok(
+    lost.every((o) => o.reason instanceof ConcurrencyConflict),
+    'every other one is a ConcurrencyConflict',
+  )
   const history = await store.history(ref)
   t.equal(history.length, 2, 'the log holds the creation and the single winner')
   t.equal(history[1]!.seq, (won[0] as PromiseFulfilledResult<{ seq: number }>).value.seq)
@@ -99,8 +105,14 @@ t.test('history lists one aggregate in append order, without its neighbours', as
     otherSeq = (await store.append(other, [event('job_progressed', { i: -i })], { i: -i }, otherSeq)).seq
   }
   const history = await store.history(ref)
-  t.same(history.map((r) => r.message.events[0]!.data), [0, 1, 2, 3, 4].map((i) => ({ i })))
-  t.ok(history.every((r, i) => i === 0 || r.seq > history[i - 1]!.seq), 'sequences increase')
+  t.same(
+    history.map((r) => r.message.events[0]!.data),
+    [0, 1, 2, 3, 4].map((i) => ({ i })),
+  )
+  t.ok(
+    history.every((r, i) => i === 0 || r.seq > history[i - 1]!.seq),
+    'sequences increase',
+  )
   t.ok(history.every((r) => r.subject === store.subjectOf(ref) && r.message.aggregate_id === ref.id))
   t.equal(history.at(-1)!.seq, seq)
   t.same(await store.load(ref), { state: { i: 4 }, seq })
@@ -124,7 +136,11 @@ function candidates(state: Job | null, id: string, now: string, pick: number): J
     }
     return [
       { type: 'create_job', data: { ...base, run_at: null, parent_job_id: null, waits_for_parent: false }, meta },
-      { type: 'create_job', data: { ...base, run_at: new Date(Date.parse(now) + hour).toISOString(), parent_job_id: null, waits_for_parent: false }, meta },
+      {
+        type: 'create_job',
+        data: { ...base, run_at: new Date(Date.parse(now) + hour).toISOString(), parent_job_id: null, waits_for_parent: false },
+        meta,
+      },
       { type: 'create_job', data: { ...base, run_at: null, parent_job_id: 'job_parent', waits_for_parent: true }, meta },
     ]
   }
@@ -181,7 +197,14 @@ t.test('loading in one direct get equals folding the whole history', async (t) =
       const loaded = await store.load<Job>(ref)
       assert.equal(history.length, appended)
       assert.equal(loaded.seq, history.at(-1)!.seq)
-      assert.deepEqual(loaded.state, fold(jobDecider, null, history.flatMap((r) => r.message.events)))
+      assert.deepEqual(
+        loaded.state,
+        fold(
+          jobDecider,
+          null,
+          history.flatMap((r) => r.message.events),
+        ),
+      )
       assert.deepEqual(loaded.state, state, 'and both equal the state handleCommand returned')
       moves += appended
     }),

@@ -16,7 +16,13 @@ const event = (type: string): StoredEvent => ({ type, data: {}, id: `evt_${ulid(
 function follow(t: TestLike, startSeq: number, onLive?: (live: boolean) => void): FollowedEvent[] {
   const seen: FollowedEvent[] = []
   const stop = new AbortController()
-  const done = followEvents(nats, { stream, filterSubject: aggregateKindFilter(names.namespace, 'job'), startSeq, onLive }, (e) => seen.push(e), stop.signal, () => undefined)
+  const done = followEvents(
+    nats,
+    { stream, filterSubject: aggregateKindFilter(names.namespace, 'job'), startSeq, onLive },
+    (e) => seen.push(e),
+    stop.signal,
+    () => undefined,
+  )
   t.teardown(async () => {
     stop.abort()
     await done
@@ -49,7 +55,11 @@ t.test('a follower hands over every job message from its start, in order, and on
     await store.append({ aggregate: 'project', projectId: `prj_f${i}`, id: `prj_f${i}` }, [event('project_created')], {}, 0)
   }
   await eventually(async () => seen.length >= appended.length, 15_000, 'every job message')
-  t.same(seen.map((e) => e.seq), appended, 'each job message once, in order, none before the start, no project message')
+  t.same(
+    seen.map((e) => e.seq),
+    appended,
+    'each job message once, in order, none before the start, no project message',
+  )
   t.same(seen[3]!.decode().state, { i: 3 }, 'the body decodes on demand')
   t.ok(seen.every((e) => e.eventTypes === 'job_created' && e.size > 0))
 })
@@ -67,6 +77,10 @@ t.test('a follower whose consumer is deleted on the server starts again where it
   const during: number[] = []
   for (let i = 0; i < 10; i++) during.push((await store.append(jobRef(), [event('job_created')], {}, 0)).seq)
   await eventually(async () => seen.length >= 11, 15_000, 'the messages appended while the consumer was gone')
-  t.same(seen.map((e) => e.seq), [first, ...during], 'none lost, none twice, in order')
+  t.same(
+    seen.map((e) => e.seq),
+    [first, ...during],
+    'none lost, none twice, in order',
+  )
   t.same(states.slice(0, 2), [false, true], 'it reported the stall, then that it follows again')
 })

@@ -54,10 +54,16 @@ t.test('of concurrent claims on one pending job exactly one wins; the others are
   const refused = outcomes.flatMap((o) => (o.status === 'rejected' ? [o.reason] : []))
   t.equal(won.length, 1, 'one claim succeeds')
   t.equal(refused.length, 3)
-  t.ok(refused.every((e) => e instanceof InvalidState && e.code === 'invalid_state'), 'the losers, re-decided on fresh state, get the 409 refusal')
+  t.ok(
+    refused.every((e) => e instanceof InvalidState && e.code === 'invalid_state'),
+    'the losers, re-decided on fresh state, get the 409 refusal',
+  )
   t.ok(counting.conflicts >= 1, `the claims raced (${counting.conflicts} conflicts)`)
   const history = await store.history<JobEvent, Job>(ref)
-  t.same(history.map((r) => r.message.events.map((e) => e.type)), [['job_created'], ['job_claimed']])
+  t.same(
+    history.map((r) => r.message.events.map((e) => e.type)),
+    [['job_created'], ['job_claimed']],
+  )
   const loaded = await store.load<Job>(ref)
   t.equal(loaded.state!.worker_id, won[0]!.state!.worker_id, 'the stored claim is the winner')
   t.equal(loaded.state!.attempt, 1)
@@ -68,7 +74,10 @@ t.test('concurrent attach_child on one parent: the losers re-decide and every ch
   const counting = new ConflictCountingStore(names.namespace, nats.nc, nats.jsm)
   const children = ['job_c1', 'job_c2', 'job_c3', 'job_c4']
   const results = await Promise.all(children.map((c) => run(attach(c), ref, counting)))
-  t.ok(results.every((r) => r.appended), 'every command appended')
+  t.ok(
+    results.every((r) => r.appended),
+    'every command appended',
+  )
   t.ok(counting.conflicts >= 3, `at least three of them first met a conflict (${counting.conflicts})`)
   const loaded = await store.load<Job>(ref)
   t.same([...loaded.state!.children].sort(), children)
@@ -133,12 +142,16 @@ t.test('after three re-decisions that all conflict, ConcurrencyConflict escapes'
 t.test('a {null, 0} hint skips the first load; an id that exists after all is loaded on the conflict', async (t) => {
   const fresh: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid()}` }
   const counting = new ConflictCountingStore(names.namespace, nats.nc, nats.jsm)
-  const created = await handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, fresh, createCommand(fresh), newEventId, { hint: { state: null, seq: 0 } })
+  const created = await handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, fresh, createCommand(fresh), newEventId, {
+    hint: { state: null, seq: 0 },
+  })
   t.ok(created.appended)
   t.equal(counting.conflicts, 0)
   t.same(await store.load(fresh), { state: created.state, seq: created.seq })
   const existing = await createJob()
-  const again = handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, existing, createCommand(existing), newEventId, { hint: { state: null, seq: 0 } })
+  const again = handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, existing, createCommand(existing), newEventId, {
+    hint: { state: null, seq: 0 },
+  })
   await t.rejects(again, InvalidState, 'the retry decides on the loaded job and refuses a second creation')
   t.equal(counting.conflicts, 1, 'the blind append at sequence 0 conflicted')
   t.equal((await store.history(existing)).length, 1)
@@ -148,13 +161,27 @@ t.test('a stale hint never decides the answer: refusals and no-ops are decided a
   const ref = await createJob()
   const loaded = await store.load<Job>(ref)
   const staleAsSucceeded = { state: { ...loaded.state!, state: 'succeeded' as const }, seq: loaded.seq }
-  const cancelled = await handleCommand<JobCommand, JobEvent, Job>(store, jobDecider, ref, { type: 'cancel_job', data: {}, meta: { now: new Date().toISOString() } }, newEventId, { hint: staleAsSucceeded })
+  const cancelled = await handleCommand<JobCommand, JobEvent, Job>(
+    store,
+    jobDecider,
+    ref,
+    { type: 'cancel_job', data: {}, meta: { now: new Date().toISOString() } },
+    newEventId,
+    { hint: staleAsSucceeded },
+  )
   t.equal(cancelled.state!.state, 'cancelled', 'the refusal the hint implied was not answered')
 
   const other = await createJob()
   const fresh = await store.load<Job>(other)
   await run({ type: 'claim_job', data: { worker_id: 'w-real' }, meta: { now: new Date().toISOString() } }, other)
-  const claim = handleCommand<JobCommand, JobEvent, Job>(store, jobDecider, other, { type: 'claim_job', data: { worker_id: 'w-late' }, meta: { now: new Date().toISOString() } }, newEventId, { hint: fresh })
+  const claim = handleCommand<JobCommand, JobEvent, Job>(
+    store,
+    jobDecider,
+    other,
+    { type: 'claim_job', data: { worker_id: 'w-late' }, meta: { now: new Date().toISOString() } },
+    newEventId,
+    { hint: fresh },
+  )
   await t.rejects(claim, InvalidState, 'a hint that lags the log conflicts on append and the loaded state refuses')
   t.equal((await store.load<Job>(other)).state!.worker_id, 'w-real')
 })
@@ -176,13 +203,23 @@ t.test('a trusted hint is decided on alone: a stale one is a ConcurrencyConflict
   t.equal(counting.conflicts, 1, 'one append')
 
   const processing = await store.load<Job>(ref)
-  const refused = handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, ref, claim('w-other'), newEventId, { hint: processing, trustHint: true })
+  const refused = handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, ref, claim('w-other'), newEventId, {
+    hint: processing,
+    trustHint: true,
+  })
   await t.rejects(refused, InvalidState, "the hint's refusal is answered as decided")
   t.equal(loads, 0, 'still no load')
-  t.same((await store.history<JobEvent, Job>(ref)).map((r) => r.message.events.map((e) => e.type)), [['job_created'], ['job_claimed']], 'nothing appended')
+  t.same(
+    (await store.history<JobEvent, Job>(ref)).map((r) => r.message.events.map((e) => e.type)),
+    [['job_created'], ['job_claimed']],
+    'nothing appended',
+  )
 
   const next = await createJob()
-  const won = await handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, next, claim('w-fresh'), newEventId, { hint: await store.load<Job>(next), trustHint: true })
+  const won = await handleCommand<JobCommand, JobEvent, Job>(counting, jobDecider, next, claim('w-fresh'), newEventId, {
+    hint: await store.load<Job>(next),
+    trustHint: true,
+  })
   t.ok(won.appended, 'a current hint claims with one append')
   t.equal(won.state!.worker_id, 'w-fresh')
 })

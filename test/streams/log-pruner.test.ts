@@ -36,7 +36,11 @@ t.test('removes the messages up to the sequence given, walking the chain, and le
   t.same(result, { messages: 3, purgedBySubject: false }, 'three messages deleted by sequence')
   t.same(await sequencesOn(ref), [seqs[3]], 'the message after the one seen stays')
   t.same(await sequencesOn(neighbour), theirs, "the other aggregate's messages stay")
-  t.same(await pruner.removeThrough(store.subjectOf(ref), seqs[2]!), { messages: 0, purgedBySubject: true }, 'again: the chain is gone, the purge finds nothing')
+  t.same(
+    await pruner.removeThrough(store.subjectOf(ref), seqs[2]!),
+    { messages: 0, purgedBySubject: true },
+    'again: the chain is gone, the purge finds nothing',
+  )
 })
 
 t.test('a broken chain falls back to a purge by subject', async (t) => {
@@ -63,7 +67,10 @@ t.test("a sequence on another subject deletes nothing of that subject's", async 
   t.equal(result.purgedBySubject, true, 'the walk stops at a message that is not on the subject')
   t.same(await sequencesOn(other), theirs, "the other aggregate's messages stay")
   t.same(await sequencesOn(ref), [], 'the subject itself is purged up to the sequence given')
-  t.ok(mine.every((s) => s < theirs[1]!), 'its own messages all came before that sequence')
+  t.ok(
+    mine.every((s) => s < theirs[1]!),
+    'its own messages all came before that sequence',
+  )
 })
 
 t.test('a row that saw no message removes nothing', async (t) => {

@@ -29,7 +29,11 @@ const runId = process.env.JOBSVC_TEST_RUN ?? randomBytes(3).toString('hex')
  * parallel, and beside other runs on the shared NATS and Postgres, without touching each other.
  */
 export function isolatedNames(file: string, suffix = ''): { namespace: string; databaseUrl: string } {
-  const slug = basename(file).replace(/\.test\.ts$/, '').replace(/[^a-z0-9]+/gi, '_').toLowerCase().slice(0, 30)
+  const slug = basename(file)
+    .replace(/\.test\.ts$/, '')
+    .replace(/[^a-z0-9]+/gi, '_')
+    .toLowerCase()
+    .slice(0, 30)
   const namespace = `jobsvc_t_${runId}_${slug}${suffix}`
   return { namespace, databaseUrl: `postgres://postgres@127.0.0.1:5432/${namespace}` }
 }
@@ -122,7 +126,10 @@ export async function startHarness(
   options: { roles?: Role[]; tunables?: Partial<Tunables>; suffix?: string; config?: Partial<Config> } = {},
 ): Promise<Harness> {
   const names = isolatedNames(file, options.suffix)
-  const config = testConfig({ ...options.config, ...names }, { reaper_interval_ms: 200, scheduler_interval_ms: 100, validate_responses: true, ...options.tunables })
+  const config = testConfig(
+    { ...options.config, ...names },
+    { reaper_interval_ms: 200, scheduler_interval_ms: 100, validate_responses: true, ...options.tunables },
+  )
   t.teardown(() => removeIsolated(names))
   const runtime = await openRuntime(config, pino({ level: 'silent' }), 'jobsvc-test')
   t.teardown(() => runtime.close())

@@ -22,7 +22,9 @@ export function seededRandom(seed: number): Random {
 /** Percent-encodes like encodeURIComponent, but a lone surrogate becomes the (invalid UTF-8) bytes of its code unit instead of throwing. */
 function encode(s: string): string {
   return s.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]|[^]/gu, (c) =>
-    c.length === 1 && c >= '\ud800' && c <= '\udfff' ? `%ED%${(0xa0 + ((c.charCodeAt(0) >> 6) & 0x1f)).toString(16).toUpperCase()}%${(0x80 + (c.charCodeAt(0) & 0x3f)).toString(16).toUpperCase()}` : encodeURIComponent(c),
+    c.length === 1 && c >= '\ud800' && c <= '\udfff'
+      ? `%ED%${(0xa0 + ((c.charCodeAt(0) >> 6) & 0x1f)).toString(16).toUpperCase()}%${(0x80 + (c.charCodeAt(0) & 0x3f)).toString(16).toUpperCase()}`
+      : encodeURIComponent(c),
   )
 }
 
@@ -262,7 +264,16 @@ function bodyText(rng: Random, op: Operation): string | undefined {
 
 function contentType(rng: Random, hasBody: boolean): string | undefined {
   if (chance(rng, 0.85)) return hasBody ? 'application/json' : undefined
-  return pick(rng, [undefined, 'text/plain', 'application/json; charset=utf-16', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/json;;;', '*/*', 'application/xml'])
+  return pick(rng, [
+    undefined,
+    'text/plain',
+    'application/json; charset=utf-16',
+    'application/x-www-form-urlencoded',
+    'multipart/form-data; boundary=x',
+    'application/json;;;',
+    '*/*',
+    'application/xml',
+  ])
 }
 
 /** One hostile request for `op`. */

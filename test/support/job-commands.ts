@@ -26,7 +26,15 @@ export function createJobData(data: Pick<CreateJobData, 'job_id' | 'project_id'>
  * A job in `failed`: no command leads there (spec rule 7), so tests build the state directly.
  * `startedAt` and `completedAt` are ISO instants of the failed attempt.
  */
-export function failedJobState(f: { attempt: number; maxAttempts: number; error: JobError; createdAt: string; startedAt: string; completedAt: string; payload?: Job['payload'] }): Job {
+export function failedJobState(f: {
+  attempt: number
+  maxAttempts: number
+  error: JobError
+  createdAt: string
+  startedAt: string
+  completedAt: string
+  payload?: Job['payload']
+}): Job {
   return {
     id: 'job_1',
     project_id: 'prj_1',

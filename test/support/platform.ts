@@ -36,13 +36,21 @@ export function freshEmail(tag = 'user'): string {
 export interface PlatformHarness extends Harness {
   smtp: SmtpSink
   /** A request to the platform routes from `ip` (X-Forwarded-For; TRUST_PROXY is on here). */
-  platform<T = any>(method: string, path: string, body?: unknown, options?: { ip?: string; jwt?: string; cookie?: string; headers?: Record<string, string> }): Promise<HttpResponse<T>>
+  platform<T = any>(
+    method: string,
+    path: string,
+    body?: unknown,
+    options?: { ip?: string; jwt?: string; cookie?: string; headers?: Record<string, string> },
+  ): Promise<HttpResponse<T>>
 }
 
 /** The service with a real SMTP sink and TRUST_PROXY=true (tests pick their client address). */
 export async function startPlatformHarness(t: TestLike, file: string, options: Parameters<typeof startHarness>[2] = {}): Promise<PlatformHarness> {
   const smtp = await startSmtpSink(t)
-  const h = await startHarness(t, file, { ...options, config: { smtpUrl: smtp.url, trustProxy: true, publicUrl: 'https://dash.example.test', ...options.config } })
+  const h = await startHarness(t, file, {
+    ...options,
+    config: { smtpUrl: smtp.url, trustProxy: true, publicUrl: 'https://dash.example.test', ...options.config },
+  })
   return {
     ...h,
     smtp,
@@ -76,7 +84,12 @@ export interface VerifiedUser {
 export async function newVerifiedUser(h: PlatformHarness, options: { email?: string; password?: string; plan?: string } = {}): Promise<VerifiedUser> {
   const email = options.email ?? freshEmail()
   const password = options.password ?? `pw-${randomBytes(8).toString('hex')}`
-  const signup = await h.platform('POST', '/platform/v1/auth/signup', { email, password, accept_terms: true, ...(options.plan ? { plan: options.plan } : {}) })
+  const signup = await h.platform('POST', '/platform/v1/auth/signup', {
+    email,
+    password,
+    accept_terms: true,
+    ...(options.plan ? { plan: options.plan } : {}),
+  })
   if (signup.status !== 201) throw new Error(`signup: ${signup.status} ${JSON.stringify(signup.body)}`)
   const token = tokenFromMail(await h.smtp.next(email, /verify/i))
   const verified = await h.platform('POST', '/platform/v1/auth/verify', { token })

@@ -40,7 +40,11 @@ export async function openProjectionBench(t: TestLike, file: string, projection:
      * into `apply`, whose own guards must skip them. Asserts that the model's tables are
      * unchanged, row versions included, so that no row was even written again.
      */
-    async redeliveryChangesNothing(t: Pick<Test, 'same'>, records: readonly EventRecord[], options: { pastCheckpoint?: boolean } = {}): Promise<void> {
+    async redeliveryChangesNothing(
+      t: Pick<Test, 'same'>,
+      records: readonly EventRecord[],
+      options: { pastCheckpoint?: boolean } = {},
+    ): Promise<void> {
       await project(records)
       const before = await tableRows(sql, projection.tables)
       for (const again of [records.slice(0, 1), records]) {

@@ -11,7 +11,10 @@ export interface ReceivedMail {
 /** Undoes quoted-printable (RFC 2045): soft line breaks and `=XX` escapes. */
 function decodeQuotedPrintable(body: string): string {
   const joined = body.replace(/=\r?\n/g, '')
-  return Buffer.from(joined.replace(/=([0-9A-F]{2})/gi, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))), 'latin1').toString('utf8')
+  return Buffer.from(
+    joined.replace(/=([0-9A-F]{2})/gi, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))),
+    'latin1',
+  ).toString('utf8')
 }
 
 /**
@@ -25,7 +28,10 @@ function decodeEncodedWords(value: string): string {
     const bytes =
       encoding.toUpperCase() === 'B'
         ? Buffer.from(text, 'base64')
-        : Buffer.from(text.replace(/_/g, ' ').replace(/=([0-9A-F]{2})/gi, (_x, hex: string) => String.fromCharCode(parseInt(hex, 16))), 'latin1')
+        : Buffer.from(
+            text.replace(/_/g, ' ').replace(/=([0-9A-F]{2})/gi, (_x, hex: string) => String.fromCharCode(parseInt(hex, 16))),
+            'latin1',
+          )
     return bytes.toString('utf8')
   })
 }
@@ -37,7 +43,8 @@ function parseMail(raw: string, to: string[]): ReceivedMail {
   const headers = head.replace(/\r\n[ \t]+/g, ' ')
   const subject = decodeEncodedWords(/^subject: (.*)$/im.exec(headers)?.[1] ?? '')
   const encoding = /^content-transfer-encoding: (.*)$/im.exec(headers)?.[1]?.trim().toLowerCase()
-  const text = encoding === 'quoted-printable' ? decodeQuotedPrintable(body) : encoding === 'base64' ? Buffer.from(body, 'base64').toString('utf8') : body
+  const text =
+    encoding === 'quoted-printable' ? decodeQuotedPrintable(body) : encoding === 'base64' ? Buffer.from(body, 'base64').toString('utf8') : body
   return { to, subject, text }
 }
 
@@ -80,7 +87,12 @@ export async function startSmtpSink(t: TestLike): Promise<SmtpSink> {
       const chunks: Buffer[] = []
       stream.on('data', (c: Buffer) => chunks.push(c))
       stream.on('end', () => {
-        mails.push(parseMail(Buffer.concat(chunks).toString('utf8'), session.envelope.rcptTo.map((r) => r.address.toLowerCase())))
+        mails.push(
+          parseMail(
+            Buffer.concat(chunks).toString('utf8'),
+            session.envelope.rcptTo.map((r) => r.address.toLowerCase()),
+          ),
+        )
         callback()
       })
     },

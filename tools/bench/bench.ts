@@ -120,7 +120,12 @@ main(process.argv.slice(2)).then(
   },
   (err) => {
     // Expected failures (bad options, an unreachable or refusing service) need no stack trace.
-    const expected = err instanceof ConfigError || err instanceof HttpError || err instanceof RunStopped || typeof err?.code === 'string' || err?.name === 'AbortError'
+    const expected =
+      err instanceof ConfigError ||
+      err instanceof HttpError ||
+      err instanceof RunStopped ||
+      typeof err?.code === 'string' ||
+      err?.name === 'AbortError'
     process.stderr.write(`bench failed: ${expected ? err.message : String(err?.stack ?? err)}\n`)
     process.exitCode = err instanceof ConfigError ? 2 : 1
   },

@@ -83,7 +83,8 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
 
   const noteWrite = (reply: Reply) => {
     const seq = eventSeq(reply)
-    if (seq === null) throw new Error(`${reply.headers['x-request-id'] ?? 'a response'} carries no X-Event-Seq; the service is too old for this bench`)
+    if (seq === null)
+      throw new Error(`${reply.headers['x-request-id'] ?? 'a response'} carries no X-Event-Seq; the service is too old for this bench`)
     if (seq > maxSeq) maxSeq = seq
     tracker.observe(seq, reply.at)
   }
@@ -111,11 +112,16 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
       const items = again.splice(0, cycle.batch!)
       while (items.length < cycle.batch! && next < load.jobs) items.push({ i: next++, tries: 0 })
       let sent = 0
-      const reply = await withRetries('batch create', stop, () => {
-        sent = performance.now()
-        firstCreateAt ??= sent
-        return client.request('POST', '/jobsvc/v1/jobs/batch', { jobs: items.map(({ i }) => ({ job_type: 'bench', queue, payload: { i } })) })
-      }, 200)
+      const reply = await withRetries(
+        'batch create',
+        stop,
+        () => {
+          sent = performance.now()
+          firstCreateAt ??= sent
+          return client.request('POST', '/jobsvc/v1/jobs/batch', { jobs: items.map(({ i }) => ({ job_type: 'bench', queue, payload: { i } })) })
+        },
+        200,
+      )
       createLatencies.push(reply.at - sent)
       const results = reply.body.results as BatchItemReply[]
       results.forEach((result, k) => {
@@ -137,11 +143,16 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
         if (due > 0) await sleep(due, undefined, { signal: stop })
       }
       let sent = 0
-      const reply = await withRetries('create', stop, () => {
-        sent = performance.now()
-        firstCreateAt ??= sent
-        return client.request('POST', '/jobsvc/v1/jobs', { job_type: 'bench', queue, payload: { i } })
-      }, 201)
+      const reply = await withRetries(
+        'create',
+        stop,
+        () => {
+          sent = performance.now()
+          firstCreateAt ??= sent
+          return client.request('POST', '/jobsvc/v1/jobs', { job_type: 'bench', queue, payload: { i } })
+        },
+        201,
+      )
       createLatencies.push(reply.at - sent)
       noteWrite(reply)
       noteCreated(String(reply.body.id), reply.at)
@@ -161,9 +172,12 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
   }
 
   const ack = async (jobId: string, workerId: string) => {
-    const reply = await withRetries('ack', stop, () =>
-      client.request('POST', '/jobsvc/v1/workers/ack', { job_id: jobId, worker_id: workerId, status: 'succeeded', duration_ms: 0 }),
-    200)
+    const reply = await withRetries(
+      'ack',
+      stop,
+      () => client.request('POST', '/jobsvc/v1/workers/ack', { job_id: jobId, worker_id: workerId, status: 'succeeded', duration_ms: 0 }),
+      200,
+    )
     noteWrite(reply)
     noteAcked(1, reply.at)
   }
@@ -175,7 +189,8 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
       const reply = await withRetries('batch ack', stop, () => client.request('POST', '/jobsvc/v1/workers/ack/batch', { acks }), 200)
       const results = reply.body.results as BatchItemReply[]
       const failed = results.filter((r) => r.status !== 200)
-      if (failed.some((r) => r.status !== 503) || (failed.length > 0 && tries >= maxRetries)) throw new HttpError('batch ack', { ...reply, body: failed[0] })
+      if (failed.some((r) => r.status !== 503) || (failed.length > 0 && tries >= maxRetries))
+        throw new HttpError('batch ack', { ...reply, body: failed[0] })
       if (failed.length < results.length) noteWrite(reply)
       noteAcked(results.length - failed.length, reply.at)
       pending = pending.filter((_, k) => results[k]!.status !== 200)
@@ -207,7 +222,11 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
         }
       }
       if (cycle.batch === null) await Promise.all(fresh.map((job) => ack(job.id, workerId)))
-      else if (fresh.length > 0) await ackBatch(fresh.map((job) => job.id), workerId)
+      else if (fresh.length > 0)
+        await ackBatch(
+          fresh.map((job) => job.id),
+          workerId,
+        )
     }
   }
 
@@ -222,7 +241,9 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
     const s = ((performance.now() - startedAt) / 1000).toFixed(0).padStart(4)
     const projected = tracker.position()
     const where = projected === null ? '' : `  projected seq ${projected}/${maxSeq}`
-    process.stderr.write(`[${s}s] created ${count.created}/${load.jobs}  claimed ${count.claimed}  acked ${count.acked}  (${count.acked - lastAcked} acked/s)${where}\n`)
+    process.stderr.write(
+      `[${s}s] created ${count.created}/${load.jobs}  claimed ${count.claimed}  acked ${count.acked}  (${count.acked - lastAcked} acked/s)${where}\n`,
+    )
     lastAcked = count.acked
   }, 1000)
   /** What the run saw, complete or not. */

@@ -43,7 +43,14 @@ interface ExportMeasure extends ExportRead {
 }
 
 /** One export read to its end while the service's RSS is sampled every 100 ms. */
-async function measureExport(base: string, apiKey: string, pid: number | undefined, format: 'jsonl' | 'csv', bytesPerSecond: number, window: { from: Date; until: Date }): Promise<ExportMeasure> {
+async function measureExport(
+  base: string,
+  apiKey: string,
+  pid: number | undefined,
+  format: 'jsonl' | 'csv',
+  bytesPerSecond: number,
+  window: { from: Date; until: Date },
+): Promise<ExportMeasure> {
   const rssBefore = await idleResidentBytes(pid)
   let rssPeak = rssBefore
   let samples = 0
@@ -72,13 +79,24 @@ async function measureExport(base: string, apiKey: string, pid: number | undefin
  * (idle readings differ by tens of MB as V8 shrinks its heap while idle: the lowest is the
  * conservative one).
  */
-export async function benchExport(opts: Options, base: string, pid: number | undefined, databaseUrl: string, projects: BenchProject[]): Promise<boolean> {
+export async function benchExport(
+  opts: Options,
+  base: string,
+  pid: number | undefined,
+  databaseUrl: string,
+  projects: BenchProject[],
+): Promise<boolean> {
   const count = opts.exportJobs!
   const newest = new Date()
   const window = { from: new Date(newest.getTime() - count - 3_600_000), until: new Date(newest.getTime() + 60_000) }
   const seedStarted = performance.now()
   process.stderr.write(`bench: seeding ${count} jobs in each of ${projects.length} projects (bulk INSERT into the jobs read model)\n`)
-  await seedJobs(databaseUrl, projects.map((p) => p.project_id), count, newest)
+  await seedJobs(
+    databaseUrl,
+    projects.map((p) => p.project_id),
+    count,
+    newest,
+  )
   process.stderr.write(`bench: seeded in ${((performance.now() - seedStarted) / 1000).toFixed(1)} s\n`)
   const bytesPerSecond = opts.exportReadMbps * 1024 * 1024
   const initial = await idleResidentBytes(pid, 20)
@@ -110,7 +128,15 @@ export async function benchExport(opts: Options, base: string, pid: number | und
       [`${r.format}_peak_rss_mb`, mb(r.rssPeak)],
     ]),
   )
-  const summary = { export_jobs: count, seeded: 'bulk insert into the jobs read model', read_mbps: opts.exportReadMbps, baseline_rss_mb: mb(baseline), peak_rss_mb: mb(peak), rss_growth_mb: mb(growth), ...byFormat }
+  const summary = {
+    export_jobs: count,
+    seeded: 'bulk insert into the jobs read model',
+    read_mbps: opts.exportReadMbps,
+    baseline_rss_mb: mb(baseline),
+    peak_rss_mb: mb(peak),
+    rss_growth_mb: mb(growth),
+    ...byFormat,
+  }
   writeReport(lines, summary)
   return complete && growth < limitMb * 1024 * 1024
 }

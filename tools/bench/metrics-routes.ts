@@ -49,7 +49,9 @@ async function seed(databaseUrl: string, projectId: string, count: number, now: 
 
     const rollupStarted = performance.now()
     const rows = sql<SeededRow[]>`
-      SELECT project_id, queue, job_type, state, created_at, started_at, completed_at, updated_at, duration_ms FROM jobs WHERE project_id = ${projectId}`.cursor(5000)
+      SELECT project_id, queue, job_type, state, created_at, started_at, completed_at, updated_at, duration_ms FROM jobs WHERE project_id = ${projectId}`.cursor(
+      5000,
+    )
     let applied = 0
     for await (const batch of rows) {
       const deltas = new MetricDeltas()
@@ -82,18 +84,44 @@ interface SeededRow {
 function impliedEvents(r: SeededRow): StoredEvent<JobEvent>[] {
   const stored = (e: JobEvent, at: Date): StoredEvent<JobEvent> => ({ ...e, id: 'evt_seed', time: at.toISOString() })
   const events = [stored({ type: 'job_created', data: { state: 'pending' } } as JobEvent, r.created_at)]
-  if (r.started_at !== null) events.push(stored({ type: 'job_claimed', data: { worker_id: 'bench-worker', attempt: 1, started_at: r.started_at.toISOString() } }, r.started_at))
+  if (r.started_at !== null)
+    events.push(
+      stored({ type: 'job_claimed', data: { worker_id: 'bench-worker', attempt: 1, started_at: r.started_at.toISOString() } }, r.started_at),
+    )
   if (r.state === 'succeeded') {
-    events.push(stored({ type: 'job_succeeded', data: { worker_id: 'bench-worker', attempt: 1, duration_ms: r.duration_ms!, completed_at: r.completed_at!.toISOString() } }, r.completed_at!))
+    events.push(
+      stored(
+        {
+          type: 'job_succeeded',
+          data: { worker_id: 'bench-worker', attempt: 1, duration_ms: r.duration_ms!, completed_at: r.completed_at!.toISOString() },
+        },
+        r.completed_at!,
+      ),
+    )
   } else if (r.state === 'dead_letter') {
     events.push(
       stored(
-        { type: 'job_dead_lettered', data: { worker_id: 'bench-worker', attempt: 1, error: { type: 'Error', message: 'seeded', stack_trace: '' }, duration_ms: r.duration_ms!, completed_at: r.completed_at!.toISOString(), reaped: false } },
+        {
+          type: 'job_dead_lettered',
+          data: {
+            worker_id: 'bench-worker',
+            attempt: 1,
+            error: { type: 'Error', message: 'seeded', stack_trace: '' },
+            duration_ms: r.duration_ms!,
+            completed_at: r.completed_at!.toISOString(),
+            reaped: false,
+          },
+        },
         r.completed_at!,
       ),
     )
   } else if (r.state === 'cancelled') {
-    events.push(stored({ type: 'job_cancelled', data: { reason: 'requested', previous_state: 'pending', cancelled_at: r.updated_at.toISOString() } }, r.updated_at))
+    events.push(
+      stored(
+        { type: 'job_cancelled', data: { reason: 'requested', previous_state: 'pending', cancelled_at: r.updated_at.toISOString() } },
+        r.updated_at,
+      ),
+    )
   }
   return events
 }
@@ -149,7 +177,13 @@ export async function benchMetrics(options: {
     for (let i = 0; i < 20; i++) await ask()
     const latencies: number[] = []
     for (let i = 0; i < options.requests; i++) latencies.push(await ask())
-    const result = { route, requests: latencies.length, p50_ms: toHundredths(percentile(latencies, 50)!), p99_ms: toHundredths(percentile(latencies, 99)!), max_ms: toHundredths(percentile(latencies, 100)!) }
+    const result = {
+      route,
+      requests: latencies.length,
+      p50_ms: toHundredths(percentile(latencies, 50)!),
+      p99_ms: toHundredths(percentile(latencies, 99)!),
+      max_ms: toHundredths(percentile(latencies, 100)!),
+    }
     options.log(`bench: ${route}: p50 ${result.p50_ms} ms, p99 ${result.p99_ms} ms, max ${result.max_ms} ms`)
     results.push(result)
   }

@@ -145,7 +145,8 @@ function toOptions(argv: string[]): Options {
   // The seeding writes to the service's database, which only a spawned service shares with us.
   if (values['export-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--export-jobs needs --spawn\n${usage}`)
   if (values['metrics-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--metrics-jobs needs --spawn\n${usage}`)
-  if (values['retention-jobs'] !== undefined && values['retention-jobs'] !== '0' && !values.spawn) throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
+  if (values['retention-jobs'] !== undefined && values['retention-jobs'] !== '0' && !values.spawn)
+    throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
   // --jobs 0: no cycles (retention alone).
   const noLoad = values.jobs === '0'
   // The same environment the service reads (CONTRACT.md) supplies the defaults for --spawn.

@@ -79,10 +79,14 @@ class CheckpointTracker implements ProjectionTracker {
     return new Promise((resolvePromise, reject) => {
       const waiter = { seq, resolve: resolvePromise }
       this.#waiters.add(waiter)
-      signal.addEventListener('abort', () => {
-        this.#waiters.delete(waiter)
-        reject(signal.reason)
-      }, { once: true })
+      signal.addEventListener(
+        'abort',
+        () => {
+          this.#waiters.delete(waiter)
+          reject(signal.reason)
+        },
+        { once: true },
+      )
     })
   }
 

@@ -37,7 +37,7 @@ function describeCycle(r: CycleResults, createWhat: string): string[] {
     `  create latency      ${describePercentiles(r.createLatencies)}  (${r.createLatencies.length} ${createWhat})`,
     `  created -> claimed  ${describePercentiles(r.claimLatencies)}  (${r.claimLatencies.length} claims)`,
     `  projection lag      ${describePercentiles(r.lags)}  (${r.lags.length} samples; ${r.lagMethod})`,
-    `  acked ${r.acked}/${r.jobs}; jobs claimed twice: ${r.duplicateClaims}; polls ${r.polls} (${r.emptyPolls} empty, ${r.polls === r.emptyPolls ? 0 : ((r.acked) / (r.polls - r.emptyPolls)).toFixed(1)} jobs per non-empty poll)`,
+    `  acked ${r.acked}/${r.jobs}; jobs claimed twice: ${r.duplicateClaims}; polls ${r.polls} (${r.emptyPolls} empty, ${r.polls === r.emptyPolls ? 0 : (r.acked / (r.polls - r.emptyPolls)).toFixed(1)} jobs per non-empty poll)`,
     `  bench client CPU: ${(r.clientCpuMs / 1000).toFixed(1)} s over ${(r.wallMs / 1000).toFixed(1)} s (${Math.round((r.clientCpuMs / r.wallMs) * 100)}% of one core)`,
   ]
 }
@@ -78,7 +78,11 @@ export function report(
     ...latencySummary(r),
     ...(idle === null
       ? {}
-      : { idle_claim_p50_ms: percentileMs(idle.claimLatencies, 50), idle_claim_p99_ms: percentileMs(idle.claimLatencies, 99), idle_create_p50_ms: percentileMs(idle.createLatencies, 50) }),
+      : {
+          idle_claim_p50_ms: percentileMs(idle.claimLatencies, 50),
+          idle_claim_p99_ms: percentileMs(idle.claimLatencies, 99),
+          idle_create_p50_ms: percentileMs(idle.createLatencies, 50),
+        }),
     ...(webhooks ?? {}),
     ...(b === undefined ? {} : { batch_jobs_per_s: jobsPerS(b), batch_size: opts.batch, ...withPrefix('batch_', latencySummary(b)) }),
     ...(retention?.summary ?? {}),
@@ -95,7 +99,9 @@ export function report(
     `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers${opts.rate === null ? '' : ` paced at ${opts.rate}/s`}, ${opts.workers} workers x capacity ${opts.capacity}${r.complete ? '' : ' (INCOMPLETE)'}`,
     ...describeCycle(r, 'creates'),
     ...(webhooks
-      ? [`  webhooks: ${webhooks.webhook_deliveries} job.created delivered, ${webhooks.webhook_deliveries_per_s ?? 'n/a'}/s, lag p50 ${ms(webhooks.webhook_lag_p50_ms)} p99 ${ms(webhooks.webhook_lag_p99_ms)}`]
+      ? [
+          `  webhooks: ${webhooks.webhook_deliveries} job.created delivered, ${webhooks.webhook_deliveries_per_s ?? 'n/a'}/s, lag p50 ${ms(webhooks.webhook_lag_p50_ms)} p99 ${ms(webhooks.webhook_lag_p99_ms)}`,
+        ]
       : []),
     ...describeCycleCpu(single),
     ...(b === undefined

@@ -24,4 +24,3 @@ export async function idleResidentBytes(pid: number | undefined, count = 10): Pr
   if (samples.length === 0) throw new Error('cannot read the service process RSS from /proc')
   return percentile(samples, 50)!
 }
-

@@ -61,7 +61,12 @@ export async function seedEndedJobs(deps: Deps, options: { projectIds: readonly 
     const outcome = i % 10 < 8 ? 'succeeded' : i % 10 === 8 ? 'dead_letter' : 'cancelled'
     const created = await jobs.create(projectId, {
       job_type: `retention.${outcome}`,
-      payload: { order_id: i, customer: `cus_${i % 997}`, lines: [{ sku: `sku-${i % 97}`, qty: (i % 7) + 1 }], note: 'seeded for the retention bench' },
+      payload: {
+        order_id: i,
+        customer: `cus_${i % 997}`,
+        lines: [{ sku: `sku-${i % 97}`, qty: (i % 7) + 1 }],
+        note: 'seeded for the retention bench',
+      },
       queue: `retention-${i % queuesPerProject}`,
       run_at: null,
       max_attempts: outcome === 'dead_letter' ? 1 : 3,
@@ -82,7 +87,10 @@ export async function seedEndedJobs(deps: Deps, options: { projectIds: readonly 
     now = endedAt
     const failed = outcome === 'dead_letter'
     const error = failed ? { type: 'Error', message: 'seeded failure', stack_trace: '' } : null
-    noteSeq((await jobs.ack(projectId, created.job.id, { worker_id: 'bench-retention', status: failed ? 'failed' : 'succeeded', duration_ms: 20, error })).seq)
+    noteSeq(
+      (await jobs.ack(projectId, created.job.id, { worker_id: 'bench-retention', status: failed ? 'failed' : 'succeeded', duration_ms: 20, error }))
+        .seq,
+    )
   }
   await Promise.all(
     Array.from({ length: Math.min(seedConcurrency, options.count) }, async () => {
@@ -122,7 +130,13 @@ export class RetentionBench {
    * Creates a project per plan and seeds `count` jobs ended 200 days ago (past every plan's
    * retention), then waits until the service's projector has projected them.
    */
-  static async prepare(config: Readonly<Config>, count: number, servicePid: number | undefined, signal: AbortSignal, log: (line: string) => void): Promise<RetentionBench> {
+  static async prepare(
+    config: Readonly<Config>,
+    count: number,
+    servicePid: number | undefined,
+    signal: AbortSignal,
+    log: (line: string) => void,
+  ): Promise<RetentionBench> {
     const runtime = await openRuntime(config, pino({ level: 'warn' }), 'jobsvc-bench-retention', { connections: 4, meteringConnections: 1 })
     try {
       const projectIds: string[] = []
@@ -132,13 +146,19 @@ export class RetentionBench {
       }
       const started = performance.now()
       const seeded = await seedEndedJobs(runtime, { projectIds, count, endedAt: new Date(Date.now() - 200 * dayMs) })
-      log(`bench: ${count} jobs run to their end 200 days ago (${seeded.messages} messages appended) in ${((performance.now() - started) / 1000).toFixed(1)} s`)
+      log(
+        `bench: ${count} jobs run to their end 200 days ago (${seeded.messages} messages appended) in ${((performance.now() - started) / 1000).toFixed(1)} s`,
+      )
       const projecting = performance.now()
       while ((await projectedThrough(runtime.sql, projections)) < seeded.lastSeq) await sleep(100, undefined, { signal })
-      const n = (await runtime.sql<{ n: number }[]>`
-        SELECT count(*)::int AS n FROM jobs WHERE project_id IN ${runtime.sql(projectIds)} AND state IN ('succeeded', 'dead_letter', 'cancelled')`)[0]!.n
+      const n = (
+        await runtime.sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM jobs WHERE project_id IN ${runtime.sql(projectIds)} AND state IN ('succeeded', 'dead_letter', 'cancelled')`
+      )[0]!.n
       if (n !== count) throw new Error(`the service projected ${n} of the ${count} seeded jobs`)
-      log(`bench: projected by the service in ${((performance.now() - projecting) / 1000).toFixed(1)} s; ${n} expired terminal jobs in ${plans.length} projects (${plans.join(', ')})`)
+      log(
+        `bench: projected by the service in ${((performance.now() - projecting) / 1000).toFixed(1)} s; ${n} expired terminal jobs in ${plans.length} projects (${plans.join(', ')})`,
+      )
       return new RetentionBench(runtime, projectIds, seeded, servicePid)
     } catch (err) {
       await runtime.close()
@@ -188,7 +208,9 @@ export class RetentionBench {
   }
 
   async #left(): Promise<number> {
-    const rows = await this.#runtime.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM jobs WHERE project_id IN ${this.#runtime.sql(this.#projectIds)}`
+    const rows = await this.#runtime.sql<
+      { n: number }[]
+    >`SELECT count(*)::int AS n FROM jobs WHERE project_id IN ${this.#runtime.sql(this.#projectIds)}`
     return rows[0]!.n
   }
 

@@ -34,8 +34,20 @@ function tailBuffer(limit = 64 * 1024) {
  * Starts the service (every role, one process) and resolves with the URL it logs once listening;
  * `env` carries its namespace, database and port 0.
  */
-export async function spawnService(env: NodeJS.ProcessEnv, logPath: string | null, cpuProfileDir: string | null, dev: boolean, signal: AbortSignal): Promise<SpawnedService> {
-  const args = [...(cpuProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfileDir}`]), '--import', 'tsx', 'services/roles/main.ts', ...(dev ? ['--dev'] : [])]
+export async function spawnService(
+  env: NodeJS.ProcessEnv,
+  logPath: string | null,
+  cpuProfileDir: string | null,
+  dev: boolean,
+  signal: AbortSignal,
+): Promise<SpawnedService> {
+  const args = [
+    ...(cpuProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfileDir}`]),
+    '--import',
+    'tsx',
+    'services/roles/main.ts',
+    ...(dev ? ['--dev'] : []),
+  ]
   const child = spawn(process.execPath, args, { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
   const out = tailBuffer()
   // Drained for the whole run: a full pipe would block the service's logging.

@@ -56,4 +56,3 @@ export function readExport(base: string, apiKey: string, path: string, format: '
     req.on('error', reject)
   })
 }
-

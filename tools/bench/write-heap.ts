@@ -15,7 +15,7 @@ export class WriteHeap {
   push(item: Write): void {
     const a = this.#items
     a.push(item)
-    for (let i = a.length - 1; i > 0; ) {
+    for (let i = a.length - 1; i > 0;) {
       const parent = (i - 1) >> 1
       if (a[parent]!.seq <= a[i]!.seq) break
       ;[a[parent], a[i]] = [a[i]!, a[parent]!]
@@ -29,7 +29,7 @@ export class WriteHeap {
     const last = a.pop()
     if (a.length > 0 && last !== undefined) {
       a[0] = last
-      for (let i = 0; ; ) {
+      for (let i = 0; ;) {
         const l = 2 * i + 1
         const r = l + 1
         let m = i

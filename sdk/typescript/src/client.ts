@@ -216,7 +216,11 @@ export class WebhooksApi {
     return this.call({ method: 'GET', path: `${v1}/webhooks/${id(webhookId)}/deliveries`, query: query as QueryValues, options, repeat: 'safe' })
   }
 
-  allDeliveries(webhookId: string, query: Omit<DeliveryListQuery, 'cursor'> = {}, options?: RequestOptions): AsyncGenerator<DeliveryList['data'][number]> {
+  allDeliveries(
+    webhookId: string,
+    query: Omit<DeliveryListQuery, 'cursor'> = {},
+    options?: RequestOptions,
+  ): AsyncGenerator<DeliveryList['data'][number]> {
     return everyItem((q) => this.deliveries(webhookId, q, options), query as DeliveryListQuery)
   }
 }
@@ -278,11 +282,17 @@ export class ActivityApi {
 export class MetricsApi {
   constructor(private readonly call: CallJson) {}
 
-  summary(query: Query<'/jobsvc/v1/metrics/summary', 'get'> = {}, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/metrics/summary', 'get'>> {
+  summary(
+    query: Query<'/jobsvc/v1/metrics/summary', 'get'> = {},
+    options?: RequestOptions,
+  ): Promise<ResponseBody<'/jobsvc/v1/metrics/summary', 'get'>> {
     return this.call({ method: 'GET', path: `${v1}/metrics/summary`, query: query as QueryValues, options, repeat: 'safe' })
   }
 
-  throughput(query: Query<'/jobsvc/v1/metrics/throughput', 'get'> = {}, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/metrics/throughput', 'get'>> {
+  throughput(
+    query: Query<'/jobsvc/v1/metrics/throughput', 'get'> = {},
+    options?: RequestOptions,
+  ): Promise<ResponseBody<'/jobsvc/v1/metrics/throughput', 'get'>> {
     return this.call({ method: 'GET', path: `${v1}/metrics/throughput`, query: query as QueryValues, options, repeat: 'safe' })
   }
 
@@ -290,7 +300,10 @@ export class MetricsApi {
     return this.call({ method: 'GET', path: `${v1}/metrics/queues`, query: query as QueryValues, options, repeat: 'safe' })
   }
 
-  jobTypes(query: Query<'/jobsvc/v1/metrics/job-types', 'get'> = {}, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/metrics/job-types', 'get'>> {
+  jobTypes(
+    query: Query<'/jobsvc/v1/metrics/job-types', 'get'> = {},
+    options?: RequestOptions,
+  ): Promise<ResponseBody<'/jobsvc/v1/metrics/job-types', 'get'>> {
     return this.call({ method: 'GET', path: `${v1}/metrics/job-types`, query: query as QueryValues, options, repeat: 'safe' })
   }
 }

@@ -19,10 +19,13 @@ type QueryText<Q> = { [K in keyof Q]: K extends 'cursor' ? Q[K] : Q[K] extends s
 export type Query<P extends Path, M extends Method> = Operation<P, M> extends { parameters: { query?: infer Q } } ? QueryText<NonNullable<Q>> : never
 
 type JsonOf<R> = R extends { content: { 'application/json': infer B } } ? B : never
-export type ResponseBody<P extends Path, M extends Method> =
-  Operation<P, M>['responses'] extends infer R
-    ? R extends { 200: infer Ok } ? JsonOf<Ok> : R extends { 201: infer Created } ? JsonOf<Created> : void
-    : never
+export type ResponseBody<P extends Path, M extends Method> = Operation<P, M>['responses'] extends infer R
+  ? R extends { 200: infer Ok }
+    ? JsonOf<Ok>
+    : R extends { 201: infer Created }
+      ? JsonOf<Created>
+      : void
+  : never
 
 export type Job = components['schemas']['Job']
 export type JobState = Job['state']

@@ -207,7 +207,12 @@ export class Worker {
   async #backOff(what: string, err: unknown, failures: number, signal?: AbortSignal): Promise<void> {
     const error = err instanceof JobsvcError ? err : null
     const level = error?.isTransient ? 'warn' : 'error'
-    this.#log[level](`jobsvc worker: ${what} failed, retrying`, { worker_id: this.workerId, code: error?.code, status: error?.status, error: String(err) })
+    this.#log[level](`jobsvc worker: ${what} failed, retrying`, {
+      worker_id: this.workerId,
+      code: error?.code,
+      status: error?.status,
+      error: String(err),
+    })
     const { baseMs = 500, maxMs = 30_000 } = this.#options.backoff ?? {}
     await sleep(error?.retryAfter != null ? error.retryAfter * 1000 : backoffDelay(failures, baseMs, maxMs), signal)
   }
@@ -324,7 +329,8 @@ export class Worker {
         })
         return { again, error: again.length > 0 ? 'the service could not apply some acks of the batch' : undefined }
       } catch (err) {
-        if (!(err instanceof JobsvcError && err.code === 'route_not_found')) return { again: acks.filter((ack) => this.#isAckToRetry(ack, err)), error: err }
+        if (!(err instanceof JobsvcError && err.code === 'route_not_found'))
+          return { again: acks.filter((ack) => this.#isAckToRetry(ack, err)), error: err }
         this.#batchAck = false
       }
     }

@@ -126,7 +126,12 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   // a request can carry is bounded before any pattern runs).
   const routes: RegisteredRoute[] = []
   app.addHook('onRoute', (route) => {
-    routes.push({ method: route.method, url: route.url, schema: route.schema as RegisteredRoute['schema'], documentedBody: route.config?.documentedBody })
+    routes.push({
+      method: route.method,
+      url: route.url,
+      schema: route.schema as RegisteredRoute['schema'],
+      documentedBody: route.config?.documentedBody,
+    })
   })
   app.setValidatorCompiler(validatorCompiler)
   app.setSerializerCompiler(deps.config.tunables.validate_responses ? serializeResponses : compileResponses)
@@ -175,7 +180,11 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   const jobs = new JobService(deps)
   const t = deps.config.tunables
   const watcher = new ProjectionWatcher(deps)
-  const ready = new ReadyIndex(deps, watcher, { jobsPerProject: t.ready_index_jobs_per_project, jobs: t.ready_index_jobs, stateBytes: readyIndexStateBytes })
+  const ready = new ReadyIndex(deps, watcher, {
+    jobsPerProject: t.ready_index_jobs_per_project,
+    jobs: t.ready_index_jobs,
+    stateBytes: readyIndexStateBytes,
+  })
   jobs.observer = ready.observer
   const context: ApiContext = {
     deps,

@@ -22,7 +22,12 @@ function bodyKeyOf(request: FastifyRequest): string | null {
 }
 
 function sendStored(reply: FastifyReply, stored: { status: number; body: string; headers: Record<string, string> }): FastifyReply {
-  return reply.code(stored.status).headers(stored.headers).header('Idempotent-Replay', 'true').type('application/json; charset=utf-8').send(stored.body)
+  return reply
+    .code(stored.status)
+    .headers(stored.headers)
+    .header('Idempotent-Replay', 'true')
+    .type('application/json; charset=utf-8')
+    .send(stored.body)
 }
 
 /** The store of every key's reservation and answer, sealed under a key derived from JOBSVC_SECRET. */
@@ -81,7 +86,12 @@ export async function reserveItemKey(store: IdempotencyStore, projectId: string,
 }
 
 /** Stores a batch item's answer as the single create's (status, body, Location, X-Event-Seq, Deprecation). */
-export async function completeItemKey(store: IdempotencyStore, held: Extract<ItemKey, { outcome: 'reserved' }>, body: { id: string }, seq: number): Promise<void> {
+export async function completeItemKey(
+  store: IdempotencyStore,
+  held: Extract<ItemKey, { outcome: 'reserved' }>,
+  body: { id: string },
+  seq: number,
+): Promise<void> {
   const headers = { location: `${singleCreatePath}/${body.id}`, 'x-event-seq': String(seq), deprecation: bodyKeyDeprecation }
   await store.complete(held.reservation, held.fingerprint, { status: 201, body: JSON.stringify(body), headers })
 }

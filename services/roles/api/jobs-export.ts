@@ -188,11 +188,47 @@ function jsonLine(row: ExportRow): string {
   return `${JSON.stringify(flat).slice(0, -1)},"payload":${row.payload}}\n`
 }
 
-const csvColumns: readonly string[] = ['Id', 'CreatedAt', 'JobType', 'Queue', 'State', 'AttemptNumber', 'MaxAttempts', 'StartedAt', 'CompletedAt', 'DurationMs', 'WorkerId', 'ParentJobId', 'IdempotencyKey', 'ErrorType', 'ErrorMessage', 'Tags', 'Payload']
+const csvColumns: readonly string[] = [
+  'Id',
+  'CreatedAt',
+  'JobType',
+  'Queue',
+  'State',
+  'AttemptNumber',
+  'MaxAttempts',
+  'StartedAt',
+  'CompletedAt',
+  'DurationMs',
+  'WorkerId',
+  'ParentJobId',
+  'IdempotencyKey',
+  'ErrorType',
+  'ErrorMessage',
+  'Tags',
+  'Payload',
+]
 
 function csvRecord(row: ExportRow): unknown[] {
   const error = errorOf(row)
-  return [row.id, iso(row.created_at), row.job_type, row.queue, row.state, row.attempt, row.max_attempts, iso(row.started_at), iso(row.completed_at), row.duration_ms, row.worker_id, row.parent_job_id, row.idempotency_key, error.type, error.message, row.tags, row.payload]
+  return [
+    row.id,
+    iso(row.created_at),
+    row.job_type,
+    row.queue,
+    row.state,
+    row.attempt,
+    row.max_attempts,
+    iso(row.started_at),
+    iso(row.completed_at),
+    row.duration_ms,
+    row.worker_id,
+    row.parent_job_id,
+    row.idempotency_key,
+    error.type,
+    error.message,
+    row.tags,
+    row.payload,
+  ]
 }
 
 const jobsLayout: ExportLayout<ExportRow> = { name: 'jobs', jsonLine, csvColumns, csvRecord }

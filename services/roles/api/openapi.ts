@@ -310,7 +310,12 @@ export async function registerApiDescription(app: FastifyInstance, publicUrl: st
             bearerFormat: 'sv_<env>_sk_<32 hex>',
             description: "The project's API key, shown once when the project is created or its key rotated.",
           },
-          sessionBearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'A dashboard session (the JWT that login sets as the sv_jwt cookie).' },
+          sessionBearer: {
+            type: 'http',
+            scheme: 'bearer',
+            bearerFormat: 'JWT',
+            description: 'A dashboard session (the JWT that login sets as the sv_jwt cookie).',
+          },
           sessionCookie: { type: 'apiKey', in: 'cookie', name: 'sv_jwt', description: 'The session cookie set by login.' },
         },
         responses: {
@@ -332,7 +337,8 @@ export async function registerApiDescription(app: FastifyInstance, publicUrl: st
     {
       schema: {
         summary: 'This API description',
-        description: 'The OpenAPI 3.1 document of every route, generated from the schemas the routes validate with. The reference page at /docs renders it.',
+        description:
+          'The OpenAPI 3.1 document of every route, generated from the schemas the routes validate with. The reference page at /docs renders it.',
         tags: ['Meta'],
         response: {
           200: openApiDocument,

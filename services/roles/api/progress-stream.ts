@@ -16,7 +16,12 @@ interface Snapshot {
   max_attempts: number
 }
 
-const snapshotOf = (job: Job): Snapshot => ({ state: job.state, progress: job.progress ?? null, attempt: job.attempt, max_attempts: job.max_attempts })
+const snapshotOf = (job: Job): Snapshot => ({
+  state: job.state,
+  progress: job.progress ?? null,
+  attempt: job.attempt,
+  max_attempts: job.max_attempts,
+})
 
 /**
  * `GET /jobsvc/v1/jobs/{id}/events`. The current snapshot goes out at once (404 before that if

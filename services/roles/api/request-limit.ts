@@ -8,7 +8,11 @@ import { rateLimitExceeded } from './errors.ts'
  * `X-RateLimit-*` headers and refuses it with 429 past the limit. Every `/jobsvc/v1` route runs
  * it, whether it authenticated by API key or, like the audit-log export, by session.
  */
-export async function admitProjectRequest(ctx: Pick<ApiContext, 'deps' | 'requestRate'>, project: Pick<Project, 'id' | 'plan'>, reply: FastifyReply): Promise<void> {
+export async function admitProjectRequest(
+  ctx: Pick<ApiContext, 'deps' | 'requestRate'>,
+  project: Pick<Project, 'id' | 'plan'>,
+  reply: FastifyReply,
+): Promise<void> {
   const { deps } = ctx
   if (!deps.config.tunables.metering_enabled) return
   const verdict = await ctx.requestRate.admit(project.id, deps.config.plans[project.plan].requests_per_hour, deps.now())

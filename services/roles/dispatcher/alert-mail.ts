@@ -49,7 +49,11 @@ const maxSubjectProject = 40
  * service's own text.
  */
 function quotedLine(text: string, max: number): string {
-  const flat = text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, ' ').replace(/\s+/g, ' ').replaceAll('"', "'").trim()
+  const flat = text
+    .replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, ' ')
+    .replace(/\s+/g, ' ')
+    .replaceAll('"', "'")
+    .trim()
   const chars = [...flat]
   return `"${chars.length > max ? `${chars.slice(0, max - 1).join('')}…` : flat}"`
 }
@@ -96,7 +100,10 @@ async function sendItem(deps: Deps, msg: JsMsg): Promise<void> {
   const item = JSON.parse(msg.string()) as MailItem
   try {
     if ((await nonMemberAddresses(deps, item.project_id, [item.to])).length > 0) {
-      deps.log.warn({ alert_id: item.alert_id, project_id: item.project_id, event_id: item.event_id }, 'alert e-mail not sent: the address is no longer a member\'s')
+      deps.log.warn(
+        { alert_id: item.alert_id, project_id: item.project_id, event_id: item.event_id },
+        "alert e-mail not sent: the address is no longer a member's",
+      )
       msg.ack()
       return
     }
@@ -124,6 +131,7 @@ export function runMailSender(deps: Deps, signal: AbortSignal): Promise<void> {
     { stream: mailStreamName(ns), durable: mailerConsumerName(ns), ackWaitMs: sendAckWaitMs, maxAckPending: 1_000, parallel: parallelSends },
     (msg) => sendItem(deps, msg),
     signal,
-    (err, during) => deps.log.error({ err }, during === 'handling' ? 'dispatcher: an alert e-mail item could not be handled' : 'dispatcher: mail sender restarting'),
+    (err, during) =>
+      deps.log.error({ err }, during === 'handling' ? 'dispatcher: an alert e-mail item could not be handled' : 'dispatcher: mail sender restarting'),
   )
 }

@@ -1,5 +1,12 @@
 import type { JsMsg } from '@nats-io/jetstream'
-import { delivererConsumerName, deliveriesStreamName, deliveriesSubjectFilter, deliveriesWakeSubject, parseDeliverySubject, subscriptionDelivererConsumerName } from '../../../streams/names.ts'
+import {
+  delivererConsumerName,
+  deliveriesStreamName,
+  deliveriesSubjectFilter,
+  deliveriesWakeSubject,
+  parseDeliverySubject,
+  subscriptionDelivererConsumerName,
+} from '../../../streams/names.ts'
 import { consumeSubjectQueues } from '../../../streams/subject-queues.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { workItemOf, type DeliveryWorkItem } from './delivery-queue.ts'
@@ -67,7 +74,9 @@ export class Deliverer {
       (_subject, msg) => this.#take(msg),
       this.#signal,
       (err, during) =>
-        during === 'handling' ? this.#deps.log.error({ err }, 'dispatcher: delivery failed; it will be retried') : this.#deps.log.error({ err }, 'dispatcher: deliverer restarting'),
+        during === 'handling'
+          ? this.#deps.log.error({ err }, 'dispatcher: delivery failed; it will be retried')
+          : this.#deps.log.error({ err }, 'dispatcher: deliverer restarting'),
     )
   }
 

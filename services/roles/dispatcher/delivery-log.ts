@@ -13,6 +13,17 @@ export async function loadDelivery(deps: Deps, projectId: string, deliveryId: st
 }
 
 /** Decides `command` on the delivery and appends what it decides (fan-out schedules, the deliverer records attempts). */
-export function decideDelivery(deps: Deps, projectId: string, deliveryId: string, command: DeliveryCommand): Promise<CommandResult<DeliveryEvent, Delivery>> {
-  return handleCommand<DeliveryCommand, DeliveryEvent, Delivery>(deps.store, deliveryDecider, deliveryRef(projectId, deliveryId), command, () => `evt_${deps.newUlid()}`)
+export function decideDelivery(
+  deps: Deps,
+  projectId: string,
+  deliveryId: string,
+  command: DeliveryCommand,
+): Promise<CommandResult<DeliveryEvent, Delivery>> {
+  return handleCommand<DeliveryCommand, DeliveryEvent, Delivery>(
+    deps.store,
+    deliveryDecider,
+    deliveryRef(projectId, deliveryId),
+    command,
+    () => `evt_${deps.newUlid()}`,
+  )
 }

@@ -50,7 +50,10 @@ export class FanOut {
     const work: Array<() => Promise<void>> = []
     for (const record of records) {
       for (const event of record.message.events) {
-        const content = record.message.aggregate === 'job' ? webhookEventOf(event, record.message.state as Job) : alertWebhookEventOf(event, record.message.state as Alert)
+        const content =
+          record.message.aggregate === 'job'
+            ? webhookEventOf(event, record.message.state as Job)
+            : alertWebhookEventOf(event, record.message.state as Alert)
         if (content !== null) work.push(() => this.#fanOutEvent(record.message.project_id, event, content))
       }
     }
@@ -87,7 +90,14 @@ export class FanOut {
       // as the crash may have come before the queueing; the message id drops a repeat.
       if (!result.appended && result.state?.status !== 'pending') continue
       const body = webhookBody(event, content)
-      await enqueueDelivery(deps, { delivery_id: deliveryId, project_id: projectId, webhook_id: sub.id, body, event_id: event.id, event_type: content.type })
+      await enqueueDelivery(deps, {
+        delivery_id: deliveryId,
+        project_id: projectId,
+        webhook_id: sub.id,
+        body,
+        event_id: event.id,
+        event_type: content.type,
+      })
     }
   }
 }

@@ -77,7 +77,7 @@ export class SlotPool {
 
   /** Grants free slots to the earliest waiters that are under their share. */
   #serve(): void {
-    for (let i = 0; i < this.#waiting.length && this.#inUse < this.#total; ) {
+    for (let i = 0; i < this.#waiting.length && this.#inUse < this.#total;) {
       const waiter = this.#waiting[i]!
       // Decided with the waiter still counted as busy, as it was when it queued.
       if (!this.#canGrant(waiter.projectId)) {

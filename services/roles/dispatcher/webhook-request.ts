@@ -45,7 +45,8 @@ function pinnedLookup(address: string | undefined): LookupFunction | undefined {
   if (address === undefined) return undefined
   const family = address.includes(':') ? 6 : 4
   return (_host, options, callback) => {
-    if ((options as { all?: boolean }).all) (callback as unknown as (e: null, a: Array<{ address: string; family: number }>) => void)(null, [{ address, family }])
+    if ((options as { all?: boolean }).all)
+      (callback as unknown as (e: null, a: Array<{ address: string; family: number }>) => void)(null, [{ address, family }])
     else callback(null, address, family)
   }
 }

@@ -23,37 +23,46 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       lead?.abort()
     },
   })
-  const done = holdLeadership(deps.sql, 'jobsvc.projector:' + ns, controller.signal, async (leaderPid) => {
-    deps.log.info('projector: leading')
-    lead = new AbortController()
-    const signal = AbortSignal.any([controller.signal, lead.signal])
-    await consumeBatches(
-      deps.nats,
-      {
-        stream: eventsStreamName(ns),
-        durable: projectorConsumerName(ns),
-        filterSubject: eventsSubjectFilter(ns),
-        maxBatch,
-        resumeFrom: async () => (await projectedThrough(deps.sql, projections)) + 1,
-      },
-      async (records) => {
-        const seq = await applyBatchIsolatingFailures(
-          deps.sql,
-          projections,
-          records,
-          (record, err) =>
-            deps.log.error({ err, seq: record.seq, subject: record.subject }, 'projector: a message the read models cannot hold was skipped (see projection_failures)'),
-          { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
-        )
-        announce(deps, seq)
-      },
-      signal,
-      (err) => {
-        deps.log.error({ err }, 'projector: consumer failed; resuming from the checkpoint')
-        if (err instanceof LeadershipLost) lead?.abort()
-      },
-    )
-  }, (err) => deps.log.error({ err }, 'projector: leadership lost'))
+  const done = holdLeadership(
+    deps.sql,
+    'jobsvc.projector:' + ns,
+    controller.signal,
+    async (leaderPid) => {
+      deps.log.info('projector: leading')
+      lead = new AbortController()
+      const signal = AbortSignal.any([controller.signal, lead.signal])
+      await consumeBatches(
+        deps.nats,
+        {
+          stream: eventsStreamName(ns),
+          durable: projectorConsumerName(ns),
+          filterSubject: eventsSubjectFilter(ns),
+          maxBatch,
+          resumeFrom: async () => (await projectedThrough(deps.sql, projections)) + 1,
+        },
+        async (records) => {
+          const seq = await applyBatchIsolatingFailures(
+            deps.sql,
+            projections,
+            records,
+            (record, err) =>
+              deps.log.error(
+                { err, seq: record.seq, subject: record.subject },
+                'projector: a message the read models cannot hold was skipped (see projection_failures)',
+              ),
+            { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
+          )
+          announce(deps, seq)
+        },
+        signal,
+        (err) => {
+          deps.log.error({ err }, 'projector: consumer failed; resuming from the checkpoint')
+          if (err instanceof LeadershipLost) lead?.abort()
+        },
+      )
+    },
+    (err) => deps.log.error({ err }, 'projector: leadership lost'),
+  )
   return async () => {
     yieldRequests.unsubscribe()
     controller.abort()

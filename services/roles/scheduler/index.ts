@@ -32,20 +32,35 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   let lastThroughputPrune = Number.NEGATIVE_INFINITY
 
   const loops = [
-    every(t.scheduler_interval_ms, signal, async () => void (await promoteDueJobs(deps, jobs)), (err) =>
-      deps.log.error({ err }, 'scheduler: promotion pass failed'),
+    every(
+      t.scheduler_interval_ms,
+      signal,
+      async () => void (await promoteDueJobs(deps, jobs)),
+      (err) => deps.log.error({ err }, 'scheduler: promotion pass failed'),
     ),
-    every(t.scheduler_interval_ms, signal, async () => void (await fireDueSchedules(deps, jobs, billing)), (err) =>
-      deps.log.error({ err }, 'scheduler: recurring pass failed'),
+    every(
+      t.scheduler_interval_ms,
+      signal,
+      async () => void (await fireDueSchedules(deps, jobs, billing)),
+      (err) => deps.log.error({ err }, 'scheduler: recurring pass failed'),
     ),
-    every(t.reaper_interval_ms, signal, async () => void (await reapStaleAttempts(deps, jobs)), (err) =>
-      deps.log.error({ err }, 'scheduler: reaper pass failed'),
+    every(
+      t.reaper_interval_ms,
+      signal,
+      async () => void (await reapStaleAttempts(deps, jobs)),
+      (err) => deps.log.error({ err }, 'scheduler: reaper pass failed'),
     ),
-    every(t.cascade_sweep_interval_ms, signal, async () => void (await healInterruptedCascades(deps, jobs)), (err) =>
-      deps.log.error({ err }, 'scheduler: cascade sweep failed'),
+    every(
+      t.cascade_sweep_interval_ms,
+      signal,
+      async () => void (await healInterruptedCascades(deps, jobs)),
+      (err) => deps.log.error({ err }, 'scheduler: cascade sweep failed'),
     ),
-    every(t.alert_interval_ms, signal, async () => void (await evaluateAlerts(deps)), (err) =>
-      deps.log.error({ err }, 'scheduler: alert pass failed'),
+    every(
+      t.alert_interval_ms,
+      signal,
+      async () => void (await evaluateAlerts(deps)),
+      (err) => deps.log.error({ err }, 'scheduler: alert pass failed'),
     ),
     every(
       t.retention_interval_ms,
@@ -63,8 +78,11 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       },
       (err) => deps.log.error({ err }, 'scheduler: retention pass failed'),
     ),
-    every(t.billing_period_check_interval_ms, signal, async () => void (await rollBillingPeriods(deps, billing, rolled)), (err) =>
-      deps.log.error({ err }, 'scheduler: billing period pass failed'),
+    every(
+      t.billing_period_check_interval_ms,
+      signal,
+      async () => void (await rollBillingPeriods(deps, billing, rolled)),
+      (err) => deps.log.error({ err }, 'scheduler: billing period pass failed'),
     ),
   ]
   return async () => {

@@ -82,7 +82,10 @@ export class Retention {
   async pass(): Promise<RetentionPass> {
     const deps = this.#deps
     const now = deps.now().getTime()
-    const cutoffs = Object.entries(deps.config.plans).map(([plan, limits]) => ({ plan, cutoff: new Date(now - limits.retention_days * dayMs).toISOString() }))
+    const cutoffs = Object.entries(deps.config.plans).map(([plan, limits]) => ({
+      plan,
+      cutoff: new Date(now - limits.retention_days * dayMs).toISOString(),
+    }))
     let messages = 0
     let purgedBySubject = 0
     const deleted = await deps.sql.begin(async (tx) => {

@@ -21,15 +21,30 @@ export async function commandAlert(
   db: Queryable = deps.sql,
 ): Promise<CommandResult<AlertEvent, Alert>> {
   if (!alertIdPattern.test(alertId)) throw new AlertNotFound(`alert ${alertId} was not found`)
-  const result = await handleCommand<AlertCommand, AlertEvent, Alert>(deps.store, alertDecider, alertRef(projectId, alertId), command, () => `evt_${deps.newUlid()}`)
+  const result = await handleCommand<AlertCommand, AlertEvent, Alert>(
+    deps.store,
+    alertDecider,
+    alertRef(projectId, alertId),
+    command,
+    () => `evt_${deps.newUlid()}`,
+  )
   // Written at once too, so a list right after a change shows it and the scheduler sees it.
   if (result.appended) await applyAlertRows(db, [result.record])
   return result
 }
 
-export async function createAlert(deps: Deps, projectId: string, settings: AlertSettings, db: Queryable = deps.sql): Promise<CommandResult<AlertEvent, Alert>> {
+export async function createAlert(
+  deps: Deps,
+  projectId: string,
+  settings: AlertSettings,
+  db: Queryable = deps.sql,
+): Promise<CommandResult<AlertEvent, Alert>> {
   const alertId = `alr_${deps.newUlid().toLowerCase()}`
-  const command: AlertCommand = { type: 'create_alert', data: { ...settings, alert_id: alertId, project_id: projectId }, meta: { now: deps.now().toISOString() } }
+  const command: AlertCommand = {
+    type: 'create_alert',
+    data: { ...settings, alert_id: alertId, project_id: projectId },
+    meta: { now: deps.now().toISOString() },
+  }
   return commandAlert(deps, projectId, alertId, command, db)
 }
 
@@ -111,7 +126,7 @@ export async function evaluateAlerts(deps: Deps, pageSize = 1000): Promise<{ tri
   const now = deps.now()
   let triggered = 0
   let resolved = 0
-  for (let after = { project_id: '', id: '' }; ; ) {
+  for (let after = { project_id: '', id: '' }; ;) {
     const page = await deps.sql<{ project_id: string; id: string }[]>`
       SELECT project_id, id FROM alerts
       WHERE NOT deleted AND (enabled OR status = 'firing') AND (project_id, id) > (${after.project_id}, ${after.id})
@@ -125,14 +140,22 @@ export async function evaluateAlerts(deps: Deps, pageSize = 1000): Promise<{ tri
   return { triggered, resolved }
 }
 
-async function evaluatePage(deps: Deps, rows: Array<{ project_id: string; id: string }>, now: Date): Promise<{ triggered: number; resolved: number }> {
+async function evaluatePage(
+  deps: Deps,
+  rows: Array<{ project_id: string; id: string }>,
+  now: Date,
+): Promise<{ triggered: number; resolved: number }> {
   let triggered = 0
   let resolved = 0
   for (const row of rows) {
     try {
       const alert = await loadAlert(deps, row.project_id, row.id)
       const value = await measure(deps, alert, now)
-      const result = await commandAlert(deps, row.project_id, row.id, { type: 'record_evaluation', data: { value }, meta: { now: now.toISOString() } })
+      const result = await commandAlert(deps, row.project_id, row.id, {
+        type: 'record_evaluation',
+        data: { value },
+        meta: { now: now.toISOString() },
+      })
       const event = result.events[0]
       if (event === undefined) continue
       if (event.type === 'alert_triggered') triggered++

@@ -83,7 +83,11 @@ export class ClaimLine<J> {
    * its batch and resolves to no jobs; once its transaction runs, the answer is the transaction's.
    */
   claim(request: ClaimRequest, signal?: AbortSignal): Promise<J[]> {
-    const target: ClaimTarget = { projectId: request.projectId, queues: [...request.queues].sort(), jobTypes: request.jobTypes === null ? null : [...request.jobTypes].sort() }
+    const target: ClaimTarget = {
+      projectId: request.projectId,
+      queues: [...request.queues].sort(),
+      jobTypes: request.jobTypes === null ? null : [...request.jobTypes].sort(),
+    }
     const demand: PollDemand = { workerId: request.workerId, capacity: Math.min(request.capacity, this.#limits.jobsPerTransaction) }
     if (signal?.aborted) return Promise.resolve([])
     return new Promise<J[]>((resolve, reject) => {
@@ -188,7 +192,10 @@ export class ClaimLine<J> {
       this.#forgetIfIdle(projectId, line)
       this.#pump()
     }
-    this.#run(batch.target, batch.waiters.map((w) => w.demand)).then(
+    this.#run(
+      batch.target,
+      batch.waiters.map((w) => w.demand),
+    ).then(
       (claimed) => {
         finish()
         batch.waiters.forEach((w, i) => w.resolve(claimed[i] ?? []))

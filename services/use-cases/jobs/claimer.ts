@@ -112,7 +112,9 @@ export async function claimForPolls(
       for (let n = 0; n < polls[poll]!.capacity && next < candidates.length; n++) dealt.push({ poll, row: candidates[next++]! })
     }
     const outcomes = await Promise.all(
-      dealt.map(({ poll, row }) => claimRow(jobs, target.projectId, polls[poll]!.workerId, row.id as string, jobFromRow(row), row.last_seq as number)),
+      dealt.map(({ poll, row }) =>
+        claimRow(jobs, target.projectId, polls[poll]!.workerId, row.id as string, jobFromRow(row), row.last_seq as number),
+      ),
     )
     const claimed: Job[][] = polls.map(() => [])
     outcomes.forEach((job, i) => {

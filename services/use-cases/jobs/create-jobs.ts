@@ -66,7 +66,9 @@ export function toNewJob(request: JobRequest): NewJob {
 }
 
 function refusalError(refusal: AllowanceRefusal): SpendCapReached | MonthlyAllowanceExceeded {
-  return refusal === 'spend_cap_reached' ? new SpendCapReached('the spend cap is reached') : new MonthlyAllowanceExceeded("this period's job allowance is used up")
+  return refusal === 'spend_cap_reached'
+    ? new SpendCapReached('the spend cap is reached')
+    : new MonthlyAllowanceExceeded("this period's job allowance is used up")
 }
 
 /**
@@ -111,7 +113,13 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
  * created ones reached. Neither may fail the request: its jobs exist. A unit that could not be
  * given back stays counted (the safe side); a warning not recorded is logged.
  */
-async function settleUnits(ports: CreationPorts, project: Project, terms: QuotaTerms, grant: Grant, results: readonly CreationResult[]): Promise<void> {
+async function settleUnits(
+  ports: CreationPorts,
+  project: Project,
+  terms: QuotaTerms,
+  grant: Grant,
+  results: readonly CreationResult[],
+): Promise<void> {
   const { deps, billing } = ports
   const unused = grant.units.filter((_, i) => !results[i]!.ok)
   await billing.allowance.release(project.id, grant.period, unused).catch((err) => {

@@ -110,7 +110,18 @@ export async function throughput(
   // the histogram buckets the table keeps current (generated columns), not as histograms. The
   // rows travel as one JSON array of arrays: a day of minutes is 1,440 rows, and postgres.js's
   // column-by-column row parsing took most of the answer's time; JSON.parse takes well under 1 ms.
-  type Row = [startMs: number, created: number, succeeded: number, failed: number, deadLettered: number, cancelled: number, retried: number, p50: number | null, p95: number | null, p99: number | null]
+  type Row = [
+    startMs: number,
+    created: number,
+    succeeded: number,
+    failed: number,
+    deadLettered: number,
+    cancelled: number,
+    retried: number,
+    p50: number | null,
+    p95: number | null,
+    p99: number | null,
+  ]
   const [result] = await sql<{ rows: Row[] | null }[]>`
     SELECT json_agg(json_build_array((extract(epoch FROM bucket_start) * 1000)::bigint, created, succeeded, failed, dead_lettered, cancelled, retried,
       p50_index, p95_index, p99_index)) AS rows

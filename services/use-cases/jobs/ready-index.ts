@@ -59,7 +59,13 @@ export interface PollSession {
 }
 
 /** Event types after which a job may be pending: the only messages decoded. */
-const mayMakeClaimable: ReadonlySet<string> = new Set<JobEventType>(['job_created', 'job_promoted', 'job_activated', 'job_attempt_failed', 'job_retried'])
+const mayMakeClaimable: ReadonlySet<string> = new Set<JobEventType>([
+  'job_created',
+  'job_promoted',
+  'job_activated',
+  'job_attempt_failed',
+  'job_retried',
+])
 /** Moves a held job to a new sequence (and state) without changing whether it is claimable. */
 const keepsClaimability: JobEventType = 'job_child_attached'
 
@@ -676,7 +682,9 @@ export class ReadyIndex {
     lane.lastWarmAt = Date.now()
     this.#warmsRunning++
     this.#readLane(lane)
-      .catch((err) => this.#deps.log.warn({ err, project_id: lane.projectId, queue: lane.queue }, 'ready index: reading a queue from the read model failed'))
+      .catch((err) =>
+        this.#deps.log.warn({ err, project_id: lane.projectId, queue: lane.queue }, 'ready index: reading a queue from the read model failed'),
+      )
       .finally(() => {
         lane.warming = false
         this.#warmsRunning--

@@ -73,7 +73,9 @@ export function nextOccurrence(expression: string, timezone: string, after: Date
  */
 export function latestOccurrence(expression: string, timezone: string, at: Date): Date | null {
   try {
-    let latest = CronExpressionParser.parse(expression, { tz: timezone, currentDate: new Date(at.getTime() + 1) }).prev().toDate()
+    let latest = CronExpressionParser.parse(expression, { tz: timezone, currentDate: new Date(at.getTime() + 1) })
+      .prev()
+      .toDate()
     for (let step = 0; step < 10; step++) {
       const following = nextOccurrence(expression, timezone, latest)
       if (following === null || following.getTime() > at.getTime()) break
@@ -110,7 +112,12 @@ export function recurringRef(projectId: string, id: string): AggregateRef {
   return { aggregate: 'recurring', projectId, id }
 }
 
-async function onSchedule(deps: Deps, projectId: string, id: string, command: RecurringJobCommand): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
+async function onSchedule(
+  deps: Deps,
+  projectId: string,
+  id: string,
+  command: RecurringJobCommand,
+): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
   const result = await handleCommand<RecurringJobCommand, RecurringJobEvent, RecurringJob>(
     deps.store,
     recurringJobDecider,
@@ -124,11 +131,17 @@ async function onSchedule(deps: Deps, projectId: string, id: string, command: Re
 }
 
 /** Creates or updates the schedule `id`, the job type's `rjob_` slug (see `recurringIdFor`). */
-export async function upsertSchedule(deps: Deps, projectId: string, id: string, input: ScheduleInput): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
+export async function upsertSchedule(
+  deps: Deps,
+  projectId: string,
+  id: string,
+  input: ScheduleInput,
+): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
   const timezone = input.timezone ?? 'UTC'
   if (!isIanaTimezone(timezone)) throw new InvalidTimezone(`${JSON.stringify(timezone)} is not an IANA timezone`)
   const expression = input.cron_expression.trim().replace(/\s+/g, ' ')
-  if (!isCronExpression(expression, timezone)) throw new InvalidCronExpression(`${JSON.stringify(input.cron_expression)} is not a 5- or 6-field cron expression`)
+  if (!isCronExpression(expression, timezone))
+    throw new InvalidCronExpression(`${JSON.stringify(input.cron_expression)} is not a 5- or 6-field cron expression`)
   const now = deps.now()
   return onSchedule(deps, projectId, id, {
     type: 'upsert_recurring',
@@ -218,14 +231,26 @@ async function fireOne(deps: Deps, jobs: JobService, billing: BillingService, pr
   const skippedReason = await createOccurrenceJob(deps, jobs, billing, projectId, schedule, jobId)
   const result = await onSchedule(deps, projectId, id, {
     type: 'record_fire',
-    data: { occurrence_at: occurrence.toISOString(), job_id: skippedReason === null ? jobId : null, skipped_reason: skippedReason, next_run_at: next },
+    data: {
+      occurrence_at: occurrence.toISOString(),
+      job_id: skippedReason === null ? jobId : null,
+      skipped_reason: skippedReason,
+      next_run_at: next,
+    },
     meta: { now: now.toISOString() },
   })
   return result.appended && skippedReason === null
 }
 
 /** Creates the occurrence's job like any creation (billing state, allowance); a refusal's code, or null. */
-async function createOccurrenceJob(deps: Deps, jobs: JobService, billing: BillingService, projectId: string, schedule: RecurringJob, jobId: string): Promise<string | null> {
+async function createOccurrenceJob(
+  deps: Deps,
+  jobs: JobService,
+  billing: BillingService,
+  projectId: string,
+  schedule: RecurringJob,
+  jobId: string,
+): Promise<string | null> {
   const project = (await deps.store.load<Project>(projectRef(projectId))).state
   if (project === null || project.status !== 'active') return 'project_not_found'
   const request = {

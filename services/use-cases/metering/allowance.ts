@@ -208,7 +208,8 @@ export class Allowance {
     state.demand = 0
     state.requests = 0
     if (!this.#knownRows.has(key)) {
-      await this.#sql`INSERT INTO project_usage (project_id, period_start, used, overage) VALUES (${projectId}, ${period}, 0, 0) ON CONFLICT DO NOTHING`
+      await this
+        .#sql`INSERT INTO project_usage (project_id, period_start, used, overage) VALUES (${projectId}, ${period}, 0, 0) ON CONFLICT DO NOTHING`
       this.#knownRows.add(key)
     }
     const on = terms.overageEnabled

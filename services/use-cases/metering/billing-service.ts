@@ -1,4 +1,12 @@
-import { billingOf, hasProviderEvent, type BillingState, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../../domain/project.ts'
+import {
+  billingOf,
+  hasProviderEvent,
+  type BillingState,
+  type Plan,
+  type Project,
+  type ProjectCommand,
+  type ProjectEvent,
+} from '../../../domain/project.ts'
 import type { User } from '../../../domain/user.ts'
 import type { CommandResult } from '../../../streams/handle-command.ts'
 import { commandProject } from '../projects/project-service.ts'
@@ -113,7 +121,11 @@ export class BillingService {
    */
   async noteUsage(project: Project, terms: QuotaTerms, usedAfter: number, period: string): Promise<void> {
     for (const percent of allowanceMarksOf(terms, usedAfter)) {
-      const result = await this.#on(project.id, { type: 'warn_allowance', data: { period, percent, used: usedAfter, allowance: terms.allowance }, meta: this.#meta() })
+      const result = await this.#on(project.id, {
+        type: 'warn_allowance',
+        data: { period, percent, used: usedAfter, allowance: terms.allowance },
+        meta: this.#meta(),
+      })
       if (!result.appended) continue
       const next = terms.overageEnabled
         ? 'Overage is on: creation continues and the extra jobs are billed.'

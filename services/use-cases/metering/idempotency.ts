@@ -59,7 +59,9 @@ export type Reservation =
  * the same JSON written with other spacing or key order is the same request.
  */
 export function fingerprintOf(method: string, path: string, body: unknown): string {
-  return createHash('sha256').update(`${method} ${path}\n${canonicalJson(body ?? null)}`).digest('hex')
+  return createHash('sha256')
+    .update(`${method} ${path}\n${canonicalJson(body ?? null)}`)
+    .digest('hex')
 }
 
 /**
@@ -102,7 +104,8 @@ export class IdempotencyStore {
       const isLive = current !== null && now - current.first_used_at < idempotencyLifetimeMs
       if (!isLive) {
         try {
-          const revision = entry === null ? await this.#kv.create(key, JSON.stringify(fresh)) : await this.#kv.update(key, JSON.stringify(fresh), entry.revision)
+          const revision =
+            entry === null ? await this.#kv.create(key, JSON.stringify(fresh)) : await this.#kv.update(key, JSON.stringify(fresh), entry.revision)
           return { outcome: 'reserved', key, revision, firstUsedAt: now }
         } catch (err) {
           if (isLostRace(err)) continue

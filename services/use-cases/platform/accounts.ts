@@ -337,7 +337,9 @@ export class AccountService {
       throw err
     } finally {
       if (outcome === 'neither') {
-        await this.limits.releaseLoginAttempt(user.id, now).catch((err) => this.#deps.log.warn({ err, user_id: user.id }, 'a login slot could not be given back'))
+        await this.limits
+          .releaseLoginAttempt(user.id, now)
+          .catch((err) => this.#deps.log.warn({ err, user_id: user.id }, 'a login slot could not be given back'))
       }
     }
     await this.limits.clearLoginFailures(user.id)
@@ -354,7 +356,11 @@ export class AccountService {
     if (!needsRehash(user.password_hash)) return
     try {
       const passwordHash = await hashPassword(password)
-      await this.#onUser(user.id, { type: 'upgrade_password_hash', data: { previous_hash: user.password_hash, password_hash: passwordHash }, meta: this.#meta() })
+      await this.#onUser(user.id, {
+        type: 'upgrade_password_hash',
+        data: { previous_hash: user.password_hash, password_hash: passwordHash },
+        meta: this.#meta(),
+      })
     } catch (err) {
       this.#deps.log.warn({ err, user_id: user.id }, 'the password hash could not be upgraded; the next login tries again')
     }
@@ -490,4 +496,3 @@ export class AccountService {
     )
   }
 }
-

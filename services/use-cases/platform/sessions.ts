@@ -52,7 +52,12 @@ export class SessionIssuer {
         requiredClaims: ['sub', 'iat', 'exp'],
       })
       const issuedAtMs = typeof payload.iat_ms === 'number' ? payload.iat_ms : payload.iat! * 1000
-      return { userId: payload.sub!, issuedAtMs, sessionId: typeof payload.jti === 'string' ? payload.jti : null, expiresAt: new Date(payload.exp! * 1000).toISOString() }
+      return {
+        userId: payload.sub!,
+        issuedAtMs,
+        sessionId: typeof payload.jti === 'string' ? payload.jti : null,
+        expiresAt: new Date(payload.exp! * 1000).toISOString(),
+      }
     } catch {
       return null
     }

@@ -1,5 +1,14 @@
 import { InvalidToken, ProjectNotFound } from '../../../domain/errors.ts'
-import { activeKeyPrefix, roleOf, type Member, type Plan, type Project, type ProjectCommand, type ProjectEvent, type ProjectRole } from '../../../domain/project.ts'
+import {
+  activeKeyPrefix,
+  roleOf,
+  type Member,
+  type Plan,
+  type Project,
+  type ProjectCommand,
+  type ProjectEvent,
+  type ProjectRole,
+} from '../../../domain/project.ts'
 import type { User } from '../../../domain/user.ts'
 import type { CommandResult } from '../../../streams/handle-command.ts'
 import type { AccountService } from './accounts.ts'
@@ -175,13 +184,27 @@ export class TeamService {
     const expiresAt = new Date(this.#deps.now().getTime() + inviteTtlMs).toISOString()
     const result = await this.#on(projectId, {
       type: 'invite_member',
-      data: { actor_user_id: user.id, invite_id: inviteId, email: input.email, role: input.role, token_hash: sha256Hex(token), expires_at: expiresAt },
+      data: {
+        actor_user_id: user.id,
+        invite_id: inviteId,
+        email: input.email,
+        role: input.role,
+        token_hash: sha256Hex(token),
+        expires_at: expiresAt,
+      },
       meta: this.#meta(),
     })
     const invite = result.state!.invites.find((i) => i.invite_id === inviteId)!
     const link = tokenLink(this.#accounts.publicUrl(), '/accept-invite', token)
     await this.#accounts.sendMail(inviteMail(input.email, result.state!.name, invite.role, link))
-    return { invite_id: inviteId, email: invite.email, role: invite.role, invited_by: invite.invited_by, invited_at: invite.invited_at, expires_at: expiresAt }
+    return {
+      invite_id: inviteId,
+      email: invite.email,
+      role: invite.role,
+      invited_by: invite.invited_by,
+      invited_at: invite.invited_at,
+      expires_at: expiresAt,
+    }
   }
 
   async acceptInvite(user: User, token: string): Promise<ProjectView> {
@@ -202,7 +225,11 @@ export class TeamService {
 
   async changeRole(user: User, projectId: string, memberId: string, role: string): Promise<MemberView> {
     await this.load(user, projectId)
-    const result = await this.#on(projectId, { type: 'change_member_role', data: { actor_user_id: user.id, user_id: memberId, role }, meta: this.#meta() })
+    const result = await this.#on(projectId, {
+      type: 'change_member_role',
+      data: { actor_user_id: user.id, user_id: memberId, role },
+      meta: this.#meta(),
+    })
     return memberView(result.state!.members.find((m) => m.user_id === memberId)!)
   }
 
@@ -214,7 +241,11 @@ export class TeamService {
 
   async transferOwnership(user: User, projectId: string, newOwnerId: string): Promise<MemberView[]> {
     await this.load(user, projectId)
-    const result = await this.#on(projectId, { type: 'transfer_ownership', data: { actor_user_id: user.id, user_id: newOwnerId }, meta: this.#meta() })
+    const result = await this.#on(projectId, {
+      type: 'transfer_ownership',
+      data: { actor_user_id: user.id, user_id: newOwnerId },
+      meta: this.#meta(),
+    })
     return result.state!.members.map(memberView)
   }
 }

@@ -51,7 +51,13 @@ export async function createProject(
  * written at once, so what it changed about keys applies before any projector runs.
  */
 export async function commandProject(deps: Deps, projectId: string, command: ProjectCommand): Promise<CommandResult<ProjectEvent, Project>> {
-  const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(deps.store, projectDecider, projectRef(projectId), command, () => `evt_${deps.newUlid()}`)
+  const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(
+    deps.store,
+    projectDecider,
+    projectRef(projectId),
+    command,
+    () => `evt_${deps.newUlid()}`,
+  )
   if (result.appended) await writeProjectRowsNow(deps.sql, [result.record])
   return result
 }

@@ -1,6 +1,13 @@
 import { randomBytes } from 'node:crypto'
 import { WebhookLimitReached, WebhookNotFound } from '../../../domain/errors.ts'
-import { maxWebhooksPerProject, webhookDecider, type EventFilter, type Webhook, type WebhookCommand, type WebhookEvent } from '../../../domain/webhook.ts'
+import {
+  maxWebhooksPerProject,
+  webhookDecider,
+  type EventFilter,
+  type Webhook,
+  type WebhookCommand,
+  type WebhookEvent,
+} from '../../../domain/webhook.ts'
 import type { Queryable } from '../../../projections/database.ts'
 import { applyWebhookRows } from '../../../projections/webhooks.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
@@ -34,10 +41,21 @@ export class WebhookService {
     return { secret, sealed: encryptAtRest(this.#sealKey, secret) }
   }
 
-  async #on(projectId: string, webhookId: string, command: WebhookCommand, db: Queryable = this.#deps.sql): Promise<CommandResult<WebhookEvent, Webhook>> {
+  async #on(
+    projectId: string,
+    webhookId: string,
+    command: WebhookCommand,
+    db: Queryable = this.#deps.sql,
+  ): Promise<CommandResult<WebhookEvent, Webhook>> {
     if (!webhookIdPattern.test(webhookId)) throw new WebhookNotFound(`webhook ${webhookId} was not found`)
     const deps = this.#deps
-    const result = await handleCommand<WebhookCommand, WebhookEvent, Webhook>(deps.store, webhookDecider, webhookRef(projectId, webhookId), command, () => `evt_${deps.newUlid()}`)
+    const result = await handleCommand<WebhookCommand, WebhookEvent, Webhook>(
+      deps.store,
+      webhookDecider,
+      webhookRef(projectId, webhookId),
+      command,
+      () => `evt_${deps.newUlid()}`,
+    )
     if (result.appended) await applyWebhookRows(db, [result.record])
     return result
   }
@@ -52,7 +70,10 @@ export class WebhookService {
    * row is written in the same transaction, so concurrent creates (in any process) are counted
    * one after the other and cannot both take the last place.
    */
-  async create(projectId: string, input: { url: string; events: EventFilter }): Promise<{ result: CommandResult<WebhookEvent, Webhook>; secret: string }> {
+  async create(
+    projectId: string,
+    input: { url: string; events: EventFilter },
+  ): Promise<{ result: CommandResult<WebhookEvent, Webhook>; secret: string }> {
     const webhookId = `whk_${this.#deps.newUlid().toLowerCase()}`
     const { secret, sealed } = this.#newSecret()
     const result = await this.#deps.sql.begin(async (tx) => {

@@ -41,7 +41,9 @@ export function activityRoutes(ctx: ApiContext): FastifyPluginAsync {
       const after = q.cursor === undefined ? null : decodeCursor(q.cursor)
       await awaitOwnWrites(ctx, projectId, q.min_seq)
       const sql = deps.sql
-      const rows = await sql<{ id: string; kind: string; target_type: string; target_id: string | null; summary: string; metadata: string | null; created_at: Date }[]>`
+      const rows = await sql<
+        { id: string; kind: string; target_type: string; target_id: string | null; summary: string; metadata: string | null; created_at: Date }[]
+      >`
         SELECT id, kind, target_type, target_id, summary, metadata, created_at FROM activity
         WHERE project_id = ${projectId}
           ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}

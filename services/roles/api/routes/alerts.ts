@@ -127,14 +127,17 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
   async function assertRecipients(projectId: string, emails: readonly string[]): Promise<void> {
     const [refused] = await nonMemberAddresses(deps, projectId, emails)
     if (refused === undefined) return
-    throw invalidRequest(`body.email[${emails.indexOf(refused)}]: ${refused} is not the address of a member of this project; alerts e-mail only the project's members`)
+    throw invalidRequest(
+      `body.email[${emails.indexOf(refused)}]: ${refused} is not the address of a member of this project; alerts e-mail only the project's members`,
+    )
   }
 
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
     app.get('/', { schema: listSchema }, async (request) => {
-      const rows = await deps.sql`SELECT * FROM alerts WHERE project_id = ${request.principal.projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
+      const rows =
+        await deps.sql`SELECT * FROM alerts WHERE project_id = ${request.principal.projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
       return { data: rows.map(alertView) }
     })
 
@@ -145,7 +148,11 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
       const max = deps.config.tunables.max_alerts_per_project
       const result = await creation.create(projectId, settings, max)
       if (result === null) throw invalidRequest(`the project has ${max} alerts, the most it may have; delete one before creating another`)
-      return reply.code(201).header('Location', `/jobsvc/v1/alerts/${result.state!.id}`).header('X-Event-Seq', String(result.seq)).send(alertView(result.state!))
+      return reply
+        .code(201)
+        .header('Location', `/jobsvc/v1/alerts/${result.state!.id}`)
+        .header('X-Event-Seq', String(result.seq))
+        .send(alertView(result.state!))
     })
 
     app.get('/:id', { schema: readSchema }, async (request) => alertView(await loadAlert(deps, request.principal.projectId, request.params.id)))
@@ -162,7 +169,11 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
     })
 
     app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
-      const result = await commandAlert(deps, request.principal.projectId, request.params.id, { type: 'delete_alert', data: {}, meta: { now: deps.now().toISOString() } })
+      const result = await commandAlert(deps, request.principal.projectId, request.params.id, {
+        type: 'delete_alert',
+        data: {},
+        meta: { now: deps.now().toISOString() },
+      })
       return reply.code(204).header('X-Event-Seq', String(result.seq)).send()
     })
   }

@@ -30,7 +30,16 @@ const exportSchema = {
       'application/x-ndjson': 'one flat JSON object per line (format=jsonl)',
       'text/csv': 'RFC 4180 with a header row (format=csv)',
     }),
-    ...sessionErrorResponses('project_not_found', 'forbidden', 'invalid_from', 'invalid_until', 'invalid_range', 'range_too_large', 'invalid_format', 'rate_limit_exceeded'),
+    ...sessionErrorResponses(
+      'project_not_found',
+      'forbidden',
+      'invalid_from',
+      'invalid_until',
+      'invalid_range',
+      'range_too_large',
+      'invalid_format',
+      'rate_limit_exceeded',
+    ),
   },
 }
 

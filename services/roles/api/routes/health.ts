@@ -36,9 +36,14 @@ const liveSchema = {
 
 const readySchema = {
   summary: 'Readiness probe',
-  description: 'Ready when NATS, the JetStream event stream and Postgres answer and the migrations are applied, and the process is not stopping. No credentials.',
+  description:
+    'Ready when NATS, the JetStream event stream and Postgres answer and the migrations are applied, and the process is not stopping. No credentials.',
   tags: ['Health'],
-  response: { 200: readiness.describe('Ready'), 503: readiness.describe('Not ready: the checks say which dependency fails'), ...publicErrorResponses() },
+  response: {
+    200: readiness.describe('Ready'),
+    503: readiness.describe('Not ready: the checks say which dependency fails'),
+    ...publicErrorResponses(),
+  },
 }
 
 /** Public probes: live answers while the process runs; ready only when every dependency answers. */

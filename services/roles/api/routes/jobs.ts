@@ -12,7 +12,15 @@ import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import { quotaHeaders } from '../../../use-cases/metering/allowance.ts'
 import { createJobs } from '../../../use-cases/jobs/create-jobs.ts'
 import { runInLanes } from '../../../use-cases/jobs/lanes.ts'
-import { bodyKeyDeprecation, completeItemKey, keyRefusal, releaseItemKey, reserveItemKey, singleCreateFingerprint, type ItemKey } from '../idempotency-hooks.ts'
+import {
+  bodyKeyDeprecation,
+  completeItemKey,
+  keyRefusal,
+  releaseItemKey,
+  reserveItemKey,
+  singleCreateFingerprint,
+  type ItemKey,
+} from '../idempotency-hooks.ts'
 import { jobFromRow } from '../../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
 import { cursorPage, errorResponses, instant, itemErrorObject, mediaResponse, writeCodes } from '../openapi.ts'
@@ -156,8 +164,8 @@ const batchSchema = {
   summary: 'Create up to 1,000 jobs',
   description: [
     `\`jobs\` holds 1 to ${maxBatchJobs.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/jobs\`, each validated and created exactly as a single create; \`results\` answers them in the same order, each with the status a single create would have had and its 201 body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes.`,
-    'Each created job takes a unit of the monthly allowance: when fewer units are left than valid items, the first ones are created and the rest answer 429 `monthly_allowance_exceeded` or `spend_cap_reached`. The `X-Quota-*` headers count before the first job of the batch; `X-Event-Seq` is the last created job\'s.',
-    'The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project\'s billing state is not active (402), by the hourly request limit (the batch counts one request) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item\'s body-field `idempotency_key` works as on a single create, in the same key space.',
+    "Each created job takes a unit of the monthly allowance: when fewer units are left than valid items, the first ones are created and the rest answer 429 `monthly_allowance_exceeded` or `spend_cap_reached`. The `X-Quota-*` headers count before the first job of the batch; `X-Event-Seq` is the last created job's.",
+    "The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project's billing state is not active (402), by the hourly request limit (the batch counts one request) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item's body-field `idempotency_key` works as on a single create, in the same key space.",
   ].join('\n\n'),
   tags: ['Jobs'],
   body: batchBody,
@@ -175,7 +183,8 @@ const batchSchema = {
 
 const listSchema = {
   summary: 'List jobs, newest first',
-  description: '`created_after` and `created_before` are exclusive. `min_seq` (an `X-Event-Seq` value) makes the read wait until the list includes that write.',
+  description:
+    '`created_after` and `created_before` are exclusive. `min_seq` (an `X-Event-Seq` value) makes the read wait until the list includes that write.',
   tags: ['Jobs'],
   querystring: listQuery,
   response: { 200: cursorPage(jobDetail), ...errorResponses('invalid_limit', 'invalid_cursor') },
@@ -246,7 +255,9 @@ const eventsSchema = {
   tags: ['Jobs'],
   params: jobIdParams,
   response: {
-    200: mediaResponse('The event stream', { 'text/event-stream': '`event: snapshot` frames whose `data` is `{state, progress, attempt, max_attempts}`' }),
+    200: mediaResponse('The event stream', {
+      'text/event-stream': '`event: snapshot` frames whose `data` is `{state, progress, attempt, max_attempts}`',
+    }),
     ...errorResponses('job_not_found'),
   },
 }
@@ -337,20 +348,27 @@ async function settleItemKeys(ctx: ApiContext, request: FastifyRequest, valid: r
     plans[at] = { kind: 'answered' }
   })
   const owners = [...firsts.entries()]
-  await runInLanes(owners.map(() => null), keyReservationsInFlight, async (k) => {
-    const [key, { at, fingerprint }] = owners[k]!
-    const { index } = valid[at]!
-    let held: ItemKey
-    try {
-      held = await reserveItemKey(ctx.idempotency, request.principal.projectId, key, fingerprint)
-    } catch (err) {
-      results[index] = itemFailure(request, err)
-      return void (plans[at] = { kind: 'answered' })
-    }
-    if (held.outcome === 'reserved') return void (plans[at] = { kind: 'create', held })
-    results[index] = held.outcome === 'replay' ? { status: 201, body: held.body as CreatedItem['body'], idempotent_replay: true } : itemFailure(request, held.error)
-    plans[at] = { kind: 'answered' }
-  })
+  await runInLanes(
+    owners.map(() => null),
+    keyReservationsInFlight,
+    async (k) => {
+      const [key, { at, fingerprint }] = owners[k]!
+      const { index } = valid[at]!
+      let held: ItemKey
+      try {
+        held = await reserveItemKey(ctx.idempotency, request.principal.projectId, key, fingerprint)
+      } catch (err) {
+        results[index] = itemFailure(request, err)
+        return void (plans[at] = { kind: 'answered' })
+      }
+      if (held.outcome === 'reserved') return void (plans[at] = { kind: 'create', held })
+      results[index] =
+        held.outcome === 'replay'
+          ? { status: 201, body: held.body as CreatedItem['body'], idempotent_replay: true }
+          : itemFailure(request, held.error)
+      plans[at] = { kind: 'answered' }
+    },
+  )
   return plans
 }
 
@@ -360,7 +378,12 @@ async function settleItemKeys(ctx: ApiContext, request: FastifyRequest, valid: r
  * batch, appends pipelined), then the keyed items' answers stored. Whole-request refusals
  * (billing state, an outage before any job) are thrown, after freeing the keys reserved here.
  */
-async function createBatch(ctx: ApiContext, request: FastifyRequest, reply: FastifyReply, items: readonly unknown[]): Promise<{ results: BatchItem[]; lastSeq: number }> {
+async function createBatch(
+  ctx: ApiContext,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  items: readonly unknown[],
+): Promise<{ results: BatchItem[]; lastSeq: number }> {
   const store = ctx.idempotency
   const results = new Array<BatchItem>(items.length)
   const valid = validateBatchItems(request, items, ctx.deps.config.tunables.max_payload_bytes, results)
@@ -370,7 +393,11 @@ async function createBatch(ctx: ApiContext, request: FastifyRequest, reply: Fast
     const plan = plans[at]!
     return plan.kind === 'create' ? [{ ...item, held: plan.held }] : []
   })
-  const creation = await createJobs(ctx, request.principal.project, toCreate.map((c) => ({ request: c.body }))).catch(async (err: unknown) => {
+  const creation = await createJobs(
+    ctx,
+    request.principal.project,
+    toCreate.map((c) => ({ request: c.body })),
+  ).catch(async (err: unknown) => {
     await Promise.all(toCreate.map((c) => c.held && releaseItemKey(store, c.held).catch(() => undefined)))
     throw err
   })
@@ -496,7 +523,13 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       const page = await jobs.history(request.principal.projectId, request.params.jobId, from, limit)
       return {
         job_id: request.params.jobId,
-        data: page.events.map(({ seq, event: e }) => ({ sequence: seq, id: e.id, type: e.type, time: e.time, data: e.data as Record<string, unknown> })),
+        data: page.events.map(({ seq, event: e }) => ({
+          sequence: seq,
+          id: e.id,
+          type: e.type,
+          time: e.time,
+          data: e.data as Record<string, unknown>,
+        })),
         has_more: page.next !== null,
         next_cursor: page.next === null ? null : encodeHistoryCursor(page.next),
       }
@@ -506,7 +539,10 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       const projectId = request.principal.projectId
       const release = ctx.streams.tryAcquire(projectId)
       if (release === null) {
-        throw rateLimitExceeded(streamRetryAfterMs, `this project already has ${ctx.streams.max} progress streams open on this server; retry after Retry-After`)
+        throw rateLimitExceeded(
+          streamRetryAfterMs,
+          `this project already has ${ctx.streams.max} progress streams open on this server; retry after Retry-After`,
+        )
       }
       await streamJobProgress(deps, jobs, ctx.stopping, request, reply, projectId, request.params.jobId, release)
     })

@@ -25,7 +25,11 @@ export const maxThroughputWindowMs: Record<Resolution, number> = { minute: 12 * 
 export const maxJobTypesWindowMs = 90 * dayMs
 
 /** `from`/`until` with the export windows' codes; a missing bound defaults to `defaultSpanMs` before `until` (or now). */
-function parseWindow(query: { from?: string | undefined; until?: string | undefined }, now: Date, defaultSpanMs: number): { from: Date; until: Date } {
+function parseWindow(
+  query: { from?: string | undefined; until?: string | undefined },
+  now: Date,
+  defaultSpanMs: number,
+): { from: Date; until: Date } {
   const from = query.from === undefined ? null : windowBound(query.from, 'from')
   const until = query.until === undefined ? now : windowBound(query.until, 'until')
   const start = from ?? new Date(until.getTime() - defaultSpanMs)
@@ -66,7 +70,10 @@ export const summaryResponse = z.strictObject({
   queue: z.string().nullable(),
   counts: stateCounts,
   total: z.number().int(),
-  queues: z.array(z.strictObject({ queue: z.string(), counts: stateCounts, total: z.number().int() })).optional().describe('with group_by=queue: each queue, by name'),
+  queues: z
+    .array(z.strictObject({ queue: z.string(), counts: stateCounts, total: z.number().int() }))
+    .optional()
+    .describe('with group_by=queue: each queue, by name'),
 })
 
 export const queuesResponse = z.strictObject({

@@ -85,7 +85,10 @@ const signupSchema = {
   summary: 'Sign up',
   description: 'Sends a verification link (valid 24 hours) to the address.',
   body: signupBody,
-  response: { 201: z.strictObject({ user_id: z.string(), email: z.string(), message: z.string() }), ...anonymousErrors('invalid_email', 'email_already_registered') },
+  response: {
+    201: z.strictObject({ user_id: z.string(), email: z.string(), message: z.string() }),
+    ...anonymousErrors('invalid_email', 'email_already_registered'),
+  },
 }
 
 const verifySchema = {
@@ -102,11 +105,26 @@ const verifySchema = {
 const loginSchema = {
   ...anonymous,
   summary: 'Log in',
-  description: 'Sets the session cookie `sv_jwt` (HttpOnly, Secure, SameSite=Strict); the JWT is never in the body. With 2FA on, send `totp_code` or `recovery_code`.',
+  description:
+    'Sets the session cookie `sv_jwt` (HttpOnly, Secure, SameSite=Strict); the JWT is never in the body. With 2FA on, send `totp_code` or `recovery_code`.',
   body: loginBody,
   response: {
-    200: z.strictObject({ user_id: z.string(), email: z.string(), email_verified: z.boolean(), recovery_code_used: z.boolean(), projects: z.array(projectSummary) }),
-    ...anonymousErrors('invalid_credentials', '401:invalid_totp_code', 'email_not_verified', 'totp_required', 'account_suspended', 'account_locked', 'totp_secret_unreadable'),
+    200: z.strictObject({
+      user_id: z.string(),
+      email: z.string(),
+      email_verified: z.boolean(),
+      recovery_code_used: z.boolean(),
+      projects: z.array(projectSummary),
+    }),
+    ...anonymousErrors(
+      'invalid_credentials',
+      '401:invalid_totp_code',
+      'email_not_verified',
+      'totp_required',
+      'account_suspended',
+      'account_locked',
+      'totp_secret_unreadable',
+    ),
   },
 }
 
@@ -126,7 +144,12 @@ const forgotSchema = {
   response: { 200: message, ...anonymousErrors() },
 }
 
-const resetSchema = { ...anonymous, summary: 'Set a new password with a reset token', body: resetBody, response: { 200: message, ...anonymousErrors('invalid_reset_token') } }
+const resetSchema = {
+  ...anonymous,
+  summary: 'Set a new password with a reset token',
+  body: resetBody,
+  response: { 200: message, ...anonymousErrors('invalid_reset_token') },
+}
 
 const session = { tags: ['Auth'] }
 
@@ -160,7 +183,10 @@ const totpSetupSchema = {
   ...session,
   summary: 'Start enabling two-factor authentication',
   description: 'Not active until `2fa/verify` accepts a code. Calling it again replaces the pending secret.',
-  response: { 200: z.strictObject({ secret: z.string().describe('base32'), otpauth_uri: z.string() }), ...sessionErrorResponses(...bodyCodes, 'totp_already_enabled') },
+  response: {
+    200: z.strictObject({ secret: z.string().describe('base32'), otpauth_uri: z.string() }),
+    ...sessionErrorResponses(...bodyCodes, 'totp_already_enabled'),
+  },
 }
 
 const totpVerifySchema = {
@@ -169,7 +195,14 @@ const totpVerifySchema = {
   body: totpCodeBody,
   response: {
     200: z.strictObject({ enabled: z.literal(true), enabled_at: instant }),
-    ...sessionErrorResponses(...bodyCodes, 'validation_error', 'invalid_totp_code', 'totp_not_initialized', 'totp_already_enabled', 'totp_secret_unreadable'),
+    ...sessionErrorResponses(
+      ...bodyCodes,
+      'validation_error',
+      'invalid_totp_code',
+      'totp_not_initialized',
+      'totp_already_enabled',
+      'totp_secret_unreadable',
+    ),
   },
 }
 
@@ -178,14 +211,27 @@ const totpDisableSchema = {
   summary: 'Disable two-factor authentication',
   description: 'Checks, in order: 2FA on (409), the password (401), the code (400). The secret and recovery codes are deleted.',
   body: disableTotpBody,
-  response: { 200: message, ...sessionErrorResponses(...bodyCodes, 'validation_error', 'invalid_totp_code', 'invalid_credentials', 'totp_not_enabled', 'totp_secret_unreadable') },
+  response: {
+    200: message,
+    ...sessionErrorResponses(
+      ...bodyCodes,
+      'validation_error',
+      'invalid_totp_code',
+      'invalid_credentials',
+      'totp_not_enabled',
+      'totp_secret_unreadable',
+    ),
+  },
 }
 
 const recoveryCodesSchema = {
   ...session,
   summary: 'Issue new recovery codes',
   description: 'Ten single-use codes, shown once; earlier ones stop working.',
-  response: { 200: z.strictObject({ codes: z.array(z.string()).describe('`xxxx-xxxx`'), message: z.string() }), ...sessionErrorResponses(...bodyCodes, 'totp_not_enabled') },
+  response: {
+    200: z.strictObject({ codes: z.array(z.string()).describe('`xxxx-xxxx`'), message: z.string() }),
+    ...sessionErrorResponses(...bodyCodes, 'totp_not_enabled'),
+  },
 }
 
 /** The fixed answers of the routes that must not reveal whether an address is registered. */

@@ -109,27 +109,34 @@ export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.removeContentTypeParser('application/json')
     app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => done(null, body))
 
-    app.withTypeProvider<ZodTypeProvider>().post('/billing/webhook', { schema: providerWebhookSchema, config: { documentedBody: providerEvent } }, async (request) => {
-      const secret = ctx.deps.config.billingWebhookSecret
-      if (secret === null) throw billingDisabled()
-      const raw = typeof request.body === 'string' ? request.body : ''
-      const header = request.headers[signatureHeader]
-      const check = checkSignature(secret, Array.isArray(header) ? header.join(',') : header, raw, ctx.deps.now())
-      if (check === 'missing') throw missingSignature(signatureHeader)
-      if (check === 'invalid') throw invalidSignature()
-      let parsed: unknown
-      try {
-        parsed = JSON.parse(raw)
-      } catch {
-        throw invalidRequest('the body is not valid JSON')
-      }
-      const event = providerEvent.safeParse(parsed)
-      if (!event.success) throw invalidRequest(`body: ${event.error.issues[0]!.message}`)
-      const { project_id: projectId, state } = event.data.data
-      const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await ctx.deps.store.load<Project>(projectRef(projectId))).state : null
-      if (project === null || project.status !== 'active') throw new ProjectNotFound(projectId)
-      const { project: updated, duplicate } = await ctx.billing.setBillingState(projectId, state, event.data.id)
-      return { received: true as const, ...(duplicate ? { duplicate: true as const } : {}), project_id: projectId, billing_state: billingOf(updated).state }
-    })
+    app
+      .withTypeProvider<ZodTypeProvider>()
+      .post('/billing/webhook', { schema: providerWebhookSchema, config: { documentedBody: providerEvent } }, async (request) => {
+        const secret = ctx.deps.config.billingWebhookSecret
+        if (secret === null) throw billingDisabled()
+        const raw = typeof request.body === 'string' ? request.body : ''
+        const header = request.headers[signatureHeader]
+        const check = checkSignature(secret, Array.isArray(header) ? header.join(',') : header, raw, ctx.deps.now())
+        if (check === 'missing') throw missingSignature(signatureHeader)
+        if (check === 'invalid') throw invalidSignature()
+        let parsed: unknown
+        try {
+          parsed = JSON.parse(raw)
+        } catch {
+          throw invalidRequest('the body is not valid JSON')
+        }
+        const event = providerEvent.safeParse(parsed)
+        if (!event.success) throw invalidRequest(`body: ${event.error.issues[0]!.message}`)
+        const { project_id: projectId, state } = event.data.data
+        const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await ctx.deps.store.load<Project>(projectRef(projectId))).state : null
+        if (project === null || project.status !== 'active') throw new ProjectNotFound(projectId)
+        const { project: updated, duplicate } = await ctx.billing.setBillingState(projectId, state, event.data.id)
+        return {
+          received: true as const,
+          ...(duplicate ? { duplicate: true as const } : {}),
+          project_id: projectId,
+          billing_state: billingOf(updated).state,
+        }
+      })
   }
 }

@@ -34,7 +34,14 @@ export const projectSchema = z
 const memberSchema = z.strictObject({ user_id: z.string(), email: z.string(), role: z.enum(projectRoles), joined_at: instant }).meta({ id: 'Member' })
 
 const inviteSchema = z
-  .strictObject({ invite_id: z.string(), email: z.string(), role: z.enum(projectRoles), invited_by: z.string(), invited_at: instant, expires_at: instant })
+  .strictObject({
+    invite_id: z.string(),
+    email: z.string(),
+    role: z.enum(projectRoles),
+    invited_by: z.string(),
+    invited_at: instant,
+    expires_at: instant,
+  })
   .meta({ id: 'Invite' })
 
 const team = z.strictObject({ members: z.array(memberSchema), invites: z.array(inviteSchema).describe('only for admin and owner; empty otherwise') })
@@ -66,7 +73,12 @@ const tags = ['Projects']
 /** A project the caller is not a member of reads as not found; a role too low is forbidden. */
 const projectErrors = (...codes: string[]) => sessionErrorResponses('project_not_found', ...codes)
 
-const listSchema = { summary: 'Your projects', description: 'Every project you are a member of, oldest first.', tags, response: { 200: z.strictObject({ data: z.array(projectSchema) }), ...sessionErrorResponses() } }
+const listSchema = {
+  summary: 'Your projects',
+  description: 'Every project you are a member of, oldest first.',
+  tags,
+  response: { 200: z.strictObject({ data: z.array(projectSchema) }), ...sessionErrorResponses() },
+}
 
 const createSchema = {
   summary: 'Create a project',
@@ -97,7 +109,8 @@ const deleteSchema = {
 
 const rotateSchema = {
   summary: "Rotate the project's API key",
-  description: 'Needs the role admin or owner. The new key works at once; the previous one stays valid for 24 hours. The answer shows the new key, once.',
+  description:
+    'Needs the role admin or owner. The new key works at once; the previous one stays valid for 24 hours. The answer shows the new key, once.',
   tags,
   params: projectParams,
   response: { 200: z.strictObject({ api_key: z.string(), rotated_at: instant }), ...projectErrors(...bodyCodes, 'forbidden', 'key_revoked') },
@@ -115,11 +128,15 @@ const teamSchema = { summary: "The project's members and open invitations", tags
 
 const inviteRouteSchema = {
   summary: 'Invite someone to the project',
-  description: 'E-mails a link valid 7 days; a new invitation to the same address replaces the old one. Below the owner, nobody grants a role at or above their own.',
+  description:
+    'E-mails a link valid 7 days; a new invitation to the same address replaces the old one. Below the owner, nobody grants a role at or above their own.',
   tags,
   params: projectParams,
   body: z.object({ email: boundedString(maxEmailLength).trim().min(1), role: boundedString(50).describe('`admin`, `member` or `viewer`') }),
-  response: { 201: inviteSchema, ...projectErrors(...bodyCodes, 'forbidden', 'invalid_email', 'invalid_role', 'role_exceeds_caller', 'member_exists') },
+  response: {
+    201: inviteSchema,
+    ...projectErrors(...bodyCodes, 'forbidden', 'invalid_email', 'invalid_role', 'role_exceeds_caller', 'member_exists'),
+  },
 }
 
 const changeRoleSchema = {
@@ -127,7 +144,10 @@ const changeRoleSchema = {
   tags,
   params: memberParams,
   body: z.object({ role: boundedString(50) }),
-  response: { 200: memberSchema, ...projectErrors(...bodyCodes, 'forbidden', 'member_not_found', 'invalid_role', 'cannot_modify_owner', 'role_exceeds_caller') },
+  response: {
+    200: memberSchema,
+    ...projectErrors(...bodyCodes, 'forbidden', 'member_not_found', 'invalid_role', 'cannot_modify_owner', 'role_exceeds_caller'),
+  },
 }
 
 const removeMemberSchema = {
@@ -214,9 +234,7 @@ export function platformProjectRoutes(ctx: ApiContext): FastifyPluginAsync {
       revoked_at: await ctx.team.revokeKeys(await userOf(request), request.params.projectId),
     }))
 
-    r.get('/projects/:projectId/members', { schema: teamSchema }, async (request) =>
-      ctx.team.team(await userOf(request), request.params.projectId),
-    )
+    r.get('/projects/:projectId/members', { schema: teamSchema }, async (request) => ctx.team.team(await userOf(request), request.params.projectId))
 
     r.post('/projects/:projectId/members', { schema: inviteRouteSchema }, async (request, reply) => {
       const user = await userOf(request)
@@ -239,9 +257,7 @@ export function platformProjectRoutes(ctx: ApiContext): FastifyPluginAsync {
       members: await ctx.team.transferOwnership(await userOf(request), request.params.projectId, request.body.user_id),
     }))
 
-    r.post('/invites/accept', { schema: acceptSchema }, async (request) =>
-      ctx.team.acceptInvite(await userOf(request), request.body.token),
-    )
+    r.post('/invites/accept', { schema: acceptSchema }, async (request) => ctx.team.acceptInvite(await userOf(request), request.body.token))
 
     r.get('/account/export', { schema: exportSchema }, async (request, reply) => {
       const user = await userOf(request)

@@ -124,8 +124,14 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
       }
       const result = await upsertSchedule(deps, projectId, request.params.id, request.body)
       jobs.noteWritten(projectId, result.seq)
-      const created = result.appended && result.events.some((e) => e.type === 'recurring_upserted') && (result.before === null || result.before.status === 'deleted')
-      return reply.code(created ? 201 : 200).header('X-Event-Seq', String(result.seq)).send(scheduleView(result.state!))
+      const created =
+        result.appended &&
+        result.events.some((e) => e.type === 'recurring_upserted') &&
+        (result.before === null || result.before.status === 'deleted')
+      return reply
+        .code(created ? 201 : 200)
+        .header('X-Event-Seq', String(result.seq))
+        .send(scheduleView(result.state!))
     })
 
     app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {

@@ -25,7 +25,13 @@ const maxEventsLength = 1024
 
 /** `*`, or a list of the known event types (an unknown type is refused, so typos do not go silent). */
 const events = z
-  .union([z.literal('*'), z.array(z.enum(webhookEventTypes)).min(1).transform((list) => [...new Set(list)])])
+  .union([
+    z.literal('*'),
+    z
+      .array(z.enum(webhookEventTypes))
+      .min(1)
+      .transform((list) => [...new Set(list)]),
+  ])
   .describe(`\`*\` or a list of event types; at most ${maxEventsLength} characters as compact JSON, duplicates included (they are then dropped)`)
 
 const url = storableText(1, 2048).describe('absolute http(s) URL resolving only to public addresses')
@@ -38,7 +44,14 @@ const eventFilter = z.union([z.literal('*'), z.array(z.enum(webhookEventTypes))]
 
 /** A subscription as reads show it: never the secret. */
 export const webhookSchema = z
-  .strictObject({ id: z.string().describe('`whk_…`'), url: z.string(), events: eventFilter, is_active: z.boolean(), created_at: instant, updated_at: instant.nullable() })
+  .strictObject({
+    id: z.string().describe('`whk_…`'),
+    url: z.string(),
+    events: eventFilter,
+    is_active: z.boolean(),
+    created_at: instant,
+    updated_at: instant.nullable(),
+  })
   .meta({ id: 'Webhook' })
 
 export function webhookView(w: Webhook | Record<string, unknown>): z.output<typeof webhookSchema> {
@@ -70,9 +83,18 @@ const delivery = z
 const webhookCodes = ['billing_state_blocked']
 const tags = ['Webhooks']
 
-const listSchema = { summary: 'List subscriptions', tags, response: { 200: z.strictObject({ data: z.array(webhookSchema) }), ...errorResponses(...webhookCodes) } }
+const listSchema = {
+  summary: 'List subscriptions',
+  tags,
+  response: { 200: z.strictObject({ data: z.array(webhookSchema) }), ...errorResponses(...webhookCodes) },
+}
 
-const readSchema = { summary: 'Read a subscription', tags, params: idParams, response: { 200: webhookSchema, ...errorResponses(...webhookCodes, 'webhook_not_found') } }
+const readSchema = {
+  summary: 'Read a subscription',
+  tags,
+  params: idParams,
+  response: { 200: webhookSchema, ...errorResponses(...webhookCodes, 'webhook_not_found') },
+}
 
 const createSchema = {
   summary: 'Subscribe a URL to events',
@@ -82,7 +104,14 @@ const createSchema = {
   tags,
   body: createBody,
   response: {
-    201: z.strictObject({ id: z.string(), url: z.string(), events: eventFilter, secret: z.string().describe('`whsec_…`; shown only here and on rotation'), is_active: z.boolean(), created_at: instant }),
+    201: z.strictObject({
+      id: z.string(),
+      url: z.string(),
+      events: eventFilter,
+      secret: z.string().describe('`whsec_…`; shown only here and on rotation'),
+      is_active: z.boolean(),
+      created_at: instant,
+    }),
     ...errorResponses(...writeCodes, ...webhookCodes, 'webhook_limit_reached'),
   },
 }
@@ -172,7 +201,10 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.post('/', { schema: createSchema, preValidation: checkEventsAsSent }, async (request, reply) => {
       await checkSubscription(ctx, request.body)
-      const { result, secret } = await hooks.create(request.principal.projectId, { url: request.body.url, events: request.body.events as EventFilter })
+      const { result, secret } = await hooks.create(request.principal.projectId, {
+        url: request.body.url,
+        events: request.body.events as EventFilter,
+      })
       jobs.noteWritten(request.principal.projectId, result.seq)
       const w = result.state!
       return reply.code(201).send({ id: w.id, url: w.url, events: w.events, secret, is_active: w.is_active, created_at: w.created_at })
@@ -181,7 +213,11 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.patch('/:id', { schema: updateSchema, preValidation: checkEventsAsSent }, async (request) => {
       await hooks.load(request.principal.projectId, request.params.id)
       await checkSubscription(ctx, request.body)
-      const result = await hooks.update(request.principal.projectId, request.params.id, request.body as { url?: string; events?: EventFilter; is_active?: boolean })
+      const result = await hooks.update(
+        request.principal.projectId,
+        request.params.id,
+        request.body as { url?: string; events?: EventFilter; is_active?: boolean },
+      )
       jobs.noteWritten(request.principal.projectId, result.seq)
       return webhookView(result.state!)
     })
@@ -198,16 +234,35 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       const limit = clampLimit(request.query.limit, 50, 1, 100)
       const after = request.query.cursor === undefined ? null : decodeCursor(request.query.cursor)
       const sql = deps.sql
-      const rows = await sql<{ id: string; event_type: string; status: DeliveryStatus; response_status: number | null; attempt: number; attempted_at: Date; created_at: Date }[]>`
+      const rows = await sql<
+        {
+          id: string
+          event_type: string
+          status: DeliveryStatus
+          response_status: number | null
+          attempt: number
+          attempted_at: Date
+          created_at: Date
+        }[]
+      >`
         SELECT id, event_type, status, response_status, attempt, attempted_at, created_at FROM deliveries
         WHERE project_id = ${projectId} AND webhook_id = ${request.params.id}
           ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
         ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`
       const page = rows.slice(0, limit)
-      const data = page.map((r) => ({ id: r.id, event_type: r.event_type, status: r.status, response_status: r.response_status, attempt: Math.max(r.attempt, 1), attempted_at: isoOrNull(r.attempted_at) }))
+      const data = page.map((r) => ({
+        id: r.id,
+        event_type: r.event_type,
+        status: r.status,
+        response_status: r.response_status,
+        attempt: Math.max(r.attempt, 1),
+        attempted_at: isoOrNull(r.attempted_at),
+      }))
       const last = page.at(-1)
       // Spec, Webhooks 4: next_cursor is omitted when there is nothing more.
-      return rows.length > limit && last ? { data, has_more: true, next_cursor: encodeCursor({ created_at: last.created_at.toISOString(), id: last.id }) } : { data, has_more: false }
+      return rows.length > limit && last
+        ? { data, has_more: true, next_cursor: encodeCursor({ created_at: last.created_at.toISOString(), id: last.id }) }
+        : { data, has_more: false }
     })
 
     app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {

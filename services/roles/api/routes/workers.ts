@@ -37,8 +37,12 @@ export const pollBody = z.object({
 
 const errorDetail = z.object({
   type: boundedString(500).default('Error'),
-  message: anyText().default('').transform((s) => s.slice(0, maxErrorMessage)),
-  stack_trace: anyText().default('').transform((s) => s.slice(0, maxStackTrace)),
+  message: anyText()
+    .default('')
+    .transform((s) => s.slice(0, maxErrorMessage)),
+  stack_trace: anyText()
+    .default('')
+    .transform((s) => s.slice(0, maxStackTrace)),
 })
 
 /** Any job id is looked up; one this service could not have issued is simply not found. */
@@ -171,7 +175,8 @@ const heartbeatSchema = {
 
 const registerSchema = {
   summary: 'Announce a worker and upsert its recurring schedules',
-  description: 'Each schedule is upserted as `rjob_<slug of job_type>`; one that cannot be saved (a bad cron expression, say) is logged, and the answer is still `registered`.',
+  description:
+    'Each schedule is upserted as `rjob_<slug of job_type>`; one that cannot be saved (a bad cron expression, say) is logged, and the answer is still `registered`.',
   tags: ['Workers'],
   body: registerBody,
   response: { 200: z.strictObject({ status: z.literal('registered') }), ...errorResponses(...writeCodes) },
@@ -205,7 +210,10 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       const b = request.body
       const release = ctx.polls.tryAcquire(request.principal.projectId)
       if (release === null) {
-        throw rateLimitExceeded(pollRetryAfterMs, `this project already has ${ctx.polls.max} polls in flight on this server; poll again after Retry-After`)
+        throw rateLimitExceeded(
+          pollRetryAfterMs,
+          `this project already has ${ctx.polls.max} polls in flight on this server; poll again after Retry-After`,
+        )
       }
       const claim = {
         projectId: request.principal.projectId,
@@ -284,21 +292,25 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
         results[index] = { job_id: jobIdOf(raw), ...failure }
       })
       let lastSeq = 0
-      await runInLanes(valid.map((v) => v.ack.job_id), acksInFlight, async (k) => {
-        const { index, ack } = valid[k]!
-        try {
-          const { outcome, seq } = await jobs.ack(request.principal.projectId, ack.job_id, {
-            worker_id: ack.worker_id,
-            status: ack.status,
-            duration_ms: ack.duration_ms ?? null,
-            error: ack.error ?? null,
-          })
-          lastSeq = Math.max(lastSeq, seq)
-          results[index] = { job_id: ack.job_id, status: 200, body: outcome }
-        } catch (err) {
-          results[index] = { job_id: ack.job_id, ...itemFailure(request, err) }
-        }
-      })
+      await runInLanes(
+        valid.map((v) => v.ack.job_id),
+        acksInFlight,
+        async (k) => {
+          const { index, ack } = valid[k]!
+          try {
+            const { outcome, seq } = await jobs.ack(request.principal.projectId, ack.job_id, {
+              worker_id: ack.worker_id,
+              status: ack.status,
+              duration_ms: ack.duration_ms ?? null,
+              error: ack.error ?? null,
+            })
+            lastSeq = Math.max(lastSeq, seq)
+            results[index] = { job_id: ack.job_id, status: 200, body: outcome }
+          } catch (err) {
+            results[index] = { job_id: ack.job_id, ...itemFailure(request, err) }
+          }
+        },
+      )
       if (lastSeq > 0) void reply.header('X-Event-Seq', String(lastSeq))
       const acked = results.filter((r) => r.status === 200).length
       return { acked, failed: results.length - acked, results }
@@ -314,7 +326,8 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       const b = request.body
       const results = await registerRecurringSchedules(deps, request.principal.projectId, b.recurring_schedules ?? [], recurringSchedule)
       for (const r of results) {
-        if (!r.ok) request.log.warn({ request_id: request.id, worker_id: b.worker_id, schedule: r.input, reason: r.reason }, 'register: schedule not saved')
+        if (!r.ok)
+          request.log.warn({ request_id: request.id, worker_id: b.worker_id, schedule: r.input, reason: r.reason }, 'register: schedule not saved')
       }
       return { status: 'registered' as const }
     })
