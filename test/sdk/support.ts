@@ -75,7 +75,7 @@ export function freePort(): Promise<number> {
 
 /** Creates a project with the operator CLI against the install `env` names; answers its API key. */
 export async function cliProject(env: Record<string, string>): Promise<string> {
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/cli.ts', 'project', 'create', '--name', 'sdk', '--plan', 'business'], {
+  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'sdk', '--plan', 'business'], {
     cwd: repoRoot,
     env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
   })
