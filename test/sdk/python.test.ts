@@ -37,7 +37,7 @@ function unittest(modules: string[]): Promise<{ code: number; output: string }> 
 }
 
 const runs = {
-  'client, worker and webhook verification': unittest(['tests.test_client', 'tests.test_worker', 'tests.test_webhook']),
+  'client, worker and webhook verification': unittest(['tests.test_client', 'tests.test_worker', 'tests.test_webhook', 'tests.test_outage']),
   heartbeats: unittest(['tests.test_heartbeat']),
 }
 
