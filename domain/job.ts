@@ -378,7 +378,15 @@ function retryAt(job: Job, command: Extract<JobCommand, { type: 'ack_job' | 'rea
   return addMs(command.meta.now, retryDelayMs(job.attempt, command.meta.random ?? 0, policy))
 }
 
-function failedAttempt(job: Job, workerId: string | null, error: JobError, durationMs: number, now: string, retryAt: string, reaped: boolean): JobEvent {
+function failedAttempt(
+  job: Job,
+  workerId: string | null,
+  error: JobError,
+  durationMs: number,
+  now: string,
+  retryAt: string,
+  reaped: boolean,
+): JobEvent {
   if (job.attempt < job.max_attempts) {
     return {
       type: 'job_attempt_failed',

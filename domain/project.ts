@@ -459,7 +459,12 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       if (queue !== null && previous === null && policies.queues.length >= maxQueueRetryPolicies) {
         throw new RetryPolicyLimitReached(`a project has at most ${maxQueueRetryPolicies} queue retry policies; remove one first`)
       }
-      return [{ type: 'retry_policy_updated', data: { queue, policy, previous: previous === null ? null : toRetryPolicy(previous), updated_by: actor, updated_at: now } }]
+      return [
+        {
+          type: 'retry_policy_updated',
+          data: { queue, policy, previous: previous === null ? null : toRetryPolicy(previous), updated_by: actor, updated_at: now },
+        },
+      ]
     }
     case 'transfer_ownership': {
       requireRole(project, actor, 'owner', 'transferring ownership')

@@ -101,7 +101,11 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
   await runInLanes(lanes, appendsInFlight, async (i) => {
     const item = items[i]!
     try {
-      const { job, seq } = await jobs.create(project.id, toNewJob(item.request, project.retry_policies), item.jobId === undefined ? {} : { jobId: item.jobId })
+      const { job, seq } = await jobs.create(
+        project.id,
+        toNewJob(item.request, project.retry_policies),
+        item.jobId === undefined ? {} : { jobId: item.jobId },
+      )
       results[i] = { ok: true, job, seq }
     } catch (err) {
       results[i] = { ok: false, error: err }

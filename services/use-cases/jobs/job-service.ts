@@ -275,7 +275,13 @@ export class JobService {
   }
 
   /** The reaper's move: a no-op when the attempt already ended (an ack won the race). */
-  async reap(projectId: string, jobId: string, attempt: number, error: JobError, retryPolicies?: RetryPolicies): Promise<CommandResult<JobEvent, Job>> {
+  async reap(
+    projectId: string,
+    jobId: string,
+    attempt: number,
+    error: JobError,
+    retryPolicies?: RetryPolicies,
+  ): Promise<CommandResult<JobEvent, Job>> {
     const data = retryPolicies === undefined ? { attempt, error } : { attempt, error, retry_policies: retryPolicies }
     const result = await this.#run(projectId, jobId, { type: 'reap_job', data, meta: this.#meta() })
     await this.cascade(projectId, result.events, result.state)

@@ -2,7 +2,14 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import type { Project } from '../../../../domain/project.ts'
-import { defaultRetryPolicy, maxQueueRetryPolicies, retryPolicyBounds, retryPolicyFor, toRetryPolicy, type RetryPolicy } from '../../../../domain/retry-policy.ts'
+import {
+  defaultRetryPolicy,
+  maxQueueRetryPolicies,
+  retryPolicyBounds,
+  retryPolicyFor,
+  toRetryPolicy,
+  type RetryPolicy,
+} from '../../../../domain/retry-policy.ts'
 import { commandProject, projectRef } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
 import { maxAttemptsNumber, queueNameText } from '../job-fields.ts'
@@ -16,7 +23,9 @@ const boundedInt = (b: { min: number; max: number }) => z.number().int().min(b.m
 /** Every field is required: a PUT replaces the whole policy, as GET shows it. */
 const retryPolicyBody = z
   .object({
-    base_delay_seconds: boundedInt(bounds.base_delay_seconds).describe(`the first retry's wait, ${bounds.base_delay_seconds.min}–${bounds.base_delay_seconds.max}`),
+    base_delay_seconds: boundedInt(bounds.base_delay_seconds).describe(
+      `the first retry's wait, ${bounds.base_delay_seconds.min}–${bounds.base_delay_seconds.max}`,
+    ),
     factor: z
       .number()
       .min(bounds.factor.min)
@@ -25,7 +34,9 @@ const retryPolicyBody = z
     max_delay_seconds: boundedInt(bounds.max_delay_seconds).describe(
       `no wait grows past this (the jitter comes on top), ${bounds.max_delay_seconds.min}–${bounds.max_delay_seconds.max}, at least base_delay_seconds`,
     ),
-    jitter_seconds: boundedInt(bounds.jitter_seconds).describe(`0 to this many seconds added at random to each wait, ${bounds.jitter_seconds.min}–${bounds.jitter_seconds.max}`),
+    jitter_seconds: boundedInt(bounds.jitter_seconds).describe(
+      `0 to this many seconds added at random to each wait, ${bounds.jitter_seconds.min}–${bounds.jitter_seconds.max}`,
+    ),
     max_attempts: maxAttemptsNumber.describe('what a job created without `max_attempts` gets, 1–100'),
   })
   .refine((p) => p.max_delay_seconds >= p.base_delay_seconds, {
