@@ -713,7 +713,6 @@ t.test("a failed attempt waits as the retry policy of the job's queue says", asy
     const ack = cmd.ack('failed', { now, random })
     return ack.type === 'ack_job' ? { ...ack, data: { ...ack.data, retry_policies: policies } } : ack
   }
-  const spec = deciderSpec(t, jobDecider)
 
   t.test("the project's policy for a queue without its own", async (t) => {
     deciderSpec(t, jobDecider)
@@ -723,6 +722,7 @@ t.test("a failed attempt waits as the retry policy of the job's queue says", asy
   })
 
   t.test("the queue's own: base × factor^(attempt−1), capped, plus the jitter", async (t) => {
+    const spec = deciderSpec(t, jobDecider)
     const history: JobEvent[] = [ev.created({ queue: 'slow', max_attempts: 5 }), ev.claimed(1)]
     spec
       .given(history)
@@ -752,7 +752,7 @@ t.test("a failed attempt waits as the retry policy of the job's queue says", asy
   })
 
   t.test("dead-lettering still counts the job's own max_attempts, not the policy's", async (t) => {
-    spec
+    deciderSpec(t, jobDecider)
       .given([ev.created({ queue: 'slow', max_attempts: 1 }), ev.claimed(1)])
       .when(failWith(0))
       .then([ev.deadLettered(1)])
