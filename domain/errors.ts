@@ -111,3 +111,5 @@ export class WebhookNotFound extends refusal('webhook_not_found') {}
 export class WebhookAlreadyExists extends refusal('invalid_state') {}
 /** A project already has as many webhook subscriptions as it may (domain/webhook.ts). */
 export class WebhookLimitReached extends refusal('webhook_limit_reached') {}
+/** A project holds at most maxQueueRetryPolicies queue overrides. */
+export class RetryPolicyLimitReached extends refusal('retry_policy_limit_reached') {}

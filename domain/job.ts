@@ -1,6 +1,6 @@
 import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './errors.ts'
-import { retryDelayMs } from './retry-policy.ts'
+import { retryDelayMs, retryPolicyFor, type RetryPolicies } from './retry-policy.ts'
 
 /**
  * The job aggregate. Field names are snake_case because the state and the events are a public
@@ -150,10 +150,12 @@ export type JobCommand =
         status: AckStatus
         duration_ms: number | null
         error: JobError | null
+        /** The project's retry settings (absent: the spec's), of which the job's queue picks its own. */
+        retry_policies?: RetryPolicies
       }
       meta: CommandMeta
     }
-  | { type: 'reap_job'; data: { attempt: number; error: JobError }; meta: CommandMeta }
+  | { type: 'reap_job'; data: { attempt: number; error: JobError; retry_policies?: RetryPolicies }; meta: CommandMeta }
   | { type: 'cancel_job'; data: Record<string, never>; meta: CommandMeta }
   | { type: 'retry_job'; data: Record<string, never>; meta: CommandMeta }
 
@@ -337,11 +339,11 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
         ]
       }
       const error = command.data.error ?? { type: 'Error', message: 'the worker reported a failure', stack_trace: '' }
-      return [failedAttempt(job, command.data.worker_id, error, durationMs, now, command.meta.random ?? 0, false)]
+      return [failedAttempt(job, command.data.worker_id, error, durationMs, now, retryAt(job, command), false)]
     }
     case 'reap_job': {
       if (state === null || state.state !== 'processing' || state.attempt !== command.data.attempt) return []
-      return [failedAttempt(state, state.worker_id, command.data.error, elapsedMs(state.started_at, now), now, command.meta.random ?? 0, true)]
+      return [failedAttempt(state, state.worker_id, command.data.error, elapsedMs(state.started_at, now), now, retryAt(state, command), true)]
     }
     case 'cancel_job': {
       const job = requireJob(state)
@@ -370,13 +372,19 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
   }
 }
 
+/** When the failed attempt's job is tried again, under the retry policy of its queue. */
+function retryAt(job: Job, command: Extract<JobCommand, { type: 'ack_job' | 'reap_job' }>): string {
+  const policy = retryPolicyFor(command.data.retry_policies, job.queue)
+  return addMs(command.meta.now, retryDelayMs(job.attempt, command.meta.random ?? 0, policy))
+}
+
 function failedAttempt(
   job: Job,
   workerId: string | null,
   error: JobError,
   durationMs: number,
   now: string,
-  random: number,
+  retryAt: string,
   reaped: boolean,
 ): JobEvent {
   if (job.attempt < job.max_attempts) {
@@ -387,7 +395,7 @@ function failedAttempt(
         attempt: job.attempt,
         error,
         duration_ms: durationMs,
-        retry_at: addMs(now, retryDelayMs(job.attempt, random)),
+        retry_at: retryAt,
         failed_at: now,
         reaped,
       },

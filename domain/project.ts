@@ -14,7 +14,9 @@ import {
   ProjectAlreadyExists,
   ProjectNotFound,
   RoleExceedsCaller,
+  RetryPolicyLimitReached,
 } from './errors.ts'
+import { isSameRetryPolicy, maxQueueRetryPolicies, toRetryPolicy, type RetryPolicies, type RetryPolicy } from './retry-policy.ts'
 
 /**
  * The project aggregate: the unit of isolation, the owner of the project's API keys and of its
@@ -107,6 +109,8 @@ export interface Project {
    * delivery is applied once. Absent until the first one.
    */
   provider_events?: Array<{ id: string; at: string }>
+  /** The project's retry settings; absent until the first change (retryPolicyFor reads it). */
+  retry_policies?: RetryPolicies
 }
 
 /**
@@ -180,6 +184,14 @@ export type ProjectEvent =
   | { type: 'jobs_exported'; data: { from: string; until: string; format: string; exported_at: string } }
   /** `exported_by`: the dashboard user who exported; null for the operator. */
   | { type: 'audit_log_exported'; data: { from: string; until: string; format: string; exported_by: string | null; exported_at: string } }
+  /**
+   * `queue` null: the project's default. `policy` null: the setting removed (the queue follows the
+   * project's again, the project the spec's). `updated_by`: the dashboard user; null for an API key.
+   */
+  | {
+      type: 'retry_policy_updated'
+      data: { queue: string | null; policy: RetryPolicy | null; previous: RetryPolicy | null; updated_by: string | null; updated_at: string }
+    }
 
 export type ProjectEventType = ProjectEvent['type']
 
@@ -220,6 +232,8 @@ export type ProjectCommand =
   | Command<'record_audit_log_export', Acting & { from: string; until: string; format: string }>
   | Command<'warn_allowance', { period: string; percent: 80 | 100; used: number; allowance: number }>
   | Command<'roll_billing_period', { period: string; previous_used: number; previous_overage: number; previous_overage_cents: number }>
+  /** `queue` null sets the project's default; `policy` null removes the setting. */
+  | Command<'set_retry_policy', Acting & { queue: string | null; policy: RetryPolicy | null }>
 
 /** The lookup prefix of the key that works now; null once the keys are revoked. */
 export function activeKeyPrefix(project: Project): string | null {
@@ -435,6 +449,23 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       const { from, until, format } = command.data
       return [{ type: 'audit_log_exported', data: { from, until, format, exported_by: actor, exported_at: now } }]
     }
+    case 'set_retry_policy': {
+      requireRole(project, actor, 'admin', 'changing the retry policy')
+      const { queue } = command.data
+      const policy = command.data.policy === null ? null : toRetryPolicy(command.data.policy)
+      const policies = project.retry_policies ?? { project: null, queues: [] }
+      const previous = queue === null ? policies.project : (policies.queues.find((p) => p.queue === queue) ?? null)
+      if (isSameRetryPolicy(previous, policy)) return []
+      if (queue !== null && previous === null && policies.queues.length >= maxQueueRetryPolicies) {
+        throw new RetryPolicyLimitReached(`a project has at most ${maxQueueRetryPolicies} queue retry policies; remove one first`)
+      }
+      return [
+        {
+          type: 'retry_policy_updated',
+          data: { queue, policy, previous: previous === null ? null : toRetryPolicy(previous), updated_by: actor, updated_at: now },
+        },
+      ]
+    }
     case 'transfer_ownership': {
       requireRole(project, actor, 'owner', 'transferring ownership')
       const target = requireMember(project, command.data.user_id)
@@ -443,6 +474,13 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       return [{ type: 'ownership_transferred', data: { from_user_id: owner.user_id, to_user_id: target.user_id, transferred_at: now } }]
     }
   }
+}
+
+function withRetryPolicy(policies: RetryPolicies | undefined, queue: string | null, policy: RetryPolicy | null): RetryPolicies {
+  const current = policies ?? { project: null, queues: [] }
+  if (queue === null) return { ...current, project: policy }
+  const others = current.queues.filter((p) => p.queue !== queue)
+  return { ...current, queues: policy === null ? others : [...others, { ...policy, queue }] }
 }
 
 function withRole(members: Member[], userId: string, role: ProjectRole): Member[] {
@@ -551,6 +589,12 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
     }
     case 'billing_period_reset':
       return { ...state, billing_period: event.data.period, allowance_warnings: [] }
+    case 'retry_policy_updated':
+      return {
+        ...state,
+        retry_policies: withRetryPolicy(state.retry_policies, event.data.queue, event.data.policy),
+        updated_at: event.data.updated_at,
+      }
     case 'overage_charged':
     case 'jobs_exported':
     case 'audit_log_exported':

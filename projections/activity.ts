@@ -166,6 +166,21 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         metadata: { from: e.data.from, until: e.data.until, format: e.data.format, exported_by: e.data.exported_by },
         user_id: e.data.exported_by,
       }
+    case 'retry_policy_updated': {
+      const scope = e.data.queue === null ? 'Retry policy' : `Retry policy of queue ${e.data.queue}`
+      const p = e.data.policy
+      return {
+        kind: 'retry_policy_updated',
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary:
+          p === null
+            ? `${scope} removed; ${e.data.queue === null ? "the service's default" : "the project's"} applies`
+            : `${scope} set: ${p.base_delay_seconds} s × ${p.factor}^(attempt−1), at most ${p.max_delay_seconds} s, plus 0–${p.jitter_seconds} s; ${p.max_attempts} attempts`,
+        metadata: { queue: e.data.queue, policy: p, previous: e.data.previous },
+        user_id: e.data.updated_by,
+      }
+    }
     case 'ownership_transferred':
       return {
         kind: 'ownership_transferred',
@@ -342,6 +357,7 @@ export const activityFeed: Projection = {
     'overage_charged',
     'jobs_exported',
     'audit_log_exported',
+    'retry_policy_updated',
     'recurring_upserted',
     'recurring_deleted',
     'alert_created',

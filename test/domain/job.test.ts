@@ -706,6 +706,59 @@ t.test('report progress', async (t) => {
   })
 })
 
+t.test("a failed attempt waits as the retry policy of the job's queue says", async (t) => {
+  const slowQueue = { queue: 'slow', base_delay_seconds: 60, factor: 3, max_delay_seconds: 500, jitter_seconds: 10, max_attempts: 5 }
+  const policies = { project: { base_delay_seconds: 5, factor: 1, max_delay_seconds: 5, jitter_seconds: 0, max_attempts: 2 }, queues: [slowQueue] }
+  const failWith = (random: number, now = 0): JobCommand => {
+    const ack = cmd.ack('failed', { now, random })
+    return ack.type === 'ack_job' ? { ...ack, data: { ...ack.data, retry_policies: policies } } : ack
+  }
+
+  t.test("the project's policy for a queue without its own", async (t) => {
+    deciderSpec(t, jobDecider)
+      .given(histories.processing)
+      .when(failWith(0.999))
+      .then([ev.attemptFailed(1, 0, 5)], 'a constant 5 s, no jitter')
+  })
+
+  t.test("the queue's own: base × factor^(attempt−1), capped, plus the jitter", async (t) => {
+    const spec = deciderSpec(t, jobDecider)
+    const history: JobEvent[] = [ev.created({ queue: 'slow', max_attempts: 5 }), ev.claimed(1)]
+    spec
+      .given(history)
+      .when(failWith(0))
+      .then([ev.attemptFailed(1, 0, 60)], 'attempt 1: 60 s')
+    history.push(ev.attemptFailed(1, 0, 60), ev.claimed(2, 'w1', 60))
+    spec
+      .given(history)
+      .when(failWith(0, 60))
+      .then([ev.attemptFailed(2, 60, 180)], 'attempt 2: 180 s')
+    history.push(ev.attemptFailed(2, 60, 180), ev.claimed(3, 'w1', 240))
+    spec
+      .given(history)
+      .when(failWith(0, 240))
+      .then([ev.attemptFailed(3, 240, 500)], 'attempt 3: 540 s capped at 500 s')
+    spec
+      .given(history)
+      .when(failWith(0.5, 240))
+      .then([ev.attemptFailed(3, 240, 505)], 'the jitter comes on top of the cap')
+  })
+
+  t.test('a reaped attempt follows the same policy', async (t) => {
+    const reap = cmd.reap(1, 400, 0)
+    const command: JobCommand = reap.type === 'reap_job' ? { ...reap, data: { ...reap.data, retry_policies: policies } } : reap
+    const [failed] = jobDecider.decide(command, fold(jobDecider, null, [ev.created({ queue: 'slow' }), ev.claimed(1)]))
+    t.equal(failed?.type === 'job_attempt_failed' ? failed.data.retry_at : null, at(460))
+  })
+
+  t.test("dead-lettering still counts the job's own max_attempts, not the policy's", async (t) => {
+    deciderSpec(t, jobDecider)
+      .given([ev.created({ queue: 'slow', max_attempts: 1 }), ev.claimed(1)])
+      .when(failWith(0))
+      .then([ev.deadLettered(1)])
+  })
+})
+
 t.test('reap (stuck-job reaper)', async (t) => {
   t.test('a stale attempt below max_attempts goes back to pending, marked reaped', async (t) => {
     const job = deciderSpec(t, jobDecider)

@@ -85,6 +85,17 @@ export class ApiKeyDirectory {
   }
 
   /**
+   * A project's state that this process has just appended, taken at once, so that its own next
+   * requests (an ack after a retry-policy change) see it without waiting for the log to bring it
+   * back. An older event of the project still in flight may replace it briefly; this state's
+   * own event follows that one on the log and restores it.
+   */
+  note(project: Project): void {
+    this.#projects.set(project.id, { project, loadedAt: Date.now() })
+    for (const load of this.#loading.get(project.id) ?? []) load.stale = true
+  }
+
+  /**
    * SHA-256 of a key, remembered for keys seen recently (a few percent of a request's CPU at
    * thousands of requests a second). The comparison with the stored hash stays constant-time.
    */

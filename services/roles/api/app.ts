@@ -31,6 +31,7 @@ import { recurringRoutes } from './routes/recurring.ts'
 import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
 import { platformBillingRoutes, providerWebhookRoutes } from './routes/platform-billing.ts'
 import { platformProjectRoutes } from './routes/platform-projects.ts'
+import { apiKeyRetryPolicyRoutes, sessionRetryPolicyRoutes } from './routes/retry-policy.ts'
 import { workerRoutes } from './routes/workers.ts'
 
 declare module 'fastify' {
@@ -234,6 +235,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
       await v1.register(activityRoutes(context), { prefix: '/activity' })
       await v1.register(metricsRoutes(context), { prefix: '/metrics' })
       await v1.register(webhookRoutes(context), { prefix: '/webhooks' })
+      await v1.register(apiKeyRetryPolicyRoutes(context))
     },
     { prefix: '/jobsvc/v1' },
   )
@@ -243,6 +245,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(sessionAuthRoutes(context), { prefix: '/platform/v1/auth' })
   await app.register(platformProjectRoutes(context), { prefix: '/platform/v1' })
   await app.register(platformBillingRoutes(context), { prefix: '/platform/v1' })
+  await app.register(sessionRetryPolicyRoutes(context), { prefix: '/platform/v1' })
   await app.register(providerWebhookRoutes(context), { prefix: '/platform/v1' })
   return { app, context, routes }
 }

@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { isAttemptStale } from '../../../domain/job.ts'
 import type { Project } from '../../../domain/project.ts'
+import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { JobService } from '../../use-cases/jobs/job-service.ts'
 import { fireDueSchedules } from '../../use-cases/jobs/recurring-service.ts'
 import { billingPeriodOf } from '../../use-cases/metering/allowance.ts'
@@ -150,16 +151,28 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService): Promise<n
       AND started_at + make_interval(secs => (least(timeout_seconds, 2 * greatest(timeout_seconds / 3.0, 10)) + ${graceMs}::double precision / 1000)::double precision) < ${now}
     ORDER BY started_at LIMIT ${passLimit}`
   let reaped = 0
+  // A retry follows the policy of the job's project, read once per project and pass: reaping is
+  // rare, and the next pass sees a policy changed since.
+  const policies = new Map<string, Promise<RetryPolicies | undefined>>()
+  const policiesOf = (projectId: string) => {
+    let loaded = policies.get(projectId)
+    if (loaded === undefined) {
+      loaded = deps.store.load<Project>(projectRef(projectId)).then((p) => p.state?.retry_policies)
+      policies.set(projectId, loaded)
+    }
+    return loaded
+  }
   await inParallel(candidates, async (c) => {
     const beat = await jobs.lastHeartbeat(c.id, c.attempt)
     const view = { state: 'processing' as const, started_at: c.started_at.toISOString(), timeout_seconds: c.timeout_seconds }
     if (!isAttemptStale(view, beat?.at ?? null, now.toISOString(), graceMs)) return
     const silentFor = Math.round((now.getTime() - Date.parse(beat?.at ?? view.started_at)) / 1000)
-    const result = await jobs.reap(c.project_id, c.id, c.attempt, {
+    const error = {
       type: 'HeartbeatTimeout',
       message: `no heartbeat for ${silentFor} s on attempt ${c.attempt}; the worker is presumed lost`,
       stack_trace: '',
-    })
+    }
+    const result = await jobs.reap(c.project_id, c.id, c.attempt, error, await policiesOf(c.project_id))
     await jobs.writeRows([result.record])
     if (result.appended) {
       reaped++

@@ -2,6 +2,7 @@ import { BillingStateBlocked, MonthlyAllowanceExceeded, SpendCapReached } from '
 import type { Job } from '../../../domain/job.ts'
 import { jobDefaults } from '../../../domain/job-options.ts'
 import { billingOf, type Project } from '../../../domain/project.ts'
+import { retryPolicyFor, type RetryPolicies } from '../../../domain/retry-policy.ts'
 import type { AllowanceRefusal, Grant, QuotaReading, QuotaTerms } from '../metering/allowance.ts'
 import { allowanceMarksOf, type BillingService } from '../metering/billing-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -51,13 +52,15 @@ export interface CreationPorts {
  */
 const appendsInFlight = 64
 
-export function toNewJob(request: JobRequest): NewJob {
+/** `max_attempts` left out is the one of the retry policy of the job's queue in its project. */
+export function toNewJob(request: JobRequest, retryPolicies: RetryPolicies | undefined): NewJob {
+  const queue = request.queue ?? jobDefaults.queue
   return {
     job_type: request.job_type,
     payload: request.payload,
-    queue: request.queue ?? jobDefaults.queue,
+    queue,
     run_at: request.run_at ?? null,
-    max_attempts: request.max_attempts ?? jobDefaults.max_attempts,
+    max_attempts: request.max_attempts ?? retryPolicyFor(retryPolicies, queue).max_attempts,
     timeout_seconds: request.timeout_seconds ?? jobDefaults.timeout_seconds,
     tags: request.tags ?? null,
     parent_job_id: request.parent_job_id ?? null,
@@ -98,7 +101,11 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
   await runInLanes(lanes, appendsInFlight, async (i) => {
     const item = items[i]!
     try {
-      const { job, seq } = await jobs.create(project.id, toNewJob(item.request), item.jobId === undefined ? {} : { jobId: item.jobId })
+      const { job, seq } = await jobs.create(
+        project.id,
+        toNewJob(item.request, project.retry_policies),
+        item.jobId === undefined ? {} : { jobId: item.jobId },
+      )
       results[i] = { ok: true, job, seq }
     } catch (err) {
       results[i] = { ok: false, error: err }

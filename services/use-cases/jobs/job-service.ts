@@ -12,6 +12,7 @@ import {
   type JobError,
   type JobEvent,
 } from '../../../domain/job.ts'
+import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { upsertJobRows } from '../../../projections/job-list.ts'
 import type { AggregateRef, EventRecord, Loaded, StoredEvent } from '../../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
@@ -240,9 +241,14 @@ export class JobService {
     return { job: result.state!, seq: result.seq }
   }
 
-  /** `seq` is the ack's own message; continuations it activates are appended after it. */
-  async ack(projectId: string, jobId: string, input: AckInput): Promise<{ outcome: AckOutcome; seq: number }> {
-    const result = await this.#run(projectId, jobId, { type: 'ack_job', data: input, meta: this.#meta() })
+  /**
+   * `seq` is the ack's own message; continuations it activates are appended after it. A failure
+   * is retried under `retryPolicies`, the project's settings as the caller holds them already
+   * (the API key's cached project), so an ack reads nothing more to learn them.
+   */
+  async ack(projectId: string, jobId: string, input: AckInput, retryPolicies?: RetryPolicies): Promise<{ outcome: AckOutcome; seq: number }> {
+    const data = retryPolicies === undefined ? input : { ...input, retry_policies: retryPolicies }
+    const result = await this.#run(projectId, jobId, { type: 'ack_job', data, meta: this.#meta() })
     const job = result.state!
     const outcome: AckOutcome = job.state === 'pending' ? { action: 'retry', retry_at: job.run_at! } : { action: 'done' }
     const activated = await this.cascade(projectId, result.events, result.state)
@@ -269,8 +275,15 @@ export class JobService {
   }
 
   /** The reaper's move: a no-op when the attempt already ended (an ack won the race). */
-  async reap(projectId: string, jobId: string, attempt: number, error: JobError): Promise<CommandResult<JobEvent, Job>> {
-    const result = await this.#run(projectId, jobId, { type: 'reap_job', data: { attempt, error }, meta: this.#meta() })
+  async reap(
+    projectId: string,
+    jobId: string,
+    attempt: number,
+    error: JobError,
+    retryPolicies?: RetryPolicies,
+  ): Promise<CommandResult<JobEvent, Job>> {
+    const data = retryPolicies === undefined ? { attempt, error } : { attempt, error, retry_policies: retryPolicies }
+    const result = await this.#run(projectId, jobId, { type: 'reap_job', data, meta: this.#meta() })
     await this.cascade(projectId, result.events, result.state)
     return result
   }

@@ -47,7 +47,7 @@ export const createJobBody = z.object({
   payload: jobPayload,
   queue: queueNameText.nullish(),
   run_at: isoInstant.nullish(),
-  max_attempts: maxAttemptsNumber.nullish(),
+  max_attempts: maxAttemptsNumber.nullish().describe("default: the `max_attempts` of the queue's retry policy (3 unless the project set one)"),
   timeout_seconds: timeoutSecondsNumber.nullish(),
   idempotency_key: text(1, 200).nullish(),
   tags: z

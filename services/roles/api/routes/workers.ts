@@ -109,7 +109,7 @@ const pollSchema = {
 
 const ackSchema = {
   summary: 'Report the outcome of an attempt',
-  description: `A failure is retried after \`${retryBaseDelayMs / 1000} × 2^(attempt−1)\` s plus 0–${retryJitterMs / 1000} s of jitter, or dead-lettered on the last attempt. The answer carries \`X-Event-Seq\`.`,
+  description: `A failure is retried under the retry policy of the job's queue (see \`GET /jobsvc/v1/retry-policy\`; by default \`${retryBaseDelayMs / 1000} × 2^(attempt−1)\` s plus 0–${retryJitterMs / 1000} s of jitter), or dead-lettered on the last attempt. The answer carries \`X-Event-Seq\`.`,
   tags: ['Workers'],
   body: ackBody,
   response: {
@@ -267,12 +267,12 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.post('/ack', { schema: ackSchema }, async (request, reply) => {
       const b = request.body
-      const { outcome, seq } = await jobs.ack(request.principal.projectId, b.job_id, {
-        worker_id: b.worker_id,
-        status: b.status,
-        duration_ms: b.duration_ms ?? null,
-        error: b.error ?? null,
-      })
+      const { outcome, seq } = await jobs.ack(
+        request.principal.projectId,
+        b.job_id,
+        { worker_id: b.worker_id, status: b.status, duration_ms: b.duration_ms ?? null, error: b.error ?? null },
+        request.principal.project.retry_policies,
+      )
       return reply.header('X-Event-Seq', String(seq)).send(outcome)
     })
 
@@ -298,12 +298,12 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
         async (k) => {
           const { index, ack } = valid[k]!
           try {
-            const { outcome, seq } = await jobs.ack(request.principal.projectId, ack.job_id, {
-              worker_id: ack.worker_id,
-              status: ack.status,
-              duration_ms: ack.duration_ms ?? null,
-              error: ack.error ?? null,
-            })
+            const { outcome, seq } = await jobs.ack(
+              request.principal.projectId,
+              ack.job_id,
+              { worker_id: ack.worker_id, status: ack.status, duration_ms: ack.duration_ms ?? null, error: ack.error ?? null },
+              request.principal.project.retry_policies,
+            )
             lastSeq = Math.max(lastSeq, seq)
             results[index] = { job_id: ack.job_id, status: 200, body: outcome }
           } catch (err) {
