@@ -79,6 +79,17 @@ export const environmentSchema = z.object({
   WEBHOOK_ALLOW_HOSTS: z.string().default('').describe('host:port list exempt from the public-address rule'),
   JOBSVC_CONFIG: z.string().optional().describe('path of a JSON file overriding plan limits and tunables'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
+  JOBSVC_V1_SUNSET: z.iso
+    .datetime({ offset: true })
+    .optional()
+    .describe(
+      'when v1 ends (ISO 8601 date-time); set, every v1 answer carries Deprecation, Sunset and Link, and after it every v1 route answers 410',
+    ),
+  JOBSVC_V1_DEPRECATION: z.iso
+    .datetime({ offset: true })
+    .optional()
+    .describe('when v1 is (or was) deprecated, for the Deprecation header; default 12 months before JOBSVC_V1_SUNSET'),
+  JOBSVC_V1_MIGRATION_URL: z.url().optional().describe('the migration notes the Link header points to; required with JOBSVC_V1_SUNSET'),
 })
 
 /** Operational knobs with production defaults; JOBSVC_CONFIG may override any of them. */
@@ -158,6 +169,14 @@ export const tunablesSchema = z
 
 export type Tunables = z.infer<typeof tunablesSchema>
 
+/** The end of `v1` an operator announced (spec, Versioning 3). */
+export interface VersionSunset {
+  /** From this instant every route of the version answers 410. */
+  sunsetAt: Date
+  deprecatedAt: Date
+  migrationUrl: string
+}
+
 const configFileSchema = z
   .object({
     plans: plansFileSchema.optional(),
@@ -190,6 +209,8 @@ export interface Config {
   plans: Readonly<Record<Plan, PlanLimits>>
   /** HMAC secret of the payment provider's webhooks; null: billing is not configured. */
   billingWebhookSecret: string | null
+  /** null: no end of v1 is announced, and v1 answers carry no deprecation headers. */
+  v1Sunset: VersionSunset | null
 }
 
 export class ConfigError extends Error {
@@ -236,6 +257,25 @@ function devSecret(path: string): string {
     if (err instanceof ConfigError) throw err
     throw new ConfigError(`the development secret file ${path}: ${(err as Error).message}`)
   }
+}
+
+/** The spec's deprecation cycle (Versioning 3): a version is deprecated 12 months before its sunset. */
+const deprecationMonthsBeforeSunset = 12
+
+function toVersionSunset(e: z.infer<typeof environmentSchema>): VersionSunset | null {
+  if (e.JOBSVC_V1_SUNSET === undefined) {
+    if (e.JOBSVC_V1_DEPRECATION !== undefined) throw new ConfigError('JOBSVC_V1_DEPRECATION is set without JOBSVC_V1_SUNSET')
+    return null
+  }
+  // Every answer links to the notes: a sunset announced without them would tell clients that v1 ends but not what to do.
+  if (e.JOBSVC_V1_MIGRATION_URL === undefined)
+    throw new ConfigError('JOBSVC_V1_SUNSET needs JOBSVC_V1_MIGRATION_URL, the migration notes every v1 answer links to')
+  const sunsetAt = new Date(e.JOBSVC_V1_SUNSET)
+  const deprecatedAt = new Date(e.JOBSVC_V1_DEPRECATION ?? e.JOBSVC_V1_SUNSET)
+  if (e.JOBSVC_V1_DEPRECATION === undefined) deprecatedAt.setUTCMonth(deprecatedAt.getUTCMonth() - deprecationMonthsBeforeSunset)
+  if (deprecatedAt > sunsetAt) throw new ConfigError('JOBSVC_V1_DEPRECATION must not be after JOBSVC_V1_SUNSET')
+  // Serialized, so that the URL carries no raw `<` or `>` that would end the Link header's target early.
+  return { sunsetAt, deprecatedAt, migrationUrl: new URL(e.JOBSVC_V1_MIGRATION_URL).href }
 }
 
 /**
@@ -288,5 +328,6 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
     tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
     plans: resolvePlans(filePlans),
     billingWebhookSecret,
+    v1Sunset: toVersionSunset(e),
   })
 }

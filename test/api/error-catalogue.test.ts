@@ -4,12 +4,17 @@ import { edgeErrors, errorCatalogue, renderError } from '../../services/roles/ap
 import * as domainErrors from '../../domain/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../services/use-cases/platform/accounts.ts'
 import { repoRoot } from '../support/harness.ts'
+import { specErrorCodes } from '../support/spec-error-codes.ts'
 
-function readmeErrorTable(): Array<{ status: number; code: string }> {
-  const readme = readFileSync(`${repoRoot}README.md`, 'utf8')
-  const section = readme.split('### Error reference')[1]!.split('\n## ')[0]!
-  return [...section.matchAll(/^\| (\d{3}) \| `([a-z_]+)` \|/gm)].map((m) => ({ status: Number(m[1]), code: m[2]! }))
+const readme = readFileSync(`${repoRoot}README.md`, 'utf8')
+
+/** The rows of the README's table under `heading`, up to the next heading: status, code and the row's last column. */
+function readmeCodeRows(heading: string): Array<{ status: number; code: string; note: string }> {
+  const section = readme.split(`\n${heading}\n`)[1]!.split(/\n#{2,4} /)[0]!
+  return [...section.matchAll(/^\| (\d{3}) \| `([a-z_]+)` \| (.*) \|$/gm)].map((m) => ({ status: Number(m[1]), code: m[2]!, note: m[3]!.trim() }))
 }
+const readmeErrorTable = () => readmeCodeRows('### Error reference').map(({ status, code }) => ({ status, code }))
+const readmeNotAnswered = () => readmeCodeRows('#### Codes of the spec not answered here')
 
 const key = (e: { status: number; code: string }) => `${e.status} ${e.code}`
 const catalogued = new Set(errorCatalogue.map(key))
@@ -104,6 +109,19 @@ t.test('every registered refusal is thrown somewhere', async (t) => {
       `${name} is used`,
     )
   }
+})
+
+// Catalogued means registered and thrown somewhere: the two tests above prove it of every catalogued code.
+t.test("every code of the spec's error table is answered here, or the README says why it cannot occur", async (t) => {
+  const notAnswered = new Map(readmeNotAnswered().map((row) => [key(row), row.note]))
+  t.ok(notAnswered.size > 0, 'the README lists the codes not answered')
+  for (const code of specErrorCodes) {
+    const reason = notAnswered.get(key(code))
+    if (catalogued.has(key(code))) t.equal(reason, undefined, `${key(code)} is answered, so it is not listed as not occurring`)
+    else t.ok(reason !== undefined && reason.length >= 40, `${key(code)}: not answered, ${reason ?? 'and the README does not say why'}`)
+  }
+  const inSpec = new Set(specErrorCodes.map(key))
+  for (const listed of notAnswered.keys()) t.ok(inSpec.has(listed), `${listed}, listed as not occurring, is a code of the spec`)
 })
 
 t.test('an unknown error is a 500 internal_error that hides its message', async (t) => {

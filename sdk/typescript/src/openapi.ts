@@ -8281,6 +8281,42 @@ export interface components {
                 };
             };
         };
+        /** @description A removed compatibility route under /jobsvc/v1/auth or /jobsvc/v1/billing; its `Link` (rel="canonical") names the /platform/v1 route to call. */
+        RouteRemoved: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": {
+                    error: {
+                        /** @enum {string} */
+                        code: "route_removed";
+                        /** @description human-readable; may be reworded: never branch on it */
+                        message: string;
+                        /** @description ULID of the request; the X-Request-Id header carries the same */
+                        request_id: string;
+                    };
+                };
+            };
+        };
+        /** @description Any route under /jobsvc/v1 or /platform/v1 (this description excepted) once the sunset of v1 has passed. While a sunset is announced, every answer under those prefixes carries `Deprecation`, `Sunset` and a `Link` to the migration notes. */
+        VersionSunset: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": {
+                    error: {
+                        /** @enum {string} */
+                        code: "version_sunset";
+                        /** @description human-readable; may be reworded: never branch on it */
+                        message: string;
+                        /** @description ULID of the request; the X-Request-Id header carries the same */
+                        request_id: string;
+                    };
+                };
+            };
+        };
     };
     parameters: never;
     requestBodies: never;

@@ -33,6 +33,8 @@ import { platformBillingRoutes, providerWebhookRoutes } from './routes/platform-
 import { platformProjectRoutes } from './routes/platform-projects.ts'
 import { apiKeyRetryPolicyRoutes, sessionRetryPolicyRoutes } from './routes/retry-policy.ts'
 import { workerRoutes } from './routes/workers.ts'
+import { removedWrapperRoutes } from './routes/removed-wrappers.ts'
+import { registerVersionSunset } from './version-sunset.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -157,6 +159,8 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   })
 
   app.decorateRequest('principal', null as unknown as Principal)
+  // First, so that every v1 answer carries the sunset headers, refusals below included.
+  registerVersionSunset(app, deps.config.v1Sunset, deps)
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('X-Request-Id', request.id)
     if (request.url.length > maxUriLength) throw uriTooLong(maxUriLength)
@@ -171,7 +175,17 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     credentials: true,
     methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
     allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key'],
-    exposedHeaders: ['X-Request-Id', 'X-Event-Seq', 'Location', 'Retry-After', 'Idempotent-Replay', 'Content-Disposition'],
+    exposedHeaders: [
+      'X-Request-Id',
+      'X-Event-Seq',
+      'Location',
+      'Retry-After',
+      'Idempotent-Replay',
+      'Content-Disposition',
+      'Deprecation',
+      'Sunset',
+      'Link',
+    ],
     maxAge: 600,
   })
   await registerApiDescription(app, deps.config.publicUrl)
@@ -247,5 +261,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(platformBillingRoutes(context), { prefix: '/platform/v1' })
   await app.register(sessionRetryPolicyRoutes(context), { prefix: '/platform/v1' })
   await app.register(providerWebhookRoutes(context), { prefix: '/platform/v1' })
+  // Last: it mirrors the platform auth and billing routes registered above.
+  await app.register(removedWrapperRoutes(routes))
   return { app, context, routes }
 }

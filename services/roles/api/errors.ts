@@ -126,6 +126,18 @@ export const invalidFormat = edgeError(400, 'invalid_format', () => 'format must
 export const displayNameTooLong = edgeError(400, 'display_name_too_long', () => 'display_name must be at most 100 characters')
 export const invalidLocale = edgeError(400, 'invalid_locale', (locale: string) => `${JSON.stringify(locale)} is not a known BCP-47 locale`)
 
+/** After the version's sunset (spec, Versioning 3); the Deprecation, Sunset and Link headers are already on the answer. */
+export const versionSunset = edgeError(
+  410,
+  'version_sunset',
+  (sunsetAt: Date) => `v1 ended at ${sunsetAt.toISOString()}; the Link header points to the migration notes`,
+)
+/** A compatibility route the spec lists as removed (Versioning 7): its Link names the route to call instead. */
+export const routeRemoved = edgeError(410, 'route_removed', (method: string, canonicalPath: string) => ({
+  message: `this compatibility route was removed; call ${method} ${canonicalPath}`,
+  headers: { Link: `<${canonicalPath}>; rel="canonical"` },
+}))
+
 export const billingDisabled = edgeError(503, 'billing_disabled', () => 'billing is not configured on this installation')
 export const missingSignature = edgeError(400, 'missing_signature', (header: string) => `the ${header} header is missing`)
 export const invalidSignature = edgeError(400, 'invalid_signature', () => 'the signature does not verify or its timestamp is outside 5 minutes')
@@ -278,6 +290,8 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 409, code: 'recurring_job_type_conflict' },
   { status: 409, code: 'webhook_limit_reached' },
   { status: 409, code: 'retry_policy_limit_reached' },
+  { status: 410, code: 'version_sunset' },
+  { status: 410, code: 'route_removed' },
   { status: 408, code: 'invalid_request' },
   { status: 413, code: 'invalid_request' },
   { status: 414, code: 'invalid_request' },
@@ -369,7 +383,11 @@ function logServerSide(request: FastifyRequest, rendered: Rendered, err: unknown
 export function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): FastifyReply {
   const rendered = renderError(err)
   logServerSide(request, rendered, err, 'request')
-  if (rendered.headers) void reply.headers(rendered.headers)
+  for (const [name, value] of Object.entries(rendered.headers ?? {})) {
+    // Link is a list (RFC 8288): a refusal's own link joins the version's deprecation links instead of replacing them.
+    const earlier = name === 'Link' ? reply.getHeader('link') : undefined
+    void reply.header(name, earlier === undefined ? value : `${String(earlier)}, ${value}`)
+  }
   // Framework errors (a malformed URL, an over-long path parameter) skip the onRequest hooks.
   void reply.header('X-Request-Id', request.id)
   return reply

@@ -256,6 +256,7 @@ const transformObject: SwaggerTransformObject = (document) => {
 }
 
 const routeNotFound = groupByStatus(['route_not_found'])[404]!
+const goneResponses = { version_sunset: groupByStatus(['version_sunset'])[410]!, route_removed: groupByStatus(['route_removed'])[410]! }
 
 /** A zod schema as a JSON Schema for the document itself (components outside any route). */
 function documentedSchema(schema: z.ZodType): Record<string, unknown> {
@@ -274,6 +275,9 @@ them, and manage projects, keys and teams from the dashboard routes.
 - **Dashboard routes** (\`/platform/v1\`) take a session: \`Authorization: Bearer <JWT>\` or the \`sv_jwt\` cookie set by login.
 - Every response carries \`X-Request-Id\`. Every error is \`{"error": {"code", "message", "request_id"}}\`;
   each operation lists the codes it answers, by status. A path that matches no route answers 404 \`route_not_found\`.
+- Where the end of v1 is announced, its answers carry \`Deprecation\`, \`Sunset\` and \`Link\` headers, and after the
+  sunset its routes answer 410 \`version_sunset\`. The compatibility routes under \`/jobsvc/v1/auth\` and
+  \`/jobsvc/v1/billing\` are removed: 410 \`route_removed\`, linking to the \`/platform/v1\` route.
 - State-changing \`/jobsvc/v1\` requests take an optional \`Idempotency-Key\` header (1 to 200 of \`A-Z a-z 0-9 _ -\`).
 - Service responses carry \`X-RateLimit-Limit\`, \`X-RateLimit-Remaining\` and \`X-RateLimit-Reset\`.`
 
@@ -323,6 +327,16 @@ export async function registerApiDescription(app: FastifyInstance, publicUrl: st
           RouteNotFound: {
             description: 'No route matches the method and path.',
             content: { 'application/json': { schema: documentedSchema(routeNotFound) } },
+          },
+          VersionSunset: {
+            description:
+              'Any route under /jobsvc/v1 or /platform/v1 (this description excepted) once the sunset of v1 has passed. While a sunset is announced, every answer under those prefixes carries `Deprecation`, `Sunset` and a `Link` to the migration notes.',
+            content: { 'application/json': { schema: documentedSchema(goneResponses.version_sunset) } },
+          },
+          RouteRemoved: {
+            description:
+              'A removed compatibility route under /jobsvc/v1/auth or /jobsvc/v1/billing; its `Link` (rel="canonical") names the /platform/v1 route to call.',
+            content: { 'application/json': { schema: documentedSchema(goneResponses.route_removed) } },
           },
         },
       },
