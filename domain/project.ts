@@ -132,6 +132,9 @@ export interface AppliedPromotion {
   periods: number
 }
 
+/** How far ahead an override may end: far enough for any plan, and a later date is more often a typo. */
+export const maxRateLimitOverrideDays = 366
+
 /** The project's hourly request limit at `now`: a staff override while it lasts, else the plan's. */
 export function requestsPerHourOf(project: Project, planRequestsPerHour: number, now: Date): number {
   const override = project.rate_limit_override
@@ -367,7 +370,10 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     const d = command.data
     if (d.requests_per_hour <= d.plan_requests_per_hour)
       throw new InvalidRateLimitOverride(`requests_per_hour must be above the plan's ${d.plan_requests_per_hour}`)
-    if (Date.parse(d.expires_at) <= Date.parse(now)) throw new InvalidRateLimitOverride('expires_at must be in the future')
+    const remainingMs = Date.parse(d.expires_at) - Date.parse(now)
+    if (remainingMs <= 0) throw new InvalidRateLimitOverride('expires_at must be in the future')
+    if (remainingMs > maxRateLimitOverrideDays * 86_400_000)
+      throw new InvalidRateLimitOverride(`expires_at must be within ${maxRateLimitOverrideDays} days`)
     const override = { requests_per_hour: d.requests_per_hour, expires_at: d.expires_at, reason: d.reason, set_by: d.staff_user_id, set_at: now }
     return [{ type: 'rate_limit_overridden', data: { ...override, previous_requests_per_hour: d.plan_requests_per_hour } }]
   }

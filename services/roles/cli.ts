@@ -9,7 +9,9 @@ import { createLogger, openRuntime, type Runtime } from '../infrastructure/runti
 const usage = `usage:
   npm run --silent cli -- project create --name NAME [--plan ${plans.join('|')}] [--email E] [--env test|live]
   npm run --silent cli -- user suspend --email E
-  npm run --silent cli -- user reinstate --email E`
+  npm run --silent cli -- user reinstate --email E
+  npm run --silent cli -- user admin --email E
+  npm run --silent cli -- user unadmin --email E`
 
 function emailOption(value: string | undefined, required: boolean): string | null {
   const email = value?.trim() ?? null
@@ -58,10 +60,21 @@ function userSuspension(args: string[], suspended: boolean): Command {
   }
 }
 
+/** Staff (`is_admin`) is given and taken here only: no route can make an admin. */
+function userAdmin(args: string[], admin: boolean): Command {
+  const { values } = parseArgs({ args, options: { email: { type: 'string' } } })
+  const email = emailOption(values.email, true)!
+  return async (runtime) => {
+    const user = await new AccountService(runtime).setAdmin(email, admin)
+    return { user_id: user.id, is_admin: user.is_admin }
+  }
+}
+
 function commandOf(argv: string[]): Command {
   const [noun, verb, ...rest] = argv
   if (noun === 'project' && verb === 'create') return projectCreate(rest)
   if (noun === 'user' && (verb === 'suspend' || verb === 'reinstate')) return userSuspension(rest, verb === 'suspend')
+  if (noun === 'user' && (verb === 'admin' || verb === 'unadmin')) return userAdmin(rest, verb === 'admin')
   throw new ConfigError(usage)
 }
 
