@@ -111,8 +111,8 @@ t.test('suspend and reinstate: login and sessions follow, and each of the userâ€
   isError(t, await admin('POST', `/users/${staff.userId}/suspend`), 409, 'invalid_state', 'staff suspending themselves')
   isError(t, await admin('POST', `/users/usr_${'0'.repeat(26)}/suspend`), 404, 'user_not_found', 'an unknown user')
 
-  const reinstated = await admin('POST', `/users/${teammate.userId}/reinstate`)
-  t.equal(reinstated.body.status, 'active')
+  const reinstated = await admin('POST', `/users/${encodeURIComponent(teammate.email)}/reinstate`)
+  t.equal(reinstated.body.status, 'active', 'reinstated by e-mail address')
   t.equal((await h.platform('POST', '/platform/v1/auth/login', { email: teammate.email, password: teammate.password })).status, 200, 'login again')
 
   // The teammate belongs to two projects: their own first one and the customer's.

@@ -79,14 +79,18 @@ export class StaffService {
   }
 
   /** By id (`usr_…`) or e-mail address. */
-  async user(idOrEmail: string): Promise<StaffUserView> {
+  async #findUser(idOrEmail: string): Promise<User> {
     const user = isUserId(idOrEmail)
       ? await this.#accounts.loadUser(idOrEmail)
       : idOrEmail.includes('@')
         ? await this.#accounts.findUserByEmail(idOrEmail)
         : null
     if (user === null) throw new UserNotFound(`no user ${idOrEmail}`)
-    return this.userView(user)
+    return user
+  }
+
+  async user(idOrEmail: string): Promise<StaffUserView> {
+    return this.userView(await this.#findUser(idOrEmail))
   }
 
   async userView(user: User): Promise<StaffUserView> {
@@ -110,8 +114,9 @@ export class StaffService {
     }
   }
 
-  async setSuspended(staff: User, userId: string, suspended: boolean): Promise<StaffUserView> {
-    return this.userView(await this.#accounts.setSuspendedByStaff(staff, userId, suspended))
+  async setSuspended(staff: User, idOrEmail: string, suspended: boolean): Promise<StaffUserView> {
+    const user = await this.#findUser(idOrEmail)
+    return this.userView(await this.#accounts.setSuspendedByStaff(staff, user.id, suspended))
   }
 
   async overrideRateLimit(

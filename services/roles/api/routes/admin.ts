@@ -16,7 +16,6 @@ const staffOnly =
 
 const projectParams = z.object({ projectId: boundedString(100, 1) })
 const userParams = z.object({ user: boundedString(320, 1).describe('a user id (`usr_…`) or e-mail address') })
-const userIdParams = z.object({ userId: boundedString(100, 1) })
 
 const staffProject = z
   .strictObject({
@@ -107,12 +106,12 @@ const userSchema = {
 }
 
 const suspensionSchema = (suspend: boolean) => ({
-  summary: suspend ? 'Suspend a user' : 'Reinstate a user',
+  summary: suspend ? 'Suspend a user (by id or e-mail address)' : 'Reinstate a user (by id or e-mail address)',
   description: suspend
     ? `${staffOnly} The user's sessions stop at once and login answers 403 \`account_suspended\`. Each project the user belongs to records \`admin_user_suspended\`. Staff cannot suspend themselves (409 \`invalid_state\`). Suspending a suspended user changes nothing.`
     : `${staffOnly} The user can log in again (earlier sessions too, unless expired). Each project the user belongs to records \`admin_user_reinstated\`.`,
   tags,
-  params: userIdParams,
+  params: userParams,
   response: { 200: staffUser, ...sessionErrorResponses('route_not_found', 'user_not_found', ...(suspend ? ['invalid_state'] : [])) },
 })
 
@@ -173,12 +172,12 @@ export function adminRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     r.get('/users/:user', { schema: userSchema }, async (request) => ctx.staff.user(request.params.user))
 
-    r.post('/users/:userId/suspend', { schema: suspensionSchema(true) }, async (request) =>
-      ctx.staff.setSuspended(staff(request), request.params.userId, true),
+    r.post('/users/:user/suspend', { schema: suspensionSchema(true) }, async (request) =>
+      ctx.staff.setSuspended(staff(request), request.params.user, true),
     )
 
-    r.post('/users/:userId/reinstate', { schema: suspensionSchema(false) }, async (request) =>
-      ctx.staff.setSuspended(staff(request), request.params.userId, false),
+    r.post('/users/:user/reinstate', { schema: suspensionSchema(false) }, async (request) =>
+      ctx.staff.setSuspended(staff(request), request.params.user, false),
     )
 
     r.put('/projects/:projectId/rate-limit-override', { schema: overrideSchema }, async (request) =>
