@@ -177,32 +177,17 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         metadata: { plan: e.data.plan, previous_plan: e.data.previous_plan },
         user_id: e.data.changed_by_staff,
       }
-    case 'rate_limit_overridden':
-      return {
-        kind: 'admin_rate_limit_override',
-        target_type: 'project',
-        target_id: project?.id ?? null,
-        summary: `Request limit raised by staff to ${e.data.requests_per_hour} per hour until ${e.data.expires_at}`,
-        metadata: {
-          requests_per_hour: e.data.requests_per_hour,
-          previous_requests_per_hour: e.data.previous_requests_per_hour,
-          expires_at: e.data.expires_at,
-          reason: e.data.reason,
-        },
-        user_id: e.data.set_by,
-      }
-    case 'promo_code_applied':
-      return {
-        kind: 'promo_code_applied',
-        target_type: 'project',
-        target_id: project?.id ?? null,
-        summary:
-          e.data.kind === 'allowance_bonus'
-            ? `Promotion code ${e.data.code} applied: ${e.data.amount} extra jobs per period for ${e.data.periods} period(s)`
-            : `Promotion code ${e.data.code} applied: ${e.data.amount}% off overage for ${e.data.periods} period(s)`,
-        metadata: { code: e.data.code, kind: e.data.kind, amount: e.data.amount, first_period: e.data.first_period, periods: e.data.periods },
-        user_id: e.data.applied_by,
-      }
+    case 'rate_limit_overridden': {
+      const { set_by, set_at: _at, ...limit } = e.data
+      const summary = `Request limit raised by staff to ${limit.requests_per_hour} per hour until ${limit.expires_at}`
+      return { kind: 'admin_rate_limit_override', target_type: 'project', target_id: project?.id ?? null, summary, metadata: limit, user_id: set_by }
+    }
+    case 'promo_code_applied': {
+      const { applied_by, applied_at: _at, ...promotion } = e.data
+      const gives = promotion.kind === 'allowance_bonus' ? `${promotion.amount} extra jobs per period` : `${promotion.amount}% off overage`
+      const summary = `Promotion code ${promotion.code} applied: ${gives} for ${promotion.periods} period(s)`
+      return { kind: 'promo_code_applied', target_type: 'project', target_id: project?.id ?? null, summary, metadata: promotion, user_id: applied_by }
+    }
     case 'ownership_transferred':
       return {
         kind: 'ownership_transferred',

@@ -8084,13 +8084,18 @@ export interface components {
         Billing: {
             /** @description jobs per billing period */
             allowance: number;
+            /** @description extra jobs this period from promotion codes, included in `allowance` */
+            allowance_bonus: number;
             /** @enum {string} */
             billing_state: "active" | "past_due" | "unpaid" | "cancelled" | "suspended";
             overage: number;
             /** @description whether the plan has an overage rate */
             overage_available: boolean;
+            /** @description the plan's rate, before any promotion's discount */
             overage_cents_per_10k: number | null;
             overage_cost_cents: number;
+            /** @description percent off this period's overage from promotion codes, included in `overage_cost_cents` */
+            overage_discount_percent: number;
             overage_enabled: boolean;
             /** Format: date-time */
             period_end: string;
@@ -8098,6 +8103,19 @@ export interface components {
             period_start: string;
             /** @enum {string} */
             plan: "free" | "starter" | "pro" | "business" | "enterprise";
+            promotions: {
+                /** @description jobs per period for a bonus, percent for a discount */
+                amount: number;
+                code: string;
+                /** @description first billing period it counts in, `YYYY-MM-01` */
+                first_period: string;
+                /** @enum {string} */
+                kind: "allowance_bonus" | "overage_discount";
+                /** @description last billing period it counts in, `YYYY-MM-01` */
+                last_period: string;
+                periods: number;
+            }[];
+            /** @description the hourly request limit now: a staff override while it lasts, else the plan's */
             requests_per_hour: number;
             spend_cap_cents: number | null;
             used: number;
@@ -8216,6 +8234,21 @@ export interface components {
             name: string;
             plan: string;
         };
+        PromoCode: {
+            amount: number;
+            code: string;
+            /** Format: date-time */
+            created_at: string;
+            created_by: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @enum {string} */
+            kind: "allowance_bonus" | "overage_discount";
+            max_uses: number;
+            periods: number;
+            project_ids: string[];
+            uses: number;
+        };
         RecurringSchedule: {
             /** Format: date-time */
             created_at: string;
@@ -8236,6 +8269,53 @@ export interface components {
             timezone: string;
             /** Format: date-time */
             updated_at: string;
+        };
+        StaffProject: {
+            billing: components["schemas"]["Billing"];
+            /** Format: date-time */
+            created_at: string;
+            id: string;
+            keys_revoked_at: string | null;
+            members: {
+                email: string;
+                /** @enum {string} */
+                role: "owner" | "admin" | "member" | "viewer";
+                user_id: string;
+            }[];
+            name: string;
+            owner_email: string | null;
+            /** @description as last set, also once lapsed; `billing.requests_per_hour` is the limit that applies now */
+            rate_limit_override: {
+                /** Format: date-time */
+                expires_at: string;
+                reason: string;
+                requests_per_hour: number;
+                /** Format: date-time */
+                set_at: string;
+                set_by: string;
+            } | null;
+            /** @enum {string} */
+            status: "active" | "deleted";
+            /** Format: date-time */
+            updated_at: string;
+        };
+        StaffUser: {
+            /** Format: date-time */
+            created_at: string;
+            email: string;
+            email_verified: boolean;
+            is_admin: boolean;
+            projects: {
+                id: string;
+                name: string;
+                role: ("owner" | "admin" | "member" | "viewer") | null;
+            }[];
+            /** @enum {string} */
+            status: "active" | "suspended" | "deleted";
+            totp_enabled: boolean;
+            /** Format: date-time */
+            updated_at: string;
+            user_id: string;
         };
         Webhook: {
             /** Format: date-time */

@@ -202,7 +202,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     requestRate: new RequestRateLimiter(deps.meteringSql),
     billing,
     promoCodes: new PromoCodes(deps),
-    staff: new StaffService(deps, accounts, billing),
+    staff: new StaffService(deps, { accounts, billing }),
     idempotency: openIdempotencyStore(deps),
     polls: new ProjectSlots(t.max_polls_per_project),
     streams: new ProjectSlots(t.max_event_streams_per_project),

@@ -1,13 +1,6 @@
 import { Forbidden, InvalidToken } from '../../../domain/errors.ts'
 import type { Project, ProjectRole } from '../../../domain/project.ts'
-import {
-  promoCodeDecider,
-  promoCodePattern,
-  type PromoCode,
-  type PromoCodeCommand,
-  type PromoCodeEvent,
-  type PromoKind,
-} from '../../../domain/promo-code.ts'
+import { promoCodeDecider, promoCodePattern, type PromoCode, type PromoCodeCommand, type PromoCodeEvent } from '../../../domain/promo-code.ts'
 import type { User } from '../../../domain/user.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
 import { handleCommand } from '../../../streams/handle-command.ts'
@@ -25,14 +18,8 @@ function promoRef(code: string): AggregateRef {
   return { aggregate: 'promo', projectId: platformScope, id: code }
 }
 
-export interface NewPromoCode {
-  code: string
-  kind: PromoKind
-  amount: number
-  periods: number
-  expires_at: string
-  max_uses: number
-}
+/** What staff choose for a new code; the rest is filled in on creation. */
+export type NewPromoCode = Omit<PromoCode, 'uses' | 'project_ids' | 'created_by' | 'created_at'>
 
 /**
  * Promotion codes: staff create them, owners apply them to a project. An apply redeems the code

@@ -39,13 +39,12 @@ export interface StaffUserView {
  */
 export class StaffService {
   readonly #deps: Deps
-  readonly #accounts: AccountService
-  readonly #billing: BillingService
+  /** The account and billing services of the API process, shared rather than made again. */
+  readonly #services: { accounts: AccountService; billing: BillingService }
 
-  constructor(deps: Deps, accounts: AccountService, billing: BillingService) {
+  constructor(deps: Deps, services: { accounts: AccountService; billing: BillingService }) {
     this.#deps = deps
-    this.#accounts = accounts
-    this.#billing = billing
+    this.#services = services
   }
 
   #meta() {
@@ -70,7 +69,7 @@ export class StaffService {
       keys_revoked_at: project.keys_revoked_at,
       members: project.members.map((m) => ({ user_id: m.user_id, email: m.email, role: m.role })),
       rate_limit_override: project.rate_limit_override ?? null,
-      billing: await this.#billing.view(project),
+      billing: await this.#services.billing.view(project),
     }
   }
 
@@ -81,9 +80,9 @@ export class StaffService {
   /** By id (`usr_…`) or e-mail address. */
   async #findUser(idOrEmail: string): Promise<User> {
     const user = isUserId(idOrEmail)
-      ? await this.#accounts.loadUser(idOrEmail)
+      ? await this.#services.accounts.loadUser(idOrEmail)
       : idOrEmail.includes('@')
-        ? await this.#accounts.findUserByEmail(idOrEmail)
+        ? await this.#services.accounts.findUserByEmail(idOrEmail)
         : null
     if (user === null) throw new UserNotFound(`no user ${idOrEmail}`)
     return user
@@ -116,7 +115,7 @@ export class StaffService {
 
   async setSuspended(staff: User, idOrEmail: string, suspended: boolean): Promise<StaffUserView> {
     const user = await this.#findUser(idOrEmail)
-    return this.userView(await this.#accounts.setSuspendedByStaff(staff, user.id, suspended))
+    return this.userView(await this.#services.accounts.setSuspendedByStaff(staff, user.id, suspended))
   }
 
   async overrideRateLimit(
