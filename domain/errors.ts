@@ -107,6 +107,10 @@ export class InvalidCronExpression extends refusal('invalid_cron_expression') {}
 export class InvalidTimezone extends refusal('invalid_timezone') {}
 export class AlertNotFound extends refusal('alert_not_found') {}
 export class AlertAlreadyExists extends refusal('invalid_state') {}
+/** Staff creating a promotion code that exists already. */
+export class PromoCodeAlreadyExists extends refusal('invalid_state') {}
+/** A staff request-limit override that is not above the plan's limit, or ends before it starts. */
+export class InvalidRateLimitOverride extends refusal('invalid_request') {}
 export class WebhookNotFound extends refusal('webhook_not_found') {}
 export class WebhookAlreadyExists extends refusal('invalid_state') {}
 /** A project already has as many webhook subscriptions as it may (domain/webhook.ts). */

@@ -1,10 +1,12 @@
 import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
+import type { PromoKind } from './promo-code.ts'
 import {
   AlreadyRevoked,
   CannotModifyOwner,
   CannotRemoveOwner,
   Forbidden,
   InvalidRole,
+  InvalidRateLimitOverride,
   InvalidToken,
   KeyRevoked,
   LastProject,
@@ -111,6 +113,61 @@ export interface Project {
   provider_events?: Array<{ id: string; at: string }>
   /** The project's retry settings; absent until the first change (retryPolicyFor reads it). */
   retry_policies?: RetryPolicies
+  /** A staff member's request limit above the plan's, until `expires_at` (absent: never set). */
+  rate_limit_override?: RateLimitOverride | null
+  /** Promotion codes applied, oldest first (absent: none). */
+  promotions?: AppliedPromotion[]
+}
+
+export interface RateLimitOverride {
+  requests_per_hour: number
+  expires_at: string
+  reason: string
+  set_by: string
+  set_at: string
+}
+
+export interface AppliedPromotion {
+  code: string
+  kind: PromoKind
+  amount: number
+  /** The first billing period it counts in (`YYYY-MM-01`) and how many it lasts. */
+  first_period: string
+  periods: number
+}
+
+/** How far ahead an override may end: far enough for any plan, and a later date is more often a typo. */
+export const maxRateLimitOverrideDays = 366
+
+/** The project's hourly request limit at `now`: a staff override while it lasts, else the plan's. */
+export function requestsPerHourOf(project: Project, planRequestsPerHour: number, now: Date): number {
+  const override = project.rate_limit_override
+  if (!override || Date.parse(override.expires_at) <= now.getTime()) return planRequestsPerHour
+  return Math.max(override.requests_per_hour, planRequestsPerHour)
+}
+
+const monthIndexOf = (period: string) => Number(period.slice(0, 4)) * 12 + Number(period.slice(5, 7)) - 1
+
+/** The last billing period (`YYYY-MM-01`) a promotion counts in. */
+export function lastPeriodOf(promotion: AppliedPromotion): string {
+  const month = monthIndexOf(promotion.first_period) + promotion.periods - 1
+  return `${Math.floor(month / 12)}-${String((month % 12) + 1).padStart(2, '0')}-01`
+}
+
+/**
+ * What the project's promotions give in `period`: bonuses add up; of several discounts the
+ * largest applies (discounts that added up could pass 100 %).
+ */
+export function promotionTermsOf(project: Project, period: string): { bonusJobs: number; discountPercent: number } {
+  let bonusJobs = 0
+  let discountPercent = 0
+  for (const p of project.promotions ?? []) {
+    const offset = monthIndexOf(period) - monthIndexOf(p.first_period)
+    if (offset < 0 || offset >= p.periods) continue
+    if (p.kind === 'allowance_bonus') bonusJobs += p.amount
+    else discountPercent = Math.max(discountPercent, p.amount)
+  }
+  return { bonusJobs, discountPercent }
 }
 
 /**
@@ -158,7 +215,10 @@ export type ProjectEvent =
   | { type: 'member_role_changed'; data: { user_id: string; role: ProjectRole; previous_role: ProjectRole; changed_at: string } }
   | { type: 'member_removed'; data: { user_id: string; removed_at: string } }
   | { type: 'ownership_transferred'; data: { from_user_id: string; to_user_id: string; transferred_at: string } }
-  | { type: 'plan_changed'; data: { plan: Plan; previous_plan: Plan; changed_at: string } }
+  /** `changed_by_staff`: the staff member who changed it (absent when the owner did). */
+  | { type: 'plan_changed'; data: { plan: Plan; previous_plan: Plan; changed_at: string; changed_by_staff?: string } }
+  | { type: 'rate_limit_overridden'; data: RateLimitOverride & { previous_requests_per_hour: number } }
+  | { type: 'promo_code_applied'; data: AppliedPromotion & { applied_by: string; applied_at: string } }
   | { type: 'overage_enabled'; data: { enabled_at: string } }
   | { type: 'overage_disabled'; data: { disabled_at: string } }
   | { type: 'spend_cap_updated'; data: { spend_cap_cents: number | null; updated_at: string } }
@@ -229,6 +289,14 @@ export type ProjectCommand =
   | Command<'update_billing', Acting & { plan?: Plan; overage_enabled?: boolean; spend_cap_cents?: number | null; overage_available: boolean }>
   | Command<'set_billing_state', { state: BillingState; provider_event_id: string | null }>
   | Command<'record_jobs_export', { from: string; until: string; format: string }>
+  /** Staff only (the edge checks `is_admin`); `plan_requests_per_hour` is the plan's limit now. */
+  | Command<
+      'override_rate_limit',
+      { staff_user_id: string; requests_per_hour: number; plan_requests_per_hour: number; expires_at: string; reason: string }
+    >
+  | Command<'change_plan_by_staff', { staff_user_id: string; plan: Plan; overage_available: boolean }>
+  /** The code was redeemed on its own aggregate first; `period` is the billing period it is applied in. */
+  | Command<'apply_promo_code', Acting & { code: string; kind: PromoKind; amount: number; periods: number; period: string }>
   | Command<'record_audit_log_export', Acting & { from: string; until: string; format: string }>
   | Command<'warn_allowance', { period: string; percent: 80 | 100; used: number; allowance: number }>
   | Command<'roll_billing_period', { period: string; previous_used: number; previous_overage: number; previous_overage_cents: number }>
@@ -310,6 +378,29 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     if (next === current)
       return eventId === null ? [] : [{ type: 'billing_state_confirmed', data: { state: next, provider_event_id: eventId, confirmed_at: now } }]
     return [{ type: 'billing_state_changed', data: { state: next, previous_state: current, provider_event_id: eventId, changed_at: now } }]
+  }
+  if (command.type === 'override_rate_limit') {
+    requireProject(state)
+    const d = command.data
+    if (d.requests_per_hour <= d.plan_requests_per_hour)
+      throw new InvalidRateLimitOverride(`requests_per_hour must be above the plan's ${d.plan_requests_per_hour}`)
+    const remainingMs = Date.parse(d.expires_at) - Date.parse(now)
+    if (remainingMs <= 0) throw new InvalidRateLimitOverride('expires_at must be in the future')
+    if (remainingMs > maxRateLimitOverrideDays * 86_400_000)
+      throw new InvalidRateLimitOverride(`expires_at must be within ${maxRateLimitOverrideDays} days`)
+    const override = { requests_per_hour: d.requests_per_hour, expires_at: d.expires_at, reason: d.reason, set_by: d.staff_user_id, set_at: now }
+    return [{ type: 'rate_limit_overridden', data: { ...override, previous_requests_per_hour: d.plan_requests_per_hour } }]
+  }
+  if (command.type === 'change_plan_by_staff') {
+    const project = requireProject(state)
+    const d = command.data
+    if (d.plan === project.plan) return []
+    const events: ProjectEvent[] = [
+      { type: 'plan_changed', data: { plan: d.plan, previous_plan: project.plan, changed_at: now, changed_by_staff: d.staff_user_id } },
+    ]
+    // As for an owner's change: a plan without overage turns it off.
+    if (billingOf(project).overageEnabled && !d.overage_available) events.push({ type: 'overage_disabled', data: { disabled_at: now } })
+    return events
   }
   if (command.type === 'record_jobs_export') {
     requireProject(state)
@@ -443,6 +534,14 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
         events.push({ type: 'spend_cap_updated', data: { spend_cap_cents: d.spend_cap_cents, updated_at: now } })
       }
       return events
+    }
+    case 'apply_promo_code': {
+      requireRole(project, actor, 'owner', 'applying a promotion code')
+      const { code, kind, amount, periods, period } = command.data
+      if ((project.promotions ?? []).some((p) => p.code === code)) throw new InvalidToken('the promotion code was already applied to this project')
+      return [
+        { type: 'promo_code_applied', data: { code, kind, amount, first_period: period, periods, applied_by: actor ?? 'operator', applied_at: now } },
+      ]
     }
     case 'record_audit_log_export': {
       requireRole(project, actor, 'admin', 'exporting the audit log')
@@ -595,6 +694,14 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
         retry_policies: withRetryPolicy(state.retry_policies, event.data.queue, event.data.policy),
         updated_at: event.data.updated_at,
       }
+    case 'rate_limit_overridden': {
+      const { previous_requests_per_hour: _previous, ...override } = event.data
+      return { ...state, rate_limit_override: override, updated_at: event.data.set_at }
+    }
+    case 'promo_code_applied': {
+      const { code, kind, amount, first_period, periods } = event.data
+      return { ...state, promotions: [...(state.promotions ?? []), { code, kind, amount, first_period, periods }], updated_at: event.data.applied_at }
+    }
     case 'overage_charged':
     case 'jobs_exported':
     case 'audit_log_exported':

@@ -1,6 +1,7 @@
 import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import {
   InvalidResetToken,
+  InvalidState,
   InvalidTotpCode,
   InvalidVerificationToken,
   TotpAlreadyEnabled,
@@ -95,8 +96,12 @@ export type UserEvent =
       /** `project_id` null: an operator opened the account (command line) without a first project. */
       data: { account_id: string; account_name: string; project_id: string | null; verified_at: string }
     }
-  | { type: 'user_suspended'; data: { suspended_at: string } }
-  | { type: 'user_reinstated'; data: { reinstated_at: string } }
+  /** `by_staff`: the staff member who acted (absent when the operator did, on the command line). */
+  | { type: 'user_suspended'; data: { suspended_at: string; by_staff?: string } }
+  | { type: 'user_reinstated'; data: { reinstated_at: string; by_staff?: string } }
+  /** Staff status, given and taken only by the operator (command line). */
+  | { type: 'admin_granted'; data: { granted_at: string } }
+  | { type: 'admin_revoked'; data: { revoked_at: string } }
   | { type: 'password_reset_requested'; data: TokenGrant }
   | { type: 'password_reset'; data: { password_hash: string; changed_at: string } }
   | { type: 'password_changed'; data: { password_hash: string; changed_at: string } }
@@ -124,8 +129,11 @@ export type UserCommand =
   | Command<'issue_verification_token', { verification: TokenGrant }>
   | Command<'verify_email', { token_hash: string; account_id: string; account_name: string; project_id: string }>
   | Command<'open_account_by_operator', { account_id: string; account_name: string }>
-  | Command<'suspend_user', Record<string, never>>
-  | Command<'reinstate_user', Record<string, never>>
+  /** `staff_user_id`: the staff member acting; absent for the operator. */
+  | Command<'suspend_user', { staff_user_id?: string }>
+  | Command<'reinstate_user', { staff_user_id?: string }>
+  | Command<'grant_admin', Record<string, never>>
+  | Command<'revoke_admin', Record<string, never>>
   | Command<'request_password_reset', { reset: TokenGrant }>
   | Command<'reset_password', { token_hash: string; password_hash: string }>
   | Command<'change_password', { password_hash: string }>
@@ -207,10 +215,20 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
     case 'open_account_by_operator':
       if (user.email_verified_at !== null) return []
       return [{ type: 'email_verified', data: { ...command.data, project_id: null, verified_at: now } }]
-    case 'suspend_user':
-      return user.status === 'suspended' ? [] : [{ type: 'user_suspended', data: { suspended_at: now } }]
-    case 'reinstate_user':
-      return user.status === 'active' ? [] : [{ type: 'user_reinstated', data: { reinstated_at: now } }]
+    case 'suspend_user': {
+      const by = command.data.staff_user_id
+      // A staff member locked out by their own hand would need the operator to get back in.
+      if (by === user.id) throw new InvalidState('staff cannot suspend themselves')
+      return user.status === 'suspended' ? [] : [{ type: 'user_suspended', data: { suspended_at: now, ...(by ? { by_staff: by } : {}) } }]
+    }
+    case 'reinstate_user': {
+      const by = command.data.staff_user_id
+      return user.status === 'active' ? [] : [{ type: 'user_reinstated', data: { reinstated_at: now, ...(by ? { by_staff: by } : {}) } }]
+    }
+    case 'grant_admin':
+      return user.is_admin ? [] : [{ type: 'admin_granted', data: { granted_at: now } }]
+    case 'revoke_admin':
+      return user.is_admin ? [{ type: 'admin_revoked', data: { revoked_at: now } }] : []
     case 'request_password_reset':
       return [{ type: 'password_reset_requested', data: command.data.reset }]
     case 'reset_password':
@@ -316,6 +334,10 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
       return { ...state, status: 'suspended', updated_at: event.data.suspended_at }
     case 'user_reinstated':
       return { ...state, status: 'active', updated_at: event.data.reinstated_at }
+    case 'admin_granted':
+      return { ...state, is_admin: true, updated_at: event.data.granted_at }
+    case 'admin_revoked':
+      return { ...state, is_admin: false, updated_at: event.data.revoked_at }
     case 'password_reset_requested':
       return { ...state, password_reset: event.data }
     case 'password_reset':

@@ -3,7 +3,7 @@ import type { Alert, AlertEvent } from '../domain/alert.ts'
 import type { JobEvent } from '../domain/job.ts'
 import type { Webhook, WebhookEvent } from '../domain/webhook.ts'
 import type { RecurringJobEvent } from '../domain/recurring-job.ts'
-import type { UserEvent } from '../domain/user.ts'
+import type { User, UserEvent } from '../domain/user.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable } from './database.ts'
 import type { Projection } from './projection.ts'
@@ -181,6 +181,28 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         user_id: e.data.updated_by,
       }
     }
+    case 'plan_changed':
+      // The owner's own plan changes have no kind in the spec's list; a staff member's is an admin action.
+      if (e.data.changed_by_staff === undefined) return null
+      return {
+        kind: 'admin_plan_changed',
+        target_type: 'project',
+        target_id: project?.id ?? null,
+        summary: `Plan changed by staff from ${e.data.previous_plan} to ${e.data.plan}`,
+        metadata: { plan: e.data.plan, previous_plan: e.data.previous_plan },
+        user_id: e.data.changed_by_staff,
+      }
+    case 'rate_limit_overridden': {
+      const { set_by, set_at: _at, ...limit } = e.data
+      const summary = `Request limit raised by staff to ${limit.requests_per_hour} per hour until ${limit.expires_at}`
+      return { kind: 'admin_rate_limit_override', target_type: 'project', target_id: project?.id ?? null, summary, metadata: limit, user_id: set_by }
+    }
+    case 'promo_code_applied': {
+      const { applied_by, applied_at: _at, ...promotion } = e.data
+      const gives = promotion.kind === 'allowance_bonus' ? `${promotion.amount} extra jobs per period` : `${promotion.amount}% off overage`
+      const summary = `Promotion code ${promotion.code} applied: ${gives} for ${promotion.periods} period(s)`
+      return { kind: 'promo_code_applied', target_type: 'project', target_id: project?.id ?? null, summary, metadata: promotion, user_id: applied_by }
+    }
     case 'ownership_transferred':
       return {
         kind: 'ownership_transferred',
@@ -287,11 +309,45 @@ function describeWebhookEvent(e: WebhookEvent, hook: Webhook | null): Described 
   }
 }
 
-/** The activity rows one log message yields (pure; the id is the event's ULID). */
+/**
+ * A suspension or reinstatement of a user (by staff, or the operator on the command line) is an
+ * admin action on every project the user belongs to: their teams' audit trails show it, and who
+ * acted, as `user_id`. The user's own project index names the projects.
+ */
+function describeSuspension(e: UserEvent, userId: string): Described | null {
+  if (e.type !== 'user_suspended' && e.type !== 'user_reinstated') return null
+  const suspended = e.type === 'user_suspended'
+  return {
+    kind: suspended ? 'admin_user_suspended' : 'admin_user_reinstated',
+    target_type: 'user',
+    target_id: userId,
+    summary: `A member's account was ${suspended ? 'suspended' : 'reinstated'} by ${e.data.by_staff ? 'staff' : 'the operator'}`,
+    user_id: e.data.by_staff ?? null,
+  }
+}
+
+/**
+ * The activity rows one log message yields (pure; the id is the event's ULID, and for a
+ * suspension's rows, one per project, the ULID and the project id).
+ */
 export function activityRowsOf(record: EventRecord): ActivityRow[] {
   const m = record.message
   const rows: ActivityRow[] = []
   for (const event of m.events) {
+    const eventId = event.id.replace(/^evt_/, '')
+    const toRow = ({ metadata, user_id: _actor, ...rest }: Described, id: string, projectId: string | null, userId: string | null): ActivityRow => ({
+      id,
+      project_id: projectId,
+      user_id: userId,
+      ...rest,
+      metadata: metadata === undefined ? null : JSON.stringify(metadata),
+      created_at: event.time,
+      seq: record.seq,
+    })
+    const suspension = m.aggregate === 'user' ? describeSuspension(event as UserEvent, m.aggregate_id) : null
+    for (const projectId of suspension === null ? [] : ((m.state as User | null)?.project_ids ?? [])) {
+      rows.push(toRow(suspension!, `${eventId}.${projectId}`, projectId, suspension!.user_id ?? null))
+    }
     const described =
       m.aggregate === 'job'
         ? describeJobEvent(event as JobEvent, m.aggregate_id)
@@ -307,16 +363,8 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
                   ? describeWebhookEvent(event as WebhookEvent, m.state as Webhook | null)
                   : null
     if (described === null) continue
-    const { metadata, user_id: actor, ...rest } = described
-    rows.push({
-      id: event.id.replace(/^evt_/, ''),
-      project_id: m.aggregate === 'project' ? m.aggregate_id : m.aggregate === 'user' || m.aggregate === 'email' ? null : m.project_id,
-      user_id: m.aggregate === 'user' ? m.aggregate_id : (actor ?? null),
-      ...rest,
-      metadata: metadata === undefined ? null : JSON.stringify(metadata),
-      created_at: event.time,
-      seq: record.seq,
-    })
+    const projectId = m.aggregate === 'project' ? m.aggregate_id : m.aggregate === 'user' || m.aggregate === 'email' ? null : m.project_id
+    rows.push(toRow(described, eventId, projectId, m.aggregate === 'user' ? m.aggregate_id : (described.user_id ?? null)))
   }
   return rows
 }
@@ -348,6 +396,11 @@ export const activityFeed: Projection = {
     'member_role_changed',
     'member_removed',
     'ownership_transferred',
+    'plan_changed',
+    'rate_limit_overridden',
+    'promo_code_applied',
+    'user_suspended',
+    'user_reinstated',
     'overage_enabled',
     'overage_disabled',
     'spend_cap_updated',

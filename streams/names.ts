@@ -4,10 +4,10 @@
  * subjects: a namespace change or a new aggregate kind is made here.
  */
 
-export type AggregateKind = 'job' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook' | 'delivery'
+export type AggregateKind = 'job' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook' | 'delivery' | 'promo'
 
 /**
- * The project token of aggregates that belong to no project (users and e-mail claims). Project
+ * The project token of aggregates that belong to no project (users, e-mail claims, promotion codes). Project
  * ids start with `prj_`, so this cannot collide with one.
  */
 export const platformScope = '_platform'

@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util'
 import { isEmailAddress } from '../../domain/email-address.ts'
 import { isPlan, maxProjectNameLength, plans } from '../../domain/project.ts'
+import type { User } from '../../domain/user.ts'
 import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/config.ts'
 import { AccountService } from '../use-cases/platform/accounts.ts'
 import { createProject } from '../use-cases/projects/project-service.ts'
@@ -9,7 +10,9 @@ import { createLogger, openRuntime, type Runtime } from '../infrastructure/runti
 const usage = `usage:
   npm run --silent cli -- project create --name NAME [--plan ${plans.join('|')}] [--email E] [--env test|live]
   npm run --silent cli -- user suspend --email E
-  npm run --silent cli -- user reinstate --email E`
+  npm run --silent cli -- user reinstate --email E
+  npm run --silent cli -- user admin --email E
+  npm run --silent cli -- user unadmin --email E`
 
 function emailOption(value: string | undefined, required: boolean): string | null {
   const email = value?.trim() ?? null
@@ -49,19 +52,31 @@ function projectCreate(args: string[]): Command {
   }
 }
 
-function userSuspension(args: string[], suspended: boolean): Command {
+/** A change to the user with the address `--email`, answered with what `answer` picks of the user after it. */
+function onUser(args: string[], change: (accounts: AccountService, email: string) => Promise<User>, answer: (user: User) => object): Command {
   const { values } = parseArgs({ args, options: { email: { type: 'string' } } })
   const email = emailOption(values.email, true)!
-  return async (runtime) => {
-    const user = await new AccountService(runtime).setSuspended(email, suspended)
-    return { user_id: user.id, status: user.status }
-  }
+  return async (runtime) => ({ ...answer(await change(new AccountService(runtime), email)) })
 }
 
 function commandOf(argv: string[]): Command {
   const [noun, verb, ...rest] = argv
   if (noun === 'project' && verb === 'create') return projectCreate(rest)
-  if (noun === 'user' && (verb === 'suspend' || verb === 'reinstate')) return userSuspension(rest, verb === 'suspend')
+  if (noun === 'user' && (verb === 'suspend' || verb === 'reinstate')) {
+    return onUser(
+      rest,
+      (accounts, email) => accounts.setSuspended(email, verb === 'suspend'),
+      (user) => ({ user_id: user.id, status: user.status }),
+    )
+  }
+  // Staff (`is_admin`) is given and taken here only: no route can make an admin.
+  if (noun === 'user' && (verb === 'admin' || verb === 'unadmin')) {
+    return onUser(
+      rest,
+      (accounts, email) => accounts.setAdmin(email, verb === 'admin'),
+      (user) => ({ user_id: user.id, is_admin: user.is_admin }),
+    )
+  }
   throw new ConfigError(usage)
 }
 

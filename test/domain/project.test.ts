@@ -8,6 +8,7 @@ import {
   CannotRemoveOwner,
   DomainError,
   Forbidden,
+  InvalidRateLimitOverride,
   InvalidRole,
   InvalidToken,
   KeyRevoked,
@@ -19,6 +20,9 @@ import {
   RoleExceedsCaller,
 } from '../../domain/errors.ts'
 import {
+  lastPeriodOf,
+  promotionTermsOf,
+  requestsPerHourOf,
   activeKeyPrefix,
   apiKeyGraceMs,
   hasRoleAtLeast,
@@ -902,4 +906,49 @@ t.test('evolve on a missing state: project_created builds it, any other event th
     { type: 'billing_state_confirmed', data: { state: 'active', provider_event_id: 'evt_c', confirmed_at: at(180) } },
     { type: 'project_deleted', data: { deleted_at: at(300) } },
   ])
+})
+
+t.test('staff override the request limit above the plan, until it expires', async (t) => {
+  const project = fold(projectDecider, null, [
+    ...projectDecider.decide(
+      {
+        type: 'create_project',
+        data: { project_id: 'prj_o', name: 'o', plan: 'free', owner_email: null, key: { prefix: 'p', key_hash: 'h' } },
+        meta: { now: '2025-03-01T00:00:00.000Z' },
+      },
+      null,
+    ),
+  ])
+  const override = (requests_per_hour: number, expires_at: string) =>
+    projectDecider.decide(
+      {
+        type: 'override_rate_limit',
+        data: { staff_user_id: 'usr_staff', requests_per_hour, plan_requests_per_hour: 1000, expires_at, reason: 'launch' },
+        meta: { now: '2025-03-01T00:00:00.000Z' },
+      },
+      project,
+    )
+  t.throws(() => override(1000, '2025-03-02T00:00:00.000Z'), InvalidRateLimitOverride, 'not above the plan')
+  t.throws(() => override(5000, '2025-03-01T00:00:00.000Z'), InvalidRateLimitOverride, 'not in the future')
+  t.throws(() => override(5000, '2026-03-03T00:00:00.000Z'), InvalidRateLimitOverride, 'over a year ahead')
+  const overridden = fold(projectDecider, project, override(5000, '2025-03-02T00:00:00.000Z'))!
+  t.equal(requestsPerHourOf(overridden, 1000, new Date('2025-03-01T12:00:00.000Z')), 5000, 'while it lasts')
+  t.equal(requestsPerHourOf(overridden, 1000, new Date('2025-03-02T00:00:00.000Z')), 1000, 'from its expiry on')
+  t.equal(requestsPerHourOf(overridden, 50_000, new Date('2025-03-01T12:00:00.000Z')), 50_000, 'a larger plan wins')
+})
+
+t.test('promotions count in their periods: bonuses add up, the largest discount applies', async (t) => {
+  const project = {
+    promotions: [
+      { code: 'A', kind: 'allowance_bonus' as const, amount: 100, first_period: '2025-11-01', periods: 3 },
+      { code: 'B', kind: 'allowance_bonus' as const, amount: 10, first_period: '2026-01-01', periods: 1 },
+      { code: 'C', kind: 'overage_discount' as const, amount: 20, first_period: '2025-12-01', periods: 1 },
+      { code: 'D', kind: 'overage_discount' as const, amount: 50, first_period: '2025-12-01', periods: 1 },
+    ],
+  } as Project
+  t.same(promotionTermsOf(project, '2025-10-01'), { bonusJobs: 0, discountPercent: 0 }, 'before')
+  t.same(promotionTermsOf(project, '2025-12-01'), { bonusJobs: 100, discountPercent: 50 })
+  t.same(promotionTermsOf(project, '2026-01-01'), { bonusJobs: 110, discountPercent: 0 }, 'across the year')
+  t.same(promotionTermsOf(project, '2026-02-01'), { bonusJobs: 0, discountPercent: 0 }, 'after')
+  t.equal(lastPeriodOf(project.promotions![0]!), '2026-01-01')
 })

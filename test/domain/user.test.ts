@@ -2,6 +2,7 @@ import t from 'tap'
 import { fold } from '../../domain/decider.ts'
 import {
   InvalidResetToken,
+  InvalidState,
   InvalidTotpCode,
   InvalidVerificationToken,
   TotpAlreadyEnabled,
@@ -557,4 +558,33 @@ t.test('a deleted user has no session to end', async (t) => {
     .given([...verified, { type: 'account_deleted', data: { deleted_at: at(90) } }])
     .when(endSession('s1', 600))
     .thenThrows(UserNotFound, 'user_not_found')
+})
+
+t.test('staff status comes and goes; staff suspend others, never themselves', async (t) => {
+  const spec = userSpec(t)
+  const admin = spec
+    .given(verified)
+    .when(cmd('grant_admin', {}, 60))
+    .then([{ type: 'admin_granted', data: { granted_at: at(60) } }])
+  t.equal(admin!.is_admin, true)
+  spec
+    .given([...verified, { type: 'admin_granted', data: { granted_at: at(60) } }])
+    .when(cmd('grant_admin', {}, 61))
+    .then([], 'granting twice changes nothing')
+  spec
+    .given([...verified, { type: 'admin_granted', data: { granted_at: at(60) } }])
+    .when(cmd('revoke_admin', {}, 90))
+    .then([{ type: 'admin_revoked', data: { revoked_at: at(90) } }])
+  spec
+    .given(verified)
+    .when(cmd('suspend_user', { staff_user_id: 'usr_staff' }, 90))
+    .then([{ type: 'user_suspended', data: { suspended_at: at(90), by_staff: 'usr_staff' } }])
+  spec
+    .given(verified)
+    .when(cmd('suspend_user', {}, 90))
+    .then([{ type: 'user_suspended', data: { suspended_at: at(90) } }], 'the operator')
+  spec
+    .given(verified)
+    .when(cmd('suspend_user', { staff_user_id: 'usr_1' }, 90))
+    .thenThrows(InvalidState, 'invalid_state', 'oneself')
 })

@@ -158,6 +158,9 @@ t.test('GET billing: the full view of a fresh free project', async (t) => {
     overage_cost_cents: 0,
     overage_cents_per_10k: null,
     requests_per_hour: 1000,
+    allowance_bonus: 0,
+    overage_discount_percent: 0,
+    promotions: [],
   })
 
   const used: string[] = []

@@ -55,6 +55,16 @@ t.test('the operator command line opens accounts and suspends users', async (t) 
     t.equal((await h.platform('POST', '/platform/v1/auth/login', { email, password: 'a-new-password-1' })).status, 200)
   })
 
+  await t.test('staff status is given and taken only here', async (t) => {
+    const login = await h.platform('POST', '/platform/v1/auth/login', { email, password: 'a-new-password-1' })
+    const me = () => h.platform('GET', '/platform/v1/auth/me', undefined, { jwt: sessionFrom(login) })
+    t.same(await cli('user', 'admin', '--email', email), { user_id: created.owner_user_id, is_admin: true })
+    t.equal((await me()).body.is_admin, true)
+    t.equal((await h.platform('GET', `/platform/v1/admin/projects/${created.project_id}`, undefined, { jwt: sessionFrom(login) })).status, 200)
+    t.same(await cli('user', 'unadmin', '--email', email), { user_id: created.owner_user_id, is_admin: false })
+    t.equal((await me()).body.is_admin, false)
+  })
+
   await t.test('bad arguments exit with 2 and a usage line', async (t) => {
     const failed = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'user', 'suspend'], { cwd: repoRoot }).catch(
       (e: { code: number; stderr: string }) => e,

@@ -107,6 +107,26 @@ t.test('a user: account kinds carry the user and no project', async (t) => {
   t.equal(rows[0]!.id, signedUp.message.events[1]!.id.replace(/^evt_/, ''), 'the row of the second event of the message')
 })
 
+t.test("a suspension by staff: a row on each of the user's projects, naming who acted", async (t) => {
+  const ref: AggregateRef = { aggregate: 'user', projectId: platformScope, id: `usr_${ulid().toLowerCase()}` }
+  const decide = (command: UserCommand) => bench.decide(userDecider, ref, command)
+  await decide({
+    type: 'sign_up',
+    data: { user_id: ref.id, email: 'bo@example.test', password_hash: 'x', plan: 'free', verification: { token_hash: 'v', expires_at: at(59) } },
+    meta: meta(0),
+  })
+  const projects = [`prj_${ulid().toLowerCase()}`, `prj_${ulid().toLowerCase()}`]
+  for (const project_id of projects) await decide({ type: 'join_project', data: { project_id }, meta: meta(1) })
+  const suspended = await decide({ type: 'suspend_user', data: { staff_user_id: 'usr_staff' }, meta: meta(2) })
+  await bench.project([suspended])
+  const rows = await rowsOf([suspended])
+  t.same(
+    rows.map((r) => [r.project_id, r.user_id, r.kind, r.target_id]).sort(),
+    projects.map((p) => [p, 'usr_staff', 'admin_user_suspended', ref.id]).sort(),
+  )
+  t.same(rows.map((r) => r.id).sort(), projects.map((p) => `${idOf(suspended)}.${p}`).sort(), 'one id per project')
+})
+
 t.test('re-delivering the same sequences changes nothing', async (t) => {
   const { created, cancelled } = await jobHistory()
   await bench.redeliveryChangesNothing(t, [created, cancelled])

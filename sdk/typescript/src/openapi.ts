@@ -1638,6 +1638,7 @@ export interface paths {
                     "application/json": {
                         idempotency_key?: string | null;
                         job_type: string;
+                        /** @description default: the `max_attempts` of the queue's retry policy (3 unless the project set one) */
                         max_attempts?: number | null;
                         parent_job_id?: string | null;
                         payload: {
@@ -3013,6 +3014,7 @@ export interface paths {
                         jobs: {
                             idempotency_key?: string | null;
                             job_type: string;
+                            /** @description default: the `max_attempts` of the queue's retry policy (3 unless the project set one) */
                             max_attempts?: number | null;
                             parent_job_id?: string | null;
                             payload: {
@@ -4535,6 +4537,632 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobsvc/v1/queues/{queue}/retry-policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the retry policy a queue's jobs follow
+         * @description The queue's own policy, else the project's, else the service's; `source` says which.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    queue: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["QueueRetryPolicy"];
+                    };
+                };
+                /** @description Bad Request: `invalid_request` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        /**
+         * Set a queue's own retry policy
+         * @description Overrides the project's default for this queue's jobs. A project has at most 100 queues with their own policy; one more is 409 `retry_policy_limit_reached`. Needs the role admin or owner (an API key acts as the owner); a member or viewer gets 403 `forbidden`.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    queue: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description the first retry's wait, 1–86400 */
+                        base_delay_seconds: number;
+                        /** @description each later wait is this many times the one before, 1–10 (1: a constant wait) */
+                        factor: number;
+                        /** @description 0 to this many seconds added at random to each wait, 0–3600 */
+                        jitter_seconds: number;
+                        /** @description what a job created without `max_attempts` gets, 1–100 */
+                        max_attempts: number;
+                        /** @description no wait grows past this (the jitter comes on top), 1–604800, at least base_delay_seconds */
+                        max_delay_seconds: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["QueueRetryPolicy"];
+                    };
+                };
+                /** @description Bad Request: `invalid_request`, `invalid_idempotency_key` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request" | "invalid_idempotency_key";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Conflict: `idempotency_key_reuse`, `retry_policy_limit_reached` */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "idempotency_key_reuse" | "retry_policy_limit_reached";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Payload Too Large: `invalid_request` */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: `invalid_request` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        post?: never;
+        /**
+         * Remove a queue's own retry policy
+         * @description The queue follows the project's default again. Needs the role admin or owner (an API key acts as the owner); a member or viewer gets 403 `forbidden`.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    queue: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Removed, or there was none */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Bad Request: `invalid_request`, `invalid_idempotency_key` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request" | "invalid_idempotency_key";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Conflict: `idempotency_key_reuse` */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "idempotency_key_reuse";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Payload Too Large: `invalid_request` */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: `invalid_request` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobsvc/v1/recurring": {
         parameters: {
             query?: never;
@@ -5007,6 +5635,626 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "recurring_job_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Conflict: `idempotency_key_reuse` */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "idempotency_key_reuse";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Payload Too Large: `invalid_request` */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: `invalid_request` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobsvc/v1/retry-policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the project's retry policy
+         * @description The default every queue follows unless it has its own: the project's, or the service's (15 × 2^(attempt−1) s, capped at a day, plus 0–3 s of jitter; 3 attempts). Lists the queues with their own policy.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RetryPolicy"];
+                    };
+                };
+                /** @description Bad Request: `invalid_request` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        /**
+         * Set the project's retry policy
+         * @description Replaces the project's default. A failed or timed-out attempt then waits `min(base_delay_seconds × factor^(attempt−1), max_delay_seconds)` s plus 0–`jitter_seconds` s; a job created without `max_attempts` gets this one's. Jobs already created keep their `max_attempts`. Needs the role admin or owner (an API key acts as the owner); a member or viewer gets 403 `forbidden`.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description the first retry's wait, 1–86400 */
+                        base_delay_seconds: number;
+                        /** @description each later wait is this many times the one before, 1–10 (1: a constant wait) */
+                        factor: number;
+                        /** @description 0 to this many seconds added at random to each wait, 0–3600 */
+                        jitter_seconds: number;
+                        /** @description what a job created without `max_attempts` gets, 1–100 */
+                        max_attempts: number;
+                        /** @description no wait grows past this (the jitter comes on top), 1–604800, at least base_delay_seconds */
+                        max_delay_seconds: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RetryPolicy"];
+                    };
+                };
+                /** @description Bad Request: `invalid_request`, `invalid_idempotency_key` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request" | "invalid_idempotency_key";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Conflict: `idempotency_key_reuse` */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "idempotency_key_reuse";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Payload Too Large: `invalid_request` */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: `invalid_request` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        post?: never;
+        /**
+         * Remove the project's retry policy
+         * @description The service's default applies again (queues with their own policy keep it). Needs the role admin or owner (an API key acts as the owner); a member or viewer gets 403 `forbidden`.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Removed, or there was none */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Bad Request: `invalid_request`, `invalid_idempotency_key` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request" | "invalid_idempotency_key";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -6759,7 +8007,7 @@ export interface paths {
         put?: never;
         /**
          * Report the outcome of an attempt
-         * @description A failure is retried after `15 × 2^(attempt−1)` s plus 0–3 s of jitter, or dead-lettered on the last attempt. The answer carries `X-Event-Seq`.
+         * @description A failure is retried under the retry policy of the job's queue (see `GET /jobsvc/v1/retry-policy`; by default `15 × 2^(attempt−1)` s plus 0–3 s of jitter), or dead-lettered on the last attempt. The answer carries `X-Event-Seq`.
          */
         post: {
             parameters: {
@@ -8084,13 +9332,18 @@ export interface components {
         Billing: {
             /** @description jobs per billing period */
             allowance: number;
+            /** @description extra jobs this period from promotion codes, included in `allowance` */
+            allowance_bonus: number;
             /** @enum {string} */
             billing_state: "active" | "past_due" | "unpaid" | "cancelled" | "suspended";
             overage: number;
             /** @description whether the plan has an overage rate */
             overage_available: boolean;
+            /** @description the plan's rate, before any promotion's discount */
             overage_cents_per_10k: number | null;
             overage_cost_cents: number;
+            /** @description percent off this period's overage from promotion codes, included in `overage_cost_cents` */
+            overage_discount_percent: number;
             overage_enabled: boolean;
             /** Format: date-time */
             period_end: string;
@@ -8098,6 +9351,19 @@ export interface components {
             period_start: string;
             /** @enum {string} */
             plan: "free" | "starter" | "pro" | "business" | "enterprise";
+            promotions: {
+                /** @description jobs per period for a bonus, percent for a discount */
+                amount: number;
+                code: string;
+                /** @description first billing period it counts in, `YYYY-MM-01` */
+                first_period: string;
+                /** @enum {string} */
+                kind: "allowance_bonus" | "overage_discount";
+                /** @description last billing period it counts in, `YYYY-MM-01` */
+                last_period: string;
+                periods: number;
+            }[];
+            /** @description the hourly request limit now: a staff override while it lasts, else the plan's */
             requests_per_hour: number;
             spend_cap_cents: number | null;
             used: number;
@@ -8216,6 +9482,34 @@ export interface components {
             name: string;
             plan: string;
         };
+        PromoCode: {
+            amount: number;
+            code: string;
+            /** Format: date-time */
+            created_at: string;
+            created_by: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @enum {string} */
+            kind: "allowance_bonus" | "overage_discount";
+            max_uses: number;
+            periods: number;
+            project_ids: string[];
+            uses: number;
+        };
+        QueueRetryPolicy: {
+            base_delay_seconds: number;
+            factor: number;
+            jitter_seconds: number;
+            max_attempts: number;
+            max_delay_seconds: number;
+            queue: string;
+            /**
+             * @description where it comes from: the queue's own, the project's default, or the service's
+             * @enum {string}
+             */
+            source: "service" | "project" | "queue";
+        };
         RecurringSchedule: {
             /** Format: date-time */
             created_at: string;
@@ -8236,6 +9530,79 @@ export interface components {
             timezone: string;
             /** Format: date-time */
             updated_at: string;
+        };
+        RetryPolicy: {
+            base_delay_seconds: number;
+            factor: number;
+            jitter_seconds: number;
+            max_attempts: number;
+            max_delay_seconds: number;
+            /** @description the queues with a policy of their own, by name */
+            queues: {
+                base_delay_seconds: number;
+                factor: number;
+                jitter_seconds: number;
+                max_attempts: number;
+                max_delay_seconds: number;
+                queue: string;
+            }[];
+            /**
+             * @description the project's own default, or the service's
+             * @enum {string}
+             */
+            source: "service" | "project";
+            /**
+             * Format: date-time
+             * @description the project's last change of any kind
+             */
+            updated_at: string;
+        };
+        StaffProject: {
+            billing: components["schemas"]["Billing"];
+            /** Format: date-time */
+            created_at: string;
+            id: string;
+            keys_revoked_at: string | null;
+            members: {
+                email: string;
+                /** @enum {string} */
+                role: "owner" | "admin" | "member" | "viewer";
+                user_id: string;
+            }[];
+            name: string;
+            owner_email: string | null;
+            /** @description as last set, also once lapsed; `billing.requests_per_hour` is the limit that applies now */
+            rate_limit_override: {
+                /** Format: date-time */
+                expires_at: string;
+                reason: string;
+                requests_per_hour: number;
+                /** Format: date-time */
+                set_at: string;
+                set_by: string;
+            } | null;
+            /** @enum {string} */
+            status: "active" | "deleted";
+            /** Format: date-time */
+            updated_at: string;
+        };
+        StaffUser: {
+            /** Format: date-time */
+            created_at: string;
+            email: string;
+            email_verified: boolean;
+            is_admin: boolean;
+            projects: {
+                id: string;
+                name: string;
+                role: ("owner" | "admin" | "member" | "viewer") | null;
+            }[];
+            /** @enum {string} */
+            status: "active" | "suspended" | "deleted";
+            totp_enabled: boolean;
+            /** Format: date-time */
+            updated_at: string;
+            user_id: string;
         };
         Webhook: {
             /** Format: date-time */

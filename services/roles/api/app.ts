@@ -7,6 +7,8 @@ import { claimForPolls } from '../../use-cases/jobs/claimer.ts'
 import { JobService } from '../../use-cases/jobs/job-service.ts'
 import { ReadyIndex } from '../../use-cases/jobs/ready-index.ts'
 import { BillingService } from '../../use-cases/metering/billing-service.ts'
+import { PromoCodes } from '../../use-cases/metering/promo-codes.ts'
+import { StaffService } from '../../use-cases/metering/staff-service.ts'
 import { RequestRateLimiter } from '../../use-cases/metering/request-rate.ts'
 import { AccountLifecycle } from '../../use-cases/platform/account-lifecycle.ts'
 import { AccountService } from '../../use-cases/platform/accounts.ts'
@@ -32,6 +34,7 @@ import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.t
 import { platformBillingRoutes, providerWebhookRoutes } from './routes/platform-billing.ts'
 import { platformProjectRoutes } from './routes/platform-projects.ts'
 import { apiKeyRetryPolicyRoutes, sessionRetryPolicyRoutes } from './routes/retry-policy.ts'
+import { adminRoutes } from './routes/admin.ts'
 import { workerRoutes } from './routes/workers.ts'
 import { removedWrapperRoutes } from './routes/removed-wrappers.ts'
 import { registerVersionSunset } from './version-sunset.ts'
@@ -193,6 +196,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   const accounts = new AccountService(deps)
   const team = new TeamService(deps, accounts)
   const jobs = new JobService(deps)
+  const billing = new BillingService(deps)
   const t = deps.config.tunables
   const watcher = new ProjectionWatcher(deps)
   const ready = new ReadyIndex(deps, watcher, {
@@ -211,7 +215,9 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     team,
     accountExports: new AccountLifecycle(deps, accounts, team),
     requestRate: new RequestRateLimiter(deps.meteringSql),
-    billing: new BillingService(deps),
+    billing,
+    promoCodes: new PromoCodes(deps),
+    staff: new StaffService(deps, { accounts, billing }),
     idempotency: openIdempotencyStore(deps),
     polls: new ProjectSlots(t.max_polls_per_project),
     streams: new ProjectSlots(t.max_event_streams_per_project),
@@ -261,6 +267,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(platformBillingRoutes(context), { prefix: '/platform/v1' })
   await app.register(sessionRetryPolicyRoutes(context), { prefix: '/platform/v1' })
   await app.register(providerWebhookRoutes(context), { prefix: '/platform/v1' })
+  await app.register(adminRoutes(context), { prefix: '/platform/v1/admin' })
   // Last: it mirrors the platform auth and billing routes registered above.
   await app.register(removedWrapperRoutes(routes))
   return { app, context, routes }

@@ -5,6 +5,8 @@ import type { JobService } from '../../use-cases/jobs/job-service.ts'
 import type { ReadyIndex } from '../../use-cases/jobs/ready-index.ts'
 import type { BillingService } from '../../use-cases/metering/billing-service.ts'
 import type { IdempotencyStore } from '../../use-cases/metering/idempotency.ts'
+import type { PromoCodes } from '../../use-cases/metering/promo-codes.ts'
+import type { StaffService } from '../../use-cases/metering/staff-service.ts'
 import type { RequestRateLimiter } from '../../use-cases/metering/request-rate.ts'
 import type { AccountLifecycle } from '../../use-cases/platform/account-lifecycle.ts'
 import type { AccountService } from '../../use-cases/platform/accounts.ts'
@@ -27,6 +29,9 @@ export interface ApiContext {
   accountExports: AccountLifecycle
   requestRate: RequestRateLimiter
   billing: BillingService
+  promoCodes: PromoCodes
+  /** What `is_admin` users do through `/platform/v1/admin`. */
+  staff: StaffService
   /** Idempotency keys and the answers stored under them (header keys, and batch items' body keys). */
   idempotency: IdempotencyStore
   /** Worker polls in flight per project (README, API reference notes, "Poll"). */

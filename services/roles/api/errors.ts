@@ -34,8 +34,10 @@ import {
   RetryPolicyLimitReached,
   WebhookNotFound,
   InvalidCronExpression,
+  InvalidRateLimitOverride,
   InvalidTimezone,
   OverageUnavailable,
+  PromoCodeAlreadyExists,
   RecurringJobNotFound,
   JobNotFound,
   ParentNotFound,
@@ -106,7 +108,7 @@ export const rateLimitExceeded = edgeError(429, 'rate_limit_exceeded', (retryAft
   message: message ?? 'too many requests; retry later',
   headers: retryAfter(retryAfterMs),
 }))
-const routeNotFound = edgeError(404, 'route_not_found', (method: string, url: string) => `no route ${method} ${url}`)
+export const routeNotFound = edgeError(404, 'route_not_found', (method: string, url: string) => `no route ${method} ${url}`)
 export const uriTooLong = edgeError(414, 'invalid_request', (max: number) => `the request URI is over ${max} characters`)
 const bodyTooLarge = edgeError(413, 'invalid_request', (message: string) => message)
 const unsupportedMediaType = edgeError(415, 'invalid_request', (message: string) => message)
@@ -222,6 +224,8 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [WebhookAlreadyExists, 409],
   [WebhookLimitReached, 409],
   [RetryPolicyLimitReached, 409],
+  [PromoCodeAlreadyExists, 409],
+  [InvalidRateLimitOverride, 400],
   [InvalidCronExpression, 400],
   [InvalidTimezone, 400],
   [BillingStateBlocked, 402],

@@ -1,21 +1,19 @@
 import type { FastifyReply } from 'fastify'
-import type { Project } from '../../../domain/project.ts'
+import { requestsPerHourOf, type Project } from '../../../domain/project.ts'
 import type { ApiContext } from './context.ts'
 import { rateLimitExceeded } from './errors.ts'
 
 /**
- * Counts a `/jobsvc/v1` request against its project's hourly limit (spec, Limits), sets the
- * `X-RateLimit-*` headers and refuses it with 429 past the limit. Every `/jobsvc/v1` route runs
- * it, whether it authenticated by API key or, like the audit-log export, by session.
+ * Counts a `/jobsvc/v1` request against its project's hourly limit (spec, Limits; a staff
+ * override above the plan while it lasts), sets the `X-RateLimit-*` headers and refuses it with
+ * 429 past the limit. Every `/jobsvc/v1` route runs it, whether it authenticated by API key or,
+ * like the audit-log export, by session.
  */
-export async function admitProjectRequest(
-  ctx: Pick<ApiContext, 'deps' | 'requestRate'>,
-  project: Pick<Project, 'id' | 'plan'>,
-  reply: FastifyReply,
-): Promise<void> {
+export async function admitProjectRequest(ctx: Pick<ApiContext, 'deps' | 'requestRate'>, project: Project, reply: FastifyReply): Promise<void> {
   const { deps } = ctx
   if (!deps.config.tunables.metering_enabled) return
-  const verdict = await ctx.requestRate.admit(project.id, deps.config.plans[project.plan].requests_per_hour, deps.now())
+  const now = deps.now()
+  const verdict = await ctx.requestRate.admit(project.id, requestsPerHourOf(project, deps.config.plans[project.plan].requests_per_hour, now), now)
   void reply.headers({
     'X-RateLimit-Limit': String(verdict.limit),
     'X-RateLimit-Remaining': String(verdict.remaining),
@@ -23,6 +21,6 @@ export async function admitProjectRequest(
   })
   if (!verdict.admitted) {
     const retryAfterMs = verdict.resetAt * 1000 - deps.now().getTime()
-    throw rateLimitExceeded(retryAfterMs, `the project's plan allows ${verdict.limit} requests per hour`)
+    throw rateLimitExceeded(retryAfterMs, `the project allows ${verdict.limit} requests per hour`)
   }
 }

@@ -1,6 +1,10 @@
 import {
   billingOf,
   hasProviderEvent,
+  lastPeriodOf,
+  promotionTermsOf,
+  requestsPerHourOf,
+  type AppliedPromotion,
   type BillingState,
   type Plan,
   type Project,
@@ -27,6 +31,12 @@ export interface BillingView {
   overage_cost_cents: number
   overage_cents_per_10k: number | null
   requests_per_hour: number
+  /** Extra jobs this period from promotion codes (included in `allowance`). */
+  allowance_bonus: number
+  /** Percent off this period's overage charge from promotion codes (included in `overage_cost_cents`). */
+  overage_discount_percent: number
+  /** Every promotion applied, with the periods it counts in. */
+  promotions: Array<AppliedPromotion & { last_period: string }>
 }
 
 /** The marks of the allowance (80 % rounded up, 100 %) that the create counted `usedAfter` reaches. */
@@ -50,13 +60,19 @@ export class BillingService {
     this.allowance = new Allowance(deps.meteringSql)
   }
 
-  termsOf(project: Project): QuotaTerms {
+  /**
+   * The terms of `period` (the current one by default): the plan's allowance and overage rate,
+   * with the project's promotions for that period (a bonus raises the allowance, a discount
+   * lowers the rate, so every overage charge and spend-cap check sees it).
+   */
+  termsOf(project: Project, period = billingPeriodOf(this.#deps.now()).start): QuotaTerms {
     const limits = this.#deps.config.plans[project.plan]
     const billing = billingOf(project)
+    const promotion = promotionTermsOf(project, period)
     return {
-      allowance: limits.monthly_jobs,
+      allowance: limits.monthly_jobs + promotion.bonusJobs,
       overageEnabled: billing.overageEnabled && limits.overage_cents_per_10k !== null,
-      centsPer10k: limits.overage_cents_per_10k ?? 0,
+      centsPer10k: ((limits.overage_cents_per_10k ?? 0) * (100 - promotion.discountPercent)) / 100,
       spendCapCents: billing.spendCapCents,
     }
   }
@@ -71,10 +87,11 @@ export class BillingService {
 
   async view(project: Project): Promise<BillingView> {
     const now = this.#deps.now()
-    const reading = await this.allowance.read(project.id, this.termsOf(project), now)
+    const { start, endsAt } = billingPeriodOf(now)
+    const reading = await this.allowance.read(project.id, this.termsOf(project, start), now)
     const limits = this.#deps.config.plans[project.plan]
     const billing = billingOf(project)
-    const { start, endsAt } = billingPeriodOf(now)
+    const promotion = promotionTermsOf(project, start)
     return {
       plan: project.plan,
       billing_state: billing.state,
@@ -88,7 +105,10 @@ export class BillingService {
       overage: reading.overage,
       overage_cost_cents: reading.overageCostCents,
       overage_cents_per_10k: limits.overage_cents_per_10k,
-      requests_per_hour: limits.requests_per_hour,
+      requests_per_hour: requestsPerHourOf(project, limits.requests_per_hour, now),
+      allowance_bonus: promotion.bonusJobs,
+      overage_discount_percent: promotion.discountPercent,
+      promotions: (project.promotions ?? []).map((p) => ({ ...p, last_period: lastPeriodOf(p) })),
     }
   }
 
@@ -152,7 +172,7 @@ export class BillingService {
       const usage = await this.allowance.usageOf(project.id, previous)
       usedBefore = usage.used
       overage = usage.overage
-      cents = overageCostCents(overage, this.termsOf(project).centsPer10k)
+      cents = overageCostCents(overage, this.termsOf(project, previous).centsPer10k)
     }
     const result = await this.#on(project.id, {
       type: 'roll_billing_period',

@@ -40,6 +40,10 @@ export function emailRef(email: string): AggregateRef {
 
 const userIdPattern = /^usr_[0-9a-z]{26}$/
 
+export function isUserId(id: string): boolean {
+  return userIdPattern.test(id)
+}
+
 /** E-mailed tokens are `<user id>.<secret>`: the id finds the aggregate, the secret's digest is checked there. */
 function newUserToken(userId: string, ttlMs: number, now: Date): { token: string; grant: TokenGrant } {
   const token = `${userId}.${randomSecret()}`
@@ -249,6 +253,25 @@ export class AccountService {
     const user = await this.findUserByEmail(email)
     if (user === null) throw new UserNotFound(`no user has the address ${email}`)
     const result = await this.#onUser(user.id, { type: suspended ? 'suspend_user' : 'reinstate_user', data: {}, meta: this.#meta() })
+    return result.state!
+  }
+
+  /** Staff status: given and taken only by the operator (command line), never through the API. */
+  async setAdmin(email: string, admin: boolean): Promise<User> {
+    const user = await this.findUserByEmail(email)
+    if (user === null) throw new UserNotFound(`no user has the address ${email}`)
+    const result = await this.#onUser(user.id, { type: admin ? 'grant_admin' : 'revoke_admin', data: {}, meta: this.#meta() })
+    return result.state!
+  }
+
+  /** A staff member's suspension or reinstatement (the admin routes), recorded with who acted. */
+  async setSuspendedByStaff(staff: User, userId: string, suspended: boolean): Promise<User> {
+    if (!isUserId(userId) || (await this.loadUser(userId)) === null) throw new UserNotFound(`user ${userId} was not found`)
+    const result = await this.#onUser(userId, {
+      type: suspended ? 'suspend_user' : 'reinstate_user',
+      data: { staff_user_id: staff.id },
+      meta: this.#meta(),
+    })
     return result.state!
   }
 

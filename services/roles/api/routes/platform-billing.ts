@@ -4,6 +4,7 @@ import { z } from 'zod'
 import { boundedString } from '../text-fields.ts'
 import { ProjectNotFound } from '../../../../domain/errors.ts'
 import { billingOf, billingStates, plans, type Project } from '../../../../domain/project.ts'
+import { promoKinds } from '../../../../domain/promo-code.ts'
 import { checkSignature, signatureHeader } from '../../../use-cases/metering/provider-signature.ts'
 import { projectRef } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
@@ -27,7 +28,7 @@ const providerEvent = z.object({
   data: z.object({ project_id: boundedString(100, 1), state: z.enum(billingStates) }),
 })
 
-const billingView = z
+export const billingView = z
   .strictObject({
     plan: z.enum(plans),
     billing_state: z.enum(billingStates),
@@ -40,8 +41,20 @@ const billingView = z
     used: z.number().int(),
     overage: z.number().int(),
     overage_cost_cents: z.number().int(),
-    overage_cents_per_10k: z.number().nullable(),
-    requests_per_hour: z.number().int(),
+    overage_cents_per_10k: z.number().nullable().describe("the plan's rate, before any promotion's discount"),
+    requests_per_hour: z.number().int().describe("the hourly request limit now: a staff override while it lasts, else the plan's"),
+    allowance_bonus: z.number().int().describe('extra jobs this period from promotion codes, included in `allowance`'),
+    overage_discount_percent: z.number().int().describe("percent off this period's overage from promotion codes, included in `overage_cost_cents`"),
+    promotions: z.array(
+      z.strictObject({
+        code: z.string(),
+        kind: z.enum(promoKinds),
+        amount: z.number().int().describe('jobs per period for a bonus, percent for a discount'),
+        first_period: z.string().describe('first billing period it counts in, `YYYY-MM-01`'),
+        periods: z.number().int(),
+        last_period: z.string().describe('last billing period it counts in, `YYYY-MM-01`'),
+      }),
+    ),
   })
   .meta({ id: 'Billing' })
 
@@ -60,6 +73,16 @@ const updateSchema = {
   params: projectParams,
   body: billingChanges,
   response: { 200: billingView, ...sessionErrorResponses(...bodyCodes, 'project_not_found', 'forbidden', 'overage_unavailable') },
+}
+
+const applyPromoSchema = {
+  summary: 'Apply a promotion code to the project',
+  description:
+    "Owner only. The code's bonus (extra jobs per period) or discount (percent off overage) counts from the current billing period for the code's number of periods; records `promo_code_applied`. An unknown, expired or used-up code, or one this project already applied, is 422 `invalid_token`; a refused apply uses nothing up. Codes are case-insensitive.",
+  tags: ['Billing'],
+  params: projectParams,
+  body: z.object({ code: boundedString(100, 1) }).strict(),
+  response: { 200: billingView, ...sessionErrorResponses(...bodyCodes, 'project_not_found', 'forbidden', 'invalid_token') },
 }
 
 const providerWebhookSchema = {
@@ -96,6 +119,12 @@ export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
       const { project } = await ctx.team.load(user, request.params.projectId)
       const updated = await ctx.billing.update(user, project, request.body)
       return ctx.billing.view(updated)
+    })
+
+    r.post('/projects/:projectId/billing/promo-code', { schema: applyPromoSchema }, async (request) => {
+      const user = await userOf(request)
+      const { project, role } = await ctx.team.load(user, request.params.projectId)
+      return ctx.billing.view(await ctx.promoCodes.apply(user, project, role, request.body.code))
     })
   }
 }
