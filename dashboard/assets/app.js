@@ -133,4 +133,7 @@ function App() {
   return html`<${ProjectPages} me=${session.me} projects=${session.projects} path=${path} onLogout=${logout} reloadProjects=${reloadProjects} />`
 }
 
-render(html`<${App} />`, document.getElementById('app'))
+// Preact 11 keeps the container's existing children: the static "Loading…" goes first.
+const root = document.getElementById('app')
+root.replaceChildren()
+render(html`<${App} />`, root)

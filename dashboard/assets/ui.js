@@ -68,3 +68,19 @@ export function useSubmit(action) {
   }
   return { busy, error, submit, setError }
 }
+
+/** A table that scrolls sideways on narrow screens rather than squeezing its columns. */
+export function Table({ columns, className, busy = false, children }) {
+  return html`<div class="table-wrap">
+    <table class=${className} aria-busy=${busy}>
+      <thead>
+        <tr>
+          ${columns.map((column) => html`<th scope="col">${column}</th>`)}
+        </tr>
+      </thead>
+      <tbody>
+        ${children}
+      </tbody>
+    </table>
+  </div>`
+}

@@ -11,11 +11,36 @@ function AccountCard({ title, children }) {
   </main>`
 }
 
-function Field({ label, ...input }) {
+/** A labelled input; `onValue` receives what the user typed. */
+function Field({ label, onValue, ...input }) {
   return html`<label class="field">
     <span>${label}</span>
-    <input ...${input} />
+    <input ...${input} onInput=${(e) => onValue(e.target.value)} />
   </label>`
+}
+
+/** The address and password of a log-in, or of a new account (whose password rules are shown). */
+function Credentials({ isNewAccount = false, email, setEmail, password, setPassword }) {
+  return html`<${Field}
+      label="E-mail"
+      type="email"
+      name="email"
+      autocomplete=${isNewAccount ? 'email' : 'username'}
+      required
+      value=${email}
+      onValue=${setEmail}
+    />
+    <${Field}
+      label=${isNewAccount ? 'Password (8 to 128 characters)' : 'Password'}
+      type="password"
+      name="password"
+      autocomplete=${isNewAccount ? 'new-password' : 'current-password'}
+      minlength=${isNewAccount ? 8 : undefined}
+      maxlength="128"
+      required
+      value=${password}
+      onValue=${setPassword}
+    />`
 }
 
 /** Where to go after logging in: the page that sent the user here, or the projects. */
@@ -45,16 +70,7 @@ export function LoginPage({ onLoggedIn }) {
   })
   return html`<${AccountCard} title="Log in">
     <form onSubmit=${submit}>
-      <${Field} label="E-mail" type="email" name="email" autocomplete="username" required value=${email} onInput=${(e) => setEmail(e.target.value)} />
-      <${Field}
-        label="Password"
-        type="password"
-        name="password"
-        autocomplete="current-password"
-        required
-        value=${password}
-        onInput=${(e) => setPassword(e.target.value)}
-      />
+      <${Credentials} email=${email} setEmail=${setEmail} password=${password} setPassword=${setPassword} />
       ${
         secondFactor === 'totp' &&
         html`<${Field}
@@ -66,21 +82,13 @@ export function LoginPage({ onLoggedIn }) {
             required
             autofocus
             value=${code}
-            onInput=${(e) => setCode(e.target.value)}
+            onValue=${setCode}
           />
           <button type="button" class="link" onClick=${() => (setSecondFactor('recovery'), setCode(''))}>Use a recovery code instead</button>`
       }
       ${
         secondFactor === 'recovery' &&
-        html`<${Field}
-            label="Recovery code"
-            name="recovery_code"
-            placeholder="xxxx-xxxx"
-            required
-            autofocus
-            value=${code}
-            onInput=${(e) => setCode(e.target.value)}
-          />
+        html`<${Field} label="Recovery code" name="recovery_code" placeholder="xxxx-xxxx" required autofocus value=${code} onValue=${setCode} />
           <button type="button" class="link" onClick=${() => (setSecondFactor('totp'), setCode(''))}>Use an authenticator code instead</button>`
       }
       <${ErrorNotice} error=${error} />
@@ -106,18 +114,7 @@ export function SignupPage() {
   }
   return html`<${AccountCard} title="Create an account">
     <form onSubmit=${submit}>
-      <${Field} label="E-mail" type="email" name="email" autocomplete="email" required value=${email} onInput=${(e) => setEmail(e.target.value)} />
-      <${Field}
-        label="Password (8 to 128 characters)"
-        type="password"
-        name="password"
-        autocomplete="new-password"
-        minlength="8"
-        maxlength="128"
-        required
-        value=${password}
-        onInput=${(e) => setPassword(e.target.value)}
-      />
+      <${Credentials} isNewAccount email=${email} setEmail=${setEmail} password=${password} setPassword=${setPassword} />
       <label class="check"><input type="checkbox" name="accept_terms" checked=${acceptTerms} onChange=${(e) => setAcceptTerms(e.target.checked)} /> I accept the terms of service</label>
       <${ErrorNotice} error=${error} />
       <button type="submit" disabled=${busy}>${busy ? 'Signing up…' : 'Sign up'}</button>
@@ -173,15 +170,7 @@ export function ForgotPage() {
       message
         ? html`<p role="status">${message}</p>`
         : html`<form onSubmit=${submit}>
-            <${Field}
-              label="E-mail"
-              type="email"
-              name="email"
-              autocomplete="email"
-              required
-              value=${email}
-              onInput=${(e) => setEmail(e.target.value)}
-            />
+            <${Field} label="E-mail" type="email" name="email" autocomplete="email" required value=${email} onValue=${setEmail} />
             <${ErrorNotice} error=${error} />
             <button type="submit" disabled=${busy}>Send a reset link</button>
           </form>`
@@ -211,7 +200,7 @@ export function ResetPasswordPage() {
               maxlength="128"
               required
               value=${password}
-              onInput=${(e) => setPassword(e.target.value)}
+              onValue=${setPassword}
             />
             <${ErrorNotice} error=${error} />
             <button type="submit" disabled=${busy}>Set the password</button>

@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'preact/hooks'
 import { call, followJob } from '../api.js'
 import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
-import { ErrorNotice, html, Link, Loading, navigate, useLoad, useSubmit } from '../ui.js'
+import { ErrorNotice, html, Link, Loading, navigate, Table, useLoad, useSubmit } from '../ui.js'
 
 const windows = { '': 'Any time', '1h': 'Last hour', '24h': 'Last 24 hours', '7d': 'Last 7 days', '30d': 'Last 30 days' }
 const windowMs = { '1h': 3_600_000, '24h': 86_400_000, '7d': 7 * 86_400_000, '30d': 30 * 86_400_000 }
@@ -62,19 +62,7 @@ export function JobsPage({ project }) {
     ${data && data.data.length === 0 ? html`<p class="empty">No jobs match these filters.</p>` : null}
     ${
       data && data.data.length > 0
-        ? html`<div class="table-wrap">
-            <table class="jobs" aria-busy=${loading}>
-              <thead>
-                <tr>
-                  <th scope="col">Job</th>
-                  <th scope="col">State</th>
-                  <th scope="col">Type</th>
-                  <th scope="col">Queue</th>
-                  <th scope="col">Attempt</th>
-                  <th scope="col">Created</th>
-                </tr>
-              </thead>
-              <tbody>
+        ? html`<${Table} className="jobs" busy=${loading} columns=${['Job', 'State', 'Type', 'Queue', 'Attempt', 'Created']}>
                 ${data.data.map(
                   (job) => html`<tr data-job=${job.id}>
                   <td><${Link} to=${`/projects/${project.id}/jobs/${job.id}`}><code>${job.id}</code></${Link}></td>
@@ -85,9 +73,7 @@ export function JobsPage({ project }) {
                   <td>${formatTime(job.created_at)}</td>
                 </tr>`,
                 )}
-              </tbody>
-            </table>
-          </div>`
+          </${Table}>`
         : null
     }
     <nav class="pager" aria-label="Pages">

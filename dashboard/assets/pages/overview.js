@@ -1,6 +1,6 @@
 import { call } from '../api.js'
 import { formatDuration, formatTime, jobStates } from '../format.js'
-import { ErrorNotice, html, Link, Loading, useLoad } from '../ui.js'
+import { ErrorNotice, html, Link, Loading, Table, useLoad } from '../ui.js'
 
 const stateLabel = (state) => state.replace('_', ' ')
 
@@ -120,18 +120,7 @@ export function OverviewPage({ project }) {
     ${
       queues.data.length === 0
         ? html`<p class="empty">No queue has jobs waiting.</p>`
-        : html`<div class="table-wrap">
-            <table>
-              <thead>
-                <tr>
-                  <th scope="col">Queue</th>
-                  <th scope="col">Pending</th>
-                  <th scope="col">Scheduled</th>
-                  <th scope="col">Processing</th>
-                  <th scope="col">Oldest waiting</th>
-                </tr>
-              </thead>
-              <tbody>
+        : html`<${Table} columns=${['Queue', 'Pending', 'Scheduled', 'Processing', 'Oldest waiting']}>
                 ${queues.data.map(
                   (q) => html`<tr>
                   <td><${Link} to=${`/projects/${project.id}/jobs?queue=${encodeURIComponent(q.queue)}`}>${q.queue}</${Link}></td>
@@ -141,9 +130,7 @@ export function OverviewPage({ project }) {
                   <td>${q.oldest_pending_at ? html`${formatDuration(q.oldest_pending_age_ms)} <span class="muted small">(since ${formatTime(q.oldest_pending_at)})</span>` : '—'}</td>
                 </tr>`,
                 )}
-              </tbody>
-            </table>
-          </div>`
+          </${Table}>`
     }
   </section>`
 }
