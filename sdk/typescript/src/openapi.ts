@@ -332,6 +332,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -488,6 +506,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -653,6 +689,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -877,7 +949,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `alert_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `alert_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -886,7 +958,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "alert_not_found";
+                                code: "project_not_found" | "user_not_found" | "alert_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -1061,7 +1133,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `alert_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `alert_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -1070,7 +1160,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "alert_not_found";
+                                code: "project_not_found" | "user_not_found" | "alert_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -1281,7 +1371,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `alert_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `alert_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -1290,7 +1398,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "alert_not_found";
+                                code: "project_not_found" | "user_not_found" | "alert_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -1529,6 +1637,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -1638,6 +1764,7 @@ export interface paths {
                     "application/json": {
                         idempotency_key?: string | null;
                         job_type: string;
+                        /** @description default: the `max_attempts` of the queue's retry policy (3 unless the project set one) */
                         max_attempts?: number | null;
                         parent_job_id?: string | null;
                         payload: {
@@ -1722,6 +1849,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "billing_state_blocked";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -1967,7 +2130,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -1976,7 +2139,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -2179,7 +2342,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -2188,7 +2351,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -2416,7 +2579,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -2425,7 +2588,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -2621,7 +2784,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -2630,7 +2793,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -2748,7 +2911,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Retry a failed or dead-lettered job */
+        /**
+         * Retry a failed or dead-lettered job
+         * @description Needs the project role member or above.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2813,7 +2979,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -2822,7 +3006,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -3013,6 +3197,7 @@ export interface paths {
                         jobs: {
                             idempotency_key?: string | null;
                             job_type: string;
+                            /** @description default: the `max_attempts` of the queue's retry policy (3 unless the project set one) */
                             max_attempts?: number | null;
                             parent_job_id?: string | null;
                             payload: {
@@ -3126,6 +3311,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "billing_state_blocked";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -3359,6 +3580,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -3537,6 +3776,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -3724,6 +3981,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -3895,6 +4170,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -4092,6 +4385,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -4535,6 +4846,686 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobsvc/v1/queues/{queue}/retry-policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the retry policy a queue's jobs follow
+         * @description The queue's own policy, else the project's, else the service's; `source` says which.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    queue: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["QueueRetryPolicy"];
+                    };
+                };
+                /** @description Bad Request: `invalid_request` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        /**
+         * Set a queue's own retry policy
+         * @description Overrides the project's default for this queue's jobs. A project has at most 100 queues with their own policy; one more is 409 `retry_policy_limit_reached`. Needs the role admin or owner (an API key acts as the owner); a member or viewer gets 403 `forbidden`.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    queue: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description the first retry's wait, 1–86400 */
+                        base_delay_seconds: number;
+                        /** @description each later wait is this many times the one before, 1–10 (1: a constant wait) */
+                        factor: number;
+                        /** @description 0 to this many seconds added at random to each wait, 0–3600 */
+                        jitter_seconds: number;
+                        /** @description what a job created without `max_attempts` gets, 1–100 */
+                        max_attempts: number;
+                        /** @description no wait grows past this (the jitter comes on top), 1–604800, at least base_delay_seconds */
+                        max_delay_seconds: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["QueueRetryPolicy"];
+                    };
+                };
+                /** @description Bad Request: `invalid_request`, `invalid_idempotency_key` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request" | "invalid_idempotency_key";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Conflict: `idempotency_key_reuse`, `retry_policy_limit_reached` */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "idempotency_key_reuse" | "retry_policy_limit_reached";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Payload Too Large: `invalid_request` */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: `invalid_request` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        post?: never;
+        /**
+         * Remove a queue's own retry policy
+         * @description The queue follows the project's default again. Needs the role admin or owner (an API key acts as the owner); a member or viewer gets 403 `forbidden`.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    queue: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Removed, or there was none */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Bad Request: `invalid_request`, `invalid_idempotency_key` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request" | "invalid_idempotency_key";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Conflict: `idempotency_key_reuse` */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "idempotency_key_reuse";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Payload Too Large: `invalid_request` */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: `invalid_request` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobsvc/v1/recurring": {
         parameters: {
             query?: never;
@@ -4596,6 +5587,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -4787,6 +5796,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -4997,7 +6042,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `recurring_job_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `recurring_job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -5006,7 +6069,681 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "recurring_job_not_found";
+                                code: "project_not_found" | "user_not_found" | "recurring_job_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Conflict: `idempotency_key_reuse` */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "idempotency_key_reuse";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Payload Too Large: `invalid_request` */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: `invalid_request` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobsvc/v1/retry-policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the project's retry policy
+         * @description The default every queue follows unless it has its own: the project's, or the service's (15 × 2^(attempt−1) s, capped at a day, plus 0–3 s of jitter; 3 attempts). Lists the queues with their own policy.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RetryPolicy"];
+                    };
+                };
+                /** @description Bad Request: `invalid_request` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        /**
+         * Set the project's retry policy
+         * @description Replaces the project's default. A failed or timed-out attempt then waits `min(base_delay_seconds × factor^(attempt−1), max_delay_seconds)` s plus 0–`jitter_seconds` s; a job created without `max_attempts` gets this one's. Jobs already created keep their `max_attempts`. Needs the role admin or owner (an API key acts as the owner); a member or viewer gets 403 `forbidden`.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description the first retry's wait, 1–86400 */
+                        base_delay_seconds: number;
+                        /** @description each later wait is this many times the one before, 1–10 (1: a constant wait) */
+                        factor: number;
+                        /** @description 0 to this many seconds added at random to each wait, 0–3600 */
+                        jitter_seconds: number;
+                        /** @description what a job created without `max_attempts` gets, 1–100 */
+                        max_attempts: number;
+                        /** @description no wait grows past this (the jitter comes on top), 1–604800, at least base_delay_seconds */
+                        max_delay_seconds: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RetryPolicy"];
+                    };
+                };
+                /** @description Bad Request: `invalid_request`, `invalid_idempotency_key` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request" | "invalid_idempotency_key";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Timeout: `invalid_request` */
+                408: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Conflict: `idempotency_key_reuse` */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "idempotency_key_reuse";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Payload Too Large: `invalid_request` */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description URI Too Long: `invalid_request` */
+                414: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: `invalid_request` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Too Many Requests: `rate_limit_exceeded` */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "rate_limit_exceeded";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Request Header Fields Too Large: `invalid_request` */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Internal Server Error: `internal_error` */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "internal_error";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+            };
+        };
+        post?: never;
+        /**
+         * Remove the project's retry policy
+         * @description The service's default applies again (queues with their own policy keep it). Needs the role admin or owner (an API key acts as the owner); a member or viewer gets 403 `forbidden`.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Removed, or there was none */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Bad Request: `invalid_request`, `invalid_idempotency_key` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "invalid_request" | "invalid_idempotency_key";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Unauthorized: `unauthorized` */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -5248,6 +6985,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -5428,6 +7183,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "billing_state_blocked";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -5670,7 +7461,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -5679,7 +7470,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -5858,7 +7649,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -5867,7 +7676,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -6109,7 +7918,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -6118,7 +7945,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -6367,7 +8194,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -6376,7 +8203,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -6578,7 +8405,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -6587,7 +8432,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -6759,7 +8604,7 @@ export interface paths {
         put?: never;
         /**
          * Report the outcome of an attempt
-         * @description A failure is retried after `15 × 2^(attempt−1)` s plus 0–3 s of jitter, or dead-lettered on the last attempt. The answer carries `X-Event-Seq`.
+         * @description A failure is retried under the retry policy of the job's queue (see `GET /jobsvc/v1/retry-policy`; by default `15 × 2^(attempt−1)` s plus 0–3 s of jitter), or dead-lettered on the last attempt. The answer carries `X-Event-Seq`.
          */
         post: {
             parameters: {
@@ -6846,7 +8691,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -6855,7 +8718,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -7141,6 +9004,42 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -7374,7 +9273,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -7383,7 +9300,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -7636,6 +9553,42 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -7879,6 +9832,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -8216,6 +10205,19 @@ export interface components {
             name: string;
             plan: string;
         };
+        QueueRetryPolicy: {
+            base_delay_seconds: number;
+            factor: number;
+            jitter_seconds: number;
+            max_attempts: number;
+            max_delay_seconds: number;
+            queue: string;
+            /**
+             * @description where it comes from: the queue's own, the project's default, or the service's
+             * @enum {string}
+             */
+            source: "service" | "project" | "queue";
+        };
         RecurringSchedule: {
             /** Format: date-time */
             created_at: string;
@@ -8235,6 +10237,32 @@ export interface components {
             /** @description IANA name */
             timezone: string;
             /** Format: date-time */
+            updated_at: string;
+        };
+        RetryPolicy: {
+            base_delay_seconds: number;
+            factor: number;
+            jitter_seconds: number;
+            max_attempts: number;
+            max_delay_seconds: number;
+            /** @description the queues with a policy of their own, by name */
+            queues: {
+                base_delay_seconds: number;
+                factor: number;
+                jitter_seconds: number;
+                max_attempts: number;
+                max_delay_seconds: number;
+                queue: string;
+            }[];
+            /**
+             * @description the project's own default, or the service's
+             * @enum {string}
+             */
+            source: "service" | "project";
+            /**
+             * Format: date-time
+             * @description the project's last change of any kind
+             */
             updated_at: string;
         };
         Webhook: {

@@ -14,7 +14,7 @@ const dashboardRoot = fileURLToPath(new URL('../../../dashboard/', import.meta.u
 const vendorModules = ['preact', 'preact/hooks', 'htm'] as const
 
 /** The e-mailed links (mailer.ts, under PUBLIC_URL) that land on dashboard pages. */
-const mailedPaths = ['/verify', '/reset-password', '/accept-invite'] as const
+export const mailedPaths = ['/verify', '/reset-password', '/accept-invite'] as const
 
 const contentTypes: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
