@@ -4,6 +4,7 @@ import addFormats from 'ajv-formats'
 import t, { type Test } from 'tap'
 import { z } from 'zod'
 import { buildApp } from '../../services/roles/api/app.ts'
+import { mailedPaths } from '../../services/roles/api/dashboard-assets.ts'
 import { errorCatalogue } from '../../services/roles/api/errors.ts'
 import { errorResponses, serializeResponses } from '../../services/roles/api/openapi.ts'
 import { isRemovedWrapperPath } from '../../services/roles/api/routes/removed-wrappers.ts'
@@ -90,6 +91,9 @@ t.test('every registered route is in the document', async (t) => {
       // The reference page and its assets are not part of the API.
       r.path !== '/docs' &&
       !r.path.startsWith('/docs/') &&
+      // So are the dashboard's pages and files, and the e-mailed links that lead to them.
+      !r.path.startsWith('/dashboard') &&
+      !(mailedPaths as readonly string[]).includes(r.path) &&
       // Removed routes answer 410 and are described once, as the RouteRemoved response.
       !isRemovedWrapperPath(r.path),
   )

@@ -332,6 +332,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -488,6 +506,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -653,6 +689,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -877,7 +949,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `alert_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `alert_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -886,7 +958,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "alert_not_found";
+                                code: "project_not_found" | "user_not_found" | "alert_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -1061,7 +1133,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `alert_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `alert_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -1070,7 +1160,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "alert_not_found";
+                                code: "project_not_found" | "user_not_found" | "alert_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -1281,7 +1371,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `alert_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `alert_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -1290,7 +1398,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "alert_not_found";
+                                code: "project_not_found" | "user_not_found" | "alert_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -1529,6 +1637,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -1723,6 +1849,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "billing_state_blocked";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -1968,7 +2130,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -1977,7 +2139,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -2180,7 +2342,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -2189,7 +2351,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -2417,7 +2579,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -2426,7 +2588,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -2622,7 +2784,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -2631,7 +2793,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -2749,7 +2911,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Retry a failed or dead-lettered job */
+        /**
+         * Retry a failed or dead-lettered job
+         * @description Needs the project role member or above.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2814,7 +2979,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -2823,7 +3006,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -3136,6 +3319,42 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -3361,6 +3580,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -3539,6 +3776,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -3726,6 +3981,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -3897,6 +4170,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -4094,6 +4385,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -4604,6 +4913,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -4781,6 +5108,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -5012,6 +5357,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -5232,6 +5595,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -5415,6 +5796,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -5625,7 +6042,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `recurring_job_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `recurring_job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -5634,7 +6069,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "recurring_job_not_found";
+                                code: "project_not_found" | "user_not_found" | "recurring_job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -5859,6 +6294,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -6034,6 +6487,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -6255,6 +6726,24 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -6496,6 +6985,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -6676,6 +7183,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "billing_state_blocked";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -6918,7 +7461,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -6927,7 +7470,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -7106,7 +7649,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -7115,7 +7676,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -7357,7 +7918,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -7366,7 +7945,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -7615,7 +8194,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -7624,7 +8203,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -7826,7 +8405,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `webhook_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `webhook_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -7835,7 +8432,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "webhook_not_found";
+                                code: "project_not_found" | "user_not_found" | "webhook_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -8094,7 +8691,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -8103,7 +8718,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -8389,6 +9004,42 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -8622,7 +9273,25 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Not Found: `job_not_found` */
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found`, `job_not_found` */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -8631,7 +9300,7 @@ export interface paths {
                         "application/json": {
                             error: {
                                 /** @enum {string} */
-                                code: "job_not_found";
+                                code: "project_not_found" | "user_not_found" | "job_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */
@@ -8884,6 +9553,42 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Request Timeout: `invalid_request` */
                 408: {
                     headers: {
@@ -9127,6 +9832,42 @@ export interface paths {
                             error: {
                                 /** @enum {string} */
                                 code: "unauthorized";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Forbidden: `forbidden` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "forbidden";
+                                /** @description human-readable; may be reworded: never branch on it */
+                                message: string;
+                                /** @description ULID of the request; the X-Request-Id header carries the same */
+                                request_id: string;
+                            };
+                        };
+                    };
+                };
+                /** @description Not Found: `project_not_found`, `user_not_found` */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            error: {
+                                /** @enum {string} */
+                                code: "project_not_found" | "user_not_found";
                                 /** @description human-readable; may be reworded: never branch on it */
                                 message: string;
                                 /** @description ULID of the request; the X-Request-Id header carries the same */

@@ -38,6 +38,8 @@ import { adminRoutes } from './routes/admin.ts'
 import { workerRoutes } from './routes/workers.ts'
 import { removedWrapperRoutes } from './routes/removed-wrappers.ts'
 import { registerVersionSunset } from './version-sunset.ts'
+import { authenticateProjectCaller, projectHeader } from './project-caller.ts'
+import { dashboardRoutes } from './dashboard-assets.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -177,7 +179,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
     origin: (origin, callback) => callback(null, origin !== undefined && origin === dashboardOrigin),
     credentials: true,
     methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
-    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key'],
+    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', projectHeader],
     exposedHeaders: [
       'X-Request-Id',
       'X-Event-Seq',
@@ -244,7 +246,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(
     async (v1) => {
       v1.addHook('onRequest', async (request, reply) => {
-        request.principal = await context.keys.authenticate(request.headers.authorization)
+        request.principal = await authenticateProjectCaller(context, request.headers, request.method, request.routeOptions.url ?? request.url)
         await admitProjectRequest(context, request.principal.project, reply)
       })
       registerIdempotency(v1, deps, context.idempotency)
@@ -268,6 +270,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(sessionRetryPolicyRoutes(context), { prefix: '/platform/v1' })
   await app.register(providerWebhookRoutes(context), { prefix: '/platform/v1' })
   await app.register(adminRoutes(context), { prefix: '/platform/v1/admin' })
+  await app.register(dashboardRoutes())
   // Last: it mirrors the platform auth and billing routes registered above.
   await app.register(removedWrapperRoutes(routes))
   return { app, context, routes }

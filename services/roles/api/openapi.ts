@@ -82,7 +82,9 @@ function groupByStatus(entries: readonly string[]): ErrorSchemas {
  * the limit, request line and headers over Node's limit, a request not received in time.
  */
 const belowTheRouteCodes = ['408:invalid_request', '414:invalid_request', '431:invalid_request']
-const apiKeyCodes = ['unauthorized', 'rate_limit_exceeded', 'invalid_request', 'internal_error', ...belowTheRouteCodes]
+/** A dashboard session naming a project it is not a member of, or whose user is gone (project-caller.ts). */
+const projectSessionCodes = ['project_not_found', 'user_not_found']
+const apiKeyCodes = ['unauthorized', 'rate_limit_exceeded', 'invalid_request', 'internal_error', ...projectSessionCodes, ...belowTheRouteCodes]
 /** What any session (JWT) route under `/platform/v1` can answer besides its own codes. */
 const sessionCodes = ['unauthorized', 'user_not_found', 'invalid_request', 'internal_error', ...belowTheRouteCodes]
 /** What a route needing no credentials can answer besides its own codes. */
@@ -90,10 +92,11 @@ const publicCodes = ['internal_error', ...belowTheRouteCodes]
 
 /**
  * Codes of every state-changing `/jobsvc/v1` route (POST, PUT, PATCH, DELETE): the
- * Idempotency-Key rules, and bodies over the size limit or of another media type. Spread them
+ * Idempotency-Key rules, a dashboard session whose role is too low, and bodies over the size
+ * limit or of another media type. Spread them
  * into `errorResponses` on such routes.
  */
-export const writeCodes = ['invalid_idempotency_key', 'idempotency_key_reuse', '413:invalid_request', '415:invalid_request'] as const
+export const writeCodes = ['invalid_idempotency_key', 'idempotency_key_reuse', 'forbidden', '413:invalid_request', '415:invalid_request'] as const
 /** Codes of any route outside `/jobsvc/v1` that reads a body. */
 export const bodyCodes = ['413:invalid_request', '415:invalid_request'] as const
 
@@ -176,6 +179,12 @@ type SecurityRequirements = ReadonlyArray<Record<string, readonly string[]>>
 export const apiKeySecurity: SecurityRequirements = [{ apiKey: [] }]
 export const sessionSecurity: SecurityRequirements = [{ sessionBearer: [] }, { sessionCookie: [] }]
 export const noSecurity: SecurityRequirements = []
+/** The `/jobsvc/v1` routes: the API key, or a member's session naming the project (project-caller.ts). */
+export const projectSecurity: SecurityRequirements = [
+  ...apiKeySecurity,
+  { sessionBearer: [], projectHeader: [] },
+  { sessionCookie: [], projectHeader: [] },
+]
 
 /**
  * A route that does not say how it authenticates gets its surface's scheme: the API key under
@@ -183,7 +192,7 @@ export const noSecurity: SecurityRequirements = []
  */
 function defaultSecurity(url: string): SecurityRequirements {
   if (url === apiDescriptionPath) return noSecurity
-  if (url.startsWith('/jobsvc/v1/')) return apiKeySecurity
+  if (url.startsWith('/jobsvc/v1/')) return projectSecurity
   if (url.startsWith('/platform/v1/')) return sessionSecurity
   return noSecurity
 }
@@ -273,6 +282,9 @@ them, and manage projects, keys and teams from the dashboard routes.
 
 - **Service routes** (\`/jobsvc/v1\`) take the project's API key: \`Authorization: Bearer sv_<env>_sk_…\`.
 - **Dashboard routes** (\`/platform/v1\`) take a session: \`Authorization: Bearer <JWT>\` or the \`sv_jwt\` cookie set by login.
+- The dashboard reaches the service routes with its session instead of a key: the session (Bearer or cookie) plus
+  \`X-Jobsvc-Project: <project id>\`. A project the user is not a member of answers 404 \`project_not_found\`; a change
+  needs the role \`member\` (webhooks and the retry policy \`admin\`), else 403 \`forbidden\`.
 - Every response carries \`X-Request-Id\`. Every error is \`{"error": {"code", "message", "request_id"}}\`;
   each operation lists the codes it answers, by status. A path that matches no route answers 404 \`route_not_found\`.
 - Where the end of v1 is announced, its answers carry \`Deprecation\`, \`Sunset\` and \`Link\` headers, and after the
@@ -322,6 +334,13 @@ export async function registerApiDescription(app: FastifyInstance, publicUrl: st
             description: 'A dashboard session (the JWT that login sets as the sv_jwt cookie).',
           },
           sessionCookie: { type: 'apiKey', in: 'cookie', name: 'sv_jwt', description: 'The session cookie set by login.' },
+          projectHeader: {
+            type: 'apiKey',
+            in: 'header',
+            name: 'X-Jobsvc-Project',
+            description:
+              "With a session instead of the API key: the project to act on. The session's user must be a member; the member's role decides (viewer reads; member changes jobs, schedules and alerts; admin webhooks and the retry policy).",
+          },
         },
         responses: {
           RouteNotFound: {

@@ -275,11 +275,12 @@ const cancelSchema = {
 
 const retrySchema = {
   summary: 'Retry a failed or dead-lettered job',
+  description: 'Needs the project role member or above.',
   tags: ['Jobs'],
   params: jobIdParams,
   response: {
     200: z.strictObject({ id: z.string(), state: z.enum(jobStates).describe('`pending`'), attempt: z.number().int() }),
-    ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state'),
+    ...errorResponses(...writeCodes, 'forbidden', 'job_not_found', 'invalid_state'),
   },
 }
 
@@ -554,6 +555,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     })
 
     app.post('/:jobId/retry', { schema: retrySchema }, async (request, reply) => {
+      if (!hasRoleAtLeast(request.principal.role, 'member')) throw new Forbidden('retrying a job needs the project role member or above')
       const { job, seq } = await jobs.retry(request.principal.projectId, request.params.jobId)
       return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state, attempt: job.attempt })
     })

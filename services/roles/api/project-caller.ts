@@ -1,0 +1,52 @@
+import { Forbidden } from '../../../domain/errors.ts'
+import { hasRoleAtLeast, type ProjectRole } from '../../../domain/project.ts'
+import type { ApiKeyDirectory, Principal } from './api-key-directory.ts'
+import type { ApiContext } from './context.ts'
+import { authenticateSession } from './session-auth.ts'
+
+/**
+ * Names the project a dashboard session acts on under `/jobsvc/v1`. Being a custom header, it also
+ * makes every such cross-origin request preflighted, so a page on another site cannot ride the
+ * session cookie into a state change.
+ */
+export const projectHeader = 'x-jobsvc-project'
+
+interface CallerHeaders {
+  authorization?: string | undefined
+  cookie?: string | undefined
+  [projectHeader]?: string | string[] | undefined
+}
+
+/**
+ * The least role a session needs for a request: reading is for every member; changing jobs,
+ * schedules, alerts and the like needs `member`; webhooks and the retry policy are project
+ * settings that only `admin` manages (spec roles: admin manages keys, webhooks and team).
+ * API keys act as `owner` and pass every check.
+ */
+export function requiredRole(method: string, routeUrl: string): ProjectRole {
+  if (method === 'GET' || method === 'HEAD') return 'viewer'
+  if (routeUrl.startsWith('/jobsvc/v1/webhooks') || routeUrl.includes('retry-policy')) return 'admin'
+  return 'member'
+}
+
+/**
+ * Who calls a `/jobsvc/v1` route: the project's API key, or, when the request names a project in
+ * `X-Jobsvc-Project`, a dashboard session (Bearer JWT or the `sv_jwt` cookie) of one of its
+ * members, acting with the member's role. A project the user is not a member of answers 404
+ * `project_not_found`, as on the dashboard routes; a role below `requiredRole` 403 `forbidden`.
+ */
+export async function authenticateProjectCaller(
+  context: Pick<ApiContext, 'accounts' | 'team' | 'deps'> & { keys: ApiKeyDirectory },
+  headers: CallerHeaders,
+  method: string,
+  routeUrl: string,
+): Promise<Principal> {
+  const named = headers[projectHeader]
+  if (named === undefined) return context.keys.authenticate(headers.authorization)
+  const projectId = Array.isArray(named) ? (named[0] ?? '') : named
+  const user = await authenticateSession(context.accounts, headers, context.deps.now())
+  const { project, role } = await context.team.load(user, projectId)
+  const needed = requiredRole(method, routeUrl)
+  if (!hasRoleAtLeast(role, needed)) throw new Forbidden(`this needs the project role ${needed} or above; yours is ${role}`)
+  return { projectId: project.id, role, project }
+}
