@@ -67,6 +67,10 @@ export const profileSchema = z
     timezone: z.string().describe('IANA name'),
     locale: z.string().describe('BCP-47'),
     totp_enabled: z.boolean(),
+    email_undeliverable: z
+      .strictObject({ reason: z.enum(['hard_bounce', 'complaint']), reported_at: instant })
+      .nullable()
+      .describe('set while the e-mail provider reports the address undeliverable: nothing is sent to it until it is verified again'),
     account: z.strictObject({ id: z.string(), name: z.string() }).describe('a placeholder with an empty id while no account exists'),
     products: z.array(z.strictObject({ product_slug: z.string(), enabled: z.boolean(), plan: z.string() })),
     projects: z.array(projectSummary).describe('the projects the user owns, oldest first'),
@@ -311,7 +315,13 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     r.post('/login', { schema: loginSchema }, async (request, reply) => {
       const b = request.body
-      const result = await ctx.accounts.login({ email: b.email, password: b.password, totpCode: b.totp_code, recoveryCode: b.recovery_code })
+      const result = await ctx.accounts.login({
+        email: b.email,
+        password: b.password,
+        totpCode: b.totp_code,
+        recoveryCode: b.recovery_code,
+        device: { ip: request.ip, userAgent: request.headers['user-agent'] ?? '' },
+      })
       setSession(reply, result.session)
       return {
         user_id: result.user.id,
