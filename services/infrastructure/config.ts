@@ -168,6 +168,12 @@ const configFileSchema = z
       .partial()
       .strict()
       .optional(),
+    /** The e-mail provider's webhook signing secret; without it, no e-mail-provider webhook verifies. */
+    email: z
+      .object({ webhook_secret: z.string().min(16) })
+      .partial()
+      .strict()
+      .optional(),
   })
   .passthrough()
 
@@ -190,6 +196,8 @@ export interface Config {
   plans: Readonly<Record<Plan, PlanLimits>>
   /** HMAC secret of the payment provider's webhooks; null: billing is not configured. */
   billingWebhookSecret: string | null
+  /** HMAC secret of the e-mail provider's webhooks (bounces, complaints); null: none is accepted. */
+  emailWebhookSecret: string | null
 }
 
 export class ConfigError extends Error {
@@ -257,6 +265,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
   let fileTunables: Partial<Tunables> = {}
   let filePlans: z.infer<typeof plansFileSchema> = {}
   let billingWebhookSecret: string | null = null
+  let emailWebhookSecret: string | null = null
   if (e.JOBSVC_CONFIG) {
     let raw: unknown
     try {
@@ -269,6 +278,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
     fileTunables = file.data.tunables ?? {}
     filePlans = file.data.plans ?? {}
     billingWebhookSecret = file.data.billing?.webhook_secret ?? null
+    emailWebhookSecret = file.data.email?.webhook_secret ?? null
   }
   return Object.freeze({
     port: e.PORT,
@@ -288,5 +298,6 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
     tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
     plans: resolvePlans(filePlans),
     billingWebhookSecret,
+    emailWebhookSecret,
   })
 }

@@ -52,6 +52,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     logLevel: 'silent',
     plans: resolvePlans(),
     billingWebhookSecret: null,
+    emailWebhookSecret: null,
     ...overrides,
     tunables: tunablesSchema.parse(tunables),
   }

@@ -30,6 +30,7 @@ import { jobRoutes } from './routes/jobs.ts'
 import { recurringRoutes } from './routes/recurring.ts'
 import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
 import { platformBillingRoutes, providerWebhookRoutes } from './routes/platform-billing.ts'
+import { emailProviderWebhookRoutes, notificationRoutes } from './routes/platform-notifications.ts'
 import { platformProjectRoutes } from './routes/platform-projects.ts'
 import { workerRoutes } from './routes/workers.ts'
 
@@ -244,5 +245,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(platformProjectRoutes(context), { prefix: '/platform/v1' })
   await app.register(platformBillingRoutes(context), { prefix: '/platform/v1' })
   await app.register(providerWebhookRoutes(context), { prefix: '/platform/v1' })
+  await app.register(notificationRoutes(context), { prefix: '/platform/v1' })
+  await app.register(emailProviderWebhookRoutes(context), { prefix: '/platform/v1' })
   return { app, context, routes }
 }

@@ -140,6 +140,14 @@ const resendSchema = {
   response: { 200: message, ...anonymousErrors() },
 }
 
+const reverifySchema = {
+  ...anonymous,
+  summary: 'Confirm an address again with its e-mailed token',
+  description: 'The token of the link `POST /platform/v1/account/email/reverify` sent. Lifts an undeliverable mark: e-mails to the address resume.',
+  body: tokenBody,
+  response: { 200: message, ...anonymousErrors('invalid_verification_token') },
+}
+
 const forgotSchema = {
   ...anonymous,
   summary: 'Ask for a password reset link',
@@ -242,6 +250,7 @@ const recoveryCodesSchema = {
 export const messages = {
   signup: 'Account created. Check your e-mail for a verification link (valid 24 hours).',
   verify: 'E-mail verified. Your first project and its API key are ready; the key is shown only once.',
+  reverify: 'E-mail address confirmed. E-mails to it resume.',
   resend: 'If that address has an unverified account, a new verification link (valid 24 hours) is on its way.',
   forgot: 'If an account exists for that address, a password reset link (valid 1 hour) is on its way.',
   reset: 'Password changed. Log in with the new password.',
@@ -311,6 +320,11 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
     r.post('/verify', { schema: verifySchema }, async (request) => {
       const { user, project, apiKey } = await ctx.accounts.verifyEmail(request.body.token)
       return { user_id: user.id, project_id: project.id, project_name: project.name, api_key: apiKey, message: messages.verify }
+    })
+
+    r.post('/reverify', { schema: reverifySchema }, async (request) => {
+      await ctx.accounts.reverifyEmail(request.body.token)
+      return { message: messages.reverify }
     })
 
     r.post('/login', { schema: loginSchema }, async (request, reply) => {
