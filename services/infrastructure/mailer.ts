@@ -75,11 +75,15 @@ export function reverificationMail(to: string, link: string): Mail {
   }
 }
 
-/** `what` happened to the account, as a sentence without its full stop ("Your password was changed"). */
-export function securityNoticeMail(to: string, what: string, at: string): Mail {
+/**
+ * `what` happened to the account, as a sentence without its full stop ("Your password was
+ * changed"), and where it is known, `detail` from the request (its address and client), which
+ * stays out of the subject: a client names itself, so its words must not read as the service's.
+ */
+export function securityNoticeMail(to: string, what: string, at: string, detail?: string): Mail {
   return {
     to,
     subject: `Security notice: ${what}`,
-    text: `${what} on your jobsvc account (${at}).\n\nIf this was you, there is nothing more to do. If it was not, reset your password at once, check your two-factor settings and review your account's activity.\n\nSecurity notices cannot be turned off.\n`,
+    text: `${what} on your jobsvc account (${at}).\n${detail === undefined ? '' : `\n${detail}\n`}\nIf this was you, there is nothing more to do. If it was not, reset your password at once, check your two-factor settings and review your account's activity.\n\nSecurity notices cannot be turned off.\n`,
   }
 }

@@ -610,6 +610,28 @@ t.test('a member removed after the alert was written gets no e-mail; the others 
   t.equal(mailsTo(leaving.email).length, 0, 'the removed member is not: the address is checked again when the mail is sent')
 })
 
+t.test('a member who turned alert e-mails off gets none; the others still do', async (t) => {
+  const mailed = await memberAddress()
+  const quiet = await joinProject(h, owner, owner.projectId, 'member')
+  const off = await h.platform('PATCH', '/platform/v1/account/notifications', { alert_emails: false }, { jwt: quiet.jwt })
+  t.equal(off.status, 200, JSON.stringify(off.body))
+  const alert = await newAlert({
+    name: 'opted out q-alerts-off',
+    kind: 'queue_depth',
+    queue: 'q-alerts-off',
+    threshold: 0,
+    email: [mailed, quiet.email],
+  })
+  await create({ queue: 'q-alerts-off' })
+  await pendingIs('q-alerts-off', 1)
+  await evaluateAlerts(h.runtime)
+  t.match(await getAlert(alert.id), { status: 'firing' })
+  await h.smtp.next(mailed, /^\[alert\] /)
+  await mailSettled()
+  t.equal(mailsTo(mailed).length, 1, 'the other member is mailed')
+  t.equal(mailsTo(quiet.email).length, 0, 'the member who turned alert e-mails off is not')
+})
+
 t.test('the alert name cannot add headers or pass for the service’s own words in the subject', async (t) => {
   const address = await memberAddress()
   const victim = freshEmail('bcc-victim')

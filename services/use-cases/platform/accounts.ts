@@ -11,6 +11,7 @@ import {
 import { activeKeyPrefix, type Project, type SignupPlan } from '../../../domain/project.ts'
 import {
   userDecider,
+  type MailTopic,
   type NotificationPreferences,
   type TokenGrant,
   type UndeliverableAddress,
@@ -186,7 +187,7 @@ export class AccountService {
   }
 
   /** Every other e-mail to a user honours their preferences and address (user-mail.ts); a failed delivery is logged. */
-  async mailUser(user: User, topic: Parameters<typeof mailUser>[2], mail: Mail): Promise<void> {
+  async mailUser(user: User, topic: MailTopic, mail: Mail): Promise<void> {
     try {
       await mailUser(this.#deps, user, topic, mail)
     } catch (err) {
@@ -195,14 +196,14 @@ export class AccountService {
   }
 
   /** An e-mail to an address that may or may not be a user's (an invitation): a user's preferences and address state hold. */
-  async mailAddress(topic: Parameters<typeof mailUser>[2], mail: Mail): Promise<void> {
+  async mailAddress(topic: MailTopic, mail: Mail): Promise<void> {
     const user = await this.findUserByEmail(mail.to)
     await (user === null ? this.sendMail(mail) : this.mailUser(user, topic, mail))
   }
 
-  /** `what`: a sentence without its full stop ("Your password was changed"). */
-  async sendSecurityNotice(user: User, what: string): Promise<void> {
-    await this.mailUser(user, 'security_notices', securityNoticeMail(user.email, what, this.#deps.now().toISOString()))
+  /** `what`: a sentence without its full stop ("Your password was changed"); `detail`: what the request tells (securityNoticeMail). */
+  async sendSecurityNotice(user: User, what: string, detail?: string): Promise<void> {
+    await this.mailUser(user, 'security_notices', securityNoticeMail(user.email, what, this.#deps.now().toISOString(), detail))
   }
 
   async signUp(input: { email: string; password: string; plan: SignupPlan }): Promise<User> {
@@ -428,7 +429,7 @@ export class AccountService {
       const signedIn = result.events.find((e) => e.type === 'new_device_signed_in')
       if (signedIn?.type === 'new_device_signed_in' && !signedIn.data.first_device) {
         const agent = device.userAgent === '' ? 'an unnamed client' : JSON.stringify(device.userAgent.slice(0, 200))
-        await this.sendSecurityNotice(user, `A new sign-in from ${device.ip} with ${agent}`)
+        await this.sendSecurityNotice(user, 'A sign-in from a new device', `From ${device.ip}, with the client ${agent}.`)
       }
     } catch (err) {
       this.#deps.log.warn({ err, user_id: user.id }, 'a sign-in could not be recorded')
