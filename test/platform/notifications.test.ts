@@ -22,6 +22,13 @@ function isError(t: Test, res: HttpResponse, status: number, code: string, what:
   t.equal(res.body?.error?.code, code, `${what}: code ${code}`)
 }
 
+/** Changes the password; resolves to the fresh session the answer sets. */
+async function changePassword(t: Test, jwt: string, current: string, next: string): Promise<string> {
+  const res = await h.platform('POST', '/platform/v1/auth/change-password', { current_password: current, new_password: next }, { jwt })
+  t.equal(res.status, 200, `change-password: ${JSON.stringify(res.body)}`)
+  return sessionFrom(res)
+}
+
 const mailsTo = (email: string, subject: RegExp) => h.smtp.mails.filter((m) => m.to.includes(email.toLowerCase()) && subject.test(m.subject))
 
 async function userActivityKinds(userId: string): Promise<string[]> {
@@ -87,13 +94,7 @@ t.test('a turned-off allowance warning is not sent, while other owners get their
   )
   t.equal(mailsTo(quiet.email, /allowance/).length, 0, 'the owner who turned allowance warnings off got none')
 
-  const changed = await h.platform(
-    'POST',
-    '/platform/v1/auth/change-password',
-    { current_password: quiet.password, new_password: 'a-new-password-1' },
-    { jwt: quiet.jwt },
-  )
-  t.equal(changed.status, 200)
+  await changePassword(t, quiet.jwt, quiet.password, 'a-new-password-1')
   await h.smtp.next(quiet.email, /^Security notice: Your password was changed$/)
 })
 
@@ -109,9 +110,7 @@ t.test('security notices: password changed and reset, 2FA on and off, a recovery
   t.equal(mailsTo(u.email, /new device/).length, 1, 'a second sign-in from the same device is not new')
 
   let password = 'changed-password-1'
-  const changed = await h.platform('POST', '/platform/v1/auth/change-password', { current_password: u.password, new_password: password }, { jwt })
-  t.equal(changed.status, 200)
-  jwt = sessionFrom(changed)
+  jwt = await changePassword(t, jwt, u.password, password)
   await notice(/^Security notice: Your password was changed$/)
 
   t.equal((await h.platform('POST', '/platform/v1/auth/forgot', { email: u.email })).status, 200)
@@ -183,14 +182,7 @@ t.test('a hard bounce stops every e-mail to the address, security notices includ
   t.equal(me.body.email_undeliverable?.reason, 'hard_bounce', 'the profile shows the state')
 
   const before = h.smtp.mails.length
-  const changed = await h.platform(
-    'POST',
-    '/platform/v1/auth/change-password',
-    { current_password: u.password, new_password: 'bounced-password-1' },
-    { jwt: u.jwt },
-  )
-  t.equal(changed.status, 200)
-  let jwt = sessionFrom(changed)
+  let jwt = await changePassword(t, u.jwt, u.password, 'bounced-password-1')
   t.equal((await h.platform('POST', '/platform/v1/auth/forgot', { email: u.email })).status, 200)
   t.equal((await h.platform('POST', `/platform/v1/projects/${u.projectId}/keys/rotate`, undefined, { jwt })).status, 200)
   t.equal(h.smtp.mails.length, before, 'no security notice, reset link or key notice went to the address')
@@ -223,14 +215,7 @@ t.test('a hard bounce stops every e-mail to the address, security notices includ
     'the token is single use',
   )
 
-  const again = await h.platform(
-    'POST',
-    '/platform/v1/auth/change-password',
-    { current_password: 'bounced-password-1', new_password: 'resumed-password-1' },
-    { jwt },
-  )
-  t.equal(again.status, 200)
-  jwt = sessionFrom(again)
+  jwt = await changePassword(t, jwt, 'bounced-password-1', 'resumed-password-1')
   await h.smtp.next(u.email, /^Security notice: Your password was changed$/)
 
   const stale = await signedProviderEvent(providerEvent('hard_bounce', u.email, new Date(Date.now() - 60_000)))

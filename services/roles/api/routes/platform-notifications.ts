@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { maxEmailLength } from '../../../../domain/email-address.ts'
@@ -48,29 +48,35 @@ const emailProviderEvent = z.object({
     .describe('when the provider saw it (ISO 8601 with an offset)'),
 })
 
-const tags = ['Projects']
+/** The account's own settings sit with the account routes (export, deletion). */
+const account = { tags: ['Projects'] }
 
-const readSchema = {
-  summary: 'Your notification preferences',
-  description: 'Which e-mails you get. Security notices are always on.',
-  tags,
-  response: { 200: preferencesSchema, ...sessionErrorResponses() },
-}
-
-const updateSchema = {
-  summary: 'Change your notification preferences',
-  description: 'Any of the topics; the others keep their value. `security_notices: false` is refused (400 `security_notices_required`).',
-  tags,
-  body: preferenceChanges,
-  response: { 200: preferencesSchema, ...sessionErrorResponses(...bodyCodes, 'security_notices_required') },
-}
-
-const reverifySchema = {
-  summary: 'E-mail a link that confirms your address again',
-  description:
+/** What each account route does, for its OpenAPI description. */
+const about = {
+  read: 'Which e-mails you get. Security notices are always on.',
+  update: 'Any of the topics; the others keep their value. `security_notices: false` is refused (400 `security_notices_required`).',
+  reverify:
     'For an address the e-mail provider reported undeliverable: the link (valid 24 hours, `PUBLIC_URL/reverify?token=…`) is sent anyway, and `POST /platform/v1/auth/reverify` with its token lifts the mark. One per 60 s.',
-  tags,
-  response: { 200: z.strictObject({ message: z.string() }), ...sessionErrorResponses('rate_limit_exceeded') },
+}
+const answers = {
+  read: { 200: preferencesSchema, ...sessionErrorResponses() },
+  update: { 200: preferencesSchema, ...sessionErrorResponses(...bodyCodes, 'security_notices_required') },
+  reverify: { 200: z.strictObject({ message: z.string() }), ...sessionErrorResponses('rate_limit_exceeded') },
+}
+
+const readSchema = { ...account, summary: 'Your notification preferences', description: about.read, response: answers.read }
+const updateSchema = {
+  ...account,
+  summary: 'Change your notification preferences',
+  description: about.update,
+  body: preferenceChanges,
+  response: answers.update,
+}
+const reverifySchema = {
+  ...account,
+  summary: 'E-mail a link that confirms your address again',
+  description: about.reverify,
+  response: answers.reverify,
 }
 
 const emailWebhookSchema = {
@@ -92,25 +98,25 @@ const emailWebhookSchema = {
 }
 
 /** One re-verification link per user per 60 s: each is an e-mail the user makes the service send. */
-export const reverificationCooldownMs = 60_000
+const reverificationCooldownMs = 60_000
+
+const sessionUser = (ctx: ApiContext, request: FastifyRequest) => authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
 
 /** `GET`/`PATCH /platform/v1/account/notifications` and the re-verification link (session) — README, "Notifications". */
 export function notificationRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
-    const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>
-      authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
 
-    r.get('/account/notifications', { schema: readSchema }, async (request) => notificationPreferencesOf(await userOf(request)))
+    r.get('/account/notifications', { schema: readSchema }, async (request) => notificationPreferencesOf(await sessionUser(ctx, request)))
 
     r.patch('/account/notifications', { schema: updateSchema }, async (request) => {
-      const user = await userOf(request)
+      const user = await sessionUser(ctx, request)
       const changes = Object.fromEntries(Object.entries(request.body).filter(([, on]) => on !== undefined))
       return notificationPreferencesOf(await ctx.accounts.updateNotificationPreferences(user, changes))
     })
 
     r.post('/account/email/reverify', { schema: reverifySchema }, async (request) => {
-      const user = await userOf(request)
+      const user = await sessionUser(ctx, request)
       const verdict = await ctx.accounts.limits.takeCooldown('email-reverify', user.id, reverificationCooldownMs, ctx.deps.now())
       if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'one re-verification link per 60 seconds')
       await ctx.accounts.requestReverification(user)
@@ -119,21 +125,26 @@ export function notificationRoutes(ctx: ApiContext): FastifyPluginAsync {
   }
 }
 
+/**
+ * The e-mail provider's report: a hard bounce or a complaint about a user's current address marks
+ * it undeliverable; everything else is acknowledged and ignored.
+ */
+async function receiveProviderReport(ctx: ApiContext, request: FastifyRequest) {
+  const now = ctx.deps.now()
+  const event = emailProviderEvent.safeParse(verifiedJson(ctx.deps.config.emailWebhookSecret, request, now))
+  if (!event.success) throw invalidRequest(`body: ${event.error.issues[0]!.message}`)
+  const { id, type, address, timestamp } = event.data
+  const reason = type === 'hard_bounce' || type === 'complaint' ? type : null
+  const marked = reason !== null && (await ctx.accounts.markUndeliverable(address, { reason, reported_at: new Date(timestamp).toISOString() }))
+  ctx.deps.log.info({ provider_event_id: id, type, marked }, 'e-mail provider event received')
+  return { received: true as const, action: marked ? ('marked_undeliverable' as const) : ('ignored' as const), at: now.toISOString() }
+}
+
 /** The e-mail provider's webhook: signed, not authenticated, outside the anonymous limit (signed-webhook.ts). */
 export function emailProviderWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
+  const routeOptions = { schema: emailWebhookSchema, config: { documentedBody: emailProviderEvent } }
   return async (app) => {
     readJsonAsText(app)
-    app
-      .withTypeProvider<ZodTypeProvider>()
-      .post('/email/webhook', { schema: emailWebhookSchema, config: { documentedBody: emailProviderEvent } }, async (request) => {
-        const now = ctx.deps.now()
-        const event = emailProviderEvent.safeParse(verifiedJson(ctx.deps.config.emailWebhookSecret, request, now))
-        if (!event.success) throw invalidRequest(`body: ${event.error.issues[0]!.message}`)
-        const { id, type, address, timestamp } = event.data
-        const reason = type === 'hard_bounce' || type === 'complaint' ? type : null
-        const marked = reason !== null && (await ctx.accounts.markUndeliverable(address, { reason, reported_at: new Date(timestamp).toISOString() }))
-        ctx.deps.log.info({ provider_event_id: id, type, marked }, 'e-mail provider event received')
-        return { received: true as const, action: marked ? ('marked_undeliverable' as const) : ('ignored' as const), at: now.toISOString() }
-      })
+    app.withTypeProvider<ZodTypeProvider>().post('/email/webhook', routeOptions, (request) => receiveProviderReport(ctx, request))
   }
 }
