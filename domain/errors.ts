@@ -84,6 +84,8 @@ export class TotpNotEnabled extends refusal('totp_not_enabled') {}
 export class TotpNotInitialized extends refusal('totp_not_initialized') {}
 /** A second factor that does not match, or a code from a step already used. */
 export class InvalidTotpCode extends refusal('invalid_totp_code') {}
+/** Notification preferences may turn every e-mail off but the security notices. */
+export class SecurityNoticesRequired extends refusal('security_notices_required') {}
 export class KeyRevoked extends refusal('key_revoked') {}
 export class AlreadyRevoked extends refusal('already_revoked') {}
 export class LastProject extends refusal('last_project') {}

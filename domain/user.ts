@@ -4,6 +4,7 @@ import {
   InvalidState,
   InvalidTotpCode,
   InvalidVerificationToken,
+  SecurityNoticesRequired,
   TotpAlreadyEnabled,
   TotpNotEnabled,
   TotpNotInitialized,
@@ -47,6 +48,36 @@ export interface EndedSession {
  */
 export const maxEndedSessions = 100
 
+/** The kinds of e-mail a user chooses to get or not. */
+export const notificationTopics = ['security_notices', 'allowance_warnings', 'overage_charges', 'alert_emails', 'product_news'] as const
+export type NotificationTopic = (typeof notificationTopics)[number]
+export type NotificationPreferences = Record<NotificationTopic, boolean>
+
+/**
+ * Product news is opt-in (marketing mail needs consent); the service's own notices start on.
+ * Security notices cannot be turned off at all.
+ */
+export const defaultNotificationPreferences: Readonly<NotificationPreferences> = {
+  security_notices: true,
+  allowance_warnings: true,
+  overage_charges: true,
+  alert_emails: true,
+  product_news: false,
+}
+
+/** What the e-mail provider reported about the user's address: it refuses mail, or its owner complained. */
+export interface UndeliverableAddress {
+  reason: 'hard_bounce' | 'complaint'
+  /** When the provider saw it (its report's timestamp). */
+  reported_at: string
+}
+
+/**
+ * Devices (digests of where a login came from) remembered per user; a login from any other is
+ * a new sign-in. The oldest is forgotten first.
+ */
+export const maxKnownDevices = 20
+
 export interface User {
   id: string
   email: string
@@ -80,6 +111,14 @@ export interface User {
    * own membership change; the project aggregate is the truth and listings check it.
    */
   project_ids: string[]
+  /** The topics turned on or off; absent ones keep their default (see notificationPreferencesOf). */
+  notifications?: Partial<NotificationPreferences>
+  /** Set while the provider reports the current address undeliverable; absent or null otherwise. */
+  email_undeliverable?: UndeliverableAddress | null
+  /** The last time the user proved the address receives mail again; older reports are stale. */
+  email_reverified_at?: string | null
+  /** Devices seen at login, newest last (absent before the first login recorded one). */
+  known_devices?: string[]
 }
 
 export type UserAggregate = User | null
@@ -119,6 +158,11 @@ export type UserEvent =
   | { type: 'project_joined'; data: { project_id: string } }
   | { type: 'project_left'; data: { project_id: string } }
   | { type: 'account_deleted'; data: { deleted_at: string } }
+  | { type: 'notification_preferences_updated'; data: Partial<NotificationPreferences> }
+  | { type: 'email_marked_undeliverable'; data: UndeliverableAddress & { email: string; marked_at: string } }
+  | { type: 'email_reverified'; data: { email: string; reverified_at: string } }
+  /** `first_device`: the first login ever recorded, which nothing earlier can be compared with. */
+  | { type: 'new_device_signed_in'; data: { device_id: string; first_device: boolean; signed_in_at: string } }
 
 export type UserEventType = UserEvent['type']
 
@@ -152,6 +196,13 @@ export type UserCommand =
   | Command<'join_project', { project_id: string }>
   | Command<'leave_project', { project_id: string }>
   | Command<'delete_account', Record<string, never>>
+  | Command<'update_notification_preferences', Partial<NotificationPreferences>>
+  /** `email`: the address the provider reported; a report about an address the user no longer has changes nothing. */
+  | Command<'mark_email_undeliverable', UndeliverableAddress & { email: string }>
+  /** A fresh token for a verified user to prove the address receives mail again. */
+  | Command<'issue_reverification_token', { verification: TokenGrant }>
+  | Command<'reverify_email', { token_hash: string }>
+  | Command<'record_sign_in', { device_id: string }>
 
 const isLive = (grant: TokenGrant | null, tokenHash: string, now: string): boolean =>
   grant !== null && grant.token_hash === tokenHash && Date.parse(grant.expires_at) > Date.parse(now)
@@ -180,6 +231,24 @@ export function isSessionLive(user: User, session: { session_id: string | null; 
   if (session.issued_at_ms < Date.parse(user.password_changed_at)) return false
   if (user.sessions_ended_before && session.issued_at_ms < Date.parse(user.sessions_ended_before)) return false
   return session.session_id === null || !(user.ended_sessions ?? []).some((s) => s.session_id === session.session_id)
+}
+
+export function notificationPreferencesOf(user: User): NotificationPreferences {
+  return { ...defaultNotificationPreferences, ...user.notifications, security_notices: true }
+}
+
+/** `account`: mail the user asked for or needs to act (a reset link, an invitation); no preference turns it off. */
+export type MailTopic = NotificationTopic | 'account'
+
+/**
+ * Whether the service may e-mail `user` about `topic`, or why not. An undeliverable address gets
+ * nothing, security notices included: sending on would only bounce again (or reach someone who
+ * complained), and providers suspend senders who keep doing it.
+ */
+export function mailVerdict(user: User, topic: MailTopic): 'send' | 'turned_off' | 'undeliverable' {
+  if (user.email_undeliverable) return 'undeliverable'
+  if (topic !== 'account' && !notificationPreferencesOf(user)[topic]) return 'turned_off'
+  return 'send'
 }
 
 const unexpired = (sessions: readonly EndedSession[] | undefined, now: string) =>
@@ -285,6 +354,36 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
       return user.project_ids.includes(command.data.project_id) ? [{ type: 'project_left', data: command.data }] : []
     case 'delete_account':
       return [{ type: 'account_deleted', data: { deleted_at: now } }]
+    case 'update_notification_preferences': {
+      if (command.data.security_notices === false) throw new SecurityNoticesRequired('security notices cannot be turned off')
+      const current = notificationPreferencesOf(user)
+      const changes = Object.fromEntries(
+        notificationTopics
+          .filter((topic) => command.data[topic] !== undefined && command.data[topic] !== current[topic])
+          .map((t) => [t, command.data[t]]),
+      )
+      return Object.keys(changes).length === 0 ? [] : [{ type: 'notification_preferences_updated', data: changes }]
+    }
+    case 'mark_email_undeliverable': {
+      const { email, reason, reported_at } = command.data
+      const isCurrentAddress = email.toLowerCase() === user.email.toLowerCase()
+      const isStale = user.email_reverified_at != null && Date.parse(reported_at) <= Date.parse(user.email_reverified_at)
+      if (!isCurrentAddress || isStale || user.email_undeliverable) return []
+      return [{ type: 'email_marked_undeliverable', data: { email: user.email, reason, reported_at, marked_at: now } }]
+    }
+    case 'issue_reverification_token':
+      if (user.email_verified_at === null) throw new InvalidVerificationToken('the address was never verified: verify it first')
+      return [{ type: 'verification_token_issued', data: command.data.verification }]
+    case 'reverify_email':
+      if (user.email_verified_at === null || !isLive(user.verification, command.data.token_hash, now)) {
+        throw new InvalidVerificationToken('the verification token is invalid, used or expired')
+      }
+      return [{ type: 'email_reverified', data: { email: user.email, reverified_at: now } }]
+    case 'record_sign_in': {
+      const known = user.known_devices ?? []
+      if (known.includes(command.data.device_id)) return []
+      return [{ type: 'new_device_signed_in', data: { device_id: command.data.device_id, first_device: known.length === 0, signed_in_at: now } }]
+    }
   }
 }
 
@@ -389,6 +488,14 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
         recovery_code_hashes: [],
         project_ids: [],
       }
+    case 'notification_preferences_updated':
+      return { ...state, notifications: { ...state.notifications, ...event.data } }
+    case 'email_marked_undeliverable':
+      return { ...state, email_undeliverable: { reason: event.data.reason, reported_at: event.data.reported_at } }
+    case 'email_reverified':
+      return { ...state, email_undeliverable: null, email_reverified_at: event.data.reverified_at, verification: null }
+    case 'new_device_signed_in':
+      return { ...state, known_devices: [...(state.known_devices ?? []), event.data.device_id].slice(-maxKnownDevices) }
   }
 }
 

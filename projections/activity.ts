@@ -46,6 +46,20 @@ function describeUserEvent(e: UserEvent, userId: string): Described | null {
       return { kind: 'recovery_code_used', ...target, summary: 'A recovery code was used to log in' }
     case 'account_deleted':
       return { kind: 'account_deleted', ...target, summary: 'Account deleted' }
+    case 'notification_preferences_updated':
+      return { kind: 'notification_preferences_updated', ...target, summary: 'Notification preferences updated', metadata: e.data }
+    case 'email_marked_undeliverable':
+      return {
+        kind: 'email_marked_undeliverable',
+        ...target,
+        summary: `E-mail address marked undeliverable (${e.data.reason.replace('_', ' ')}); nothing is sent to it until it is confirmed again`,
+        metadata: { reason: e.data.reason, reported_at: e.data.reported_at },
+      }
+    case 'email_reverified':
+      return { kind: 'email_reverified', ...target, summary: 'E-mail address confirmed again; e-mails resume' }
+    case 'new_device_signed_in':
+      // The first sign-in ever has nothing to be new against.
+      return e.data.first_device ? null : { kind: 'new_device_signed_in', ...target, summary: 'Signed in from a new device' }
     default:
       return null
   }
@@ -386,6 +400,10 @@ export const activityFeed: Projection = {
     'recovery_codes_regenerated',
     'recovery_code_used',
     'account_deleted',
+    'notification_preferences_updated',
+    'email_marked_undeliverable',
+    'email_reverified',
+    'new_device_signed_in',
     'api_key_rotated',
     'api_key_revoked',
     'project_renamed',

@@ -187,6 +187,12 @@ const configFileSchema = z
       .partial()
       .strict()
       .optional(),
+    /** The e-mail provider's webhook signing secret; without it, no e-mail-provider webhook verifies. */
+    email: z
+      .object({ webhook_secret: z.string().min(16) })
+      .partial()
+      .strict()
+      .optional(),
   })
   .passthrough()
 
@@ -211,6 +217,8 @@ export interface Config {
   billingWebhookSecret: string | null
   /** null: no end of v1 is announced, and v1 answers carry no deprecation headers. */
   v1Sunset: VersionSunset | null
+  /** HMAC secret of the e-mail provider's webhooks (bounces, complaints); null: none is accepted. */
+  emailWebhookSecret: string | null
 }
 
 export class ConfigError extends Error {
@@ -297,6 +305,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
   let fileTunables: Partial<Tunables> = {}
   let filePlans: z.infer<typeof plansFileSchema> = {}
   let billingWebhookSecret: string | null = null
+  let emailWebhookSecret: string | null = null
   if (e.JOBSVC_CONFIG) {
     let raw: unknown
     try {
@@ -309,6 +318,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
     fileTunables = file.data.tunables ?? {}
     filePlans = file.data.plans ?? {}
     billingWebhookSecret = file.data.billing?.webhook_secret ?? null
+    emailWebhookSecret = file.data.email?.webhook_secret ?? null
   }
   return Object.freeze({
     port: e.PORT,
@@ -329,5 +339,6 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
     plans: resolvePlans(filePlans),
     billingWebhookSecret,
     v1Sunset: toVersionSunset(e),
+    emailWebhookSecret,
   })
 }

@@ -66,3 +66,24 @@ export function inviteMail(to: string, projectName: string, role: string, link: 
     text: `You were invited to join the project "${projectName}" as ${role}.\n\nSign in with this address and open this link within 7 days to accept:\n\n${link}\n`,
   }
 }
+
+export function reverificationMail(to: string, link: string): Mail {
+  return {
+    to,
+    subject: 'Confirm your e-mail address',
+    text: `Mail to this address was returned or reported, so jobsvc stopped sending to it.\n\nOpen this link within 24 hours to confirm that it receives mail again; e-mails resume at once:\n\n${link}\n\nIf you did not ask for this, ignore this message.\n`,
+  }
+}
+
+/**
+ * `what` happened to the account, as a sentence without its full stop ("Your password was
+ * changed"), and where it is known, `detail` from the request (its address and client), which
+ * stays out of the subject: a client names itself, so its words must not read as the service's.
+ */
+export function securityNoticeMail(to: string, what: string, at: string, detail?: string): Mail {
+  return {
+    to,
+    subject: `Security notice: ${what}`,
+    text: `${what} on your jobsvc account (${at}).\n${detail === undefined ? '' : `\n${detail}\n`}\nIf this was you, there is nothing more to do. If it was not, reset your password at once, check your two-factor settings and review your account's activity.\n\nSecurity notices cannot be turned off.\n`,
+  }
+}

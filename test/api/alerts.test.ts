@@ -610,6 +610,23 @@ t.test('a member removed after the alert was written gets no e-mail; the others 
   t.equal(mailsTo(leaving.email).length, 0, 'the removed member is not: the address is checked again when the mail is sent')
 })
 
+t.test('a member who turned alert e-mails off gets none; the others still do', async (t) => {
+  const mailed = await memberAddress()
+  const quiet = await joinProject(h, owner, owner.projectId, 'member')
+  const queue = 'q-alerts-off'
+  await newAlert({ name: 'opted out', kind: 'queue_depth', queue, threshold: 0, email: [mailed, quiet.email] })
+  // Turned off after the alert listed the address: the preference is read when each e-mail is sent.
+  const off = await h.platform('PATCH', '/platform/v1/account/notifications', { alert_emails: false }, { jwt: quiet.jwt })
+  t.equal(off.status, 200, JSON.stringify(off.body))
+  await create({ queue })
+  await pendingIs(queue, 1)
+  await evaluateAlerts(h.runtime)
+  const sent = await h.smtp.next(mailed, /^\[alert\] /)
+  t.match(sent.text, 'opted out')
+  await mailSettled()
+  t.same([mailsTo(mailed).length, mailsTo(quiet.email).length], [1, 0], 'the other member is mailed, the one who turned alert e-mails off is not')
+})
+
 t.test('the alert name cannot add headers or pass for the service’s own words in the subject', async (t) => {
   const address = await memberAddress()
   const victim = freshEmail('bcc-victim')

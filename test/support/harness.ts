@@ -53,6 +53,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     plans: resolvePlans(),
     billingWebhookSecret: null,
     v1Sunset: null,
+    emailWebhookSecret: null,
     ...overrides,
     tunables: tunablesSchema.parse(tunables),
   }

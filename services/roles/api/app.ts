@@ -32,6 +32,7 @@ import { jobRoutes } from './routes/jobs.ts'
 import { recurringRoutes } from './routes/recurring.ts'
 import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
 import { platformBillingRoutes, providerWebhookRoutes } from './routes/platform-billing.ts'
+import { emailProviderWebhookRoutes, notificationRoutes } from './routes/platform-notifications.ts'
 import { platformProjectRoutes } from './routes/platform-projects.ts'
 import { apiKeyRetryPolicyRoutes, sessionRetryPolicyRoutes } from './routes/retry-policy.ts'
 import { adminRoutes } from './routes/admin.ts'
@@ -271,6 +272,8 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(providerWebhookRoutes(context), { prefix: '/platform/v1' })
   await app.register(adminRoutes(context), { prefix: '/platform/v1/admin' })
   await app.register(dashboardRoutes())
+  await app.register(notificationRoutes(context), { prefix: '/platform/v1' })
+  await app.register(emailProviderWebhookRoutes(context), { prefix: '/platform/v1' })
   // Last: it mirrors the platform auth and billing routes registered above.
   await app.register(removedWrapperRoutes(routes))
   return { app, context, routes }

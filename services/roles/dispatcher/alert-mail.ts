@@ -16,7 +16,8 @@ import { consumeWorkQueue } from '../../../streams/consume.ts'
 import type { EventRecord, StoredEvent } from '../../../streams/event-store.ts'
 import { alertMailSubject, mailerConsumerName, mailStreamName } from '../../../streams/names.ts'
 import type { Mail } from '../../infrastructure/mailer.ts'
-import { nonMemberAddresses } from '../../use-cases/alerts/alert-recipients.ts'
+import { alertRecipient } from '../../use-cases/alerts/alert-recipients.ts'
+import { mailUser } from '../../use-cases/platform/user-mail.ts'
 import { projectRef } from '../../use-cases/projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
@@ -94,12 +95,14 @@ export async function enqueueAlertMails(deps: Deps, records: readonly EventRecor
 /**
  * Sends one item; acks it once sent, or leaves it for its next wait, or gives it up after the
  * last. An address that is no longer a member's (removed from the project, account deleted or
- * address changed since the alert was written) gets nothing: the item is dropped and logged.
+ * address changed since the alert was written) gets nothing: the item is dropped and logged; so
+ * does a member who turned alert e-mails off or whose address is undeliverable (user-mail.ts).
  */
 async function sendItem(deps: Deps, msg: JsMsg): Promise<void> {
   const item = JSON.parse(msg.string()) as MailItem
   try {
-    if ((await nonMemberAddresses(deps, item.project_id, [item.to])).length > 0) {
+    const recipient = await alertRecipient(deps, item.project_id, item.to)
+    if (recipient === null) {
       deps.log.warn(
         { alert_id: item.alert_id, project_id: item.project_id, event_id: item.event_id },
         "alert e-mail not sent: the address is no longer a member's",
@@ -107,7 +110,7 @@ async function sendItem(deps: Deps, msg: JsMsg): Promise<void> {
       msg.ack()
       return
     }
-    await deps.mailer.send({ to: item.to, subject: item.subject, text: item.text })
+    await mailUser(deps, recipient, 'alert_emails', { to: item.to, subject: item.subject, text: item.text })
     msg.ack()
   } catch (err) {
     const delays = deps.config.tunables.mail_retry_delays_ms

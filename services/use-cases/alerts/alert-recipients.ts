@@ -26,10 +26,20 @@ export async function nonMemberAddresses(deps: Deps, projectId: string, emails: 
   }
   const refused: string[] = []
   for (const email of emails) {
-    const address = normalizeEmail(email)
-    const member = project?.status === 'active' ? project.members.find((m) => normalizeEmail(m.email) === address) : undefined
-    const user = member === undefined ? null : await userOf(member.user_id)
-    if (user === null || user.status === 'deleted' || normalizeEmail(user.email) !== address) refused.push(email)
+    if ((await memberWithAddress(project, email, userOf)) === null) refused.push(email)
   }
   return refused
+}
+
+/** The user whose current address `email` is, while they are a member of the project; null otherwise. */
+export async function alertRecipient(deps: Deps, projectId: string, email: string): Promise<User | null> {
+  const project = (await deps.store.load<Project>(projectRef(projectId))).state
+  return memberWithAddress(project, email, async (id) => (await deps.store.load<User>(userRef(id))).state)
+}
+
+async function memberWithAddress(project: Project | null, email: string, userOf: (id: string) => Promise<User | null>): Promise<User | null> {
+  const address = normalizeEmail(email)
+  const member = project?.status === 'active' ? project.members.find((m) => normalizeEmail(m.email) === address) : undefined
+  const user = member === undefined ? null : await userOf(member.user_id)
+  return user === null || user.status === 'deleted' || normalizeEmail(user.email) !== address ? null : user
 }

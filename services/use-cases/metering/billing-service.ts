@@ -11,9 +11,11 @@ import {
   type ProjectCommand,
   type ProjectEvent,
 } from '../../../domain/project.ts'
-import type { User } from '../../../domain/user.ts'
+import type { MailTopic, User } from '../../../domain/user.ts'
 import type { CommandResult } from '../../../streams/handle-command.ts'
 import { commandProject } from '../projects/project-service.ts'
+import { userRef } from '../platform/accounts.ts'
+import { mailUser } from '../platform/user-mail.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { Allowance, billingPeriodOf, overageCostCents, type QuotaTerms } from './allowance.ts'
 
@@ -152,6 +154,7 @@ export class BillingService {
         : 'Overage is off: once the allowance is used up, job creation answers 429 until the period ends.'
       await this.#mailOwner(
         project,
+        'allowance_warnings',
         `${project.name}: ${percent}% of this month's job allowance used`,
         `The project "${project.name}" (${project.id}) has created ${usedAfter} of its ${terms.allowance} jobs for the period starting ${period}.\n\n${next}\n`,
       )
@@ -182,6 +185,7 @@ export class BillingService {
     if (result.appended && overage > 0) {
       await this.#mailOwner(
         project,
+        'overage_charges',
         `${project.name}: overage charged for ${previous}`,
         `The project "${project.name}" (${project.id}) created ${overage} jobs beyond its allowance in the period starting ${previous}: ${(cents / 100).toFixed(2)} USD.\n`,
       )
@@ -189,10 +193,21 @@ export class BillingService {
     return result.appended
   }
 
-  /** Billing notices go to the owner; a failed delivery is logged, never fails the request. */
-  async #mailOwner(project: Project, subject: string, text: string): Promise<void> {
-    if (!project.owner_email) return
-    await this.#deps.mailer.send({ to: project.owner_email, subject, text }).catch((err) => {
+  /**
+   * Billing notices go to the owner, as their notification preferences allow (a project the
+   * operator made without an owner account goes to its owner address as it is); a failed
+   * delivery is logged, never fails the request.
+   */
+  async #mailOwner(project: Project, topic: MailTopic, subject: string, text: string): Promise<void> {
+    const ownerId = project.members.find((m) => m.role === 'owner')?.user_id
+    const loaded = ownerId === undefined ? null : (await this.#deps.store.load<User>(userRef(ownerId))).state
+    const owner = loaded?.status === 'deleted' ? null : loaded
+    if (owner === null && !project.owner_email) return
+    const sending =
+      owner === null
+        ? this.#deps.mailer.send({ to: project.owner_email!, subject, text })
+        : mailUser(this.#deps, owner, topic, { to: owner.email, subject, text })
+    await sending.catch((err) => {
       this.#deps.log.error({ err, project_id: project.id, subject }, 'billing e-mail could not be sent')
     })
   }

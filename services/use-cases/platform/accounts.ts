@@ -9,18 +9,28 @@ import {
   UserNotFound,
 } from '../../../domain/errors.ts'
 import { activeKeyPrefix, type Project, type SignupPlan } from '../../../domain/project.ts'
-import { userDecider, type TokenGrant, type User, type UserCommand, type UserEvent } from '../../../domain/user.ts'
+import {
+  userDecider,
+  type MailTopic,
+  type NotificationPreferences,
+  type TokenGrant,
+  type UndeliverableAddress,
+  type User,
+  type UserCommand,
+  type UserEvent,
+} from '../../../domain/user.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
 import { platformScope } from '../../../streams/names.ts'
 import { createProject, deleteProjectAsOperator, projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { AuthLimits } from './auth-limits.ts'
-import { passwordResetMail, tokenLink, verificationMail, type Mail } from '../../infrastructure/mailer.ts'
+import { passwordResetMail, reverificationMail, securityNoticeMail, tokenLink, verificationMail, type Mail } from '../../infrastructure/mailer.ts'
 import { decoyPasswordHash, hashPassword, needsRehash, verifyPassword } from './passwords.ts'
 import { decryptAtRest, deriveKey, encryptAtRest, randomSecret, sha256Hex } from '../../infrastructure/secrets.ts'
 import { SessionIssuer } from './sessions.ts'
 import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, otpauthUri, stepOfCode } from './totp.ts'
+import { mailUser } from './user-mail.ts'
 
 export const verificationTtlMs = 24 * 60 * 60 * 1000
 export const passwordResetTtlMs = 60 * 60 * 1000
@@ -72,9 +82,17 @@ export interface Profile {
   timezone: string
   locale: string
   totp_enabled: boolean
+  /** Set while the e-mail provider reports the address undeliverable: nothing is sent to it. */
+  email_undeliverable: UndeliverableAddress | null
   account: { id: string; name: string }
   products: Array<{ product_slug: string; enabled: boolean; plan: string }>
   projects: ProjectSummary[]
+}
+
+/** Where a login came from: a login from a pair the user has not used lately is a new sign-in. */
+export interface LoginDevice {
+  ip: string
+  userAgent: string
 }
 
 export interface LoginResult {
@@ -159,13 +177,37 @@ export class AccountService {
     return publicUrl ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`
   }
 
-  /** A failed delivery must not fail the request (the user can ask again); it is logged. */
+  /**
+   * Verification links go out whatever the address's state: proving that it receives mail is
+   * how an undeliverable address is cleared. A failed delivery must not fail the request (the
+   * user can ask again); it is logged.
+   */
   async sendMail(mail: Mail): Promise<void> {
     try {
       await this.#deps.mailer.send(mail)
     } catch (err) {
       this.#deps.log.error({ err, subject: mail.subject }, 'e-mail could not be sent')
     }
+  }
+
+  /** Every other e-mail to a user honours their preferences and address (user-mail.ts); a failed delivery is logged. */
+  async mailUser(user: User, topic: MailTopic, mail: Mail): Promise<void> {
+    try {
+      await mailUser(this.#deps, user, topic, mail)
+    } catch (err) {
+      this.#deps.log.error({ err, user_id: user.id, subject: mail.subject }, 'e-mail could not be sent')
+    }
+  }
+
+  /** An e-mail to an address that may or may not be a user's (an invitation): a user's preferences and address state hold. */
+  async mailAddress(topic: MailTopic, mail: Mail): Promise<void> {
+    const user = await this.findUserByEmail(mail.to)
+    await (user === null ? this.sendMail(mail) : this.mailUser(user, topic, mail))
+  }
+
+  /** `what`: a sentence without its full stop ("Your password was changed"); `detail`: what the request tells (securityNoticeMail). */
+  async sendSecurityNotice(user: User, what: string, detail?: string): Promise<void> {
+    await this.mailUser(user, 'security_notices', securityNoticeMail(user.email, what, this.#deps.now().toISOString(), detail))
   }
 
   async signUp(input: { email: string; password: string; plan: SignupPlan }): Promise<User> {
@@ -308,7 +350,7 @@ export class AccountService {
     if (user === null || user.status !== 'active') return
     const { token, grant } = newUserToken(user.id, passwordResetTtlMs, this.#deps.now())
     await this.#onUser(user.id, { type: 'request_password_reset', data: { reset: grant }, meta: this.#meta() })
-    await this.sendMail(passwordResetMail(user.email, tokenLink(this.publicUrl(), '/reset-password', token)))
+    await this.mailUser(user, 'account', passwordResetMail(user.email, tokenLink(this.publicUrl(), '/reset-password', token)))
   }
 
   async resetPassword(token: string, newPassword: string): Promise<void> {
@@ -320,9 +362,16 @@ export class AccountService {
     const passwordHash = await hashPassword(newPassword)
     await this.#onUser(user.id, { type: 'reset_password', data: { token_hash: sha256Hex(token), password_hash: passwordHash }, meta: this.#meta() })
     await this.limits.clearLoginFailures(user.id)
+    await this.sendSecurityNotice(user, 'Your password was reset through an e-mailed link')
   }
 
-  async login(input: { email: string; password: string; totpCode?: string | undefined; recoveryCode?: string | undefined }): Promise<LoginResult> {
+  async login(input: {
+    email: string
+    password: string
+    totpCode?: string | undefined
+    recoveryCode?: string | undefined
+    device?: LoginDevice
+  }): Promise<LoginResult> {
     const now = this.#deps.now()
     const user = await this.findUserByEmail(input.email)
     if (user === null) {
@@ -367,6 +416,8 @@ export class AccountService {
     }
     await this.limits.clearLoginFailures(user.id)
     await this.#upgradePasswordHash(user, input.password)
+    if (recoveryCodeUsed) await this.sendSecurityNotice(user, 'A recovery code was used to sign in')
+    if (input.device) await this.#recordSignIn(user, input.device)
     return { user, session: await this.sessions.issue(user.id, now), recoveryCodeUsed, projects: await this.ownedProjects(user) }
   }
 
@@ -386,6 +437,25 @@ export class AccountService {
       })
     } catch (err) {
       this.#deps.log.warn({ err, user_id: user.id }, 'the password hash could not be upgraded; the next login tries again')
+    }
+  }
+
+  /**
+   * A login from a device (address and User-Agent) the user has not signed in from lately gets a
+   * security notice; the first login ever has nothing to compare with and gets none. A failure
+   * here does not fail the login.
+   */
+  async #recordSignIn(user: User, device: LoginDevice): Promise<void> {
+    try {
+      const deviceId = sha256Hex(`${device.ip}\n${device.userAgent}`).slice(0, 32)
+      const result = await this.#onUser(user.id, { type: 'record_sign_in', data: { device_id: deviceId }, meta: this.#meta() })
+      const signedIn = result.events.find((e) => e.type === 'new_device_signed_in')
+      if (signedIn?.type === 'new_device_signed_in' && !signedIn.data.first_device) {
+        const agent = device.userAgent === '' ? 'an unnamed client' : JSON.stringify(device.userAgent.slice(0, 200))
+        await this.sendSecurityNotice(user, 'A sign-in from a new device', `From ${device.ip}, with the client ${agent}.`)
+      }
+    } catch (err) {
+      this.#deps.log.warn({ err, user_id: user.id }, 'a sign-in could not be recorded')
     }
   }
 
@@ -449,6 +519,7 @@ export class AccountService {
       timezone: user.timezone,
       locale: user.locale,
       totp_enabled: Boolean(user.totp?.enabled_at),
+      email_undeliverable: user.email_undeliverable ?? null,
       account: user.account ?? { id: '', name: '' },
       products: [{ product_slug: 'jobsvc', enabled: user.email_verified_at !== null, plan: user.plan }],
       projects: await this.ownedProjects(user),
@@ -459,6 +530,7 @@ export class AccountService {
     if (!(await verifyPassword(currentPassword, user.password_hash))) throw new WrongPassword()
     const passwordHash = await hashPassword(newPassword)
     const result = await this.#onUser(user.id, { type: 'change_password', data: { password_hash: passwordHash }, meta: this.#meta() })
+    await this.sendSecurityNotice(result.state!, 'Your password was changed')
     return result.state!
   }
 
@@ -480,7 +552,9 @@ export class AccountService {
     const step = await stepOfCode(this.#totpSecretOf(user), code, this.#deps.now())
     if (step === null) throw new InvalidTotpCode('the code does not match')
     const checked = { step, secret_encrypted: user.totp.secret_encrypted }
-    return (await this.#onUser(user.id, { type: 'enable_totp', data: checked, meta: this.#meta() })).state!
+    const enabled = (await this.#onUser(user.id, { type: 'enable_totp', data: checked, meta: this.#meta() })).state!
+    await this.sendSecurityNotice(enabled, 'Two-factor authentication was enabled')
+    return enabled
   }
 
   async disableTotp(user: User, password: string, code: string): Promise<void> {
@@ -489,6 +563,43 @@ export class AccountService {
     const step = await stepOfCode(this.#totpSecretOf(user), code, this.#deps.now())
     if (step === null) throw new InvalidTotpCode('the code does not match')
     await this.#onUser(user.id, { type: 'disable_totp', data: { step }, meta: this.#meta() })
+    await this.sendSecurityNotice(user, 'Two-factor authentication was disabled')
+  }
+
+  async updateNotificationPreferences(user: User, changes: Partial<NotificationPreferences>): Promise<User> {
+    return (await this.#onUser(user.id, { type: 'update_notification_preferences', data: changes, meta: this.#meta() })).state!
+  }
+
+  /**
+   * The e-mail provider's report of a hard bounce or a complaint. Resolves to whether it marked
+   * a user's address: an address no user has, a report older than the user's last
+   * re-verification, or one already marked changes nothing.
+   */
+  async markUndeliverable(email: string, report: UndeliverableAddress): Promise<boolean> {
+    const user = await this.findUserByEmail(email)
+    if (user === null) return false
+    const result = await this.#onUser(user.id, {
+      type: 'mark_email_undeliverable',
+      data: { email: normalizeEmail(email), ...report },
+      meta: this.#meta(),
+    })
+    if (result.appended)
+      this.#deps.log.warn({ user_id: user.id, reason: report.reason }, 'e-mail address marked undeliverable: nothing more is sent to it')
+    return result.appended
+  }
+
+  /** A link (valid 24 hours) that proves the address receives mail again; sent even to an undeliverable address, which it clears. */
+  async requestReverification(user: User): Promise<void> {
+    const { token, grant } = newUserToken(user.id, verificationTtlMs, this.#deps.now())
+    await this.#onUser(user.id, { type: 'issue_reverification_token', data: { verification: grant }, meta: this.#meta() })
+    await this.sendMail(reverificationMail(user.email, tokenLink(this.publicUrl(), '/reverify', token)))
+  }
+
+  async reverifyEmail(token: string): Promise<void> {
+    const userId = userIdOfToken(token)
+    const user = userId === null ? null : await this.loadUser(userId)
+    if (user === null) throw new InvalidVerificationToken('the verification token is invalid, used or expired')
+    await this.#onUser(user.id, { type: 'reverify_email', data: { token_hash: sha256Hex(token) }, meta: this.#meta() })
   }
 
   async regenerateRecoveryCodes(user: User): Promise<string[]> {

@@ -150,13 +150,24 @@ export class TeamService {
       data: { actor_user_id: user.id, key: { prefix: apiKeyPrefix(apiKey), key_hash: hashApiKey(apiKey) } },
       meta: this.#meta(),
     })
+    await this.#noticeKeyChange(result.state!, `The API key of project ${project.id} was rotated; the previous key works for 24 more hours`)
     return { apiKey, rotatedAt: result.state!.updated_at }
   }
 
   async revokeKeys(user: User, projectId: string): Promise<string> {
-    await this.load(user, projectId)
+    const { project } = await this.load(user, projectId)
     const result = await this.#on(projectId, { type: 'revoke_api_keys', data: { actor_user_id: user.id }, meta: this.#meta() })
+    await this.#noticeKeyChange(result.state!, `Every API key of project ${project.id} was revoked`)
     return result.state!.keys_revoked_at!
+  }
+
+  /** A key change is a security notice to everyone who may change keys: the owner and the admins. */
+  async #noticeKeyChange(project: Project, what: string): Promise<void> {
+    const keyHolders = project.members.filter((m) => m.role === 'owner' || m.role === 'admin')
+    for (const member of keyHolders) {
+      const holder = await this.#accounts.loadUser(member.user_id)
+      if (holder !== null) await this.#accounts.sendSecurityNotice(holder, what)
+    }
   }
 
   async team(user: User, projectId: string): Promise<{ members: MemberView[]; invites: InviteView[] }> {
@@ -196,7 +207,7 @@ export class TeamService {
     })
     const invite = result.state!.invites.find((i) => i.invite_id === inviteId)!
     const link = tokenLink(this.#accounts.publicUrl(), '/accept-invite', token)
-    await this.#accounts.sendMail(inviteMail(input.email, result.state!.name, invite.role, link))
+    await this.#accounts.mailAddress('account', inviteMail(input.email, result.state!.name, invite.role, link))
     return {
       invite_id: inviteId,
       email: invite.email,

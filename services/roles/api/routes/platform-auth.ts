@@ -67,6 +67,10 @@ export const profileSchema = z
     timezone: z.string().describe('IANA name'),
     locale: z.string().describe('BCP-47'),
     totp_enabled: z.boolean(),
+    email_undeliverable: z
+      .strictObject({ reason: z.enum(['hard_bounce', 'complaint']), reported_at: instant })
+      .nullable()
+      .describe('set while the e-mail provider reports the address undeliverable: nothing is sent to it until it is verified again'),
     account: z.strictObject({ id: z.string(), name: z.string() }).describe('a placeholder with an empty id while no account exists'),
     products: z.array(z.strictObject({ product_slug: z.string(), enabled: z.boolean(), plan: z.string() })),
     projects: z.array(projectSummary).describe('the projects the user owns, oldest first'),
@@ -134,6 +138,14 @@ const resendSchema = {
   description: 'The same answer whether or not the address has an unverified account; never sooner than 300 ms.',
   body: emailBody,
   response: { 200: message, ...anonymousErrors() },
+}
+
+const reverifySchema = {
+  ...anonymous,
+  summary: 'Confirm an address again with its e-mailed token',
+  description: 'The token of the link `POST /platform/v1/account/email/reverify` sent. Lifts an undeliverable mark: e-mails to the address resume.',
+  body: tokenBody,
+  response: { 200: message, ...anonymousErrors('invalid_verification_token') },
 }
 
 const forgotSchema = {
@@ -238,6 +250,7 @@ const recoveryCodesSchema = {
 export const messages = {
   signup: 'Account created. Check your e-mail for a verification link (valid 24 hours).',
   verify: 'E-mail verified. Your first project and its API key are ready; the key is shown only once.',
+  reverify: 'E-mail address confirmed. E-mails to it resume.',
   resend: 'If that address has an unverified account, a new verification link (valid 24 hours) is on its way.',
   forgot: 'If an account exists for that address, a password reset link (valid 1 hour) is on its way.',
   reset: 'Password changed. Log in with the new password.',
@@ -309,9 +322,20 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
       return { user_id: user.id, project_id: project.id, project_name: project.name, api_key: apiKey, message: messages.verify }
     })
 
+    r.post('/reverify', { schema: reverifySchema }, async (request) => {
+      await ctx.accounts.reverifyEmail(request.body.token)
+      return { message: messages.reverify }
+    })
+
     r.post('/login', { schema: loginSchema }, async (request, reply) => {
       const b = request.body
-      const result = await ctx.accounts.login({ email: b.email, password: b.password, totpCode: b.totp_code, recoveryCode: b.recovery_code })
+      const result = await ctx.accounts.login({
+        email: b.email,
+        password: b.password,
+        totpCode: b.totp_code,
+        recoveryCode: b.recovery_code,
+        device: { ip: request.ip, userAgent: request.headers['user-agent'] ?? '' },
+      })
       setSession(reply, result.session)
       return {
         user_id: result.user.id,

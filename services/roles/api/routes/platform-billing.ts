@@ -5,12 +5,12 @@ import { boundedString } from '../text-fields.ts'
 import { ProjectNotFound } from '../../../../domain/errors.ts'
 import { billingOf, billingStates, plans, type Project } from '../../../../domain/project.ts'
 import { promoKinds } from '../../../../domain/promo-code.ts'
-import { checkSignature, signatureHeader } from '../../../use-cases/metering/provider-signature.ts'
 import { projectRef } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
-import { billingDisabled, invalidRequest, invalidSignature, missingSignature } from '../errors.ts'
+import { billingDisabled, invalidRequest } from '../errors.ts'
 import { bodyCodes, instant, noSecurity, publicErrorResponses, sessionErrorResponses } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
+import { readJsonAsText, verifiedJson } from '../signed-webhook.ts'
 
 const projectParams = z.object({ projectId: boundedString(100, 1) })
 const billingChanges = z
@@ -135,26 +135,14 @@ export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
  */
 export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (app) => {
-    app.removeContentTypeParser('application/json')
-    app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => done(null, body))
+    readJsonAsText(app)
 
     app
       .withTypeProvider<ZodTypeProvider>()
       .post('/billing/webhook', { schema: providerWebhookSchema, config: { documentedBody: providerEvent } }, async (request) => {
         const secret = ctx.deps.config.billingWebhookSecret
         if (secret === null) throw billingDisabled()
-        const raw = typeof request.body === 'string' ? request.body : ''
-        const header = request.headers[signatureHeader]
-        const check = checkSignature(secret, Array.isArray(header) ? header.join(',') : header, raw, ctx.deps.now())
-        if (check === 'missing') throw missingSignature(signatureHeader)
-        if (check === 'invalid') throw invalidSignature()
-        let parsed: unknown
-        try {
-          parsed = JSON.parse(raw)
-        } catch {
-          throw invalidRequest('the body is not valid JSON')
-        }
-        const event = providerEvent.safeParse(parsed)
+        const event = providerEvent.safeParse(verifiedJson(secret, request, ctx.deps.now()))
         if (!event.success) throw invalidRequest(`body: ${event.error.issues[0]!.message}`)
         const { project_id: projectId, state } = event.data.data
         const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await ctx.deps.store.load<Project>(projectRef(projectId))).state : null
