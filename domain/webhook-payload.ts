@@ -31,12 +31,7 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
       return {
         type: 'job.succeeded',
         data: {
-          schema_version: 1,
-          job_id: job.id,
-          project_id: job.project_id,
-          job_type: job.job_type,
-          queue: job.queue,
-          state: 'succeeded',
+          ...finishedJobFields(job, 'succeeded'),
           duration_ms: d.duration_ms,
           completed_at: d.completed_at,
         },
@@ -47,12 +42,7 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
       return {
         type: 'job.failed',
         data: {
-          schema_version: 1,
-          job_id: job.id,
-          project_id: job.project_id,
-          job_type: job.job_type,
-          queue: job.queue,
-          state: 'dead_letter',
+          ...finishedJobFields(job, 'dead_letter'),
           attempt_number: d.attempt,
           max_attempts: job.max_attempts,
           error_type: d.error?.type ?? null,
@@ -65,6 +55,11 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
     default:
       return null
   }
+}
+
+/** The fields a finished job's webhook event opens with, in the order the signed body has them. */
+function finishedJobFields(job: Job, state: 'succeeded' | 'dead_letter') {
+  return { schema_version: 1, job_id: job.id, project_id: job.project_id, job_type: job.job_type, queue: job.queue, state }
 }
 
 /** The webhook event of an alert event, given the alert after it; null unless the alert asks for webhooks. */
