@@ -28,31 +28,14 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
       return { type: 'job.created', data: { schema_version: 1, job_id: job.id, queue: job.queue } }
     case 'job_succeeded': {
       const d = event.data as Extract<JobEvent, { type: 'job_succeeded' }>['data']
-      return {
-        type: 'job.succeeded',
-        data: {
-          schema_version: 1,
-          job_id: job.id,
-          project_id: job.project_id,
-          job_type: job.job_type,
-          queue: job.queue,
-          state: 'succeeded',
-          duration_ms: d.duration_ms,
-          completed_at: d.completed_at,
-        },
-      }
+      return { type: 'job.succeeded', data: { ...finishedJobFields(job, 'succeeded'), duration_ms: d.duration_ms, completed_at: d.completed_at } }
     }
     case 'job_dead_lettered': {
       const d = event.data as Extract<JobEvent, { type: 'job_dead_lettered' }>['data']
       return {
         type: 'job.failed',
         data: {
-          schema_version: 1,
-          job_id: job.id,
-          project_id: job.project_id,
-          job_type: job.job_type,
-          queue: job.queue,
-          state: 'dead_letter',
+          ...finishedJobFields(job, 'dead_letter'),
           attempt_number: d.attempt,
           max_attempts: job.max_attempts,
           error_type: d.error?.type ?? null,
@@ -65,6 +48,11 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
     default:
       return null
   }
+}
+
+/** The fields a finished job's webhook event opens with, in the order the signed body has them. */
+function finishedJobFields(job: Job, state: 'succeeded' | 'dead_letter') {
+  return { schema_version: 1, job_id: job.id, project_id: job.project_id, job_type: job.job_type, queue: job.queue, state }
 }
 
 /** The webhook event of an alert event, given the alert after it; null unless the alert asks for webhooks. */

@@ -1,7 +1,7 @@
 import type { Project, ProjectEventType } from '../domain/project.ts'
 import type { EventRecord } from '../streams/event-store.ts'
-import type { Queryable, Sql } from './database.ts'
-import { latestPerAggregate, type Projection } from './projection.ts'
+import type { Sql } from './database.ts'
+import { snapshotRows, type Projection } from './projection.ts'
 
 /** Every project event: each can change the name, plan, status, owner or keys. */
 const handledTypes: readonly ProjectEventType[] = [
@@ -25,32 +25,28 @@ const handledTypes: readonly ProjectEventType[] = [
  * snapshots guarded by `last_seq`; the operator command line writes them directly too, so a
  * project is usable the moment it is created, before any projector runs.
  */
-export async function upsertProjectRows(db: Queryable, records: readonly EventRecord[]): Promise<void> {
-  for (const r of latestPerAggregate(records.filter((x) => x.message.aggregate === 'project'))) {
-    const p = r.message.state as Project | null
-    if (p === null) continue
-    const updated = await db`
-      INSERT INTO projects (id, name, plan, owner_email, status, created_at, updated_at, last_seq)
-      VALUES (${p.id}, ${p.name}, ${p.plan}, ${p.owner_email}, ${p.status ?? 'active'}, ${p.created_at}, ${p.updated_at}, ${r.seq})
-      ON CONFLICT (id) DO UPDATE SET name = excluded.name, plan = excluded.plan, owner_email = excluded.owner_email,
-        status = excluded.status, updated_at = excluded.updated_at, last_seq = excluded.last_seq
-      WHERE projects.last_seq < excluded.last_seq
-      RETURNING id`
-    if (updated.length === 0) continue
-    await db`DELETE FROM api_keys WHERE project_id = ${p.id}`
-    if (p.keys.length === 0) continue
-    const keys = p.keys.map((k) => ({
-      prefix: k.prefix,
-      project_id: p.id,
-      key_hash: k.key_hash,
-      status: k.status,
-      issued_at: k.issued_at,
-      expires_at: k.expires_at,
-      last_seq: r.seq,
-    }))
-    await db`INSERT INTO api_keys ${db(keys, 'prefix', 'project_id', 'key_hash', 'status', 'issued_at', 'expires_at', 'last_seq')}`
-  }
-}
+export const upsertProjectRows = snapshotRows<Project>('project', async (db, p, seq) => {
+  const updated = await db`
+    INSERT INTO projects (id, name, plan, owner_email, status, created_at, updated_at, last_seq)
+    VALUES (${p.id}, ${p.name}, ${p.plan}, ${p.owner_email}, ${p.status ?? 'active'}, ${p.created_at}, ${p.updated_at}, ${seq})
+    ON CONFLICT (id) DO UPDATE SET name = excluded.name, plan = excluded.plan, owner_email = excluded.owner_email,
+      status = excluded.status, updated_at = excluded.updated_at, last_seq = excluded.last_seq
+    WHERE projects.last_seq < excluded.last_seq
+    RETURNING id`
+  if (updated.length === 0) return
+  await db`DELETE FROM api_keys WHERE project_id = ${p.id}`
+  if (p.keys.length === 0) return
+  const keys = p.keys.map((k) => ({
+    prefix: k.prefix,
+    project_id: p.id,
+    key_hash: k.key_hash,
+    status: k.status,
+    issued_at: k.issued_at,
+    expires_at: k.expires_at,
+    last_seq: seq,
+  }))
+  await db`INSERT INTO api_keys ${db(keys, 'prefix', 'project_id', 'key_hash', 'status', 'issued_at', 'expires_at', 'last_seq')}`
+})
 
 /**
  * The same rows written by a request, outside the projector, so a new or rotated key works at
@@ -66,5 +62,5 @@ export const projectDirectory: Projection = {
   name: 'project-directory',
   handles: handledTypes,
   tables: ['api_keys', 'projects'],
-  apply: (tx, records) => upsertProjectRows(tx, records),
+  apply: upsertProjectRows,
 }

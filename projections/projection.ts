@@ -1,5 +1,5 @@
 import type { EventRecord } from '../streams/event-store.ts'
-import type { Tx } from './database.ts'
+import type { Queryable, Tx } from './database.ts'
 
 /**
  * A read model fed by the event log. `apply` receives, in stream order, the messages carrying
@@ -27,4 +27,22 @@ export function latestPerAggregate(records: readonly EventRecord[]): EventRecord
     if (prior === undefined || prior.seq < r.seq) latest.set(r.subject, r)
   }
   return [...latest.values()]
+}
+
+/**
+ * The writer of a read model holding one row per aggregate: for each `aggregate` in the batch,
+ * `upsert` gets the state its newest message carries and that message's sequence, which the row
+ * keeps as `last_seq` so that an older snapshot never overwrites a newer one. A message whose
+ * state is null writes nothing.
+ */
+export function snapshotRows<State>(
+  aggregate: string,
+  upsert: (db: Queryable, state: State, seq: number) => Promise<unknown>,
+): (db: Queryable, records: readonly EventRecord[]) => Promise<void> {
+  return async (db, records) => {
+    for (const r of latestPerAggregate(records.filter((x) => x.message.aggregate === aggregate))) {
+      const state = r.message.state as State | null
+      if (state !== null) await upsert(db, state, r.seq)
+    }
+  }
 }

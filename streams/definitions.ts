@@ -23,16 +23,7 @@ const nanosPerMs = 1_000_000
  * Idempotency-Key lifetime, which lives elsewhere).
  */
 export function eventsStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
-  return {
-    name: eventsStreamName(ns),
-    subjects: [eventsSubjectFilter(ns)],
-    retention: RetentionPolicy.Limits,
-    storage: StorageType.File,
-    discard: DiscardPolicy.Old,
-    allow_direct: true,
-    duplicate_window: 2 * 60 * 1000 * nanosPerMs,
-    num_replicas: 1,
-  }
+  return { ...fileStream(eventsStreamName(ns), eventsSubjectFilter(ns), RetentionPolicy.Limits), allow_direct: true }
 }
 
 /** Heartbeats are liveness, not history: one KV entry per running job, gone after two days. */
@@ -40,20 +31,25 @@ export const heartbeatMaxAgeMs = 2 * 24 * 60 * 60 * 1000
 
 /** The webhook work queue: a message is removed once its consumer acks it (the delivery settled). */
 export function deliveriesStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
+  return fileStream(deliveriesStreamName(ns), deliveriesSubjectFilter(ns), RetentionPolicy.Workqueue)
+}
+
+/** The alert e-mail work queue: a message is removed once its consumer acks it (sent or given up). */
+export function mailStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
+  return fileStream(mailStreamName(ns), mailSubjectFilter(ns), RetentionPolicy.Workqueue)
+}
+
+/** What every stream of the install shares: one subject filter, files, one replica, the same duplicate window. */
+function fileStream(name: string, subject: string, retention: RetentionPolicy): Partial<StreamConfig> & { name: string } {
   return {
-    name: deliveriesStreamName(ns),
-    subjects: [deliveriesSubjectFilter(ns)],
-    retention: RetentionPolicy.Workqueue,
+    name,
+    subjects: [subject],
+    retention,
     storage: StorageType.File,
     discard: DiscardPolicy.Old,
     duplicate_window: 2 * 60 * 1000 * nanosPerMs,
     num_replicas: 1,
   }
-}
-
-/** The alert e-mail work queue: a message is removed once its consumer acks it (sent or given up). */
-export function mailStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
-  return { ...deliveriesStreamConfig(ns), name: mailStreamName(ns), subjects: [mailSubjectFilter(ns)] }
 }
 
 /** Creates what is missing and leaves what exists (several processes start at once). */

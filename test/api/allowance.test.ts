@@ -1,25 +1,10 @@
-import { execFile } from 'node:child_process'
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { promisify } from 'node:util'
 import t from 'tap'
-import { openSql } from '../../projections/database.ts'
 import { resolvePlans } from '../../domain/plans.ts'
 import { signPayload } from '../../services/use-cases/metering/provider-signature.ts'
-import {
-  eventually,
-  httpRequest,
-  isolatedNames,
-  removeIsolated,
-  repoRoot,
-  spawnService,
-  type HttpResponse,
-  type SpawnedService,
-} from '../support/harness.ts'
+import { eventually, httpRequest, type HttpResponse } from '../support/harness.ts'
 import { newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
+import { createProjectWithCli, spawnedInstall } from '../support/spawned-install.ts'
 
-const run = promisify(execFile)
 const webhookSecret = 'whsec-allowance-test-0123456789'
 
 /** The quota headers of an answer, as strings (null when absent). */
@@ -378,35 +363,11 @@ t.test('the monthly allowance on job creation (one process)', async (t) => {
 })
 
 t.test('two API processes hand out the last 50 units exactly once', async (t) => {
-  const names = isolatedNames(import.meta.filename, '_mp')
-  t.teardown(() => removeIsolated(names))
-  const dir = await mkdtemp(join(tmpdir(), 'jobsvc-allowance-'))
-  t.teardown(() => rm(dir, { recursive: true, force: true }))
-  const configFile = join(dir, 'config.json')
   const allowance = 1_000_000
-  await writeFile(configFile, JSON.stringify({ plans: { business: { monthly_jobs: allowance } } }))
-  const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl, JOBSVC_CONFIG: configFile }
-
-  const starting = [spawnService(env), spawnService(env)]
-  t.teardown(() =>
-    Promise.all(
-      starting.map((s) =>
-        s.then(
-          (svc) => svc.stop(),
-          () => undefined,
-        ),
-      ),
-    ),
-  )
-  const services: SpawnedService[] = await Promise.all(starting)
-  const sql = openSql(names.databaseUrl, { max: 2, applicationName: 'jobsvc-test' })
-  t.teardown(() => sql.end({ timeout: 5 }))
-
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'mp', '--plan', 'business'], {
-    cwd: repoRoot,
-    env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
-  })
-  const { project_id: projectId, api_key: apiKey } = JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { project_id: string; api_key: string }
+  const install = await spawnedInstall(t, import.meta.filename, { suffix: '_mp', config: { plans: { business: { monthly_jobs: allowance } } } })
+  const services = await Promise.all([install.start(), install.start()])
+  const sql = install.openSql()
+  const { projectId, apiKey } = await createProjectWithCli(install.env, 'mp')
 
   const seed = await httpRequest(services[0]!.url, apiKey, 'POST', '/jobsvc/v1/jobs', job(0))
   t.equal(seed.status, 201)

@@ -1,5 +1,6 @@
 import http from 'node:http'
 import t, { type Test } from 'tap'
+import type { AuditRow } from '../../services/roles/api/routes/audit-log-export.ts'
 import { eventually, httpRequest, type HttpResponse } from '../support/harness.ts'
 import { joinProject, newVerifiedUser, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 import { parseCsv } from '../support/rfc4180.ts'
@@ -29,15 +30,7 @@ function isError(t: Test, res: HttpResponse, status: number, code: string, what:
 
 const join = (owner: VerifiedUser, projectId: string, role: string) => joinProject(h, owner, projectId, role)
 
-interface DbRow {
-  id: string
-  created_at: Date
-  kind: string
-  target_type: string
-  target_id: string | null
-  summary: string
-  user_id: string | null
-  metadata: string | null
+interface DbRow extends AuditRow {
   seq: string
 }
 

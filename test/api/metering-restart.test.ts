@@ -1,59 +1,20 @@
-import { execFile } from 'node:child_process'
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { promisify } from 'node:util'
 import t from 'tap'
-import { openSql } from '../../projections/database.ts'
-import {
-  eventually,
-  httpRequest,
-  isolatedNames,
-  removeIsolated,
-  repoRoot,
-  spawnService,
-  type HttpResponse,
-  type SpawnedService,
-} from '../support/harness.ts'
+import { eventually, httpRequest, type HttpResponse, type SpawnedService } from '../support/harness.ts'
+import { createProjectWithCli, spawnedInstall } from '../support/spawned-install.ts'
 
-const run = promisify(execFile)
 const requestsPerHour = 30
 const monthlyJobs = 10
 
 t.test('request counts, the allowance and idempotency keys survive a restart of every process', async (t) => {
-  const names = isolatedNames(import.meta.filename)
-  t.teardown(() => removeIsolated(names))
-  const dir = await mkdtemp(join(tmpdir(), 'jobsvc-metering-restart-'))
-  t.teardown(() => rm(dir, { recursive: true, force: true }))
-  const configFile = join(dir, 'config.json')
-  await writeFile(configFile, JSON.stringify({ plans: { business: { requests_per_hour: requestsPerHour, monthly_jobs: monthlyJobs } } }))
-  const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl, JOBSVC_CONFIG: configFile }
-
-  const running = new Set<SpawnedService>()
-  t.teardown(() => Promise.all([...running].map((svc) => svc.stop())))
-  const start = async (args: string[] = []) => {
-    const svc = await spawnService(env, args)
-    running.add(svc)
-    return svc
-  }
-  const stop = async (tt: Pick<typeof t, 'equal'>, svc: SpawnedService) => {
-    await svc.stop()
-    running.delete(svc)
-    tt.equal(svc.process.exitCode, 0, 'the process shut down cleanly')
-  }
-  const sql = openSql(names.databaseUrl, { max: 2, applicationName: 'jobsvc-test' })
-  t.teardown(() => sql.end({ timeout: 5 }))
+  const install = await spawnedInstall(t, import.meta.filename, {
+    config: { plans: { business: { requests_per_hour: requestsPerHour, monthly_jobs: monthlyJobs } } },
+  })
+  const start = install.start
+  const stop = async (tt: Pick<typeof t, 'equal'>, svc: SpawnedService) => tt.equal(await install.stop(svc), 0, 'the process shut down cleanly')
+  const sql = install.openSql()
 
   const first = await start()
-  const cli = await run(
-    process.execPath,
-    ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'restart', '--plan', 'business'],
-    {
-      cwd: repoRoot,
-      env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
-    },
-  )
-  const { project_id: projectId, api_key: apiKey } = JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { project_id: string; api_key: string }
+  const { projectId, apiKey } = await createProjectWithCli(install.env, 'restart')
 
   // Every /jobsvc/v1 request counts towards the hourly limit; `sent` is what the project has used.
   let sent = 0

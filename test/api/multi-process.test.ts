@@ -1,10 +1,6 @@
-import { execFile } from 'node:child_process'
-import { promisify } from 'node:util'
 import t from 'tap'
-import { openSql } from '../../projections/database.ts'
-import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService, type SpawnedService } from '../support/harness.ts'
-
-const run = promisify(execFile)
+import { eventually, httpRequest, type SpawnedService } from '../support/harness.ts'
+import { createProjectWithCli, spawnedInstall } from '../support/spawned-install.ts'
 
 const totalJobs = 2000
 const createConcurrency = 32
@@ -21,32 +17,13 @@ async function inFlight<T>(items: readonly T[], limit: number, work: (item: T, i
 }
 
 t.test('two service processes with 8 pollers each claim 2,000 jobs exactly once', async (t) => {
-  const names = isolatedNames(import.meta.filename)
-  t.teardown(() => removeIsolated(names))
-  const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl }
-
+  const install = await spawnedInstall(t, import.meta.filename)
   // Both processes start together on a fresh install and both run every role: the projector is
   // leader-elected, so one of them projects and the other stands by.
-  const starting = [spawnService(env), spawnService(env)]
-  t.teardown(() =>
-    Promise.all(
-      starting.map((s) =>
-        s.then(
-          (svc) => svc.stop(),
-          () => undefined,
-        ),
-      ),
-    ),
-  )
-  const services: SpawnedService[] = await Promise.all(starting)
-  const sql = openSql(names.databaseUrl, { max: 2, applicationName: 'jobsvc-test' })
-  t.teardown(() => sql.end({ timeout: 5 }))
+  const services = await Promise.all([install.start(), install.start()])
+  const sql = install.openSql()
 
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'x', '--plan', 'business'], {
-    cwd: repoRoot,
-    env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
-  })
-  const { project_id: projectId, api_key: apiKey } = JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { project_id: string; api_key: string }
+  const { projectId, apiKey } = await createProjectWithCli(install.env, 'x')
   t.match(projectId, /^\S+$/, 'the CLI printed a project id')
 
   const created: string[] = []

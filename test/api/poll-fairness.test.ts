@@ -1,7 +1,6 @@
-import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { openSql } from '../../projections/database.ts'
-import { buildApp } from '../../services/roles/api/app.ts'
+import { startApiProcess } from '../support/api-process.ts'
 import { answerWithin, eventually, httpRequest, startHarness, type HttpResponse } from '../support/harness.ts'
 import { lockJobsTable } from '../support/read-models.ts'
 
@@ -27,22 +26,11 @@ const pollsOfA = 50
 const h = await startHarness(t, import.meta.filename, { roles: ['projector'], tunables: { max_polls_per_project: pollsOfA } })
 const perProject = h.config.tunables.claim_transactions_per_project
 
-const stopping = new AbortController()
-const { app, context } = await buildApp(h.runtime, stopping.signal)
+const { app, context, url, stop } = await startApiProcess(t, h.runtime)
 let pollRequests = 0
 app.server.on('request', (req) => {
   if (req.url === '/jobsvc/v1/workers/poll') pollRequests++
 })
-await app.listen({ host: '127.0.0.1', port: 0 })
-let closed = false
-const stop = async () => {
-  if (closed) return
-  closed = true
-  stopping.abort()
-  await app.close()
-}
-t.teardown(stop)
-const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
 
 const observer = openSql(h.config.databaseUrl, { max: 2, applicationName: 'poll-fairness-observer' })
 t.teardown(() => observer.end({ timeout: 5 }))

@@ -1,12 +1,10 @@
-import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { openSql } from '../../projections/database.ts'
-import { buildApp } from '../../services/roles/api/app.ts'
-import type { ApiContext } from '../../services/roles/api/context.ts'
 import { JobService, type NewJob } from '../../services/use-cases/jobs/job-service.ts'
 import type { Deps } from '../../services/infrastructure/runtime.ts'
 import { eventsStreamName } from '../../streams/names.ts'
 import { answerWithin, eventually, httpRequest, startHarness, withClockShifted, type HttpResponse } from '../support/harness.ts'
+import { startApiProcess, type ApiProcess } from '../support/api-process.ts'
 import { lockJobsTable } from '../support/read-models.ts'
 
 /**
@@ -23,26 +21,9 @@ const h = await startHarness(t, import.meta.filename, { roles: ['projector', 'sc
 const sql = openSql(h.config.databaseUrl, { max: 2, applicationName: 'ready-index-observer' })
 t.teardown(() => sql.end({ timeout: 5 }))
 
-interface Api {
-  url: string
-  context: ApiContext
-  stop(): Promise<void>
-}
-
 /** An API process's app (its own ready index, claim line and pool share) on the harness runtime. */
-async function startApi(deps: Deps = h.runtime): Promise<Api> {
-  const stopping = new AbortController()
-  const { app, context } = await buildApp(deps, stopping.signal)
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  let stopped = false
-  const stop = async () => {
-    if (stopped) return
-    stopped = true
-    stopping.abort()
-    await app.close()
-  }
-  t.teardown(stop)
-  return { url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, context, stop }
+function startApi(deps: Deps = h.runtime): Promise<ApiProcess> {
+  return startApiProcess(t, deps)
 }
 
 /** The same runtime with other tunables (bounds of the index). */
@@ -79,13 +60,13 @@ async function projected(queue: string, count: number): Promise<void> {
   )
 }
 
-const poll = (api: Api, body: Record<string, unknown>): Promise<HttpResponse> =>
+const poll = (api: ApiProcess, body: Record<string, unknown>): Promise<HttpResponse> =>
   httpRequest(api.url, h.apiKey, 'POST', '/jobsvc/v1/workers/poll', { wait_seconds: 0, ...body })
-const ack = (api: Api, jobId: string, workerId: string, status: 'succeeded' | 'failed' = 'succeeded') =>
+const ack = (api: ApiProcess, jobId: string, workerId: string, status: 'succeeded' | 'failed' = 'succeeded') =>
   httpRequest(api.url, h.apiKey, 'POST', '/jobsvc/v1/workers/ack', { job_id: jobId, worker_id: workerId, status })
 
 /** A poll on the queue, so that the process follows it, and until its index holds every job of it. */
-async function follow(api: Api, queue: string): Promise<void> {
+async function follow(api: ApiProcess, queue: string): Promise<void> {
   const res = await poll(api, { worker_id: 'opener', queues: [queue], capacity: 1 })
   if (res.status !== 200 || res.body.jobs.length !== 0) throw new Error(`opening poll on ${queue} answered ${res.status} ${JSON.stringify(res.body)}`)
   await eventually(async () => api.context.ready.isComplete(h.projectId, [queue]), 15_000, `the index to hold every job of ${queue}`)
@@ -95,12 +76,12 @@ async function follow(api: Api, queue: string): Promise<void> {
  * Pollers on every API until `ids` are all claimed and acked; every claim (job and attempt) is
  * recorded with the API that answered it.
  */
-async function drain(apis: Api[], queue: string, ids: readonly string[], pollersPerApi = 4) {
+async function drain(apis: ApiProcess[], queue: string, ids: readonly string[], pollersPerApi = 4) {
   const claims = new Map<string, string>()
   const duplicates: string[] = []
   const acked = new Set<string>()
   const giveUpAt = Date.now() + 60_000
-  const poller = async (api: Api, a: number, w: number) => {
+  const poller = async (api: ApiProcess, a: number, w: number) => {
     const workerId = `api${a}-w${w}`
     while (acked.size < ids.length && Date.now() < giveUpAt) {
       const res = await poll(api, { worker_id: workerId, queues: [queue], capacity: 5, wait_seconds: 1 })

@@ -1,26 +1,11 @@
-import { execFile } from 'node:child_process'
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { promisify } from 'node:util'
 import t from 'tap'
 import { decodeTime } from 'ulid'
-import { openSql } from '../../projections/database.ts'
 import { occurrenceJobId } from '../../services/use-cases/jobs/recurring-service.ts'
 import { connectNats } from '../../streams/connection.ts'
 import { eventsStreamConfig } from '../../streams/definitions.ts'
-import {
-  eventually,
-  httpRequest,
-  isolatedNames,
-  removeIsolated,
-  repoRoot,
-  spawnService,
-  type HttpResponse,
-  type SpawnedService,
-} from '../support/harness.ts'
+import { eventually, httpRequest, type HttpResponse, type SpawnedService } from '../support/harness.ts'
+import { createProjectWithCli, spawnedInstall } from '../support/spawned-install.ts'
 
-const run = promisify(execFile)
 const periodMs = 2_000
 const every2s = '*/2 * * * * *'
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -39,40 +24,18 @@ function gapsOverOneMissed(occurrences: number[]): string[] {
 }
 
 t.test('schedulers in several processes fire each occurrence once, and catch up once after downtime', async (t) => {
-  const names = isolatedNames(import.meta.filename)
-  t.teardown(() => removeIsolated(names))
-  const dir = await mkdtemp(join(tmpdir(), 'jobsvc-recurring-schedulers-'))
-  t.teardown(() => rm(dir, { recursive: true, force: true }))
-  const configFile = join(dir, 'config.json')
-  await writeFile(configFile, JSON.stringify({ tunables: { scheduler_interval_ms: 50 } }))
-  const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl, JOBSVC_CONFIG: configFile }
-
-  const running = new Set<SpawnedService>()
-  t.teardown(() => Promise.all([...running].map((svc) => svc.stop())))
-  const start = async (roles: string) => {
-    const svc = await spawnService(env, ['--role', roles])
-    running.add(svc)
-    return svc
-  }
-  const stop = async (svc: SpawnedService) => {
-    await svc.stop()
-    running.delete(svc)
-    t.equal(svc.process.exitCode, 0, 'a scheduler shut down cleanly')
-  }
+  const install = await spawnedInstall(t, import.meta.filename, { config: { tunables: { scheduler_interval_ms: 50 } } })
+  const start = (roles: string) => install.start(['--role', roles])
+  const stop = async (svc: SpawnedService) => t.equal(await install.stop(svc), 0, 'a scheduler shut down cleanly')
   // Started one after the other: the first creates the streams and runs the migrations.
   const api = await start('api,projector')
   const [s1, s2] = await Promise.all([start('scheduler'), start('scheduler')])
 
-  const sql = openSql(names.databaseUrl, { max: 2, applicationName: 'jobsvc-test' })
-  t.teardown(() => sql.end({ timeout: 5 }))
+  const sql = install.openSql()
   const nats = await connectNats(process.env.NATS_URL ?? 'nats://127.0.0.1:4222', 'jobsvc-test')
   t.teardown(() => nats.nc.close())
 
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'cron', '--plan', 'business'], {
-    cwd: repoRoot,
-    env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret', LOG_LEVEL: 'silent' },
-  })
-  const { project_id: projectId, api_key: apiKey } = JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { project_id: string; api_key: string }
+  const { projectId, apiKey } = await createProjectWithCli({ ...install.env, LOG_LEVEL: 'silent' }, 'cron')
   const call = (method: string, path: string, body?: unknown): Promise<HttpResponse> => httpRequest(api.url, apiKey, method, path, body)
 
   const jobsOf = async (jobType: string): Promise<any[]> => {
@@ -97,7 +60,7 @@ t.test('schedulers in several processes fire each occurrence once, and catch up 
     )
   /** Every job in the read model: the projector has applied the whole log. */
   const projected = async () => {
-    const last = (await nats.jsm.streams.info(eventsStreamConfig(names.namespace).name)).state.last_seq
+    const last = (await nats.jsm.streams.info(eventsStreamConfig(install.env.JOBSVC_NAMESPACE!).name)).state.last_seq
     await eventually(
       async () => {
         const [row] = await sql<{ n: number | null }[]>`SELECT min(last_seq)::int AS n FROM projection_checkpoints`
@@ -150,12 +113,12 @@ t.test('schedulers in several processes fire each occurrence once, and catch up 
   // The downtime itself: a span of time, not a state to wait for.
   await pause(6_000)
   const restartAt = Date.now()
-  await start('scheduler')
+  const restarted = await start('scheduler')
   await firedAtOrAfter('tock', restartAt + 2 * periodMs, 1)
   const tockDelete = await call('DELETE', '/jobsvc/v1/recurring/rjob_tock')
   const tockDeletedAt = Date.now()
   t.equal(tockDelete.status, 204)
-  await Promise.all([...running].filter((s) => s !== api).map(stop))
+  await stop(restarted)
   await projected()
 
   const ticks = await jobsOf('tick')

@@ -1,9 +1,6 @@
-import { execFile } from 'node:child_process'
-import { promisify } from 'node:util'
 import t from 'tap'
-import { eventually, httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService } from '../support/harness.ts'
-
-const run = promisify(execFile)
+import { eventually, httpRequest, isolatedNames, removeIsolated, spawnService } from '../support/harness.ts'
+import { createProjectWithCli } from '../support/spawned-install.ts'
 
 t.test('one process runs the API on its main thread and the other roles on a thread of their own; they work together and stop cleanly', async (t) => {
   const names = isolatedNames(import.meta.filename)
@@ -12,15 +9,7 @@ t.test('one process runs the API on its main thread and the other roles on a thr
   const svc = await spawnService(env)
   t.teardown(() => svc.stop('SIGKILL'))
 
-  const cli = await run(
-    process.execPath,
-    ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'threads', '--plan', 'business'],
-    {
-      cwd: repoRoot,
-      env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
-    },
-  )
-  const { api_key: apiKey } = JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { api_key: string }
+  const { apiKey } = await createProjectWithCli(env, 'threads')
   const call = (method: string, path: string, body?: unknown) => httpRequest(svc.url, apiKey, method, path, body)
   await eventually(async () => (await call('GET', '/jobsvc/v1/jobs?limit=1')).status === 200, 15_000, 'the new key works')
 

@@ -13,6 +13,16 @@ async function create(body: Record<string, unknown>): Promise<any> {
 }
 
 const getJob = async (id: string) => (await h.request('GET', `/jobsvc/v1/jobs/${id}`)).body
+/** The job once it has left `processing`: the reaper has retried or dead-lettered its silent attempt. */
+const reaped = (id: string, what: string) =>
+  eventually(
+    async () => {
+      const j = await getJob(id)
+      return j.state !== 'processing' && j
+    },
+    10_000,
+    what,
+  )
 const historyOf = async (id: string) => (await h.request('GET', `/jobsvc/v1/jobs/${id}/history`)).body.data as any[]
 const poll = (body: Record<string, unknown>) => h.request('POST', '/jobsvc/v1/workers/poll', { wait_seconds: 0, ...body })
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -64,28 +74,14 @@ t.test('the reaper retries a silent attempt, and dead-letters it on the last att
   const last = await create({ queue: 's-reap', timeout_seconds: 1, max_attempts: 1 })
   await claimAll('s-reap', 'wrk_lost', [retried.id, last.id])
 
-  const afterRetry = await eventually(
-    async () => {
-      const j = await getJob(retried.id)
-      return j.state !== 'processing' && j
-    },
-    10_000,
-    'the reaper to retry the attempt',
-  )
+  const afterRetry = await reaped(retried.id, 'the reaper to retry the attempt')
   t.match(afterRetry, { state: 'pending', attempt: 1, max_attempts: 3, worker_id: null, error: { type: 'HeartbeatTimeout' } })
   t.type(afterRetry.error.message, 'string')
   t.ok(Date.parse(afterRetry.run_at) > Date.now(), 'the retry waits for its backoff like any failed attempt')
   const failed = (await historyOf(retried.id)).at(-1)
   t.match(failed, { type: 'job_attempt_failed', data: { attempt: 1, worker_id: 'wrk_lost', reaped: true } })
 
-  const afterLast = await eventually(
-    async () => {
-      const j = await getJob(last.id)
-      return j.state !== 'processing' && j
-    },
-    10_000,
-    'the reaper to dead-letter the last attempt',
-  )
+  const afterLast = await reaped(last.id, 'the reaper to dead-letter the last attempt')
   t.match(afterLast, { state: 'dead_letter', attempt: 1, error: { type: 'HeartbeatTimeout' } })
   t.type(afterLast.completed_at, 'string', 'completed_at is set')
   t.match((await historyOf(last.id)).at(-1), { type: 'job_dead_lettered', data: { reaped: true } })

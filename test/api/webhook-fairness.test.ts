@@ -110,6 +110,16 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
     tunables: { webhook_retry_delays_ms: [200, 200, 200, 200], webhook_timeout_ms: 1_000 },
   })
   const deliveriesOf = async (key: string, id: string) => (await httpRequest(h.url, key, 'GET', `/jobsvc/v1/webhooks/${id}/deliveries`)).body
+  /** The subscription's first delivery, once it is delivered. */
+  const firstDelivered = (key: string, id: string, what: string) =>
+    eventually(
+      async () => {
+        const d = (await deliveriesOf(key, id)).data[0]
+        return d?.status === 'delivered' ? d : null
+      },
+      10_000,
+      what,
+    )
   const subscribe = async (key: string, url: string) => {
     const res = await httpRequest(h.url, key, 'POST', '/jobsvc/v1/webhooks', { url, events: ['job.created'] })
     t.equal(res.status, 201, JSON.stringify(res.body))
@@ -164,14 +174,7 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
   await t.test('only the start of a long answer is read: its status settles the attempt', async (t) => {
     const id = await subscribe(h.apiKey, `${receiver.base}/endless`)
     await httpRequest(h.url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'long-answer', queue: 'slow', payload: {} })
-    const settled = await eventually(
-      async () => {
-        const d = (await deliveriesOf(h.apiKey, id)).data[0]
-        return d?.status === 'delivered' ? d : null
-      },
-      10_000,
-      'the delivery to the endless receiver',
-    )
+    const settled = await firstDelivered(h.apiKey, id, 'the delivery to the endless receiver')
     t.match(settled, { status: 'delivered', response_status: 200, attempt: 1 })
     const hit = receiver.hits.find((x) => x.path === '/endless')!
     await eventually(async () => hit.cutOff, 5_000, 'the endless answer cut off')
@@ -190,14 +193,7 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
     await eventually(async () => receiver.openTrickles() >= 16, 10_000, "A's trickling attempts under way")
     const b = await subscribe(h.apiKey, `${receiver.base}/b`)
     await httpRequest(h.url, h.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'mine', queue: 'b', payload: {} })
-    const delivered = await eventually(
-      async () => {
-        const d = (await deliveriesOf(h.apiKey, b)).data[0]
-        return d?.status === 'delivered' ? d : null
-      },
-      10_000,
-      "B's delivery",
-    )
+    const delivered = await firstDelivered(h.apiKey, b, "B's delivery")
     t.match(delivered, { status: 'delivered', response_status: 200, attempt: 1 })
     const hitB = receiver.hits.find((x) => x.path === '/b')!
     t.ok(hitB.openTrickles > 0, `B's delivery arrived while ${hitB.openTrickles} of A's attempts were in flight`)

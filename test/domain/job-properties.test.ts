@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import fc from 'fast-check'
 import t, { type Test } from 'tap'
 import { fold } from '../../domain/decider.ts'
-import { DomainError } from '../../domain/errors.ts'
+import { decideChecked } from '../support/decider-spec.ts'
 import { failedJobState } from '../support/job-commands.ts'
 import { metricsOfJobEvent } from '../../domain/job-metrics.ts'
 import {
@@ -185,21 +185,10 @@ function run({ start, steps }: Scenario): { decisions: Decision[]; final: JobAgg
   for (const { op, advanceS, random } of steps) {
     clock += advanceS * 1000
     const command = toCommand(op, new Date(clock).toISOString(), random)
-    const before = structuredClone(state)
-    let events: JobEvent[]
-    try {
-      events = jobDecider.decide(command, state)
-    } catch (error) {
-      assert.ok(error instanceof DomainError, `decide threw a non-domain error: ${String(error)}`)
-      assert.deepEqual(state, before, 'a refused command leaves the state untouched')
-      continue
-    }
-    assert.deepEqual(state, before, 'decide does not mutate the state')
-    const next = fold(jobDecider, state, events)
-    // handleCommand hands back both `before` and the folded state, so evolve must copy, not mutate.
-    assert.deepEqual(state, before, 'evolve does not mutate the state it folds into')
-    state = next
-    decisions.push({ command, before, events: structuredClone(events), after: structuredClone(state) })
+    const step = decideChecked(jobDecider, command, state)
+    if ('refusal' in step) continue
+    state = step.next
+    decisions.push({ command, before: step.before, events: structuredClone(step.events), after: structuredClone(state) })
   }
   return { decisions, final: state }
 }

@@ -553,21 +553,18 @@ t.test('retry', async (t) => {
       .then([ev.claimed(2, 'w2', 10)])
   })
 
-  t.test('a failed job below its max_attempts keeps max_attempts', async (t) => {
-    const job = deciderSpec(t, jobDecider)
-      .givenState(failedJob(1, 3))
-      .when(cmd.retry(20))
-      .then([{ type: 'job_retried', data: { attempt: 1, max_attempts: 3, previous_state: 'failed', retried_at: at(20) } }])
-    t.match(job, { ...cleared, attempt: 1, max_attempts: 3 })
-  })
-
-  t.test('a failed job at its max_attempts gets max_attempts = attempt + 1', async (t) => {
-    const job = deciderSpec(t, jobDecider)
-      .givenState(failedJob(3, 3))
-      .when(cmd.retry(20))
-      .then([{ type: 'job_retried', data: { attempt: 3, max_attempts: 4, previous_state: 'failed', retried_at: at(20) } }])
-    t.match(job, { ...cleared, attempt: 3, max_attempts: 4 })
-  })
+  for (const [name, attempt, maxAttempts] of [
+    ['a failed job below its max_attempts keeps max_attempts', 1, 3],
+    ['a failed job at its max_attempts gets max_attempts = attempt + 1', 3, 4],
+  ] as const) {
+    t.test(name, async (t) => {
+      const job = deciderSpec(t, jobDecider)
+        .givenState(failedJob(attempt, 3))
+        .when(cmd.retry(20))
+        .then([{ type: 'job_retried', data: { attempt, max_attempts: maxAttempts, previous_state: 'failed', retried_at: at(20) } }])
+      t.match(job, { ...cleared, attempt, max_attempts: maxAttempts })
+    })
+  }
 
   for (const state of ['pending', 'scheduled', 'processing', 'succeeded', 'cancelled'] as const) {
     t.test(`a ${state} job cannot be retried (rule 2)`, async (t) => {

@@ -32,6 +32,9 @@ const job: Job = {
   children: [],
 }
 
+/** What every finished job's event opens with, for `job` above. */
+const finishedJobFields = { schema_version: 1, job_id: 'job_1', project_id: 'prj_1', job_type: 'email.send', queue: 'mail' }
+
 const alert: Alert = {
   id: 'alr_1',
   project_id: 'prj_1',
@@ -63,16 +66,7 @@ t.test('job.created carries the job and its queue only', async (t) => {
 t.test('job.succeeded carries the spec’s fields, its times from the event', async (t) => {
   t.strictSame(webhookEventOf({ type: 'job_succeeded', data: { worker_id: 'w', attempt: 1, duration_ms: 2_500, completed_at: done } }, job), {
     type: 'job.succeeded',
-    data: {
-      schema_version: 1,
-      job_id: 'job_1',
-      project_id: 'prj_1',
-      job_type: 'email.send',
-      queue: 'mail',
-      state: 'succeeded',
-      duration_ms: 2_500,
-      completed_at: done,
-    },
+    data: { ...finishedJobFields, state: 'succeeded', duration_ms: 2_500, completed_at: done },
   })
 })
 
@@ -82,11 +76,7 @@ t.test('a dead-lettered job is job.failed, with its last error', async (t) => {
   t.strictSame(webhookEventOf(event, { ...job, state: 'dead_letter' }), {
     type: 'job.failed',
     data: {
-      schema_version: 1,
-      job_id: 'job_1',
-      project_id: 'prj_1',
-      job_type: 'email.send',
-      queue: 'mail',
+      ...finishedJobFields,
       state: 'dead_letter',
       attempt_number: 3,
       max_attempts: 3,

@@ -38,6 +38,24 @@ const request = (projectId: string, workerId: string, capacity = 1, queues = ['q
 /** Lets the line's deferred start (setImmediate) and the answers' promise callbacks run. */
 const settle = () => new Promise((r) => setImmediate(() => setImmediate(r)))
 
+/** Sends the polls one after the other, each settled before the next, so they queue in this order. */
+async function claimInTurn(line: ClaimLine<string>, requests: Array<ReturnType<typeof request>>): Promise<Array<Promise<string[]>>> {
+  const answers: Array<Promise<string[]>> = []
+  for (const r of requests) {
+    answers.push(line.claim(r))
+    await settle()
+  }
+  return answers
+}
+
+/** Finishes the runs from `from` on, one after the other, each settled before the next. */
+async function finishInTurn(runs: readonly Run[], from: number): Promise<void> {
+  for (let i = from; i < runs.length; i++) {
+    runs[i]!.finish()
+    await settle()
+  }
+}
+
 t.test('polls of one project and target that wait together share one transaction', async (t) => {
   const { line, runs } = lineWithManualRuns()
   const answers = Array.from({ length: 30 }, (_, i) => line.claim(request('prj_a', `w${i}`)))
@@ -100,11 +118,10 @@ t.test('different queue sets of a project are different batches; the same set in
 
 t.test('a project runs at most perProject transactions; its other polls wait without one', async (t) => {
   const { line, runs } = lineWithManualRuns({ perProject: 2, total: 10, jobsPerTransaction: 100 })
-  const answers: Array<Promise<string[]>> = []
-  for (let i = 0; i < 6; i++) {
-    answers.push(line.claim(request('prj_a', `w${i}`, 1, [`q${i}`])))
-    await settle()
-  }
+  const answers = await claimInTurn(
+    line,
+    Array.from({ length: 6 }, (_, i) => request('prj_a', `w${i}`, 1, [`q${i}`])),
+  )
   t.equal(runs.length, 2, 'six targets, two transactions')
   t.equal(line.running('prj_a'), 2)
   t.equal(line.waiting('prj_a'), 4)
@@ -112,10 +129,7 @@ t.test('a project runs at most perProject transactions; its other polls wait wit
   await settle()
   t.equal(runs.length, 3, 'a finished transaction lets the next batch of the project start')
   t.equal(line.running('prj_a'), 2)
-  for (let i = 1; i < 6; i++) {
-    runs[i]!.finish()
-    await settle()
-  }
+  await finishInTurn(runs, 1)
   await Promise.all(answers)
   t.equal(line.running(), 0)
   t.equal(line.waiting('prj_a'), 0)
@@ -123,11 +137,10 @@ t.test('a project runs at most perProject transactions; its other polls wait wit
 
 t.test("another project's poll is not stuck behind a project's long line: projects take turns", async (t) => {
   const { line, runs } = lineWithManualRuns({ perProject: 2, total: 2, jobsPerTransaction: 100 })
-  const answers: Array<Promise<string[]>> = []
-  for (let i = 0; i < 5; i++) {
-    answers.push(line.claim(request('prj_a', `a${i}`, 1, [`q${i}`])))
-    await settle()
-  }
+  const answers = await claimInTurn(
+    line,
+    Array.from({ length: 5 }, (_, i) => request('prj_a', `a${i}`, 1, [`q${i}`])),
+  )
   answers.push(line.claim(request('prj_b', 'b0')))
   await settle()
   t.same(
@@ -138,10 +151,7 @@ t.test("another project's poll is not stuck behind a project's long line: projec
   runs[0]!.finish()
   await settle()
   t.equal(runs[2]!.target.projectId, 'prj_b', "the next free slot goes to B's poll, ahead of A's three queued batches")
-  for (let i = 1; i < runs.length; i++) {
-    runs[i]!.finish()
-    await settle()
-  }
+  await finishInTurn(runs, 1)
   await Promise.all(answers)
   t.equal(runs.length, 6)
 })

@@ -1,27 +1,16 @@
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import t from 'tap'
-import { httpRequest, repoRoot } from '../support/harness.ts'
+import { httpRequest, installEnv, repoRoot } from '../support/harness.ts'
 import { freshEmail, sessionFrom, startPlatformHarness } from '../support/platform.ts'
 import { tokenFromMail } from '../support/smtp-sink.ts'
+import { runCli } from '../support/spawned-install.ts'
 
 const run = promisify(execFile)
 
 t.test('the operator command line opens accounts and suspends users', async (t) => {
   const h = await startPlatformHarness(t, import.meta.filename)
-  const cli = async (...args: string[]) => {
-    const out = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', ...args], {
-      cwd: repoRoot,
-      env: {
-        ...process.env,
-        JOBSVC_NAMESPACE: h.config.namespace,
-        DATABASE_URL: h.config.databaseUrl,
-        JOBSVC_SECRET: h.config.secret,
-        LOG_LEVEL: 'silent',
-      },
-    })
-    return JSON.parse(out.stdout.trim().split('\n').at(-1)!) as Record<string, string>
-  }
+  const cli = (...args: string[]) => runCli({ ...installEnv(h.config), LOG_LEVEL: 'silent' }, args)
   const email = freshEmail('owner')
 
   const created = await cli('project', 'create', '--name', 'ops', '--plan', 'pro', '--email', email, '--env', 'live')

@@ -575,44 +575,29 @@ t.test('role changes', async (t) => {
   const projectId = owner.projectId
   const x = await join(owner, projectId, 'member')
   const memberPath = (userId: string) => projectPath(projectId, `/members/${userId}`)
+  /** PATCH a member's role, as `by` (no session when absent). */
+  const setRole = (userId: string, body: { role?: string }, by?: VerifiedUser) =>
+    h.platform('PATCH', memberPath(userId), body, by === undefined ? undefined : asUser(by))
 
-  const promoted = await h.platform('PATCH', memberPath(x.userId), { role: 'admin' }, asUser(owner))
+  const promoted = await setRole(x.userId, { role: 'admin' }, owner)
   t.equal(promoted.status, 200, JSON.stringify(promoted.body))
   t.strictSame(Object.keys(promoted.body).sort(), ['email', 'joined_at', 'role', 'user_id'])
   t.match(promoted.body, { user_id: x.userId, email: x.email, role: 'admin' })
   const team = await h.platform('GET', projectPath(projectId, '/members'), undefined, asUser(owner))
   t.equal(team.body.members.find((m: { user_id: string }) => m.user_id === x.userId).role, 'admin', 'the team shows the new role')
   t.equal((await h.platform('GET', projectPath(projectId), undefined, asUser(x))).body.role, 'admin', 'the project view shows it')
-  const same = await h.platform('PATCH', memberPath(x.userId), { role: 'admin' }, asUser(owner))
+  const same = await setRole(x.userId, { role: 'admin' }, owner)
   t.equal(same.status, 200, 'setting the same role is a no-op')
   t.equal(same.body.role, 'admin')
 
-  isError(
-    t,
-    await h.platform('PATCH', memberPath(owner.userId), { role: 'viewer' }, asUser(x)),
-    403,
-    'cannot_modify_owner',
-    'an admin demoting the owner',
-  )
-  isError(
-    t,
-    await h.platform('PATCH', memberPath(owner.userId), { role: 'admin' }, asUser(owner)),
-    403,
-    'cannot_modify_owner',
-    'the owner demoting themself',
-  )
-  isError(t, await h.platform('PATCH', memberPath(unknownUserId), { role: 'viewer' }, asUser(owner)), 404, 'member_not_found', 'an unknown user')
-  isError(
-    t,
-    await h.platform('PATCH', memberPath(shared.outsider.userId), { role: 'viewer' }, asUser(owner)),
-    404,
-    'member_not_found',
-    'a user who is not a member',
-  )
-  isError(t, await h.platform('PATCH', memberPath(x.userId), { role: 'owner' }, asUser(owner)), 422, 'invalid_role', "granting 'owner'")
-  isError(t, await h.platform('PATCH', memberPath(x.userId), { role: 'superuser' }, asUser(owner)), 422, 'invalid_role', "granting 'superuser'")
-  isError(t, await h.platform('PATCH', memberPath(x.userId), {}, asUser(owner)), 400, 'invalid_request', 'no role')
-  isError(t, await h.platform('PATCH', memberPath(x.userId), { role: 'viewer' }), 401, 'unauthorized', 'no session')
+  isError(t, await setRole(owner.userId, { role: 'viewer' }, x), 403, 'cannot_modify_owner', 'an admin demoting the owner')
+  isError(t, await setRole(owner.userId, { role: 'admin' }, owner), 403, 'cannot_modify_owner', 'the owner demoting themself')
+  isError(t, await setRole(unknownUserId, { role: 'viewer' }, owner), 404, 'member_not_found', 'an unknown user')
+  isError(t, await setRole(shared.outsider.userId, { role: 'viewer' }, owner), 404, 'member_not_found', 'a user who is not a member')
+  isError(t, await setRole(x.userId, { role: 'owner' }, owner), 422, 'invalid_role', "granting 'owner'")
+  isError(t, await setRole(x.userId, { role: 'superuser' }, owner), 422, 'invalid_role', "granting 'superuser'")
+  isError(t, await setRole(x.userId, {}, owner), 400, 'invalid_request', 'no role')
+  isError(t, await setRole(x.userId, { role: 'viewer' }), 401, 'unauthorized', 'no session')
   isError(t, await h.platform('DELETE', memberPath(owner.userId), undefined, asUser(x)), 403, 'cannot_remove_owner', 'an admin removing the owner')
   isError(t, await h.platform('DELETE', memberPath(owner.userId), undefined, asUser(owner)), 403, 'cannot_remove_owner', 'the owner leaving')
 
@@ -643,13 +628,7 @@ t.test('role changes', async (t) => {
   // Below the owner, an admin manages members and viewers, not other admins: granting, changing
   // or removing a role at or above its own is 403 role_exceeds_caller.
   const y = await join(owner, projectId, 'admin')
-  isError(
-    t,
-    await h.platform('PATCH', memberPath(y.userId), { role: 'viewer' }, asUser(x)),
-    403,
-    'role_exceeds_caller',
-    'an admin demoting another admin',
-  )
+  isError(t, await setRole(y.userId, { role: 'viewer' }, x), 403, 'role_exceeds_caller', 'an admin demoting another admin')
   isError(t, await h.platform('DELETE', memberPath(y.userId), undefined, asUser(x)), 403, 'role_exceeds_caller', 'an admin removing another admin')
   isError(
     t,
@@ -661,21 +640,15 @@ t.test('role changes', async (t) => {
   const team2 = await h.platform('GET', projectPath(projectId, '/members'), undefined, asUser(owner))
   t.equal(team2.body.members.find((m: { user_id: string }) => m.user_id === y.userId).role, 'admin', 'the refusals changed nothing')
 
-  const toMember = await h.platform('PATCH', memberPath(y.userId), { role: 'member' }, asUser(owner))
+  const toMember = await setRole(y.userId, { role: 'member' }, owner)
   t.equal(toMember.status, 200, 'the owner manages admins')
   t.equal(toMember.body.role, 'member')
-  isError(
-    t,
-    await h.platform('PATCH', memberPath(y.userId), { role: 'admin' }, asUser(x)),
-    403,
-    'role_exceeds_caller',
-    'an admin granting admin to a member',
-  )
-  isError(t, await h.platform('PATCH', memberPath(y.userId), { role: 'owner' }, asUser(x)), 422, 'invalid_role', "an admin granting 'owner'")
-  const toViewer = await h.platform('PATCH', memberPath(y.userId), { role: 'viewer' }, asUser(x))
+  isError(t, await setRole(y.userId, { role: 'admin' }, x), 403, 'role_exceeds_caller', 'an admin granting admin to a member')
+  isError(t, await setRole(y.userId, { role: 'owner' }, x), 422, 'invalid_role', "an admin granting 'owner'")
+  const toViewer = await setRole(y.userId, { role: 'viewer' }, x)
   t.equal(toViewer.status, 200, `an admin demotes a member: ${JSON.stringify(toViewer.body)}`)
   t.equal(toViewer.body.role, 'viewer')
-  const backToMember = await h.platform('PATCH', memberPath(y.userId), { role: 'member' }, asUser(x))
+  const backToMember = await setRole(y.userId, { role: 'member' }, x)
   t.equal(backToMember.status, 200, 'an admin promotes a viewer to member')
   t.equal(backToMember.body.role, 'member')
   t.equal((await h.platform('DELETE', memberPath(y.userId), undefined, asUser(x))).status, 204, 'an admin removes a member')

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto'
 import t from 'tap'
-import { eventually, httpRequest, isolatedNames, removeIsolated, spawnService, type HttpResponse, type SpawnedService } from '../support/harness.ts'
+import { eventually, httpRequest, type HttpResponse, type SpawnedService } from '../support/harness.ts'
 import { sessionFrom } from '../support/platform.ts'
 import { startSmtpSink, tokenFromMail, type SmtpSink } from '../support/smtp-sink.ts'
+import { spawnedInstall } from '../support/spawned-install.ts'
 
 /**
  * Two OS processes on one namespace and database: the first runs every role, the second only
@@ -46,22 +47,9 @@ async function verifiedUser(
 }
 
 t.test('two API processes share the auth limits and see revocations', async (t) => {
-  const names = isolatedNames(import.meta.filename)
-  t.teardown(() => removeIsolated(names))
   const smtp = await startSmtpSink(t)
-  const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl, TRUST_PROXY: 'true', SMTP_URL: smtp.url }
-  const starting = [spawnService(env), spawnService(env, ['--role', 'api'])]
-  t.teardown(() =>
-    Promise.all(
-      starting.map((s) =>
-        s.then(
-          (svc) => svc.stop(),
-          () => undefined,
-        ),
-      ),
-    ),
-  )
-  const [p1, p2] = (await Promise.all(starting)) as [SpawnedService, SpawnedService]
+  const install = await spawnedInstall(t, import.meta.filename, { env: { TRUST_PROXY: 'true', SMTP_URL: smtp.url } })
+  const [p1, p2] = await Promise.all([install.start(), install.start(['--role', 'api'])])
   t.not(p1.url, p2.url, 'two processes, two listening addresses')
   t.match(p2.output(), /"roles":\["api"\]/, 'the second process runs the API role only')
 

@@ -27,6 +27,9 @@ function expectError(t: Test, res: HttpResponse, status: number, code: string, w
 }
 
 const me = (jwt: string) => h.platform('GET', '/platform/v1/auth/me', undefined, { jwt })
+/** The same read with the session in the `sv_jwt` cookie, as a browser sends it. */
+const meByCookie = (jwt: string) => h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${jwt}` })
+const renameAs = (jwt: string, displayName: string) => h.platform('PATCH', '/platform/v1/auth/profile', { display_name: displayName }, { jwt })
 const login = (body: Record<string, unknown>) => h.platform('POST', '/platform/v1/auth/login', body)
 const twoFactor = (route: string, jwt: string | undefined, body?: unknown) =>
   h.platform('POST', `/platform/v1/auth/2fa/${route}`, body, jwt === undefined ? {} : { jwt })
@@ -83,7 +86,7 @@ t.test('sessions: the JWT as Bearer or as the sv_jwt cookie; anything else is 40
   const bearer = await me(u.jwt)
   t.equal(bearer.status, 200, JSON.stringify(bearer.body))
   t.equal(bearer.body.user_id, u.userId)
-  const cookie = await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${u.jwt}` })
+  const cookie = await meByCookie(u.jwt)
   t.equal(cookie.status, 200, JSON.stringify(cookie.body))
   t.equal(cookie.body.user_id, u.userId)
   const amongOthers = await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `theme=dark; sv_jwt=${u.jwt}; lang=en` })
@@ -115,13 +118,7 @@ t.test('sessions: the JWT as Bearer or as the sv_jwt cookie; anything else is 40
   const tampered = `${header}.${payload}.${flipChar(signature, Math.floor(signature.length / 2))}`
   t.not(tampered, u.jwt)
   expectError(t, await me(tampered), 401, 'unauthorized', 'tampered signature (Bearer)')
-  expectError(
-    t,
-    await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${tampered}` }),
-    401,
-    'unauthorized',
-    'tampered signature (cookie)',
-  )
+  expectError(t, await meByCookie(tampered), 401, 'unauthorized', 'tampered signature (cookie)')
 
   const other = await newVerifiedUser(h)
   const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as Record<string, unknown>
@@ -137,13 +134,7 @@ t.test('sessions: the JWT as Bearer or as the sv_jwt cookie; anything else is 40
     .setExpirationTime('1h')
     .sign(foreignKey)
   expectError(t, await me(foreign), 401, 'unauthorized', 'same claims signed with another key')
-  expectError(
-    t,
-    await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${foreign}` }),
-    401,
-    'unauthorized',
-    'foreign-key JWT as cookie',
-  )
+  expectError(t, await meByCookie(foreign), 401, 'unauthorized', 'foreign-key JWT as cookie')
 
   const unsignedHeader = Buffer.from(JSON.stringify({ alg: 'none', typ: 'JWT' })).toString('base64url')
   expectError(t, await me(`${unsignedHeader}.${payload}.`), 401, 'unauthorized', 'alg none')
@@ -178,20 +169,8 @@ t.test('logout ends its session in the service, not only in the browser; other s
 
   t.equal((await h.platform('POST', '/platform/v1/auth/logout', undefined, { jwt: u.jwt })).status, 204)
   expectError(t, await me(u.jwt), 401, 'unauthorized', 'the logged-out token, as Bearer')
-  expectError(
-    t,
-    await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${u.jwt}` }),
-    401,
-    'unauthorized',
-    'the logged-out token, as the cookie',
-  )
-  expectError(
-    t,
-    await h.platform('PATCH', '/platform/v1/auth/profile', { display_name: 'x' }, { jwt: u.jwt }),
-    401,
-    'unauthorized',
-    'a write with the logged-out token',
-  )
+  expectError(t, await meByCookie(u.jwt), 401, 'unauthorized', 'the logged-out token, as the cookie')
+  expectError(t, await renameAs(u.jwt, 'x'), 401, 'unauthorized', 'a write with the logged-out token')
   t.equal((await me(second)).status, 200, 'another session of the same user still works')
 
   t.equal((await h.platform('POST', '/platform/v1/auth/logout', undefined, { cookie: `sv_jwt=${third}` })).status, 204, 'logout through the cookie')
@@ -384,17 +363,11 @@ t.test('change-password: checks the current password, ends earlier sessions, iss
   const withFresh = await me(fresh)
   t.equal(withFresh.status, 200, 'the fresh session works')
   t.equal(withFresh.body.user_id, u.userId)
-  t.equal((await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${fresh}` })).status, 200, 'as a cookie too')
+  t.equal((await meByCookie(fresh)).status, 200, 'as a cookie too')
 
   expectError(t, await me(u.jwt), 401, 'unauthorized', 'the session that changed the password')
   expectError(t, await me(otherSession), 401, 'unauthorized', 'another earlier session')
-  expectError(
-    t,
-    await h.platform('GET', '/platform/v1/auth/me', undefined, { cookie: `sv_jwt=${u.jwt}` }),
-    401,
-    'unauthorized',
-    'earlier session as cookie',
-  )
+  expectError(t, await meByCookie(u.jwt), 401, 'unauthorized', 'earlier session as cookie')
   expectError(
     t,
     await change({ current_password: newPassword, new_password: `${newPassword}x` }),
@@ -796,11 +769,5 @@ t.test('GET me and PATCH profile for a deleted account: 404 user_not_found', asy
   const deleted = await h.platform('DELETE', `/platform/v1/account?confirm=${encodeURIComponent(u.email)}`, undefined, { jwt: u.jwt })
   t.equal(deleted.status, 200, JSON.stringify(deleted.body))
   expectError(t, await me(u.jwt), 404, 'user_not_found', 'me after deletion')
-  expectError(
-    t,
-    await h.platform('PATCH', '/platform/v1/auth/profile', { display_name: 'Gone' }, { jwt: u.jwt }),
-    404,
-    'user_not_found',
-    'profile after deletion',
-  )
+  expectError(t, await renameAs(u.jwt, 'Gone'), 404, 'user_not_found', 'profile after deletion')
 })

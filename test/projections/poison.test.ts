@@ -5,6 +5,7 @@ import { projections } from '../../projections/index.ts'
 import type { EventRecord } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
 import { startHarness } from '../support/harness.ts'
+import { createJobData } from '../support/job-commands.ts'
 
 t.test('a message the read models cannot hold is recorded and skipped, not retried forever', async (t) => {
   const h = await startHarness(t, import.meta.filename, { roles: [] })
@@ -14,20 +15,7 @@ t.test('a message the read models cannot hold is recorded and skipped, not retri
     const id = `job_01J0000000000000000000000${n++}`
     const command: JobCommand = {
       type: 'create_job',
-      data: {
-        job_id: id,
-        project_id: h.projectId,
-        job_type: jobType,
-        queue: 'default',
-        payload: {},
-        run_at: null,
-        max_attempts: 3,
-        timeout_seconds: 60,
-        tags: null,
-        parent_job_id: null,
-        waits_for_parent: false,
-        idempotency_key: null,
-      },
+      data: createJobData({ job_id: id, project_id: h.projectId, job_type: jobType }),
       meta: { now: new Date().toISOString() },
     }
     return (await handleCommand(store, jobDecider, { aggregate: 'job', projectId: h.projectId, id }, command, () => `evt_${h.runtime.newUlid()}`))

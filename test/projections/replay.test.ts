@@ -3,21 +3,15 @@ import t from 'tap'
 import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { rebuildReadModels } from '../../services/roles/projector/rebuild.ts'
-import { eventually, httpRequest, repoRoot, startHarness, type Harness } from '../support/harness.ts'
-import { readModels } from '../support/read-models.ts'
+import { eventually, httpRequest, installEnv, repoRoot, startHarness, type Harness } from '../support/harness.ts'
+import { projectionTables, readModels, tablesIn } from '../support/read-models.ts'
 
 /** Runs `npm run replay`'s script in its own process, as an operator would, against the harness's install. */
 function runReplay(h: Harness): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['--import', 'tsx', 'services/roles/replay.ts'], {
       cwd: repoRoot,
-      env: {
-        ...process.env,
-        JOBSVC_NAMESPACE: h.config.namespace,
-        DATABASE_URL: h.config.databaseUrl,
-        JOBSVC_SECRET: h.config.secret,
-        LOG_LEVEL: 'info',
-      },
+      env: { ...process.env, ...installEnv(h.config), LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     let output = ''
@@ -134,13 +128,7 @@ t.test('npm run replay, while the projector runs, rebuilds read models identical
   }
   const last = await eventually(() => caughtUp(h), 15_000, 'the projector to reach the end of the log')
   const live = await readModels(h.runtime.sql)
-  t.same(
-    projections.flatMap((p) => p.tables).sort(),
-    Object.keys(live)
-      .filter((k) => !k.startsWith('projection_'))
-      .sort(),
-    'the comparison covers every read-model table',
-  )
+  t.same(tablesIn(live), projectionTables(), 'the comparison covers every read-model table')
   t.same(
     { jobs: live.jobs.length, projects: live.projects.length, api_keys: live.api_keys.length, recurring_jobs: live.recurring_jobs.length },
     { jobs: 17, projects: 2, api_keys: 2, recurring_jobs: 1 },

@@ -1,10 +1,7 @@
-import { execFile } from 'node:child_process'
 import { createServer, type AddressInfo } from 'node:net'
-import { promisify } from 'node:util'
 import { JobsvcClient, type Job, type Logger } from '@jobsvc/sdk'
-import { eventually, repoRoot } from '../support/harness.ts'
-
-const run = promisify(execFile)
+import { eventually } from '../support/harness.ts'
+import { createProjectWithCli } from '../support/spawned-install.ts'
 
 export interface LogEntry {
   level: 'info' | 'warn' | 'error'
@@ -75,9 +72,5 @@ export function freePort(): Promise<number> {
 
 /** Creates a project with the operator CLI against the install `env` names; answers its API key. */
 export async function cliProject(env: Record<string, string>): Promise<string> {
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'sdk', '--plan', 'business'], {
-    cwd: repoRoot,
-    env: { ...process.env, ...env, JOBSVC_SECRET: 'test-secret-test-secret-test-secret' },
-  })
-  return (JSON.parse(cli.stdout.trim().split('\n').at(-1)!) as { api_key: string }).api_key
+  return (await createProjectWithCli(env, 'sdk')).apiKey
 }

@@ -1,6 +1,7 @@
+import assert from 'node:assert/strict'
 import type { Test } from 'tap'
 import { EventBeforeCreation, fold, type Decider } from '../../domain/decider.ts'
-import type { DomainError } from '../../domain/errors.ts'
+import { DomainError } from '../../domain/errors.ts'
 
 type Asserts = Pick<Test, 'strictSame' | 'equal' | 'type' | 'fail'>
 type EvolveAsserts = Pick<Test, 'not' | 'throws'>
@@ -59,4 +60,29 @@ export function evolveOnMissingState<Command, Event extends { type: string }, St
   for (const event of later) {
     t.throws(() => decider.evolve(decider.initialState, event), EventBeforeCreation, `${event.type} on a missing state throws`)
   }
+}
+
+/**
+ * One step of a property test: decide, then fold. A refusal must be a DomainError that leaves the
+ * state as it was; an accepted command's decide and evolve must not mutate it either, since
+ * handleCommand hands back both `before` and the folded state. Throws (node:assert) otherwise.
+ */
+export function decideChecked<Command, Event, State>(
+  decider: Decider<Command, Event, State>,
+  command: Command,
+  state: State,
+): { before: State; refusal: DomainError } | { before: State; events: Event[]; next: State } {
+  const before = structuredClone(state)
+  let events: Event[]
+  try {
+    events = decider.decide(command, state)
+  } catch (error) {
+    assert.ok(error instanceof DomainError, `decide threw a non-domain error: ${String(error)}`)
+    assert.deepEqual(state, before, 'a refused command leaves the state untouched')
+    return { before, refusal: error }
+  }
+  assert.deepEqual(state, before, 'decide does not mutate the state')
+  const next = fold(decider, state, events)
+  assert.deepEqual(state, before, 'evolve does not mutate the state it folds into')
+  return { before, events, next }
 }

@@ -22,6 +22,9 @@ export interface TestLike {
   teardown(fn: () => unknown): void
 }
 
+/** The secret of every install a test starts, in this process or in spawned ones. */
+export const testSecret = 'test-secret-test-secret-test-secret'
+
 const runId = process.env.JOBSVC_TEST_RUN ?? randomBytes(3).toString('hex')
 
 /**
@@ -43,7 +46,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     port: 0,
     host: '127.0.0.1',
     natsUrl: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
-    secret: 'test-secret-test-secret-test-secret',
+    secret: testSecret,
     devSecretFile: null,
     smtpUrl: null,
     publicUrl: null,
@@ -57,6 +60,11 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     ...overrides,
     tunables: tunablesSchema.parse(tunables),
   }
+}
+
+/** The variables that point a separate process (the service, the CLI, replay) at a harness's install. */
+export function installEnv(config: Pick<Config, 'namespace' | 'databaseUrl' | 'secret'>): Record<string, string> {
+  return { JOBSVC_NAMESPACE: config.namespace, DATABASE_URL: config.databaseUrl, JOBSVC_SECRET: config.secret }
 }
 
 /** Removes a namespace's streams and its database; registered as a teardown right after setup. */
@@ -230,7 +238,7 @@ export interface SpawnedService {
 export async function spawnService(env: Record<string, string>, args: string[] = []): Promise<SpawnedService> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'services/roles/main.ts', ...args], {
     cwd: repoRoot,
-    env: { ...process.env, PORT: '0', LOG_LEVEL: 'info', JOBSVC_SECRET: 'test-secret-test-secret-test-secret', ...env },
+    env: { ...process.env, PORT: '0', LOG_LEVEL: 'info', JOBSVC_SECRET: testSecret, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let out = ''

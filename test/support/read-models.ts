@@ -1,4 +1,5 @@
 import type { Sql } from '../../projections/database.ts'
+import { projections } from '../../projections/index.ts'
 
 /**
  * Every read-model table, row by row in primary-key order. A row is compared as Postgres's own
@@ -23,6 +24,18 @@ export async function readModels(sql: Sql) {
     projection_checkpoints: await rows(sql`SELECT name || ' ' || last_seq AS row FROM projection_checkpoints ORDER BY name`),
     projection_failures: await rows(sql`SELECT concat_ws(' ', seq, subject, error_code, error_message) AS row FROM projection_failures ORDER BY seq`),
   }
+}
+
+/** The read-model tables a `readModels` snapshot holds (checkpoints and failures aside), sorted. */
+export function tablesIn(models: object): string[] {
+  return Object.keys(models)
+    .filter((k) => !k.startsWith('projection_'))
+    .sort()
+}
+
+/** Every table the projections declare, sorted: a snapshot that lacks one compares too little. */
+export function projectionTables(): string[] {
+  return projections.flatMap((p) => p.tables).sort()
 }
 
 /**

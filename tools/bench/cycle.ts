@@ -102,6 +102,23 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
     }
   }
 
+  /** A create sent with the bench's retries; its latency counts from the last send, and the first send starts the rate's clock. */
+  const timedCreate = async (what: string, path: string, body: unknown, expected: number) => {
+    let sent = 0
+    const reply = await withRetries(
+      what,
+      stop,
+      () => {
+        sent = performance.now()
+        firstCreateAt ??= sent
+        return client.request('POST', path, body)
+      },
+      expected,
+    )
+    createLatencies.push(reply.at - sent)
+    return reply
+  }
+
   /**
    * Creates `cycle.batch` jobs per request. Items refused for now (429, 503) are sent again in the
    * producer's next request, up to maxRetries times each; any other item failure ends the run.
@@ -111,18 +128,12 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
     while ((next < load.jobs || again.length > 0) && !stop.aborted) {
       const items = again.splice(0, cycle.batch!)
       while (items.length < cycle.batch! && next < load.jobs) items.push({ i: next++, tries: 0 })
-      let sent = 0
-      const reply = await withRetries(
+      const reply = await timedCreate(
         'batch create',
-        stop,
-        () => {
-          sent = performance.now()
-          firstCreateAt ??= sent
-          return client.request('POST', '/jobsvc/v1/jobs/batch', { jobs: items.map(({ i }) => ({ job_type: 'bench', queue, payload: { i } })) })
-        },
+        '/jobsvc/v1/jobs/batch',
+        { jobs: items.map(({ i }) => ({ job_type: 'bench', queue, payload: { i } })) },
         200,
       )
-      createLatencies.push(reply.at - sent)
       const results = reply.body.results as BatchItemReply[]
       results.forEach((result, k) => {
         if (result.status === 201) return noteCreated(String(result.body!.id), reply.at)
@@ -142,18 +153,7 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
         const due = firstCreateAt + (i * 1000) / load.rate - performance.now()
         if (due > 0) await sleep(due, undefined, { signal: stop })
       }
-      let sent = 0
-      const reply = await withRetries(
-        'create',
-        stop,
-        () => {
-          sent = performance.now()
-          firstCreateAt ??= sent
-          return client.request('POST', '/jobsvc/v1/jobs', { job_type: 'bench', queue, payload: { i } })
-        },
-        201,
-      )
-      createLatencies.push(reply.at - sent)
+      const reply = await timedCreate('create', '/jobsvc/v1/jobs', { job_type: 'bench', queue, payload: { i } }, 201)
       noteWrite(reply)
       noteCreated(String(reply.body.id), reply.at)
     }

@@ -210,24 +210,40 @@ class Workers(_Resource):
         return self._call("POST", "/workers/ack/batch", body={"acks": list(acks)}, repeat="once")
 
 
-class Webhooks(_Resource):
-    def list(self):
-        return self._call("GET", "/webhooks")
+class _Settings(_Resource):
+    """A project's settings of one kind (webhooks, alerts): list, get, create, update, delete.
+    update is a PUT (every setting, safe to repeat) unless the kind patches (a PATCH, keyed)."""
 
-    def get(self, webhook_id):
-        return self._call("GET", "/webhooks/" + _quote(webhook_id))
+    path = None
+    patches = False
+
+    def list(self):
+        return self._call("GET", self.path)
+
+    def get(self, item_id):
+        return self._call("GET", self._item(item_id))
 
     def create(self, **fields):
-        return self._call("POST", "/webhooks", body=fields, repeat="key")
+        return self._call("POST", self.path, body=fields, repeat="key")
 
-    def update(self, webhook_id, **fields):
-        return self._call("PATCH", "/webhooks/" + _quote(webhook_id), body=fields, repeat="key")
+    def update(self, item_id, **fields):
+        if self.patches:
+            return self._call("PATCH", self._item(item_id), body=fields, repeat="key")
+        return self._call("PUT", self._item(item_id), body=fields)
+
+    def delete(self, item_id):
+        return self._call("DELETE", self._item(item_id), repeat="key")
+
+    def _item(self, item_id):
+        return self.path + "/" + _quote(item_id)
+
+
+class Webhooks(_Settings):
+    path = "/webhooks"
+    patches = True
 
     def rotate_secret(self, webhook_id):
         return self._call("POST", "/webhooks/%s/rotate-secret" % _quote(webhook_id), repeat="key")
-
-    def delete(self, webhook_id):
-        return self._call("DELETE", "/webhooks/" + _quote(webhook_id), repeat="key")
 
     def deliveries(self, webhook_id, **query):
         return self._call("GET", "/webhooks/%s/deliveries" % _quote(webhook_id), query=query)
@@ -244,21 +260,8 @@ class Recurring(_Resource):
         return self._call("DELETE", "/recurring/" + _quote(schedule_id), repeat="key")
 
 
-class Alerts(_Resource):
-    def list(self):
-        return self._call("GET", "/alerts")
-
-    def get(self, alert_id):
-        return self._call("GET", "/alerts/" + _quote(alert_id))
-
-    def create(self, **fields):
-        return self._call("POST", "/alerts", body=fields, repeat="key")
-
-    def update(self, alert_id, **fields):
-        return self._call("PUT", "/alerts/" + _quote(alert_id), body=fields)
-
-    def delete(self, alert_id):
-        return self._call("DELETE", "/alerts/" + _quote(alert_id), repeat="key")
+class Alerts(_Settings):
+    path = "/alerts"
 
 
 class Activity(_Resource):

@@ -1,16 +1,10 @@
+import { readFile, writeFile } from 'node:fs/promises'
 import openapiTS, { astToString, COMMENT_HEADER } from 'openapi-typescript'
+import { documentFile } from './sdk-document.ts'
 
-/** Where the generated types live, beside the SDK's hand-written code. */
-export const typesFile = new URL('../src/openapi.ts', import.meta.url)
-
-/**
- * The SDK's request and response types from the service's own OpenAPI document. The same
- * function writes src/openapi.ts and checks it in test/sdk/openapi-types.test.ts, so the file can
- * only be what the served document gives.
- */
-export async function renderTypes(document: { paths: Record<string, unknown> }): Promise<string> {
-  // The dashboard's routes take a session, not an API key: they are not the SDK's.
-  const paths = Object.fromEntries(Object.entries(document.paths).filter(([path]) => path.startsWith('/jobsvc/')))
-  const ast = await openapiTS(structuredClone({ ...document, paths }) as never, { alphabetize: true, silent: true })
-  return `${COMMENT_HEADER}// Regenerate with \`npm run generate -w @jobsvc/sdk\` after a route changes.\n\n${astToString(ast)}`
-}
+// Run by the build, before tsc: src/openapi.ts is generated, not committed, so the types are
+// always those of the committed openapi.json.
+const typesFile = new URL('../src/openapi.ts', import.meta.url)
+const document = JSON.parse(await readFile(documentFile, 'utf8'))
+const ast = await openapiTS(document, { alphabetize: true, silent: true })
+await writeFile(typesFile, `${COMMENT_HEADER}// Generated from openapi.json by the build (scripts/render-types.ts).\n\n${astToString(ast)}`)

@@ -183,33 +183,53 @@ export class WorkersApi {
   }
 }
 
-export class WebhooksApi {
-  constructor(private readonly call: CallJson) {}
+/**
+ * A project's settings of one kind (webhooks, alerts): list, get, create, update, delete. A kind
+ * that `patches` updates with a keyed PATCH; the others replace every setting with a PUT, safe to
+ * repeat.
+ */
+class SettingsApi<Item, CreateBody, Created, UpdateBody> {
+  constructor(
+    protected readonly call: CallJson,
+    private readonly path: string,
+    private readonly patches: boolean,
+  ) {}
 
-  list(options?: RequestOptions): Promise<{ data: Webhook[] }> {
-    return this.call({ method: 'GET', path: `${v1}/webhooks`, options, repeat: 'safe' })
+  list(options?: RequestOptions): Promise<{ data: Item[] }> {
+    return this.call({ method: 'GET', path: this.path, options, repeat: 'safe' })
   }
 
-  get(webhookId: string, options?: RequestOptions): Promise<Webhook> {
-    return this.call({ method: 'GET', path: `${v1}/webhooks/${id(webhookId)}`, options, repeat: 'safe' })
+  get(itemId: string, options?: RequestOptions): Promise<Item> {
+    return this.call({ method: 'GET', path: this.itemPath(itemId), options, repeat: 'safe' })
   }
 
-  /** The answer holds the signing `secret`, shown this once. */
-  create(body: CreateWebhookRequest, options?: RequestOptions): Promise<CreatedWebhook> {
-    return this.call({ method: 'POST', path: `${v1}/webhooks`, body, options, repeat: 'key' })
+  create(body: CreateBody, options?: RequestOptions): Promise<Created> {
+    return this.call({ method: 'POST', path: this.path, body, options, repeat: 'key' })
   }
 
-  update(webhookId: string, body: UpdateWebhookRequest, options?: RequestOptions): Promise<Webhook> {
-    return this.call({ method: 'PATCH', path: `${v1}/webhooks/${id(webhookId)}`, body, options, repeat: 'key' })
+  update(itemId: string, body: UpdateBody, options?: RequestOptions): Promise<Item> {
+    const path = this.itemPath(itemId)
+    return this.call(this.patches ? { method: 'PATCH', path, body, options, repeat: 'key' } : { method: 'PUT', path, body, options, repeat: 'safe' })
+  }
+
+  delete(itemId: string, options?: RequestOptions): Promise<void> {
+    return this.call({ method: 'DELETE', path: this.itemPath(itemId), options, repeat: 'key' })
+  }
+
+  private itemPath(itemId: string): string {
+    return `${this.path}/${id(itemId)}`
+  }
+}
+
+/** `create` answers the signing `secret`, shown this once. */
+export class WebhooksApi extends SettingsApi<Webhook, CreateWebhookRequest, CreatedWebhook, UpdateWebhookRequest> {
+  constructor(call: CallJson) {
+    super(call, `${v1}/webhooks`, true)
   }
 
   /** A new secret; the previous one keeps signing beside it for 24 hours. */
   rotateSecret(webhookId: string, options?: RequestOptions): Promise<RotatedSecret> {
     return this.call({ method: 'POST', path: `${v1}/webhooks/${id(webhookId)}/rotate-secret`, options, repeat: 'key' })
-  }
-
-  delete(webhookId: string, options?: RequestOptions): Promise<void> {
-    return this.call({ method: 'DELETE', path: `${v1}/webhooks/${id(webhookId)}`, options, repeat: 'key' })
   }
 
   deliveries(webhookId: string, query: DeliveryListQuery = {}, options?: RequestOptions): Promise<DeliveryList> {
@@ -242,28 +262,10 @@ export class RecurringApi {
   }
 }
 
-export class AlertsApi {
-  constructor(private readonly call: CallJson) {}
-
-  list(options?: RequestOptions): Promise<{ data: Alert[] }> {
-    return this.call({ method: 'GET', path: `${v1}/alerts`, options, repeat: 'safe' })
-  }
-
-  get(alertId: string, options?: RequestOptions): Promise<Alert> {
-    return this.call({ method: 'GET', path: `${v1}/alerts/${id(alertId)}`, options, repeat: 'safe' })
-  }
-
-  create(body: AlertRequest, options?: RequestOptions): Promise<Alert> {
-    return this.call({ method: 'POST', path: `${v1}/alerts`, body, options, repeat: 'key' })
-  }
-
-  /** Replaces every setting of the alert. */
-  update(alertId: string, body: AlertRequest, options?: RequestOptions): Promise<Alert> {
-    return this.call({ method: 'PUT', path: `${v1}/alerts/${id(alertId)}`, body, options, repeat: 'safe' })
-  }
-
-  delete(alertId: string, options?: RequestOptions): Promise<void> {
-    return this.call({ method: 'DELETE', path: `${v1}/alerts/${id(alertId)}`, options, repeat: 'key' })
+/** `update` replaces every setting of the alert. */
+export class AlertsApi extends SettingsApi<Alert, AlertRequest, Alert, AlertRequest> {
+  constructor(call: CallJson) {
+    super(call, `${v1}/alerts`, false)
   }
 }
 

@@ -1,7 +1,7 @@
 import type { components, paths } from './openapi.js'
 
 /**
- * Names for the generated operation types (src/openapi.ts, from the service's OpenAPI document),
+ * Names for the generated operation types (src/openapi.ts, which the build makes from openapi.json),
  * so that every method's request and answer are the document's own.
  */
 type Method = 'get' | 'put' | 'post' | 'patch' | 'delete'

@@ -32,59 +32,27 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const retention = new Retention(deps)
   let lastThroughputPrune = Number.NEGATIVE_INFINITY
 
+  /** A pass run every `ms` until the role stops; a failure is logged and the next pass runs as usual. */
+  const loop = (ms: number, what: string, pass: () => Promise<boolean | void>) =>
+    every(ms, signal, pass, (err) => deps.log.error({ err }, `scheduler: ${what} failed`))
   const loops = [
-    every(
-      t.scheduler_interval_ms,
-      signal,
-      async () => void (await promoteDueJobs(deps, jobs)),
-      (err) => deps.log.error({ err }, 'scheduler: promotion pass failed'),
-    ),
-    every(
-      t.scheduler_interval_ms,
-      signal,
-      async () => void (await fireDueSchedules(deps, jobs, billing)),
-      (err) => deps.log.error({ err }, 'scheduler: recurring pass failed'),
-    ),
-    every(
-      t.reaper_interval_ms,
-      signal,
-      async () => void (await reapStaleAttempts(deps, jobs)),
-      (err) => deps.log.error({ err }, 'scheduler: reaper pass failed'),
-    ),
-    every(
-      t.cascade_sweep_interval_ms,
-      signal,
-      async () => void (await healInterruptedCascades(deps, jobs)),
-      (err) => deps.log.error({ err }, 'scheduler: cascade sweep failed'),
-    ),
-    every(
-      t.alert_interval_ms,
-      signal,
-      async () => void (await evaluateAlerts(deps)),
-      (err) => deps.log.error({ err }, 'scheduler: alert pass failed'),
-    ),
-    every(
-      t.retention_interval_ms,
-      signal,
-      async () => {
-        // Back to back while passes come back full, so a backlog drains at the rate passes
-        // sustain rather than a batch per interval; each pass is its own bounded transaction,
-        // and the other loops run between passes.
-        const pass = await retention.pass()
-        if (performance.now() - lastThroughputPrune >= t.retention_interval_ms) {
-          await pruneMinuteThroughput(deps)
-          lastThroughputPrune = performance.now()
-        }
-        return pass.full
-      },
-      (err) => deps.log.error({ err }, 'scheduler: retention pass failed'),
-    ),
-    every(
-      t.billing_period_check_interval_ms,
-      signal,
-      async () => void (await rollBillingPeriods(deps, billing, rolled)),
-      (err) => deps.log.error({ err }, 'scheduler: billing period pass failed'),
-    ),
+    loop(t.scheduler_interval_ms, 'promotion pass', async () => void (await promoteDueJobs(deps, jobs))),
+    loop(t.scheduler_interval_ms, 'recurring pass', async () => void (await fireDueSchedules(deps, jobs, billing))),
+    loop(t.reaper_interval_ms, 'reaper pass', async () => void (await reapStaleAttempts(deps, jobs))),
+    loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => void (await healInterruptedCascades(deps, jobs))),
+    loop(t.alert_interval_ms, 'alert pass', async () => void (await evaluateAlerts(deps))),
+    loop(t.retention_interval_ms, 'retention pass', async () => {
+      // Back to back while passes come back full, so a backlog drains at the rate passes
+      // sustain rather than a batch per interval; each pass is its own bounded transaction,
+      // and the other loops run between passes.
+      const pass = await retention.pass()
+      if (performance.now() - lastThroughputPrune >= t.retention_interval_ms) {
+        await pruneMinuteThroughput(deps)
+        lastThroughputPrune = performance.now()
+      }
+      return pass.full
+    }),
+    loop(t.billing_period_check_interval_ms, 'billing period pass', async () => void (await rollBillingPeriods(deps, billing, rolled))),
   ]
   return async () => {
     controller.abort()

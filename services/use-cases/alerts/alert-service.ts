@@ -3,7 +3,8 @@ import { AlertNotFound } from '../../../domain/errors.ts'
 import { applyAlertRows } from '../../../projections/alerts.ts'
 import type { Queryable } from '../../../projections/database.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
-import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/handle-command.ts'
+import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 export function alertRef(projectId: string, alertId: string): AggregateRef {
@@ -21,16 +22,7 @@ export async function commandAlert(
   db: Queryable = deps.sql,
 ): Promise<CommandResult<AlertEvent, Alert>> {
   if (!alertIdPattern.test(alertId)) throw new AlertNotFound(`alert ${alertId} was not found`)
-  const result = await handleCommand<AlertCommand, AlertEvent, Alert>(
-    deps.store,
-    alertDecider,
-    alertRef(projectId, alertId),
-    command,
-    () => `evt_${deps.newUlid()}`,
-  )
-  // Written at once too, so a list right after a change shows it and the scheduler sees it.
-  if (result.appended) await applyAlertRows(db, [result.record])
-  return result
+  return commandWithRows<AlertCommand, AlertEvent, Alert>(deps, alertDecider, alertRef(projectId, alertId), command, applyAlertRows, db)
 }
 
 export async function createAlert(

@@ -22,7 +22,8 @@ import {
 } from '../../../domain/recurring-job.ts'
 import { applyRecurringRows } from '../../../projections/recurring-jobs.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
-import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/handle-command.ts'
+import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
 import type { BillingService } from '../metering/billing-service.ts'
 import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -118,16 +119,9 @@ async function onSchedule(
   id: string,
   command: RecurringJobCommand,
 ): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
-  const result = await handleCommand<RecurringJobCommand, RecurringJobEvent, RecurringJob>(
-    deps.store,
-    recurringJobDecider,
-    recurringRef(projectId, id),
-    command,
-    () => `evt_${deps.newUlid()}`,
-  )
   // Written at once as well as by the projector, so the scheduler sees the new next_run_at.
-  if (result.appended) await applyRecurringRows(deps.sql, [result.record])
-  return result
+  const ref = recurringRef(projectId, id)
+  return commandWithRows<RecurringJobCommand, RecurringJobEvent, RecurringJob>(deps, recurringJobDecider, ref, command, applyRecurringRows)
 }
 
 /** Creates or updates the schedule `id`, the job type's `rjob_` slug (see `recurringIdFor`). */

@@ -11,7 +11,8 @@ import {
 import type { Queryable } from '../../../projections/database.ts'
 import { applyWebhookRows } from '../../../projections/webhooks.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
-import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/handle-command.ts'
+import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
 import { deriveKey, encryptAtRest } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
@@ -48,16 +49,8 @@ export class WebhookService {
     db: Queryable = this.#deps.sql,
   ): Promise<CommandResult<WebhookEvent, Webhook>> {
     if (!webhookIdPattern.test(webhookId)) throw new WebhookNotFound(`webhook ${webhookId} was not found`)
-    const deps = this.#deps
-    const result = await handleCommand<WebhookCommand, WebhookEvent, Webhook>(
-      deps.store,
-      webhookDecider,
-      webhookRef(projectId, webhookId),
-      command,
-      () => `evt_${deps.newUlid()}`,
-    )
-    if (result.appended) await applyWebhookRows(db, [result.record])
-    return result
+    const ref = webhookRef(projectId, webhookId)
+    return commandWithRows<WebhookCommand, WebhookEvent, Webhook>(this.#deps, webhookDecider, ref, command, applyWebhookRows, db)
   }
 
   #meta() {

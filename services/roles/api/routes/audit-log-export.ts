@@ -43,7 +43,8 @@ const exportSchema = {
   },
 }
 
-interface AuditRow {
+/** An `activity` row as the export reads it. */
+export interface AuditRow {
   id: string
   created_at: Date
   kind: string
