@@ -17,6 +17,9 @@ import type {
   CreateWebhookRequest,
   DeliveryList,
   DeliveryListQuery,
+  ProjectRetryPolicy,
+  QueueRetryPolicy,
+  RetryPolicyRequest,
   ExportQuery,
   HeartbeatRequest,
   HeartbeatResult,
@@ -64,6 +67,7 @@ export class JobsvcClient {
   readonly webhooks: WebhooksApi
   readonly recurring: RecurringApi
   readonly alerts: AlertsApi
+  readonly retryPolicy: RetryPolicyApi
   readonly activity: ActivityApi
   readonly metrics: MetricsApi
   readonly auditLog: AuditLogApi
@@ -77,6 +81,7 @@ export class JobsvcClient {
     this.webhooks = new WebhooksApi(call)
     this.recurring = new RecurringApi(call)
     this.alerts = new AlertsApi(call)
+    this.retryPolicy = new RetryPolicyApi(call)
     this.activity = new ActivityApi(call)
     this.metrics = new MetricsApi(call)
     this.auditLog = new AuditLogApi(send)
@@ -266,6 +271,40 @@ export class RecurringApi {
 export class AlertsApi extends SettingsApi<Alert, AlertRequest, Alert, AlertRequest> {
   constructor(call: CallJson) {
     super(call, `${v1}/alerts`, false)
+  }
+}
+
+/**
+ * The project's retry policy and its per-queue overrides (README, "Retry policy"): what an ack's
+ * `retry_at` and a new job's default `max_attempts` follow. `set` replaces every field.
+ */
+export class RetryPolicyApi {
+  constructor(private readonly call: CallJson) {}
+
+  get(options?: RequestOptions): Promise<ProjectRetryPolicy> {
+    return this.call({ method: 'GET', path: `${v1}/retry-policy`, options, repeat: 'safe' })
+  }
+
+  set(policy: RetryPolicyRequest, options?: RequestOptions): Promise<ProjectRetryPolicy> {
+    return this.call({ method: 'PUT', path: `${v1}/retry-policy`, body: policy, options, repeat: 'safe' })
+  }
+
+  /** Back to the service's default. */
+  remove(options?: RequestOptions): Promise<void> {
+    return this.call({ method: 'DELETE', path: `${v1}/retry-policy`, options, repeat: 'safe' })
+  }
+
+  getForQueue(queue: string, options?: RequestOptions): Promise<QueueRetryPolicy> {
+    return this.call({ method: 'GET', path: `${v1}/queues/${id(queue)}/retry-policy`, options, repeat: 'safe' })
+  }
+
+  setForQueue(queue: string, policy: RetryPolicyRequest, options?: RequestOptions): Promise<QueueRetryPolicy> {
+    return this.call({ method: 'PUT', path: `${v1}/queues/${id(queue)}/retry-policy`, body: policy, options, repeat: 'safe' })
+  }
+
+  /** The queue follows the project's policy again. */
+  removeForQueue(queue: string, options?: RequestOptions): Promise<void> {
+    return this.call({ method: 'DELETE', path: `${v1}/queues/${id(queue)}/retry-policy`, options, repeat: 'safe' })
   }
 }
 

@@ -1,4 +1,15 @@
-export { JobsvcClient, JobsApi, WorkersApi, WebhooksApi, RecurringApi, AlertsApi, ActivityApi, MetricsApi, AuditLogApi } from './client.js'
+export {
+  JobsvcClient,
+  JobsApi,
+  WorkersApi,
+  WebhooksApi,
+  RecurringApi,
+  AlertsApi,
+  RetryPolicyApi,
+  ActivityApi,
+  MetricsApi,
+  AuditLogApi,
+} from './client.js'
 export { JobsvcError } from './errors.js'
 export { ExportDownload } from './streams.js'
 export type { ClientOptions, RequestOptions } from './transport.js'

@@ -61,6 +61,9 @@ export type RecurringSchedule = components['schemas']['RecurringSchedule']
 export type UpsertRecurringRequest = RequestBody<'/jobsvc/v1/recurring/{id}', 'put'>
 export type Alert = components['schemas']['Alert']
 export type AlertRequest = RequestBody<'/jobsvc/v1/alerts', 'post'>
+export type ProjectRetryPolicy = ResponseBody<'/jobsvc/v1/retry-policy', 'get'>
+export type QueueRetryPolicy = ResponseBody<'/jobsvc/v1/queues/{queue}/retry-policy', 'get'>
+export type RetryPolicyRequest = RequestBody<'/jobsvc/v1/retry-policy', 'put'>
 export type ActivityQuery = Query<'/jobsvc/v1/activity', 'get'>
 export type ActivityPage = ResponseBody<'/jobsvc/v1/activity', 'get'>
 
