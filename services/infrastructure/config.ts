@@ -54,6 +54,11 @@ export const environmentSchema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8080).describe('HTTP port; 0 picks a free one'),
   HOST: z.string().min(1).default('127.0.0.1').describe('bind address'),
   NATS_URL: z.string().min(1).default('nats://127.0.0.1:4222').describe('NATS server(s), comma-separated'),
+  JOBSVC_REPLICAS: z
+    .enum(['1', '3'], { message: 'JOBSVC_REPLICAS must be 1 or 3' })
+    .default('1')
+    .transform(Number)
+    .describe('replicas of every stream and KV bucket: 1 on a single NATS server, 3 on a JetStream cluster of three or more'),
   DATABASE_URL: z
     .string()
     .min(1)
@@ -194,6 +199,8 @@ export interface Config {
   port: number
   host: string
   natsUrl: string
+  /** Replicas of every stream and KV bucket (JOBSVC_REPLICAS). */
+  replicas: 1 | 3
   databaseUrl: string
   namespace: string
   secret: string
@@ -314,6 +321,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
     port: e.PORT,
     host: e.HOST,
     natsUrl: e.NATS_URL,
+    replicas: e.JOBSVC_REPLICAS as 1 | 3,
     databaseUrl: e.DATABASE_URL,
     namespace: e.JOBSVC_NAMESPACE,
     secret,

@@ -43,6 +43,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     port: 0,
     host: '127.0.0.1',
     natsUrl: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+    replicas: 1,
     secret: 'test-secret-test-secret-test-secret',
     devSecretFile: null,
     smtpUrl: null,
