@@ -83,6 +83,13 @@ export const environmentSchema = z.object({
     ),
   WEBHOOK_ALLOW_HOSTS: z.string().default('').describe('host:port list exempt from the public-address rule'),
   JOBSVC_CONFIG: z.string().optional().describe('path of a JSON file overriding plan limits and tunables'),
+  METRICS_PORT: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(65535)
+    .optional()
+    .describe('port of GET /metrics (Prometheus text format), on HOST apart from the API; unset: no metrics endpoint'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
   JOBSVC_V1_SUNSET: z.iso
     .datetime({ offset: true })
@@ -212,6 +219,8 @@ export interface Config {
   trustProxy: boolean | number | string[]
   webhookAllowHosts: string[]
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
+  /** METRICS_PORT; null: no metrics endpoint. */
+  metricsPort: number | null
   tunables: Tunables
   plans: Readonly<Record<Plan, PlanLimits>>
   /** HMAC secret of the payment provider's webhooks; null: billing is not configured. */
@@ -333,6 +342,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
       .map((s) => s.trim())
       .filter(Boolean),
     logLevel: e.LOG_LEVEL,
+    metricsPort: e.METRICS_PORT ?? null,
     tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
     plans: resolvePlans(filePlans),
     billingWebhookSecret,

@@ -44,6 +44,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     host: '127.0.0.1',
     natsUrl: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
     replicas: 1,
+    metricsPort: null,
     secret: 'test-secret-test-secret-test-secret',
     devSecretFile: null,
     smtpUrl: null,
