@@ -1,10 +1,9 @@
-import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { TestLike } from './harness.ts'
-import { freePort } from './private-nats.ts'
+import { freePort, natsServerProcess } from './private-nats.ts'
 
 export interface ClusterNode {
   /** The server name, as JetStream's stream info names its cluster leader and replicas. */
@@ -43,27 +42,7 @@ export async function startNatsCluster(t: TestLike, size = 3): Promise<NatsClust
       ...['-js', '-a', '127.0.0.1', '-p', String(port.client), '-n', name, '-sd', join(root, name)],
       ...['--cluster_name', clusterName, '--cluster', `nats://127.0.0.1:${port.route}`, '--routes', routes],
     ]
-    let child: ChildProcess | null = null
-    const start = () =>
-      new Promise<void>((resolve, reject) => {
-        const proc = spawn('/usr/sbin/nats-server', args, { stdio: ['ignore', 'pipe', 'pipe'] })
-        child = proc
-        let out = ''
-        const onData = (d: Buffer) => {
-          out += String(d)
-          if (out.includes('Server is ready')) resolve()
-        }
-        proc.stdout!.on('data', onData)
-        proc.stderr!.on('data', onData)
-        proc.once('exit', (code) => reject(new Error(`nats-server ${name} exited with ${code}: ${out}`)))
-      })
-    const kill = () =>
-      new Promise<void>((resolve) => {
-        const proc = child
-        if (proc === null || proc.exitCode !== null || proc.signalCode !== null) return resolve()
-        proc.once('exit', () => resolve())
-        proc.kill('SIGKILL')
-      })
+    const { start, kill } = natsServerProcess(args)
     return { name, url: `nats://127.0.0.1:${port.client}`, kill, start }
   })
   t.teardown(async () => {
