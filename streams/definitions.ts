@@ -22,25 +22,25 @@ const nanosPerMs = 1_000_000
  * bounds how long a re-sent message id is recognised (the publish retry horizon, not the
  * Idempotency-Key lifetime, which lives elsewhere).
  */
-export function eventsStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
-  return { ...fileStream(eventsStreamName(ns), eventsSubjectFilter(ns), RetentionPolicy.Limits), allow_direct: true }
+export function eventsStreamConfig(ns: string, replicas = 1): Partial<StreamConfig> & { name: string } {
+  return { ...fileStream(eventsStreamName(ns), eventsSubjectFilter(ns), RetentionPolicy.Limits, replicas), allow_direct: true }
 }
 
 /** Heartbeats are liveness, not history: one KV entry per running job, gone after two days. */
 export const heartbeatMaxAgeMs = 2 * 24 * 60 * 60 * 1000
 
 /** The webhook work queue: a message is removed once its consumer acks it (the delivery settled). */
-export function deliveriesStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
-  return fileStream(deliveriesStreamName(ns), deliveriesSubjectFilter(ns), RetentionPolicy.Workqueue)
+export function deliveriesStreamConfig(ns: string, replicas = 1): Partial<StreamConfig> & { name: string } {
+  return fileStream(deliveriesStreamName(ns), deliveriesSubjectFilter(ns), RetentionPolicy.Workqueue, replicas)
 }
 
 /** The alert e-mail work queue: a message is removed once its consumer acks it (sent or given up). */
-export function mailStreamConfig(ns: string): Partial<StreamConfig> & { name: string } {
-  return fileStream(mailStreamName(ns), mailSubjectFilter(ns), RetentionPolicy.Workqueue)
+export function mailStreamConfig(ns: string, replicas = 1): Partial<StreamConfig> & { name: string } {
+  return fileStream(mailStreamName(ns), mailSubjectFilter(ns), RetentionPolicy.Workqueue, replicas)
 }
 
-/** What every stream of the install shares: one subject filter, files, one replica, the same duplicate window. */
-function fileStream(name: string, subject: string, retention: RetentionPolicy): Partial<StreamConfig> & { name: string } {
+/** What every stream of the install shares: one subject filter, files, the install's replica count, the same duplicate window. */
+function fileStream(name: string, subject: string, retention: RetentionPolicy, replicas: number): Partial<StreamConfig> & { name: string } {
   return {
     name,
     subjects: [subject],
@@ -48,15 +48,71 @@ function fileStream(name: string, subject: string, retention: RetentionPolicy): 
     storage: StorageType.File,
     discard: DiscardPolicy.Old,
     duplicate_window: 2 * 60 * 1000 * nanosPerMs,
-    num_replicas: 1,
+    num_replicas: replicas,
   }
 }
 
-/** Creates what is missing and leaves what exists (several processes start at once). */
-export async function ensureStreams(jsm: JetStreamManager, ns: string): Promise<void> {
-  await ensureStream(jsm, eventsStreamConfig(ns))
-  await ensureStream(jsm, deliveriesStreamConfig(ns))
-  await ensureStream(jsm, mailStreamConfig(ns))
+/**
+ * The log cannot be used as configured: streams of the install have another replica count than
+ * asked for, or the NATS servers cannot hold that many replicas. The message says what to do;
+ * the service prints it as its one start-up error line.
+ */
+export class StreamSettingsMismatch extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'StreamSettingsMismatch'
+  }
+}
+
+/** Every stream of `ns`, KV buckets included, as `ensureStreams` and the bucket openers make them. */
+function namespaceStreamNames(ns: string): string[] {
+  return [
+    eventsStreamName(ns),
+    deliveriesStreamName(ns),
+    mailStreamName(ns),
+    keyValueStreamName(heartbeatBucketName(ns)),
+    keyValueStreamName(authLimitsBucketName(ns)),
+    keyValueStreamName(idempotencyBucketName(ns)),
+  ]
+}
+
+/**
+ * Creates what is missing and leaves what exists (several processes start at once). Streams that
+ * exist with another replica count are refused before anything is created: a JetStream update
+ * would change them under the other processes of the install, which is the operator's decision.
+ */
+export async function ensureStreams(jsm: JetStreamManager, ns: string, replicas = 1): Promise<void> {
+  await refuseOtherReplicas(jsm, ns, replicas)
+  await ensureStream(jsm, eventsStreamConfig(ns, replicas))
+  await ensureStream(jsm, deliveriesStreamConfig(ns, replicas))
+  await ensureStream(jsm, mailStreamConfig(ns, replicas))
+}
+
+async function refuseOtherReplicas(jsm: JetStreamManager, ns: string, replicas: number): Promise<void> {
+  const other: string[] = []
+  for (const name of namespaceStreamNames(ns)) {
+    const info = await jsm.streams.info(name).catch(() => null)
+    if (info !== null && info.config.num_replicas !== replicas) other.push(`${name} has ${info.config.num_replicas}`)
+  }
+  if (other.length === 0) return
+  throw new StreamSettingsMismatch(
+    `JOBSVC_REPLICAS=${replicas} but this install's streams were made with other replica counts (${other.join(', ')}): ` +
+      `start with the JOBSVC_REPLICAS they were made with, or change each of them first ` +
+      `(\`nats stream edit <stream> --replicas ${replicas}\`, on a JetStream cluster of at least ${replicas} servers) and start again`,
+  )
+}
+
+/** JetStream's answer when a stream asks for more replicas than the servers can place. */
+function isReplicasUnavailable(err: unknown): boolean {
+  const code = (err as { api_error?: { err_code?: number } }).api_error?.err_code
+  return code === 10074 || code === 10023 || /replicas > 1 not supported|insufficient resources/i.test(String((err as Error)?.message))
+}
+
+function replicasUnavailable(replicas: number, err: unknown): StreamSettingsMismatch {
+  return new StreamSettingsMismatch(
+    `JOBSVC_REPLICAS=${replicas} needs a JetStream cluster of at least ${replicas} servers, and the NATS servers refused (${(err as Error).message}): ` +
+      `point NATS_URL at such a cluster, or start with JOBSVC_REPLICAS=1 on a single server`,
+  )
 }
 
 async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }): Promise<void> {
@@ -66,6 +122,7 @@ async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig>
     try {
       await jsm.streams.add(config)
     } catch (err) {
+      if (isReplicasUnavailable(err)) throw replicasUnavailable(config.num_replicas ?? 1, err)
       await jsm.streams.info(config.name).catch(() => {
         throw err
       })
@@ -77,46 +134,39 @@ async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig>
  * Creates or opens a KV bucket. Processes starting together race to create it, and the loser's
  * create can fail ("subjects overlap"); the bucket then exists, so opening it again succeeds.
  */
-async function openBucket(nc: NatsConnection, name: string, ttlMs: number): Promise<KV> {
+async function openBucket(nc: NatsConnection, name: string, ttlMs: number, replicas: number): Promise<KV> {
   const kvm = new Kvm(nc)
   for (let attempt = 1; ; attempt++) {
     try {
-      return await kvm.create(name, { history: 1, ttl: ttlMs })
+      return await kvm.create(name, { history: 1, ttl: ttlMs, replicas })
     } catch (err) {
+      if (isReplicasUnavailable(err)) throw replicasUnavailable(replicas, err)
       if (attempt >= 5) throw err
       await new Promise((resolve) => setTimeout(resolve, 50 * attempt))
     }
   }
 }
 
-export async function openHeartbeatBucket(nc: NatsConnection, ns: string): Promise<KV> {
-  return openBucket(nc, heartbeatBucketName(ns), heartbeatMaxAgeMs)
+export async function openHeartbeatBucket(nc: NatsConnection, ns: string, replicas = 1): Promise<KV> {
+  return openBucket(nc, heartbeatBucketName(ns), heartbeatMaxAgeMs, replicas)
 }
 
 /**
  * Windows of the auth limits (15 minutes at most) and cooldowns: an entry not written for an
  * hour has nothing left to count, so the bucket forgets it.
  */
-export async function openAuthLimitsBucket(nc: NatsConnection, ns: string): Promise<KV> {
-  return openBucket(nc, authLimitsBucketName(ns), 60 * 60 * 1000)
+export async function openAuthLimitsBucket(nc: NatsConnection, ns: string, replicas = 1): Promise<KV> {
+  return openBucket(nc, authLimitsBucketName(ns), 60 * 60 * 1000, replicas)
 }
 
 /** Stored answers of requests sent with an idempotency key, forgotten 24 hours after their last write. */
-export async function openIdempotencyBucket(nc: NatsConnection, ns: string): Promise<KV> {
-  return openBucket(nc, idempotencyBucketName(ns), 24 * 60 * 60 * 1000)
+export async function openIdempotencyBucket(nc: NatsConnection, ns: string, replicas = 1): Promise<KV> {
+  return openBucket(nc, idempotencyBucketName(ns), 24 * 60 * 60 * 1000, replicas)
 }
 
 /** Removes everything `ensureStreams` and the bucket openers made for `ns` (tests only). */
 export async function deleteNamespace(jsm: JetStreamManager, ns: string): Promise<void> {
-  const names = [
-    eventsStreamName(ns),
-    deliveriesStreamName(ns),
-    mailStreamName(ns),
-    keyValueStreamName(heartbeatBucketName(ns)),
-    keyValueStreamName(authLimitsBucketName(ns)),
-    keyValueStreamName(idempotencyBucketName(ns)),
-  ]
-  for (const name of names) {
+  for (const name of namespaceStreamNames(ns)) {
     await jsm.streams.delete(name).catch(() => undefined)
   }
 }

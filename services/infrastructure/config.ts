@@ -54,6 +54,11 @@ export const environmentSchema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8080).describe('HTTP port; 0 picks a free one'),
   HOST: z.string().min(1).default('127.0.0.1').describe('bind address'),
   NATS_URL: z.string().min(1).default('nats://127.0.0.1:4222').describe('NATS server(s), comma-separated'),
+  JOBSVC_REPLICAS: z
+    .enum(['1', '3'], { message: 'JOBSVC_REPLICAS must be 1 or 3' })
+    .default('1')
+    .transform(Number)
+    .describe('replicas of every stream and KV bucket: 1 on a single NATS server, 3 on a JetStream cluster of three or more'),
   DATABASE_URL: z
     .string()
     .min(1)
@@ -78,6 +83,13 @@ export const environmentSchema = z.object({
     ),
   WEBHOOK_ALLOW_HOSTS: z.string().default('').describe('host:port list exempt from the public-address rule'),
   JOBSVC_CONFIG: z.string().optional().describe('path of a JSON file overriding plan limits and tunables'),
+  METRICS_PORT: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(65535)
+    .optional()
+    .describe('port of GET /metrics (Prometheus text format), on HOST apart from the API; unset: no metrics endpoint'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
   JOBSVC_V1_SUNSET: z.iso
     .datetime({ offset: true })
@@ -200,6 +212,8 @@ export interface Config {
   port: number
   host: string
   natsUrl: string
+  /** Replicas of every stream and KV bucket (JOBSVC_REPLICAS). */
+  replicas: 1 | 3
   databaseUrl: string
   namespace: string
   secret: string
@@ -211,6 +225,8 @@ export interface Config {
   trustProxy: boolean | number | string[]
   webhookAllowHosts: string[]
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
+  /** METRICS_PORT; null: no metrics endpoint. */
+  metricsPort: number | null
   tunables: Tunables
   plans: Readonly<Record<Plan, PlanLimits>>
   /** HMAC secret of the payment provider's webhooks; null: billing is not configured. */
@@ -324,6 +340,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
     port: e.PORT,
     host: e.HOST,
     natsUrl: e.NATS_URL,
+    replicas: e.JOBSVC_REPLICAS as 1 | 3,
     databaseUrl: e.DATABASE_URL,
     namespace: e.JOBSVC_NAMESPACE,
     secret,
@@ -335,6 +352,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
       .map((s) => s.trim())
       .filter(Boolean),
     logLevel: e.LOG_LEVEL,
+    metricsPort: e.METRICS_PORT ?? null,
     tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
     plans: resolvePlans(filePlans),
     billingWebhookSecret,

@@ -90,10 +90,22 @@ export async function openRuntime(
   }
   const meteringSql = openSql(config.databaseUrl, { max: pools.meteringConnections, applicationName: `${name}-metering`, synchronousCommit: false })
   const nats = await connectNats(config.natsUrl, name)
-  await ensureStreams(nats.jsm, config.namespace)
-  const heartbeats = await openHeartbeatBucket(nats.nc, config.namespace)
-  const authLimits = await openAuthLimitsBucket(nats.nc, config.namespace)
-  const idempotency = await openIdempotencyBucket(nats.nc, config.namespace)
+  let buckets: { heartbeats: KV; authLimits: KV; idempotency: KV }
+  try {
+    await ensureStreams(nats.jsm, config.namespace, config.replicas)
+    buckets = {
+      heartbeats: await openHeartbeatBucket(nats.nc, config.namespace, config.replicas),
+      authLimits: await openAuthLimitsBucket(nats.nc, config.namespace, config.replicas),
+      idempotency: await openIdempotencyBucket(nats.nc, config.namespace, config.replicas),
+    }
+  } catch (err) {
+    // A refused start (streams with other replicas) leaves no connection keeping the process alive.
+    await nats.nc.close()
+    await meteringSql.end({ timeout: 5 })
+    await sql.end({ timeout: 5 })
+    throw err
+  }
+  const { heartbeats, authLimits, idempotency } = buckets
   const mailer = createMailer(config.smtpUrl, log)
   const ulid = monotonicFactory(pooledRandom())
   const store = new EventStore(config.namespace, nats.nc, nats.jsm)

@@ -3,6 +3,7 @@ import { isEmailAddress } from '../../domain/email-address.ts'
 import { isPlan, maxProjectNameLength, plans } from '../../domain/project.ts'
 import type { User } from '../../domain/user.ts'
 import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/config.ts'
+import { StreamSettingsMismatch } from '../../streams/definitions.ts'
 import { AccountService } from '../use-cases/platform/accounts.ts'
 import { createProject } from '../use-cases/projects/project-service.ts'
 import { createLogger, openRuntime, type Runtime } from '../infrastructure/runtime.ts'
@@ -99,6 +100,6 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err) => {
-  process.stderr.write(`${err instanceof ConfigError ? err.message : String(err?.stack ?? err)}\n`)
+  process.stderr.write(`${err instanceof ConfigError || err instanceof StreamSettingsMismatch ? err.message : String(err?.stack ?? err)}\n`)
   process.exit(err instanceof ConfigError ? 2 : 1)
 })

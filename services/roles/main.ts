@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util'
 import * as api from './api/index.ts'
 import * as dispatcher from './dispatcher/index.ts'
 import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/config.ts'
+import { StreamSettingsMismatch } from '../../streams/definitions.ts'
 import * as projector from './projector/index.ts'
 import { createLogger, openRuntime } from '../infrastructure/runtime.ts'
 import { backgroundRoles, startRoleThread } from './role-thread.ts'
@@ -77,7 +78,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((err) => {
-  const message = err instanceof ConfigError ? err.message : String(err?.stack ?? err)
+  const message = err instanceof ConfigError || err instanceof StreamSettingsMismatch ? err.message : String(err?.stack ?? err)
   process.stderr.write(`jobsvc failed to start: ${message}\n`)
   process.exit(1)
 })

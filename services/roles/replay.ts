@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util'
 import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/config.ts'
+import { StreamSettingsMismatch } from '../../streams/definitions.ts'
 import { rebuildReadModels } from './projector/rebuild.ts'
 import { createLogger, openRuntime } from '../infrastructure/runtime.ts'
 
@@ -22,6 +23,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((err) => {
-  process.stderr.write(`replay failed: ${err instanceof ConfigError ? err.message : String(err?.stack ?? err)}\n`)
+  process.stderr.write(
+    `replay failed: ${err instanceof ConfigError || err instanceof StreamSettingsMismatch ? err.message : String(err?.stack ?? err)}\n`,
+  )
   process.exit(1)
 })

@@ -46,6 +46,8 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     port: 0,
     host: '127.0.0.1',
     natsUrl: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+    replicas: 1,
+    metricsPort: null,
     secret: testSecret,
     devSecretFile: null,
     smtpUrl: null,
@@ -245,7 +247,11 @@ export async function spawnService(env: Record<string, string>, args: string[] =
   child.stdout!.on('data', (d) => (out += String(d)))
   child.stderr!.on('data', (d) => (out += String(d)))
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`service did not start:\n${out}`)), 30_000)
+    // A process that never got ready is killed, so that it cannot outlive the test.
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL')
+      reject(new Error(`service did not start:\n${out}`))
+    }, 30_000)
     const onData = () => {
       const m = /"msg":"jobsvc (?:listening on (http:\/\/[^"]+)|ready)/.exec(out)
       if (m) {

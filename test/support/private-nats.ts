@@ -32,10 +32,21 @@ export interface PrivateNats {
 export async function startPrivateNats(t: TestLike): Promise<PrivateNats> {
   const port = await freePort()
   const store = await mkdtemp(join(tmpdir(), 'jobsvc-nats-'))
+  const { start, kill } = natsServerProcess(['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', store])
+  await start()
+  t.teardown(async () => {
+    await kill()
+    await rm(store, { recursive: true, force: true })
+  })
+  return { url: `nats://127.0.0.1:${port}`, kill, start }
+}
+
+/** One nats-server process with `args`: `start` resolves once it is ready, `kill` is SIGKILL (a crash). */
+export function natsServerProcess(args: string[]): { start(): Promise<void>; kill(): Promise<void> } {
   let child: ChildProcess | null = null
   const start = () =>
     new Promise<void>((resolve, reject) => {
-      const proc = spawn('/usr/sbin/nats-server', ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', store], { stdio: ['ignore', 'pipe', 'pipe'] })
+      const proc = spawn('/usr/sbin/nats-server', args, { stdio: ['ignore', 'pipe', 'pipe'] })
       child = proc
       let out = ''
       const onData = (d: Buffer) => {
@@ -53,10 +64,5 @@ export async function startPrivateNats(t: TestLike): Promise<PrivateNats> {
       proc.once('exit', () => resolve())
       proc.kill('SIGKILL')
     })
-  await start()
-  t.teardown(async () => {
-    await kill()
-    await rm(store, { recursive: true, force: true })
-  })
-  return { url: `nats://127.0.0.1:${port}`, kill, start }
+  return { start, kill }
 }

@@ -41,6 +41,7 @@ import { removedWrapperRoutes } from './routes/removed-wrappers.ts'
 import { registerVersionSunset } from './version-sunset.ts'
 import { authenticateProjectCaller, projectHeader } from './project-caller.ts'
 import { dashboardRoutes } from './dashboard-assets.ts'
+import { httpDuration, httpRequests } from '../../infrastructure/metrics.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -235,6 +236,11 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   context.keys.start()
   context.watcher.start()
   await context.ready.start()
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched'
+    httpRequests.inc({ method: request.method, route, status: reply.statusCode })
+    httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000)
+  })
   app.addHook('onClose', async () => {
     context.keys.stop()
     await context.ready.stop()
