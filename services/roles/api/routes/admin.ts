@@ -52,7 +52,9 @@ const staffUser = z
 const promoCodeFields = {
   code: patternText(40, /^[A-Za-z0-9][A-Za-z0-9_-]*$/, 'must be 3 to 40 of A-Z a-z 0-9 _ - (compared upper-cased)', 3),
   periods: z.number().int().min(1).max(36).describe('billing periods it lasts, from the one it is applied in'),
-  expires_at: z.iso.datetime({ offset: true }).describe('no apply is accepted from this instant on'),
+  expires_at: boundedString(64)
+    .pipe(z.iso.datetime({ offset: true }))
+    .describe('no apply is accepted from this instant on'),
   max_uses: z.number().int().min(1).max(maxPromoUses).describe('projects that may apply it'),
 }
 const newPromoCode = z.discriminatedUnion('kind', [
@@ -123,7 +125,7 @@ const overrideSchema = {
   body: z
     .object({
       requests_per_hour: z.number().int().min(1).max(1_000_000_000),
-      expires_at: z.iso.datetime({ offset: true }),
+      expires_at: boundedString(64).pipe(z.iso.datetime({ offset: true })),
       reason: storableText(1, 500),
     })
     .strict(),
