@@ -149,6 +149,30 @@ t.test('recurring, alerts, activity and metrics', async (t) => {
   t.ok(Array.isArray((await client.metrics.jobTypes()).data))
 })
 
+t.test('retry policy: the project default and a queue override, set, read back and removed', async (t) => {
+  const policy = { base_delay_seconds: 4, factor: 3, max_delay_seconds: 30, jitter_seconds: 2, max_attempts: 5 }
+  t.equal((await client.retryPolicy.get()).source, 'service', "the service's default before any change")
+  t.match(await client.retryPolicy.set(policy), { ...policy, source: 'project' })
+  t.match(await client.retryPolicy.setForQueue('sdk-slow', { ...policy, base_delay_seconds: 60, max_delay_seconds: 600 }), {
+    queue: 'sdk-slow',
+    base_delay_seconds: 60,
+    source: 'queue',
+  })
+  t.match(
+    await client.retryPolicy.getForQueue('sdk-other'),
+    { queue: 'sdk-other', ...policy, source: 'project' },
+    'a queue without its own follows the project',
+  )
+  t.same(
+    (await client.retryPolicy.get()).queues?.map((q) => q.queue),
+    ['sdk-slow'],
+  )
+  await client.retryPolicy.removeForQueue('sdk-slow')
+  t.equal((await client.retryPolicy.getForQueue('sdk-slow')).source, 'project')
+  await client.retryPolicy.remove()
+  t.equal((await client.retryPolicy.get()).source, 'service')
+})
+
 t.test('the jobs export streams JSONL records', async (t) => {
   // A project of its own, so that its export cooldown is not the one the error test used.
   const other = await h.newProject()

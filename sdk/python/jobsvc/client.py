@@ -67,6 +67,7 @@ class Client:
         self.webhooks = Webhooks(self)
         self.recurring = Recurring(self)
         self.alerts = Alerts(self)
+        self.retry_policy = RetryPolicy(self)
         self.activity = Activity(self)
         self.metrics = Metrics(self)
 
@@ -262,6 +263,25 @@ class Recurring(_Resource):
 
 class Alerts(_Settings):
     path = "/alerts"
+
+
+class RetryPolicy(_Resource):
+    """The project's retry policy and its per-queue overrides: what an ack's retry_at and a new
+    job's default max_attempts follow. set() and set_for_queue() replace every field
+    (base_delay_seconds, factor, max_delay_seconds, jitter_seconds, max_attempts)."""
+
+    def get(self, queue=None):
+        return self._call("GET", self._path(queue))
+
+    def set(self, queue=None, **policy):
+        return self._call("PUT", self._path(queue), body=policy)
+
+    def remove(self, queue=None):
+        """Back to the service's default, or for a queue, to the project's policy."""
+        return self._call("DELETE", self._path(queue))
+
+    def _path(self, queue):
+        return "/retry-policy" if queue is None else "/queues/%s/retry-policy" % _quote(queue)
 
 
 class Activity(_Resource):

@@ -22,6 +22,16 @@ class ClientTest(unittest.TestCase):
         again = self.client.jobs.create(job_type="py-once", payload={"n": 1}, idempotency_key="py-once-key")
         self.assertEqual(first["id"], again["id"])
 
+    def test_retry_policy_for_the_project_and_a_queue(self):
+        policy = {"base_delay_seconds": 4, "factor": 3, "max_delay_seconds": 30, "jitter_seconds": 2, "max_attempts": 5}
+        self.client.retry_policy.set(queue="py-retry", **policy)
+        self.addCleanup(self.client.retry_policy.remove, queue="py-retry")
+        got = self.client.retry_policy.get(queue="py-retry")
+        self.assertEqual((got["source"], got["base_delay_seconds"], got["max_attempts"]), ("queue", 4, 5))
+        self.assertIn("py-retry", [q["queue"] for q in self.client.retry_policy.get()["queues"]])
+        self.client.retry_policy.remove(queue="py-retry")
+        self.assertNotEqual(self.client.retry_policy.get(queue="py-retry")["source"], "queue")
+
     def test_list_all_follows_the_cursor(self):
         made = {self.client.jobs.create(job_type="py-page", payload={}, queue="py-page")["id"] for _ in range(5)}
         self.assertEqual({j["id"] for j in self.client.jobs.list_all(queue="py-page", limit=2)}, made)
