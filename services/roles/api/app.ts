@@ -236,11 +236,14 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   context.keys.start()
   context.watcher.start()
   await context.ready.start()
-  app.addHook('onResponse', async (request, reply) => {
-    const route = request.routeOptions.url ?? 'unmatched'
-    httpRequests.inc({ method: request.method, route, status: reply.statusCode })
-    httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000)
-  })
+  // Only where /metrics is served (METRICS_PORT): otherwise the hook would cost every request for nothing.
+  if (deps.config.metricsPort !== null) {
+    app.addHook('onResponse', async (request, reply) => {
+      const route = request.routeOptions.url ?? 'unmatched'
+      httpRequests.inc({ method: request.method, route, status: reply.statusCode })
+      httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000)
+    })
+  }
   app.addHook('onClose', async () => {
     context.keys.stop()
     await context.ready.stop()
