@@ -59,12 +59,35 @@ export async function consumeBatches(
     try {
       await ensureDurableAt(nats, opts)
       const consumer = await nats.js.consumers.get(opts.stream, opts.durable)
-      const messages = await consumer.consume({ max_messages: Math.max(opts.maxBatch * 2, 100) })
+      // Heartbeats as the follower's: a pull lost with its server (a cluster's consumer leader
+      // changing) is noticed after two missed ones, not after nats.js's default 30 s.
+      const messages = await consumer.consume({
+        max_messages: Math.max(opts.maxBatch * 2, 100),
+        expires: 4 * followHeartbeatMs,
+        idle_heartbeat: followHeartbeatMs,
+      })
       const stop = () => void messages.stop()
       signal.addEventListener('abort', stop, { once: true })
       // An abort that came while the consumer was being set up fires no listener added after it;
       // on a quiet log the loop below would then wait forever (a projector that never steps down).
       if (signal.aborted) stop()
+      void (async () => {
+        for await (const status of messages.status()) {
+          if (restartOn.has(status.type)) {
+            stop()
+            break
+          }
+        }
+      })().catch(() => undefined)
+      /** Handles the batch's accepted messages, then acks the batch (its last message acks all). */
+      const settle = async (batch: JsMsg[]) => {
+        const accepted =
+          opts.accept === undefined
+            ? batch
+            : batch.filter((m) => opts.accept!({ subject: m.subject, eventTypes: m.headers?.get('Jobsvc-Event-Type') ?? '' }))
+        if (accepted.length > 0) await handle(accepted.map(toRecord))
+        batch.at(-1)!.ack()
+      }
       const iterator = messages[Symbol.asyncIterator]()
       let next = iterator.next()
       try {
@@ -73,15 +96,13 @@ export async function consumeBatches(
           batch.push(r.value)
           next = iterator.next()
           if (batch.length < opts.maxBatch && (await hasArrived(messages, next))) continue
-          const accepted =
-            opts.accept === undefined
-              ? batch
-              : batch.filter((m) => opts.accept!({ subject: m.subject, eventTypes: m.headers?.get('Jobsvc-Event-Type') ?? '' }))
-          if (accepted.length > 0) await handle(accepted.map(toRecord))
-          batch.at(-1)!.ack()
+          await settle(batch)
           batch = []
           if (signal.aborted) break
         }
+        // Stopped for a restart while a batch was being gathered: it is handled now rather than
+        // redelivered only after the ack wait (the projections skip what they already applied).
+        if (batch.length > 0 && !signal.aborted) await settle(batch)
       } finally {
         signal.removeEventListener('abort', stop)
         messages.stop()
