@@ -12,7 +12,7 @@ function AccountCard({ title, children }) {
 }
 
 /** A labelled input; `onValue` receives what the user typed. */
-function Field({ label, onValue, ...input }) {
+export function Field({ label, onValue, ...input }) {
   return html`<label class="field">
     <span>${label}</span>
     <input ...${input} onInput=${(e) => onValue(e.target.value)} />

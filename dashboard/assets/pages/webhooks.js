@@ -1,0 +1,164 @@
+import { useState } from 'preact/hooks'
+import { call } from '../api.js'
+import { formatTime, hasRoleAtLeast } from '../format.js'
+import { ErrorNotice, html, Link, Loading, navigate, Table, useLoad, useSubmit } from '../ui.js'
+import { Field, SecretOnce } from './account.js'
+
+const eventTypes = ['job.created', 'job.succeeded', 'job.failed', 'alert.triggered', 'alert.resolved']
+
+const eventsLabel = (events) => (events === '*' ? 'every event' : events.join(', '))
+
+const ActiveBadge = ({ active }) =>
+  html`<span class=${`badge ${active ? 'state-succeeded' : 'state-cancelled'}`}>${active ? 'active' : 'paused'}</span>`
+
+function NewWebhook({ project, onCreated }) {
+  const [url, setUrl] = useState('')
+  const [events, setEvents] = useState([])
+  const create = useSubmit(async () => {
+    const created = await call('POST', '/jobsvc/v1/webhooks', { project: project.id, body: { url, events: events.length === 0 ? '*' : events } })
+    setUrl('')
+    setEvents([])
+    onCreated(created)
+  })
+  const toggle = (type) => (e) => setEvents(e.target.checked ? [...events, type] : events.filter((t) => t !== type))
+  return html`<form onSubmit=${create.submit} aria-labelledby="new-webhook-title" class="panel">
+    <h2 id="new-webhook-title">New webhook</h2>
+    <${Field} label="URL" type="url" name="url" placeholder="https://example.com/jobsvc" maxlength="2048" required value=${url} onValue=${setUrl} />
+    <fieldset>
+      <legend>Events (none ticked: every event)</legend>
+      ${eventTypes.map((type) => html`<label class="check"><input type="checkbox" name="events" value=${type} checked=${events.includes(type)} onChange=${toggle(type)} /> ${type}</label>`)}
+    </fieldset>
+    <${ErrorNotice} error=${create.error} />
+    <button type="submit" disabled=${create.busy}>Create the webhook</button>
+  </form>`
+}
+
+export function WebhooksPage({ project }) {
+  const { data, error, loading, reload } = useLoad(() => call('GET', '/jobsvc/v1/webhooks', { project: project.id }), [project.id])
+  const [created, setCreated] = useState(null)
+  const mayManage = hasRoleAtLeast(project.role, 'admin')
+  const onCreated = (webhook) => {
+    setCreated(webhook)
+    reload()
+  }
+  return html`<section aria-labelledby="webhooks-title">
+    <h1 id="webhooks-title">Webhooks</h1>
+    <p>Each subscription receives the project's job and alert events as signed POSTs.</p>
+    ${
+      created
+        ? html`<div role="status">
+            <p>Webhook <code>${created.id}</code> created. Its signing secret:</p>
+            <${SecretOnce} value=${created.secret} />
+          </div>`
+        : null
+    }
+    <${ErrorNotice} error=${error} />
+    ${loading && !data ? html`<${Loading} what="Loading webhooks" />` : null}
+    ${data && data.data.length === 0 ? html`<p class="empty">No webhooks yet.</p>` : null}
+    ${
+      data && data.data.length > 0
+        ? html`<${Table} className="webhooks" busy=${loading} columns=${['URL', 'Events', 'State', 'Created']}>
+            ${data.data.map(
+              (w) => html`<tr data-webhook=${w.id}>
+                <td><${Link} to=${`/projects/${project.id}/webhooks/${w.id}`}>${w.url}</${Link}></td>
+                <td>${eventsLabel(w.events)}</td>
+                <td><${ActiveBadge} active=${w.is_active} /></td>
+                <td>${formatTime(w.created_at)}</td>
+              </tr>`,
+            )}
+          </${Table}>`
+        : null
+    }
+    ${mayManage ? html`<${NewWebhook} project=${project} onCreated=${onCreated} />` : html`<p class="muted">Managing webhooks needs the role admin or owner.</p>`}
+  </section>`
+}
+
+function Deliveries({ project, webhookId }) {
+  const [cursors, setCursors] = useState([])
+  const cursor = cursors[cursors.length - 1] ?? null
+  const { data, error, loading } = useLoad(
+    () => call('GET', `/jobsvc/v1/webhooks/${encodeURIComponent(webhookId)}/deliveries`, { project: project.id, query: { limit: 25, cursor } }),
+    [project.id, webhookId, cursor],
+  )
+  return html`<h2>Deliveries</h2>
+    <${ErrorNotice} error=${error} />
+    ${loading && !data ? html`<${Loading} what="Loading deliveries" />` : null}
+    ${data && data.data.length === 0 ? html`<p class="empty">Nothing delivered yet.</p>` : null}
+    ${
+      data && data.data.length > 0
+        ? html`<${Table} className="deliveries" busy=${loading} columns=${['Delivery', 'Event', 'Status', 'Answer', 'Attempt', 'When']}>
+            ${data.data.map(
+              (d) =>
+                html`<tr>
+                  <td><code>${d.id}</code></td>
+                  <td>${d.event_type}</td>
+                  <td><span class=${`badge delivery-${d.status}`}>${d.status}</span></td>
+                  <td>${d.response_status ?? '—'}</td>
+                  <td>${d.attempt}</td>
+                  <td>${formatTime(d.attempted_at)}</td>
+                </tr>`,
+            )}
+          </${Table}>`
+        : null
+    }
+    <nav class="pager" aria-label="Delivery pages">
+      <button type="button" disabled=${cursors.length === 0} onClick=${() => setCursors(cursors.slice(0, -1))}>Newer</button>
+      <button type="button" disabled=${!data?.has_more} onClick=${() => setCursors([...cursors, data.next_cursor])}>Older</button>
+    </nav>`
+}
+
+export function WebhookPage({ project, webhookId }) {
+  const path = `/jobsvc/v1/webhooks/${encodeURIComponent(webhookId)}`
+  const { data, error, reload } = useLoad(() => call('GET', path, { project: project.id }), [project.id, webhookId])
+  const [rotated, setRotated] = useState(null)
+  const [confirmDelete, setConfirmDelete] = useState(false)
+  const mayManage = hasRoleAtLeast(project.role, 'admin')
+  const rotate = useSubmit(async () => setRotated(await call('POST', `${path}/rotate-secret`, { project: project.id })))
+  const toggle = useSubmit(async () => {
+    await call('PATCH', path, { project: project.id, body: { is_active: !data.is_active } })
+    reload()
+  })
+  const remove = useSubmit(async () => {
+    await call('DELETE', path, { project: project.id })
+    navigate(`/projects/${project.id}/webhooks`)
+  })
+  if (error) return html`<${ErrorNotice} error=${error} />`
+  if (!data) return html`<${Loading} what="Loading the webhook" />`
+  return html`<section aria-labelledby="webhook-title">
+    <p><${Link} to=${`/projects/${project.id}/webhooks`}>← Webhooks</${Link}></p>
+    <h1 id="webhook-title"><code>${data.id}</code></h1>
+    <dl class="details">
+      <div><dt>URL</dt><dd>${data.url}</dd></div>
+      <div><dt>Events</dt><dd>${eventsLabel(data.events)}</dd></div>
+      <div><dt>State</dt><dd><${ActiveBadge} active=${data.is_active} /></dd></div>
+      <div><dt>Created</dt><dd>${formatTime(data.created_at)}</dd></div>
+    </dl>
+    ${
+      rotated
+        ? html`<div role="status">
+            <p>New secret. The previous one is accepted until ${formatTime(rotated.previous_secret_expires_at)}.</p>
+            <${SecretOnce} value=${rotated.secret} />
+          </div>`
+        : null
+    }
+    ${
+      mayManage
+        ? html`<div class="actions">
+            <button type="button" onClick=${rotate.submit} disabled=${rotate.busy}>Rotate the secret</button>
+            <button type="button" onClick=${toggle.submit} disabled=${toggle.busy}>${data.is_active ? 'Pause' : 'Resume'}</button>
+            ${
+              confirmDelete
+                ? html`<span class="confirm"
+                    >Delete this webhook?
+                    <button type="button" class="danger" onClick=${remove.submit} disabled=${remove.busy}>Delete</button>
+                    <button type="button" onClick=${() => setConfirmDelete(false)}>Keep it</button></span
+                  >`
+                : html`<button type="button" class="danger" onClick=${() => setConfirmDelete(true)}>Delete…</button>`
+            }
+          </div>`
+        : null
+    }
+    <${ErrorNotice} error=${rotate.error ?? toggle.error ?? remove.error} />
+    <${Deliveries} project=${project} webhookId=${data.id} />
+  </section>`
+}
