@@ -34,6 +34,7 @@ const owner = await newVerifiedUser(h)
 const page = await newPage()
 await logIn(page, owner)
 await page.getByRole('heading', { name: 'Overview' }).waitFor()
+let recoveryCode = ''
 
 t.test('2FA set up through the page: a QR code, recovery codes shown once, then a log-in with TOTP', async (t) => {
   await page.getByRole('link', { name: owner.email }).click()
@@ -49,6 +50,7 @@ t.test('2FA set up through the page: a QR code, recovery codes shown once, then 
   await codes.first().waitFor()
   const recovery = await codes.allTextContents()
   t.equal(recovery.length, 10, 'ten recovery codes')
+  recoveryCode = recovery[0]!
   t.match(recovery[0], /^[a-z2-9]{4}-[a-z2-9]{4}$/)
   t.ok((await h.platform('GET', '/platform/v1/auth/me', undefined, { jwt: owner.jwt })).body.totp_enabled, 'the service has 2FA on')
 
@@ -146,4 +148,44 @@ t.test('a viewer sees no team or billing controls, and the service refuses them 
   }, owner.projectId)
   t.equal(refused.status, 403)
   t.equal(refused.body.error.code, 'forbidden', "the viewer's session cannot invite")
+})
+
+t.test('every project page opens at phone width without an error; a schedule and an alert are made through the pages', async (t) => {
+  const phone = await newPage({ width: 390, height: 844 })
+  const failures: string[] = []
+  phone.on('pageerror', (error) => failures.push(error.message))
+  // The TOTP steps are spent by the log-in above: a recovery code, once.
+  await logIn(phone, owner, `/projects/${owner.projectId}/recurring`)
+  await phone.getByRole('button', { name: 'Use a recovery code instead' }).click()
+  await phone.getByLabel('Recovery code').fill(recoveryCode)
+  await phone.getByRole('button', { name: 'Log in' }).click()
+  await phone.getByText('No recurring schedules.').waitFor()
+  await phone.getByLabel('Job type').fill('report.build')
+  await phone.getByLabel(/^Cron/).fill('0 6 * * *')
+  await phone.getByRole('button', { name: 'Save the schedule' }).click()
+  await phone.locator('tr[data-schedule="rjob_report-build"]').waitFor()
+  t.pass('the schedule is listed under the id the service derives')
+
+  await phone.getByRole('link', { name: 'Alerts', exact: true }).click()
+  await phone.getByText('No alerts.').waitFor()
+  await phone.getByLabel('Name').fill('Dead letters')
+  await phone.getByLabel('Fires above').fill('3')
+  await phone.getByRole('button', { name: 'Create the alert' }).click()
+  await phone.getByRole('cell', { name: 'Dead letters', exact: true }).waitFor()
+  t.pass('the alert is listed')
+
+  await phone.getByRole('link', { name: 'Activity', exact: true }).click()
+  await phone.locator('tr[data-kind="alert_created"]').first().waitFor()
+  t.pass('the activity feed shows them')
+  for (const [link, heading] of [
+    ['Webhooks', 'Webhooks'],
+    ['Team', 'Team'],
+    ['Billing', 'Billing'],
+  ]) {
+    await phone.getByRole('link', { name: link, exact: true }).click()
+    await phone.getByRole('heading', { name: heading, exact: true }).waitFor()
+  }
+  await phone.locator('[data-used]').waitFor()
+  t.equal(await phone.locator('[role=alert]').count(), 0, 'no refusal shown')
+  t.same(failures, [], 'no script error')
 })
