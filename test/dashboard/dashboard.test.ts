@@ -60,7 +60,7 @@ t.test('sign up, verify through the e-mailed link, log in with TOTP', async (t) 
   apiKey = (await page.locator('[data-secret]').textContent()) ?? ''
   t.match(apiKey, /^sv_live_sk_[0-9a-f]{32}$/, 'the first API key, shown once')
 
-  // Two-factor set-up has no page yet: it is switched on over the API, then used in the browser.
+  // Two-factor is switched on over the API here (settings.test.ts sets it up through the page).
   const login = await h.platform('POST', '/platform/v1/auth/login', { email, password })
   ownerJwt = sessionFrom(login)
   projectId = login.body.projects[0].id
