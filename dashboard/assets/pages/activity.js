@@ -1,7 +1,6 @@
-import { useState } from 'preact/hooks'
 import { call } from '../api.js'
 import { formatTime } from '../format.js'
-import { ErrorNotice, html, Link, Loading, Table, useLoad } from '../ui.js'
+import { html, Link, ListStatus, Pager, Table, useCursorPages, useLoad } from '../ui.js'
 
 /** A job row links to its page; other targets are shown as their id. */
 function Target({ project, row }) {
@@ -11,8 +10,8 @@ function Target({ project, row }) {
 }
 
 export function ActivityPage({ project }) {
-  const [cursors, setCursors] = useState([])
-  const cursor = cursors[cursors.length - 1] ?? null
+  const pages = useCursorPages()
+  const cursor = pages.cursor
   const { data, error, loading } = useLoad(
     () => call('GET', '/jobsvc/v1/activity', { project: project.id, query: { limit: 50, cursor } }),
     [project.id, cursor],
@@ -20,9 +19,7 @@ export function ActivityPage({ project }) {
   return html`<section aria-labelledby="activity-title">
     <h1 id="activity-title">Activity</h1>
     <p>What happened in this project, newest first: jobs, schedules, alerts, keys, team and billing.</p>
-    <${ErrorNotice} error=${error} />
-    ${loading && !data ? html`<${Loading} what="Loading activity" />` : null}
-    ${data && data.data.length === 0 ? html`<p class="empty">Nothing has happened yet.</p>` : null}
+    <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading activity" empty="Nothing has happened yet." />
     ${
       data && data.data.length > 0
         ? html`<${Table} className="activity" busy=${loading} columns=${['When', 'What', 'Summary', 'Target']}>
@@ -38,9 +35,6 @@ export function ActivityPage({ project }) {
           </${Table}>`
         : null
     }
-    <nav class="pager" aria-label="Activity pages">
-      <button type="button" disabled=${cursors.length === 0} onClick=${() => setCursors(cursors.slice(0, -1))}>Newer</button>
-      <button type="button" disabled=${!data?.has_more} onClick=${() => setCursors([...cursors, data.next_cursor])}>Older</button>
-    </nav>
+    <${Pager} pages=${pages} page=${data} label="Activity pages" />
   </section>`
 }

@@ -1,13 +1,39 @@
 import { useState } from 'preact/hooks'
 import { call } from '../api.js'
 import { formatTime, hasRoleAtLeast } from '../format.js'
-import { ErrorNotice, html, Loading, Table, useLoad, useSubmit } from '../ui.js'
+import { DeleteCell, ErrorNotice, html, ListStatus, RowsTable, useProjectCollection, useSubmit } from '../ui.js'
 import { Field } from './account.js'
 
 const kinds = {
   dead_letter_count: 'Jobs dead-lettered in the window',
   queue_depth: 'Pending jobs',
   oldest_pending_age: 'Age of the oldest pending job (s)',
+}
+
+export function AlertsPage({ project }) {
+  const { data, error, loading, reload, remove } = useProjectCollection(project, '/jobsvc/v1/alerts')
+  const mayChange = hasRoleAtLeast(project.role, 'member')
+  return html`<section aria-labelledby="alerts-title">
+    <h1 id="alerts-title">Alerts</h1>
+    <${ListStatus} error=${error ?? remove.error} loading=${loading} rows=${data?.data} what="Loading alerts" empty="No alerts." />
+    <${RowsTable}
+      className="alerts"
+      busy=${loading}
+      columns=${['Name', 'Measure', 'Threshold', 'Status', 'Last value', 'Last fired', '']}
+      rows=${data?.data}
+      row=${(a) =>
+        html`<tr data-alert=${a.id}>
+          <td>${a.name}${a.enabled ? '' : html` <span class="muted small">(off)</span>`}</td>
+          <td>${kinds[a.kind] ?? a.kind}${a.queue ? html` <span class="muted small">on ${a.queue}</span>` : null}</td>
+          <td>${a.threshold} <span class="muted small">/ ${a.window_minutes} min</span></td>
+          <td><span class=${`badge ${a.status === 'firing' ? 'state-dead_letter' : 'state-succeeded'}`}>${a.status}</span></td>
+          <td>${a.last_value ?? '—'}</td>
+          <td>${formatTime(a.last_triggered_at)}</td>
+          <${DeleteCell} allowed=${mayChange} label=${`Delete the alert ${a.name}`} action=${remove} id=${a.id} />
+        </tr>`}
+    />
+    ${mayChange ? html`<${AlertForm} project=${project} onSaved=${reload} />` : html`<p class="muted">Changing alerts needs the role member or above.</p>`}
+  </section>`
 }
 
 function AlertForm({ project, onSaved }) {
@@ -55,52 +81,4 @@ function AlertForm({ project, onSaved }) {
     <${ErrorNotice} error=${save.error} />
     <button type="submit" disabled=${save.busy}>Create the alert</button>
   </form>`
-}
-
-export function AlertsPage({ project }) {
-  const { data, error, loading, reload } = useLoad(() => call('GET', '/jobsvc/v1/alerts', { project: project.id }), [project.id])
-  const mayChange = hasRoleAtLeast(project.role, 'member')
-  const remove = useSubmit(async (id) => {
-    await call('DELETE', `/jobsvc/v1/alerts/${encodeURIComponent(id)}`, { project: project.id })
-    reload()
-  })
-  return html`<section aria-labelledby="alerts-title">
-    <h1 id="alerts-title">Alerts</h1>
-    <${ErrorNotice} error=${error ?? remove.error} />
-    ${loading && !data ? html`<${Loading} what="Loading alerts" />` : null}
-    ${data && data.data.length === 0 ? html`<p class="empty">No alerts.</p>` : null}
-    ${
-      data && data.data.length > 0
-        ? html`<${Table} className="alerts" busy=${loading} columns=${['Name', 'Measure', 'Threshold', 'Status', 'Last value', 'Last fired', '']}>
-            ${data.data.map(
-              (a) =>
-                html`<tr data-alert=${a.id}>
-                  <td>${a.name}${a.enabled ? '' : html` <span class="muted small">(off)</span>`}</td>
-                  <td>${kinds[a.kind] ?? a.kind}${a.queue ? html` <span class="muted small">on ${a.queue}</span>` : null}</td>
-                  <td>${a.threshold} <span class="muted small">/ ${a.window_minutes} min</span></td>
-                  <td><span class=${`badge ${a.status === 'firing' ? 'state-dead_letter' : 'state-succeeded'}`}>${a.status}</span></td>
-                  <td>${a.last_value ?? '—'}</td>
-                  <td>${formatTime(a.last_triggered_at)}</td>
-                  <td>
-                    ${
-                      mayChange
-                        ? html`<button
-                            type="button"
-                            class="danger"
-                            onClick=${() => remove.submit(a.id)}
-                            disabled=${remove.busy}
-                            aria-label=${`Delete the alert ${a.name}`}
-                          >
-                            Delete
-                          </button>`
-                        : null
-                    }
-                  </td>
-                </tr>`,
-            )}
-          </${Table}>`
-        : null
-    }
-    ${mayChange ? html`<${AlertForm} project=${project} onSaved=${reload} />` : html`<p class="muted">Changing alerts needs the role member or above.</p>`}
-  </section>`
 }

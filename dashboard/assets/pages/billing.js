@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks'
 import { call } from '../api.js'
 import { formatTime, hasRoleAtLeast } from '../format.js'
-import { ErrorNotice, html, Loading, useLoad, useSubmit } from '../ui.js'
+import { ErrorNotice, Facts, html, ListStatus, useLoad, useSubmit } from '../ui.js'
 import { Field } from './account.js'
 
 const plans = ['free', 'starter', 'pro', 'business', 'enterprise']
@@ -18,24 +18,15 @@ function Usage({ billing }) {
       >Jobs used: <strong data-used>${number.format(billing.used)}</strong> of ${number.format(billing.allowance)}
       <progress max="1" value=${share}>${Math.round(share * 100)}%</progress></label
     >
-    <dl class="stats">
-      <div>
-        <dt>Overage</dt>
-        <dd>${number.format(billing.overage)} jobs</dd>
-      </div>
-      <div>
-        <dt>Overage cost</dt>
-        <dd>${dollars(billing.overage_cost_cents)}</dd>
-      </div>
-      <div>
-        <dt>Rate</dt>
-        <dd>${billing.overage_cents_per_10k === null ? '—' : `${dollars(billing.overage_cents_per_10k)} / 10,000`}</dd>
-      </div>
-      <div>
-        <dt>Requests per hour</dt>
-        <dd>${number.format(billing.requests_per_hour)}</dd>
-      </div>
-    </dl>`
+    <${Facts}
+      className="stats"
+      items=${[
+        ['Overage', `${number.format(billing.overage)} jobs`],
+        ['Overage cost', dollars(billing.overage_cost_cents)],
+        ['Rate', billing.overage_cents_per_10k === null ? '—' : `${dollars(billing.overage_cents_per_10k)} / 10,000`],
+        ['Requests per hour', number.format(billing.requests_per_hour)],
+      ]}
+    />`
 }
 
 function Settings({ project, billing, onSaved }) {
@@ -96,28 +87,17 @@ export function BillingPage({ project }) {
   const mayChange = hasRoleAtLeast(project.role, 'admin')
   return html`<section aria-labelledby="billing-title">
     <h1 id="billing-title">Billing</h1>
-    <${ErrorNotice} error=${error} />
-    ${loading && !billing ? html`<${Loading} what="Loading billing" />` : null}
+    <${ListStatus} error=${error} loading=${loading} rows=${billing ? [billing] : null} what="Loading billing" />
     ${
       billing
-        ? html`<dl class="details">
-              <div>
-                <dt>Plan</dt>
-                <dd data-plan>${billing.plan}</dd>
-              </div>
-              <div>
-                <dt>Billing state</dt>
-                <dd>${billing.billing_state}</dd>
-              </div>
-              <div>
-                <dt>Overage</dt>
-                <dd>${billing.overage_enabled ? 'allowed' : 'off'}</dd>
-              </div>
-              <div>
-                <dt>Spend cap</dt>
-                <dd>${billing.spend_cap_cents === null ? 'none' : dollars(billing.spend_cap_cents)}</dd>
-              </div>
-            </dl>
+        ? html`<${Facts}
+              items=${[
+                ['Plan', html`<span data-plan>${billing.plan}</span>`],
+                ['Billing state', billing.billing_state],
+                ['Overage', billing.overage_enabled ? 'allowed' : 'off'],
+                ['Spend cap', billing.spend_cap_cents === null ? 'none' : dollars(billing.spend_cap_cents)],
+              ]}
+            />
             ${billing.billing_state !== 'active' ? html`<p class="notice">Job creation is paused while the billing state is ${billing.billing_state}.</p>` : null}
             <${Usage} billing=${billing} />
             ${

@@ -3,7 +3,7 @@ import { encode } from 'uqr'
 import { call } from '../api.js'
 import { formatTime } from '../format.js'
 import { ErrorNotice, html, Loading, useLoad, useSubmit } from '../ui.js'
-import { Field } from './account.js'
+import { Field, NewPasswordField } from './account.js'
 
 /** A short confirmation after a save, read out by screen readers. */
 const Saved = ({ when }) => (when ? html`<p role="status" class="muted small">Saved.</p>` : null)
@@ -57,17 +57,7 @@ function PasswordForm() {
       value=${current}
       onValue=${setCurrent}
     />
-    <${Field}
-      label="New password (10 to 128 characters)"
-      type="password"
-      name="new_password"
-      autocomplete="new-password"
-      minlength="10"
-      maxlength="128"
-      required
-      value=${next}
-      onValue=${setNext}
-    />
+    <${NewPasswordField} value=${next} onValue=${setNext} />
     <${ErrorNotice} error=${change.error} />
     ${message ? html`<p role="status">${message} Your other sessions have ended.</p>` : null}
     <button type="submit" disabled=${change.busy}>Change the password</button>

@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks'
 import { call } from '../api.js'
 import { formatTime, hasRoleAtLeast } from '../format.js'
-import { ErrorNotice, html, Loading, navigate, Table, useLoad, useSubmit } from '../ui.js'
+import { DeleteCell, ErrorNotice, html, ListStatus, navigate, Table, useLoad, useSubmit } from '../ui.js'
 import { Field } from './account.js'
 
 const grantable = ['admin', 'member', 'viewer']
@@ -40,6 +40,7 @@ export function TeamPage({ project, me, onProjectChanged }) {
   const path = `/platform/v1/projects/${project.id}/members`
   const { data, error, loading, reload } = useLoad(() => call('GET', path), [project.id])
   const mayManage = hasRoleAtLeast(project.role, 'admin')
+  const isSelf = (member) => member.user_id === me.user_id
   const change = useSubmit(async ({ userId, role }) => {
     await call('PATCH', `${path}/${encodeURIComponent(userId)}`, { body: { role } })
     reload()
@@ -53,8 +54,7 @@ export function TeamPage({ project, me, onProjectChanged }) {
   return html`<section aria-labelledby="team-title">
     <h1 id="team-title">Team</h1>
     <p>Viewers read; members also create, cancel and retry jobs; admins manage keys, webhooks and the team; the owner also the plan.</p>
-    <${ErrorNotice} error=${error ?? change.error ?? remove.error} />
-    ${loading && !data ? html`<${Loading} what="Loading the team" />` : null}
+    <${ListStatus} error=${error ?? change.error ?? remove.error} loading=${loading} rows=${data?.members} what="Loading the team" />
     ${
       data
         ? html`<${Table} className="members" busy=${loading} columns=${['Member', 'Role', 'Joined', '']}>
@@ -79,23 +79,13 @@ export function TeamPage({ project, me, onProjectChanged }) {
                     }
                   </td>
                   <td>${formatTime(m.joined_at)}</td>
-                  <td>
-                    ${
-                      m.user_id === me.user_id && m.role !== 'owner'
-                        ? html`<button type="button" class="danger" onClick=${() => remove.submit(m.user_id)} disabled=${remove.busy}>Leave</button>`
-                        : mayManage && mayManageRole(project.role, m.role)
-                          ? html`<button
-                              type="button"
-                              class="danger"
-                              onClick=${() => remove.submit(m.user_id)}
-                              disabled=${remove.busy}
-                              aria-label=${`Remove ${m.email}`}
-                            >
-                              Remove
-                            </button>`
-                          : null
-                    }
-                  </td>
+                  <${DeleteCell}
+                    allowed=${isSelf(m) ? m.role !== 'owner' : mayManage && mayManageRole(project.role, m.role)}
+                    text=${isSelf(m) ? 'Leave' : 'Remove'}
+                    label=${isSelf(m) ? 'Leave the project' : `Remove ${m.email}`}
+                    action=${remove}
+                    id=${m.user_id}
+                  />
                 </tr>`,
             )}
           </${Table}>`

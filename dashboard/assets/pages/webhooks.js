@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks'
 import { call } from '../api.js'
 import { formatTime, hasRoleAtLeast } from '../format.js'
-import { ErrorNotice, html, Link, Loading, navigate, Table, useLoad, useSubmit } from '../ui.js'
+import { ErrorNotice, Facts, html, Link, ListStatus, Loading, navigate, Pager, Table, useCursorPages, useLoad, useSubmit } from '../ui.js'
 import { Field, SecretOnce } from './account.js'
 
 const eventTypes = ['job.created', 'job.succeeded', 'job.failed', 'alert.triggered', 'alert.resolved']
@@ -52,9 +52,7 @@ export function WebhooksPage({ project }) {
           </div>`
         : null
     }
-    <${ErrorNotice} error=${error} />
-    ${loading && !data ? html`<${Loading} what="Loading webhooks" />` : null}
-    ${data && data.data.length === 0 ? html`<p class="empty">No webhooks yet.</p>` : null}
+    <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading webhooks" empty="No webhooks yet." />
     ${
       data && data.data.length > 0
         ? html`<${Table} className="webhooks" busy=${loading} columns=${['URL', 'Events', 'State', 'Created']}>
@@ -74,16 +72,14 @@ export function WebhooksPage({ project }) {
 }
 
 function Deliveries({ project, webhookId }) {
-  const [cursors, setCursors] = useState([])
-  const cursor = cursors[cursors.length - 1] ?? null
+  const pages = useCursorPages()
+  const cursor = pages.cursor
   const { data, error, loading } = useLoad(
     () => call('GET', `/jobsvc/v1/webhooks/${encodeURIComponent(webhookId)}/deliveries`, { project: project.id, query: { limit: 25, cursor } }),
     [project.id, webhookId, cursor],
   )
   return html`<h2>Deliveries</h2>
-    <${ErrorNotice} error=${error} />
-    ${loading && !data ? html`<${Loading} what="Loading deliveries" />` : null}
-    ${data && data.data.length === 0 ? html`<p class="empty">Nothing delivered yet.</p>` : null}
+    <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading deliveries" empty="Nothing delivered yet." />
     ${
       data && data.data.length > 0
         ? html`<${Table} className="deliveries" busy=${loading} columns=${['Delivery', 'Event', 'Status', 'Answer', 'Attempt', 'When']}>
@@ -101,10 +97,7 @@ function Deliveries({ project, webhookId }) {
           </${Table}>`
         : null
     }
-    <nav class="pager" aria-label="Delivery pages">
-      <button type="button" disabled=${cursors.length === 0} onClick=${() => setCursors(cursors.slice(0, -1))}>Newer</button>
-      <button type="button" disabled=${!data?.has_more} onClick=${() => setCursors([...cursors, data.next_cursor])}>Older</button>
-    </nav>`
+    <${Pager} pages=${pages} page=${data} label="Delivery pages" />`
 }
 
 export function WebhookPage({ project, webhookId }) {
@@ -127,12 +120,14 @@ export function WebhookPage({ project, webhookId }) {
   return html`<section aria-labelledby="webhook-title">
     <p><${Link} to=${`/projects/${project.id}/webhooks`}>← Webhooks</${Link}></p>
     <h1 id="webhook-title"><code>${data.id}</code></h1>
-    <dl class="details">
-      <div><dt>URL</dt><dd>${data.url}</dd></div>
-      <div><dt>Events</dt><dd>${eventsLabel(data.events)}</dd></div>
-      <div><dt>State</dt><dd><${ActiveBadge} active=${data.is_active} /></dd></div>
-      <div><dt>Created</dt><dd>${formatTime(data.created_at)}</dd></div>
-    </dl>
+    <${Facts}
+      items=${[
+        ['URL', data.url],
+        ['Events', eventsLabel(data.events)],
+        ['State', html`<${ActiveBadge} active=${data.is_active} />`],
+        ['Created', formatTime(data.created_at)],
+      ]}
+    />
     ${
       rotated
         ? html`<div role="status">
