@@ -1,5 +1,9 @@
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import t from 'tap'
 import type { Page } from 'playwright-core'
+import { repoRoot } from '../support/harness.ts'
 import { joinProject, newVerifiedUser, startPlatformHarness, totpCode, type VerifiedUser } from '../support/platform.ts'
 import { hasChromium, launchChromium } from '../support/browser.ts'
 
@@ -10,6 +14,11 @@ if (!hasChromium()) throw new Error('chromium is missing: apt-get install -y chr
 
 const h = await startPlatformHarness(t, import.meta.filename)
 const browser = await launchChromium(t)
+// As in dashboard.test.ts: the README's screenshots change only with JOBSVC_UPDATE_SCREENSHOTS=1.
+const updatesReadme = process.env.JOBSVC_UPDATE_SCREENSHOTS === '1'
+const screenshots = updatesReadme ? join(repoRoot, 'docs', 'screenshots') : mkdtempSync(join(tmpdir(), 'jobsvc-screenshots-'))
+mkdirSync(screenshots, { recursive: true })
+if (!updatesReadme) t.teardown(() => rmSync(screenshots, { recursive: true, force: true }))
 
 async function newPage(viewport = { width: 1280, height: 900 }): Promise<Page> {
   const context = await browser.newContext({ viewport, timezoneId: 'Europe/Paris', locale: 'en-GB' })
@@ -44,6 +53,7 @@ t.test('2FA set up through the page: a QR code, recovery codes shown once, then 
   t.ok(((await page.locator('svg[data-qr] path').getAttribute('d')) ?? '').length > 1000, 'the QR code is drawn')
   const secret = (await page.locator('[data-totp-secret]').textContent()) ?? ''
   t.match(secret, /^[A-Z2-7]+=*$/, 'the secret, for typing in by hand')
+  await page.getByRole('region', { name: 'Two-factor authentication' }).screenshot({ path: join(screenshots, 'two-factor.png') })
   await page.getByLabel('Authenticator code').fill(totpCode(secret))
   await page.getByRole('button', { name: 'Turn on two-factor' }).click()
   const codes = page.locator('[data-recovery-codes] code')
@@ -102,6 +112,7 @@ t.test('a webhook is created with its secret shown once, then rotated', async (t
   const first = (await secret.textContent()) ?? ''
   t.match(first, /^whsec_/, 'the signing secret')
   await page.locator('table.webhooks tbody tr').waitFor()
+  await page.screenshot({ path: join(screenshots, 'webhooks.png'), fullPage: true })
   t.match(await page.locator('table.webhooks tbody tr').textContent(), /job\.failed/)
 
   await page.getByRole('link', { name: 'https://8.8.8.8/hook' }).click()
