@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks'
 import { call } from '../api.js'
 import { formatTime, hasRoleAtLeast } from '../format.js'
-import { ErrorNotice, Facts, html, Link, ListStatus, Loading, navigate, Pager, Table, useCursorPages, useLoad, useSubmit } from '../ui.js'
+import { ErrorNotice, Facts, html, Link, ListStatus, Loading, navigate, Pager, RowsTable, useCursorPages, useLoad, useSubmit } from '../ui.js'
 import { Field, SecretOnce } from './account.js'
 
 const eventTypes = ['job.created', 'job.succeeded', 'job.failed', 'alert.triggered', 'alert.resolved']
@@ -33,10 +33,22 @@ function NewWebhook({ project, onCreated }) {
   </form>`
 }
 
-export function WebhooksPage({ project }) {
+/** Webhooks are project settings: the service lets only admins and the owner read them (project-caller.ts). */
+const AdminsOnly = () =>
+  html`<section aria-labelledby="webhooks-title">
+    <h1 id="webhooks-title">Webhooks</h1>
+    <p class="muted">Webhooks are shown to the project's admins and owner only.</p>
+  </section>`
+
+export const WebhooksPage = ({ project }) =>
+  hasRoleAtLeast(project.role, 'admin') ? html`<${WebhookList} project=${project} />` : html`<${AdminsOnly} />`
+
+export const WebhookPage = ({ project, webhookId }) =>
+  hasRoleAtLeast(project.role, 'admin') ? html`<${Webhook} project=${project} webhookId=${webhookId} />` : html`<${AdminsOnly} />`
+
+function WebhookList({ project }) {
   const { data, error, loading, reload } = useLoad(() => call('GET', '/jobsvc/v1/webhooks', { project: project.id }), [project.id])
   const [created, setCreated] = useState(null)
-  const mayManage = hasRoleAtLeast(project.role, 'admin')
   const onCreated = (webhook) => {
     setCreated(webhook)
     reload()
@@ -53,23 +65,33 @@ export function WebhooksPage({ project }) {
         : null
     }
     <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading webhooks" empty="No webhooks yet." />
-    ${
-      data && data.data.length > 0
-        ? html`<${Table} className="webhooks" busy=${loading} columns=${['URL', 'Events', 'State', 'Created']}>
-            ${data.data.map(
-              (w) => html`<tr data-webhook=${w.id}>
+    <${RowsTable}
+      className="webhooks"
+      busy=${loading}
+      columns=${['URL', 'Events', 'State', 'Created']}
+      rows=${data?.data}
+      row=${(w) => html`<tr data-webhook=${w.id}>
                 <td><${Link} to=${`/projects/${project.id}/webhooks/${w.id}`}>${w.url}</${Link}></td>
                 <td>${eventsLabel(w.events)}</td>
                 <td><${ActiveBadge} active=${w.is_active} /></td>
                 <td>${formatTime(w.created_at)}</td>
-              </tr>`,
-            )}
-          </${Table}>`
-        : null
-    }
-    ${mayManage ? html`<${NewWebhook} project=${project} onCreated=${onCreated} />` : html`<p class="muted">Managing webhooks needs the role admin or owner.</p>`}
+              </tr>`}
+    />
+    <${NewWebhook} project=${project} onCreated=${onCreated} />
   </section>`
 }
+
+const deliveryColumns = ['Delivery', 'Event', 'Status', 'Answer', 'Attempt', 'When']
+
+const deliveryRow = (d) =>
+  html`<tr>
+    <td><code>${d.id}</code></td>
+    <td>${d.event_type}</td>
+    <td><span class=${`badge delivery-${d.status}`}>${d.status}</span></td>
+    <td>${d.response_status ?? '—'}</td>
+    <td>${d.attempt}</td>
+    <td>${formatTime(d.attempted_at)}</td>
+  </tr>`
 
 function Deliveries({ project, webhookId }) {
   const pages = useCursorPages()
@@ -80,32 +102,15 @@ function Deliveries({ project, webhookId }) {
   )
   return html`<h2>Deliveries</h2>
     <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading deliveries" empty="Nothing delivered yet." />
-    ${
-      data && data.data.length > 0
-        ? html`<${Table} className="deliveries" busy=${loading} columns=${['Delivery', 'Event', 'Status', 'Answer', 'Attempt', 'When']}>
-            ${data.data.map(
-              (d) =>
-                html`<tr>
-                  <td><code>${d.id}</code></td>
-                  <td>${d.event_type}</td>
-                  <td><span class=${`badge delivery-${d.status}`}>${d.status}</span></td>
-                  <td>${d.response_status ?? '—'}</td>
-                  <td>${d.attempt}</td>
-                  <td>${formatTime(d.attempted_at)}</td>
-                </tr>`,
-            )}
-          </${Table}>`
-        : null
-    }
+    <${RowsTable} className="deliveries" busy=${loading} columns=${deliveryColumns} rows=${data?.data} row=${deliveryRow} />
     <${Pager} pages=${pages} page=${data} label="Delivery pages" />`
 }
 
-export function WebhookPage({ project, webhookId }) {
+function Webhook({ project, webhookId }) {
   const path = `/jobsvc/v1/webhooks/${encodeURIComponent(webhookId)}`
   const { data, error, reload } = useLoad(() => call('GET', path, { project: project.id }), [project.id, webhookId])
   const [rotated, setRotated] = useState(null)
   const [confirmDelete, setConfirmDelete] = useState(false)
-  const mayManage = hasRoleAtLeast(project.role, 'admin')
   const rotate = useSubmit(async () => setRotated(await call('POST', `${path}/rotate-secret`, { project: project.id })))
   const toggle = useSubmit(async () => {
     await call('PATCH', path, { project: project.id, body: { is_active: !data.is_active } })
@@ -136,23 +141,19 @@ export function WebhookPage({ project, webhookId }) {
           </div>`
         : null
     }
-    ${
-      mayManage
-        ? html`<div class="actions">
-            <button type="button" onClick=${rotate.submit} disabled=${rotate.busy}>Rotate the secret</button>
-            <button type="button" onClick=${toggle.submit} disabled=${toggle.busy}>${data.is_active ? 'Pause' : 'Resume'}</button>
-            ${
-              confirmDelete
-                ? html`<span class="confirm"
-                    >Delete this webhook?
-                    <button type="button" class="danger" onClick=${remove.submit} disabled=${remove.busy}>Delete</button>
-                    <button type="button" onClick=${() => setConfirmDelete(false)}>Keep it</button></span
-                  >`
-                : html`<button type="button" class="danger" onClick=${() => setConfirmDelete(true)}>Delete…</button>`
-            }
-          </div>`
-        : null
-    }
+    <div class="actions">
+      <button type="button" onClick=${rotate.submit} disabled=${rotate.busy}>Rotate the secret</button>
+      <button type="button" onClick=${toggle.submit} disabled=${toggle.busy}>${data.is_active ? 'Pause' : 'Resume'}</button>
+      ${
+        confirmDelete
+          ? html`<span class="confirm"
+              >Delete this webhook?
+              <button type="button" class="danger" onClick=${remove.submit} disabled=${remove.busy}>Delete</button>
+              <button type="button" onClick=${() => setConfirmDelete(false)}>Keep it</button></span
+            >`
+          : html`<button type="button" class="danger" onClick=${() => setConfirmDelete(true)}>Delete…</button>`
+      }
+    </div>
     <${ErrorNotice} error=${rotate.error ?? toggle.error ?? remove.error} />
     <${Deliveries} project=${project} webhookId=${data.id} />
   </section>`
