@@ -1,11 +1,8 @@
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import type { Page } from 'playwright-core'
-import { repoRoot } from '../support/harness.ts'
 import { joinProject, newVerifiedUser, startPlatformHarness, totpCode, type VerifiedUser } from '../support/platform.ts'
-import { hasChromium, launchChromium } from '../support/browser.ts'
+import { hasChromium, launchChromium, screenshotFolder } from '../support/browser.ts'
 
 // Issue 18, the account and project pages after the first increment: 2FA set up through the page,
 // notification preferences, a webhook's secret shown once, and a viewer without team or billing
@@ -14,11 +11,7 @@ if (!hasChromium()) throw new Error('chromium is missing: apt-get install -y chr
 
 const h = await startPlatformHarness(t, import.meta.filename)
 const browser = await launchChromium(t)
-// As in dashboard.test.ts: the README's screenshots change only with JOBSVC_UPDATE_SCREENSHOTS=1.
-const updatesReadme = process.env.JOBSVC_UPDATE_SCREENSHOTS === '1'
-const screenshots = updatesReadme ? join(repoRoot, 'docs', 'screenshots') : mkdtempSync(join(tmpdir(), 'jobsvc-screenshots-'))
-mkdirSync(screenshots, { recursive: true })
-if (!updatesReadme) t.teardown(() => rmSync(screenshots, { recursive: true, force: true }))
+const screenshots = screenshotFolder(t)
 
 async function newPage(viewport = { width: 1280, height: 900 }): Promise<Page> {
   const context = await browser.newContext({ viewport, timezoneId: 'Europe/Paris', locale: 'en-GB' })
@@ -149,6 +142,9 @@ t.test('a viewer sees no team or billing controls, and the service refuses them 
   await viewerPage.getByRole('link', { name: 'Billing', exact: true }).click()
   await viewerPage.locator('[data-plan]').waitFor()
   t.equal(await viewerPage.getByRole('button', { name: 'Save' }).count(), 0, 'no billing controls')
+  await viewerPage.getByRole('link', { name: 'Webhooks', exact: true }).click()
+  await viewerPage.getByText("Webhooks are shown to the project's admins and owner only.").waitFor()
+  t.equal(await viewerPage.locator('[role=alert]').count(), 0, 'webhooks are not asked for, so nothing is refused')
   const refused = await viewerPage.evaluate(async (project) => {
     const res = await fetch(`/platform/v1/projects/${project}/members`, {
       method: 'POST',
