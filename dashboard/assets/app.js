@@ -3,9 +3,16 @@ import { useEffect, useState } from 'preact/hooks'
 import { call } from './api.js'
 import { timeZone } from './format.js'
 import { AcceptInvitePage, ForgotPage, LoginPage, ResetPasswordPage, SignupPage, VerifyPage } from './pages/account.js'
+import { ActivityPage } from './pages/activity.js'
+import { AlertsPage } from './pages/alerts.js'
 import { ApiKeyPage } from './pages/api-key.js'
+import { BillingPage } from './pages/billing.js'
 import { JobPage, JobsPage } from './pages/jobs.js'
 import { OverviewPage } from './pages/overview.js'
+import { RecurringPage } from './pages/recurring.js'
+import { SettingsPage } from './pages/settings.js'
+import { TeamPage } from './pages/team.js'
+import { WebhookPage, WebhooksPage } from './pages/webhooks.js'
 import { ErrorNotice, html, Link, Loading, navigate } from './ui.js'
 
 /** The page path under /dashboard, without the prefix. */
@@ -53,8 +60,15 @@ function Shell({ me, projects, project, section, onLogout, children }) {
   const nav = [
     ['', 'Overview'],
     ['/jobs', 'Jobs'],
+    ['/recurring', 'Schedules'],
+    ['/alerts', 'Alerts'],
+    ['/webhooks', 'Webhooks'],
+    ['/activity', 'Activity'],
+    ['/team', 'Team'],
+    ['/billing', 'Billing'],
     ['/api-key', 'API key'],
   ]
+  const isCurrent = (to) => section === to || (to !== '' && section.startsWith(`${to}/`))
   return html`<a class="skip" href="#content">Skip to content</a>
     <header class="top">
       <${Link} to="/" class="brand">jobsvc</${Link}>
@@ -64,14 +78,14 @@ function Shell({ me, projects, project, section, onLogout, children }) {
           project
             ? nav.map(
                 ([to, label]) =>
-                  html`<${Link} to=${`/projects/${project.id}${to}`} aria-current=${section === to || (to === '/jobs' && section.startsWith('/jobs')) ? 'page' : undefined}
+                  html`<${Link} to=${`/projects/${project.id}${to}`} aria-current=${isCurrent(to) ? 'page' : undefined}
                   >${label}</${Link}
                 >`,
               )
             : null
         }
       </nav>
-      <span class="who">${me.email}</span>
+      <${Link} to="/settings" class="who" aria-current=${section === '/settings' ? 'page' : undefined}>${me.display_name ?? me.email}</${Link}>
       <button type="button" class="link" onClick=${onLogout}>Log out</button>
     </header>
     <main id="content" tabindex="-1">${children}</main>
@@ -93,6 +107,13 @@ function ProjectPages({ me, projects, path, onLogout, reloadProjects }) {
   else if (section === '') page = html`<${OverviewPage} project=${project} />`
   else if (section === '/jobs') page = html`<${JobsPage} project=${project} />`
   else if (section.startsWith('/jobs/')) page = html`<${JobPage} project=${project} jobId=${decodeURIComponent(section.slice(6))} />`
+  else if (section === '/recurring') page = html`<${RecurringPage} project=${project} />`
+  else if (section === '/alerts') page = html`<${AlertsPage} project=${project} />`
+  else if (section === '/webhooks') page = html`<${WebhooksPage} project=${project} />`
+  else if (section.startsWith('/webhooks/')) page = html`<${WebhookPage} project=${project} webhookId=${decodeURIComponent(section.slice(10))} />`
+  else if (section === '/activity') page = html`<${ActivityPage} project=${project} />`
+  else if (section === '/team') page = html`<${TeamPage} project=${project} me=${me} onProjectChanged=${reloadProjects} />`
+  else if (section === '/billing') page = html`<${BillingPage} project=${project} />`
   else if (section === '/api-key') page = html`<${ApiKeyPage} project=${project} onProjectChanged=${reloadProjects} />`
   else page = html`<p class="empty">No such page.</p>`
   return html`<${Shell} me=${me} projects=${projects} project=${project} section=${section} onLogout=${onLogout}>${page}</${Shell}>`
@@ -130,6 +151,15 @@ function App() {
   if (session === undefined) return html`<${Loading} />`
   if (session === null) return html`<${Redirect} to=${`/login?next=${encodeURIComponent(path + location.search)}`} />`
   if (path === '/accept-invite') return html`<${AcceptInvitePage} onJoined=${reloadProjects} />`
+  if (path === '/settings') {
+    const onDeleted = () => {
+      setSession(null)
+      navigate('/login')
+    }
+    return html`<${Shell} me=${session.me} projects=${session.projects} section="/settings" onLogout=${logout}>
+      <${SettingsPage} me=${session.me} onChanged=${loadSession} onDeleted=${onDeleted} />
+    </${Shell}>`
+  }
   return html`<${ProjectPages} me=${session.me} projects=${session.projects} path=${path} onLogout=${logout} reloadProjects=${reloadProjects} />`
 }
 

@@ -1,6 +1,7 @@
 import { h } from 'preact'
 import { useCallback, useEffect, useState } from 'preact/hooks'
 import htm from 'htm'
+import { call } from './api.js'
 
 export const html = htm.bind(h)
 
@@ -84,3 +85,60 @@ export function Table({ columns, className, busy = false, children }) {
     </table>
   </div>`
 }
+
+/** Cursor paging, newest first: the cursors of the pages before this one, so "Newer" can go back. */
+export function useCursorPages() {
+  const [cursors, setCursors] = useState([])
+  return {
+    cursor: cursors[cursors.length - 1] ?? null,
+    hasNewer: cursors.length > 0,
+    newer: () => setCursors(cursors.slice(0, -1)),
+    older: (cursor) => setCursors([...cursors, cursor]),
+    reset: () => setCursors([]),
+  }
+}
+
+/** Newer / Older buttons over `useCursorPages`, for the list answer `page`. */
+export const Pager = ({ pages, page, label = 'Pages' }) =>
+  html`<nav class="pager" aria-label=${label}>
+    <button type="button" disabled=${!pages.hasNewer} onClick=${pages.newer}>Newer</button>
+    <button type="button" disabled=${!page?.has_more} onClick=${() => pages.older(page.next_cursor)}>Older</button>
+  </nav>`
+
+/** What a list shows before or instead of its rows: the refusal, the first load, or that it is empty. */
+export function ListStatus({ error, loading, rows, what, empty }) {
+  return html`<${ErrorNotice} error=${error} /> ${loading && !rows ? html`<${Loading} what=${what} />` : null}
+    ${rows && rows.length === 0 ? html`<p class="empty">${empty}</p>` : null}`
+}
+
+/** Label and value pairs, as a definition list (`className` "details" or "stats"). */
+export function Facts({ className = 'details', items }) {
+  return html`<dl class=${className}>
+    ${items.map(
+      ([label, value]) =>
+        html`<div>
+          <dt>${label}</dt>
+          <dd>${value}</dd>
+        </div>`,
+    )}
+  </dl>`
+}
+
+/** A project's collection at `path` (schedules, alerts): its list, and deleting one by id, then reloading. */
+export function useProjectCollection(project, path) {
+  const list = useLoad(() => call('GET', path, { project: project.id }), [project.id, path])
+  const remove = useSubmit(async (id) => {
+    await call('DELETE', `${path}/${encodeURIComponent(id)}`, { project: project.id })
+    list.reload()
+  })
+  return { ...list, remove }
+}
+
+/** `Table` over `rows`, each drawn by `row`; nothing while there are none (ListStatus says why). */
+export const RowsTable = ({ rows, row, ...table }) => (rows && rows.length > 0 ? html`<${Table} ...${table}>${rows.map(row)}</${Table}>` : null)
+
+/** A row's last cell: a button that deletes (or removes) the row, named for it; empty for whoever may not. */
+export const DeleteCell = ({ allowed, label, busy, onDelete, text = 'Delete' }) =>
+  html`<td>
+    ${allowed ? html`<button type="button" class="danger" onClick=${onDelete} disabled=${busy} aria-label=${label}>${text}</button>` : null}
+  </td>`

@@ -1,11 +1,9 @@
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import type { BrowserContext, Page } from 'playwright-core'
-import { eventually, httpRequest, repoRoot } from '../support/harness.ts'
+import { eventually, httpRequest } from '../support/harness.ts'
 import { freshEmail, freshIp, joinProject, sessionFrom, startPlatformHarness, totpCode } from '../support/platform.ts'
-import { hasChromium, launchChromium } from '../support/browser.ts'
+import { hasChromium, launchChromium, screenshotFolder } from '../support/browser.ts'
 import { deadLetteredJob, projectJobsApi, sampleFailure } from '../support/dashboard.ts'
 
 // Issue 18, Done when: the dashboard driven in headless Chromium against the whole service, as a
@@ -15,10 +13,7 @@ if (!hasChromium()) throw new Error('chromium is missing: apt-get install -y chr
 
 const h = await startPlatformHarness(t, import.meta.filename)
 const browser = await launchChromium(t)
-const updatesReadme = process.env.JOBSVC_UPDATE_SCREENSHOTS === '1'
-const screenshots = updatesReadme ? join(repoRoot, 'docs', 'screenshots') : mkdtempSync(join(tmpdir(), 'jobsvc-screenshots-'))
-mkdirSync(screenshots, { recursive: true })
-if (!updatesReadme) t.teardown(() => rmSync(screenshots, { recursive: true, force: true }))
+const screenshots = screenshotFolder(t)
 
 /** A browser profile of its own, in a time zone that is not the server's. */
 async function newPage(viewport = { width: 1280, height: 900 }): Promise<{ context: BrowserContext; page: Page }> {
@@ -60,7 +55,7 @@ t.test('sign up, verify through the e-mailed link, log in with TOTP', async (t) 
   apiKey = (await page.locator('[data-secret]').textContent()) ?? ''
   t.match(apiKey, /^sv_live_sk_[0-9a-f]{32}$/, 'the first API key, shown once')
 
-  // Two-factor set-up has no page yet: it is switched on over the API, then used in the browser.
+  // Two-factor is switched on over the API here (settings.test.ts sets it up through the page).
   const login = await h.platform('POST', '/platform/v1/auth/login', { email, password })
   ownerJwt = sessionFrom(login)
   projectId = login.body.projects[0].id

@@ -1,6 +1,8 @@
-import { existsSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { chromium, type Browser } from 'playwright-core'
-import type { TestLike } from './harness.ts'
+import { repoRoot, type TestLike } from './harness.ts'
 
 /** Debian's chromium package (`.ci/run` installs it when missing). */
 export const chromiumPath = '/usr/bin/chromium'
@@ -15,4 +17,20 @@ export async function launchChromium(t: TestLike): Promise<Browser> {
   })
   t.teardown(() => browser.close())
   return browser
+}
+
+/**
+ * Where a test file writes its screenshots: the README's docs/screenshots only with
+ * JOBSVC_UPDATE_SCREENSHOTS=1, otherwise a temporary folder its teardown removes, so that a test
+ * run leaves the tree clean.
+ */
+export function screenshotFolder(t: TestLike): string {
+  if (process.env.JOBSVC_UPDATE_SCREENSHOTS === '1') {
+    const folder = join(repoRoot, 'docs', 'screenshots')
+    mkdirSync(folder, { recursive: true })
+    return folder
+  }
+  const folder = mkdtempSync(join(tmpdir(), 'jobsvc-screenshots-'))
+  t.teardown(() => rmSync(folder, { recursive: true, force: true }))
+  return folder
 }

@@ -12,12 +12,26 @@ function AccountCard({ title, children }) {
 }
 
 /** A labelled input; `onValue` receives what the user typed. */
-function Field({ label, onValue, ...input }) {
+export function Field({ label, onValue, ...input }) {
   return html`<label class="field">
     <span>${label}</span>
     <input ...${input} onInput=${(e) => onValue(e.target.value)} />
   </label>`
 }
+
+/** A new password as the reset and change routes take it (10 to 128 characters). */
+export const NewPasswordField = ({ value, onValue }) =>
+  html`<${Field}
+    label="New password (10 to 128 characters)"
+    type="password"
+    name="new_password"
+    autocomplete="new-password"
+    minlength="10"
+    maxlength="128"
+    required
+    value=${value}
+    onValue=${onValue}
+  />`
 
 /** The address and password of a log-in, or of a new account (whose password rules are shown). */
 function Credentials({ isNewAccount = false, email, setEmail, password, setPassword }) {
@@ -191,17 +205,7 @@ export function ResetPasswordPage() {
         ? html`<p role="status">${message}</p>
           <p><${Link} to="/login" class="button">Log in</${Link}></p>`
         : html`<form onSubmit=${submit}>
-            <${Field}
-              label="New password (10 to 128 characters)"
-              type="password"
-              name="new_password"
-              autocomplete="new-password"
-              minlength="10"
-              maxlength="128"
-              required
-              value=${password}
-              onValue=${setPassword}
-            />
+            <${NewPasswordField} value=${password} onValue=${setPassword} />
             <${ErrorNotice} error=${error} />
             <button type="submit" disabled=${busy}>Set the password</button>
           </form>`

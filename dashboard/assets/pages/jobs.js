@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'preact/hooks'
 import { call, followJob } from '../api.js'
 import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
-import { ErrorNotice, html, Link, Loading, navigate, Table, useLoad, useSubmit } from '../ui.js'
+import { ErrorNotice, html, Link, ListStatus, Loading, navigate, Pager, Table, useCursorPages, useLoad, useSubmit } from '../ui.js'
 
 const windows = { '': 'Any time', '1h': 'Last hour', '24h': 'Last 24 hours', '7d': 'Last 7 days', '30d': 'Last 30 days' }
 const windowMs = { '1h': 3_600_000, '24h': 86_400_000, '7d': 7 * 86_400_000, '30d': 30 * 86_400_000 }
@@ -21,9 +21,8 @@ function filtersFromLocation() {
 export function JobsPage({ project }) {
   const [filters, setFilters] = useState(filtersFromLocation)
   const [draft, setDraft] = useState(filters)
-  // The cursors of the pages before this one, so "Newer" can go back.
-  const [cursors, setCursors] = useState([])
-  const cursor = cursors[cursors.length - 1] ?? null
+  const pages = useCursorPages()
+  const cursor = pages.cursor
   const { data, error, loading } = useLoad(() => {
     const query = { state: filters.state, queue: filters.queue, job_type: filters.job_type, limit: 25, cursor }
     if (filters.window) query.created_after = new Date(Date.now() - windowMs[filters.window]).toISOString()
@@ -33,7 +32,7 @@ export function JobsPage({ project }) {
     event.preventDefault()
     const params = new URLSearchParams(Object.entries(draft).filter(([, v]) => v !== ''))
     navigate(`/projects/${project.id}/jobs${params.size ? `?${params}` : ''}`, { replace: true })
-    setCursors([])
+    pages.reset()
     setFilters(draft)
   }
   const set = (key) => (event) => setDraft({ ...draft, [key]: event.target.value })
@@ -57,9 +56,7 @@ export function JobsPage({ project }) {
       </label>
       <button type="submit">Apply</button>
     </form>
-    <${ErrorNotice} error=${error} />
-    ${loading && !data ? html`<${Loading} what="Loading jobs" />` : null}
-    ${data && data.data.length === 0 ? html`<p class="empty">No jobs match these filters.</p>` : null}
+    <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading jobs" empty="No jobs match these filters." />
     ${
       data && data.data.length > 0
         ? html`<${Table} className="jobs" busy=${loading} columns=${['Job', 'State', 'Type', 'Queue', 'Attempt', 'Created']}>
@@ -76,10 +73,7 @@ export function JobsPage({ project }) {
           </${Table}>`
         : null
     }
-    <nav class="pager" aria-label="Pages">
-      <button type="button" disabled=${cursors.length === 0} onClick=${() => setCursors(cursors.slice(0, -1))}>Newer</button>
-      <button type="button" disabled=${!data?.has_more} onClick=${() => setCursors([...cursors, data.next_cursor])}>Older</button>
-    </nav>
+    <${Pager} pages=${pages} page=${data} />
   </section>`
 }
 

@@ -11,7 +11,7 @@ const dashboardRoot = fileURLToPath(new URL('../../../dashboard/', import.meta.u
  * The packages the dashboard imports by bare name, resolved from node_modules (installed by
  * `npm ci` from the lock file) so that nothing comes from a CDN and the page works offline.
  */
-const vendorModules = ['preact', 'preact/hooks', 'htm'] as const
+const vendorModules = ['preact', 'preact/hooks', 'htm', 'uqr'] as const
 
 /** The e-mailed links (mailer.ts, under PUBLIC_URL) that land on dashboard pages. */
 export const mailedPaths = ['/verify', '/reset-password', '/accept-invite'] as const
