@@ -107,6 +107,8 @@ t.test('the overview counts jobs by state (screenshot)', async (t) => {
   t.equal(await page.locator('.number[data-state=pending]').textContent(), '5')
   t.equal(await page.locator('.number[data-state=dead_letter]').textContent(), '1')
   await page.getByRole('cell', { name: 'mail', exact: true }).waitFor()
+  const latency = page.locator('svg[aria-label^="Attempt durations"]')
+  t.ok((await latency.locator('.line-p50_ms, .line-p99_ms').count()) > 0, 'the failed attempts plot p50 and p99 durations')
   await page.screenshot({ path: join(screenshots, 'overview.png'), fullPage: true })
 })
 

@@ -53,6 +53,42 @@ function ThroughputChart({ buckets }) {
   </svg>`
 }
 
+const percentiles = ['p50_ms', 'p95_ms', 'p99_ms']
+
+/**
+ * Attempt durations per bucket as three lines (p50, p95, p99); a bucket with no finished attempt
+ * leaves a gap rather than a drop to zero.
+ */
+function LatencyChart({ buckets }) {
+  const peak = Math.max(1, ...buckets.flatMap((b) => percentiles.map((key) => b[key] ?? 0)))
+  // 2 units of margin each side, so the first and last buckets' marks are not cut by the frame.
+  const step = 96 / Math.max(1, buckets.length - 1)
+  const runsOf = (key) => {
+    const runs = [[]]
+    buckets.forEach((b, i) => {
+      if (b[key] === null) runs.push([])
+      else runs.at(-1).push(`${(2 + i * step).toFixed(2)},${(40 - (b[key] / peak) * 38).toFixed(2)}`)
+    })
+    return runs.filter((run) => run.length > 0)
+  }
+  return html`<svg
+    class="chart"
+    viewBox="0 0 100 40"
+    preserveAspectRatio="none"
+    role="img"
+    aria-label="Attempt durations per minute: p50, p95 and p99"
+  >
+    <title>Attempt durations per minute, highest ${formatDuration(peak)}</title>
+    ${percentiles.map((key) =>
+      runsOf(key).map((run) =>
+        run.length === 1
+          ? html`<circle class=${`line-${key}`} cx=${run[0].split(',')[0]} cy=${run[0].split(',')[1]} r="0.8" />`
+          : html`<polyline class=${`line-${key}`} points=${run.join(' ')} vector-effect="non-scaling-stroke" />`,
+      ),
+    )}
+  </svg>`
+}
+
 /** The worst (highest) percentile among buckets that had finished attempts. */
 const worst = (buckets, key) => {
   const values = buckets.map((b) => b[key]).filter((v) => v !== null)
@@ -115,6 +151,10 @@ export function OverviewPage({ project }) {
     <${ThroughputChart} buckets=${buckets} />
     <p class="legend small">
       <span class="key-created">created</span> <span class="key-succeeded">succeeded</span> <span class="key-failed">failed</span>
+    </p>
+    <${LatencyChart} buckets=${buckets} />
+    <p class="legend small">
+      <span class="key-p50_ms">p50</span> <span class="key-p95_ms">p95</span> <span class="key-p99_ms">p99</span> of attempt durations
     </p>
     <h2>Queues</h2>
     ${
