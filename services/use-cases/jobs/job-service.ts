@@ -36,6 +36,8 @@ export interface NewJob {
   tags: Record<string, string> | null
   parent_job_id: string | null
   idempotency_key: string | null
+  /** The creating request's W3C `traceparent`, if it sent one. */
+  traceparent?: string | null
 }
 
 export interface AckInput {
