@@ -89,7 +89,9 @@ export const environmentSchema = z.object({
     .min(0)
     .max(65535)
     .optional()
-    .describe('port of GET /metrics (Prometheus text format), on HOST apart from the API; unset: no metrics endpoint'),
+    .describe(
+      'port of GET /metrics (Prometheus text format) of this process, whatever its roles, on HOST apart from the API; unset: no metrics endpoint',
+    ),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
   JOBSVC_V1_SUNSET: z.iso
     .datetime({ offset: true })

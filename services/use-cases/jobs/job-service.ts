@@ -17,6 +17,7 @@ import { upsertJobRows } from '../../../projections/job-list.ts'
 import type { AggregateRef, EventRecord, Loaded, StoredEvent } from '../../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
 import { isSubjectToken } from '../../../streams/names.ts'
+import { recordJobEvents } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 /** `job_` and a ULID: anything else cannot name a job, so it is not found without a lookup. */
@@ -156,7 +157,10 @@ export class JobService {
           trustHint: trustHint && hint !== undefined,
         })
       result = creating || this.#deps.config.replicas === 1 ? await decide() : await this.#serialized(jobId, decide)
-      if (result.appended) this.observer?.appended(result.record)
+      if (result.appended) {
+        this.observer?.appended(result.record)
+        recordJobEvents(result.events, result.state)
+      }
     } finally {
       if (creating) this.observer?.created(jobId)
     }
