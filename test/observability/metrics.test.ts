@@ -1,10 +1,9 @@
-import { execFile } from 'node:child_process'
 import { createServer } from 'node:http'
-import { promisify } from 'node:util'
 // @ts-expect-error the parser ships no types; its output is prom2json's shape, typed below
 import parsePrometheusTextFormat from 'parse-prometheus-text-format'
 import t from 'tap'
-import { httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService } from '../support/harness.ts'
+import { httpRequest, isolatedNames, removeIsolated, spawnService } from '../support/harness.ts'
+import { createProjectWithCli } from '../support/spawned-install.ts'
 import { freePort } from '../support/private-nats.ts'
 
 interface Family {
@@ -14,7 +13,6 @@ interface Family {
 }
 
 const parse = parsePrometheusTextFormat as (text: string) => Family[]
-const secret = 'test-secret-test-secret-test-secret'
 
 /** The value of an unlabelled counter, or the sample count of an unlabelled histogram. */
 const valueOf = (families: Family[], name: string) => {
@@ -30,15 +28,7 @@ t.test('GET /metrics on METRICS_PORT, apart from the API, moves with real traffi
   const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl, METRICS_PORT: String(metricsPort) }
   const svc = await spawnService(env, ['--role', 'api'])
   t.teardown(() => svc.stop())
-  const { stdout } = await promisify(execFile)(
-    process.execPath,
-    ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'm', '--plan', 'business'],
-    {
-      cwd: repoRoot,
-      env: { ...process.env, ...env, JOBSVC_SECRET: secret },
-    },
-  )
-  const { api_key: apiKey } = JSON.parse(stdout) as { api_key: string }
+  const { apiKey } = await createProjectWithCli(env, 'm')
   const metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`
 
   t.equal((await httpRequest(svc.url, null, 'GET', '/metrics')).status, 404, 'the public API does not serve metrics')
@@ -102,12 +92,7 @@ t.test('one process with every role: job counters, claim latency, webhook delive
   // No --role: the API on the main thread, projector, scheduler and dispatcher on the role thread.
   const svc = await spawnService(env, [])
   t.teardown(() => svc.stop())
-  const { stdout } = await promisify(execFile)(
-    process.execPath,
-    ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'm', '--plan', 'business'],
-    { cwd: repoRoot, env: { ...process.env, ...env, JOBSVC_SECRET: secret } },
-  )
-  const { api_key: apiKey } = JSON.parse(stdout) as { api_key: string }
+  const { apiKey } = await createProjectWithCli(env, 'm')
   const api = (method: string, path: string, body?: unknown) => httpRequest(svc.url, apiKey, method, path, body)
   const scrape = async () => parse(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text())
 

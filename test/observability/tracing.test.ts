@@ -1,8 +1,7 @@
-import { execFile } from 'node:child_process'
 import { createServer } from 'node:http'
-import { promisify } from 'node:util'
 import t from 'tap'
-import { httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService } from '../support/harness.ts'
+import { httpRequest, isolatedNames, removeIsolated, spawnService } from '../support/harness.ts'
+import { createProjectWithCli } from '../support/spawned-install.ts'
 
 interface ExportedSpan {
   traceId: string
@@ -11,7 +10,6 @@ interface ExportedSpan {
   name: string
 }
 
-const secret = 'test-secret-test-secret-test-secret'
 const traceId = '4bf92f3577b34da6a3ce929d0e0e4736'
 const callerSpanId = '00f067aa0ba902b7'
 
@@ -43,12 +41,7 @@ t.test('with OTEL_EXPORTER_OTLP_ENDPOINT, request spans reach the collector, con
   }
   const svc = await spawnService(env, ['--role', 'api'])
   t.teardown(() => svc.stop())
-  const { stdout } = await promisify(execFile)(
-    process.execPath,
-    ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'tr', '--plan', 'business'],
-    { cwd: repoRoot, env: { ...process.env, ...env, JOBSVC_SECRET: secret } },
-  )
-  const { api_key: apiKey } = JSON.parse(stdout) as { api_key: string }
+  const { apiKey } = await createProjectWithCli(env, 'tr')
 
   const created = await httpRequest(
     svc.url,
