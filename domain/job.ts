@@ -1,6 +1,7 @@
 import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
 import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './errors.ts'
 import { retryDelayMs, retryPolicyFor, type RetryPolicies } from './retry-policy.ts'
+import { toTraceparent } from './trace-context.ts'
 
 /**
  * The job aggregate. Field names are snake_case because the state and the events are a public
@@ -49,6 +50,8 @@ export interface Job {
   children: string[]
   worker_id: string | null
   idempotency_key: string | null
+  /** The W3C `traceparent` the job was created with (domain/trace-context.ts); handed to its workers. */
+  traceparent: string | null
   updated_at: string
 }
 
@@ -78,6 +81,8 @@ export type JobEvent =
         parent_job_id: string | null
         waiting_for_parent: boolean
         idempotency_key: string | null
+        /** Absent from events written before trace context was kept. */
+        traceparent?: string | null
         created_at: string
       }
     }
@@ -134,6 +139,8 @@ export type JobCommand =
         /** Decided on the parent first: true when the parent has yet to succeed. */
         waits_for_parent: boolean
         idempotency_key: string | null
+        /** As the caller sent it, if at all; an invalid one is dropped, not refused (domain/trace-context.ts). */
+        traceparent?: string | null
       }
       meta: CommandMeta
     }
@@ -275,6 +282,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
             parent_job_id: d.parent_job_id,
             waiting_for_parent: d.waits_for_parent,
             idempotency_key: d.idempotency_key,
+            traceparent: toTraceparent(d.traceparent),
             created_at: now,
           },
         },
@@ -433,6 +441,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       children: [],
       worker_id: null,
       idempotency_key: d.idempotency_key,
+      traceparent: d.traceparent ?? null,
       updated_at: d.created_at,
     }
   }

@@ -42,6 +42,7 @@ const columns = [
   'waiting_for_parent',
   'worker_id',
   'idempotency_key',
+  'traceparent',
   'updated_at',
   'children',
   'last_seq',
@@ -70,6 +71,7 @@ function toRow(job: Job, seq: number): Record<(typeof columns)[number], unknown>
     waiting_for_parent: job.waiting_for_parent,
     worker_id: job.worker_id,
     idempotency_key: job.idempotency_key,
+    traceparent: job.traceparent ?? null,
     updated_at: job.updated_at,
     children: job.children,
     last_seq: seq,
@@ -105,6 +107,7 @@ export function jobFromRow(r: Record<string, unknown>): Job {
     children: (r.children as string[] | null) ?? [],
     worker_id: (r.worker_id as string | null) ?? null,
     idempotency_key: (r.idempotency_key as string | null) ?? null,
+    traceparent: (r.traceparent as string | null) ?? null,
     updated_at: toIso(r.updated_at)!,
   }
 }
@@ -121,7 +124,7 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
     .map((r) => toRow(r.message.state as Job, r.seq))
   for (let i = 0; i < rows.length; i += rowsPerStatement) {
     const chunk = rows.slice(i, i + rowsPerStatement)
-    // One json document instead of 24 parameters per row: serializing thousands of parameters
+    // One json document instead of 25 parameters per row: serializing thousands of parameters
     // one by one cost the projector more than Postgres's parse of one document. It is sent as
     // text and cast, not as jsonb, which would reorder the keys of payloads.
     await db`
@@ -135,7 +138,7 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
         timeout_seconds = excluded.timeout_seconds, progress = excluded.progress,
         duration_ms = excluded.duration_ms, error = excluded.error, tags = excluded.tags,
         parent_job_id = excluded.parent_job_id, waiting_for_parent = excluded.waiting_for_parent,
-        worker_id = excluded.worker_id, idempotency_key = excluded.idempotency_key,
+        worker_id = excluded.worker_id, idempotency_key = excluded.idempotency_key, traceparent = excluded.traceparent,
         updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq
       WHERE jobs.last_seq < excluded.last_seq`
   }

@@ -89,7 +89,13 @@ export const environmentSchema = z.object({
     .min(0)
     .max(65535)
     .optional()
-    .describe('port of GET /metrics (Prometheus text format), on HOST apart from the API; unset: no metrics endpoint'),
+    .describe(
+      'port of GET /metrics (Prometheus text format) of this process, whatever its roles, on HOST apart from the API; unset: no metrics endpoint',
+    ),
+  OTEL_EXPORTER_OTLP_ENDPOINT: z
+    .url()
+    .optional()
+    .describe("base URL of an OTLP/HTTP collector (spans go to <url>/v1/traces); unset: the service's own spans are not recorded"),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
   JOBSVC_V1_SUNSET: z.iso
     .datetime({ offset: true })
@@ -227,6 +233,8 @@ export interface Config {
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
   /** METRICS_PORT; null: no metrics endpoint. */
   metricsPort: number | null
+  /** OTEL_EXPORTER_OTLP_ENDPOINT; null: no spans. */
+  otlpEndpoint: string | null
   tunables: Tunables
   plans: Readonly<Record<Plan, PlanLimits>>
   /** HMAC secret of the payment provider's webhooks; null: billing is not configured. */
@@ -353,6 +361,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
       .filter(Boolean),
     logLevel: e.LOG_LEVEL,
     metricsPort: e.METRICS_PORT ?? null,
+    otlpEndpoint: e.OTEL_EXPORTER_OTLP_ENDPOINT ?? null,
     tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
     plans: resolvePlans(filePlans),
     billingWebhookSecret,

@@ -1,5 +1,16 @@
 import { createServer, type Server } from 'node:http'
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { isMainThread } from 'node:worker_threads'
+import {
+  AggregatorRegistry,
+  Counter,
+  Gauge,
+  Histogram,
+  Registry,
+  collectDefaultMetrics,
+  type MetricObjectWithValues,
+  type MetricValue,
+} from 'prom-client'
+import type { Job, JobEvent } from '../../domain/job.ts'
 
 /**
  * The process's Prometheus metrics. One registry per process, made once: prom-client's metric
@@ -8,7 +19,12 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
  * `unmatched`), never raw URLs or project ids.
  */
 export const metricsRegistry = new Registry()
-collectDefaultMetrics({ register: metricsRegistry, prefix: 'jobsvc_' })
+// The role thread (services/roles/role-thread.ts) shares the process: its own process metrics
+// would repeat the main thread's, and they would be summed when the two are served together.
+if (isMainThread) collectDefaultMetrics({ register: metricsRegistry, prefix: 'jobsvc_' })
+
+/** What another thread of the process hands over for one scrape (`Registry.getMetricsAsJSON`). */
+export type MetricsSnapshot = MetricObjectWithValues<MetricValue<string>>[]
 
 export const httpRequests = new Counter({
   name: 'jobsvc_http_requests_total',
@@ -32,6 +48,69 @@ export const connectionUp = new Gauge({
   registers: [metricsRegistry],
 })
 
+const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
+
+/**
+ * Job commands this process performed, counted as their events are appended: the API counts
+ * creates, claims and acks, the scheduler the attempts its reaper fails or dead-letters. No
+ * labels: queues and projects are the users' to name, so their number is not bounded.
+ */
+const jobEventCounters: Partial<Record<JobEvent['type'], Counter>> = {
+  job_created: new Counter({ name: 'jobsvc_jobs_created_total', help: 'Jobs created', registers: [metricsRegistry] }),
+  job_claimed: new Counter({ name: 'jobsvc_jobs_claimed_total', help: 'Attempts claimed by workers', registers: [metricsRegistry] }),
+  job_succeeded: new Counter({ name: 'jobsvc_jobs_succeeded_total', help: 'Attempts that succeeded', registers: [metricsRegistry] }),
+  job_attempt_failed: new Counter({
+    name: 'jobsvc_jobs_failed_total',
+    help: 'Attempts that failed (or were reaped) and will be retried',
+    registers: [metricsRegistry],
+  }),
+  job_dead_lettered: new Counter({
+    name: 'jobsvc_jobs_dead_lettered_total',
+    help: 'Jobs dead-lettered: their last attempt failed or was reaped',
+    registers: [metricsRegistry],
+  }),
+}
+
+export const claimLatency = new Histogram({
+  name: 'jobsvc_job_claim_latency_seconds',
+  help: 'From when a job became claimable (created, or its run_at or retry time if later) to its claim',
+  buckets: latencyBuckets,
+  registers: [metricsRegistry],
+})
+
+/** Counts the job events one append wrote; `job` is the state after them. */
+export function recordJobEvents(events: readonly JobEvent[], job: Job | null): void {
+  for (const event of events) {
+    jobEventCounters[event.type]?.inc()
+    if (event.type === 'job_claimed' && job !== null) {
+      const due = Math.max(Date.parse(job.created_at), job.run_at === null ? 0 : Date.parse(job.run_at))
+      claimLatency.observe(Math.max(0, Date.parse(event.data.started_at) - due) / 1000)
+    }
+  }
+}
+
+export const webhookDeliveryAttempts = new Counter({
+  name: 'jobsvc_webhook_delivery_attempts_total',
+  help: 'Webhook delivery attempts by outcome (delivered, retryable_failure, permanent_failure)',
+  labelNames: ['outcome'] as const,
+  registers: [metricsRegistry],
+})
+
+export const webhookDeliveryDuration = new Histogram({
+  name: 'jobsvc_webhook_delivery_duration_seconds',
+  help: "Time to send a webhook and read its receiver's answer (or give up), by outcome",
+  labelNames: ['outcome'] as const,
+  buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+  registers: [metricsRegistry],
+})
+
+export const projectionLag = new Histogram({
+  name: 'jobsvc_projection_lag_seconds',
+  help: 'From when an event was decided to when the read models committed it',
+  buckets: latencyBuckets,
+  registers: [metricsRegistry],
+})
+
 /**
  * Serves GET /metrics on its own port, apart from the public API, so that it is never exposed by
  * accident: off unless METRICS_PORT is set, and bound to HOST like the API.
@@ -40,6 +119,7 @@ export async function startMetricsServer(
   host: string,
   port: number,
   beforeScrape: () => Promise<void>,
+  otherThreads: () => Promise<MetricsSnapshot[]> = async () => [],
 ): Promise<{ address: string; server: Server }> {
   const server = createServer((req, res) => {
     if (req.method !== 'GET' || req.url?.split('?')[0] !== '/metrics') {
@@ -49,8 +129,10 @@ export async function startMetricsServer(
     void (async () => {
       try {
         await beforeScrape()
-        const body = await metricsRegistry.metrics()
-        res.writeHead(200, { 'content-type': metricsRegistry.contentType }).end(body)
+        const others = await otherThreads()
+        // Counters and histograms of several threads add up; each gauge is set by one thread only.
+        const registry = others.length === 0 ? metricsRegistry : AggregatorRegistry.aggregate([await metricsRegistry.getMetricsAsJSON(), ...others])
+        res.writeHead(200, { 'content-type': metricsRegistry.contentType }).end(await registry.metrics())
       } catch (err) {
         res.writeHead(500, { 'content-type': 'text/plain' }).end(String(err))
       }

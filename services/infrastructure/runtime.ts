@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { KV } from '@nats-io/kv'
+import type { Tracer } from '@opentelemetry/api'
 import { pino, type Logger } from 'pino'
 import { monotonicFactory } from 'ulid'
 import { ensureDatabase, openSql, type Sql } from '../../projections/database.ts'
@@ -9,6 +10,7 @@ import { ensureStreams, openAuthLimitsBucket, openHeartbeatBucket, openIdempoten
 import { EventStore } from '../../streams/event-store.ts'
 import type { Config } from './config.ts'
 import { createMailer, type Mailer } from './mailer.ts'
+import { startTracing } from './tracing.ts'
 import { systemResolver, type HostResolver } from './url-safety.ts'
 
 /** What every role is handed: connections, clock and id source are passed in, never imported. */
@@ -43,6 +45,8 @@ export interface Deps {
   resolveHost: HostResolver
   /** A new ULID, monotonic within this process. */
   newUlid: () => string
+  /** The service's own spans, exported when OTEL_EXPORTER_OTLP_ENDPOINT is set; null: none are recorded. */
+  tracer: Tracer | null
 }
 
 /**
@@ -109,6 +113,7 @@ export async function openRuntime(
   const mailer = createMailer(config.smtpUrl, log)
   const ulid = monotonicFactory(pooledRandom())
   const store = new EventStore(config.namespace, nats.nc, nats.jsm)
+  const tracing = config.otlpEndpoint === null ? null : startTracing(config.otlpEndpoint, 'jobsvc')
   return {
     config,
     log,
@@ -123,7 +128,9 @@ export async function openRuntime(
     now: () => new Date(),
     resolveHost: systemResolver,
     newUlid: () => ulid(),
+    tracer: tracing?.tracer ?? null,
     async close() {
+      await tracing?.shutdown().catch((err) => log.warn({ err }, 'spans still buffered could not be exported'))
       store.close()
       mailer.close()
       await nats.nc.drain().catch(() => undefined)

@@ -5,7 +5,8 @@ import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/co
 import { StreamSettingsMismatch } from '../../streams/definitions.ts'
 import * as projector from './projector/index.ts'
 import { createLogger, openRuntime } from '../infrastructure/runtime.ts'
-import { backgroundRoles, startRoleThread } from './role-thread.ts'
+import { serveMetrics } from './metrics-endpoint.ts'
+import { backgroundRoles, startRoleThread, type RoleThread } from './role-thread.ts'
 import * as scheduler from './scheduler/index.ts'
 
 const roles = ['api', 'projector', 'dispatcher', 'scheduler'] as const
@@ -46,9 +47,11 @@ async function main(): Promise<void> {
   const stops: Array<() => Promise<void>> = []
   let address: string | null = null
   const background = backgroundRoles.filter((r) => selected.includes(r))
+  let roleThread: RoleThread | null = null
   if (selected.includes('api') && background.length > 0) {
     // With the API in the same process, the other roles get an event loop of their own.
-    stops.push(await startRoleThread(config, background, log, () => process.exit(1)))
+    roleThread = await startRoleThread(config, background, log, () => process.exit(1))
+    stops.push(roleThread.stop)
   } else {
     if (selected.includes('projector')) stops.push(await projector.start(runtime))
     if (selected.includes('scheduler')) stops.push(await scheduler.start(runtime))
@@ -58,6 +61,12 @@ async function main(): Promise<void> {
     const role = await api.start(runtime)
     address = role.address
     stops.push(role.stop)
+  }
+  if (config.metricsPort !== null) {
+    const thread = roleThread
+    const metrics = await serveMetrics(runtime, config.metricsPort, async () => (thread === null ? [] : [await thread.metrics()]))
+    log.info({ address: metrics.address }, `metrics on ${metrics.address}`)
+    stops.push(async () => void metrics.server.close())
   }
   log.info(
     { roles: selected, address, namespace: config.namespace },

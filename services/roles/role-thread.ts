@@ -13,6 +13,7 @@ import type { Logger } from 'pino'
 import type { Config } from '../infrastructure/config.ts'
 import * as dispatcher from './dispatcher/index.ts'
 import * as projector from './projector/index.ts'
+import { metricsRegistry, type MetricsSnapshot } from '../infrastructure/metrics.ts'
 import { createLogger, openRuntime } from '../infrastructure/runtime.ts'
 import * as scheduler from './scheduler/index.ts'
 
@@ -25,8 +26,15 @@ interface ThreadData {
   roles: BackgroundRole[]
 }
 
-type FromThread = { type: 'ready' } | { type: 'failed'; message: string } | { type: 'stopped' }
-type ToThread = { type: 'stop' }
+type FromThread =
+  { type: 'ready' } | { type: 'failed'; message: string } | { type: 'stopped' } | { type: 'metrics'; id: number; snapshot: MetricsSnapshot }
+type ToThread = { type: 'stop' } | { type: 'metrics'; id: number }
+
+export interface RoleThread {
+  stop(): Promise<void>
+  /** The thread's metrics (its roles' counters and histograms), for the process's /metrics. */
+  metrics(): Promise<MetricsSnapshot>
+}
 
 /** The roles' pools: they need far fewer connections than the API's request handlers. */
 const threadPools = { connections: 8, meteringConnections: 2 }
@@ -47,7 +55,10 @@ async function runInThread(port: NonNullable<typeof parentPort>, data: ThreadDat
     const stops: Array<() => Promise<void>> = []
     for (const role of data.roles) stops.push(await starters[role](runtime))
     port.on('message', (m: ToThread) => {
-      if (m.type !== 'stop') return
+      if (m.type === 'metrics') {
+        void metricsRegistry.getMetricsAsJSON().then((snapshot) => send({ type: 'metrics', id: m.id, snapshot }))
+        return
+      }
       void (async () => {
         for (const stop of stops.reverse()) await stop().catch((err) => log.error({ err }, 'stop failed'))
         await runtime.close()
@@ -66,7 +77,7 @@ if (!isMainThread && parentPort !== null && (workerData as { roleThread?: boolea
 }
 
 /**
- * Starts `roles` on a worker thread and resolves once they run, to the function that stops them.
+ * Starts `roles` on a worker thread and resolves once they run, to its handle.
  * A thread that fails or exits on its own takes the process down (`onFatal`): a supervisor then
  * restarts the whole service, as it would after any crash.
  */
@@ -75,7 +86,7 @@ export async function startRoleThread(
   roles: BackgroundRole[],
   log: Logger,
   onFatal: (why: string) => void,
-): Promise<() => Promise<void>> {
+): Promise<RoleThread> {
   const worker = new Worker(new URL('./role-thread.mjs', import.meta.url), { workerData: { config, roles, roleThread: true } })
   let stopping = false
   const stopped = new Promise<void>((resolve) => {
@@ -105,11 +116,35 @@ export async function startRoleThread(
     log.fatal({ code }, `the ${roles.join(', ')} thread exited`)
     onFatal('role thread exited')
   })
-  return async () => {
-    stopping = true
-    worker.postMessage({ type: 'stop' } satisfies ToThread)
-    const timeout = new Promise<void>((resolve) => setTimeout(resolve, stopTimeoutMs).unref())
-    await Promise.race([stopped, timeout])
-    await worker.terminate()
+  const scrapes = new Map<number, (snapshot: MetricsSnapshot) => void>()
+  let nextScrape = 0
+  worker.on('message', (m: FromThread) => {
+    if (m.type !== 'metrics') return
+    scrapes.get(m.id)?.(m.snapshot)
+    scrapes.delete(m.id)
+  })
+  return {
+    async stop() {
+      stopping = true
+      worker.postMessage({ type: 'stop' } satisfies ToThread)
+      const timeout = new Promise<void>((resolve) => setTimeout(resolve, stopTimeoutMs).unref())
+      await Promise.race([stopped, timeout])
+      await worker.terminate()
+    },
+    metrics() {
+      const id = nextScrape++
+      // A thread too busy to answer within a second leaves the scrape without its numbers, not hung.
+      return new Promise<MetricsSnapshot>((resolve) => {
+        const timer = setTimeout(() => {
+          scrapes.delete(id)
+          resolve([])
+        }, 1_000)
+        scrapes.set(id, (snapshot) => {
+          clearTimeout(timer)
+          resolve(snapshot)
+        })
+        worker.postMessage({ type: 'metrics', id } satisfies ToThread)
+      })
+    },
   }
 }

@@ -34,6 +34,7 @@ t.test('poll claims a job: processing, attempt 1, the spec’s item fields', asy
     max_attempts: 4,
     timeout_seconds: 120,
     enqueued_at: job.created_at,
+    traceparent: null,
   })
   const got = await getJob(job.id)
   t.match(got, { state: 'processing', attempt: 1, worker_id: 'wrk_1', completed_at: null })

@@ -20,6 +20,8 @@ const at = (seconds: number) => new Date(t0 + Math.round(seconds * 1000)).toISOS
 
 type CreateData = Extract<JobCommand, { type: 'create_job' }>['data']
 
+const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'
+
 const boom: JobError = { type: 'TimeoutError', message: 'smtp timed out', stack_trace: 'at send (mail.js:1)' }
 const reaperError: JobError = { type: 'StaleHeartbeat', message: 'no heartbeat', stack_trace: '' }
 
@@ -138,7 +140,7 @@ t.test('create job', async (t) => {
     const spec = deciderSpec(t, jobDecider)
     const job = spec
       .given([])
-      .when(cmd.create({ tags: { team: 'growth' }, idempotency_key: 'k-1' }, 5))
+      .when(cmd.create({ tags: { team: 'growth' }, idempotency_key: 'k-1', traceparent }, 5))
       .then([
         {
           type: 'job_created',
@@ -156,6 +158,7 @@ t.test('create job', async (t) => {
             parent_job_id: null,
             waiting_for_parent: false,
             idempotency_key: 'k-1',
+            traceparent,
             created_at: at(5),
           },
         },
@@ -183,8 +186,21 @@ t.test('create job', async (t) => {
       children: [],
       worker_id: null,
       idempotency_key: 'k-1',
+      traceparent,
       updated_at: at(5),
     })
+  })
+
+  t.test('an invalid traceparent is dropped, not refused', async (t) => {
+    const [created] = jobDecider.decide(cmd.create({ traceparent: traceparent.toUpperCase() }), null)
+    t.equal(created?.type === 'job_created' && created.data.traceparent, null)
+  })
+
+  t.test('a job_created written before trace context was kept evolves to traceparent null', async (t) => {
+    const [created] = jobDecider.decide(cmd.create(), null)
+    if (created?.type !== 'job_created') throw new Error('expected job_created')
+    const { traceparent: _dropped, ...legacy } = created.data
+    t.equal(jobDecider.evolve(null, { type: 'job_created', data: legacy })?.traceparent, null)
   })
 
   t.test('with a future run_at: scheduled, run_at echoed', async (t) => {

@@ -27,6 +27,7 @@ const job: Job = {
   timeout_seconds: 30,
   worker_id: null,
   idempotency_key: null,
+  traceparent: null,
   parent_job_id: null,
   waiting_for_parent: false,
   children: [],

@@ -1,9 +1,9 @@
-import { execFile } from 'node:child_process'
-import { promisify } from 'node:util'
+import { createServer } from 'node:http'
 // @ts-expect-error the parser ships no types; its output is prom2json's shape, typed below
 import parsePrometheusTextFormat from 'parse-prometheus-text-format'
 import t from 'tap'
-import { httpRequest, isolatedNames, removeIsolated, repoRoot, spawnService } from '../support/harness.ts'
+import { httpRequest, isolatedNames, removeIsolated, spawnService } from '../support/harness.ts'
+import { createProjectWithCli } from '../support/spawned-install.ts'
 import { freePort } from '../support/private-nats.ts'
 
 interface Family {
@@ -13,7 +13,13 @@ interface Family {
 }
 
 const parse = parsePrometheusTextFormat as (text: string) => Family[]
-const secret = 'test-secret-test-secret-test-secret'
+
+/** The value of an unlabelled counter, or the sample count of an unlabelled histogram. */
+const valueOf = (families: Family[], name: string) => {
+  const family = families.find((f) => f.name === name)
+  const metric = family?.metrics[0]
+  return Number(family?.type === 'HISTOGRAM' ? (metric?.count ?? 0) : (metric?.value ?? 0))
+}
 
 t.test('GET /metrics on METRICS_PORT, apart from the API, moves with real traffic', async (t) => {
   const names = isolatedNames(import.meta.filename)
@@ -22,15 +28,7 @@ t.test('GET /metrics on METRICS_PORT, apart from the API, moves with real traffi
   const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl, METRICS_PORT: String(metricsPort) }
   const svc = await spawnService(env, ['--role', 'api'])
   t.teardown(() => svc.stop())
-  const { stdout } = await promisify(execFile)(
-    process.execPath,
-    ['--import', 'tsx', 'services/roles/cli.ts', 'project', 'create', '--name', 'm', '--plan', 'business'],
-    {
-      cwd: repoRoot,
-      env: { ...process.env, ...env, JOBSVC_SECRET: secret },
-    },
-  )
-  const { api_key: apiKey } = JSON.parse(stdout) as { api_key: string }
+  const { apiKey } = await createProjectWithCli(env, 'm')
   const metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`
 
   t.equal((await httpRequest(svc.url, null, 'GET', '/metrics')).status, 404, 'the public API does not serve metrics')
@@ -74,5 +72,83 @@ t.test('GET /metrics on METRICS_PORT, apart from the API, moves with real traffi
   t.notOk(
     after.some((f) => f.metrics.some((m) => Object.values(m.labels ?? {}).some((v) => v.includes('job_')))),
     'no label carries a job id',
+  )
+})
+
+t.test('one process with every role: job counters, claim latency, webhook deliveries and projection lag', async (t) => {
+  const names = isolatedNames(import.meta.filename, 'all')
+  t.teardown(() => removeIsolated(names))
+  const receiver = createServer((req, res) => req.resume().on('end', () => res.writeHead(204).end()))
+  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => receiver.close())
+  const receiverPort = (receiver.address() as { port: number }).port
+  const metricsPort = await freePort()
+  const env = {
+    JOBSVC_NAMESPACE: names.namespace,
+    DATABASE_URL: names.databaseUrl,
+    METRICS_PORT: String(metricsPort),
+    WEBHOOK_ALLOW_HOSTS: `127.0.0.1:${receiverPort}`,
+  }
+  // No --role: the API on the main thread, projector, scheduler and dispatcher on the role thread.
+  const svc = await spawnService(env, [])
+  t.teardown(() => svc.stop())
+  const { apiKey } = await createProjectWithCli(env, 'm')
+  const api = (method: string, path: string, body?: unknown) => httpRequest(svc.url, apiKey, method, path, body)
+  const scrape = async () => parse(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text())
+
+  t.equal((await api('POST', '/jobsvc/v1/webhooks', { url: `http://127.0.0.1:${receiverPort}/hook`, events: ['job.succeeded'] })).status, 201)
+  const before = await scrape()
+  const create = async (jobType: string, maxAttempts: number) => {
+    const res = await api('POST', '/jobsvc/v1/jobs', { job_type: jobType, queue: 'm', payload: {}, max_attempts: maxAttempts })
+    t.equal(res.status, 201)
+  }
+  await create('ok', 3)
+  await create('ok', 3)
+  await create('flaky', 2)
+  await create('doomed', 1)
+  const jobs: Array<{ id: string; job_type: string }> = []
+  while (jobs.length < 4) {
+    const polled = await api('POST', '/jobsvc/v1/workers/poll', { worker_id: 'w-m', queues: ['m'], capacity: 4 - jobs.length, wait_seconds: 5 })
+    t.equal(polled.status, 200)
+    if (polled.body.jobs.length === 0) break
+    jobs.push(...polled.body.jobs)
+  }
+  t.equal(jobs.length, 4, 'all four claimed')
+  for (const job of jobs) {
+    const status = job.job_type === 'ok' ? 'succeeded' : 'failed'
+    const error = { type: 'Boom', message: 'no', stack_trace: '' }
+    const ack = await api('POST', '/jobsvc/v1/workers/ack', { job_id: job.id, worker_id: 'w-m', status, ...(status === 'failed' ? { error } : {}) })
+    t.equal(ack.status, 200)
+  }
+
+  const moved = (after: Family[], name: string) => valueOf(after, name) - valueOf(before, name)
+  let after = await scrape()
+  t.equal(moved(after, 'jobsvc_jobs_created_total'), 4, 'created')
+  t.equal(moved(after, 'jobsvc_jobs_claimed_total'), 4, 'claimed')
+  t.equal(moved(after, 'jobsvc_jobs_succeeded_total'), 2, 'succeeded')
+  t.equal(moved(after, 'jobsvc_jobs_failed_total'), 1, 'failed and to be retried')
+  t.equal(moved(after, 'jobsvc_jobs_dead_lettered_total'), 1, 'dead-lettered')
+  t.equal(moved(after, 'jobsvc_job_claim_latency_seconds'), 4, 'each claim in the claim latency histogram')
+
+  // The role thread's numbers: deliveries of the two successes and the projector's commits.
+  const deadline = Date.now() + 30_000
+  const delivered = (families: Family[]) =>
+    Number(
+      families.find((f) => f.name === 'jobsvc_webhook_delivery_attempts_total')?.metrics.find((m) => m.labels?.outcome === 'delivered')?.value ?? 0,
+    )
+  while (delivered(after) < 2 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 200))
+    after = await scrape()
+  }
+  t.equal(delivered(after), 2, 'two webhook deliveries counted as delivered, from the role thread')
+  t.ok(
+    after.find((f) => f.name === 'jobsvc_webhook_delivery_duration_seconds')?.metrics.some((m) => Number(m.buckets?.['+Inf']) >= 2),
+    'and their latency',
+  )
+  t.ok(valueOf(after, 'jobsvc_projection_lag_seconds') >= 8, "the projector's lag histogram has the jobs' events")
+  t.equal(
+    after.filter((f) => f.name === 'jobsvc_process_cpu_seconds_total').length,
+    1,
+    "process metrics once: the role thread's are not added to the main thread's",
   )
 })

@@ -1,12 +1,15 @@
+import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
+import { parse as parseYaml } from 'yaml'
 import { repoRoot } from '../support/harness.ts'
 
 /**
  * docker-compose.yml ships no fixed secret and does not publish NATS or Postgres beyond the
- * compose network (both run without authentication there). Read as text: the file is plain
- * enough, and docker compose is not on every machine the tests run on.
+ * compose network (both run without authentication there). Read as text and parsed as YAML
+ * (with merge keys, as docker compose reads it): docker compose is not on every machine the
+ * tests run on, so `docker compose config` runs only where it is.
  */
 const compose = readFileSync(join(repoRoot, 'docker-compose.yml'), 'utf8')
 
@@ -30,3 +33,117 @@ t.test('docker-compose: no fixed secret, and only the API published', async (t) 
   t.notMatch(compose, /change-me/i, 'no placeholder secret anywhere')
   t.notMatch(service, /--dev\b/, 'the service does not run in the development mode')
 })
+
+interface ComposeService {
+  image?: string
+  command?: string[]
+  profiles?: string[]
+  environment?: Record<string, string>
+  ports?: string[]
+  volumes?: string[]
+  depends_on?: Record<string, { condition: string }>
+}
+
+/** The file as docker compose reads it: YAML with merge keys (`<<: *anchor`). */
+const services = (parseYaml(compose, { merge: true }) as { services: Record<string, ComposeService> }).services
+const clusterNodes = ['nats-1', 'nats-2', 'nats-3']
+
+/** What `docker compose --profile cluster` adds to the default stack. */
+const inProfile = Object.entries(services).filter(([, s]) => s.profiles?.includes('cluster'))
+const roleOf = (s: ComposeService) => s.command?.[s.command.indexOf('--role') + 1]
+
+t.test('docker-compose: the "cluster" profile, which `docker compose up` does not start', async (t) => {
+  t.same(
+    Object.entries(services)
+      .filter(([, s]) => s.profiles === undefined)
+      .map(([name]) => name)
+      .sort(),
+    ['jobsvc', 'nats', 'postgres'],
+    'only the single-node stack has no profile',
+  )
+  t.same(
+    inProfile.map(([name]) => name).sort(),
+    ['api-1', 'api-2', 'cluster-install', 'dispatcher', 'nats-1', 'nats-2', 'nats-3', 'projector', 'proxy', 'scheduler'],
+    'the profile has three NATS nodes, two APIs, one of each background role and the proxy',
+  )
+  t.ok(
+    inProfile.every(([, s]) => s.profiles!.length === 1),
+    'none of it is in another profile',
+  )
+})
+
+t.test('docker-compose cluster: three NATS nodes routed to each other as one JetStream cluster', async (t) => {
+  for (const name of clusterNodes) {
+    const command = services[name]!.command!
+    const flag = (f: string) => command[command.indexOf(f) + 1]
+    t.ok(command.includes('-js'), `${name} runs JetStream`)
+    t.equal(flag('-n'), name, `${name} has its own server name`)
+    t.equal(flag('--cluster_name'), 'jobsvc', `${name} is in the cluster`)
+    t.equal(flag('--cluster'), 'nats://0.0.0.0:6222', `${name} listens for routes`)
+    t.same(
+      flag('--routes')!.split(',').sort(),
+      clusterNodes
+        .filter((n) => n !== name)
+        .map((n) => `nats://${n}:6222`)
+        .sort(),
+      `${name} routes to the other two`,
+    )
+    t.match(services[name]!.volumes, [`${name}-data:/data`], `${name} has its own store`)
+    t.equal(services[name]!.image, services.nats!.image, 'the same server version as the single-node stack')
+  }
+})
+
+t.test('docker-compose cluster: the roles, their commands and environment', async (t) => {
+  const processes = inProfile.filter(([, s]) => s.command?.includes('--role'))
+  t.same(processes.map(([, s]) => roleOf(s)).sort(), ['api', 'api', 'dispatcher', 'projector', 'scheduler'], 'two APIs and one of each other role')
+  for (const [name, s] of processes) {
+    t.same(s.command!.slice(0, 4), ['node', '--import', 'tsx', 'services/roles/main.ts'], `${name}: node is PID 1 and gets SIGTERM`)
+    t.notOk(s.command!.includes('--dev'), `${name}: not the development mode`)
+    const env = s.environment!
+    t.equal(env.JOBSVC_REPLICAS, '3', `${name}: three replicas`)
+    t.same(
+      env.NATS_URL!.split(','),
+      clusterNodes.map((n) => `nats://${n}:4222`),
+      `${name}: NATS_URL lists the three nodes`,
+    )
+    t.match(env.JOBSVC_SECRET, /^\$\{JOBSVC_SECRET:\?[^}]+\}$/, `${name}: the secret comes from the environment`)
+    t.match(env.DATABASE_URL, /@postgres:5432\/jobsvc_cluster$/, `${name}: a database apart from the single-node stack's`)
+    t.equal(env.JOBSVC_NAMESPACE, services.jobsvc!.environment!.JOBSVC_NAMESPACE)
+    t.match(s.depends_on, { 'cluster-install': { condition: 'service_completed_successfully' }, postgres: { condition: 'service_healthy' } })
+    for (const node of clusterNodes) t.ok(s.depends_on![node], `${name} starts after ${node}`)
+    if (roleOf(s) === 'api') t.equal(env.TRUST_PROXY, '1', `${name} trusts the one proxy hop`)
+  }
+  t.same(services['cluster-install']!.command, ['npm', 'ci'], 'one install before the processes that share the tree')
+})
+
+t.test('docker-compose cluster: only the proxy publishes a port, in front of both APIs', async (t) => {
+  t.same(
+    inProfile.filter(([, s]) => s.ports !== undefined).map(([name]) => name),
+    ['proxy'],
+    'nothing else of the profile is published',
+  )
+  const proxy = services.proxy!
+  t.same(proxy.ports, ['8081:8080'], 'beside the single-node API on 8080')
+  t.same(Object.keys(proxy.depends_on!).sort(), ['api-1', 'api-2', 'dispatcher', 'projector', 'scheduler'], '`up proxy` starts the whole layout')
+  const mount = proxy.volumes!.find((v) => v.endsWith(':/etc/nginx/nginx.conf:ro'))!
+  const conf = readFileSync(join(repoRoot, mount.split(':')[0]!), 'utf8')
+  t.match(conf, /upstream jobsvc_api \{\s*server api-1:8080;\s*server api-2:8080;\s*\}/, 'the proxy balances over both APIs')
+  t.match(conf, /proxy_buffering off;/, 'the progress stream is not buffered')
+  t.match(conf, /proxy_read_timeout (\d+)s;/, 'long polls outlive the read timeout')
+  t.ok(Number(/proxy_read_timeout (\d+)s;/.exec(conf)?.[1]) > 30, 'a 30 s long poll is not cut')
+})
+
+const hasDockerCompose = spawnSync('docker', ['compose', 'version'], { encoding: 'utf8' }).status === 0
+
+t.test(
+  'docker compose accepts the file with the profile, where it is installed',
+  { skip: hasDockerCompose ? false : 'docker compose is not installed here; the checks above read the file' },
+  async (t) => {
+    const config = spawnSync('docker', ['compose', '--profile', 'cluster', 'config', '--quiet'], {
+      cwd: repoRoot,
+      encoding: 'utf8',
+      env: { ...process.env, JOBSVC_SECRET: 'x'.repeat(64) },
+    })
+    t.equal(config.status, 0, config.stderr)
+  },
+)

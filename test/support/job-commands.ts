@@ -58,6 +58,7 @@ export function failedJobState(f: {
     children: [],
     worker_id: 'w1',
     idempotency_key: null,
+    traceparent: null,
     updated_at: f.completedAt,
   }
 }

@@ -32,10 +32,14 @@ class JobTimeout(Exception):
 class JobContext:
     """What a handler gets beside the job. `cancelled` is a threading.Event set when the job's
     timeout passes, the service stops the attempt, or the worker stops and its grace ends;
-    `cancel_reason` says which. Long handlers should check it."""
+    `cancel_reason` says which. Long handlers should check it. `traceparent` is the W3C trace
+    context the job was created with, or None: a handler that traces continues the creator's
+    trace from it (with OpenTelemetry, `TraceContextTextMapPropagator().extract({"traceparent":
+    ctx.traceparent})`)."""
 
     def __init__(self, worker, running):
         self.worker_id = worker.worker_id
+        self.traceparent = running.job.get("traceparent")
         self.cancelled = running.cancelled
         self._worker = worker
         self._running = running

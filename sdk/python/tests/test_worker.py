@@ -1,10 +1,12 @@
+import json
 import logging
 import threading
 import unittest
+import urllib.request
 
 import jobsvc
 
-from .service import RecordingHandler, client, job_reaches, needs_service, wait_for
+from .service import API_KEY, URL, RecordingHandler, client, job_reaches, needs_service, wait_for
 
 
 def recording_logger(name):
@@ -74,6 +76,29 @@ class WorkerTest(unittest.TestCase):
         self.assertIn("test_worker.py", dead["error"]["stack_trace"])
         types = [e["type"] for e in self.client.jobs.history(job["id"])["data"]]
         self.assertEqual(types, ["job_created", "job_claimed", "job_attempt_failed", "job_claimed", "job_dead_lettered"])
+
+    def test_the_handler_gets_the_trace_context_the_job_was_created_with(self):
+        traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        # The client sends no traceparent of its own: a producer's tracing library would add it.
+        request = urllib.request.Request(
+            URL.rstrip("/") + "/jobsvc/v1/jobs",
+            data=json.dumps({"job_type": "traced", "queue": "py-trace", "payload": {}}).encode(),
+            method="POST",
+            headers={"Authorization": "Bearer " + API_KEY, "Content-Type": "application/json", "traceparent": traceparent},
+        )
+        with urllib.request.urlopen(request) as res:
+            job = json.load(res)
+        untraced = self.client.jobs.create(job_type="traced", queue="py-trace", payload={})
+        seen = {}
+
+        def traced(job, ctx):
+            seen[job["id"]] = ctx.traceparent
+
+        worker = jobsvc.Worker(self.client, queues=["py-trace"], handlers={"traced": traced}, logger=recording_logger("trace")[0])
+        worker.start()
+        self.addCleanup(worker.stop)
+        wait_for(lambda: len(seen) == 2, 20, "both jobs to run")
+        self.assertEqual(seen, {job["id"]: traceparent, untraced["id"]: None})
 
     def test_progress_is_reported(self):
         release = threading.Event()

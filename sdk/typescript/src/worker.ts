@@ -13,6 +13,12 @@ export interface JobContext {
    * Pass it to fetch and the like; after it fires the attempt is over, whatever the handler does.
    */
   readonly signal: AbortSignal
+  /**
+   * The W3C `traceparent` the job was created with, or null: start the handler's span as its
+   * child (with OpenTelemetry, `propagation.extract(context.active(), { traceparent })`) to continue
+   * the creator's trace.
+   */
+  readonly traceparent: string | null
   /** Reports progress (0.0 to 1.0) with a heartbeat now; the progress stream shows it. */
   progress(value: number): Promise<void>
 }
@@ -237,6 +243,7 @@ export class Worker {
     const ctx: JobContext = {
       workerId: this.workerId,
       signal: running.controller.signal,
+      traceparent: job.traceparent ?? null,
       progress: (value) => {
         running.progress = value
         return this.#beat(running)

@@ -22,6 +22,7 @@ import { openIdempotencyStore, registerIdempotency } from './idempotency-hooks.t
 import { admitProjectRequest } from './request-limit.ts'
 import { compileResponses, registerApiDescription, serializeResponses } from './openapi.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
+import { traceRequests } from './request-spans.ts'
 import { healthRoutes } from './routes/health.ts'
 import { activityRoutes } from './routes/activity.ts'
 import { metricsRoutes } from './routes/metrics.ts'
@@ -236,6 +237,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   context.keys.start()
   context.watcher.start()
   await context.ready.start()
+  if (deps.tracer !== null) traceRequests(app, deps.tracer)
   // Only where /metrics is served (METRICS_PORT): otherwise the hook would cost every request for nothing.
   if (deps.config.metricsPort !== null) {
     app.addHook('onResponse', async (request, reply) => {

@@ -2,7 +2,7 @@ import type { Job } from '../../../domain/job.ts'
 
 /**
  * The job detail object of the spec, plus the fields a user of the list needs to make sense of
- * a job (run_at, timeout_seconds, parent_job_id, worker_id). Single reads (from the log) and
+ * a job (run_at, timeout_seconds, parent_job_id, worker_id, traceparent). Single reads (from the log) and
  * list items (from Postgres) both go through here, so they have one shape.
  */
 export function toJobDetail(job: Job) {
@@ -25,6 +25,7 @@ export function toJobDetail(job: Job) {
     tags: job.tags,
     parent_job_id: job.parent_job_id,
     worker_id: job.worker_id,
+    traceparent: job.traceparent ?? null,
   }
 }
 

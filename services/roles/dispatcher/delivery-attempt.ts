@@ -2,6 +2,7 @@ import type { JsMsg } from '@nats-io/jetstream'
 import type { Delivery } from '../../../domain/delivery.ts'
 import { outcomeOf, retryWaitMs } from '../../../domain/delivery-policy.ts'
 import type { Webhook } from '../../../domain/webhook.ts'
+import { webhookDeliveryAttempts, webhookDeliveryDuration } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { webhookRef } from '../../use-cases/webhooks/webhook-service.ts'
 import { decideDelivery, loadDelivery } from './delivery-log.ts'
@@ -36,9 +37,12 @@ export async function attemptDelivery(deps: Deps, sender: WebhookSender, msg: Js
   if (wait > 0) return msg.nak(wait)
   // Spec: deleting a subscription leaves pending deliveries alone, so a deleted one still receives.
   const hook = (await deps.store.load<Webhook>(webhookRef(item.project_id, item.webhook_id))).state
+  const sendStarted = performance.now()
   const result: SendResult = hook === null ? { status: null, reason: 'no_subscription' } : await sender.send(hook, item)
   const attempt = delivery.attempt + 1
   const outcome = result.status === null && result.reason === 'unsealable' ? 'permanent_failure' : outcomeOf(result.status)
+  webhookDeliveryAttempts.inc({ outcome })
+  if (hook !== null) webhookDeliveryDuration.observe({ outcome }, (performance.now() - sendStarted) / 1000)
   const recorded = await decideDelivery(deps, item.project_id, item.delivery_id, {
     type: 'record_attempt',
     data: { attempt, outcome, response_status: result.status },

@@ -2,6 +2,7 @@ import { applyBatchIsolatingFailures, projectedThrough } from '../../../projecti
 import { projections } from '../../../projections/index.ts'
 import { consumeBatches } from '../../../streams/consume.ts'
 import { checkpointSubject, eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../../streams/names.ts'
+import { projectionLag } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { assertStillLeading, holdLeadership, LeadershipLost } from '../../infrastructure/leadership.ts'
 
@@ -53,6 +54,11 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
             { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
           )
           announce(deps, seq)
+          const committedAt = Date.now()
+          for (const record of records) {
+            const decidedAt = record.message.events[0]?.time
+            if (decidedAt !== undefined) projectionLag.observe(Math.max(0, committedAt - Date.parse(decidedAt)) / 1000)
+          }
         },
         signal,
         (err) => {

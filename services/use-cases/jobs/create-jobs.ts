@@ -26,6 +26,8 @@ export interface CreationItem {
   request: JobRequest
   /** An id the caller decided (a recurring occurrence's); its job existing already is InvalidState. */
   jobId?: string
+  /** The request's W3C `traceparent` header as sent (the recurring scheduler has none). */
+  traceparent?: string | null
 }
 
 /** One item's outcome: its job, or why it was not created (a DomainError, or an outage). */
@@ -53,7 +55,7 @@ export interface CreationPorts {
 const appendsInFlight = 64
 
 /** `max_attempts` left out is the one of the retry policy of the job's queue in its project. */
-export function toNewJob(request: JobRequest, retryPolicies: RetryPolicies | undefined): NewJob {
+export function toNewJob(request: JobRequest, retryPolicies: RetryPolicies | undefined, traceparent: string | null = null): NewJob {
   const queue = request.queue ?? jobDefaults.queue
   return {
     job_type: request.job_type,
@@ -65,6 +67,7 @@ export function toNewJob(request: JobRequest, retryPolicies: RetryPolicies | und
     tags: request.tags ?? null,
     parent_job_id: request.parent_job_id ?? null,
     idempotency_key: request.idempotency_key ?? null,
+    traceparent,
   }
 }
 
@@ -103,7 +106,7 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
     try {
       const { job, seq } = await jobs.create(
         project.id,
-        toNewJob(item.request, project.retry_policies),
+        toNewJob(item.request, project.retry_policies, item.traceparent ?? null),
         item.jobId === undefined ? {} : { jobId: item.jobId },
       )
       results[i] = { ok: true, job, seq }

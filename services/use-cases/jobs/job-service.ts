@@ -17,6 +17,7 @@ import { upsertJobRows } from '../../../projections/job-list.ts'
 import type { AggregateRef, EventRecord, Loaded, StoredEvent } from '../../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
 import { isSubjectToken } from '../../../streams/names.ts'
+import { recordJobEvents } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 /** `job_` and a ULID: anything else cannot name a job, so it is not found without a lookup. */
@@ -36,6 +37,8 @@ export interface NewJob {
   tags: Record<string, string> | null
   parent_job_id: string | null
   idempotency_key: string | null
+  /** The creating request's W3C `traceparent`, if it sent one. */
+  traceparent?: string | null
 }
 
 export interface AckInput {
@@ -154,7 +157,10 @@ export class JobService {
           trustHint: trustHint && hint !== undefined,
         })
       result = creating || this.#deps.config.replicas === 1 ? await decide() : await this.#serialized(jobId, decide)
-      if (result.appended) this.observer?.appended(result.record)
+      if (result.appended) {
+        this.observer?.appended(result.record)
+        recordJobEvents(result.events, result.state)
+      }
     } finally {
       if (creating) this.observer?.created(jobId)
     }

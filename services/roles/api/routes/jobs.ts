@@ -62,7 +62,7 @@ const jobIdParams = z.object({ jobId: anyText() })
 
 const jobError = z.strictObject({ type: z.string(), message: z.string(), stack_trace: z.string() }).describe('error detail object')
 
-/** The job detail object of the spec plus run_at, timeout_seconds, parent_job_id and worker_id (job-views.ts). */
+/** The job detail object of the spec plus run_at, timeout_seconds, parent_job_id, worker_id and traceparent (job-views.ts). */
 export const jobDetail = z
   .strictObject({
     id: z.string(),
@@ -83,6 +83,7 @@ export const jobDetail = z
     tags: z.record(z.string(), z.string()).nullable(),
     parent_job_id: z.string().nullable(),
     worker_id: z.string().nullable(),
+    traceparent: z.string().nullable().describe("the create's valid W3C `traceparent` header; null without one"),
   })
   .meta({ id: 'Job' })
 
@@ -124,6 +125,20 @@ function toCreatedJob(job: Job): z.output<typeof createdJob> {
   }
 }
 
+/**
+ * The creates' only header of their own. Not checked by the schema: a malformed trace context is
+ * dropped by the job aggregate instead of refusing the job (domain/trace-context.ts). Other headers
+ * pass through untouched.
+ */
+const creationHeaders = z.looseObject({
+  traceparent: z
+    .string()
+    .optional()
+    .describe(
+      'W3C Trace Context (`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`), stored with the job (each job of a batch) and handed to its workers in poll answers; an invalid value is ignored',
+    ),
+})
+
 /** What refuses one job, alone or as an item of a batch (its status is the single create's). */
 const creationCodes = ['parent_terminal', 'invalid_state', 'parent_not_found', 'monthly_allowance_exceeded', 'spend_cap_reached'] as const
 
@@ -132,6 +147,7 @@ const createSchema = {
   description:
     'The answer carries `Location`, `X-Event-Seq` and, with metering on, the `X-Quota-*` headers (refusals too). The body field `idempotency_key` is deprecated in favour of the `Idempotency-Key` header; using it adds `Deprecation`.',
   tags: ['Jobs'],
+  headers: creationHeaders,
   body: createJobBody,
   response: {
     201: createdJob.describe('The job was created (an idempotent replay repeats this answer)'),
@@ -168,6 +184,7 @@ const batchSchema = {
     "The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project's billing state is not active (402), by the hourly request limit (the batch counts one request) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item's body-field `idempotency_key` works as on a single create, in the same key space.",
   ].join('\n\n'),
   tags: ['Jobs'],
+  headers: creationHeaders,
   body: batchBody,
   response: {
     200: z
@@ -379,6 +396,11 @@ async function settleItemKeys(ctx: ApiContext, request: FastifyRequest, valid: r
  * batch, appends pipelined), then the keyed items' answers stored. Whole-request refusals
  * (billing state, an outage before any job) are thrown, after freeing the keys reserved here.
  */
+function traceparentOf(request: FastifyRequest): string | null {
+  const value = request.headers.traceparent
+  return typeof value === 'string' ? value : null
+}
+
 async function createBatch(
   ctx: ApiContext,
   request: FastifyRequest,
@@ -397,7 +419,7 @@ async function createBatch(
   const creation = await createJobs(
     ctx,
     request.principal.project,
-    toCreate.map((c) => ({ request: c.body })),
+    toCreate.map((c) => ({ request: c.body, traceparent: traceparentOf(request) })),
   ).catch(async (err: unknown) => {
     await Promise.all(toCreate.map((c) => c.held && releaseItemKey(store, c.held).catch(() => undefined)))
     throw err
@@ -454,7 +476,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.post('/', { schema: createSchema, onSend: fillQuotaHeaders }, async (request, reply) => {
       const body = request.body
       assertPayloadSize(body.payload, bodyBytesOf(request.headers), deps.config.tunables.max_payload_bytes)
-      const creation = await createJobs(ctx, request.principal.project, [{ request: body }])
+      const creation = await createJobs(ctx, request.principal.project, [{ request: body, traceparent: traceparentOf(request) }])
       if (creation.reading !== null) void reply.headers(quotaHeaders(creation.reading))
       const result = creation.results[0]!
       if (!result.ok) throw result.error

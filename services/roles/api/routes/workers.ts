@@ -100,6 +100,10 @@ const pollSchema = {
           max_attempts: z.number().int(),
           timeout_seconds: z.number().int(),
           enqueued_at: instant,
+          traceparent: z
+            .string()
+            .nullable()
+            .describe("the W3C `traceparent` the job was created with (null without one): continue the creator's trace from it"),
         }),
       ),
     }),
@@ -191,6 +195,8 @@ function toPolledJob(job: Job) {
     max_attempts: job.max_attempts,
     timeout_seconds: job.timeout_seconds,
     enqueued_at: job.created_at,
+    // Jobs stored before trace context was kept have no field at all.
+    traceparent: job.traceparent ?? null,
   }
 }
 
