@@ -48,6 +48,26 @@ export const connectionUp = new Gauge({
   registers: [metricsRegistry],
 })
 
+/**
+ * Messages a durable consumer has yet to finish (not delivered yet plus delivered and unacked),
+ * read from NATS at the scrape: the same for the whole install, whichever process answers. The
+ * label names one of the service's own consumers, a fixed set.
+ */
+export const consumerPending = new Gauge({
+  name: 'jobsvc_consumer_pending_messages',
+  help: 'Messages a consumer has not finished: pending plus delivered and unacknowledged',
+  labelNames: ['consumer'] as const,
+  registers: [metricsRegistry],
+})
+
+/** The work queues' depth (alert e-mails to send, webhook deliveries scheduled), read at the scrape. */
+export const workQueueMessages = new Gauge({
+  name: 'jobsvc_work_queue_messages',
+  help: 'Messages waiting in a work queue stream: mail (alert e-mails), deliveries (webhook attempts)',
+  labelNames: ['queue'] as const,
+  registers: [metricsRegistry],
+})
+
 const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
 
 /**

@@ -1,6 +1,15 @@
 import type { Server } from 'node:http'
 import { isNatsConnected } from '../../streams/connection.ts'
-import { connectionUp, startMetricsServer, type MetricsSnapshot } from '../infrastructure/metrics.ts'
+import {
+  alertDispatcherConsumerName,
+  deliveriesStreamName,
+  dispatcherConsumerName,
+  eventsStreamName,
+  mailerConsumerName,
+  mailStreamName,
+  projectorConsumerName,
+} from '../../streams/names.ts'
+import { connectionUp, consumerPending, startMetricsServer, workQueueMessages, type MetricsSnapshot } from '../infrastructure/metrics.ts'
 import type { Deps } from '../infrastructure/runtime.ts'
 
 /**
@@ -14,6 +23,7 @@ export function serveMetrics(deps: Deps, port: number, otherThreads: () => Promi
     port,
     async () => {
       connectionUp.set({ dependency: 'nats' }, isNatsConnected(deps.nats.nc) ? 1 : 0)
+      await readQueues(deps)
       connectionUp.set(
         { dependency: 'postgres' },
         await deps.sql`SELECT 1`.then(
@@ -24,4 +34,37 @@ export function serveMetrics(deps: Deps, port: number, otherThreads: () => Promi
     },
     otherThreads,
   )
+}
+
+/** The service's durable consumers, by the label /metrics gives them. */
+const consumersOf = (ns: string): Array<[label: string, stream: string, durable: string]> => [
+  ['projector', eventsStreamName(ns), projectorConsumerName(ns)],
+  ['dispatcher', eventsStreamName(ns), dispatcherConsumerName(ns)],
+  ['alert_dispatcher', eventsStreamName(ns), alertDispatcherConsumerName(ns)],
+  ['mailer', mailStreamName(ns), mailerConsumerName(ns)],
+]
+
+/**
+ * Consumer backlogs and work-queue depths from NATS. One that does not exist yet (its role has
+ * never started) or cannot be read (NATS is down) is left out of the answer rather than shown as 0.
+ */
+async function readQueues(deps: Deps): Promise<void> {
+  const ns = deps.config.namespace
+  consumerPending.reset()
+  workQueueMessages.reset()
+  await Promise.all([
+    ...consumersOf(ns).map(async ([label, stream, durable]) => {
+      const info = await deps.nats.jsm.consumers.info(stream, durable).catch(() => null)
+      if (info !== null) consumerPending.set({ consumer: label }, info.num_pending + info.num_ack_pending)
+    }),
+    ...(
+      [
+        ['mail', mailStreamName(ns)],
+        ['deliveries', deliveriesStreamName(ns)],
+      ] as const
+    ).map(async ([label, stream]) => {
+      const info = await deps.nats.jsm.streams.info(stream).catch(() => null)
+      if (info !== null) workQueueMessages.set({ queue: label }, info.state.messages)
+    }),
+  ])
 }

@@ -146,6 +146,15 @@ t.test('one process with every role: job counters, claim latency, webhook delive
     'and their latency',
   )
   t.ok(valueOf(after, 'jobsvc_projection_lag_seconds') >= 8, "the projector's lag histogram has the jobs' events")
+  const labelled = (name: string, label: string) =>
+    Object.fromEntries((after.find((f) => f.name === name)?.metrics ?? []).map((m) => [m.labels?.[label], Number(m.value)]))
+  const pending = labelled('jobsvc_consumer_pending_messages', 'consumer')
+  t.ok(
+    ['projector', 'dispatcher', 'alert_dispatcher', 'mailer'].every((c) => Number.isInteger(pending[c]) && pending[c] >= 0),
+    "every consumer's backlog, read from NATS",
+  )
+  const queues = labelled('jobsvc_work_queue_messages', 'queue')
+  t.ok(Number.isInteger(queues.mail) && Number.isInteger(queues.deliveries), 'the e-mail and delivery work queues')
   t.equal(
     after.filter((f) => f.name === 'jobsvc_process_cpu_seconds_total').length,
     1,
