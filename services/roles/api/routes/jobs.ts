@@ -131,8 +131,8 @@ function toCreatedJob(job: Job): z.output<typeof createdJob> {
  * pass through untouched.
  */
 const creationHeaders = z.looseObject({
-  traceparent: z
-    .string()
+  // Bounded like every string (Node caps the headers at 16 KiB anyway), never refused for its form.
+  traceparent: anyText()
     .optional()
     .describe(
       'W3C Trace Context (`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`), stored with the job (each job of a batch) and handed to its workers in poll answers; an invalid value is ignored',
