@@ -12,7 +12,15 @@ t.test('a worker rides out a service restart: 503 and refused connections are re
   const env = { JOBSVC_NAMESPACE: names.namespace, DATABASE_URL: names.databaseUrl, PORT: String(await freePort()) }
   const first = await spawnService(env)
   t.teardown(() => first.stop('SIGKILL'))
-  const client = new JobsvcClient({ baseUrl: first.url, apiKey: await cliProject(env) })
+  // Polls in flight, so that the shutdown comes while one waits on the service (its answer is
+  // then the 503) rather than between two polls (a refused connection).
+  let pollsInFlight = 0
+  const countingFetch: typeof fetch = (input, init) => {
+    if (!String(input).includes('/workers/poll')) return fetch(input, init)
+    pollsInFlight++
+    return fetch(input, init).finally(() => pollsInFlight--)
+  }
+  const client = new JobsvcClient({ baseUrl: first.url, apiKey: await cliProject(env), fetch: countingFetch })
 
   const started = gate()
   const finish = gate()
@@ -35,6 +43,7 @@ t.test('a worker rides out a service restart: 503 and refused connections are re
   t.teardown(() => worker.stop())
   const job = await client.jobs.create({ job_type: 'migrate', queue: 'upgrade', payload: {} })
   await started.opened
+  await eventually(async () => pollsInFlight > 0, 15_000, 'the next poll to wait on the service')
 
   await first.stop('SIGTERM')
   const unavailable = logger.entries.find((e) => e.message.includes('poll failed') && e.fields.status === 503)
