@@ -1,5 +1,5 @@
 import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
-import type { PromoKind } from './promo-code.ts'
+import { promoCodeRefusal, type PromoKind } from './promo-code.ts'
 import {
   AlreadyRevoked,
   CannotModifyOwner,
@@ -538,7 +538,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     case 'apply_promo_code': {
       requireRole(project, actor, 'owner', 'applying a promotion code')
       const { code, kind, amount, periods, period } = command.data
-      if ((project.promotions ?? []).some((p) => p.code === code)) throw new InvalidToken('the promotion code was already applied to this project')
+      if ((project.promotions ?? []).some((p) => p.code === code)) throw new InvalidToken(promoCodeRefusal)
       return [
         { type: 'promo_code_applied', data: { code, kind, amount, first_period: period, periods, applied_by: actor ?? 'operator', applied_at: now } },
       ]

@@ -50,6 +50,7 @@ import {
 } from '../../../domain/errors.ts'
 import { isDatabaseUnavailable } from '../../../projections/database.ts'
 import { ConcurrencyConflict, isLogUnavailable } from '../../../streams/errors.ts'
+import { PromoAttemptsExceeded } from '../../use-cases/metering/promo-codes.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../use-cases/platform/accounts.ts'
 
 /**
@@ -176,11 +177,12 @@ const loginRefusals: Record<LoginRefused['reason'], (err: LoginRefused) => ApiEr
   account_locked: (err) => accountLocked(err.retryAfterMs),
 }
 
-/** The use cases' refusals that are not the domain's: a login's, a wrong current password, an unreadable TOTP secret. */
+/** The use cases' refusals that are not the domain's: a login's, a wrong current password, an unreadable TOTP secret, promotion-code guessing. */
 function useCaseRefusal(err: unknown): ApiError | null {
   if (err instanceof LoginRefused) return loginRefusals[err.reason](err)
   if (err instanceof WrongPassword) return invalidCredentials('the password is wrong')
   if (err instanceof TotpSecretUnreadable) return totpSecretUnreadable(err.pending)
+  if (err instanceof PromoAttemptsExceeded) return rateLimitExceeded(err.retryAfterMs, err.message)
   return null
 }
 
