@@ -13,7 +13,7 @@ import type { AggregateRef } from '../../../streams/event-store.ts'
 import { handleCommand } from '../../../streams/handle-command.ts'
 import { platformScope } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import { AuthLimits } from '../platform/auth-limits.ts'
+import { AuthLimits, WindowFull } from '../platform/auth-limits.ts'
 import { commandProject } from '../projects/project-service.ts'
 import { billingPeriodOf } from './allowance.ts'
 
@@ -28,16 +28,6 @@ function promoRef(code: string): AggregateRef {
 
 /** What staff choose for a new code; the rest is filled in on creation. */
 export type NewPromoCode = Omit<PromoCode, 'uses' | 'project_ids' | 'created_by' | 'created_at'>
-
-/** Past the failure windows of promotion-code applies (auth-limits.ts): 429 with `Retry-After`. */
-export class PromoAttemptsExceeded extends Error {
-  readonly retryAfterMs: number
-  constructor(retryAfterMs: number) {
-    super('too many promotion codes that were not valid; try again later')
-    this.name = 'PromoAttemptsExceeded'
-    this.retryAfterMs = retryAfterMs
-  }
-}
 
 /**
  * Promotion codes: staff create them, owners apply them to a project. An apply redeems the code
@@ -92,7 +82,7 @@ export class PromoCodes {
     if (role !== 'owner') throw new Forbidden('applying a promotion code needs the project role owner')
     const now = this.#deps.now()
     const verdict = await this.#limits.reservePromoAttempt(user.id, project.id, now)
-    if (!verdict.admitted) throw new PromoAttemptsExceeded(verdict.retryAfterMs)
+    if (!verdict.admitted) throw new WindowFull('too many promotion codes that were not valid; try again later', verdict.retryAfterMs)
     try {
       const applied = await this.#redeem(user, project, code, now)
       await this.#limits.releasePromoAttempt(user.id, project.id, now)

@@ -20,6 +20,23 @@ export const promoWindowMs = 60 * 60 * 1000
  */
 const maxRounds = 50
 
+/**
+ * Invitations a project sends per hour: each is a mail to an address its admins typed, so a
+ * project cannot turn the service into a mailer.
+ */
+export const invitationsPerWindow = 30
+export const invitationWindowMs = 60 * 60 * 1000
+
+/** A window below is full: 429 `rate_limit_exceeded` with `Retry-After` at the edge. */
+export class WindowFull extends Error {
+  readonly retryAfterMs: number
+  constructor(message: string, retryAfterMs: number) {
+    super(message)
+    this.name = 'WindowFull'
+    this.retryAfterMs = retryAfterMs
+  }
+}
+
 export interface Verdict {
   admitted: boolean
   /** Until the window admits again; 0 when admitted. */
@@ -124,6 +141,16 @@ export class AuthLimits {
   async releasePromoAttempt(userId: string, projectId: string, now: Date): Promise<void> {
     await this.#give(`promo.user.${userId}`, now.getTime())
     await this.#give(`promo.project.${projectId}`, now.getTime())
+  }
+
+  /** Takes one of the project's invitations of the hour, or answers how long until one frees. */
+  takeInvitation(projectId: string, now: Date): Promise<Verdict> {
+    return this.#take(`invite.${projectId}`, invitationsPerWindow, invitationWindowMs, now.getTime())
+  }
+
+  /** An invitation that was refused and sent no mail. */
+  giveInvitationBack(projectId: string, now: Date): Promise<void> {
+    return this.#give(`invite.${projectId}`, now.getTime())
   }
 
   /** One use per `periodMs` per key (the account export's 1 per 60 s per user). */
