@@ -1,10 +1,19 @@
+/** A dashboard member acting through their session: who a change is recorded as made by. */
+export interface Actor {
+  user_id: string
+  email: string
+}
+
 /**
  * What the edge passes in on every command so that `decide` stays deterministic: `now` is an ISO
- * instant; `random` is in [0, 1) and only feeds the job's retry jitter.
+ * instant; `random` is in [0, 1) and only feeds the job's retry jitter. `actor` is the member who
+ * asked, where a dashboard session did (an API key, a worker or the service itself names none):
+ * no decision reads it; the events it yields carry it, for the audit trail.
  */
 export interface CommandMeta {
   now: string
   random?: number
+  actor?: Actor
 }
 
 /**

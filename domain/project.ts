@@ -1,5 +1,5 @@
 import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
-import type { PromoKind } from './promo-code.ts'
+import { promoCodeRefusal, type PromoKind } from './promo-code.ts'
 import {
   AlreadyRevoked,
   CannotModifyOwner,
@@ -8,6 +8,7 @@ import {
   InvalidRole,
   InvalidRateLimitOverride,
   InvalidToken,
+  InviteLimitReached,
   KeyRevoked,
   LastProject,
   OverageUnavailable,
@@ -58,6 +59,12 @@ export const maxProjectNameLength = 100
 
 /** How long a rotated-out key keeps working (spec, Time limits). */
 export const apiKeyGraceMs = 24 * 60 * 60 * 1000
+
+/**
+ * Invitations a project may have pending (not accepted, not expired) at once: each is a mail to
+ * an address its admins typed, and each stays in the project's state until accepted or replaced.
+ */
+export const maxPendingInvites = 100
 
 export interface ApiKeyRecord {
   prefix: string
@@ -326,6 +333,10 @@ function requireRole(project: Project, actor: string | null, least: ProjectRole,
   return role
 }
 
+function isPending(invite: Invite, now: string): boolean {
+  return Date.parse(invite.expires_at) > Date.parse(now)
+}
+
 function requireMember(project: Project, userId: string): Member {
   const member = project.members.find((m) => m.user_id === userId)
   if (member === undefined) throw new MemberNotFound(`user ${userId} is not a member of this project`)
@@ -483,6 +494,11 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       const d = command.data
       const role = requireAssignableRole(d.role, actorRole)
       if (project.members.some((m) => m.email === d.email)) throw new MemberExists(`${d.email} is already a member`)
+      // A new invitation to the same address replaces its old one, so that one does not count.
+      const pending = project.invites.filter((i) => i.email !== d.email && isPending(i, now)).length
+      if (pending >= maxPendingInvites) {
+        throw new InviteLimitReached(`a project has at most ${maxPendingInvites} pending invitations; wait for some to be accepted or expire`)
+      }
       return [
         {
           type: 'member_invited',
@@ -538,7 +554,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     case 'apply_promo_code': {
       requireRole(project, actor, 'owner', 'applying a promotion code')
       const { code, kind, amount, periods, period } = command.data
-      if ((project.promotions ?? []).some((p) => p.code === code)) throw new InvalidToken('the promotion code was already applied to this project')
+      if ((project.promotions ?? []).some((p) => p.code === code)) throw new InvalidToken(promoCodeRefusal)
       return [
         { type: 'promo_code_applied', data: { code, kind, amount, first_period: period, periods, applied_by: actor ?? 'operator', applied_at: now } },
       ]
@@ -653,8 +669,11 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
         invites: [],
         updated_at: event.data.deleted_at,
       }
-    case 'member_invited':
-      return { ...state, invites: [...state.invites.filter((i) => i.email !== event.data.email), event.data] }
+    case 'member_invited': {
+      // Expired invitations leave with the next one, so the state holds at most the pending cap.
+      const kept = state.invites.filter((i) => i.email !== event.data.email && isPending(i, event.data.invited_at))
+      return { ...state, invites: [...kept, event.data] }
+    }
     case 'team_invite_accepted':
       return { ...state, invites: state.invites.filter((i) => i.invite_id !== event.data.invite_id) }
     case 'member_joined':

@@ -49,13 +49,15 @@ export type PromoCodeCommand =
   | Command<'create_promo_code', Omit<PromoCode, 'uses' | 'project_ids' | 'created_at'>>
   | Command<'redeem_promo_code', { project_id: string; redeemed_by: string }>
 
-/** Why a code cannot be applied now, or null when it can be (for this project). */
-export function promoRefusalOf(code: PromoCodeAggregate, projectId: string, now: string): string | null {
-  if (code === null) return 'the promotion code is unknown'
-  if (Date.parse(code.expires_at) <= Date.parse(now)) return 'the promotion code has expired'
-  if (code.uses >= code.max_uses) return 'the promotion code has been used up'
-  if (code.project_ids.includes(projectId)) return 'the promotion code was already applied to this project'
-  return null
+/**
+ * The one refusal of a code that cannot be applied: unknown, expired, used up and already applied
+ * read alike, so an owner trying codes learns nothing about the ones that exist (no oracle).
+ */
+export const promoCodeRefusal = 'the promotion code is not valid for this project'
+
+/** Whether the code can be applied now to this project. */
+export function isRedeemable(code: PromoCodeAggregate, projectId: string, now: string): code is PromoCode {
+  return code !== null && Date.parse(code.expires_at) > Date.parse(now) && code.uses < code.max_uses && !code.project_ids.includes(projectId)
 }
 
 function decide(command: PromoCodeCommand, state: PromoCodeAggregate): PromoCodeEvent[] {
@@ -65,8 +67,7 @@ function decide(command: PromoCodeCommand, state: PromoCodeAggregate): PromoCode
       if (state !== null) throw new PromoCodeAlreadyExists(`the promotion code ${state.code} already exists`)
       return [{ type: 'promo_code_created', data: { ...command.data, created_at: now } }]
     case 'redeem_promo_code': {
-      const refusal = promoRefusalOf(state, command.data.project_id, now)
-      if (refusal !== null) throw new InvalidToken(refusal)
+      if (!isRedeemable(state, command.data.project_id, now)) throw new InvalidToken(promoCodeRefusal)
       return [{ type: 'promo_code_redeemed', data: { ...command.data, redeemed_at: now } }]
     }
   }

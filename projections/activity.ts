@@ -349,12 +349,14 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
   const rows: ActivityRow[] = []
   for (const event of m.events) {
     const eventId = event.id.replace(/^evt_/, '')
+    // A change a member made through a dashboard session names them (README, Activity).
+    const { actor } = event
     const toRow = ({ metadata, user_id: _actor, ...rest }: Described, id: string, projectId: string | null, userId: string | null): ActivityRow => ({
       id,
       project_id: projectId,
-      user_id: userId,
+      user_id: userId ?? actor?.user_id ?? null,
       ...rest,
-      metadata: metadata === undefined ? null : JSON.stringify(metadata),
+      metadata: actor === undefined ? (metadata === undefined ? null : JSON.stringify(metadata)) : JSON.stringify({ ...metadata, actor }),
       created_at: event.time,
       seq: record.seq,
     })

@@ -14,6 +14,7 @@
  */
 import type { JetStreamManager } from '@nats-io/jetstream'
 import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node'
+import type { Actor } from '../domain/decider.ts'
 import { decode, encode } from './codec.ts'
 import { isNatsConnected } from './connection.ts'
 import { ConcurrencyConflict, LogUnavailable } from './errors.ts'
@@ -38,8 +39,11 @@ export interface DomainEventShape {
   data: unknown
 }
 
-/** An event as stored: the domain event plus its id and the time it was decided. */
-export type StoredEvent<E extends DomainEventShape = DomainEventShape> = E & { id: string; time: string }
+/**
+ * An event as stored: the domain event plus its id and the time it was decided, and the member
+ * whose dashboard session asked for it (absent for API keys, workers and the service's own roles).
+ */
+export type StoredEvent<E extends DomainEventShape = DomainEventShape> = E & { id: string; time: string; actor?: Actor }
 
 /** The body of every message on the events stream (msgpack). */
 export interface EventMessage<E extends DomainEventShape = DomainEventShape, S = unknown> {

@@ -1,4 +1,4 @@
-import type { Decider } from '../domain/decider.ts'
+import type { Actor, Decider } from '../domain/decider.ts'
 import { fold } from '../domain/decider.ts'
 import { ConcurrencyConflict } from './errors.ts'
 import type { AggregateRef, DomainEventShape, EventRecord, EventStore, Loaded, StoredEvent } from './event-store.ts'
@@ -35,7 +35,7 @@ export interface CommandResult<E extends DomainEventShape, S> {
  * that learns the newer state anyway (the ready index follows the log) and would rather drop a
  * candidate than pay a load and a second append for it.
  */
-export async function handleCommand<C extends { meta: { now: string } }, E extends DomainEventShape, S>(
+export async function handleCommand<C extends { meta: { now: string; actor?: Actor } }, E extends DomainEventShape, S>(
   store: EventStore,
   decider: Decider<C, E, S | null>,
   ref: AggregateRef,
@@ -62,7 +62,8 @@ export async function handleCommand<C extends { meta: { now: string } }, E exten
       return { before: loaded.state, state: loaded.state, events: [], seq: loaded.seq, appended: false, record }
     }
     const state = fold(decider, loaded.state, decided)
-    const events = decided.map((e) => ({ ...e, id: newEventId(), time: command.meta.now }))
+    const { now, actor } = command.meta
+    const events = decided.map((e) => ({ ...e, id: newEventId(), time: now, ...(actor === undefined ? {} : { actor }) }))
     try {
       const { seq } = await store.append(ref, events, state, loaded.seq)
       const record = store.recordOf<E, S | null>(ref, seq, events, state)

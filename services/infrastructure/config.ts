@@ -92,6 +92,11 @@ export const environmentSchema = z.object({
     .describe(
       'port of GET /metrics (Prometheus text format) of this process, whatever its roles, on HOST apart from the API; unset: no metrics endpoint',
     ),
+  METRICS_TOKEN: z
+    .string()
+    .regex(/^[\x21-\x7e]{16,1024}$/, 'METRICS_TOKEN must be 16 to 1024 visible ASCII characters')
+    .optional()
+    .describe('bearer token every GET /metrics must carry (Authorization: Bearer <token>); unset: none is asked for'),
   OTEL_EXPORTER_OTLP_ENDPOINT: z
     .url()
     .optional()
@@ -233,6 +238,8 @@ export interface Config {
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
   /** METRICS_PORT; null: no metrics endpoint. */
   metricsPort: number | null
+  /** METRICS_TOKEN; null: /metrics asks for no credentials. */
+  metricsToken: string | null
   /** OTEL_EXPORTER_OTLP_ENDPOINT; null: no spans. */
   otlpEndpoint: string | null
   tunables: Tunables
@@ -361,6 +368,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
       .filter(Boolean),
     logLevel: e.LOG_LEVEL,
     metricsPort: e.METRICS_PORT ?? null,
+    metricsToken: e.METRICS_TOKEN ?? null,
     otlpEndpoint: e.OTEL_EXPORTER_OTLP_ENDPOINT ?? null,
     tunables: Object.freeze(tunablesSchema.parse(fileTunables)),
     plans: resolvePlans(filePlans),

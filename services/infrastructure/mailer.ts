@@ -59,11 +59,34 @@ export function passwordResetMail(to: string, link: string): Mail {
   }
 }
 
+/**
+ * Tenant-written text (an alert's or a project's name) as one quoted line: control characters
+ * (CR and LF above all, which could start a header of their own), line and paragraph separators
+ * and bidirectional overrides become spaces, runs of spaces one, and what is longer than `max` is
+ * cut with an ellipsis. The quotes show where the tenant's words begin and end (a double quote
+ * inside becomes a single one, so it cannot end them early), so a name cannot pass for the
+ * service's own text.
+ */
+export function quotedLine(text: string, max: number): string {
+  const flat = text
+    .replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, ' ')
+    .replace(/\s+/g, ' ')
+    .replaceAll('"', "'")
+    .trim()
+  const chars = [...flat]
+  return `"${chars.length > max ? `${chars.slice(0, max - 1).join('')}…` : flat}"`
+}
+
+/**
+ * An invitation goes to any address a project admin types, so the project's name (the tenant's
+ * words) stays out of the subject, which a mail client shows as the service speaking; the body
+ * names it quoted.
+ */
 export function inviteMail(to: string, projectName: string, role: string, link: string): Mail {
   return {
     to,
-    subject: `You are invited to ${projectName} on jobsvc`,
-    text: `You were invited to join the project "${projectName}" as ${role}.\n\nSign in with this address and open this link within 7 days to accept:\n\n${link}\n`,
+    subject: 'You are invited to join a project on jobsvc',
+    text: `You were invited to join the jobsvc project named ${quotedLine(projectName, Number.MAX_SAFE_INTEGER)} as ${role}.\n\nSign in with this address and open this link within 7 days to accept:\n\n${link}\n\nIf you do not know this project, ignore this message.\n`,
   }
 }
 

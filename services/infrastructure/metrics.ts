@@ -1,3 +1,4 @@
+import { createHash, timingSafeEqual } from 'node:crypto'
 import { createServer, type Server } from 'node:http'
 import { isMainThread } from 'node:worker_threads'
 import {
@@ -131,32 +132,52 @@ export const projectionLag = new Histogram({
   registers: [metricsRegistry],
 })
 
+/** Whether `authorization` is `Bearer <token>`, compared in constant time. */
+function isBearer(authorization: string | undefined, token: string): boolean {
+  const given = /^bearer (\S+)$/i.exec(authorization ?? '')?.[1] ?? ''
+  const digest = (value: string) => createHash('sha256').update(value).digest()
+  return timingSafeEqual(digest(given), digest(token))
+}
+
 /**
  * Serves GET /metrics on its own port, apart from the public API, so that it is never exposed by
- * accident: off unless METRICS_PORT is set, and bound to HOST like the API.
+ * accident: off unless METRICS_PORT is set, and bound to HOST like the API. With a `token`
+ * (METRICS_TOKEN) a scrape must carry it as a bearer token (401 otherwise).
+ *
+ * One scrape runs at a time: scrapes that arrive while one is being rendered wait for it and get
+ * its text, so any number of scrapers at once cost the dependencies one round of readings.
  */
 export async function startMetricsServer(
   host: string,
   port: number,
   beforeScrape: () => Promise<void>,
   otherThreads: () => Promise<MetricsSnapshot[]> = async () => [],
+  token: string | null = null,
 ): Promise<{ address: string; server: Server }> {
+  let rendering: Promise<string> | null = null
+  const render = async () => {
+    await beforeScrape()
+    const others = await otherThreads()
+    // Counters and histograms of several threads add up; each gauge is set by one thread only.
+    const registry = others.length === 0 ? metricsRegistry : AggregatorRegistry.aggregate([await metricsRegistry.getMetricsAsJSON(), ...others])
+    return registry.metrics()
+  }
   const server = createServer((req, res) => {
     if (req.method !== 'GET' || req.url?.split('?')[0] !== '/metrics') {
       res.writeHead(404).end()
       return
     }
-    void (async () => {
-      try {
-        await beforeScrape()
-        const others = await otherThreads()
-        // Counters and histograms of several threads add up; each gauge is set by one thread only.
-        const registry = others.length === 0 ? metricsRegistry : AggregatorRegistry.aggregate([await metricsRegistry.getMetricsAsJSON(), ...others])
-        res.writeHead(200, { 'content-type': metricsRegistry.contentType }).end(await registry.metrics())
-      } catch (err) {
-        res.writeHead(500, { 'content-type': 'text/plain' }).end(String(err))
-      }
-    })()
+    if (token !== null && !isBearer(req.headers.authorization, token)) {
+      res.writeHead(401, { 'content-type': 'text/plain', 'www-authenticate': 'Bearer realm="metrics"' }).end('a bearer token is required\n')
+      return
+    }
+    rendering ??= render().finally(() => {
+      rendering = null
+    })
+    rendering.then(
+      (text) => res.writeHead(200, { 'content-type': metricsRegistry.contentType }).end(text),
+      (err: unknown) => res.writeHead(500, { 'content-type': 'text/plain' }).end(String(err)),
+    )
   })
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)

@@ -13,17 +13,35 @@ import { connectionUp, consumerPending, startMetricsServer, workQueueMessages, t
 import type { Deps } from '../infrastructure/runtime.ts'
 
 /**
+ * How long consumer backlogs and work-queue depths read from NATS are reused: each reading is a
+ * JetStream API request per consumer and stream, the same for every process of the install, so
+ * scrapers that come often (or many processes scraped at once) do not turn into a load on NATS.
+ */
+export const natsReadingsTtlMs = 5_000
+
+/**
  * GET /metrics of one process, whatever its roles: what each role counts lands in the process's
  * registry, and the role thread's (when the API shares the process with the background roles)
- * is asked for at each scrape and added in. Connection state is read at the scrape itself.
+ * is asked for at each scrape and added in. Connection state is read at the scrape itself; the
+ * NATS readings at most every `natsReadingsTtlMs`.
  */
-export function serveMetrics(deps: Deps, port: number, otherThreads: () => Promise<MetricsSnapshot[]>): Promise<{ address: string; server: Server }> {
+export function serveMetrics(
+  deps: Deps,
+  port: number,
+  otherThreads: () => Promise<MetricsSnapshot[]>,
+  options: { natsReadingsTtlMs?: number } = {},
+): Promise<{ address: string; server: Server }> {
+  const ttlMs = options.natsReadingsTtlMs ?? natsReadingsTtlMs
+  let readAt = -Infinity
   return startMetricsServer(
     deps.config.host,
     port,
     async () => {
       connectionUp.set({ dependency: 'nats' }, isNatsConnected(deps.nats.nc) ? 1 : 0)
-      await readQueues(deps)
+      if (performance.now() - readAt >= ttlMs) {
+        readAt = performance.now()
+        await readQueues(deps)
+      }
       connectionUp.set(
         { dependency: 'postgres' },
         await deps.sql`SELECT 1`.then(
@@ -33,6 +51,7 @@ export function serveMetrics(deps: Deps, port: number, otherThreads: () => Promi
       )
     },
     otherThreads,
+    deps.config.metricsToken,
   )
 }
 

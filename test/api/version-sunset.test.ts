@@ -107,6 +107,26 @@ t.test('an install started with a sunset already past answers 410 from its first
   t.equal(res.status, 410)
   t.equal(res.body.error.code, 'version_sunset')
   t.equal(res.headers.get('sunset'), 'Wed, 01 Jan 2020 00:00:00 GMT')
+
+  // The router decodes percent-escapes before it matches a route, so these reach v1 routes.
+  for (const [method, path] of [
+    ['GET', '/jobsvc/%761/activity'],
+    ['POST', '/jobsvc/%761/jobs'],
+    ['GET', '/jobsvc/v%31/jobs/job_01J00000000000000000000000'],
+    ['GET', '/%70latform/v1/auth/me'],
+    ['GET', '/jobsvc/%76%31/no-such-route'],
+  ] as const) {
+    const encoded = await httpRequest(
+      role.address,
+      announced.apiKey,
+      method,
+      path,
+      method === 'POST' ? { job_type: 'after-sunset', payload: {} } : undefined,
+    )
+    t.equal(encoded.status, 410, `${method} ${path}: the version is read from the route, not the raw URL`)
+    t.equal(encoded.body?.error?.code, 'version_sunset', `${method} ${path}`)
+    t.equal(encoded.headers.get('sunset'), 'Wed, 01 Jan 2020 00:00:00 GMT', `${method} ${path}: the headers`)
+  }
 })
 
 t.test('the removed wrappers answer 410 route_removed with a Link to the canonical route, without credentials', async (t) => {

@@ -56,3 +56,23 @@ t.test('unknown and expired codes are invalid tokens', async (t) => {
   spec.given([]).when(redeem('prj_a')).thenThrows(InvalidToken, 'invalid_token', 'unknown')
   spec.given([created]).when(redeem('prj_a', 3600)).thenThrows(InvalidToken, 'invalid_token', 'at its expiry')
 })
+
+t.test('unknown, expired, used-up and already-applied codes are refused with one message (no oracle)', async (t) => {
+  const refusalOf = (history: PromoCodeEvent[], command: PromoCodeCommand) => {
+    const state = history.reduce(promoCodeDecider.evolve, promoCodeDecider.initialState)
+    try {
+      promoCodeDecider.decide(command, state)
+      return null
+    } catch (err) {
+      return err instanceof InvalidToken ? err.message : err
+    }
+  }
+  const messages = [
+    refusalOf([], redeem('prj_a')),
+    refusalOf([created], redeem('prj_a', 3600)),
+    refusalOf([created, redeemed('prj_a'), redeemed('prj_b')], redeem('prj_c')),
+    refusalOf([created, redeemed('prj_a')], redeem('prj_a')),
+  ]
+  t.equal(new Set(messages).size, 1, JSON.stringify(messages))
+  t.type(messages[0], 'string')
+})

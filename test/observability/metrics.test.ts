@@ -2,7 +2,11 @@ import { createServer } from 'node:http'
 // @ts-expect-error the parser ships no types; its output is prom2json's shape, typed below
 import parsePrometheusTextFormat from 'parse-prometheus-text-format'
 import t from 'tap'
-import { httpRequest, isolatedNames, removeIsolated, spawnService } from '../support/harness.ts'
+import { ConfigError, loadConfig } from '../../services/infrastructure/config.ts'
+import { startMetricsServer } from '../../services/infrastructure/metrics.ts'
+import { serveMetrics } from '../../services/roles/metrics-endpoint.ts'
+import { mailStreamName } from '../../streams/names.ts'
+import { eventually, httpRequest, isolatedNames, removeIsolated, spawnService, startHarness } from '../support/harness.ts'
 import { createProjectWithCli } from '../support/spawned-install.ts'
 import { freePort } from '../support/private-nats.ts'
 
@@ -160,4 +164,83 @@ t.test('one process with every role: job counters, claim latency, webhook delive
     1,
     "process metrics once: the role thread's are not added to the main thread's",
   )
+})
+
+t.test('the NATS readings are reused for a while; one scrape renders at a time; METRICS_TOKEN asks for a bearer token', async (t) => {
+  // No role consumes the mail work queue here, so its depth moves only with what this test adds.
+  const h = await startHarness(t, import.meta.filename, { roles: [], suffix: '_reuse' })
+  const mailQueue = async (url: string, headers: Record<string, string> = {}) => {
+    const res = await fetch(url, { headers })
+    t.equal(res.status, 200, 'scraped')
+    const family = parse(await res.text()).find((f) => f.name === 'jobsvc_work_queue_messages')
+    return Number(family?.metrics.find((m) => m.labels?.queue === 'mail')?.value)
+  }
+  const addMail = () => h.runtime.nats.js.publish(`${h.config.namespace}.mail.metrics-test`, '{}')
+  const serve = async (ttlMs: number) => {
+    const served = await serveMetrics(h.runtime, 0, async () => [], { natsReadingsTtlMs: ttlMs })
+    t.teardown(() => new Promise((resolve) => served.server.close(resolve)))
+    return served.address
+  }
+
+  await t.test('a reading within its time to live is not asked of NATS again', async (t) => {
+    const reusing = await serve(3_600_000)
+    const first = await mailQueue(reusing)
+    await addMail()
+    const info = await h.runtime.nats.jsm.streams.info(mailStreamName(h.config.namespace))
+    t.equal(info.state.messages, first + 1, 'the queue grew')
+    t.equal(await mailQueue(reusing), first, 'the scrape answers the reading it already had')
+    t.equal(await mailQueue(await serve(0)), first + 1, 'a server whose readings expire at once sees the new depth')
+  })
+
+  await t.test('scrapes that arrive together wait for one rendering and share its text', async (t) => {
+    let renderings = 0
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    const { address, server } = await startMetricsServer('127.0.0.1', 0, async () => {
+      renderings++
+      await gate
+    })
+    t.teardown(() => new Promise((resolve) => server.close(resolve)))
+    let arrived = 0
+    server.on('request', () => arrived++)
+    const scrapes = [1, 2, 3].map(() => fetch(address).then(async (res) => ({ status: res.status, text: await res.text() })))
+    await eventually(async () => arrived === 3, 15_000, 'three scrapes at the server')
+    t.equal(renderings, 1, 'three scrapes in flight, one rendering')
+    release()
+    const answers = await Promise.all(scrapes)
+    t.same(
+      answers.map((a) => a.status),
+      [200, 200, 200],
+    )
+    t.ok(
+      answers.every((a) => a.text === answers[0]!.text && a.text.includes('jobsvc_')),
+      'the same text for each',
+    )
+    t.equal((await fetch(address)).status, 200)
+    t.equal(renderings, 2, 'a scrape after the first ended renders again')
+  })
+
+  await t.test('with a token, a scrape without it, or with another, is 401', async (t) => {
+    const token = 'metrics-token-0123456789'
+    t.equal(loadConfig({ JOBSVC_SECRET: 'metrics-test-secret-metrics', METRICS_TOKEN: token }).metricsToken, token, 'METRICS_TOKEN is read')
+    t.equal(loadConfig({ JOBSVC_SECRET: 'metrics-test-secret-metrics' }).metricsToken, null, 'unset by default')
+    t.throws(
+      () => loadConfig({ JOBSVC_SECRET: 'metrics-test-secret-metrics', METRICS_TOKEN: 'short' }),
+      ConfigError,
+      'a short token is refused at start',
+    )
+    const guarded = await serveMetrics({ ...h.runtime, config: { ...h.config, metricsToken: token } }, 0, async () => [])
+    t.teardown(() => new Promise((resolve) => guarded.server.close(resolve)))
+    for (const [what, headers] of [
+      ['no credentials', {}],
+      ['another token', { authorization: 'Bearer metrics-token-0123456780' }],
+      ['the token as Basic credentials', { authorization: `Basic ${token}` }],
+    ] as const) {
+      const res = await fetch(guarded.address, { headers })
+      t.equal(res.status, 401, what)
+      t.equal(res.headers.get('www-authenticate'), 'Bearer realm="metrics"', `${what}: says what it wants`)
+      t.notMatch(await res.text(), /jobsvc_/, `${what}: no metrics`)
+    }
+    t.ok(Number.isInteger(await mailQueue(guarded.address, { authorization: `Bearer ${token}` })), 'the token scrapes')
+  })
 })

@@ -375,7 +375,8 @@ t.test('an invitation is e-mailed and accepted by the invited address', async (t
   t.ok(Math.abs(ttl - 7 * dayMs) < 5000, `the invitation lasts 7 days (${ttl} ms)`)
 
   const mail = await h.smtp.next(email, /invited/i)
-  t.equal(mail.subject, `You are invited to ${project.name} on jobsvc`)
+  t.equal(mail.subject, 'You are invited to join a project on jobsvc', 'the subject is the service’s own words')
+  t.match(mail.text, `the jobsvc project named "${project.name}" as member`)
   t.match(mail.text, /as member/)
   t.match(mail.text, /https:\/\/dash\.example\.test\/accept-invite\?token=/)
   const token = tokenFromMail(mail)
@@ -486,6 +487,65 @@ t.test('an invitation works only with its own token, for its own address, within
     'invalid_token',
     'an invitation 7 days + 1 s old',
   )
+})
+
+t.test('an invitation names the project only in its body, quoted on one line', async (t) => {
+  const owner = await newVerifiedUser(h)
+  const hostile = 'Your account is suspended\r\nBcc: x@evil.test\u202e "Click https://evil.test/login now'
+  const renamed = await h.platform('PATCH', projectPath(owner.projectId), { name: hostile }, asUser(owner))
+  t.equal(renamed.status, 200, JSON.stringify(renamed.body))
+  const email = freshEmail('hostile')
+  t.equal((await h.platform('POST', projectPath(owner.projectId, '/members'), { email, role: 'viewer' }, asUser(owner))).status, 201)
+  const mail = await h.smtp.next(email, /invited/i)
+  t.equal(mail.subject, 'You are invited to join a project on jobsvc')
+  t.notMatch(mail.subject, /suspended|evil|Click/, 'nothing of the name in the subject')
+  t.match(mail.text, `named "Your account is suspended Bcc: x@evil.test 'Click https://evil.test/login now" as viewer`, 'one quoted line')
+})
+
+t.test('invitations: at most 30 sent per hour and 100 pending per project', async (t) => {
+  const owner = await newVerifiedUser(h)
+  const path = projectPath(owner.projectId, '/members')
+  t.teardown(restoreClock)
+  const invite = (email = freshEmail('capped')) => h.platform('POST', path, { email, role: 'viewer' }, asUser(owner))
+  for (let i = 0; i < 5; i++) isError(t, await invite(owner.email), 409, 'member_exists', `a refused invitation (${i}) sends nothing`)
+  const invited: string[] = []
+  const inviteMany = async (n: number) => {
+    for (let i = 0; i < n; i++) {
+      const email = freshEmail('capped')
+      const res = await invite(email)
+      if (res.status !== 201) return t.fail(`invitation ${invited.length + 1}: ${res.status} ${JSON.stringify(res.body)}`)
+      invited.push(email)
+    }
+  }
+  await inviteMany(30)
+  const tooMany = await invite()
+  isError(t, tooMany, 429, 'rate_limit_exceeded', 'the 31st of the hour')
+  const retryAfter = Number(tooMany.headers.get('retry-after'))
+  t.ok(retryAfter > 0 && retryAfter <= 3600, `Retry-After ${retryAfter} s`)
+
+  for (const [hours, n] of [
+    [1, 30],
+    [2, 30],
+    [3, 10],
+  ] as const) {
+    shiftClock(hours * hourMs + 1000)
+    await inviteMany(n)
+  }
+  t.equal(invited.length, 100)
+  isError(t, await invite(), 409, 'invite_limit_reached', 'the 101st pending invitation')
+  const again = await invite(invited[0])
+  t.equal(again.status, 201, 'inviting an invited address again replaces its invitation, so it does not count')
+  const team = await h.platform('GET', path, undefined, asUser(owner))
+  t.equal(team.body.invites.length, 100)
+
+  shiftClock(7 * dayMs + 4 * hourMs)
+  // The session lasted 7 days too.
+  const login = await h.platform('POST', '/platform/v1/auth/login', { email: owner.email, password: owner.password })
+  const later = { jwt: sessionFrom(login) }
+  const expiredRoom = await h.platform('POST', path, { email: freshEmail('capped'), role: 'viewer' }, later)
+  t.equal(expiredRoom.status, 201, 'once the invitations expired, there is room again')
+  const after = await h.platform('GET', path, undefined, later)
+  t.equal(after.body.invites.length, 1, 'and the expired ones left the project with it')
 })
 
 t.test('invitation validation and who may invite', async (t) => {

@@ -242,6 +242,52 @@ t.test('promotion codes', async (t) => {
     const code = await h.runtime.store.load<PromoCode>({ aggregate: 'promo', projectId: platformScope, id: 'RACE' })
     t.equal(code.state!.uses, 1, 'one use counted')
   })
+
+  await t.test('every refusal of a code reads alike, and ten failures an hour per user and per project are all one gets', async (t) => {
+    const guesser = await newVerifiedUser(h, { plan: 'starter' })
+    t.equal(
+      (await create({ code: 'GONE-SOON', kind: 'allowance_bonus', amount: 1, expires_at: new Date(Date.now() + 60_000).toISOString() })).status,
+      201,
+    )
+    t.equal((await create({ code: 'TAKEN', kind: 'allowance_bonus', amount: 1, max_uses: 1 })).status, 201)
+    t.equal((await apply(customer, 'TAKEN')).status, 200, 'another project takes the one use')
+    const tomorrow = new Date(Date.now() + 86_400_000).toISOString()
+    for (const code of ['FRESH-1', 'FRESH-2', 'FRESH-3'])
+      t.equal((await create({ code, kind: 'allowance_bonus', amount: 1, expires_at: tomorrow })).status, 201)
+    t.equal((await apply(guesser, 'FRESH-1')).status, 200)
+
+    const refusals = [
+      await apply(guesser, 'NO-SUCH-CODE'),
+      await withClockShifted(h.runtime, 120_000, () => apply(guesser, 'GONE-SOON')),
+      await apply(guesser, 'TAKEN'),
+      await apply(guesser, 'FRESH-1'),
+      await apply(guesser, '!'),
+    ]
+    t.same(
+      refusals.map((r) => [r.status, r.body.error?.code]),
+      refusals.map(() => [422, 'invalid_token']),
+    )
+    t.equal(new Set(refusals.map((r) => r.body.error.message)).size, 1, `one message: ${refusals[0]!.body.error.message}`)
+
+    for (let i = 0; i < 5; i++)
+      isError(t, await apply(guesser, `GUESS-${i}`), 422, 'invalid_token', `guess ${i}: the failures count, a success did not`)
+    const locked = await apply(guesser, 'FRESH-2')
+    isError(t, locked, 429, 'rate_limit_exceeded', 'the eleventh try, a good code, waits out the window')
+    const retryAfter = Number(locked.headers.get('retry-after'))
+    t.ok(retryAfter > 3000 && retryAfter <= 3600, `Retry-After ${retryAfter} s: when the oldest failure leaves the hour`)
+    const second = await h.platform('POST', '/platform/v1/projects', { name: 'second', plan: 'starter' }, asUser(guesser))
+    t.equal(second.status, 201)
+    isError(t, await apply(guesser, 'FRESH-2', second.body.id), 429, 'rate_limit_exceeded', "the user's window covers every project of theirs")
+
+    const heir = await joinProject(h, guesser, guesser.projectId, 'admin')
+    t.equal(
+      (await h.platform('POST', `/platform/v1/projects/${guesser.projectId}/transfer-ownership`, { user_id: heir.userId }, asUser(guesser))).status,
+      200,
+    )
+    isError(t, await apply(heir, 'FRESH-2', guesser.projectId), 429, 'rate_limit_exceeded', "the project's window holds whoever owns it")
+    t.equal((await apply(heir, 'FRESH-2')).status, 200, "the new owner's own project is not held")
+    t.equal((await withClockShifted(h.runtime, 3_601_000, () => apply(guesser, 'FRESH-3', second.body.id))).status, 200, 'an hour later')
+  })
 })
 
 t.test('the operator takes staff status away: the routes disappear for them', async (t) => {

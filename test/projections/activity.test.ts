@@ -66,6 +66,26 @@ t.test('a job: a row for its creation and its cancellation, in its project', asy
   )
 })
 
+t.test('a change a member asked for through their session names them: the actor column and the metadata', async (t) => {
+  const projectId = `prj_${ulid().toLowerCase()}`
+  const ref: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid().toLowerCase()}` }
+  const actor = { user_id: `usr_${ulid().toLowerCase()}`, email: 'member@example.com' }
+  const decide = (command: JobCommand) => bench.decide(jobDecider, ref, command)
+  const created = await decide({ type: 'create_job', data: createJobData({ job_id: ref.id, project_id: projectId, queue: 'mail' }), meta: meta(0) })
+  const cancelled = await decide({ type: 'cancel_job', data: {}, meta: { ...meta(1), actor } })
+  t.same(cancelled.message.events[0]!.actor, actor, 'the stored event carries the member')
+  t.equal(created.message.events[0]!.actor, undefined, 'and one asked for by a key none')
+  await bench.project([created, cancelled])
+  const rows = await rowsOf([created, cancelled])
+  t.same(
+    rows.map((r) => [r.kind, r.user_id, JSON.parse(r.metadata)]),
+    [
+      ['job_created', null, { job_type: 'email', queue: 'mail' }],
+      ['job_cancelled', actor.user_id, { reason: 'requested', actor }],
+    ],
+  )
+})
+
 t.test('a project: its own id is the project; events that are no activity kind give no row', async (t) => {
   const id = `prj_${ulid().toLowerCase()}`
   const ref: AggregateRef = { aggregate: 'project', projectId: id, id }

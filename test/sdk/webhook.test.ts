@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { JobsvcClient, verifyWebhook, WebhookVerificationError } from '@jobsvc/sdk'
@@ -88,4 +89,19 @@ t.test('during a rotation both signatures verify; a tampered body, an old timest
   )
   t.equal(refusal({ signatureHeader: undefined }), 'missing_signature')
   t.equal(refusal({ signatureHeader: 'v1=abc' }), 'malformed_signature')
+})
+
+t.test('an empty secret is refused, so a delivery signed with the empty key never verifies', async (t) => {
+  const { delivery } = await deliveryOfNewJob()
+  const signedAt = /t=(\d+)/.exec(signatureOf(delivery))![1]!
+  // What anyone can compute: the empty key needs no secret.
+  const forged = `t=${signedAt},v1=${createHmac('sha256', '').update(`${signedAt}.`).update(delivery.rawBody).digest('hex')}`
+  for (const secrets of ['', [''], [], [subscription.secret, '']]) {
+    t.throws(
+      () => verifyWebhook({ rawBody: delivery.rawBody, signatureHeader: forged, secrets }),
+      TypeError,
+      `secrets ${JSON.stringify(secrets)} is refused before anything is checked`,
+    )
+  }
+  t.throws(() => verifyWebhook({ rawBody: delivery.rawBody, signatureHeader: forged, secrets: subscription.secret }), WebhookVerificationError)
 })

@@ -48,6 +48,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     natsUrl: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
     replicas: 1,
     metricsPort: null,
+    metricsToken: null,
     otlpEndpoint: null,
     secret: testSecret,
     devSecretFile: null,

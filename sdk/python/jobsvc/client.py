@@ -47,6 +47,27 @@ def _error_from(status, headers, raw):
     )
 
 
+def _origin(url):
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
+
+
+class _KeyStaysHome(urllib.request.HTTPRedirectHandler):
+    """urllib copies every header onto a redirect, Authorization included, to whatever host the
+    Location names: a redirect elsewhere would hand it the API key. It follows the redirect
+    without it when the target's origin (scheme, host, port) is not the request's."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+_opener = urllib.request.build_opener(_KeyStaysHome)
+
+
 def _quote(value):
     return urllib.parse.quote(str(value), safe="")
 
@@ -91,7 +112,7 @@ class Client:
         while True:
             req = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
-                res = urllib.request.urlopen(req, timeout=timeout or self.timeout)
+                res = _opener.open(req, timeout=timeout or self.timeout)
                 if raw:
                     return res
                 with res:

@@ -15,13 +15,20 @@ class WebhookVerificationError(Exception):
         self.code = code
 
 
-_DIGEST = re.compile(r"^[0-9a-fA-F]{64}$")
+_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
+# ASCII digits only: str.isdigit() and int() also take other scripts' digits (and int() spaces,
+# underscores and signs), which the signed "<t>." bytes could never hold.
+_TIMESTAMP = re.compile(r"[0-9]+")
 
 
 def verify_webhook(raw_body, signature_header, secrets, tolerance_seconds=300, now=None):
     """Checks the X-Service-Signature header (t=<seconds>,v1=<hex>[,v1=<hex>]: HMAC-SHA256 of
     "<t>.<raw body>") against one secret or several, and returns the parsed event. Any v1 value
-    matching any secret is enough (both sign during a rotation); digests compare in constant time."""
+    matching any secret is enough (both sign during a rotation); digests compare in constant time.
+    An empty secret (or none) is a ValueError: anyone can sign with the empty key."""
+    secrets = [secrets] if isinstance(secrets, str) else list(secrets or [])
+    if not secrets or any(not isinstance(secret, str) or secret == "" for secret in secrets):
+        raise ValueError("secrets must be one or more non-empty strings (the subscription secret)")
     if not signature_header:
         raise WebhookVerificationError("missing_signature", "no X-Service-Signature header")
     timestamp, digests = None, []
@@ -29,16 +36,14 @@ def verify_webhook(raw_body, signature_header, secrets, tolerance_seconds=300, n
         key, _, value = part.strip().partition("=")
         if key == "t":
             timestamp = value
-        elif key == "v1" and _DIGEST.match(value):
+        elif key == "v1" and _DIGEST.fullmatch(value):
             digests.append(value.lower())
-    if timestamp is None or not timestamp.isdigit() or not digests:
+    if timestamp is None or not _TIMESTAMP.fullmatch(timestamp) or not digests:
         raise WebhookVerificationError("malformed_signature", "the header needs t=<seconds> and at least one v1=<hex digest>")
     current = time.time() if now is None else now
     if abs(current - int(timestamp)) > tolerance_seconds:
         raise WebhookVerificationError("timestamp_out_of_tolerance", "the timestamp is more than %s s from now" % tolerance_seconds)
     body = raw_body.encode("utf-8") if isinstance(raw_body, str) else bytes(raw_body)
-    if isinstance(secrets, str):
-        secrets = [secrets]
     matched = False
     for secret in secrets:
         expected = hmac.new(secret.encode("utf-8"), timestamp.encode("ascii") + b"." + body, hashlib.sha256).hexdigest()

@@ -1,4 +1,7 @@
+import json
+import threading
 import unittest
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import jobsvc
 
@@ -55,3 +58,46 @@ class ClientTest(unittest.TestCase):
             self.client.jobs.cancel(job["id"])
         self.assertEqual(caught.exception.code, "invalid_state")
         self.assertEqual([e["type"] for e in self.client.jobs.history(job["id"])["data"]], ["job_created", "job_cancelled"])
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers /to/<url> with a redirect to <url>, anything else with the Authorization it got."""
+
+    def do_GET(self):
+        if self.path.startswith("/jobsvc/v1/to/"):
+            self.send_response(302)
+            self.send_header("Location", self.path[len("/jobsvc/v1/to/") :].replace("%3A", ":").replace("%2F", "/"))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = json.dumps({"authorization": self.headers.get("Authorization")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class RedirectTest(unittest.TestCase):
+    """The API key follows a redirect only to the same origin (no service needed)."""
+
+    def _server(self):
+        server = HTTPServer(("127.0.0.1", 0), _Recorder)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        return server.server_address[1]
+
+    def test_authorization_is_dropped_when_a_redirect_leaves_the_origin(self):
+        home, elsewhere = self._server(), self._server()
+        c = jobsvc.Client("http://127.0.0.1:%d" % home, "sv_test_sk_redirected")
+
+        def authorization_after_redirect_to(url):
+            return c.request("GET", "/jobsvc/v1/to/" + jobsvc.client._quote(url))["authorization"]
+
+        self.assertEqual(authorization_after_redirect_to("http://127.0.0.1:%d/same" % home), "Bearer sv_test_sk_redirected", "same origin")
+        self.assertIsNone(authorization_after_redirect_to("http://127.0.0.1:%d/other-port" % elsewhere), "another port")
+        self.assertIsNone(authorization_after_redirect_to("http://localhost:%d/other-host" % home), "another host name")

@@ -1,3 +1,5 @@
+import hashlib
+import hmac
 import json
 import os
 import threading
@@ -66,3 +68,33 @@ class WebhookTest(unittest.TestCase):
         self.assertIsNone(refusal(now=signed_at + 299))
         self.assertEqual(refusal(secrets=["whsec_wrong"]), "invalid_signature")
         self.assertEqual(refusal(signature_header=None), "missing_signature")
+
+
+def _signed(body, timestamp, secret):
+    digest = hmac.new(secret.encode("utf-8"), timestamp.encode("utf-8") + b"." + body, hashlib.sha256).hexdigest()
+    return "t=%s,v1=%s" % (timestamp, digest)
+
+
+class SignatureHeaderTest(unittest.TestCase):
+    """The header's and the secrets' own rules: no service needed."""
+
+    body = b'{"event_id":"evt_1","event_type":"job.created","created_at":"2026-01-01T00:00:00Z","data":{"schema_version":1}}'
+    now = 1_767_225_600
+
+    def test_an_empty_secret_is_refused_so_the_empty_key_never_verifies(self):
+        forged = _signed(self.body, str(self.now), "")
+        for secrets in ("", [""], [], None, ["whsec_real", ""]):
+            with self.assertRaises(ValueError, msg=repr(secrets)):
+                jobsvc.verify_webhook(self.body, forged, secrets, now=self.now)
+        with self.assertRaises(jobsvc.WebhookVerificationError) as refused:
+            jobsvc.verify_webhook(self.body, forged, "whsec_real", now=self.now)
+        self.assertEqual(refused.exception.code, "invalid_signature")
+
+    def test_the_timestamp_is_ascii_digits_only(self):
+        secret = "whsec_real"
+        self.assertEqual(jobsvc.verify_webhook(self.body, _signed(self.body, str(self.now), secret), secret, now=self.now)["event_id"], "evt_1")
+        arabic_indic = str(self.now).translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+        for timestamp in (arabic_indic, "１７６７２２５６００", "²", " %d" % self.now, "+%d" % self.now, "-1", "1_767_225_600"):
+            with self.assertRaises(jobsvc.WebhookVerificationError, msg=repr(timestamp)) as refused:
+                jobsvc.verify_webhook(self.body, _signed(self.body, timestamp, secret), secret, now=self.now)
+            self.assertEqual(refused.exception.code, "malformed_signature", repr(timestamp))

@@ -13,7 +13,11 @@ export interface VerifyWebhookOptions {
   rawBody: string | Uint8Array
   /** The `X-Service-Signature` header: `t=<unix seconds>,v1=<hex>[,v1=<hex>]`. */
   signatureHeader: string | null | undefined
-  /** The subscription's secret, or several (the new and the previous one around a rotation). */
+  /**
+   * The subscription's secret, or several (the new and the previous one around a rotation). An
+   * empty secret (or none) is a TypeError: anyone can sign with the empty key, so a secret read
+   * from an unset variable would accept forged deliveries.
+   */
   secrets: string | string[]
   /** How far the timestamp may be from now, either way. Default 300 s (the spec's reference). */
   toleranceSeconds?: number
@@ -40,6 +44,10 @@ export class WebhookVerificationError extends Error {
  */
 export function verifyWebhook<D = Record<string, unknown>>(options: VerifyWebhookOptions): WebhookEvent<D> {
   const { signatureHeader, toleranceSeconds = 300 } = options
+  const secrets = typeof options.secrets === 'string' ? [options.secrets] : options.secrets
+  if (!Array.isArray(secrets) || secrets.length === 0 || secrets.some((s) => typeof s !== 'string' || s === '')) {
+    throw new TypeError('secrets must be one or more non-empty strings (the subscription secret)')
+  }
   if (!signatureHeader) throw new WebhookVerificationError('missing_signature', 'no X-Service-Signature header')
   let timestamp: string | undefined
   const digests: Buffer[] = []
@@ -56,7 +64,6 @@ export function verifyWebhook<D = Record<string, unknown>>(options: VerifyWebhoo
     throw new WebhookVerificationError('timestamp_out_of_tolerance', `the signature's timestamp is more than ${toleranceSeconds} s from now`)
   }
   const body = typeof options.rawBody === 'string' ? Buffer.from(options.rawBody, 'utf8') : Buffer.from(options.rawBody)
-  const secrets = typeof options.secrets === 'string' ? [options.secrets] : options.secrets
   let matched = false
   for (const secret of secrets) {
     const expected = createHmac('sha256', secret).update(`${timestamp}.`).update(body).digest()

@@ -1,4 +1,5 @@
 import type { Subscription } from '@nats-io/transport-node'
+import type { Actor } from '../../../domain/decider.ts'
 import type { Project, ProjectRole } from '../../../domain/project.ts'
 import { decodeEventMessage } from '../../../streams/event-store.ts'
 import { aggregateKindFilter } from '../../../streams/names.ts'
@@ -15,6 +16,8 @@ export interface Principal {
   role: ProjectRole
   /** The project as this process last saw it (plan, billing settings). */
   project: Project
+  /** The member, when a dashboard session calls (their changes are recorded as theirs); absent for API keys. */
+  actor?: Actor
 }
 
 /** A cached project older than this is loaded again even if no event said it changed. */

@@ -14,6 +14,7 @@ import {
   InvalidResetToken,
   InvalidRole,
   InvalidToken,
+  InviteLimitReached,
   InvalidTotpCode,
   InvalidVerificationToken,
   KeyRevoked,
@@ -51,6 +52,7 @@ import {
 import { isDatabaseUnavailable } from '../../../projections/database.ts'
 import { ConcurrencyConflict, isLogUnavailable } from '../../../streams/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../use-cases/platform/accounts.ts'
+import { WindowFull } from '../../use-cases/platform/auth-limits.ts'
 
 /**
  * An error that exists only at the HTTP edge (authentication, query parsing, routing). Domain
@@ -176,11 +178,12 @@ const loginRefusals: Record<LoginRefused['reason'], (err: LoginRefused) => ApiEr
   account_locked: (err) => accountLocked(err.retryAfterMs),
 }
 
-/** The use cases' refusals that are not the domain's: a login's, a wrong current password, an unreadable TOTP secret. */
+/** The use cases' refusals that are not the domain's: a login's, a wrong current password, an unreadable TOTP secret, a full window of the auth limits. */
 function useCaseRefusal(err: unknown): ApiError | null {
   if (err instanceof LoginRefused) return loginRefusals[err.reason](err)
   if (err instanceof WrongPassword) return invalidCredentials('the password is wrong')
   if (err instanceof TotpSecretUnreadable) return totpSecretUnreadable(err.pending)
+  if (err instanceof WindowFull) return rateLimitExceeded(err.retryAfterMs, err.message)
   return null
 }
 
@@ -224,6 +227,7 @@ const domainStatuses: ReadonlyArray<readonly [DomainErrorClass, number]> = [
   [WebhookNotFound, 404],
   [WebhookAlreadyExists, 409],
   [WebhookLimitReached, 409],
+  [InviteLimitReached, 409],
   [RetryPolicyLimitReached, 409],
   [PromoCodeAlreadyExists, 409],
   [InvalidRateLimitOverride, 400],
@@ -296,6 +300,7 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 409, code: 'parent_terminal' },
   { status: 409, code: 'recurring_job_type_conflict' },
   { status: 409, code: 'webhook_limit_reached' },
+  { status: 409, code: 'invite_limit_reached' },
   { status: 409, code: 'retry_policy_limit_reached' },
   { status: 410, code: 'version_sunset' },
   { status: 410, code: 'route_removed' },

@@ -48,5 +48,5 @@ export async function authenticateProjectCaller(
   const { project, role } = await context.team.load(user, projectId)
   const needed = requiredRole(method, routeUrl)
   if (!hasRoleAtLeast(role, needed)) throw new Forbidden(`this needs the project role ${needed} or above; yours is ${role}`)
-  return { projectId: project.id, role, project }
+  return { projectId: project.id, role, project, actor: { user_id: user.id, email: user.email } }
 }

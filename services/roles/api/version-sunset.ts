@@ -1,10 +1,26 @@
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { VersionSunset } from '../../infrastructure/config.ts'
 import { versionSunset } from './errors.ts'
 import { apiDescriptionPath } from './openapi.ts'
 
 /** The two surfaces of v1 (spec, Versioning 1): the service routes and the dashboard routes. */
 const versionedPath = /^\/(?:jobsvc|platform)\/v1(?:[/?]|$)/
+
+/**
+ * The path the version is read from: the route pattern Fastify matched, or, where no route
+ * matched, the path decoded as the router decodes it. Never the raw URL: the router decodes
+ * percent-escapes before matching, so `/jobsvc/%761/jobs` runs the route `/jobsvc/v1/jobs`.
+ */
+function versionPathOf(request: FastifyRequest): string {
+  const matched = request.routeOptions.url
+  if (matched !== undefined) return matched
+  const path = request.url.split('?')[0]!
+  try {
+    return decodeURIComponent(path)
+  } catch {
+    return path
+  }
+}
 
 /**
  * Announces the end of v1 (spec, Versioning 3) on every answer under its prefixes, errors
@@ -26,7 +42,7 @@ export function registerVersionSunset(app: FastifyInstance, sunset: VersionSunse
   }
   const sunsetMs = sunset.sunsetAt.getTime()
   app.addHook('onRequest', async (request, reply) => {
-    if (!versionedPath.test(request.url)) return
+    if (!versionedPath.test(versionPathOf(request))) return
     void reply.headers(headers)
     if (deps.now().getTime() >= sunsetMs && request.routeOptions.url !== apiDescriptionPath) throw versionSunset(sunset.sunsetAt)
   })

@@ -15,7 +15,7 @@ import type { Project } from '../../../domain/project.ts'
 import { consumeWorkQueue } from '../../../streams/consume.ts'
 import type { EventRecord, StoredEvent } from '../../../streams/event-store.ts'
 import { alertMailSubject, mailerConsumerName, mailStreamName } from '../../../streams/names.ts'
-import type { Mail } from '../../infrastructure/mailer.ts'
+import { quotedLine, type Mail } from '../../infrastructure/mailer.ts'
 import { alertRecipient } from '../../use-cases/alerts/alert-recipients.ts'
 import { mailUser } from '../../use-cases/platform/user-mail.ts'
 import { projectRef } from '../../use-cases/projects/project-service.ts'
@@ -40,24 +40,6 @@ const describe = (a: Alert) =>
 const maxSubjectName = 60
 /** Longest project name a subject shows. */
 const maxSubjectProject = 40
-
-/**
- * Tenant-written text (an alert's or a project's name) as one quoted line: control characters
- * (CR and LF above all, which could start a header of their own), line and paragraph separators
- * and bidirectional overrides become spaces, runs of spaces one, and what is longer than `max` is
- * cut with an ellipsis. The quotes show where the tenant's words begin and end (a double quote
- * inside becomes a single one, so it cannot end them early), so a name cannot pass for the
- * service's own text.
- */
-function quotedLine(text: string, max: number): string {
-  const flat = text
-    .replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, ' ')
-    .replace(/\s+/g, ' ')
-    .replaceAll('"', "'")
-    .trim()
-  const chars = [...flat]
-  return `"${chars.length > max ? `${chars.slice(0, max - 1).join('')}…` : flat}"`
-}
 
 /** The e-mails an alert event sends: one per address of the alert, none for other events. */
 export function alertMailsOf(alert: Alert, event: AlertEvent, projectName: string | null): Mail[] {

@@ -1,3 +1,4 @@
+import type { Actor } from '../../../domain/decider.ts'
 import { alertDecider, type Alert, type AlertCommand, type AlertEvent, type AlertSettings } from '../../../domain/alert.ts'
 import { AlertNotFound } from '../../../domain/errors.ts'
 import { applyAlertRows } from '../../../projections/alerts.ts'
@@ -30,12 +31,13 @@ export async function createAlert(
   projectId: string,
   settings: AlertSettings,
   db: Queryable = deps.sql,
+  actor?: Actor,
 ): Promise<CommandResult<AlertEvent, Alert>> {
   const alertId = `alr_${deps.newUlid().toLowerCase()}`
   const command: AlertCommand = {
     type: 'create_alert',
     data: { ...settings, alert_id: alertId, project_id: projectId },
-    meta: { now: deps.now().toISOString() },
+    meta: { now: deps.now().toISOString(), actor },
   }
   return commandAlert(deps, projectId, alertId, command, db)
 }
@@ -55,9 +57,9 @@ export class CappedAlertCreation {
   }
 
   /** Resolves to the creation, or null when the project already has `max` alerts. */
-  async create(projectId: string, settings: AlertSettings, max: number): Promise<CommandResult<AlertEvent, Alert> | null> {
+  async create(projectId: string, settings: AlertSettings, max: number, actor?: Actor): Promise<CommandResult<AlertEvent, Alert> | null> {
     const before = this.#turns.get(projectId) ?? Promise.resolve()
-    const mine = before.catch(() => undefined).then(() => this.#createCounted(projectId, settings, max))
+    const mine = before.catch(() => undefined).then(() => this.#createCounted(projectId, settings, max, actor))
     this.#turns.set(projectId, mine)
     try {
       return await mine
@@ -66,12 +68,17 @@ export class CappedAlertCreation {
     }
   }
 
-  #createCounted(projectId: string, settings: AlertSettings, max: number): Promise<CommandResult<AlertEvent, Alert> | null> {
+  #createCounted(
+    projectId: string,
+    settings: AlertSettings,
+    max: number,
+    actor: Actor | undefined,
+  ): Promise<CommandResult<AlertEvent, Alert> | null> {
     return this.#deps.sql.begin(async (tx) => {
       await tx`SELECT pg_advisory_xact_lock(hashtextextended(${`alerts:${projectId}`}, 0))`
       const [row] = await tx<{ n: number }[]>`SELECT count(*)::int AS n FROM alerts WHERE project_id = ${projectId} AND NOT deleted`
       if (row!.n >= max) return null
-      return createAlert(this.#deps, projectId, settings, tx)
+      return createAlert(this.#deps, projectId, settings, tx, actor)
     })
   }
 }

@@ -1,3 +1,4 @@
+import type { Actor } from '../../../domain/decider.ts'
 import { BillingStateBlocked, MonthlyAllowanceExceeded, SpendCapReached } from '../../../domain/errors.ts'
 import type { Job } from '../../../domain/job.ts'
 import { jobDefaults } from '../../../domain/job-options.ts'
@@ -28,6 +29,8 @@ export interface CreationItem {
   jobId?: string
   /** The request's W3C `traceparent` header as sent (the recurring scheduler has none). */
   traceparent?: string | null
+  /** The dashboard member creating it through their session; none for an API key or the scheduler. */
+  actor?: Actor
 }
 
 /** One item's outcome: its job, or why it was not created (a DomainError, or an outage). */
@@ -104,11 +107,10 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
   await runInLanes(lanes, appendsInFlight, async (i) => {
     const item = items[i]!
     try {
-      const { job, seq } = await jobs.create(
-        project.id,
-        toNewJob(item.request, project.retry_policies, item.traceparent ?? null),
-        item.jobId === undefined ? {} : { jobId: item.jobId },
-      )
+      const { job, seq } = await jobs.create(project.id, toNewJob(item.request, project.retry_policies, item.traceparent ?? null), {
+        ...(item.jobId === undefined ? {} : { jobId: item.jobId }),
+        actor: item.actor,
+      })
       results[i] = { ok: true, job, seq }
     } catch (err) {
       results[i] = { ok: false, error: err }

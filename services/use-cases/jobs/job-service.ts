@@ -1,3 +1,4 @@
+import type { Actor, CommandMeta } from '../../../domain/decider.ts'
 import { JobNotFound, ParentNotFound } from '../../../domain/errors.ts'
 import {
   assertHeartbeatAllowed,
@@ -119,8 +120,9 @@ export class JobService {
     return { aggregate: 'job', projectId, id: jobId }
   }
 
-  #meta(): { now: string; random: number } {
-    return { now: this.#deps.now().toISOString(), random: Math.random() }
+  /** `actor`: the dashboard member who asked, recorded on the events (none for keys, workers and roles). */
+  #meta(actor?: Actor): CommandMeta {
+    return { now: this.#deps.now().toISOString(), random: Math.random(), actor }
   }
 
   #newEventId = (): string => `evt_${this.#deps.newUlid()}`
@@ -215,8 +217,11 @@ export class JobService {
    * between still finds it; a crash between the two leaves the parent naming a child that never
    * appeared, which activation skips.
    */
-  /** `options.jobId`: an id decided by the caller (a recurring occurrence); InvalidState if it exists. */
-  async create(projectId: string, input: NewJob, options: { jobId?: string } = {}): Promise<Written> {
+  /**
+   * `options.jobId`: an id decided by the caller (a recurring occurrence); InvalidState if it
+   * exists. `options.actor`: the dashboard member creating it.
+   */
+  async create(projectId: string, input: NewJob, options: { jobId?: string; actor?: Actor } = {}): Promise<Written> {
     const jobId = options.jobId ?? this.newJobId()
     let waitsForParent = false
     if (input.parent_job_id !== null) {
@@ -236,19 +241,19 @@ export class JobService {
     const created = await this.#run(projectId, jobId, {
       type: 'create_job',
       data: { ...input, job_id: jobId, project_id: projectId, waits_for_parent: waitsForParent },
-      meta: this.#meta(),
+      meta: this.#meta(options.actor),
     })
     return { job: created.state!, seq: created.seq }
   }
 
-  async cancel(projectId: string, jobId: string): Promise<Written> {
-    const result = await this.#run(projectId, jobId, { type: 'cancel_job', data: {}, meta: this.#meta() })
+  async cancel(projectId: string, jobId: string, actor?: Actor): Promise<Written> {
+    const result = await this.#run(projectId, jobId, { type: 'cancel_job', data: {}, meta: this.#meta(actor) })
     await this.cascade(projectId, result.events, result.state)
     return { job: result.state!, seq: result.seq }
   }
 
-  async retry(projectId: string, jobId: string): Promise<Written> {
-    const result = await this.#run(projectId, jobId, { type: 'retry_job', data: {}, meta: this.#meta() })
+  async retry(projectId: string, jobId: string, actor?: Actor): Promise<Written> {
+    const result = await this.#run(projectId, jobId, { type: 'retry_job', data: {}, meta: this.#meta(actor) })
     return { job: result.state!, seq: result.seq }
   }
 

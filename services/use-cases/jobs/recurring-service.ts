@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto'
 import { CronExpressionParser } from 'cron-parser'
 import { ulid } from 'ulid'
 import type { z } from 'zod'
+import type { Actor } from '../../../domain/decider.ts'
 import {
   BillingStateBlocked,
   DomainError,
@@ -130,6 +131,7 @@ export async function upsertSchedule(
   projectId: string,
   id: string,
   input: ScheduleInput,
+  actor?: Actor,
 ): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
   const timezone = input.timezone ?? 'UTC'
   if (!isIanaTimezone(timezone)) throw new InvalidTimezone(`${JSON.stringify(timezone)} is not an IANA timezone`)
@@ -151,12 +153,17 @@ export async function upsertSchedule(
       payload: input.payload ?? {},
       next_run_at: nextOccurrence(expression, timezone, now)?.toISOString() ?? null,
     },
-    meta: { now: now.toISOString() },
+    meta: { now: now.toISOString(), actor },
   })
 }
 
-export async function deleteSchedule(deps: Deps, projectId: string, id: string): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
-  return onSchedule(deps, projectId, id, { type: 'delete_recurring', data: { recurring_id: id }, meta: { now: deps.now().toISOString() } })
+export async function deleteSchedule(
+  deps: Deps,
+  projectId: string,
+  id: string,
+  actor?: Actor,
+): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
+  return onSchedule(deps, projectId, id, { type: 'delete_recurring', data: { recurring_id: id }, meta: { now: deps.now().toISOString(), actor } })
 }
 
 export type RegistrationResult = { ok: true; id: string } | { ok: false; input: unknown; reason: string }
@@ -170,6 +177,7 @@ export async function registerRecurringSchedules(
   projectId: string,
   items: readonly unknown[],
   schema: z.ZodType<ScheduleInput>,
+  actor?: Actor,
 ): Promise<RegistrationResult[]> {
   const results: RegistrationResult[] = []
   for (const input of items) {
@@ -180,7 +188,7 @@ export async function registerRecurringSchedules(
     }
     const id = recurringIdFor(parsed.data.job_type)
     try {
-      await upsertSchedule(deps, projectId, id, parsed.data)
+      await upsertSchedule(deps, projectId, id, parsed.data, actor)
       results.push({ ok: true, id })
     } catch (err) {
       if (!(err instanceof DomainError)) throw err

@@ -1,11 +1,19 @@
 import { Forbidden, InvalidToken } from '../../../domain/errors.ts'
 import type { Project, ProjectRole } from '../../../domain/project.ts'
-import { promoCodeDecider, promoCodePattern, type PromoCode, type PromoCodeCommand, type PromoCodeEvent } from '../../../domain/promo-code.ts'
+import {
+  promoCodeDecider,
+  promoCodePattern,
+  promoCodeRefusal,
+  type PromoCode,
+  type PromoCodeCommand,
+  type PromoCodeEvent,
+} from '../../../domain/promo-code.ts'
 import type { User } from '../../../domain/user.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
 import { handleCommand } from '../../../streams/handle-command.ts'
 import { platformScope } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
+import { AuthLimits, WindowFull } from '../platform/auth-limits.ts'
 import { commandProject } from '../projects/project-service.ts'
 import { billingPeriodOf } from './allowance.ts'
 
@@ -30,9 +38,11 @@ export type NewPromoCode = Omit<PromoCode, 'uses' | 'project_ids' | 'created_by'
  */
 export class PromoCodes {
   readonly #deps: Deps
+  readonly #limits: AuthLimits
 
   constructor(deps: Deps) {
     this.#deps = deps
+    this.#limits = new AuthLimits(deps.authLimits)
   }
 
   #on(code: string, command: PromoCodeCommand) {
@@ -63,15 +73,29 @@ export class PromoCodes {
 
   /**
    * Applies `code` to `project` for `user`, who holds `role` there, from the current billing
-   * period on. Unknown, expired, used-up or already-applied codes are 422 `invalid_token`. The
-   * role is checked before the code is redeemed (the project checks it again), so a refused
-   * caller never spends a use.
+   * period on. Unknown, expired, used-up or already-applied codes are 422 `invalid_token`, with
+   * one message. The role is checked before the code is redeemed (the project checks it again),
+   * so a refused caller never spends a use. Each apply takes a slot of the user's and the
+   * project's failure windows first; a refused code keeps them, anything else gives them back.
    */
   async apply(user: User, project: Project, role: ProjectRole, code: string): Promise<Project> {
     if (role !== 'owner') throw new Forbidden('applying a promotion code needs the project role owner')
-    const normalized = normalizePromoCode(code)
-    if (!promoCodePattern.test(normalized)) throw new InvalidToken('the promotion code is unknown')
     const now = this.#deps.now()
+    const verdict = await this.#limits.reservePromoAttempt(user.id, project.id, now)
+    if (!verdict.admitted) throw new WindowFull('too many promotion codes that were not valid; try again later', verdict.retryAfterMs)
+    try {
+      const applied = await this.#redeem(user, project, code, now)
+      await this.#limits.releasePromoAttempt(user.id, project.id, now)
+      return applied
+    } catch (err) {
+      if (!(err instanceof InvalidToken)) await this.#limits.releasePromoAttempt(user.id, project.id, now)
+      throw err
+    }
+  }
+
+  async #redeem(user: User, project: Project, code: string, now: Date): Promise<Project> {
+    const normalized = normalizePromoCode(code)
+    if (!promoCodePattern.test(normalized)) throw new InvalidToken(promoCodeRefusal)
     const meta = { now: now.toISOString() }
     const redeemed = await this.#on(normalized, { type: 'redeem_promo_code', data: { project_id: project.id, redeemed_by: user.id }, meta })
     const promo = redeemed.state!

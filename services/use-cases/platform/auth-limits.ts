@@ -5,6 +5,13 @@ import { sha256Hex } from '../../infrastructure/secrets.ts'
 export const anonymousPostsPerWindow = 20
 export const loginFailuresPerWindow = 10
 export const authWindowMs = 15 * 60 * 1000
+/**
+ * Failed promotion-code applies, per user and per project, each per hour: a person mistyping a
+ * code never meets it, and guessing codes (staff choose words like SPRING-25) costs an hour per
+ * ten tries, whatever the number of projects a user opens to try from.
+ */
+export const promoFailuresPerWindow = 10
+export const promoWindowMs = 60 * 60 * 1000
 
 /**
  * Compare-and-set rounds before a window update gives up. A round is lost only to another
@@ -12,6 +19,23 @@ export const authWindowMs = 15 * 60 * 1000
  * about `limit` rounds however many requests race for it; giving slots back adds a few.
  */
 const maxRounds = 50
+
+/**
+ * Invitations a project sends per hour: each is a mail to an address its admins typed, so a
+ * project cannot turn the service into a mailer.
+ */
+export const invitationsPerWindow = 30
+export const invitationWindowMs = 60 * 60 * 1000
+
+/** A window below is full: 429 `rate_limit_exceeded` with `Retry-After` at the edge. */
+export class WindowFull extends Error {
+  readonly retryAfterMs: number
+  constructor(message: string, retryAfterMs: number) {
+    super(message)
+    this.name = 'WindowFull'
+    this.retryAfterMs = retryAfterMs
+  }
+}
 
 export interface Verdict {
   admitted: boolean
@@ -96,6 +120,37 @@ export class AuthLimits {
   /** A successful login (or a password reset) starts the count again. */
   async clearLoginFailures(userId: string): Promise<void> {
     await this.#kv.delete(`login.${userId}`)
+  }
+
+  /**
+   * Takes a slot of both failure windows of promotion-code applies, the user's and the project's,
+   * before the code is looked at (as a login takes its slot before the password is checked), so
+   * parallel guesses get no more tries than sequential ones; or answers how long until both admit
+   * again. The slots stand as the attempt's failure unless given back (`releasePromoAttempt`).
+   */
+  async reservePromoAttempt(userId: string, projectId: string, now: Date): Promise<Verdict> {
+    const at = now.getTime()
+    const user = await this.#take(`promo.user.${userId}`, promoFailuresPerWindow, promoWindowMs, at)
+    if (!user.admitted) return user
+    const project = await this.#take(`promo.project.${projectId}`, promoFailuresPerWindow, promoWindowMs, at)
+    if (!project.admitted) await this.#give(`promo.user.${userId}`, at)
+    return project
+  }
+
+  /** An apply that was not a failure (it succeeded, or something else than the code refused it). */
+  async releasePromoAttempt(userId: string, projectId: string, now: Date): Promise<void> {
+    await this.#give(`promo.user.${userId}`, now.getTime())
+    await this.#give(`promo.project.${projectId}`, now.getTime())
+  }
+
+  /** Takes one of the project's invitations of the hour, or answers how long until one frees. */
+  takeInvitation(projectId: string, now: Date): Promise<Verdict> {
+    return this.#take(`invite.${projectId}`, invitationsPerWindow, invitationWindowMs, now.getTime())
+  }
+
+  /** An invitation that was refused and sent no mail. */
+  giveInvitationBack(projectId: string, now: Date): Promise<void> {
+    return this.#give(`invite.${projectId}`, now.getTime())
   }
 
   /** One use per `periodMs` per key (the account export's 1 per 60 s per user). */

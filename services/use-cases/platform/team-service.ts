@@ -12,6 +12,7 @@ import {
 import type { User } from '../../../domain/user.ts'
 import type { CommandResult } from '../../../streams/handle-command.ts'
 import type { AccountService } from './accounts.ts'
+import { invitationsPerWindow, WindowFull } from './auth-limits.ts'
 import { inviteMail, tokenLink } from '../../infrastructure/mailer.ts'
 import { randomSecret, sha256Hex } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -188,11 +189,19 @@ export class TeamService {
     }
   }
 
+  /**
+   * Invites `input.email`, e-mailing a token. Each invitation takes one of the project's
+   * invitations of the hour first (given back when the project refuses it, as nothing is sent);
+   * the project caps the pending ones.
+   */
   async invite(user: User, projectId: string, input: { email: string; role: string }): Promise<InviteView> {
     await this.load(user, projectId)
+    const now = this.#deps.now()
+    const verdict = await this.#accounts.limits.takeInvitation(projectId, now)
+    if (!verdict.admitted) throw new WindowFull(`a project sends at most ${invitationsPerWindow} invitations per hour`, verdict.retryAfterMs)
     const inviteId = `inv_${this.#deps.newUlid().toLowerCase()}`
     const token = `${projectId}.${inviteId}.${randomSecret()}`
-    const expiresAt = new Date(this.#deps.now().getTime() + inviteTtlMs).toISOString()
+    const expiresAt = new Date(now.getTime() + inviteTtlMs).toISOString()
     const result = await this.#on(projectId, {
       type: 'invite_member',
       data: {
@@ -203,7 +212,10 @@ export class TeamService {
         token_hash: sha256Hex(token),
         expires_at: expiresAt,
       },
-      meta: this.#meta(),
+      meta: { now: now.toISOString() },
+    }).catch(async (err: unknown) => {
+      await this.#accounts.limits.giveInvitationBack(projectId, now)
+      throw err
     })
     const invite = result.state!.invites.find((i) => i.invite_id === inviteId)!
     const link = tokenLink(this.#accounts.publicUrl(), '/accept-invite', token)

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import type { Actor } from '../../../domain/decider.ts'
 import { WebhookLimitReached, WebhookNotFound } from '../../../domain/errors.ts'
 import {
   maxWebhooksPerProject,
@@ -53,8 +54,9 @@ export class WebhookService {
     return commandWithRows<WebhookCommand, WebhookEvent, Webhook>(this.#deps, webhookDecider, ref, command, applyWebhookRows, db)
   }
 
-  #meta() {
-    return { now: this.#deps.now().toISOString() }
+  /** `actor`: the dashboard member who asked, recorded on the events (none for an API key). */
+  #meta(actor: Actor | undefined) {
+    return { now: this.#deps.now().toISOString(), actor }
   }
 
   /**
@@ -66,6 +68,7 @@ export class WebhookService {
   async create(
     projectId: string,
     input: { url: string; events: EventFilter },
+    actor?: Actor,
   ): Promise<{ result: CommandResult<WebhookEvent, Webhook>; secret: string }> {
     const webhookId = `whk_${this.#deps.newUlid().toLowerCase()}`
     const { secret, sealed } = this.#newSecret()
@@ -81,7 +84,7 @@ export class WebhookService {
         {
           type: 'create_webhook',
           data: { webhook_id: webhookId, project_id: projectId, url: input.url, events: input.events, secret_encrypted: sealed },
-          meta: this.#meta(),
+          meta: this.#meta(actor),
         },
         tx,
       )
@@ -95,17 +98,21 @@ export class WebhookService {
     return hook
   }
 
-  update(projectId: string, webhookId: string, changes: { url?: string; events?: EventFilter; is_active?: boolean }) {
-    return this.#on(projectId, webhookId, { type: 'update_webhook', data: changes, meta: this.#meta() })
+  update(projectId: string, webhookId: string, changes: { url?: string; events?: EventFilter; is_active?: boolean }, actor?: Actor) {
+    return this.#on(projectId, webhookId, { type: 'update_webhook', data: changes, meta: this.#meta(actor) })
   }
 
-  async rotateSecret(projectId: string, webhookId: string): Promise<{ result: CommandResult<WebhookEvent, Webhook>; secret: string }> {
+  async rotateSecret(projectId: string, webhookId: string, actor?: Actor): Promise<{ result: CommandResult<WebhookEvent, Webhook>; secret: string }> {
     const { secret, sealed } = this.#newSecret()
-    const result = await this.#on(projectId, webhookId, { type: 'rotate_webhook_secret', data: { secret_encrypted: sealed }, meta: this.#meta() })
+    const result = await this.#on(projectId, webhookId, {
+      type: 'rotate_webhook_secret',
+      data: { secret_encrypted: sealed },
+      meta: this.#meta(actor),
+    })
     return { result, secret }
   }
 
-  delete(projectId: string, webhookId: string) {
-    return this.#on(projectId, webhookId, { type: 'delete_webhook', data: {}, meta: this.#meta() })
+  delete(projectId: string, webhookId: string, actor?: Actor) {
+    return this.#on(projectId, webhookId, { type: 'delete_webhook', data: {}, meta: this.#meta(actor) })
   }
 }

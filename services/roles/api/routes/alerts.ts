@@ -146,7 +146,7 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
       const settings = settingsOf(request.body)
       await assertRecipients(projectId, settings.email)
       const max = deps.config.tunables.max_alerts_per_project
-      const result = await creation.create(projectId, settings, max)
+      const result = await creation.create(projectId, settings, max, request.principal.actor)
       if (result === null) throw invalidRequest(`the project has ${max} alerts, the most it may have; delete one before creating another`)
       return reply
         .code(201)
@@ -163,7 +163,7 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
       const result = await commandAlert(deps, request.principal.projectId, request.params.id, {
         type: 'update_alert',
         data: settings,
-        meta: { now: deps.now().toISOString() },
+        meta: { now: deps.now().toISOString(), actor: request.principal.actor },
       })
       return reply.header('X-Event-Seq', String(result.seq)).send(alertView(result.state!))
     })
@@ -172,7 +172,7 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
       const result = await commandAlert(deps, request.principal.projectId, request.params.id, {
         type: 'delete_alert',
         data: {},
-        meta: { now: deps.now().toISOString() },
+        meta: { now: deps.now().toISOString(), actor: request.principal.actor },
       })
       return reply.code(204).header('X-Event-Seq', String(result.seq)).send()
     })

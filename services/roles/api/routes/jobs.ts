@@ -419,7 +419,7 @@ async function createBatch(
   const creation = await createJobs(
     ctx,
     request.principal.project,
-    toCreate.map((c) => ({ request: c.body, traceparent: traceparentOf(request) })),
+    toCreate.map((c) => ({ request: c.body, traceparent: traceparentOf(request), actor: request.principal.actor })),
   ).catch(async (err: unknown) => {
     await Promise.all(toCreate.map((c) => c.held && releaseItemKey(store, c.held).catch(() => undefined)))
     throw err
@@ -476,7 +476,9 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.post('/', { schema: createSchema, onSend: fillQuotaHeaders }, async (request, reply) => {
       const body = request.body
       assertPayloadSize(body.payload, bodyBytesOf(request.headers), deps.config.tunables.max_payload_bytes)
-      const creation = await createJobs(ctx, request.principal.project, [{ request: body, traceparent: traceparentOf(request) }])
+      const creation = await createJobs(ctx, request.principal.project, [
+        { request: body, traceparent: traceparentOf(request), actor: request.principal.actor },
+      ])
       if (creation.reading !== null) void reply.headers(quotaHeaders(creation.reading))
       const result = creation.results[0]!
       if (!result.ok) throw result.error
@@ -530,7 +532,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       await commandProject(deps, projectId, {
         type: 'record_jobs_export',
         data: { from: window.from.toISOString(), until: window.until.toISOString(), format: window.format },
-        meta: { now: deps.now().toISOString() },
+        meta: { now: deps.now().toISOString(), actor: request.principal.actor },
       })
       return sendJobsExport(deps, reply, projectId, window)
     })
@@ -572,13 +574,13 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.post('/:jobId/cancel', { schema: cancelSchema }, async (request, reply) => {
       if (!hasRoleAtLeast(request.principal.role, 'member')) throw new Forbidden('cancelling a job needs the project role member or above')
-      const { job, seq } = await jobs.cancel(request.principal.projectId, request.params.jobId)
+      const { job, seq } = await jobs.cancel(request.principal.projectId, request.params.jobId, request.principal.actor)
       return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state })
     })
 
     app.post('/:jobId/retry', { schema: retrySchema }, async (request, reply) => {
       if (!hasRoleAtLeast(request.principal.role, 'member')) throw new Forbidden('retrying a job needs the project role member or above')
-      const { job, seq } = await jobs.retry(request.principal.projectId, request.params.jobId)
+      const { job, seq } = await jobs.retry(request.principal.projectId, request.params.jobId, request.principal.actor)
       return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state, attempt: job.attempt })
     })
   }

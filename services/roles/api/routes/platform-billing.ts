@@ -78,11 +78,11 @@ const updateSchema = {
 const applyPromoSchema = {
   summary: 'Apply a promotion code to the project',
   description:
-    "Owner only. The code's bonus (extra jobs per period) or discount (percent off overage) counts from the current billing period for the code's number of periods; records `promo_code_applied`. An unknown, expired or used-up code, or one this project already applied, is 422 `invalid_token`; a refused apply uses nothing up. Codes are case-insensitive.",
+    "Owner only. The code's bonus (extra jobs per period) or discount (percent off overage) counts from the current billing period for the code's number of periods; records `promo_code_applied`. An unknown, expired or used-up code, or one this project already applied, is 422 `invalid_token`, with one message for the four; a refused apply uses nothing up. Codes are case-insensitive. After 10 refused codes in an hour by the user, or on the project, 429 `rate_limit_exceeded` with `Retry-After`.",
   tags: ['Billing'],
   params: projectParams,
   body: z.object({ code: boundedString(100, 1) }).strict(),
-  response: { 200: billingView, ...sessionErrorResponses(...bodyCodes, 'project_not_found', 'forbidden', 'invalid_token') },
+  response: { 200: billingView, ...sessionErrorResponses(...bodyCodes, 'project_not_found', 'forbidden', 'invalid_token', 'rate_limit_exceeded') },
 }
 
 const providerWebhookSchema = {

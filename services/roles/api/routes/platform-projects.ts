@@ -129,13 +129,22 @@ const teamSchema = { summary: "The project's members and open invitations", tags
 const inviteRouteSchema = {
   summary: 'Invite someone to the project',
   description:
-    'E-mails a link valid 7 days; a new invitation to the same address replaces the old one. Below the owner, nobody grants a role at or above their own.',
+    'E-mails a link valid 7 days; a new invitation to the same address replaces the old one. Below the owner, nobody grants a role at or above their own. The mail names the project in its body, quoted, never in the subject. A project has at most 100 invitations pending (409 `invite_limit_reached`) and sends at most 30 per hour (429 `rate_limit_exceeded` with `Retry-After`).',
   tags,
   params: projectParams,
   body: z.object({ email: boundedString(maxEmailLength).trim().min(1), role: boundedString(50).describe('`admin`, `member` or `viewer`') }),
   response: {
     201: inviteSchema,
-    ...projectErrors(...bodyCodes, 'forbidden', 'invalid_email', 'invalid_role', 'role_exceeds_caller', 'member_exists'),
+    ...projectErrors(
+      ...bodyCodes,
+      'forbidden',
+      'invalid_email',
+      'invalid_role',
+      'role_exceeds_caller',
+      'member_exists',
+      'invite_limit_reached',
+      'rate_limit_exceeded',
+    ),
   },
 }
 

@@ -122,7 +122,7 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
         if (isActiveSchedule(owner)) throw new RecurringJobTypeConflict(ownId, owner.job_type)
         throw invalidRequest(`params.id: the schedule of job type ${JSON.stringify(request.body.job_type)} is ${ownId}`)
       }
-      const result = await upsertSchedule(deps, projectId, request.params.id, request.body)
+      const result = await upsertSchedule(deps, projectId, request.params.id, request.body, request.principal.actor)
       jobs.noteWritten(projectId, result.seq)
       const created =
         result.appended &&
@@ -137,7 +137,7 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
       const projectId = request.principal.projectId
       if (!/^rjob_[a-z0-9-]+$/.test(request.params.id)) throw new RecurringJobNotFound(`recurring job ${request.params.id} was not found`)
-      const result = await deleteSchedule(deps, projectId, request.params.id)
+      const result = await deleteSchedule(deps, projectId, request.params.id, request.principal.actor)
       jobs.noteWritten(projectId, result.seq)
       return reply.code(204).header('X-Event-Seq', String(result.seq)).send()
     })

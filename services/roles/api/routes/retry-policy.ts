@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import type { Actor } from '../../../../domain/decider.ts'
 import type { Project } from '../../../../domain/project.ts'
 import {
   defaultRetryPolicy,
@@ -98,8 +99,8 @@ interface Mount {
   params: z.ZodObject
   errors: (...codes: string[]) => ReturnType<typeof errorResponses>
   writeCodes: readonly string[]
-  /** The project as of its last event, and who acts: a dashboard user, or null for an API key. */
-  resolve(request: FastifyRequest): Promise<{ project: Project; actor: string | null }>
+  /** The project as of its last event, and who acts: a dashboard member, or null for an API key. */
+  resolve(request: FastifyRequest): Promise<{ project: Project; actor: Actor | null }>
 }
 
 const tags = ['Retry policy']
@@ -170,8 +171,8 @@ function retryPolicyRoutes(ctx: ApiContext, mount: Mount): FastifyPluginAsync {
     const { project, actor } = await mount.resolve(request)
     const result = await commandProject(deps, project.id, {
       type: 'set_retry_policy',
-      data: { actor_user_id: actor, queue, policy },
-      meta: { now: deps.now().toISOString() },
+      data: { actor_user_id: actor?.user_id ?? null, queue, policy },
+      meta: { now: deps.now().toISOString(), actor: actor ?? undefined },
     })
     if (result.appended) {
       ctx.keys.note(result.state!)
@@ -221,7 +222,8 @@ export function apiKeyRetryPolicyRoutes(ctx: ApiContext): FastifyPluginAsync {
     // through another API process at once.
     resolve: async (request) => {
       const loaded = await ctx.deps.store.load<Project>(projectRef(request.principal.projectId))
-      return { project: loaded.state ?? request.principal.project, actor: null }
+      // A dashboard session under /jobsvc/v1 changes the policy as its member; a key as the project.
+      return { project: loaded.state ?? request.principal.project, actor: request.principal.actor ?? null }
     },
   })
 }
@@ -237,7 +239,7 @@ export function sessionRetryPolicyRoutes(ctx: ApiContext): FastifyPluginAsync {
     resolve: async (request) => {
       const user = await authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
       const { project } = await ctx.team.load(user, (request.params as { projectId: string }).projectId)
-      return { project, actor: user.id }
+      return { project, actor: { user_id: user.id, email: user.email } }
     },
   })
 }

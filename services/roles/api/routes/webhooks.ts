@@ -201,10 +201,11 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.post('/', { schema: createSchema, preValidation: checkEventsAsSent }, async (request, reply) => {
       await checkSubscription(ctx, request.body)
-      const { result, secret } = await hooks.create(request.principal.projectId, {
-        url: request.body.url,
-        events: request.body.events as EventFilter,
-      })
+      const { result, secret } = await hooks.create(
+        request.principal.projectId,
+        { url: request.body.url, events: request.body.events as EventFilter },
+        request.principal.actor,
+      )
       jobs.noteWritten(request.principal.projectId, result.seq)
       const w = result.state!
       return reply.code(201).send({ id: w.id, url: w.url, events: w.events, secret, is_active: w.is_active, created_at: w.created_at })
@@ -217,13 +218,14 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
         request.principal.projectId,
         request.params.id,
         request.body as { url?: string; events?: EventFilter; is_active?: boolean },
+        request.principal.actor,
       )
       jobs.noteWritten(request.principal.projectId, result.seq)
       return webhookView(result.state!)
     })
 
     app.post('/:id/rotate-secret', { schema: rotateSchema }, async (request) => {
-      const { result, secret } = await hooks.rotateSecret(request.principal.projectId, request.params.id)
+      const { result, secret } = await hooks.rotateSecret(request.principal.projectId, request.params.id, request.principal.actor)
       const w = result.state!
       return { id: w.id, secret, previous_secret_expires_at: w.previous_secret_expires_at, rotated_at: w.updated_at }
     })
@@ -266,7 +268,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
     })
 
     app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
-      const result = await hooks.delete(request.principal.projectId, request.params.id)
+      const result = await hooks.delete(request.principal.projectId, request.params.id, request.principal.actor)
       jobs.noteWritten(request.principal.projectId, result.seq)
       return reply.code(204).send()
     })
