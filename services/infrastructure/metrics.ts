@@ -132,6 +132,19 @@ export const projectionLag = new Histogram({
 })
 
 /**
+ * Messages a read model could not hold (projections/projection-failures.ts), by projection and by
+ * what it wrote instead: `sanitised` (a storable copy of the job's row) or `skipped` (nothing).
+ * Counted by the process that recorded them (the projector); the readiness probe shows those
+ * still unresolved.
+ */
+export const projectionFailures = new Counter({
+  name: 'jobsvc_projection_failures_total',
+  help: 'Messages a read model could not hold, recorded in projection_failures, by projection and outcome (sanitised, skipped)',
+  labelNames: ['projection', 'projected'] as const,
+  registers: [metricsRegistry],
+})
+
+/**
  * Serves GET /metrics on its own port, apart from the public API, so that it is never exposed by
  * accident: off unless METRICS_PORT is set, and bound to HOST like the API.
  */
