@@ -144,6 +144,14 @@ export const projectionFailures = new Counter({
   registers: [metricsRegistry],
 })
 
+/** Items a scheduler pass skipped because handling them threw (services/infrastructure/failing-items.ts), by pass. */
+export const schedulerItemFailures = new Counter({
+  name: 'jobsvc_scheduler_item_failures_total',
+  help: 'Items a scheduler pass skipped because they failed (logged, then held back with an exponential backoff), by pass',
+  labelNames: ['pass'] as const,
+  registers: [metricsRegistry],
+})
+
 /**
  * Serves GET /metrics on its own port, apart from the public API, so that it is never exposed by
  * accident: off unless METRICS_PORT is set, and bound to HOST like the API.
