@@ -9,7 +9,7 @@ import { schedulerItemFailures } from './metrics.ts'
  * in a row: 1 s, 2 s, 4 s … at most 10 minutes. A pass leaves the held-back items out of its
  * query, so an item that keeps failing never heads the queue again and costs one try now and
  * then instead of one per pass. In memory, per process: a restarted scheduler tries each once
- * more. At most 10,000 items are held; past that, the one held longest is let go first.
+ * more. At most 10,000 items are kept; past that, the one that failed longest ago is let go first.
  */
 export class FailingItems {
   readonly #now: () => number

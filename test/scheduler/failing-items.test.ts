@@ -21,7 +21,7 @@ t.test('an item that keeps failing is held back for 1 s, 2 s, 4 s … at most 10
   t.same(failing.failed('a'), { failures: 1, heldBackMs: 1_000 }, 'an item handled once starts afresh')
 })
 
-t.test('at most maxItems are held, the one held longest let go first', async (t) => {
+t.test('at most maxItems are kept, the one that failed longest ago let go first', async (t) => {
   const failing = new FailingItems({ now: () => 0, maxItems: 2 })
   failing.failed('a')
   failing.failed('b')

@@ -135,7 +135,7 @@ export class Retention {
       await eachIsolated(
         maybeBeating,
         pruneConcurrency,
-        async (job) => void (await deps.heartbeats.delete(job.id)),
+        async (job) => void (await deps.heartbeats.delete(job.id).catch(() => undefined)),
         () => undefined,
       )
       deps.log.info({ jobs: deleted.length, messages, purged_by_subject: purgedBySubject }, 'scheduler: expired terminal jobs deleted')
