@@ -1,5 +1,6 @@
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Sql, Tx } from './database.ts'
+import { applyIsolating, isDataError, recordFailures, type ProjectionFailure } from './projection-failures.ts'
 import { isHandledBy, type Projection } from './projection.ts'
 
 export interface ApplyOptions {
@@ -9,6 +10,8 @@ export interface ApplyOptions {
    */
   assertLeader?: (tx: Tx) => Promise<void>
 }
+
+type ApplyTo = (tx: Tx, projection: Projection, fresh: readonly EventRecord[]) => Promise<ProjectionFailure[]>
 
 /**
  * Applies a batch to every projection in one transaction that also advances each projection's
@@ -21,19 +24,39 @@ export async function applyBatch(
   records: readonly EventRecord[],
   options: ApplyOptions = {},
 ): Promise<number> {
-  const lastSeq = records.reduce((m, r) => Math.max(m, r.seq), 0)
-  if (records.length === 0) return lastSeq
-  await sql.begin(async (tx) => {
+  await applyBatchWith(sql, projections, records, options, async (tx, p, fresh) => {
+    await p.apply(tx, fresh)
+    return []
+  })
+  return lastSeqOf(records)
+}
+
+function lastSeqOf(records: readonly EventRecord[]): number {
+  return records.reduce((m, r) => Math.max(m, r.seq), 0)
+}
+
+/** The batch's transaction: checkpoints locked, each projection given its fresh messages, failures recorded, checkpoints advanced. */
+async function applyBatchWith(
+  sql: Sql,
+  projections: readonly Projection[],
+  records: readonly EventRecord[],
+  options: ApplyOptions,
+  applyTo: ApplyTo,
+): Promise<ProjectionFailure[]> {
+  if (records.length === 0) return []
+  return (await sql.begin(async (tx) => {
     const checkpoints = await readCheckpoints(tx, projections, true)
     await options.assertLeader?.(tx)
+    const failures: ProjectionFailure[] = []
     for (const p of projections) {
       const from = checkpoints.get(p.name) ?? 0
       const fresh = records.filter((r) => r.seq > from && isHandledBy(p, r))
-      if (fresh.length > 0) await p.apply(tx, fresh)
+      if (fresh.length > 0) failures.push(...(await applyTo(tx, p, fresh)))
     }
-    await advanceCheckpoints(tx, projections, lastSeq)
-  })
-  return lastSeq
+    await recordFailures(tx, failures)
+    await advanceCheckpoints(tx, projections, lastSeqOf(records))
+    return failures
+  })) as ProjectionFailure[]
 }
 
 /** One statement for every projection: a batch's round trips add up at thousands of events a second. */
@@ -45,27 +68,22 @@ async function advanceCheckpoints(tx: Tx, projections: readonly Projection[], se
     WHERE projection_checkpoints.last_seq < excluded.last_seq`
 }
 
-/**
- * True when Postgres refused the data itself (SQLSTATE classes 22 data exception, 23 integrity
- * constraint, 54 program limit): applying the same message again can never succeed. Anything
- * else (a lost connection, a restart) is transient and is retried.
- */
-export function isDataError(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code
-  return typeof code === 'string' && /^(22|23|54)[0-9A-Z]{3}$/.test(code)
-}
+export { isDataError }
 
 /**
- * `applyBatch`, except that a message the read models cannot hold does not stall them: when a
- * batch fails on its data, its messages are applied one by one, and each one that still fails
- * is recorded in `projection_failures` (and reported through `onFailure`) while the checkpoints
+ * `applyBatch`, except that a message a read model cannot hold neither stalls the read models
+ * nor costs the rest of the batch: when the batch fails on its data (`isDataError`), it is
+ * applied again in one transaction, each projection isolating the refused messages under
+ * savepoints (`applyIsolating`). A job whose row was refused is still written, from a storable
+ * copy; every refused message and projection is recorded in `projection_failures` with its
+ * project and subject (and reported through `onFailure` once committed), and the checkpoints
  * move past it. A replay meets the same message and records it the same way.
  */
 export async function applyBatchIsolatingFailures(
   sql: Sql,
   projections: readonly Projection[],
   records: readonly EventRecord[],
-  onFailure: (record: EventRecord, err: unknown) => void,
+  onFailure: (failure: ProjectionFailure) => void,
   options: ApplyOptions = {},
 ): Promise<number> {
   try {
@@ -73,26 +91,9 @@ export async function applyBatchIsolatingFailures(
   } catch (err) {
     if (!isDataError(err)) throw err
   }
-  let lastSeq = 0
-  for (const record of records) {
-    try {
-      lastSeq = await applyBatch(sql, projections, [record], options)
-    } catch (err) {
-      if (!isDataError(err)) throw err
-      const e = err as { code?: string; message?: string }
-      await sql.begin(async (tx) => {
-        await options.assertLeader?.(tx)
-        await tx`
-          INSERT INTO projection_failures (seq, subject, error_code, error_message)
-          VALUES (${record.seq}, ${record.subject}, ${e.code ?? null}, ${String(e.message ?? err)})
-          ON CONFLICT (seq) DO NOTHING`
-        await advanceCheckpoints(tx, projections, record.seq)
-      })
-      onFailure(record, err)
-      lastSeq = record.seq
-    }
-  }
-  return lastSeq
+  const failures = await applyBatchWith(sql, projections, records, options, applyIsolating)
+  for (const failure of failures) onFailure(failure)
+  return lastSeqOf(records)
 }
 
 /** Checkpoints by projection name; `lock` holds them for the rest of the transaction. */

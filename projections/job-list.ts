@@ -1,6 +1,7 @@
 import type { Job, JobEventType } from '../domain/job.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable, Sql, Tx } from './database.ts'
+import { isStorableCopyRow, removeStorableJobRow, writeStorableJobRow } from './job-list-copies.ts'
 import { latestPerAggregate, type Projection } from './projection.ts'
 
 const handledTypes: readonly JobEventType[] = [
@@ -152,7 +153,7 @@ export interface PendingRow {
   dueAt: Date
   /** The stream sequence the row is at. */
   seq: number
-  /** The job at `seq`, or null past the payload allowance (the row was read without its payload). */
+  /** The job at `seq`, or null past the payload allowance (the row was read without its payload) or for a storable copy (job-list-copies.ts). */
   job: Job | null
   /** The payload's size as JSON text, in bytes. */
   payloadBytes: number
@@ -177,7 +178,7 @@ export async function readPendingQueue(
   return sql.begin('isolation level repeatable read read only', async (tx) => {
     const [checkpoint] = await tx<{ last_seq: number }[]>`SELECT last_seq FROM projection_checkpoints WHERE name = ${jobList.name}`
     const rows = await tx`
-      SELECT ${tx(columnsButPayload as string[])}, available_at, payload_bytes,
+      SELECT ${tx(columnsButPayload as string[])}, available_at, payload_bytes, sanitised_seq,
         CASE WHEN sum(payload_bytes) OVER (ORDER BY available_at, id) <= ${payloadBytes} THEN payload END AS payload
       FROM (
         SELECT *, octet_length(payload::text) AS payload_bytes FROM jobs
@@ -193,7 +194,7 @@ export async function readPendingQueue(
         jobType: r.job_type as string,
         dueAt: r.available_at as Date,
         seq: r.last_seq as number,
-        job: r.payload === null ? null : jobFromRow(r),
+        job: r.payload === null || isStorableCopyRow(r) ? null : jobFromRow(r),
         payloadBytes: r.payload_bytes as number,
       })),
       complete: rows.length <= limit,
@@ -206,4 +207,6 @@ export const jobList: Projection = {
   handles: handledTypes,
   tables: ['jobs'],
   apply: (tx: Tx, records) => upsertJobRows(tx, records),
+  applyStorableCopy: (tx, record) => writeStorableJobRow(tx, record, upsertJobRows),
+  removeStorableCopy: removeStorableJobRow,
 }

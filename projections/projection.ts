@@ -12,6 +12,15 @@ export interface Projection {
   /** Tables this projection owns; a replay empties them before rebuilding. */
   tables: readonly string[]
   apply(tx: Tx, records: readonly EventRecord[]): Promise<void>
+  /**
+   * For a message whose rows Postgres refused (projection-failures.ts): writes them from a copy
+   * whose strings are made storable (storable-values.ts), marked so that nothing decides on them,
+   * so the aggregate still shows. Only a read model of one snapshot row per aggregate has one:
+   * its next message replaces the row whole.
+   */
+  applyStorableCopy?(tx: Tx, record: EventRecord): Promise<void>
+  /** Removes the row `applyStorableCopy` wrote for `record` while it is still the aggregate's latest. */
+  removeStorableCopy?(tx: Tx, record: EventRecord): Promise<void>
 }
 
 /** True when the message carries an event the projection handles. */

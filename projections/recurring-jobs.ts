@@ -13,7 +13,7 @@ export const applyRecurringRows = snapshotRows<RecurringJob>(
     INSERT INTO recurring_jobs (project_id, id, status, job_type, cron_expression, queue, timezone, max_attempts, timeout_seconds,
       payload, next_run_at, last_run_at, last_occurrence_at, last_job_id, created_at, updated_at, last_seq)
     VALUES (${s.project_id}, ${s.id}, ${isActiveSchedule(s) ? 'active' : 'deleted'}, ${s.job_type}, ${s.cron_expression}, ${s.queue}, ${s.timezone}, ${s.max_attempts},
-      ${s.timeout_seconds}, ${JSON.stringify(s.payload ?? {})}::text::jsonb, ${s.next_run_at ?? null}, ${s.last_run_at ?? null},
+      ${s.timeout_seconds}, ${JSON.stringify(s.payload ?? {})}::text::json, ${s.next_run_at ?? null}, ${s.last_run_at ?? null},
       ${s.last_occurrence_at ?? null}, ${s.last_job_id ?? null}, ${s.created_at}, ${s.updated_at}, ${seq})
     ON CONFLICT (project_id, id) DO UPDATE SET status = excluded.status, job_type = excluded.job_type,
       cron_expression = excluded.cron_expression, queue = excluded.queue, timezone = excluded.timezone,

@@ -140,6 +140,27 @@ function isBearer(authorization: string | undefined, token: string): boolean {
 }
 
 /**
+ * Messages a read model could not hold (projections/projection-failures.ts), by projection and by
+ * what it wrote instead: `sanitised` (a storable copy of the job's row) or `skipped` (nothing).
+ * Counted by the process that recorded them (the projector); the readiness probe shows those
+ * still unresolved.
+ */
+export const projectionFailures = new Counter({
+  name: 'jobsvc_projection_failures_total',
+  help: 'Messages a read model could not hold, recorded in projection_failures, by projection and outcome (sanitised, skipped)',
+  labelNames: ['projection', 'projected'] as const,
+  registers: [metricsRegistry],
+})
+
+/** Items a scheduler pass skipped because handling them threw (services/infrastructure/failing-items.ts), by pass. */
+export const schedulerItemFailures = new Counter({
+  name: 'jobsvc_scheduler_item_failures_total',
+  help: 'Items a scheduler pass skipped because they failed (logged, then held back with an exponential backoff), by pass',
+  labelNames: ['pass'] as const,
+  registers: [metricsRegistry],
+})
+
+/**
  * Serves GET /metrics on its own port, apart from the public API, so that it is never exposed by
  * accident: off unless METRICS_PORT is set, and bound to HOST like the API. With a `token`
  * (METRICS_TOKEN) a scrape must carry it as a bearer token (401 otherwise).

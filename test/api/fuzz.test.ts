@@ -1,6 +1,15 @@
 import t from 'tap'
 import { eventually, httpRequest } from '../support/harness.ts'
-import { hostileRequest, operationsOf, seededRandom, type Credentials, type HostileRequest } from '../support/hostile-requests.ts'
+import {
+  hostileJsonValue,
+  hostileRequest,
+  hostileText,
+  operationsOf,
+  seededRandom,
+  type Credentials,
+  type HostileRequest,
+} from '../support/hostile-requests.ts'
+import { asAnswered, asStoredErrorText, readJobsBack, roundTripMismatches, type JobView } from '../support/round-trip.ts'
 import { newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
 
 // Issue 13, "Every answer in the envelope": a seeded run of hostile requests over every route
@@ -110,6 +119,95 @@ t.test(`${requests} hostile requests over every route (seed ${seed}) get no 5xx,
     [],
     `no findings (${findings.length} in all)`,
   )
+})
+
+/** The value with every string, keys included, as the service stores error texts: storable, and still hostile. */
+function storable(value: unknown): unknown {
+  if (typeof value === 'string') return asStoredErrorText(value)
+  if (Array.isArray(value)) return value.map(storable)
+  if (value !== null && typeof value === 'object')
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [asStoredErrorText(k), storable(v)]))
+  return value
+}
+
+/** True when a string of the value, key or value, holds U+0000 or an unpaired surrogate: the API must refuse it. */
+const isUnstorable = (value: unknown): boolean => asAnswered(storable(value)) !== asAnswered(value)
+
+// Issue 23, item 1: seeded hostile values through create, batch create, recurring and ack are
+// either refused (400 invalid_request, exactly when they hold U+0000 or an unpaired surrogate) or
+// read back unchanged from the list, GET and both exports (error texts with U+FFFD in their place).
+t.test('seeded hostile JSON values are refused, or read back unchanged from the list, GET and both exports', async (t) => {
+  const rng = seededRandom(seed + 23)
+  // A raw hostile value is mostly unstorable; most are made storable, so that both paths are tried.
+  const raw = () => rng() < 0.25
+  const value = (depth: number) => (raw() ? hostileJsonValue(rng, depth) : storable(hostileJsonValue(rng, depth)))
+  const text = (max: number) => (raw() ? hostileText(rng, max) : asStoredErrorText(hostileText(rng, max)))
+  const newJob = (queue: string, extra: Record<string, unknown> = {}) => {
+    const tags = rng() < 0.3 ? null : Object.fromEntries(Array.from({ length: 1 + Math.floor(rng() * 3) }, () => [text(20) || 'k', text(100)]))
+    return { job_type: 'fuzz-rt', queue, payload: { v: value(3), [text(12)]: value(2) }, tags, ...extra }
+  }
+  const expected = new Map<string, JobView>()
+  const expect = (id: string, body: { payload: unknown; tags: unknown }) =>
+    expected.set(id, {
+      payload: asAnswered(body.payload),
+      tags: body.tags === null ? null : asAnswered(body.tags),
+      errorType: null,
+      errorMessage: null,
+      errorStack: null,
+    })
+  const wrong: string[] = []
+  const tried = { refused: 0, created: 0 }
+  const check = (what: string, status: number, body: unknown, sent: unknown) => {
+    const refused = isUnstorable(sent)
+    tried[refused ? 'refused' : 'created']++
+    if (refused ? status !== 400 || (body as any)?.error?.code !== 'invalid_request' : status !== 201) wrong.push(`${what}: ${status}`)
+    return !refused && status === 201
+  }
+  let minSeq = 0
+  const seen = (res: { headers: Headers }) => (minSeq = Math.max(minSeq, Number(res.headers.get('x-event-seq') ?? 0)))
+
+  for (let i = 0; i < 40; i++) {
+    const body = newJob('fuzz-rt')
+    const res = await h.request('POST', '/jobsvc/v1/jobs', body)
+    if (check(`create ${i}`, res.status, res.body, [body.payload, body.tags])) expect(res.body.id, body)
+    seen(res)
+  }
+  const items = Array.from({ length: 20 }, () => newJob('fuzz-rt'))
+  const batch = await h.request('POST', '/jobsvc/v1/jobs/batch', { jobs: items })
+  seen(batch)
+  items.forEach((item, i) => {
+    const result = batch.body.results[i]
+    if (check(`batch item ${i}`, result.status, result, [item.payload, item.tags])) expect(result.body.id, item)
+  })
+  for (let i = 0; i < 10; i++) {
+    const payload = { v: value(3) }
+    const put = await h.request('PUT', `/jobsvc/v1/recurring/rjob_fuzz-rt-${i}`, { job_type: `fuzz-rt-${i}`, cron_expression: '0 0 1 1 *', payload })
+    if (!check(`recurring ${i}`, put.status === 200 ? 201 : put.status, put.body, payload)) continue
+    seen(put)
+    const list = await h.request('GET', `/jobsvc/v1/recurring?min_seq=${minSeq}`)
+    const shown = list.body.data.find((s: { id: string }) => s.id === `rjob_fuzz-rt-${i}`)
+    if (asAnswered(shown?.payload) !== asAnswered(payload)) wrong.push(`recurring ${i}: the list shows another payload`)
+  }
+  for (let i = 0; i < 10; i++) {
+    const body = { ...newJob('fuzz-rt-ack', { max_attempts: 1 }), payload: storable({ i, v: value(2) }) as Record<string, unknown>, tags: null }
+    const created = await h.request('POST', '/jobsvc/v1/jobs', body)
+    const polled = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'w-fuzz', queues: ['fuzz-rt-ack'], wait_seconds: 5 })
+    const error = { type: text(40) || 'E', message: text(400), stack_trace: text(400) }
+    const acked = await h.request('POST', '/jobsvc/v1/workers/ack', { job_id: polled.body.jobs[0].id, worker_id: 'w-fuzz', status: 'failed', error })
+    if (created.status !== 201 || acked.status !== 200) wrong.push(`ack ${i}: ${created.status} ${acked.status}`)
+    seen(acked)
+    expected.set(created.body.id, {
+      payload: asAnswered(body.payload),
+      tags: null,
+      errorType: asStoredErrorText(error.type),
+      errorMessage: asStoredErrorText(error.message),
+      errorStack: asStoredErrorText(error.stack_trace),
+    })
+  }
+  t.same(wrong, [], 'exactly the values holding U+0000 or an unpaired surrogate are refused, the others created')
+  t.ok(tried.refused > 0 && tried.created > 0, `both refusals and creations were tried (${JSON.stringify(tried)})`)
+  const views = await readJobsBack(h, [...expected.keys()], minSeq)
+  t.same(roundTripMismatches(views, expected), [], 'every created job reads back unchanged from the list, GET and both exports')
 })
 
 // The fuzzed project may have revoked its own key or deleted its account: the check uses another.

@@ -315,9 +315,8 @@ t.test('values Postgres cannot store are refused with 400, and the projector kee
 
   const deepest = await h.request('POST', jobs, { job_type: 'deep', payload: nested(64) })
   t.equal(deepest.status, 201, 'a payload nested 64 levels is accepted')
-  const nulInPayload = await h.request('POST', jobs, { job_type: 'nul-payload', payload: { 'k\u0000': 'v\u0000' } })
-  t.equal(nulInPayload.status, 201, 'payload strings may hold U+0000: the read model stores payloads as json')
-  t.strictSame((await h.request('GET', `${jobs}/${nulInPayload.body.id}`)).body.payload, { 'k\u0000': 'v\u0000' })
+  // Issue 23, item 1: no read model holds U+0000 back unchanged (test/api/round-trip.test.ts).
+  isEnvelope(t, await h.request('POST', jobs, { job_type: 'nul-payload', payload: { k: 'v\u0000' } }), 400, 'invalid_request', 'payload.k')
 
   isEnvelope(t, await h.request('GET', `${jobs}?queue=%00`), 400, 'invalid_request', 'queue')
   isEnvelope(t, await h.request('GET', `${jobs}?job_type=a%00b`), 400, 'invalid_request', 'job_type')

@@ -1,31 +1,10 @@
-import { spawn } from 'node:child_process'
 import t from 'tap'
 import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { rebuildReadModels } from '../../services/roles/projector/rebuild.ts'
-import { eventually, httpRequest, installEnv, repoRoot, startHarness, type Harness } from '../support/harness.ts'
+import { eventually, httpRequest, startHarness, type Harness } from '../support/harness.ts'
+import { runReplay } from '../support/replay-process.ts'
 import { projectionTables, readModels, tablesIn } from '../support/read-models.ts'
-
-/** Runs `npm run replay`'s script in its own process, as an operator would, against the harness's install. */
-function runReplay(h: Harness): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'services/roles/replay.ts'], {
-      cwd: repoRoot,
-      env: { ...process.env, ...installEnv(h.config), LOG_LEVEL: 'info' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    let output = ''
-    child.stdout.on('data', (d) => (output += String(d)))
-    child.stderr.on('data', (d) => (output += String(d)))
-    // A safety bound only: a replay that never gets the projector's lock would otherwise hang the file.
-    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000)
-    child.once('error', reject)
-    child.once('exit', (code) => {
-      clearTimeout(timer)
-      resolve({ code, output })
-    })
-  })
-}
 
 async function caughtUp(h: Harness): Promise<number | null> {
   const last = await h.runtime.store.lastSequence()

@@ -295,3 +295,57 @@ export function hostileRequest(rng: Random, op: Operation, creds: Credentials): 
   const method = chance(rng, 0.04) ? pick(rng, ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD']) : op.method
   return { method, path, headers, body: method === 'GET' || method === 'HEAD' ? undefined : body }
 }
+
+/** Code units a JSON value's strings are made of: plain text, and everything that needs care somewhere. */
+const awkwardUnits = ['\u0000', '\\', '"', "'", '\u2028', '\u2029', '\ufffe', '\uffff', '\ufeff', '\u0085', '😀', '.', '$']
+
+/**
+ * A string of random code units: printable ASCII, controls, the characters of `awkwardUnits`,
+ * any BMP unit, and surrogates that are paired or not (so some strings are unstorable).
+ */
+export function hostileText(rng: Random, maxLength: number): string {
+  const length = chance(rng, 0.03) ? maxLength : Math.floor(rng() * Math.min(maxLength, 24))
+  let s = ''
+  while (s.length < length) {
+    s += pick(rng, [
+      () => String.fromCharCode(0x20 + Math.floor(rng() * 0x5f)),
+      () => String.fromCharCode(Math.floor(rng() * 0x20)),
+      () => pick(rng, awkwardUnits),
+      () => String.fromCharCode(Math.floor(rng() * 0x10000)),
+      () => String.fromCharCode(0xd800 + Math.floor(rng() * 0x800)),
+      () => String.fromCodePoint(0x10000 + Math.floor(rng() * 0xfffff)),
+    ])()
+  }
+  return s.slice(0, maxLength)
+}
+
+/** A JSON value (no undefined, finite numbers) at most `depth` levels deep, with hostile strings and keys and edge numbers. */
+export function hostileJsonValue(rng: Random, depth: number): unknown {
+  const kind = depth <= 0 ? pick(rng, ['string', 'number', 'literal']) : pick(rng, ['string', 'number', 'literal', 'array', 'object', 'object'])
+  switch (kind) {
+    case 'string':
+      return hostileText(rng, 200)
+    case 'number':
+      return pick(rng, [
+        0,
+        -0,
+        1,
+        -1,
+        0.1,
+        1e21,
+        1e-7,
+        5e-324,
+        -5e-324,
+        1.7976931348623157e308,
+        -1.7976931348623157e308,
+        2 ** 53 + 1,
+        (rng() - 0.5) * 1e6,
+      ])
+    case 'literal':
+      return pick(rng, [null, true, false, ''])
+    case 'array':
+      return Array.from({ length: Math.floor(rng() * 4) }, () => hostileJsonValue(rng, depth - 1))
+    default:
+      return Object.fromEntries(Array.from({ length: Math.floor(rng() * 4) }, () => [hostileText(rng, 12), hostileJsonValue(rng, depth - 1)]))
+  }
+}

@@ -1,5 +1,7 @@
 import { z } from 'zod'
 import { invalidRequest } from './errors.ts'
+import { findUnstorableText } from '../../../projections/storable-values.ts'
+import { unstorableTextMessage } from './storable.ts'
 import { anyText } from './text-fields.ts'
 
 /**
@@ -27,10 +29,23 @@ function payloadProblem(value: unknown): string | null {
   return null
 }
 
-/** A JSON object within the depth limit; its size is checked by `assertPayloadSize` once the body is read. */
+/** Keys in a refusal's path are cut here: a key may be as long as the body. */
+const maxPathKeyLength = 100
+
+/**
+ * A JSON object within the depth limit whose strings, keys and values at any depth, every read
+ * model holds unchanged (projections/storable-values.ts), else refused naming the first one's
+ * path (refused, not altered: the worker must get the payload it was given); its size is
+ * checked by `assertPayloadSize` once the body is read.
+ */
 export const jobPayload = z.record(anyText(), z.unknown()).superRefine((p, ctx) => {
   const problem = payloadProblem(p)
-  if (problem !== null) ctx.addIssue({ code: 'custom', message: problem })
+  if (problem !== null) return void ctx.addIssue({ code: 'custom', message: problem })
+  const unstorable = findUnstorableText(p)
+  if (unstorable === null) return
+  const path = unstorable.path.map((k) => (typeof k === 'string' && k.length > maxPathKeyLength ? `${k.slice(0, maxPathKeyLength)}…` : k))
+  const message = unstorable.isKey ? `a key ${unstorableTextMessage}` : unstorableTextMessage
+  ctx.addIssue({ code: 'custom', message, path })
 })
 
 /**

@@ -1,19 +1,12 @@
 /**
- * What Postgres can hold. The log accepts any string and any instant, but the projector writes
- * them to `text` and `timestamptz` columns; a value Postgres refuses would stop the projector on
- * that event for every project, so the edge refuses it first with 400 `invalid_request`.
+ * What Postgres can hold. The log accepts any instant, but the projector writes instants to
+ * `timestamptz` columns; strings are the read models' to judge (projections/storable-values.ts:
+ * U+0000 and unpaired surrogates read back from no read model, nor from the log). A value the
+ * read models cannot hold is refused at the edge with 400 `invalid_request`, before anything is
+ * appended, so every accepted value reads back unchanged from every route.
  */
 
-const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
-
-/**
- * Postgres `text` refuses U+0000 (`json` columns keep it escaped, so payloads and tags may hold
- * it) and stores a lone UTF-16 surrogate as U+FFFD. A row must read back exactly as the log
- * holds it, because the claim path decides on the row, so both are refused.
- */
-export function isStorableText(s: string): boolean {
-  return !s.includes('\u0000') && !loneSurrogate.test(s)
-}
+export { isStorableText } from '../../../projections/storable-values.ts'
 
 export const unstorableTextMessage = 'must not contain U+0000 or unpaired surrogates'
 

@@ -2,7 +2,8 @@ import { applyBatchIsolatingFailures, projectedThrough } from '../../../projecti
 import { projections } from '../../../projections/index.ts'
 import { consumeBatches } from '../../../streams/consume.ts'
 import { checkpointSubject, eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../../streams/names.ts'
-import { projectionLag } from '../../infrastructure/metrics.ts'
+import type { ProjectionFailure } from '../../../projections/projection-failures.ts'
+import { projectionFailures, projectionLag } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { assertStillLeading, holdLeadership, LeadershipLost } from '../../infrastructure/leadership.ts'
 
@@ -42,17 +43,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
           resumeFrom: async () => (await projectedThrough(deps.sql, projections)) + 1,
         },
         async (records) => {
-          const seq = await applyBatchIsolatingFailures(
-            deps.sql,
-            projections,
-            records,
-            (record, err) =>
-              deps.log.error(
-                { err, seq: record.seq, subject: record.subject },
-                'projector: a message the read models cannot hold was skipped (see projection_failures)',
-              ),
-            { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
-          )
+          const seq = await applyBatchIsolatingFailures(deps.sql, projections, records, (failure) => reportFailure(deps, failure), {
+            assertLeader: (tx) => assertStillLeading(tx, leaderPid),
+          })
           announce(deps, seq)
           const committedAt = Date.now()
           for (const record of records) {
@@ -74,6 +67,18 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     controller.abort()
     await done
   }
+}
+
+/** A message a read model refused: logged with its project and subject, and counted. */
+function reportFailure(deps: Deps, failure: ProjectionFailure): void {
+  const { record, projection, projected, err } = failure
+  projectionFailures.inc({ projection, projected })
+  deps.log.error(
+    { err, seq: record.seq, subject: record.subject, project_id: record.message.project_id, projection, projected },
+    projected === 'sanitised'
+      ? `projector: ${projection} could not hold a message; its row was written from a storable copy (see projection_failures, npm run replay -- --subject)`
+      : `projector: ${projection} could not hold a message and skipped it (see projection_failures, npm run replay -- --subject)`,
+  )
 }
 
 /**

@@ -44,7 +44,8 @@ export async function rebuildReadModels(deps: Deps, say: (message: string) => vo
             deps.sql,
             projections,
             records,
-            (record) => say(`replay: message ${record.seq} (${record.subject}) cannot be held by the read models; recorded in projection_failures`),
+            ({ record, projection, projected }) =>
+              say(`replay: ${projection} cannot hold message ${record.seq} (${record.subject}); ${projected}, recorded in projection_failures`),
             { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
           )
         })

@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { JobNotFound } from '../../../domain/errors.ts'
 import { isAttemptStale } from '../../../domain/job.ts'
 import type { Project } from '../../../domain/project.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
@@ -11,6 +12,7 @@ import { projectRef } from '../../use-cases/projects/project-service.ts'
 import { pruneMinuteThroughput, Retention } from './retention.ts'
 import { evaluateAlerts } from '../../use-cases/alerts/alert-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
+import { IsolatedPass } from '../../infrastructure/failing-items.ts'
 
 /** Rows handled per promotion or reaping pass; the next pass takes the rest. */
 const passLimit = 500
@@ -31,16 +33,22 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const rolled = { period: '', projects: new Set<string>() }
   const retention = new Retention(deps)
   let lastThroughputPrune = Number.NEGATIVE_INFINITY
+  // Each pass keeps its failing items apart for as long as the role runs (failing-items.ts).
+  const promotion = new IsolatedPass(deps.log, 'promotion pass')
+  const reaper = new IsolatedPass(deps.log, 'reaper pass')
+  const cascades = new IsolatedPass(deps.log, 'cascade sweep')
+  const alerts = new IsolatedPass(deps.log, 'alert pass')
+  const billingPeriods = new IsolatedPass(deps.log, 'billing period pass')
 
   /** A pass run every `ms` until the role stops; a failure is logged and the next pass runs as usual. */
   const loop = (ms: number, what: string, pass: () => Promise<boolean | void>) =>
     every(ms, signal, pass, (err) => deps.log.error({ err }, `scheduler: ${what} failed`))
   const loops = [
-    loop(t.scheduler_interval_ms, 'promotion pass', async () => void (await promoteDueJobs(deps, jobs))),
+    loop(t.scheduler_interval_ms, 'promotion pass', async () => void (await promoteDueJobs(deps, jobs, promotion))),
     loop(t.scheduler_interval_ms, 'recurring pass', async () => void (await fireDueSchedules(deps, jobs, billing))),
-    loop(t.reaper_interval_ms, 'reaper pass', async () => void (await reapStaleAttempts(deps, jobs))),
-    loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => void (await healInterruptedCascades(deps, jobs))),
-    loop(t.alert_interval_ms, 'alert pass', async () => void (await evaluateAlerts(deps))),
+    loop(t.reaper_interval_ms, 'reaper pass', async () => void (await reapStaleAttempts(deps, jobs, reaper))),
+    loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => void (await healInterruptedCascades(deps, jobs, cascades))),
+    loop(t.alert_interval_ms, 'alert pass', async () => void (await evaluateAlerts(deps, alerts))),
     loop(t.retention_interval_ms, 'retention pass', async () => {
       // Back to back while passes come back full, so a backlog drains at the rate passes
       // sustain rather than a batch per interval; each pass is its own bounded transaction,
@@ -52,7 +60,11 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       }
       return pass.full
     }),
-    loop(t.billing_period_check_interval_ms, 'billing period pass', async () => void (await rollBillingPeriods(deps, billing, rolled))),
+    loop(
+      t.billing_period_check_interval_ms,
+      'billing period pass',
+      async () => void (await rollBillingPeriods(deps, billing, rolled, billingPeriods)),
+    ),
   ]
   return async () => {
     controller.abort()
@@ -78,27 +90,21 @@ async function every(ms: number, signal: AbortSignal, pass: () => Promise<boolea
   }
 }
 
-async function inParallel<T>(items: T[], run: (item: T) => Promise<void>): Promise<void> {
-  const queue = [...items]
-  const worker = async () => {
-    for (let item = queue.shift(); item !== undefined; item = queue.shift()) await run(item)
-  }
-  await Promise.all(Array.from({ length: Math.min(passConcurrency, queue.length) }, worker))
-}
-
 /**
  * Scheduled jobs whose run_at has come become pending. Their rows are written here rather than
  * left to the projector, so that the next pass does not pick them again. Polls learn of the
  * promotion from the log (each API process's ready index), not from here.
  */
-export async function promoteDueJobs(deps: Deps, jobs: JobService): Promise<number> {
+export async function promoteDueJobs(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'promotion pass')): Promise<number> {
   const due = await deps.sql<{ project_id: string; id: string }[]>`
     SELECT project_id, id FROM jobs
-    WHERE state = 'scheduled' AND NOT waiting_for_parent AND available_at <= ${deps.now()}
+    WHERE state = 'scheduled' AND NOT waiting_for_parent AND available_at <= ${deps.now()} AND id <> ALL(${pass.heldBack()}::text[])
     ORDER BY available_at LIMIT ${passLimit}`
   let promoted = 0
-  await inParallel(due, async (row) => {
+  await pass.each(due, passConcurrency, async (row) => {
     const result = await jobs.promote(row.project_id, row.id)
+    // A row the log holds no job for is held back like a failing item (see reapStaleAttempts).
+    if (result.state === null) throw new JobNotFound(row.id)
     await jobs.writeRows([result.record])
     if (result.appended) promoted++
   })
@@ -110,13 +116,14 @@ export async function promoteDueJobs(deps: Deps, jobs: JobService): Promise<numb
  * against their last heartbeat in KV; stale ones are retried or dead-lettered through the
  * aggregate. The reap names the attempt, so an ack that landed first turns it into a no-op.
  */
-export async function reapStaleAttempts(deps: Deps, jobs: JobService): Promise<number> {
+export async function reapStaleAttempts(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'reaper pass')): Promise<number> {
   const graceMs = deps.config.tunables.reaper_grace_ms
   const now = deps.now()
   const candidates = await deps.sql<{ project_id: string; id: string; attempt: number; started_at: Date; timeout_seconds: number }[]>`
     SELECT project_id, id, attempt, started_at, timeout_seconds FROM jobs
     WHERE state = 'processing'
       AND started_at + make_interval(secs => (least(timeout_seconds, 2 * greatest(timeout_seconds / 3.0, 10)) + ${graceMs}::double precision / 1000)::double precision) < ${now}
+      AND id <> ALL(${pass.heldBack()}::text[])
     ORDER BY started_at LIMIT ${passLimit}`
   let reaped = 0
   // A retry follows the policy of the job's project, read once per project and pass: reaping is
@@ -130,7 +137,7 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService): Promise<n
     }
     return loaded
   }
-  await inParallel(candidates, async (c) => {
+  await pass.each(candidates, passConcurrency, async (c) => {
     const beat = await jobs.lastHeartbeat(c.id, c.attempt)
     const view = { state: 'processing' as const, started_at: c.started_at.toISOString(), timeout_seconds: c.timeout_seconds }
     if (!isAttemptStale(view, beat?.at ?? null, now.toISOString(), graceMs)) return
@@ -141,6 +148,10 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService): Promise<n
       stack_trace: '',
     }
     const result = await jobs.reap(c.project_id, c.id, c.attempt, error, await policiesOf(c.project_id))
+    // A row the log holds no job for (its messages lost with a store restored from an older
+    // backup, say) cannot be reaped: it fails like any bad item, so it is held back instead of
+    // heading every pass.
+    if (result.state === null) throw new JobNotFound(c.id)
     await jobs.writeRows([result.record])
     if (result.appended) {
       reaped++
@@ -158,13 +169,14 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService): Promise<n
  * A sweep of the read model rather than a consumer of the log, because only crashed requests
  * need it and reading every job event to find them cost a third of the scheduler's CPU.
  */
-export async function healInterruptedCascades(deps: Deps, jobs: JobService): Promise<number> {
+export async function healInterruptedCascades(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'cascade sweep')): Promise<number> {
   const parents = await deps.sql<{ project_id: string; id: string }[]>`
     SELECT DISTINCT p.project_id, p.id FROM jobs c JOIN jobs p ON p.id = c.parent_job_id
     WHERE c.state = 'scheduled' AND c.waiting_for_parent AND p.state IN ('succeeded', 'dead_letter', 'cancelled')
+      AND p.id <> ALL(${pass.heldBack()}::text[])
     LIMIT ${passLimit}`
   let moved = 0
-  await inParallel(parents, async (p) => {
+  await pass.each(parents, passConcurrency, async (p) => {
     const { job } = await jobs.get(p.project_id, p.id)
     moved += await jobs.cascadeFromState(p.project_id, job)
   })
@@ -178,7 +190,12 @@ export async function healInterruptedCascades(deps: Deps, jobs: JobService): Pro
  * per project and period, decided by the aggregate). Projects already moved this period are
  * remembered, so later passes read nothing but the project list.
  */
-export async function rollBillingPeriods(deps: Deps, billing: BillingService, rolled: { period: string; projects: Set<string> }): Promise<number> {
+export async function rollBillingPeriods(
+  deps: Deps,
+  billing: BillingService,
+  rolled: { period: string; projects: Set<string> },
+  pass = new IsolatedPass(deps.log, 'billing period pass'),
+): Promise<number> {
   const { start } = billingPeriodOf(deps.now())
   if (rolled.period !== start) {
     rolled.period = start
@@ -186,8 +203,10 @@ export async function rollBillingPeriods(deps: Deps, billing: BillingService, ro
   }
   const rows = await deps.sql<{ id: string }[]>`SELECT id FROM projects WHERE status = 'active'`
   let moved = 0
-  await inParallel(
-    rows.filter((r) => !rolled.projects.has(r.id)),
+  const due = rows.filter((r) => !rolled.projects.has(r.id)).map((r) => ({ project_id: r.id, id: r.id }))
+  await pass.each(
+    due.filter((item) => !pass.isHeldBack(item)),
+    passConcurrency,
     async ({ id }) => {
       const project = (await deps.store.load<Project>(projectRef(id))).state
       if (project !== null && project.status === 'active' && (await billing.rollPeriod(project))) moved++

@@ -3,6 +3,7 @@ import { heartbeatMaxAgeMs } from '../../../streams/definitions.ts'
 import { LogPruner } from '../../../streams/log-pruner.ts'
 import { eventSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
+import { eachIsolated, IsolatedPass } from '../../infrastructure/failing-items.ts'
 
 const dayMs = 24 * 60 * 60 * 1000
 
@@ -51,11 +52,13 @@ interface DeletedJob {
  * job's messages leave the log, its row and its place in the state counts leave the read
  * models, together.
  *
- * One pass is one transaction. Its first statement picks the batch and deletes the rows; their
- * messages are then removed from the log while the transaction is open, and the counts are
- * adjusted before it commits. So:
- * - a crash or a NATS failure mid-pass rolls the rows back, and the next pass picks them again
- *   (removing messages is idempotent): a row is never gone while its messages stay;
+ * One pass is one transaction. Its first statement picks the batch and locks the rows; their
+ * messages are then removed from the log while the transaction is open, and the rows whose
+ * messages are gone are deleted and the counts adjusted before it commits. So:
+ * - a crash or a NATS outage mid-pass rolls the deletes back, and the next pass picks the rows
+ *   again (removing messages is idempotent): a row is never gone while its messages stay;
+ * - a job whose messages cannot be removed (anything but an outage) keeps its row, is logged and
+ *   held back from the next passes (failing-items.ts), and the rest of the batch goes on;
  * - several schedulers share the backlog: rows one has picked are locked, and the others skip
  *   them (SKIP LOCKED), so no job is removed or subtracted twice;
  * - only what the row has seen leaves the log (messages up to its `last_seq`). A job retried
@@ -72,11 +75,13 @@ interface DeletedJob {
 export class Retention {
   readonly #deps: Deps
   readonly #pruner: LogPruner
+  readonly #pass: IsolatedPass
   #afterProject = ''
 
   constructor(deps: Deps) {
     this.#deps = deps
     this.#pruner = new LogPruner(deps.nats.nc, deps.config.namespace)
+    this.#pass = new IsolatedPass(deps.log, 'retention pass')
   }
 
   async pass(): Promise<RetentionPass> {
@@ -88,43 +93,54 @@ export class Retention {
     }))
     let messages = 0
     let purgedBySubject = 0
+    let picked = 0
     const deleted = await deps.sql.begin(async (tx) => {
       // The projects are ordered before the lateral join so that it stops probing them once the
-      // batch is full; each probe is one range scan of jobs_terminal_by_project_end.
+      // batch is full; each probe is one range scan of jobs_terminal_by_project_end. Jobs held
+      // back after failing (failing-items.ts) are left for a later pass.
       const rows = await tx<DeletedJob[]>`
-        WITH picked AS MATERIALIZED (
-          SELECT e.id FROM (
-            SELECT p.id, c.cutoff FROM projects p
-            JOIN json_to_recordset(${JSON.stringify(cutoffs)}::text::json) AS c(plan text, cutoff timestamptz) ON c.plan = p.plan
-            ORDER BY p.id <= ${this.#afterProject}, p.id
-          ) p
-          CROSS JOIN LATERAL (
-            SELECT j.id FROM jobs j
-            WHERE j.project_id = p.id AND j.state IN ('succeeded', 'dead_letter', 'cancelled') AND coalesce(j.completed_at, j.updated_at) < p.cutoff
-            ORDER BY coalesce(j.completed_at, j.updated_at)
-            LIMIT ${retentionBatchSize}
-            FOR UPDATE SKIP LOCKED
-          ) e
+        SELECT e.* FROM (
+          SELECT p.id, c.cutoff FROM projects p
+          JOIN json_to_recordset(${JSON.stringify(cutoffs)}::text::json) AS c(plan text, cutoff timestamptz) ON c.plan = p.plan
+          ORDER BY p.id <= ${this.#afterProject}, p.id
+        ) p
+        CROSS JOIN LATERAL (
+          SELECT j.id, j.project_id, j.queue, j.state, j.last_seq, coalesce(j.completed_at, j.updated_at) AS ended_at FROM jobs j
+          WHERE j.project_id = p.id AND j.state IN ('succeeded', 'dead_letter', 'cancelled') AND coalesce(j.completed_at, j.updated_at) < p.cutoff
+            AND j.id <> ALL(${this.#pass.heldBack()}::text[])
+          ORDER BY coalesce(j.completed_at, j.updated_at)
           LIMIT ${retentionBatchSize}
-        )
-        DELETE FROM jobs j USING picked WHERE j.id = picked.id
-        RETURNING j.id, j.project_id, j.queue, j.state, j.last_seq, coalesce(j.completed_at, j.updated_at) AS ended_at`
+          FOR UPDATE SKIP LOCKED
+        ) e
+        LIMIT ${retentionBatchSize}`
+      picked = rows.length
       if (rows.length === 0) return rows
-      await inParallel(rows, pruneConcurrency, async (job) => {
+      // A job whose messages cannot be removed keeps its row (its messages, some perhaps removed
+      // already, are removed again by a later pass) and does not stop the others.
+      const pruned: DeletedJob[] = []
+      await this.#pass.each(rows, pruneConcurrency, async (job) => {
         const result = await this.#pruner.removeThrough(eventSubject(deps.config.namespace, job.project_id, 'job', job.id), job.last_seq)
         messages += result.messages
         if (result.purgedBySubject) purgedBySubject++
+        pruned.push(job)
       })
-      await subtractFromStateCounts(tx, rows)
-      return rows
+      if (pruned.length === 0) return pruned
+      await tx`DELETE FROM jobs WHERE id = ANY(${pruned.map((j) => j.id)}::text[])`
+      await subtractFromStateCounts(tx, pruned)
+      return pruned
     })
     if (deleted.length > 0) {
       this.#afterProject = nextProjectCursor(deleted, this.#afterProject)
       const maybeBeating = deleted.filter((job) => now - job.ended_at.getTime() < heartbeatOutlivesJobMs)
-      await inParallel(maybeBeating, pruneConcurrency, async (job) => void (await deps.heartbeats.delete(job.id).catch(() => undefined)))
+      await eachIsolated(
+        maybeBeating,
+        pruneConcurrency,
+        async (job) => void (await deps.heartbeats.delete(job.id).catch(() => undefined)),
+        () => undefined,
+      )
       deps.log.info({ jobs: deleted.length, messages, purged_by_subject: purgedBySubject }, 'scheduler: expired terminal jobs deleted')
     }
-    return { jobs: deleted.length, messages, purgedBySubject, full: deleted.length === retentionBatchSize }
+    return { jobs: deleted.length, messages, purgedBySubject, full: picked === retentionBatchSize }
   }
 
   close(): void {
@@ -167,27 +183,6 @@ function nextProjectCursor(rows: readonly DeletedJob[], after: string): string {
   const wrapped = ids.filter((id) => id <= after)
   const list = wrapped.length > 0 ? wrapped : ids
   return list.reduce((a, b) => (b > a ? b : a))
-}
-
-/**
- * Runs `run` over `items`, `concurrency` at a time. After a failure no new item starts, and the
- * first failure is thrown once those in flight have settled: a pass rolls back only when nothing
- * of it is still changing the log.
- */
-async function inParallel<T>(items: readonly T[], concurrency: number, run: (item: T) => Promise<void>): Promise<void> {
-  let next = 0
-  let failure: { err: unknown } | null = null
-  const worker = async () => {
-    while (failure === null && next < items.length) {
-      try {
-        await run(items[next++]!)
-      } catch (err) {
-        failure ??= { err }
-      }
-    }
-  }
-  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker))
-  if (failure !== null) throw (failure as { err: unknown }).err
 }
 
 /**

@@ -7,6 +7,7 @@ import type { AggregateRef } from '../../../streams/event-store.ts'
 import type { CommandResult } from '../../../streams/handle-command.ts'
 import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
+import { IsolatedPass } from '../../infrastructure/failing-items.ts'
 
 export function alertRef(projectId: string, alertId: string): AggregateRef {
   return { aggregate: 'alert', projectId, id: alertId }
@@ -121,7 +122,11 @@ export async function measure(deps: Deps, alert: Pick<Alert, 'project_id' | 'kin
  * from the appended `alert_triggered` / `alert_resolved` on the log: the dispatcher sends the
  * e-mails and the webhooks (services/roles/dispatcher).
  */
-export async function evaluateAlerts(deps: Deps, pageSize = 1000): Promise<{ triggered: number; resolved: number }> {
+export async function evaluateAlerts(
+  deps: Deps,
+  pass = new IsolatedPass(deps.log, 'alert pass'),
+  pageSize = 1000,
+): Promise<{ triggered: number; resolved: number }> {
   const now = deps.now()
   let triggered = 0
   let resolved = 0
@@ -130,7 +135,7 @@ export async function evaluateAlerts(deps: Deps, pageSize = 1000): Promise<{ tri
       SELECT project_id, id FROM alerts
       WHERE NOT deleted AND (enabled OR status = 'firing') AND (project_id, id) > (${after.project_id}, ${after.id})
       ORDER BY project_id, id LIMIT ${pageSize}`
-    const counts = await evaluatePage(deps, page, now)
+    const counts = await evaluatePage(deps, pass, page, now)
     triggered += counts.triggered
     resolved += counts.resolved
     if (page.length < pageSize) break
@@ -139,15 +144,19 @@ export async function evaluateAlerts(deps: Deps, pageSize = 1000): Promise<{ tri
   return { triggered, resolved }
 }
 
+/** The page's alerts one after another; one that fails is logged and held back (failing-items.ts). */
 async function evaluatePage(
   deps: Deps,
+  pass: IsolatedPass,
   rows: Array<{ project_id: string; id: string }>,
   now: Date,
 ): Promise<{ triggered: number; resolved: number }> {
   let triggered = 0
   let resolved = 0
-  for (const row of rows) {
-    try {
+  await pass.each(
+    rows.filter((row) => !pass.isHeldBack(row)),
+    1,
+    async (row) => {
       const alert = await loadAlert(deps, row.project_id, row.id)
       const value = await measure(deps, alert, now)
       const result = await commandAlert(deps, row.project_id, row.id, {
@@ -156,12 +165,9 @@ async function evaluatePage(
         meta: { now: now.toISOString() },
       })
       const event = result.events[0]
-      if (event === undefined) continue
-      if (event.type === 'alert_triggered') triggered++
-      if (event.type === 'alert_resolved') resolved++
-    } catch (err) {
-      deps.log.error({ err, project_id: row.project_id, alert_id: row.id }, 'scheduler: alert evaluation failed')
-    }
-  }
+      if (event?.type === 'alert_triggered') triggered++
+      if (event?.type === 'alert_resolved') resolved++
+    },
+  )
   return { triggered, resolved }
 }

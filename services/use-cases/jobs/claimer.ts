@@ -1,6 +1,8 @@
 import { InvalidState, JobNotFound } from '../../../domain/errors.ts'
 import type { Job } from '../../../domain/job.ts'
 import { jobFromRow } from '../../../projections/job-list.ts'
+import { isStorableCopyRow } from '../../../projections/job-list-copies.ts'
+import type { Loaded } from '../../../streams/event-store.ts'
 import { ConcurrencyConflict } from '../../../streams/errors.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import type { ClaimLine, ClaimRequest, ClaimTarget, PollDemand } from './claim-line.ts'
@@ -113,7 +115,14 @@ export async function claimForPolls(
     }
     const outcomes = await Promise.all(
       dealt.map(({ poll, row }) =>
-        claimRow(jobs, target.projectId, polls[poll]!.workerId, row.id as string, jobFromRow(row), row.last_seq as number),
+        claimRow(
+          jobs,
+          target.projectId,
+          polls[poll]!.workerId,
+          row.id as string,
+          // A storable copy is not the job's state: the claim loads it from the log.
+          isStorableCopyRow(row) ? undefined : { state: jobFromRow(row), seq: row.last_seq as number },
+        ),
       ),
     )
     const claimed: Job[][] = polls.map(() => [])
@@ -124,10 +133,10 @@ export async function claimForPolls(
   })
 }
 
-/** Claims one job from its row; null when the log says it is no longer claimable. */
-async function claimRow(jobs: JobService, projectId: string, workerId: string, jobId: string, row: Job, seq: number): Promise<Job | null> {
+/** Claims one job from its row (`known`); null when the log says it is no longer claimable. */
+async function claimRow(jobs: JobService, projectId: string, workerId: string, jobId: string, known: Loaded<Job> | undefined): Promise<Job | null> {
   try {
-    return (await jobs.claim(projectId, jobId, workerId, { state: row, seq })).state
+    return (await jobs.claim(projectId, jobId, workerId, known)).state
   } catch (err) {
     if (err instanceof InvalidState) return null
     throw err

@@ -5,7 +5,9 @@ import { isMigrated } from '../../../../projections/migrate.ts'
 import { isNatsConnected } from '../../../../streams/connection.ts'
 import { eventsStreamName } from '../../../../streams/names.ts'
 import type { ApiContext } from '../context.ts'
-import { publicErrorResponses } from '../openapi.ts'
+import { instant, publicErrorResponses } from '../openapi.ts'
+import type { Sql } from '../../../../projections/database.ts'
+import { summarizeFailures, type FailureSummary } from '../../../../projections/projection-failures.ts'
 
 /** A probe answers within this even while a dependency hangs: that check is then false. */
 const checkTimeoutMs = 2_000
@@ -22,9 +24,33 @@ async function isTrue(check: () => Promise<unknown>): Promise<boolean> {
   }
 }
 
+/**
+ * Messages a read model could not hold and that are still unresolved (projection-failures.ts): a
+ * detail for operators, not a check, since one bad message does not make the process unfit to
+ * serve. Counts and sequences only: the probe is public, and subjects name projects and jobs
+ * (`npm run replay -- --failures` lists them). Null when Postgres did not answer in time.
+ */
+const projectionFailureDetail = z
+  .strictObject({
+    messages: z.number().int(),
+    subjects: z.number().int(),
+    latest: z.array(
+      z.strictObject({ seq: z.number().int(), projection: z.string(), projected: z.enum(['sanitised', 'skipped']), failed_at: instant }),
+    ),
+  })
+  .nullable()
+
+/** The summary, or null when Postgres fails or does not answer within the probe's bound. */
+async function failureSummaryWithin(sql: Sql): Promise<FailureSummary | null> {
+  let summary: FailureSummary | null = null
+  const answered = await isTrue(async () => (summary = await summarizeFailures(sql)))
+  return answered ? summary : null
+}
+
 const readiness = z.strictObject({
   status: z.enum(['ready', 'not_ready']),
   checks: z.strictObject({ nats: z.boolean(), jetstream: z.boolean(), postgres: z.boolean(), migrations: z.boolean() }),
+  projection_failures: projectionFailureDetail,
 })
 
 const liveSchema = {
@@ -37,7 +63,7 @@ const liveSchema = {
 const readySchema = {
   summary: 'Readiness probe',
   description:
-    'Ready when NATS, the JetStream event stream and Postgres answer and the migrations are applied, and the process is not stopping. No credentials.',
+    'Ready when NATS, the JetStream event stream and Postgres answer and the migrations are applied, and the process is not stopping. No credentials. `projection_failures` counts the messages a read model could not hold that are not yet re-projected (README, "Running in production"); it does not affect readiness.',
   tags: ['Health'],
   response: {
     200: readiness.describe('Ready'),
@@ -53,6 +79,7 @@ export function healthRoutes(ctx: ApiContext): FastifyPluginAsync {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
     app.get('/live', { schema: liveSchema }, async () => ({ status: 'ok' as const }))
     app.get('/ready', { schema: readySchema }, async (_request, reply) => {
+      const failures = failureSummaryWithin(deps.sql)
       const [nats, jetstream, postgres, migrations] = await Promise.all([
         isTrue(async () => isNatsConnected(deps.nats.nc) && (await deps.nats.nc.rtt()) >= 0),
         isTrue(() => deps.nats.jsm.streams.info(eventsStreamName(deps.config.namespace))),
@@ -61,7 +88,8 @@ export function healthRoutes(ctx: ApiContext): FastifyPluginAsync {
       ])
       const checks = { nats, jetstream, postgres, migrations }
       const ready = Object.values(checks).every(Boolean) && !ctx.stopping.aborted
-      return reply.code(ready ? 200 : 503).send({ status: ready ? ('ready' as const) : ('not_ready' as const), checks })
+      const status = ready ? ('ready' as const) : ('not_ready' as const)
+      return reply.code(ready ? 200 : 503).send({ status, checks, projection_failures: await failures })
     })
   }
 }

@@ -26,7 +26,7 @@ import { toJobDetail } from '../job-views.ts'
 import { cursorPage, errorResponses, instant, itemErrorObject, mediaResponse, writeCodes } from '../openapi.ts'
 import { streamJobProgress } from '../progress-stream.ts'
 import { decodeCursor, decodeHistoryCursor, encodeCursor, encodeHistoryCursor, parseLimit } from '../pagination.ts'
-import { isStorableInstant, unstorableInstantMessage } from '../storable.ts'
+import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
 import { jobTypeText, maxAttemptsNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
@@ -51,8 +51,9 @@ export const createJobBody = z.object({
   timeout_seconds: timeoutSecondsNumber.nullish(),
   idempotency_key: text(1, 200).nullish(),
   tags: z
-    .record(boundedString(maxTagKeyLength, 1), boundedString(maxTagValueLength))
+    .record(boundedString(maxTagKeyLength, 1), text(0, maxTagValueLength))
     .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
+    .refine((t) => Object.keys(t).every(isStorableText), `a key ${unstorableTextMessage}`)
     .nullish(),
   parent_job_id: text(1, 36).nullish(),
 })

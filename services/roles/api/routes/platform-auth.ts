@@ -8,7 +8,7 @@ import type { ApiContext } from '../context.ts'
 import { displayNameTooLong, invalidEmail, invalidLocale, rateLimitExceeded, validationError } from '../errors.ts'
 import { bodyCodes, instant, noContent, noSecurity, publicErrorResponses, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
-import { boundedString, patternText } from '../text-fields.ts'
+import { boundedString, patternText, storableText } from '../text-fields.ts'
 import { isEmailAddress, maxEmailLength } from '../../../../domain/email-address.ts'
 import { signupPlans } from '../../../../domain/project.ts'
 import { InvalidTimezone } from '../../../../domain/errors.ts'
@@ -36,7 +36,8 @@ const resetBody = z.object({ token: boundedString(1000, 1), new_password: newPas
 const changePasswordBody = z.object({ current_password: boundedString(1024, 1), new_password: newPassword })
 /** Generous bounds: within them the route answers the spec's own codes (`display_name_too_long`, `invalid_timezone`, `invalid_locale`). */
 const profileBody = z.object({
-  display_name: boundedString(10_000).nullable().optional(),
+  // Kept on the user's log, which cannot hold an unpaired surrogate (projections/storable-values.ts).
+  display_name: storableText(0, 10_000).nullable().optional(),
   timezone: boundedString(1000).optional(),
   locale: boundedString(1000).optional(),
 })

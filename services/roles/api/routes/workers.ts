@@ -11,6 +11,7 @@ import { invalidRequest, itemFailure, rateLimitExceeded, serviceUnavailable } fr
 import { errorResponses, instant, itemErrorObject, writeCodes } from '../openapi.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 import { jobTypeText, queueNameText } from '../job-fields.ts'
+import { toStorableText } from '../../../../projections/storable-values.ts'
 import { scheduleBody } from './recurring.ts'
 
 /** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
@@ -35,14 +36,17 @@ export const pollBody = z.object({
   wait_seconds: z.number().min(0).max(30).optional(),
 })
 
+/**
+ * Cut to its bound, then made storable (U+0000 and unpaired surrogates become U+FFFD, as a cut
+ * through a surrogate pair would leave one): refusing a failure report would strand its job, and
+ * a text the read models cannot hold would read back otherwise than the log has it.
+ */
+const errorText = (max: number) => (s: string) => toStorableText(s.slice(0, max))
+
 const errorDetail = z.object({
-  type: boundedString(500).default('Error'),
-  message: anyText()
-    .default('')
-    .transform((s) => s.slice(0, maxErrorMessage)),
-  stack_trace: anyText()
-    .default('')
-    .transform((s) => s.slice(0, maxStackTrace)),
+  type: boundedString(500).default('Error').transform(toStorableText),
+  message: anyText().default('').transform(errorText(maxErrorMessage)),
+  stack_trace: anyText().default('').transform(errorText(maxStackTrace)),
 })
 
 /** Any job id is looked up; one this service could not have issued is simply not found. */
