@@ -212,7 +212,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
      * model, taking their turn in the process's claim line (services/use-cases/jobs/claim-line.ts), which
      * bounds the Postgres connections one project's polls hold.
      */
-    app.post('/poll', { schema: pollSchema }, async (request, reply) => {
+    app.post('/poll', { schema: pollSchema, config: { role: 'member' } }, async (request, reply) => {
       const b = request.body
       const release = ctx.polls.tryAcquire(request.principal.projectId)
       if (release === null) {
@@ -271,7 +271,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       }
     })
 
-    app.post('/ack', { schema: ackSchema }, async (request, reply) => {
+    app.post('/ack', { schema: ackSchema, config: { role: 'member' } }, async (request, reply) => {
       const b = request.body
       const { outcome, seq } = await jobs.ack(
         request.principal.projectId,
@@ -286,7 +286,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
      * Each ack validated and applied as the single ack is; acks are pipelined, those of one job
      * applied one after another so that their outcomes do not depend on a race.
      */
-    app.post('/ack/batch', { schema: ackBatchSchema, config: { documentedBody: documentedAckBatchBody } }, async (request, reply) => {
+    app.post('/ack/batch', { schema: ackBatchSchema, config: { role: 'member', documentedBody: documentedAckBatchBody } }, async (request, reply) => {
       const items = request.body.acks
       const results = new Array<BatchAckItem>(items.length)
       const valid: Array<{ index: number; ack: z.output<typeof ackBody> }> = []
@@ -322,13 +322,13 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       return { acked, failed: results.length - acked, results }
     })
 
-    app.post('/heartbeat', { schema: heartbeatSchema }, async (request) => {
+    app.post('/heartbeat', { schema: heartbeatSchema, config: { role: 'member' } }, async (request) => {
       const b = request.body
       await jobs.heartbeat(request.principal.projectId, b.job_id, b.worker_id, b.progress ?? null)
       return { status: 'ok' as const }
     })
 
-    app.post('/register', { schema: registerSchema }, async (request) => {
+    app.post('/register', { schema: registerSchema, config: { role: 'member' } }, async (request) => {
       const b = request.body
       const results = await registerRecurringSchedules(deps, request.principal.projectId, b.recurring_schedules ?? [], recurringSchedule)
       for (const r of results) {
