@@ -86,7 +86,7 @@ export const registerBody = z.object({
 const pollSchema = {
   summary: 'Claim jobs (long poll)',
   description:
-    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline. A project has at most `max_polls_per_project` polls in flight per API process (default 500); one more answers 429 `rate_limit_exceeded` with `Retry-After`.',
+    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline. A project has at most `max_polls_per_project` polls in flight per API process (default 500); one more answers 429 `rate_limit_exceeded` with `Retry-After`. A poll sent again with the `Idempotency-Key` of one still waiting answers 409 `idempotency_key_reuse` at once.',
   tags: ['Workers'],
   body: pollBody,
   response: {
@@ -212,7 +212,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
      * model, taking their turn in the process's claim line (services/use-cases/jobs/claim-line.ts), which
      * bounds the Postgres connections one project's polls hold.
      */
-    app.post('/poll', { schema: pollSchema, config: { role: 'member' } }, async (request, reply) => {
+    app.post('/poll', { schema: pollSchema, config: { role: 'member', longPoll: true } }, async (request, reply) => {
       const b = request.body
       const release = ctx.polls.tryAcquire(request.principal.projectId)
       if (release === null) {
