@@ -19,7 +19,7 @@ import { invalidRequest, rawClientErrorResponse, registerErrorHandling, sendErro
 import { LogHead } from './log-head.ts'
 import { ProjectSlots } from './project-slots.ts'
 import { openIdempotencyStore, registerIdempotency } from './idempotency-hooks.ts'
-import { admitProjectRequest } from './request-limit.ts'
+import { admitProjectRequest, registerRequestWeights } from './request-limit.ts'
 import { compileResponses, registerApiDescription, serializeResponses } from './openapi.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
 import { traceRequests } from './request-spans.ts'
@@ -267,6 +267,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
         await admitProjectRequest(context, request.principal.project, reply)
       })
       registerIdempotency(v1, deps, context.idempotency)
+      registerRequestWeights(v1, context)
       await v1.register(jobRoutes(context), { prefix: '/jobs' })
       await v1.register(workerRoutes(context), { prefix: '/workers' })
       await v1.register(recurringRoutes(context), { prefix: '/recurring' })

@@ -162,7 +162,11 @@ const batchBody = z.object({ jobs: z.array(z.unknown()).min(1).max(maxBatchJobs)
 /** Documented only: the route validates each item itself, so one bad item fails alone. */
 const documentedBatchBody = z.object({ jobs: z.array(createJobBody).min(1).max(maxBatchJobs) })
 
-const batchConfig = { role: 'member', documentedBody: documentedBatchBody } as const
+const batchConfig = {
+  role: 'member',
+  documentedBody: documentedBatchBody,
+  requestWeight: (body: unknown) => (body as { jobs: unknown[] }).jobs.length,
+} as const
 
 const batchItem = z.union([
   z.strictObject({
@@ -181,7 +185,7 @@ const batchSchema = {
   description: [
     `\`jobs\` holds 1 to ${maxBatchJobs.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/jobs\`, each validated and created exactly as a single create; \`results\` answers them in the same order, each with the status a single create would have had and its 201 body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes.`,
     "Each created job takes a unit of the monthly allowance: when fewer units are left than valid items, the first ones are created and the rest answer 429 `monthly_allowance_exceeded` or `spend_cap_reached`. The `X-Quota-*` headers count before the first job of the batch; `X-Event-Seq` is the last created job's.",
-    "The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project's billing state is not active (402), by the hourly request limit (the batch counts one request) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item's body-field `idempotency_key` works as on a single create, in the same key space.",
+    "The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project's billing state is not active (402), by the hourly request limit (the batch counts one request per item, all or none; a replay counts one) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item's body-field `idempotency_key` works as on a single create, in the same key space.",
   ].join('\n\n'),
   tags: ['Jobs'],
   headers: creationHeaders,

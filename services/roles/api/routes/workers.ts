@@ -142,7 +142,7 @@ const batchAckItem = z.union([
 
 const ackBatchSchema = {
   summary: 'Report the outcomes of up to 1,000 attempts',
-  description: `\`acks\` holds 1 to ${maxBatchAcks.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/workers/ack\`, each validated and applied exactly as a single ack; \`results\` answers them in the same order, each with its \`job_id\`, the status a single ack would have had, and its body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes; \`X-Event-Seq\` is the highest of its acks. Acks of one job in a batch are applied in order. The whole request is refused (the error envelope) only when its body is not \`{acks: [1 to 1,000 items]}\`, by the hourly request limit (the batch counts one request) and by the \`Idempotency-Key\` rules (a key covers the whole batch).`,
+  description: `\`acks\` holds 1 to ${maxBatchAcks.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/workers/ack\`, each validated and applied exactly as a single ack; \`results\` answers them in the same order, each with its \`job_id\`, the status a single ack would have had, and its body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes; \`X-Event-Seq\` is the highest of its acks. Acks of one job in a batch are applied in order. The whole request is refused (the error envelope) only when its body is not \`{acks: [1 to 1,000 items]}\`, by the hourly request limit (the batch counts one request per ack, all or none; a replay counts one) and by the \`Idempotency-Key\` rules (a key covers the whole batch).`,
   tags: ['Workers'],
   body: z.object({ acks: z.array(z.unknown()).min(1).max(maxBatchAcks) }),
   response: {
@@ -157,6 +157,12 @@ const ackBatchSchema = {
 
 /** Documented only: the route validates each ack itself, so one bad ack fails alone. */
 const documentedAckBatchBody = z.object({ acks: z.array(ackBody).min(1).max(maxBatchAcks) })
+
+const ackBatchConfig = {
+  role: 'member',
+  documentedBody: documentedAckBatchBody,
+  requestWeight: (body: unknown) => (body as { acks: unknown[] }).acks.length,
+} as const
 
 type BatchAckItem = z.output<typeof batchAckItem>
 
@@ -286,7 +292,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
      * Each ack validated and applied as the single ack is; acks are pipelined, those of one job
      * applied one after another so that their outcomes do not depend on a race.
      */
-    app.post('/ack/batch', { schema: ackBatchSchema, config: { role: 'member', documentedBody: documentedAckBatchBody } }, async (request, reply) => {
+    app.post('/ack/batch', { schema: ackBatchSchema, config: ackBatchConfig }, async (request, reply) => {
       const items = request.body.acks
       const results = new Array<BatchAckItem>(items.length)
       const valid: Array<{ index: number; ack: z.output<typeof ackBody> }> = []
