@@ -3,6 +3,7 @@ import t from 'tap'
 import { edgeErrors, errorCatalogue, renderError } from '../../services/roles/api/errors.ts'
 import * as domainErrors from '../../domain/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../services/use-cases/platform/accounts.ts'
+import { PasswordWorkBusy } from '../../services/use-cases/platform/passwords.ts'
 import { repoRoot } from '../support/harness.ts'
 import { specErrorCodes } from '../support/spec-error-codes.ts'
 
@@ -42,6 +43,7 @@ const useCaseSamples: Error[] = [
   new WrongPassword(),
   new TotpSecretUnreadable({ cause: new Error('bad tag'), pending: false }),
   new TotpSecretUnreadable({ cause: new Error('bad tag'), pending: true }),
+  new PasswordWorkBusy(8),
 ]
 
 t.test('the error registry and the README error reference list the same codes', async (t) => {

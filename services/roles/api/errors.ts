@@ -51,6 +51,7 @@ import {
 import { isDatabaseUnavailable } from '../../../projections/database.ts'
 import { ConcurrencyConflict, isLogUnavailable } from '../../../streams/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../use-cases/platform/accounts.ts'
+import { PasswordWorkBusy } from '../../use-cases/platform/passwords.ts'
 
 /**
  * An error that exists only at the HTTP edge (authentication, query parsing, routing). Domain
@@ -176,9 +177,13 @@ const loginRefusals: Record<LoginRefused['reason'], (err: LoginRefused) => ApiEr
   account_locked: (err) => accountLocked(err.retryAfterMs),
 }
 
-/** The use cases' refusals that are not the domain's: a login's, a wrong current password, an unreadable TOTP secret. */
+/**
+ * The use cases' refusals that are not the domain's: a login's, a wrong current password, an
+ * unreadable TOTP secret, no room for another scrypt run in this process.
+ */
 function useCaseRefusal(err: unknown): ApiError | null {
   if (err instanceof LoginRefused) return loginRefusals[err.reason](err)
+  if (err instanceof PasswordWorkBusy) return rateLimitExceeded(err.retryAfterMs, `${err.message}; retry in a second`)
   if (err instanceof WrongPassword) return invalidCredentials('the password is wrong')
   if (err instanceof TotpSecretUnreadable) return totpSecretUnreadable(err.pending)
   return null
