@@ -171,6 +171,13 @@ export const tunablesSchema = z
     /** Progress streams (`GET /jobs/{id}/events`) of one project open at once in one API process; more answer 429. */
     max_event_streams_per_project: z.number().int().min(1).default(100),
     /**
+     * scrypt runs (password checks and hashes: 128 MiB and ~350 ms of a core each) in flight at once
+     * in one API process, running or queued on libuv's pool of 4; one more answers 429 at once. Above
+     * the 10 failed logins of an account's window, so parallel guesses at one account are refused
+     * by its lockout, not by this.
+     */
+    password_hashes_in_flight: z.number().int().min(1).default(16),
+    /**
      * Claim transactions (each holds a Postgres connection) one project may run at once in one
      * API process; its other polls wait their turn in memory and share the next transaction.
      */

@@ -4,6 +4,7 @@ import { edgeErrors, errorCatalogue, renderError } from '../../services/roles/ap
 import * as domainErrors from '../../domain/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../services/use-cases/platform/accounts.ts'
 import { WindowFull } from '../../services/use-cases/platform/auth-limits.ts'
+import { PasswordWorkBusy } from '../../services/use-cases/platform/passwords.ts'
 import { repoRoot } from '../support/harness.ts'
 import { specErrorCodes } from '../support/spec-error-codes.ts'
 
@@ -44,6 +45,7 @@ const useCaseSamples: Error[] = [
   new TotpSecretUnreadable({ cause: new Error('bad tag'), pending: false }),
   new TotpSecretUnreadable({ cause: new Error('bad tag'), pending: true }),
   new WindowFull('too many', 1000),
+  new PasswordWorkBusy(8),
 ]
 
 t.test('the error registry and the README error reference list the same codes', async (t) => {

@@ -3,6 +3,7 @@ import t from 'tap'
 import type { Page } from 'playwright-core'
 import { joinProject, newVerifiedUser, startPlatformHarness, totpCode, type VerifiedUser } from '../support/platform.ts'
 import { hasChromium, launchChromium, screenshotFolder } from '../support/browser.ts'
+import { eventually, httpRequest } from '../support/harness.ts'
 
 // Issue 18, the account and project pages after the first increment: 2FA set up through the page,
 // notification preferences, a webhook's secret shown once, and a viewer without team or billing
@@ -145,6 +146,21 @@ t.test('a viewer sees no team or billing controls, and the service refuses them 
   await viewerPage.getByRole('link', { name: 'Webhooks', exact: true }).click()
   await viewerPage.getByText("Webhooks are shown to the project's admins and owner only.").waitFor()
   t.equal(await viewerPage.locator('[role=alert]').count(), 0, 'webhooks are not asked for, so nothing is refused')
+  // Issue 23, item 6: below admin the activity feed holds the jobs', schedules' and alerts' rows,
+  // never the webhook's URL nor the pending invitee the owner made above.
+  const job = await httpRequest(h.url, owner.apiKey, 'POST', '/jobsvc/v1/jobs', { job_type: 'viewer.sees', payload: {} })
+  t.equal(job.status, 201)
+  await eventually(async () => {
+    const feed = await httpRequest(h.url, owner.apiKey, 'GET', `/jobsvc/v1/activity?min_seq=${job.headers.get('x-event-seq')}`)
+    return feed.body.data.some((row: { target_id: string }) => row.target_id === job.body.id)
+  })
+  await viewerPage.getByRole('link', { name: 'Activity', exact: true }).click()
+  await viewerPage.getByText('Webhooks, keys, the team and billing are in the trail shown to admins and the owner.').waitFor()
+  await viewerPage.locator('tr[data-kind="job_created"]').first().waitFor()
+  t.equal(await viewerPage.locator('tr[data-kind="webhook_created"], tr[data-kind="member_invited"]').count(), 0, 'no webhook or invitation row')
+  const feedText = (await viewerPage.locator('main').textContent()) ?? ''
+  t.notMatch(feedText, /8\.8\.8\.8|new-teammate@example\.com/, 'neither the URL nor the invitee is on the page')
+  t.equal(await viewerPage.locator('[role=alert]').count(), 0, 'the feed is read, not refused')
   const refused = await viewerPage.evaluate(async (project) => {
     const res = await fetch(`/platform/v1/projects/${project}/members`, {
       method: 'POST',

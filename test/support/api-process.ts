@@ -1,6 +1,6 @@
 import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
-import { buildApp } from '../../services/roles/api/app.ts'
+import { buildApp, type RegisteredRoute } from '../../services/roles/api/app.ts'
 import type { ApiContext } from '../../services/roles/api/context.ts'
 import type { Deps } from '../../services/infrastructure/runtime.ts'
 import type { TestLike } from './harness.ts'
@@ -11,6 +11,8 @@ export interface ApiProcess {
   app: FastifyInstance
   /** Its own ready index, claim line and pool share. */
   context: ApiContext
+  /** Every route it registered, as registered. */
+  routes: RegisteredRoute[]
   /** Stops it (at most once; also at teardown). */
   stop(): Promise<void>
 }
@@ -18,7 +20,7 @@ export interface ApiProcess {
 /** Builds the API on `deps` and listens on a free local port. */
 export async function startApiProcess(t: TestLike, deps: Deps): Promise<ApiProcess> {
   const stopping = new AbortController()
-  const { app, context } = await buildApp(deps, stopping.signal)
+  const { app, context, routes } = await buildApp(deps, stopping.signal)
   await app.listen({ host: '127.0.0.1', port: 0 })
   let stopped = false
   const stop = async () => {
@@ -28,5 +30,5 @@ export async function startApiProcess(t: TestLike, deps: Deps): Promise<ApiProce
     await app.close()
   }
   t.teardown(stop)
-  return { url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, app, context, stop }
+  return { url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, app, context, routes, stop }
 }

@@ -1,5 +1,5 @@
 import { call } from '../api.js'
-import { formatTime } from '../format.js'
+import { formatTime, hasRoleAtLeast } from '../format.js'
 import { html, Link, ListStatus, Pager, Table, useCursorPages, useLoad } from '../ui.js'
 
 /** A job row links to its page; other targets are shown as their id. */
@@ -18,7 +18,14 @@ export function ActivityPage({ project }) {
   )
   return html`<section aria-labelledby="activity-title">
     <h1 id="activity-title">Activity</h1>
-    <p>What happened in this project, newest first: jobs, schedules, alerts, keys, team and billing.</p>
+    ${
+      hasRoleAtLeast(project.role, 'admin')
+        ? html`<p>What happened in this project, newest first: jobs, schedules, alerts, webhooks, keys, team and billing.</p>`
+        : html`<p>
+            What happened to this project's jobs, schedules and alerts, newest first. Webhooks, keys, the team and billing are in the trail shown to
+            admins and the owner.
+          </p>`
+    }
     <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading activity" empty="Nothing has happened yet." />
     ${
       data && data.data.length > 0

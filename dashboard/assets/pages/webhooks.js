@@ -33,7 +33,7 @@ function NewWebhook({ project, onCreated }) {
   </form>`
 }
 
-/** Webhooks are project settings: the service lets only admins and the owner read them (project-caller.ts). */
+/** Webhooks are project settings: their routes, reads included, need the role admin (services/roles/api/routes/webhooks.ts). */
 const AdminsOnly = () =>
   html`<section aria-labelledby="webhooks-title">
     <h1 id="webhooks-title">Webhooks</h1>

@@ -14,12 +14,12 @@ import { AccountLifecycle } from '../../use-cases/platform/account-lifecycle.ts'
 import { AccountService } from '../../use-cases/platform/accounts.ts'
 import { TeamService } from '../../use-cases/platform/team-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import { ApiKeyDirectory, type Principal } from './api-key-directory.ts'
+import { ApiKeyDirectory, type Principal, type ProjectRole } from './api-key-directory.ts'
 import { invalidRequest, rawClientErrorResponse, registerErrorHandling, sendError, uriTooLong } from './errors.ts'
 import { LogHead } from './log-head.ts'
 import { ProjectSlots } from './project-slots.ts'
 import { openIdempotencyStore, registerIdempotency } from './idempotency-hooks.ts'
-import { admitProjectRequest } from './request-limit.ts'
+import { admitProjectRequest, registerRequestWeights } from './request-limit.ts'
 import { compileResponses, registerApiDescription, serializeResponses } from './openapi.ts'
 import { ProjectionWatcher } from './projection-watcher.ts'
 import { traceRequests } from './request-spans.ts'
@@ -40,7 +40,7 @@ import { adminRoutes } from './routes/admin.ts'
 import { workerRoutes } from './routes/workers.ts'
 import { removedWrapperRoutes } from './routes/removed-wrappers.ts'
 import { registerVersionSunset } from './version-sunset.ts'
-import { authenticateProjectCaller, projectHeader } from './project-caller.ts'
+import { authenticateProjectCaller, projectHeader, requireDeclaredRoles } from './project-caller.ts'
 import { dashboardRoutes } from './dashboard-assets.ts'
 import { httpDuration, httpRequests } from '../../infrastructure/metrics.ts'
 
@@ -56,6 +56,8 @@ export interface RegisteredRoute {
   schema: { body?: unknown; querystring?: unknown; params?: unknown; headers?: unknown } | undefined
   /** A body the route reads and validates itself (openapi.ts). */
   documentedBody: unknown
+  /** The least project role a dashboard session needs (project-caller.ts); none outside the project routes. */
+  role: ProjectRole | undefined
 }
 
 /**
@@ -142,6 +144,7 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
       url: route.url,
       schema: route.schema as RegisteredRoute['schema'],
       documentedBody: route.config?.documentedBody,
+      role: route.config?.role,
     })
   })
   app.setValidatorCompiler(validatorCompiler)
@@ -257,11 +260,14 @@ export async function buildApp(deps: Deps, stopping: AbortSignal): Promise<{ app
   await app.register(healthRoutes(context), { prefix: '/jobsvc/health' })
   await app.register(
     async (v1) => {
+      requireDeclaredRoles(v1)
       v1.addHook('onRequest', async (request, reply) => {
-        request.principal = await authenticateProjectCaller(context, request.headers, request.method, request.routeOptions.url ?? request.url)
+        // Every route here declares its role (requireDeclaredRoles); `owner` would only fail closed.
+        request.principal = await authenticateProjectCaller(context, request.headers, request.routeOptions.config.role ?? 'owner')
         await admitProjectRequest(context, request.principal.project, reply)
       })
       registerIdempotency(v1, deps, context.idempotency)
+      registerRequestWeights(v1, context)
       await v1.register(jobRoutes(context), { prefix: '/jobs' })
       await v1.register(workerRoutes(context), { prefix: '/workers' })
       await v1.register(recurringRoutes(context), { prefix: '/recurring' })

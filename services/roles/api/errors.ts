@@ -53,6 +53,7 @@ import { isDatabaseUnavailable } from '../../../projections/database.ts'
 import { ConcurrencyConflict, isLogUnavailable } from '../../../streams/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../use-cases/platform/accounts.ts'
 import { WindowFull } from '../../use-cases/platform/auth-limits.ts'
+import { PasswordWorkBusy } from '../../use-cases/platform/passwords.ts'
 
 /**
  * An error that exists only at the HTTP edge (authentication, query parsing, routing). Domain
@@ -178,9 +179,14 @@ const loginRefusals: Record<LoginRefused['reason'], (err: LoginRefused) => ApiEr
   account_locked: (err) => accountLocked(err.retryAfterMs),
 }
 
-/** The use cases' refusals that are not the domain's: a login's, a wrong current password, an unreadable TOTP secret, a full window of the auth limits. */
+/**
+ * The use cases' refusals that are not the domain's: a login's, a wrong current password, an
+ * unreadable TOTP secret, a full window of the auth limits, no room for another scrypt run in
+ * this process.
+ */
 function useCaseRefusal(err: unknown): ApiError | null {
   if (err instanceof LoginRefused) return loginRefusals[err.reason](err)
+  if (err instanceof PasswordWorkBusy) return rateLimitExceeded(err.retryAfterMs, `${err.message}; retry in a second`)
   if (err instanceof WrongPassword) return invalidCredentials('the password is wrong')
   if (err instanceof TotpSecretUnreadable) return totpSecretUnreadable(err.pending)
   if (err instanceof WindowFull) return rateLimitExceeded(err.retryAfterMs, err.message)

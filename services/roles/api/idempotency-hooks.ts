@@ -8,6 +8,13 @@ declare module 'fastify' {
   interface FastifyRequest {
     idempotency: { reservation: Extract<Reservation, { outcome: 'reserved' }>; fingerprint: string } | null
   }
+  interface FastifyContextConfig {
+    /**
+     * The route holds its request open up to its own deadline (a long poll): a duplicate of one
+     * still in flight is refused at once (409 `idempotency_key_reuse`) rather than held as long.
+     */
+    longPoll?: boolean
+  }
 }
 
 const stateChanging = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
@@ -53,6 +60,8 @@ export function keyRefusal(outcome: 'mismatch' | 'in_flight' | 'unreadable' | 'u
       return idempotencyKeyReuse("this Idempotency-Key's request ran, but its answer was too large to keep for replays; use a new key")
   }
 }
+
+const pollInFlight = () => idempotencyKeyReuse('a poll with this Idempotency-Key is still waiting for jobs; send it again once it has answered')
 
 /** The path a single create is fingerprinted under: a batch item keyed in its body is that same request. */
 const singleCreatePath = '/jobsvc/v1/jobs'
@@ -104,7 +113,8 @@ export async function releaseItemKey(store: IdempotencyStore, held: Extract<Item
  * The spec's replay rules for every state-changing `/jobsvc/v1` route: the `Idempotency-Key`
  * header (and on job creation the deprecated body field) reserves the key before the handler
  * runs; a 2xx answer is stored, anything else frees the key. A duplicate of a request still
- * running waits for its answer and replays it.
+ * running waits for its answer and replays it, except on a long poll (`config.longPoll`), where
+ * it is refused at once.
  */
 export function registerIdempotency(app: FastifyInstance, deps: Deps, store: IdempotencyStore): void {
   app.decorateRequest('idempotency', null)
@@ -124,7 +134,8 @@ export function registerIdempotency(app: FastifyInstance, deps: Deps, store: Ide
     const key = header ?? bodyKey
     if (key === undefined || key === null) return done()
     const fingerprint = fingerprintOf(request.method, request.url.split('?')[0]!, request.body)
-    store.reserve(IdempotencyStore.keyOf(request.principal.projectId, key), fingerprint).then((reservation) => {
+    const longPoll = request.routeOptions.config.longPoll === true
+    store.reserve(IdempotencyStore.keyOf(request.principal.projectId, key), fingerprint, { wait: !longPoll }).then((reservation) => {
       switch (reservation.outcome) {
         case 'reserved':
           request.idempotency = { reservation, fingerprint }
@@ -132,6 +143,8 @@ export function registerIdempotency(app: FastifyInstance, deps: Deps, store: Ide
         case 'replay':
           // Answered here: the handler does not run.
           return void sendStored(reply, reservation.response)
+        case 'in_flight':
+          return done(longPoll ? pollInFlight() : keyRefusal(reservation.outcome))
         default:
           return done(keyRefusal(reservation.outcome))
       }

@@ -205,8 +205,11 @@ const transform: SwaggerTransform = (document) => {
   const documentedBody = document.route.config?.documentedBody
   const routeSchema = document.schema ?? {}
   const transformed = zodTransform({ ...document, schema: documentedBody === undefined ? routeSchema : { ...routeSchema, body: documentedBody } })
-  const schema = { ...transformed.schema }
+  const schema: Record<string, unknown> = { ...transformed.schema }
   if (!schema.hide && schema.security === undefined) schema.security = defaultSecurity(url)
+  // The least role a dashboard session needs (project-caller.ts), as the route declares it.
+  const role = document.route.config?.role
+  if (role !== undefined) schema['x-project-role'] = role
   return { schema, url }
 }
 
@@ -283,8 +286,9 @@ them, and manage projects, keys and teams from the dashboard routes.
 - **Service routes** (\`/jobsvc/v1\`) take the project's API key: \`Authorization: Bearer sv_<env>_sk_…\`.
 - **Dashboard routes** (\`/platform/v1\`) take a session: \`Authorization: Bearer <JWT>\` or the \`sv_jwt\` cookie set by login.
 - The dashboard reaches the service routes with its session instead of a key: the session (Bearer or cookie) plus
-  \`X-Jobsvc-Project: <project id>\`. A project the user is not a member of answers 404 \`project_not_found\`; a change
-  needs the role \`member\` (webhooks and the retry policy \`admin\`), else 403 \`forbidden\`.
+  \`X-Jobsvc-Project: <project id>\`. A project the user is not a member of answers 404 \`project_not_found\`; each
+  operation names the least role it needs in \`x-project-role\` (reads \`viewer\`, changes \`member\`; the jobs export
+  \`member\`; webhooks, even reading them, and changes of the retry policy \`admin\`), else 403 \`forbidden\`.
 - Every response carries \`X-Request-Id\`. Every error is \`{"error": {"code", "message", "request_id"}}\`;
   each operation lists the codes it answers, by status. A path that matches no route answers 404 \`route_not_found\`.
 - Where the end of v1 is announced, its answers carry \`Deprecation\`, \`Sunset\` and \`Link\` headers, and after the

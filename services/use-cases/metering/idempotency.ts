@@ -1,4 +1,4 @@
-import type { KV } from '@nats-io/kv'
+import { KvWatchInclude, type KV } from '@nats-io/kv'
 import { createHash } from 'node:crypto'
 import { canonicalJson } from '../../../domain/canonical-json.ts'
 import { decryptAtRest, encryptAtRest } from '../../infrastructure/secrets.ts'
@@ -64,6 +64,20 @@ export function fingerprintOf(method: string, path: string, body: unknown): stri
     .digest('hex')
 }
 
+/** A key found reserved by a request still running: the entry's revision, and when it counts as abandoned. */
+interface Running {
+  outcome: 'running'
+  revision: number
+  abandonedInMs: number
+}
+
+/** A reservation this process holds: settled when its request completes or releases it. */
+interface Held {
+  revision: number
+  settled: Promise<void>
+  settle: () => void
+}
+
 /**
  * Idempotency keys in a KV bucket (24-hour TTL), shared by every API process. `create` is an
  * atomic create-if-absent, so of concurrent requests with one key exactly one runs; the others
@@ -74,6 +88,8 @@ export class IdempotencyStore {
   readonly #kv: KV
   readonly #now: () => Date
   readonly #key: Uint8Array
+  /** Reservations of this process's requests in flight, by key, for duplicates here to wait on. */
+  readonly #held = new Map<string, Held>()
 
   constructor(kv: KV, now: () => Date, key: Uint8Array) {
     this.#kv = kv
@@ -94,8 +110,29 @@ export class IdempotencyStore {
     return `${projectId}.${createHash('sha256').update(idempotencyKey).digest('hex').slice(0, 48)}`
   }
 
-  async reserve(key: string, fingerprint: string): Promise<Reservation> {
-    const waitUntil = Date.now() + duplicateWaitMs
+  /**
+   * Reserves `key` for a request, or answers what it gets instead. A duplicate of a request still
+   * running waits (up to `duplicateWaitMs`) until that request's entry changes, then looks again:
+   * the wait is a promise when this process runs the request, a KV watch of the key when another
+   * does, never a read of the bucket on a timer. `wait: false` (a long poll, which may run for as
+   * long as the wait) answers `in_flight` at once instead.
+   */
+  async reserve(key: string, fingerprint: string, options: { wait?: boolean } = {}): Promise<Reservation> {
+    const waitUntil = Date.now() + (options.wait === false ? 0 : duplicateWaitMs)
+    for (;;) {
+      const found = await this.#reserveOnce(key, fingerprint)
+      if (found.outcome !== 'running') return found
+      const left = waitUntil - Date.now()
+      if (left <= 0) return { outcome: 'in_flight' }
+      await this.#untilChanged(key, found.revision, Math.min(left, found.abandonedInMs))
+    }
+  }
+
+  /**
+   * One reservation attempt: reads the key and, where it is free, expired or abandoned, takes it
+   * with an atomic create or compare-and-set (a lost race reads again at once).
+   */
+  async #reserveOnce(key: string, fingerprint: string): Promise<Reservation | Running> {
     for (;;) {
       const now = this.#now().getTime()
       const fresh: Entry = { state: 'pending', fingerprint, first_used_at: now, reserved_at: now }
@@ -106,7 +143,7 @@ export class IdempotencyStore {
         try {
           const revision =
             entry === null ? await this.#kv.create(key, JSON.stringify(fresh)) : await this.#kv.update(key, JSON.stringify(fresh), entry.revision)
-          return { outcome: 'reserved', key, revision, firstUsedAt: now }
+          return this.#hold(key, revision, now)
         } catch (err) {
           if (isLostRace(err)) continue
           throw err
@@ -122,14 +159,44 @@ export class IdempotencyStore {
         try {
           const taken: Entry = { ...current, reserved_at: now }
           const revision = await this.#kv.update(key, JSON.stringify(taken), entry!.revision)
-          return { outcome: 'reserved', key, revision, firstUsedAt: current.first_used_at }
+          return this.#hold(key, revision, current.first_used_at)
         } catch (err) {
           if (isLostRace(err)) continue
           throw err
         }
       }
-      if (Date.now() > waitUntil) return { outcome: 'in_flight' }
-      await new Promise((resolve) => setTimeout(resolve, 20))
+      return { outcome: 'running', revision: entry!.revision, abandonedInMs: current.reserved_at + abandonedAfterMs - now + 1 }
+    }
+  }
+
+  #hold(key: string, revision: number, firstUsedAt: number): Extract<Reservation, { outcome: 'reserved' }> {
+    let settle = () => {}
+    const settled = new Promise<void>((resolve) => (settle = resolve))
+    this.#held.get(key)?.settle()
+    this.#held.set(key, { revision, settled, settle })
+    return { outcome: 'reserved', key, revision, firstUsedAt }
+  }
+
+  /** The reservation's request is over, whatever became of its entry: duplicates waiting here look again. */
+  #settle(reservation: Extract<Reservation, { outcome: 'reserved' }>): void {
+    const held = this.#held.get(reservation.key)
+    if (held?.revision !== reservation.revision) return
+    this.#held.delete(reservation.key)
+    held.settle()
+  }
+
+  /** Resolves once `key` has moved past `revision` (completed, released or taken over), or after `ms`. */
+  async #untilChanged(key: string, revision: number, ms: number): Promise<void> {
+    const held = this.#held.get(key)
+    if (held?.revision === revision) return settledWithin(held.settled, ms)
+    const watch = await this.#kv.watch({ key, include: KvWatchInclude.UpdatesOnly })
+    try {
+      // The watch sees changes from its start on; one read covers a change made since the reservation was read.
+      const entry = await this.#kv.get(key)
+      if (entry === null || entry.revision !== revision) return
+      await settledWithin(firstOf(watch), ms)
+    } finally {
+      watch.stop()
     }
   }
 
@@ -142,13 +209,30 @@ export class IdempotencyStore {
     const done = { state: 'done', fingerprint, first_used_at: reservation.firstUsedAt } as const
     const stored = JSON.stringify({ ...done, sealed: encryptAtRest(this.#key, JSON.stringify(response)) } satisfies Entry)
     const entry = Buffer.byteLength(stored) <= maxEntryBytes ? stored : JSON.stringify({ ...done, unstored: true } satisfies Entry)
-    await this.#kv.update(reservation.key, entry, reservation.revision)
+    try {
+      await this.#kv.update(reservation.key, entry, reservation.revision)
+    } finally {
+      this.#settle(reservation)
+    }
   }
 
   /** The request did not succeed: the key is free again. */
   async release(reservation: Extract<Reservation, { outcome: 'reserved' }>): Promise<void> {
     await this.#kv.delete(reservation.key, { previousSeq: reservation.revision }).catch(() => undefined)
+    this.#settle(reservation)
   }
+}
+
+/** Waits for `promise` at most `ms`; never rejects (the caller looks at the key again either way). */
+async function settledWithin(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([promise.catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, ms)))])
+  clearTimeout(timer)
+}
+
+/** Resolves at the watch's first entry, or when the watch ends. */
+async function firstOf(watch: AsyncIterable<unknown>): Promise<void> {
+  for await (const _change of watch) return
 }
 
 function isLostRace(err: unknown): boolean {

@@ -67,7 +67,8 @@ export class RequestRateLimiter {
     counts.shared = new Map(rows.map((r) => [r.minute, r.n]))
   }
 
-  async admit(projectId: string, limit: number, now: Date): Promise<RateVerdict> {
+  /** Admits `weight` requests at once (a batch's items) if the window holds them all, or none. */
+  async admit(projectId: string, limit: number, now: Date, weight = 1): Promise<RateVerdict> {
     const nowMinute = Math.floor(now.getTime() / 60_000)
     let counts = this.#projects.get(projectId)
     if (counts === undefined) {
@@ -83,9 +84,9 @@ export class RequestRateLimiter {
     if (counts.window?.from !== from) counts.window = summed(counts, from, nowMinute)
     const window = counts.window
     const resetAt = (window.used > 0 ? window.oldest : nowMinute) * 60 + windowMinutes * 60
-    if (window.used >= limit) return { admitted: false, limit, remaining: 0, resetAt }
-    counts.pending.set(nowMinute, (counts.pending.get(nowMinute) ?? 0) + 1)
-    window.used++
+    if (window.used + weight > limit) return { admitted: false, limit, remaining: Math.max(0, limit - window.used), resetAt }
+    counts.pending.set(nowMinute, (counts.pending.get(nowMinute) ?? 0) + weight)
+    window.used += weight
     if (nowMinute < window.oldest) window.oldest = nowMinute
     return { admitted: true, limit, remaining: limit - window.used, resetAt }
   }

@@ -26,7 +26,7 @@ import { createProject, deleteProjectAsOperator, projectRef } from '../projects/
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { AuthLimits } from './auth-limits.ts'
 import { passwordResetMail, reverificationMail, securityNoticeMail, tokenLink, verificationMail, type Mail } from '../../infrastructure/mailer.ts'
-import { decoyPasswordHash, hashPassword, needsRehash, verifyPassword } from './passwords.ts'
+import { decoyPasswordHash, hashPassword, needsRehash, scryptRuns, verifyPassword } from './passwords.ts'
 import { decryptAtRest, deriveKey, encryptAtRest, randomSecret, sha256Hex } from '../../infrastructure/secrets.ts'
 import { SessionIssuer } from './sessions.ts'
 import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, otpauthUri, stepOfCode } from './totp.ts'
@@ -150,6 +150,7 @@ export class AccountService {
     this.limits = new AuthLimits(deps.authLimits)
     this.sessions = new SessionIssuer(deps.config.secret)
     this.#totpKey = deriveKey(deps.config.secret, 'totp-at-rest')
+    scryptRuns.max = deps.config.tunables.password_hashes_in_flight
   }
 
   #meta() {
@@ -526,8 +527,36 @@ export class AccountService {
     }
   }
 
+  /**
+   * Runs `proof` (the check of a signed-in user's password, and of a second factor after it) in a
+   * slot of the user's failed-login window, as a login's password check runs: with 10 failures in
+   * 15 minutes it is 429 `account_locked` before scrypt runs, so a stolen session cannot guess
+   * passwords at scrypt's pace. A wrong password or code keeps the slot as a failure; anything
+   * else gives it back.
+   */
+  async #inLoginWindow<T>(user: User, proof: () => Promise<T>): Promise<T> {
+    const now = this.#deps.now()
+    const slot = await this.limits.reserveLoginAttempt(user.id, now)
+    if (!slot.admitted) throw new LoginRefused('account_locked', slot.retryAfterMs)
+    let failed = false
+    try {
+      return await proof()
+    } catch (err) {
+      failed = err instanceof WrongPassword || err instanceof InvalidTotpCode
+      throw err
+    } finally {
+      if (!failed) {
+        await this.limits
+          .releaseLoginAttempt(user.id, now)
+          .catch((err) => this.#deps.log.warn({ err, user_id: user.id }, 'a login slot could not be given back'))
+      }
+    }
+  }
+
   async changePassword(user: User, currentPassword: string, newPassword: string): Promise<User> {
-    if (!(await verifyPassword(currentPassword, user.password_hash))) throw new WrongPassword()
+    await this.#inLoginWindow(user, async () => {
+      if (!(await verifyPassword(currentPassword, user.password_hash))) throw new WrongPassword()
+    })
     const passwordHash = await hashPassword(newPassword)
     const result = await this.#onUser(user.id, { type: 'change_password', data: { password_hash: passwordHash }, meta: this.#meta() })
     await this.sendSecurityNotice(result.state!, 'Your password was changed')
@@ -559,9 +588,12 @@ export class AccountService {
 
   async disableTotp(user: User, password: string, code: string): Promise<void> {
     if (!user.totp?.enabled_at) throw new TotpNotEnabled('two-factor authentication is not enabled')
-    if (!(await verifyPassword(password, user.password_hash))) throw new WrongPassword()
-    const step = await stepOfCode(this.#totpSecretOf(user), code, this.#deps.now())
-    if (step === null) throw new InvalidTotpCode('the code does not match')
+    const step = await this.#inLoginWindow(user, async () => {
+      if (!(await verifyPassword(password, user.password_hash))) throw new WrongPassword()
+      const matched = await stepOfCode(this.#totpSecretOf(user), code, this.#deps.now())
+      if (matched === null) throw new InvalidTotpCode('the code does not match')
+      return matched
+    })
     await this.#onUser(user.id, { type: 'disable_totp', data: { step }, meta: this.#meta() })
     await this.sendSecurityNotice(user, 'Two-factor authentication was disabled')
   }

@@ -1,4 +1,5 @@
 import type { KV } from '@nats-io/kv'
+import ipaddr from 'ipaddr.js'
 import { sha256Hex } from '../../infrastructure/secrets.ts'
 
 /** Spec, Limits: 20 anonymous POSTs per IP and 10 failed logins per account, each per 15 minutes. */
@@ -35,6 +36,20 @@ export class WindowFull extends Error {
     this.name = 'WindowFull'
     this.retryAfterMs = retryAfterMs
   }
+}
+
+/**
+ * Who an anonymous POST from `ip` is counted against: an IPv4 address itself (an IPv4-mapped IPv6
+ * address, `::ffff:a.b.c.d`, is that IPv4 address), an IPv6 address by its /64: the smallest
+ * network a provider hands one subscriber, whose 2^64 addresses one client can cycle through at
+ * will. Anything else (an odd `X-Forwarded-For` entry a trusted proxy passed on) as it is.
+ */
+export function anonymousClientOf(ip: string): string {
+  if (!ipaddr.isValid(ip)) return ip
+  const address = ipaddr.process(ip)
+  if (address.kind() === 'ipv4') return address.toString()
+  const network = (address as ipaddr.IPv6).parts.slice(0, 4).map((part) => part.toString(16))
+  return `${network.join(':')}::/64`
 }
 
 export interface Verdict {
@@ -96,9 +111,9 @@ export class AuthLimits {
     throw new Error(`auth limits: could not update ${key}`)
   }
 
-  /** Counts one anonymous POST from `ip` (every POST counts, whatever its answer). */
+  /** Counts one anonymous POST from `ip`'s client (`anonymousClientOf`; every POST counts, whatever its answer). */
   admitAnonymousPost(ip: string, now: Date): Promise<Verdict> {
-    return this.#take(`ip.${sha256Hex(ip).slice(0, 32)}`, anonymousPostsPerWindow, authWindowMs, now.getTime())
+    return this.#take(`ip.${sha256Hex(anonymousClientOf(ip)).slice(0, 32)}`, anonymousPostsPerWindow, authWindowMs, now.getTime())
   }
 
   /**

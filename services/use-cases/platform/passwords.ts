@@ -5,7 +5,8 @@ import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:c
  * Cheat Sheet: N = 2^17, r = 8, p = 1. That is 128 MiB and ~350 ms of one core per hash here, run
  * on libuv's thread pool (4 threads, so at most 512 MiB at once) while the event loop keeps
  * serving. The parameters are stored with each hash, so hashes made with older ones (N = 2^15)
- * still verify; `needsRehash` tells the login to replace them.
+ * still verify; `needsRehash` tells the login to replace them. Runs in flight are bounded per
+ * process (`scryptRuns`).
  */
 const cost = { N: 2 ** 17, r: 8, p: 1 }
 const keyLength = 32
@@ -16,13 +17,55 @@ interface Cost {
   p: number
 }
 
-function derive(password: string, salt: Buffer, options: Cost): Promise<Buffer> {
+/** Too many scrypt runs are in flight in this process: the request is refused at once (429), not queued. */
+export class PasswordWorkBusy extends Error {
+  /** A run takes about 350 ms; four run at once. */
+  readonly retryAfterMs = 1000
+  constructor(max: number) {
+    super(`${max} password checks are already running on this server`)
+    this.name = 'PasswordWorkBusy'
+  }
+}
+
+/**
+ * The scrypt runs in flight in this process, running or queued on libuv's pool of 4 threads (which
+ * file, DNS and compression work share). Unbounded, a burst of password checks (logins, sign-ups,
+ * change-password and 2fa/disable from stolen sessions) queued seconds of pool work ahead of
+ * everything else; past `max` a run is refused instead. One per process, like the pool; the API
+ * sets `max` from `password_hashes_in_flight`.
+ */
+export class ScryptRuns {
+  max = 16
+  #running = 0
+
+  /** Takes a place, or null when all `max` are taken; the caller gives it back exactly once. */
+  tryEnter(): (() => void) | null {
+    if (this.#running >= this.max) return null
+    this.#running++
+    let given = false
+    return () => {
+      if (given) return
+      given = true
+      this.#running--
+    }
+  }
+}
+
+export const scryptRuns = new ScryptRuns()
+
+async function derive(password: string, salt: Buffer, options: Cost): Promise<Buffer> {
+  const exit = scryptRuns.tryEnter()
+  if (exit === null) throw new PasswordWorkBusy(scryptRuns.max)
   // OpenSSL's own bound (the 128·r·p and 128·r·(N + 2) byte blocks) plus slack; Node's default
   // maxmem (32 MiB) would refuse these parameters.
   const scryptOptions: ScryptOptions = { ...options, maxmem: 128 * options.r * (options.N + options.p + 2) + 1024 * 1024 }
-  return new Promise((resolve, reject) =>
-    scrypt(password.normalize('NFKC'), salt, keyLength, scryptOptions, (err, key) => (err ? reject(err) : resolve(key))),
-  )
+  try {
+    return await new Promise<Buffer>((resolve, reject) =>
+      scrypt(password.normalize('NFKC'), salt, keyLength, scryptOptions, (err, key) => (err ? reject(err) : resolve(key))),
+    )
+  } finally {
+    exit()
+  }
 }
 
 /** `scrypt$<N>$<r>$<p>$<salt>$<hash>`, base64url salt and hash. */
@@ -60,6 +103,10 @@ export function needsRehash(stored: string): boolean {
  */
 let decoy: Promise<string> | undefined
 export function decoyPasswordHash(): Promise<string> {
-  decoy ??= hashPassword(randomBytes(24).toString('base64url'))
+  // A run refused for want of room is not kept: the next login makes the decoy again.
+  decoy ??= hashPassword(randomBytes(24).toString('base64url')).catch((err: unknown) => {
+    decoy = undefined
+    throw err
+  })
   return decoy
 }

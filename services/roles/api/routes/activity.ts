@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import { hasRoleAtLeast } from '../api-key-directory.ts'
 import type { ApiContext } from '../context.ts'
 import { cursorPage, errorResponses, instant } from '../openapi.ts'
 import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
@@ -21,9 +22,17 @@ export const activityItem = z
   })
   .meta({ id: 'ActivityItem' })
 
+/**
+ * What a session below `admin` reads of the trail: the rows about the project's jobs, schedules and
+ * alerts, which its role reads through their own routes anyway. The rest (webhook URLs, pending
+ * invitees, keys, team, billing, exports) is for admins and the owner, the roles that may read the
+ * webhooks, the invitations and the audit-log export.
+ */
+export const trailTargetsBelowAdmin = ['job', 'recurring', 'alert']
+
 const listSchema = {
   summary: "The project's audit trail, newest first",
-  description: '`limit` is clamped to 1–100 (default 20). `min_seq` (an `X-Event-Seq` value) makes the read wait until the feed includes that write.',
+  description: `\`limit\` is clamped to 1–100 (default 20). \`min_seq\` (an \`X-Event-Seq\` value) makes the read wait until the feed includes that write. An API key, an admin or the owner reads every row; a viewer's or member's session reads only the rows whose \`target_type\` is ${trailTargetsBelowAdmin.map((t) => `\`${t}\``).join(', ')}.`,
   tags: ['Activity'],
   querystring: listQuery,
   response: { 200: cursorPage(activityItem), ...errorResponses('invalid_cursor') },
@@ -34,18 +43,20 @@ export function activityRoutes(ctx: ApiContext): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
-    app.get('/', { schema: listSchema }, async (request) => {
+    app.get('/', { schema: listSchema, config: { role: 'viewer' } }, async (request) => {
       const q = request.query
       const projectId = request.principal.projectId
       const limit = clampLimit(q.limit, 20, 1, 100)
       const after = q.cursor === undefined ? null : decodeCursor(q.cursor)
       await awaitOwnWrites(ctx, projectId, q.min_seq)
       const sql = deps.sql
+      const wholeTrail = hasRoleAtLeast(request.principal.role, 'admin')
       const rows = await sql<
         { id: string; kind: string; target_type: string; target_id: string | null; summary: string; metadata: string | null; created_at: Date }[]
       >`
         SELECT id, kind, target_type, target_id, summary, metadata, created_at FROM activity
         WHERE project_id = ${projectId}
+          ${wholeTrail ? sql`` : sql`AND target_type = ANY(${trailTargetsBelowAdmin})`}
           ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
         ORDER BY created_at DESC, id DESC
         LIMIT ${limit + 1}`

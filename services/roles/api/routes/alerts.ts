@@ -135,13 +135,13 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
-    app.get('/', { schema: listSchema }, async (request) => {
+    app.get('/', { schema: listSchema, config: { role: 'viewer' } }, async (request) => {
       const rows =
         await deps.sql`SELECT * FROM alerts WHERE project_id = ${request.principal.projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
       return { data: rows.map(alertView) }
     })
 
-    app.post('/', { schema: createSchema }, async (request, reply) => {
+    app.post('/', { schema: createSchema, config: { role: 'member' } }, async (request, reply) => {
       const projectId = request.principal.projectId
       const settings = settingsOf(request.body)
       await assertRecipients(projectId, settings.email)
@@ -155,9 +155,11 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
         .send(alertView(result.state!))
     })
 
-    app.get('/:id', { schema: readSchema }, async (request) => alertView(await loadAlert(deps, request.principal.projectId, request.params.id)))
+    app.get('/:id', { schema: readSchema, config: { role: 'viewer' } }, async (request) =>
+      alertView(await loadAlert(deps, request.principal.projectId, request.params.id)),
+    )
 
-    app.put('/:id', { schema: replaceSchema }, async (request, reply) => {
+    app.put('/:id', { schema: replaceSchema, config: { role: 'member' } }, async (request, reply) => {
       const settings = settingsOf(request.body)
       await assertRecipients(request.principal.projectId, settings.email)
       const result = await commandAlert(deps, request.principal.projectId, request.params.id, {
@@ -168,7 +170,7 @@ export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
       return reply.header('X-Event-Seq', String(result.seq)).send(alertView(result.state!))
     })
 
-    app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
+    app.delete('/:id', { schema: deleteSchema, config: { role: 'member' } }, async (request, reply) => {
       const result = await commandAlert(deps, request.principal.projectId, request.params.id, {
         type: 'delete_alert',
         data: {},

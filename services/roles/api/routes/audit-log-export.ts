@@ -86,12 +86,13 @@ export function auditLogExportRoutes(ctx: ApiContext): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
-    app.get('/:projectId/audit-log/export', { schema: exportSchema }, async (request, reply) => {
+    app.get('/:projectId/audit-log/export', { schema: exportSchema, config: { role: 'admin' } }, async (request, reply) => {
       const user = await authenticateSession(ctx.accounts, request.headers, deps.now())
       const { project, role } = await ctx.team.load(user, request.params.projectId)
       await admitProjectRequest(ctx, project, reply)
       // Checked before the cooldown, so that a viewer cannot hold the admins' export back.
-      if (!hasRoleAtLeast(role, 'admin')) throw new Forbidden('exporting the audit log needs the project role admin or owner')
+      const needed = request.routeOptions.config.role ?? 'owner'
+      if (!hasRoleAtLeast(role, needed)) throw new Forbidden(`exporting the audit log needs the project role ${needed} or above; yours is ${role}`)
       const window = parseExportWindow(request.query)
       const verdict = await ctx.accounts.limits.takeCooldown('audit-log-export', project.id, exportCooldownMs, deps.now())
       if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'one audit-log export per project per 60 seconds')

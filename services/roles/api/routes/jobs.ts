@@ -1,11 +1,9 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import { Forbidden } from '../../../../domain/errors.ts'
 import { jobStates, type Job } from '../../../../domain/job.ts'
 import { maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
 import type { ApiContext } from '../context.ts'
-import { hasRoleAtLeast } from '../api-key-directory.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../jobs-export.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
@@ -165,6 +163,12 @@ const batchBody = z.object({ jobs: z.array(z.unknown()).min(1).max(maxBatchJobs)
 /** Documented only: the route validates each item itself, so one bad item fails alone. */
 const documentedBatchBody = z.object({ jobs: z.array(createJobBody).min(1).max(maxBatchJobs) })
 
+const batchConfig = {
+  role: 'member',
+  documentedBody: documentedBatchBody,
+  requestWeight: (body: unknown) => (body as { jobs: unknown[] }).jobs.length,
+} as const
+
 const batchItem = z.union([
   z.strictObject({
     status: z.literal(201),
@@ -182,7 +186,7 @@ const batchSchema = {
   description: [
     `\`jobs\` holds 1 to ${maxBatchJobs.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/jobs\`, each validated and created exactly as a single create; \`results\` answers them in the same order, each with the status a single create would have had and its 201 body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes.`,
     "Each created job takes a unit of the monthly allowance: when fewer units are left than valid items, the first ones are created and the rest answer 429 `monthly_allowance_exceeded` or `spend_cap_reached`. The `X-Quota-*` headers count before the first job of the batch; `X-Event-Seq` is the last created job's.",
-    "The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project's billing state is not active (402), by the hourly request limit (the batch counts one request) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item's body-field `idempotency_key` works as on a single create, in the same key space.",
+    "The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project's billing state is not active (402), by the hourly request limit (the batch counts one request per item, all or none; a replay counts one) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item's body-field `idempotency_key` works as on a single create, in the same key space.",
   ].join('\n\n'),
   tags: ['Jobs'],
   headers: creationHeaders,
@@ -211,7 +215,7 @@ const listSchema = {
 const exportSchema = {
   summary: "Export the project's jobs in a window",
   description:
-    'Both bounds inclusive, at most 90 days. Chunked; rows by `created_at` then `id`; `Content-Disposition: attachment; filename="svc-jobs-<project_id>-<date>.<jsonl|csv>"`. One export per project per 60 s (429 with `Retry-After`).',
+    'Both bounds inclusive, at most 90 days. Chunked; rows by `created_at` then `id`; `Content-Disposition: attachment; filename="svc-jobs-<project_id>-<date>.<jsonl|csv>"`. One export per project per 60 s (429 with `Retry-After`). A dashboard session needs the role member: a viewer gets 403 `forbidden` and does not spend the cooldown.',
   tags: ['Jobs'],
   querystring: z.object({
     from: windowBoundText.describe('ISO 8601 date-time, start of the window (required)'),
@@ -223,7 +227,7 @@ const exportSchema = {
       'application/x-ndjson': 'one flat JSON object per line (format=jsonl)',
       'text/csv': 'RFC 4180 with a header row (format=csv)',
     }),
-    ...errorResponses('invalid_from', 'invalid_until', 'invalid_range', 'range_too_large', 'invalid_format'),
+    ...errorResponses('forbidden', 'invalid_from', 'invalid_until', 'invalid_range', 'range_too_large', 'invalid_format'),
   },
 }
 
@@ -474,7 +478,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       )
     }
 
-    app.post('/', { schema: createSchema, onSend: fillQuotaHeaders }, async (request, reply) => {
+    app.post('/', { schema: createSchema, config: { role: 'member' }, onSend: fillQuotaHeaders }, async (request, reply) => {
       const body = request.body
       assertPayloadSize(body.payload, bodyBytesOf(request.headers), deps.config.tunables.max_payload_bytes)
       const creation = await createJobs(ctx, request.principal.project, [
@@ -490,14 +494,14 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
         .send(toCreatedJob(result.job))
     })
 
-    app.post('/batch', { schema: batchSchema, config: { documentedBody: documentedBatchBody }, onSend: fillQuotaHeaders }, async (request, reply) => {
+    app.post('/batch', { schema: batchSchema, config: batchConfig, onSend: fillQuotaHeaders }, async (request, reply) => {
       const answer = await createBatch(ctx, request, reply, request.body.jobs)
       if (answer.lastSeq > 0) void reply.header('X-Event-Seq', String(answer.lastSeq))
       const created = answer.results.filter((r) => r.status === 201).length
       return { created, failed: answer.results.length - created, results: answer.results }
     })
 
-    app.get('/', { schema: listSchema }, async (request, reply) => {
+    app.get('/', { schema: listSchema, config: { role: 'viewer' } }, async (request, reply) => {
       const q = request.query
       const projectId = request.principal.projectId
       const limit = parseLimit(q.limit, 50, 1, 100)
@@ -525,7 +529,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       })
     })
 
-    app.get('/export', { schema: exportSchema }, async (request, reply) => {
+    app.get('/export', { schema: exportSchema, config: { role: 'member' } }, async (request, reply) => {
       const window = parseExportWindow(request.query)
       const projectId = request.principal.projectId
       const verdict = await ctx.accounts.limits.takeCooldown('jobs-export', projectId, exportCooldownMs, deps.now())
@@ -538,12 +542,12 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       return sendJobsExport(deps, reply, projectId, window)
     })
 
-    app.get('/:jobId', { schema: readSchema }, async (request, reply) => {
+    app.get('/:jobId', { schema: readSchema, config: { role: 'viewer' } }, async (request, reply) => {
       const { job, seq } = await jobs.get(request.principal.projectId, request.params.jobId)
       return reply.header('X-Event-Seq', String(seq)).send(toJobDetail(job))
     })
 
-    app.get('/:jobId/history', { schema: historySchema }, async (request) => {
+    app.get('/:jobId/history', { schema: historySchema, config: { role: 'viewer' } }, async (request) => {
       const limit = parseLimit(request.query.limit, historyLimit.fallback, 1, historyLimit.max)
       const from = request.query.cursor === undefined ? null : decodeHistoryCursor(request.query.cursor)
       const page = await jobs.history(request.principal.projectId, request.params.jobId, from, limit)
@@ -561,7 +565,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       }
     })
 
-    app.get('/:jobId/events', { schema: eventsSchema }, async (request, reply) => {
+    app.get('/:jobId/events', { schema: eventsSchema, config: { role: 'viewer' } }, async (request, reply) => {
       const projectId = request.principal.projectId
       const release = ctx.streams.tryAcquire(projectId)
       if (release === null) {
@@ -573,14 +577,12 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
       await streamJobProgress(deps, jobs, ctx.stopping, request, reply, projectId, request.params.jobId, release)
     })
 
-    app.post('/:jobId/cancel', { schema: cancelSchema }, async (request, reply) => {
-      if (!hasRoleAtLeast(request.principal.role, 'member')) throw new Forbidden('cancelling a job needs the project role member or above')
+    app.post('/:jobId/cancel', { schema: cancelSchema, config: { role: 'member' } }, async (request, reply) => {
       const { job, seq } = await jobs.cancel(request.principal.projectId, request.params.jobId, request.principal.actor)
       return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state })
     })
 
-    app.post('/:jobId/retry', { schema: retrySchema }, async (request, reply) => {
-      if (!hasRoleAtLeast(request.principal.role, 'member')) throw new Forbidden('retrying a job needs the project role member or above')
+    app.post('/:jobId/retry', { schema: retrySchema, config: { role: 'member' } }, async (request, reply) => {
       const { job, seq } = await jobs.retry(request.principal.projectId, request.params.jobId, request.principal.actor)
       return reply.header('X-Event-Seq', String(seq)).send({ id: job.id, state: job.state, attempt: job.attempt })
     })

@@ -136,6 +136,7 @@ export function metricsRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.get(
       '/summary',
       {
+        config: { role: 'viewer' },
         schema: {
           summary: 'Job counts by state',
           description: 'From the projector rollups. `queue` restricts it to one queue; `group_by=queue` adds each queue.',
@@ -154,6 +155,7 @@ export function metricsRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.get(
       '/queues',
       {
+        config: { role: 'viewer' },
         schema: {
           summary: 'Depth per queue and the age of its oldest due job',
           description: 'Deepest queue first. `limit` is clamped to 1–1000 (default 100).',
@@ -172,6 +174,7 @@ export function metricsRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.get(
       '/throughput',
       {
+        config: { role: 'viewer' },
         schema: {
           summary: 'Created, succeeded and failed per time bucket, with duration percentiles',
           description:
@@ -208,6 +211,7 @@ export function metricsRoutes(ctx: ApiContext): FastifyPluginAsync {
     app.get(
       '/job-types',
       {
+        config: { role: 'viewer' },
         schema: {
           summary: 'Top job types by volume, with success rate and average duration',
           description: 'Default window the last 24 hours, at most 90 days. `limit` is clamped to 1–100 (default 10).',

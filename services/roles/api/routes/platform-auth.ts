@@ -187,9 +187,10 @@ const profileUpdateSchema = {
 const changePasswordSchema = {
   ...session,
   summary: 'Change the password',
-  description: 'Every other session ends; this one gets a fresh cookie.',
+  description:
+    "Every other session ends; this one gets a fresh cookie. The current password is checked in a slot of the account's failed-login window: a wrong one counts as a failed login, and past 10 in 15 minutes the answer is 429 `account_locked` with `Retry-After`. With too many password checks running on this server, 429 `rate_limit_exceeded` (`Retry-After: 1`).",
   body: changePasswordBody,
-  response: { 200: message, ...sessionErrorResponses(...bodyCodes, 'invalid_credentials') },
+  response: { 200: message, ...sessionErrorResponses(...bodyCodes, 'invalid_credentials', 'account_locked', 'rate_limit_exceeded') },
 }
 
 const totpSetupSchema = {
@@ -222,7 +223,8 @@ const totpVerifySchema = {
 const totpDisableSchema = {
   ...session,
   summary: 'Disable two-factor authentication',
-  description: 'Checks, in order: 2FA on (409), the password (401), the code (400). The secret and recovery codes are deleted.',
+  description:
+    "Checks, in order: 2FA on (409), the account's failed-login window (429 `account_locked`), the password (401), the code (400); a wrong password or code counts as a failed login. With too many password checks running on this server, 429 `rate_limit_exceeded`. The secret and recovery codes are deleted.",
   body: disableTotpBody,
   response: {
     200: message,
@@ -233,6 +235,8 @@ const totpDisableSchema = {
       'invalid_credentials',
       'totp_not_enabled',
       'totp_secret_unreadable',
+      'account_locked',
+      'rate_limit_exceeded',
     ),
   },
 }

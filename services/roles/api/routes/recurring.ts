@@ -104,14 +104,14 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
-    app.get('/', { schema: listSchema }, async (request) => {
+    app.get('/', { schema: listSchema, config: { role: 'viewer' } }, async (request) => {
       const projectId = request.principal.projectId
       await awaitOwnWrites(ctx, projectId, request.query.min_seq)
       const rows = await deps.sql`SELECT * FROM recurring_jobs WHERE project_id = ${projectId} AND status = 'active' ORDER BY id LIMIT 1000`
       return { data: rows.map(scheduleView) }
     })
 
-    app.put('/:id', { schema: putSchema }, async (request, reply) => {
+    app.put('/:id', { schema: putSchema, config: { role: 'member' } }, async (request, reply) => {
       const projectId = request.principal.projectId
       if (request.body.payload) assertPayloadSize(request.body.payload, bodyBytesOf(request.headers), deps.config.tunables.max_payload_bytes)
       const ownId = recurringIdFor(request.body.job_type)
@@ -134,7 +134,7 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
         .send(scheduleView(result.state!))
     })
 
-    app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
+    app.delete('/:id', { schema: deleteSchema, config: { role: 'member' } }, async (request, reply) => {
       const projectId = request.principal.projectId
       if (!/^rjob_[a-z0-9-]+$/.test(request.params.id)) throw new RecurringJobNotFound(`recurring job ${request.params.id} was not found`)
       const result = await deleteSchedule(deps, projectId, request.params.id, request.principal.actor)

@@ -187,24 +187,28 @@ function retryPolicyRoutes(ctx: ApiContext, mount: Mount): FastifyPluginAsync {
     const policyPath = `${mount.path}/retry-policy`
     const queuePath = `${mount.path}/queues/:queue/retry-policy`
 
-    app.get(policyPath, { schema: schemas.readProject }, async (request) => projectPolicyView((await mount.resolve(request)).project))
+    app.get(policyPath, { schema: schemas.readProject, config: { role: 'viewer' } }, async (request) =>
+      projectPolicyView((await mount.resolve(request)).project),
+    )
 
-    app.put(policyPath, { schema: schemas.setProject }, async (request, reply) =>
+    app.put(policyPath, { schema: schemas.setProject, config: { role: 'admin' } }, async (request, reply) =>
       projectPolicyView(await setPolicy(request, reply, null, request.body)),
     )
 
-    app.delete(policyPath, { schema: schemas.resetProject }, async (request, reply) => {
+    app.delete(policyPath, { schema: schemas.resetProject, config: { role: 'admin' } }, async (request, reply) => {
       await setPolicy(request, reply, null, null)
       return reply.code(204).send()
     })
 
-    app.get(queuePath, { schema: schemas.readQueue }, async (request) => queuePolicyView((await mount.resolve(request)).project, queueOf(request)))
+    app.get(queuePath, { schema: schemas.readQueue, config: { role: 'viewer' } }, async (request) =>
+      queuePolicyView((await mount.resolve(request)).project, queueOf(request)),
+    )
 
-    app.put(queuePath, { schema: schemas.setQueue }, async (request, reply) =>
+    app.put(queuePath, { schema: schemas.setQueue, config: { role: 'admin' } }, async (request, reply) =>
       queuePolicyView(await setPolicy(request, reply, queueOf(request), request.body), queueOf(request)),
     )
 
-    app.delete(queuePath, { schema: schemas.resetQueue }, async (request, reply) => {
+    app.delete(queuePath, { schema: schemas.resetQueue, config: { role: 'admin' } }, async (request, reply) => {
       await setPolicy(request, reply, queueOf(request), null)
       return reply.code(204).send()
     })

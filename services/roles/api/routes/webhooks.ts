@@ -79,8 +79,11 @@ const delivery = z
   })
   .meta({ id: 'WebhookDelivery' })
 
-/** Spec, Webhooks: every route answers 402 while the project's billing state is not active. */
-const webhookCodes = ['billing_state_blocked']
+/**
+ * Spec, Webhooks: every route answers 402 while the project's billing state is not active. Every
+ * route, reads included, needs the role admin: a subscription's URL often carries a credential.
+ */
+const webhookCodes = ['billing_state_blocked', 'forbidden']
 const tags = ['Webhooks']
 
 const listSchema = {
@@ -190,16 +193,18 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       if (state !== 'active') throw new BillingStateBlocked(`the project's billing state is ${state}`)
     })
 
-    app.get('/', { schema: listSchema }, async (request) => {
+    app.get('/', { schema: listSchema, config: { role: 'admin' } }, async (request) => {
       const projectId = request.principal.projectId
       await awaitOwnWrites(ctx, projectId, undefined)
       const rows = await deps.sql`SELECT * FROM webhooks WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
       return { data: rows.map(webhookView) }
     })
 
-    app.get('/:id', { schema: readSchema }, async (request) => webhookView(await hooks.load(request.principal.projectId, request.params.id)))
+    app.get('/:id', { schema: readSchema, config: { role: 'admin' } }, async (request) =>
+      webhookView(await hooks.load(request.principal.projectId, request.params.id)),
+    )
 
-    app.post('/', { schema: createSchema, preValidation: checkEventsAsSent }, async (request, reply) => {
+    app.post('/', { schema: createSchema, config: { role: 'admin' }, preValidation: checkEventsAsSent }, async (request, reply) => {
       await checkSubscription(ctx, request.body)
       const { result, secret } = await hooks.create(
         request.principal.projectId,
@@ -211,7 +216,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       return reply.code(201).send({ id: w.id, url: w.url, events: w.events, secret, is_active: w.is_active, created_at: w.created_at })
     })
 
-    app.patch('/:id', { schema: updateSchema, preValidation: checkEventsAsSent }, async (request) => {
+    app.patch('/:id', { schema: updateSchema, config: { role: 'admin' }, preValidation: checkEventsAsSent }, async (request) => {
       await hooks.load(request.principal.projectId, request.params.id)
       await checkSubscription(ctx, request.body)
       const result = await hooks.update(
@@ -224,13 +229,13 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
       return webhookView(result.state!)
     })
 
-    app.post('/:id/rotate-secret', { schema: rotateSchema }, async (request) => {
+    app.post('/:id/rotate-secret', { schema: rotateSchema, config: { role: 'admin' } }, async (request) => {
       const { result, secret } = await hooks.rotateSecret(request.principal.projectId, request.params.id, request.principal.actor)
       const w = result.state!
       return { id: w.id, secret, previous_secret_expires_at: w.previous_secret_expires_at, rotated_at: w.updated_at }
     })
 
-    app.get('/:id/deliveries', { schema: deliveriesSchema }, async (request) => {
+    app.get('/:id/deliveries', { schema: deliveriesSchema, config: { role: 'admin' } }, async (request) => {
       const projectId = request.principal.projectId
       await hooks.load(projectId, request.params.id)
       const limit = clampLimit(request.query.limit, 50, 1, 100)
@@ -267,7 +272,7 @@ export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
         : { data, has_more: false }
     })
 
-    app.delete('/:id', { schema: deleteSchema }, async (request, reply) => {
+    app.delete('/:id', { schema: deleteSchema, config: { role: 'admin' } }, async (request, reply) => {
       const result = await hooks.delete(request.principal.projectId, request.params.id, request.principal.actor)
       jobs.noteWritten(request.principal.projectId, result.seq)
       return reply.code(204).send()

@@ -90,7 +90,7 @@ export const registerBody = z.object({
 const pollSchema = {
   summary: 'Claim jobs (long poll)',
   description:
-    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline. A project has at most `max_polls_per_project` polls in flight per API process (default 500); one more answers 429 `rate_limit_exceeded` with `Retry-After`.',
+    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline. A project has at most `max_polls_per_project` polls in flight per API process (default 500); one more answers 429 `rate_limit_exceeded` with `Retry-After`. A poll sent again with the `Idempotency-Key` of one still waiting answers 409 `idempotency_key_reuse` at once.',
   tags: ['Workers'],
   body: pollBody,
   response: {
@@ -146,7 +146,7 @@ const batchAckItem = z.union([
 
 const ackBatchSchema = {
   summary: 'Report the outcomes of up to 1,000 attempts',
-  description: `\`acks\` holds 1 to ${maxBatchAcks.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/workers/ack\`, each validated and applied exactly as a single ack; \`results\` answers them in the same order, each with its \`job_id\`, the status a single ack would have had, and its body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes; \`X-Event-Seq\` is the highest of its acks. Acks of one job in a batch are applied in order. The whole request is refused (the error envelope) only when its body is not \`{acks: [1 to 1,000 items]}\`, by the hourly request limit (the batch counts one request) and by the \`Idempotency-Key\` rules (a key covers the whole batch).`,
+  description: `\`acks\` holds 1 to ${maxBatchAcks.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/workers/ack\`, each validated and applied exactly as a single ack; \`results\` answers them in the same order, each with its \`job_id\`, the status a single ack would have had, and its body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes; \`X-Event-Seq\` is the highest of its acks. Acks of one job in a batch are applied in order. The whole request is refused (the error envelope) only when its body is not \`{acks: [1 to 1,000 items]}\`, by the hourly request limit (the batch counts one request per ack, all or none; a replay counts one) and by the \`Idempotency-Key\` rules (a key covers the whole batch).`,
   tags: ['Workers'],
   body: z.object({ acks: z.array(z.unknown()).min(1).max(maxBatchAcks) }),
   response: {
@@ -161,6 +161,12 @@ const ackBatchSchema = {
 
 /** Documented only: the route validates each ack itself, so one bad ack fails alone. */
 const documentedAckBatchBody = z.object({ acks: z.array(ackBody).min(1).max(maxBatchAcks) })
+
+const ackBatchConfig = {
+  role: 'member',
+  documentedBody: documentedAckBatchBody,
+  requestWeight: (body: unknown) => (body as { acks: unknown[] }).acks.length,
+} as const
 
 type BatchAckItem = z.output<typeof batchAckItem>
 
@@ -216,7 +222,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
      * model, taking their turn in the process's claim line (services/use-cases/jobs/claim-line.ts), which
      * bounds the Postgres connections one project's polls hold.
      */
-    app.post('/poll', { schema: pollSchema }, async (request, reply) => {
+    app.post('/poll', { schema: pollSchema, config: { role: 'member', longPoll: true } }, async (request, reply) => {
       const b = request.body
       const release = ctx.polls.tryAcquire(request.principal.projectId)
       if (release === null) {
@@ -275,7 +281,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       }
     })
 
-    app.post('/ack', { schema: ackSchema }, async (request, reply) => {
+    app.post('/ack', { schema: ackSchema, config: { role: 'member' } }, async (request, reply) => {
       const b = request.body
       const { outcome, seq } = await jobs.ack(
         request.principal.projectId,
@@ -290,7 +296,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
      * Each ack validated and applied as the single ack is; acks are pipelined, those of one job
      * applied one after another so that their outcomes do not depend on a race.
      */
-    app.post('/ack/batch', { schema: ackBatchSchema, config: { documentedBody: documentedAckBatchBody } }, async (request, reply) => {
+    app.post('/ack/batch', { schema: ackBatchSchema, config: ackBatchConfig }, async (request, reply) => {
       const items = request.body.acks
       const results = new Array<BatchAckItem>(items.length)
       const valid: Array<{ index: number; ack: z.output<typeof ackBody> }> = []
@@ -326,13 +332,13 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
       return { acked, failed: results.length - acked, results }
     })
 
-    app.post('/heartbeat', { schema: heartbeatSchema }, async (request) => {
+    app.post('/heartbeat', { schema: heartbeatSchema, config: { role: 'member' } }, async (request) => {
       const b = request.body
       await jobs.heartbeat(request.principal.projectId, b.job_id, b.worker_id, b.progress ?? null)
       return { status: 'ok' as const }
     })
 
-    app.post('/register', { schema: registerSchema }, async (request) => {
+    app.post('/register', { schema: registerSchema, config: { role: 'member' } }, async (request) => {
       const b = request.body
       const results = await registerRecurringSchedules(
         deps,
