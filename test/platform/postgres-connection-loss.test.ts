@@ -1,5 +1,6 @@
 import t from 'tap'
 import { openSql, type Sql } from '../../projections/database.ts'
+import { holdLeadership, LeadershipLost, type Leadership } from '../../services/infrastructure/leadership.ts'
 import { eventually } from '../support/harness.ts'
 import { startPrivatePostgres } from '../support/private-postgres.ts'
 
@@ -8,7 +9,7 @@ import { startPrivatePostgres } from '../support/private-postgres.ts'
 // it had already set to null, from a setImmediate: an uncaught TypeError ("Cannot read properties of
 // null (reading 'write')", porsager/postgres#1208) that ended the process, and the connection never
 // flushed a write again. patches/postgres+3.4.9.patch fixes both; tap fails a test on any uncaught
-// exception.
+// exception. Then the projector's leadership: lost with its session, taken again.
 const pg = await startPrivatePostgres(t)
 const url = pg.url('postgres')
 const admin = openSql(url, { max: 1 })
@@ -74,4 +75,49 @@ t.test('transactions in flight when the postmaster is killed fail, and the pool 
   await eventually(() => answers(sql), 15_000, 'the pool answering after the restart')
   const all = await Promise.all(Array.from({ length: 8 }, () => answers(sql)))
   t.same(all, Array(8).fill(true), 'on every connection')
+})
+
+t.test('leadership lost with its session is taken again once Postgres is back', async (t) => {
+  const stop = new AbortController()
+  const leads: Leadership[] = []
+  const errors: unknown[] = []
+  const done = holdLeadership(
+    url,
+    'test.leadership',
+    stop.signal,
+    async (leadership) => {
+      leads.push(leadership)
+      await new Promise<void>((resolve) => {
+        const end = () => resolve()
+        leadership.lost.addEventListener('abort', end, { once: true })
+        stop.signal.addEventListener('abort', end, { once: true })
+      })
+    },
+    (err) => errors.push(err),
+  )
+  t.teardown(async () => {
+    stop.abort()
+    await done
+  })
+  await eventually(async () => leads.length === 1, 15_000, 'leading')
+  const sql = openSql(url, { max: 1 })
+  t.teardown(() => sql.end({ timeout: 1 }))
+  await sql.begin((tx) => leads[0]!.assert(tx))
+  t.pass('the leader holds the lock')
+
+  await pg.kill()
+  await eventually(async () => leads[0]!.lost.aborted, 15_000, 'the leader told that its session is gone')
+  await pg.start()
+  await eventually(async () => leads.length === 2, 30_000, 'leading again')
+  t.notOk(leads[1]!.lost.aborted, 'on a live session')
+  await eventually(async () => sql.begin((tx) => leads[1]!.assert(tx)).then(() => true), 15_000, 'the new session holding the lock')
+  await t.rejects(
+    sql.begin((tx) => leads[0]!.assert(tx)),
+    LeadershipLost,
+    'the lost session no longer counts as leading, even if its pid were given to another session',
+  )
+  t.ok(
+    errors.some((e) => e instanceof LeadershipLost),
+    'the loss was reported',
+  )
 })
