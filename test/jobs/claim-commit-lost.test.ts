@@ -8,6 +8,7 @@ import { claimForPolls } from '../../services/use-cases/jobs/claimer.ts'
 import { JobService } from '../../services/use-cases/jobs/job-service.ts'
 import { createProject } from '../../services/use-cases/projects/project-service.ts'
 import { eventually, isolatedNames, removeIsolated, testConfig } from '../support/harness.ts'
+import { newJobInput } from '../support/job-commands.ts'
 import { startPrivatePostgres } from '../support/private-postgres.ts'
 
 // Issue 23, item 5: a poll's read-model claim appends each claim to the log inside a transaction
@@ -24,17 +25,7 @@ t.test('claims appended before the claim transaction is lost are still answered'
   t.teardown(await projector.start(runtime))
   const { project } = await createProject(runtime, { name: 'claims', plan: 'business', ownerEmail: null, keyEnvironment: 'test' })
   const jobs = new JobService(runtime)
-  const newJob = {
-    job_type: 'lost-commit',
-    payload: {},
-    queue: 'q',
-    run_at: null,
-    max_attempts: 3,
-    timeout_seconds: 60,
-    tags: null,
-    parent_job_id: null,
-    idempotency_key: null,
-  }
+  const newJob = newJobInput({ job_type: 'lost-commit', queue: 'q' })
   const created = [await jobs.create(project.id, newJob), await jobs.create(project.id, newJob)].map((w) => w.job.id)
   const admin = openSql(config.databaseUrl, { max: 1 })
   t.teardown(() => admin.end({ timeout: 1 }))
