@@ -99,6 +99,8 @@ export async function claimForPolls(
   const wanted = polls.reduce((sum, p) => sum + p.capacity, 0)
   const claimed: Job[][] = polls.map(() => [])
   let failure: unknown
+  // Each claim settles on its own (its failure recorded), so this never rejects.
+  let claiming: Promise<unknown> = Promise.resolve()
   try {
     await deps.sql.begin(async (tx) => {
       const rows = await tx`
@@ -114,7 +116,7 @@ export async function claimForPolls(
       for (let poll = 0, next = 0; poll < polls.length && next < candidates.length; poll++) {
         for (let n = 0; n < polls[poll]!.capacity && next < candidates.length; n++) dealt.push({ poll, row: candidates[next++]! })
       }
-      await Promise.all(
+      claiming = Promise.all(
         dealt.map(async ({ poll, row }) => {
           try {
             const job = await claimRow(jobs, target.projectId, polls[poll]!.workerId, row.id as string, jobFromRow(row), row.last_seq as number)
@@ -124,14 +126,17 @@ export async function claimForPolls(
           }
         }),
       )
+      await claiming
     })
   } catch (err) {
     failure ??= err
   }
   // A claim is decided by its append to the log; the transaction only kept other pollers off the
   // rows. Claims made are answered even when a neighbour's append or the transaction itself
-  // failed afterwards (Postgres lost before the commit): unanswered, each would wait in
-  // `processing` for the reaper.
+  // failed (Postgres lost before the commit): unanswered, each would wait in `processing` for the
+  // reaper. A transaction whose connection closes rejects at once, so the claims still in flight
+  // are waited for here.
+  await claiming
   if (failure !== undefined && claimed.every((c) => c.length === 0)) throw failure
   return claimed
 }
