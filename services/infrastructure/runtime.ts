@@ -17,6 +17,8 @@ import { systemResolver, type HostResolver } from './url-safety.ts'
 export interface Deps {
   config: Readonly<Config>
   log: Logger
+  /** The process's name: the application_name of its Postgres sessions and the name of its NATS connection. */
+  name: string
   nats: NatsHandles
   store: EventStore
   /**
@@ -117,6 +119,7 @@ export async function openRuntime(
   return {
     config,
     log,
+    name,
     nats,
     store,
     sql,

@@ -50,7 +50,7 @@ async function main(): Promise<void> {
   let roleThread: RoleThread | null = null
   if (selected.includes('api') && background.length > 0) {
     // With the API in the same process, the other roles get an event loop of their own.
-    roleThread = await startRoleThread(config, background, log, () => process.exit(1))
+    roleThread = await startRoleThread(config, background, log)
     stops.push(roleThread.stop)
   } else {
     if (selected.includes('projector')) stops.push(await projector.start(runtime))

@@ -76,64 +76,108 @@ if (!isMainThread && parentPort !== null && (workerData as { roleThread?: boolea
   void runInThread(parentPort, workerData as ThreadData & { roleThread: true })
 }
 
-/**
- * Starts `roles` on a worker thread and resolves once they run, to its handle.
- * A thread that fails or exits on its own takes the process down (`onFatal`): a supervisor then
- * restarts the whole service, as it would after any crash.
- */
-export async function startRoleThread(
-  config: Readonly<Config>,
-  roles: BackgroundRole[],
-  log: Logger,
-  onFatal: (why: string) => void,
-): Promise<RoleThread> {
+/** Restarts of a thread that crashed: after 1 s, doubling up to 30 s while it keeps crashing. */
+const restartDelayMs = { first: 1_000, max: 30_000 }
+/** A thread that ran this long before it crashed restarts after the first delay again. */
+const stableAfterMs = 60_000
+
+/** One worker thread running `roles`, resolved once they run; rejected if they fail to start. */
+async function spawnThread(config: Readonly<Config>, roles: BackgroundRole[]): Promise<Worker> {
   const worker = new Worker(new URL('./role-thread.mjs', import.meta.url), { workerData: { config, roles, roleThread: true } })
-  let stopping = false
-  const stopped = new Promise<void>((resolve) => {
-    worker.on('message', (m: FromThread) => {
-      if (m.type === 'stopped') resolve()
+  try {
+    await new Promise<void>((resolve, reject) => {
+      worker.on('message', (m: FromThread) => {
+        if (m.type === 'ready') resolve()
+        if (m.type === 'failed') reject(new Error(`the ${roles.join(', ')} thread failed to start: ${m.message}`))
+      })
+      worker.once('error', reject)
+      worker.once('exit', (code) => reject(new Error(`the ${roles.join(', ')} thread exited with ${code} while starting`)))
     })
-    worker.once('exit', () => resolve())
-  })
-  await new Promise<void>((resolve, reject) => {
-    const onMessage = (m: FromThread) => {
-      if (m.type === 'ready') resolve()
-      if (m.type === 'failed') reject(new Error(`the ${roles.join(', ')} thread failed to start: ${m.message}`))
-    }
-    worker.on('message', onMessage)
-    worker.once('error', reject)
-    worker.once('exit', (code) => reject(new Error(`the ${roles.join(', ')} thread exited with ${code} while starting`)))
-  })
-  worker.on('error', (err) => {
-    // While stopping, a connection closed under a write that was still queued may throw; the
-    // thread is being ended anyway.
-    if (stopping) return log.warn({ err }, `the ${roles.join(', ')} thread failed while stopping`)
-    log.fatal({ err }, `the ${roles.join(', ')} thread crashed`)
-    onFatal('role thread crashed')
-  })
-  worker.on('exit', (code) => {
-    if (stopping) return
-    log.fatal({ code }, `the ${roles.join(', ')} thread exited`)
-    onFatal('role thread exited')
-  })
+  } catch (err) {
+    await worker.terminate()
+    throw err
+  }
+  return worker
+}
+
+/**
+ * Starts `roles` on a worker thread and resolves once they run, to its handle. A thread that
+ * crashes or exits on its own later is logged and started again (after 1 s, then longer while it
+ * keeps failing, up to 30 s), in the same process: the API goes on answering meanwhile, and the
+ * service does not depend on a supervisor to come back. Whatever the thread had in flight is in
+ * the log and picked up again by the new one (durable consumers, the projector's checkpoints).
+ */
+export async function startRoleThread(config: Readonly<Config>, roles: BackgroundRole[], log: Logger): Promise<RoleThread> {
+  const what = `the ${roles.join(', ')} thread`
+  let stopping = false
+  let worker = await spawnThread(config, roles)
+  let startedAt = Date.now()
+  let delayMs = restartDelayMs.first
+  let restartTimer: NodeJS.Timeout | null = null
   const scrapes = new Map<number, (snapshot: MetricsSnapshot) => void>()
   let nextScrape = 0
-  worker.on('message', (m: FromThread) => {
-    if (m.type !== 'metrics') return
-    scrapes.get(m.id)?.(m.snapshot)
-    scrapes.delete(m.id)
-  })
+  let stopped: () => void = () => undefined
+
+  const restart = () => {
+    restartTimer = null
+    if (stopping) return
+    spawnThread(config, roles).then(
+      (started) => {
+        if (stopping) return void started.terminate()
+        log.warn(`${what} runs again`)
+        adopt(started)
+      },
+      (err) => {
+        log.error({ err }, `${what} could not start again; retrying in ${delayMs / 1000} s`)
+        scheduleRestart()
+      },
+    )
+  }
+  const scheduleRestart = () => {
+    restartTimer = setTimeout(restart, delayMs)
+    delayMs = Math.min(delayMs * 2, restartDelayMs.max)
+  }
+  let ended = false
+  const onEnd = (why: string, fields: Record<string, unknown>) => {
+    if (ended) return
+    ended = true
+    stopped()
+    // While stopping, a connection closed under a write that was still queued may throw; the
+    // thread is being ended anyway.
+    if (stopping) return void (why === 'crashed' && log.warn(fields, `${what} failed while stopping`))
+    if (Date.now() - startedAt >= stableAfterMs) delayMs = restartDelayMs.first
+    log.error(fields, `${what} ${why}; starting it again in ${delayMs / 1000} s`)
+    void worker.terminate()
+    scheduleRestart()
+  }
+  const adopt = (started: Worker) => {
+    worker = started
+    startedAt = Date.now()
+    ended = false
+    started.on('error', (err) => onEnd('crashed', { err }))
+    started.on('exit', (code) => onEnd('exited', { code }))
+    started.on('message', (m: FromThread) => {
+      if (m.type === 'stopped') stopped()
+      if (m.type !== 'metrics') return
+      scrapes.get(m.id)?.(m.snapshot)
+      scrapes.delete(m.id)
+    })
+  }
+  adopt(worker)
   return {
     async stop() {
       stopping = true
+      if (restartTimer !== null) clearTimeout(restartTimer)
+      if (ended) return
+      const done = new Promise<void>((resolve) => (stopped = resolve))
       worker.postMessage({ type: 'stop' } satisfies ToThread)
       const timeout = new Promise<void>((resolve) => setTimeout(resolve, stopTimeoutMs).unref())
-      await Promise.race([stopped, timeout])
+      await Promise.race([done, timeout])
       await worker.terminate()
     },
     metrics() {
       const id = nextScrape++
-      // A thread too busy to answer within a second leaves the scrape without its numbers, not hung.
+      // A thread too busy to answer within a second (or being restarted) leaves the scrape without its numbers, not hung.
       return new Promise<MetricsSnapshot>((resolve) => {
         const timer = setTimeout(() => {
           scrapes.delete(id)

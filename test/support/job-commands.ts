@@ -1,4 +1,5 @@
 import type { Job, JobCommand, JobError } from '../../domain/job.ts'
+import type { NewJob } from '../../services/use-cases/jobs/job-service.ts'
 
 export type CreateJobData = Extract<JobCommand, { type: 'create_job' }>['data']
 
@@ -20,6 +21,11 @@ export function createJobData(data: Pick<CreateJobData, 'job_id' | 'project_id'>
     idempotency_key: null,
     ...data,
   }
+}
+
+/** `JobService.create`'s input for a job that runs at once, with nothing optional; a test overrides what it is about. */
+export function newJobInput(input: Pick<NewJob, 'job_type' | 'queue'> & Partial<NewJob>): NewJob {
+  return { payload: {}, run_at: null, max_attempts: 3, timeout_seconds: 60, tags: null, parent_job_id: null, idempotency_key: null, ...input }
 }
 
 /**

@@ -44,19 +44,9 @@ export async function startPrivateNats(t: TestLike): Promise<PrivateNats> {
 /** One nats-server process with `args`: `start` resolves once it is ready, `kill` is SIGKILL (a crash). */
 export function natsServerProcess(args: string[]): { start(): Promise<void>; kill(): Promise<void> } {
   let child: ChildProcess | null = null
-  const start = () =>
-    new Promise<void>((resolve, reject) => {
-      const proc = spawn('/usr/sbin/nats-server', args, { stdio: ['ignore', 'pipe', 'pipe'] })
-      child = proc
-      let out = ''
-      const onData = (d: Buffer) => {
-        out += String(d)
-        if (out.includes('Server is ready')) resolve()
-      }
-      proc.stdout!.on('data', onData)
-      proc.stderr!.on('data', onData)
-      proc.once('exit', (code) => reject(new Error(`nats-server exited with ${code}: ${out}`)))
-    })
+  const start = async () => {
+    await spawnServer('/usr/sbin/nats-server', args, 'Server is ready', (proc) => (child = proc))
+  }
   const kill = () =>
     new Promise<void>((resolve) => {
       const proc = child
@@ -65,4 +55,29 @@ export function natsServerProcess(args: string[]): { start(): Promise<void>; kil
       proc.kill('SIGKILL')
     })
   return { start, kill }
+}
+
+/**
+ * Spawns a server, `command` with `args`, and resolves once its output (stdout or stderr)
+ * includes `ready`; rejects with that output if it exits first. `spawned` is handed the process
+ * at once, so that a caller can stop one that never gets ready.
+ */
+export function spawnServer(
+  command: string,
+  args: string[],
+  ready: string,
+  spawned: (proc: ChildProcess) => void = () => undefined,
+): Promise<ChildProcess> {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+    spawned(proc)
+    let out = ''
+    const onData = (d: Buffer) => {
+      out += String(d)
+      if (out.includes(ready)) resolve(proc)
+    }
+    proc.stdout!.on('data', onData)
+    proc.stderr!.on('data', onData)
+    proc.once('exit', (code) => reject(new Error(`${command} exited with ${code}: ${out}`)))
+  })
 }

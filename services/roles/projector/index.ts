@@ -5,7 +5,7 @@ import { checkpointSubject, eventsStreamName, eventsSubjectFilter, projectorCons
 import type { ProjectionFailure } from '../../../projections/projection-failures.ts'
 import { projectionFailures, projectionLag } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import { assertStillLeading, holdLeadership, LeadershipLost } from '../../infrastructure/leadership.ts'
+import { holdLeadership, LeadershipLost } from '../../infrastructure/leadership.ts'
 
 /** Messages applied per transaction at most; a busy log is applied in batches this large. */
 const maxBatch = 1000
@@ -26,13 +26,15 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     },
   })
   const done = holdLeadership(
-    deps.sql,
+    deps.config.databaseUrl,
     'jobsvc.projector:' + ns,
     controller.signal,
-    async (leaderPid) => {
+    async (leadership) => {
       deps.log.info('projector: leading')
       lead = new AbortController()
-      const signal = AbortSignal.any([controller.signal, lead.signal])
+      // A lock lost with its session (a Postgres restart) ends this lead at once; the next one
+      // resumes from the checkpoints once the lock is taken again.
+      const signal = AbortSignal.any([controller.signal, lead.signal, leadership.lost])
       await consumeBatches(
         deps.nats,
         {
@@ -44,7 +46,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
         },
         async (records) => {
           const seq = await applyBatchIsolatingFailures(deps.sql, projections, records, (failure) => reportFailure(deps, failure), {
-            assertLeader: (tx) => assertStillLeading(tx, leaderPid),
+            assertLeader: leadership.assert,
           })
           announce(deps, seq)
           const committedAt = Date.now()
@@ -60,7 +62,11 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
         },
       )
     },
-    (err) => deps.log.error({ err }, 'projector: leadership lost'),
+    (err) =>
+      err instanceof LeadershipLost
+        ? deps.log.warn({ err }, 'projector: leadership lost; taking it again')
+        : deps.log.error({ err }, 'projector: cannot take the leadership lock; retrying every second'),
+    { applicationName: deps.name },
   )
   return async () => {
     yieldRequests.unsubscribe()

@@ -3,7 +3,7 @@ import { projections } from '../../../projections/index.ts'
 import { decodeEventMessage, type EventRecord } from '../../../streams/event-store.ts'
 import { eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import { assertStillLeading, holdLeadership } from '../../infrastructure/leadership.ts'
+import { holdLeadership } from '../../infrastructure/leadership.ts'
 
 const batchSize = 1000
 
@@ -28,10 +28,10 @@ export async function rebuildReadModels(deps: Deps, say: (message: string) => vo
   // released advisory lock to the waiting session, so the projector cannot take it back.
   const asking = setInterval(() => deps.nats.nc.publish(projectorYieldSubject(ns)), 250)
   await holdLeadership(
-    deps.sql,
+    deps.config.databaseUrl,
     'jobsvc.projector:' + ns,
     controller.signal,
-    async (leaderPid) => {
+    async (leadership) => {
       clearTimeout(timer)
       clearInterval(asking)
       try {
@@ -46,7 +46,7 @@ export async function rebuildReadModels(deps: Deps, say: (message: string) => vo
             records,
             ({ record, projection, projected }) =>
               say(`replay: ${projection} cannot hold message ${record.seq} (${record.subject}); ${projected}, recorded in projection_failures`),
-            { assertLeader: (tx) => assertStillLeading(tx, leaderPid) },
+            { assertLeader: leadership.assert },
           )
         })
         result = { through, ms: Date.now() - started }
@@ -60,7 +60,7 @@ export async function rebuildReadModels(deps: Deps, say: (message: string) => vo
       failure = err
       controller.abort()
     },
-    { blocking: true },
+    { blocking: true, applicationName: deps.name },
   )
   clearTimeout(timer)
   clearInterval(asking)

@@ -12,7 +12,7 @@ import { projectRef } from '../../use-cases/projects/project-service.ts'
 import { pruneMinuteThroughput, Retention } from './retention.ts'
 import { evaluateAlerts } from '../../use-cases/alerts/alert-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import { IsolatedPass } from '../../infrastructure/failing-items.ts'
+import { IsolatedPass, isOutage } from '../../infrastructure/failing-items.ts'
 
 /** Rows handled per promotion or reaping pass; the next pass takes the rest. */
 const passLimit = 500
@@ -40,9 +40,30 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const alerts = new IsolatedPass(deps.log, 'alert pass')
   const billingPeriods = new IsolatedPass(deps.log, 'billing period pass')
 
-  /** A pass run every `ms` until the role stops; a failure is logged and the next pass runs as usual. */
-  const loop = (ms: number, what: string, pass: () => Promise<boolean | void>) =>
-    every(ms, signal, pass, (err) => deps.log.error({ err }, `scheduler: ${what} failed`))
+  /**
+   * A pass run every `ms` until the role stops; a failure is logged and the next pass runs as
+   * usual. Through an outage of Postgres or NATS every pass fails alike: the first failure is
+   * logged, and the first pass that succeeds again.
+   */
+  const loop = (ms: number, what: string, pass: () => Promise<boolean | void>) => {
+    let waiting = false
+    return every(
+      ms,
+      signal,
+      async () => {
+        const again = await pass()
+        if (waiting) deps.log.info(`scheduler: ${what} runs again`)
+        waiting = false
+        return again
+      },
+      (err) => {
+        const outage = isOutage(err)
+        if (outage && !waiting) deps.log.warn({ err }, `scheduler: ${what} waits for a dependency; retrying every pass`)
+        else if (!outage) deps.log.error({ err }, `scheduler: ${what} failed`)
+        waiting = outage
+      },
+    )
+  }
   const loops = [
     loop(t.scheduler_interval_ms, 'promotion pass', async () => void (await promoteDueJobs(deps, jobs, promotion))),
     loop(t.scheduler_interval_ms, 'recurring pass', async () => void (await fireDueSchedules(deps, jobs, billing))),

@@ -99,38 +99,55 @@ export async function claimForPolls(
 ): Promise<Job[][]> {
   const now = deps.now()
   const wanted = polls.reduce((sum, p) => sum + p.capacity, 0)
-  return deps.sql.begin(async (tx) => {
-    const rows = await tx`
-      SELECT * FROM jobs
-      WHERE project_id = ${target.projectId} AND state = 'pending' AND queue = ANY(${target.queues})
-        AND available_at <= ${now}
-        ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
-      ORDER BY available_at, id
-      LIMIT ${wanted}
-      FOR UPDATE SKIP LOCKED`
-    const candidates = rows.filter((row) => !isStale(row.id as string, row.last_seq as number))
-    const dealt: Array<{ poll: number; row: (typeof candidates)[number] }> = []
-    for (let poll = 0, next = 0; poll < polls.length && next < candidates.length; poll++) {
-      for (let n = 0; n < polls[poll]!.capacity && next < candidates.length; n++) dealt.push({ poll, row: candidates[next++]! })
-    }
-    const outcomes = await Promise.all(
-      dealt.map(({ poll, row }) =>
-        claimRow(
-          jobs,
-          target.projectId,
-          polls[poll]!.workerId,
-          row.id as string,
-          // A storable copy is not the job's state: the claim loads it from the log.
-          isStorableCopyRow(row) ? undefined : { state: jobFromRow(row), seq: row.last_seq as number },
-        ),
-      ),
-    )
-    const claimed: Job[][] = polls.map(() => [])
-    outcomes.forEach((job, i) => {
-      if (job !== null) claimed[dealt[i]!.poll]!.push(job)
+  const claimed: Job[][] = polls.map(() => [])
+  let failure: unknown
+  // Each claim settles on its own (its failure recorded), so this never rejects.
+  let claiming: Promise<unknown> = Promise.resolve()
+  try {
+    await deps.sql.begin(async (tx) => {
+      const rows = await tx`
+        SELECT * FROM jobs
+        WHERE project_id = ${target.projectId} AND state = 'pending' AND queue = ANY(${target.queues})
+          AND available_at <= ${now}
+          ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
+        ORDER BY available_at, id
+        LIMIT ${wanted}
+        FOR UPDATE SKIP LOCKED`
+      const candidates = rows.filter((row) => !isStale(row.id as string, row.last_seq as number))
+      const dealt: Array<{ poll: number; row: (typeof candidates)[number] }> = []
+      for (let poll = 0, next = 0; poll < polls.length && next < candidates.length; poll++) {
+        for (let n = 0; n < polls[poll]!.capacity && next < candidates.length; n++) dealt.push({ poll, row: candidates[next++]! })
+      }
+      claiming = Promise.all(
+        dealt.map(async ({ poll, row }) => {
+          try {
+            const job = await claimRow(
+              jobs,
+              target.projectId,
+              polls[poll]!.workerId,
+              row.id as string,
+              // A storable copy is not the job's state: the claim loads it from the log.
+              isStorableCopyRow(row) ? undefined : { state: jobFromRow(row), seq: row.last_seq as number },
+            )
+            if (job !== null) claimed[poll]!.push(job)
+          } catch (err) {
+            failure ??= err
+          }
+        }),
+      )
+      await claiming
     })
-    return claimed
-  })
+  } catch (err) {
+    failure ??= err
+  }
+  // A claim is decided by its append to the log; the transaction only kept other pollers off the
+  // rows. Claims made are answered even when a neighbour's append or the transaction itself
+  // failed (Postgres lost before the commit): unanswered, each would wait in `processing` for the
+  // reaper. A transaction whose connection closes rejects at once, so the claims still in flight
+  // are waited for here.
+  await claiming
+  if (failure !== undefined && claimed.every((c) => c.length === 0)) throw failure
+  return claimed
 }
 
 /** Claims one job from its row (`known`); null when the log says it is no longer claimable. */

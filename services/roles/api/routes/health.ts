@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import { openSql } from '../../../../projections/database.ts'
 import { isMigrated } from '../../../../projections/migrate.ts'
 import { isNatsConnected } from '../../../../streams/connection.ts'
 import { eventsStreamName } from '../../../../streams/names.ts'
@@ -9,8 +10,12 @@ import { instant, publicErrorResponses } from '../openapi.ts'
 import type { Sql } from '../../../../projections/database.ts'
 import { summarizeFailures, type FailureSummary } from '../../../../projections/projection-failures.ts'
 
-/** A probe answers within this even while a dependency hangs: that check is then false. */
-const checkTimeoutMs = 2_000
+/**
+ * Each check of a readiness probe gets this long; one that has not answered by then is false.
+ * The probe itself answers within 1 s (a Kubernetes probe's default timeout) while a dependency
+ * is away or hangs, naming it, rather than timing out.
+ */
+const checkTimeoutMs = 700
 
 async function isTrue(check: () => Promise<unknown>): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined
@@ -72,24 +77,40 @@ const readySchema = {
   },
 }
 
-/** Public probes: live answers while the process runs; ready only when every dependency answers. */
+type Checks = z.infer<typeof readiness>['checks']
+
+/**
+ * Public probes: live answers while the process runs; ready only when every dependency answers.
+ * Postgres is asked on a connection of the probe's own, so that a pool busy with requests does
+ * not make a healthy process look unready; probes that arrive together share one evaluation, so
+ * that an outage does not pile up probe queries. While NATS is disconnected its checks are false
+ * at once: a request would wait in nats.js's buffer for the reconnect.
+ */
 export function healthRoutes(ctx: ApiContext): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
-    app.get('/live', { schema: liveSchema }, async () => ({ status: 'ok' as const }))
-    app.get('/ready', { schema: readySchema }, async (_request, reply) => {
+    const probe = openSql(deps.config.databaseUrl, { max: 1, applicationName: `${deps.name}-probe`, reconnectAtOnce: true })
+    app.addHook('onClose', async () => void (await probe.end({ timeout: 1 })))
+    let evaluating: Promise<{ checks: Checks; failures: FailureSummary | null }> | null = null
+    const evaluate = async (): Promise<{ checks: Checks; failures: FailureSummary | null }> => {
+      const natsUp = isNatsConnected(deps.nats.nc)
       const failures = failureSummaryWithin(deps.sql)
       const [nats, jetstream, postgres, migrations] = await Promise.all([
-        isTrue(async () => isNatsConnected(deps.nats.nc) && (await deps.nats.nc.rtt()) >= 0),
-        isTrue(() => deps.nats.jsm.streams.info(eventsStreamName(deps.config.namespace))),
-        isTrue(() => deps.sql`SELECT 1`),
-        isTrue(() => isMigrated(deps.sql)),
+        natsUp && isTrue(async () => (await deps.nats.nc.rtt()) >= 0),
+        natsUp && isTrue(() => deps.nats.jsm.streams.info(eventsStreamName(deps.config.namespace))),
+        isTrue(() => probe`SELECT 1`),
+        isTrue(() => isMigrated(probe)),
       ])
-      const checks = { nats, jetstream, postgres, migrations }
+      return { checks: { nats, jetstream, postgres, migrations }, failures: await failures }
+    }
+    app.get('/live', { schema: liveSchema }, async () => ({ status: 'ok' as const }))
+    app.get('/ready', { schema: readySchema }, async (_request, reply) => {
+      evaluating ??= evaluate().finally(() => (evaluating = null))
+      const { checks, failures } = await evaluating
       const ready = Object.values(checks).every(Boolean) && !ctx.stopping.aborted
       const status = ready ? ('ready' as const) : ('not_ready' as const)
-      return reply.code(ready ? 200 : 503).send({ status, checks, projection_failures: await failures })
+      return reply.code(ready ? 200 : 503).send({ status, checks, projection_failures: failures })
     })
   }
 }
