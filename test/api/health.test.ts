@@ -18,7 +18,7 @@ t.test('GET /jobsvc/health/live answers 200 without a key', async (t) => {
 t.test('GET /jobsvc/health/ready answers 200 with every check true', async (t) => {
   const res = await httpRequest(h.url, null, 'GET', '/jobsvc/health/ready')
   t.equal(res.status, 200)
-  t.strictSame(res.body, { status: 'ready', checks: { nats: true, jetstream: true, postgres: true, migrations: true } })
+  t.strictSame(res.body, { status: 'ready', checks: { nats: true, jetstream: true, postgres: true, migrations: true, log_space: true } })
   t.match(res.headers.get('x-request-id') ?? '', ulidPattern)
 })
 
@@ -41,7 +41,7 @@ t.test('ready answers 503 while the event stream is missing, and 200 once it is 
   t.teardown(() => ensureStreams(jsm, h.config.namespace))
   const down = await httpRequest(h.url, null, 'GET', '/jobsvc/health/ready')
   t.equal(down.status, 503)
-  t.strictSame(down.body, { status: 'not_ready', checks: { nats: true, jetstream: false, postgres: true, migrations: true } })
+  t.strictSame(down.body, { status: 'not_ready', checks: { nats: true, jetstream: false, postgres: true, migrations: true, log_space: false } })
   const live = await httpRequest(h.url, null, 'GET', '/jobsvc/health/live')
   t.equal(live.status, 200, 'live does not depend on the stream')
 

@@ -165,7 +165,7 @@ export async function healInterruptedCascades(deps: Deps, jobs: JobService): Pro
     LIMIT ${passLimit}`
   let moved = 0
   await inParallel(parents, async (p) => {
-    const { job } = await jobs.get(p.project_id, p.id)
+    const { job } = await jobs.load(p.project_id, p.id)
     moved += await jobs.cascadeFromState(p.project_id, job)
   })
   if (moved > 0) deps.log.warn({ moved }, 'scheduler: finished interrupted continuation cascades')

@@ -42,6 +42,8 @@ interface DeletedJob {
   queue: string
   state: string
   last_seq: number
+  /** The last progress report the job list applied (its progress subject), or null. */
+  progress_seq: number | null
   ended_at: Date
 }
 
@@ -108,10 +110,17 @@ export class Retention {
           LIMIT ${retentionBatchSize}
         )
         DELETE FROM jobs j USING picked WHERE j.id = picked.id
-        RETURNING j.id, j.project_id, j.queue, j.state, j.last_seq, coalesce(j.completed_at, j.updated_at) AS ended_at`
+        RETURNING j.id, j.project_id, j.queue, j.state, j.last_seq, j.progress_seq, coalesce(j.completed_at, j.updated_at) AS ended_at`
       if (rows.length === 0) return rows
-      await inParallel(rows, pruneConcurrency, async (job) => {
-        const result = await this.#pruner.removeThrough(eventSubject(deps.config.namespace, job.project_id, 'job', job.id), job.last_seq)
+      // A job's progress reports are on a subject of their own, removed with it.
+      const subjects = rows.flatMap((job) => [
+        { subject: eventSubject(deps.config.namespace, job.project_id, 'job', job.id), through: job.last_seq },
+        ...(job.progress_seq === null
+          ? []
+          : [{ subject: eventSubject(deps.config.namespace, job.project_id, 'progress', job.id), through: job.progress_seq }]),
+      ])
+      await inParallel(subjects, pruneConcurrency, async ({ subject, through }) => {
+        const result = await this.#pruner.removeThrough(subject, through)
         messages += result.messages
         if (result.purgedBySubject) purgedBySubject++
       })

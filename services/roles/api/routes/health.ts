@@ -24,8 +24,21 @@ async function isTrue(check: () => Promise<unknown>): Promise<boolean> {
 
 const readiness = z.strictObject({
   status: z.enum(['ready', 'not_ready']),
-  checks: z.strictObject({ nats: z.boolean(), jetstream: z.boolean(), postgres: z.boolean(), migrations: z.boolean() }),
+  checks: z.strictObject({
+    nats: z.boolean(),
+    jetstream: z.boolean(),
+    postgres: z.boolean(),
+    migrations: z.boolean(),
+    log_space: z
+      .boolean()
+      .describe(
+        "false when the event stream is full (`events_max_bytes`): every write answers 503 until retention frees space or the limit is raised. It does not make the process not ready: the log is the install's, and reads still work",
+      ),
+  }),
 })
+
+/** Room a message may take beside its payload (its state, event fields and headers), generously. */
+const messageOverheadBytes = 64 * 1024
 
 const liveSchema = {
   summary: 'Liveness probe',
@@ -53,14 +66,20 @@ export function healthRoutes(ctx: ApiContext): FastifyPluginAsync {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
     app.get('/live', { schema: liveSchema }, async () => ({ status: 'ok' as const }))
     app.get('/ready', { schema: readySchema }, async (_request, reply) => {
-      const [nats, jetstream, postgres, migrations] = await Promise.all([
+      const stream = deps.nats.jsm.streams.info(eventsStreamName(deps.config.namespace))
+      const [nats, jetstream, postgres, migrations, log_space] = await Promise.all([
         isTrue(async () => isNatsConnected(deps.nats.nc) && (await deps.nats.nc.rtt()) >= 0),
-        isTrue(() => deps.nats.jsm.streams.info(eventsStreamName(deps.config.namespace))),
+        isTrue(() => stream),
         isTrue(() => deps.sql`SELECT 1`),
         isTrue(() => isMigrated(deps.sql)),
+        isTrue(async () => {
+          const { config, state } = await stream
+          // Full once a create with the largest payload accepted would no longer fit.
+          return config.max_bytes <= 0 || config.max_bytes - state.bytes >= deps.config.tunables.max_payload_bytes + messageOverheadBytes
+        }),
       ])
-      const checks = { nats, jetstream, postgres, migrations }
-      const ready = Object.values(checks).every(Boolean) && !ctx.stopping.aborted
+      const checks = { nats, jetstream, postgres, migrations, log_space }
+      const ready = nats && jetstream && postgres && migrations && !ctx.stopping.aborted
       return reply.code(ready ? 200 : 503).send({ status: ready ? ('ready' as const) : ('not_ready' as const), checks })
     })
   }

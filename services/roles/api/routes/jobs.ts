@@ -21,7 +21,7 @@ import {
   singleCreateFingerprint,
   type ItemKey,
 } from '../idempotency-hooks.ts'
-import { jobFromRow } from '../../../../projections/job-list.ts'
+import { jobViewFromRow } from '../../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
 import { cursorPage, errorResponses, instant, itemErrorObject, mediaResponse, writeCodes } from '../openapi.ts'
 import { streamJobProgress } from '../progress-stream.ts'
@@ -512,7 +512,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
           ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
         ORDER BY created_at DESC, id DESC
         LIMIT ${limit + 1}`
-      const page = rows.slice(0, limit).map((r) => jobFromRow(r))
+      const page = rows.slice(0, limit).map((r) => jobViewFromRow(r))
       const hasMore = rows.length > limit
       const last = page.at(-1)
       return reply.send({

@@ -1,9 +1,9 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import { ackStatuses, type Job } from '../../../../domain/job.ts'
+import { ackStatuses } from '../../../../domain/job.ts'
 import { retryBaseDelayMs, retryJitterMs } from '../../../../domain/retry-policy.ts'
-import { claimForPoll } from '../../../use-cases/jobs/claimer.ts'
+import { claimForPoll, type ClaimedJob } from '../../../use-cases/jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../../use-cases/jobs/recurring-service.ts'
 import type { ApiContext } from '../context.ts'
 import { runInLanes } from '../../../use-cases/jobs/lanes.ts'
@@ -186,11 +186,11 @@ const registerSchema = {
   response: { 200: z.strictObject({ status: z.literal('registered') }), ...errorResponses(...writeCodes) },
 }
 
-function toPolledJob(job: Job) {
+function toPolledJob({ job, payload }: ClaimedJob) {
   return {
     id: job.id,
     job_type: job.job_type,
-    payload: job.payload,
+    payload,
     attempt: job.attempt,
     max_attempts: job.max_attempts,
     timeout_seconds: job.timeout_seconds,
