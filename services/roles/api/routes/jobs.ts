@@ -140,7 +140,14 @@ const creationHeaders = z.looseObject({
 })
 
 /** What refuses one job, alone or as an item of a batch (its status is the single create's). */
-const creationCodes = ['parent_terminal', 'invalid_state', 'parent_not_found', 'monthly_allowance_exceeded', 'spend_cap_reached'] as const
+const creationCodes = [
+  'parent_terminal',
+  'invalid_state',
+  'parent_not_found',
+  'monthly_allowance_exceeded',
+  'spend_cap_reached',
+  'log_budget_exceeded',
+] as const
 
 const createSchema = {
   summary: 'Create a job',
@@ -297,7 +304,7 @@ const retrySchema = {
   params: jobIdParams,
   response: {
     200: z.strictObject({ id: z.string(), state: z.enum(jobStates).describe('`pending`'), attempt: z.number().int() }),
-    ...errorResponses(...writeCodes, 'forbidden', 'job_not_found', 'invalid_state'),
+    ...errorResponses(...writeCodes, 'forbidden', 'job_not_found', 'invalid_state', 'log_budget_exceeded'),
   },
 }
 

@@ -168,12 +168,13 @@ function jobIdOf(raw: unknown): string | null {
 
 const heartbeatSchema = {
   summary: 'Keep a claimed job alive (and report progress)',
-  description: 'Send one every `max(timeout_seconds / 3, 10 s)`. A changed `progress` is recorded as a `job_progressed` event.',
+  description:
+    "Send one every `max(timeout_seconds / 3, 10 s)`. A changed `progress` is recorded as a `job_progressed` event on the job's progress subject; past the project's log budget that report is refused (429 `log_budget_exceeded`), the heartbeat's liveness still recorded.",
   tags: ['Workers'],
   body: heartbeatBody,
   response: {
     200: z.strictObject({ status: z.enum(['ok', 'cancel']).describe('`ok`: continue (`cancel` is reserved, not produced today)') }),
-    ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state', 'worker_mismatch'),
+    ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state', 'worker_mismatch', 'log_budget_exceeded'),
   },
 }
 
