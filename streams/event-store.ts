@@ -180,20 +180,19 @@ export class EventStore {
       events,
       state: toStoredState(ref.aggregate, state),
     }
-    const metered = this.meter !== null && ref.projectId !== platformScope ? this.meter : null
-    if (metered !== null)
-      await metered.admit(
-        ref.projectId,
-        events.map((e) => e.type),
-      )
+    // A project's appends count against its log budget, which may refuse them; the platform's do not.
+    const meter = ref.projectId === platformScope ? null : this.meter
+    // Awaited only when the budget has to be read first: an append is the hottest call there is.
+    const admitted = meter?.admit(
+      ref.projectId,
+      events.map((e) => e.type),
+    )
+    if (admitted !== undefined) await admitted
     const data = encode(message)
-    const h = buildHeaders(ref, events, [
-      ['Nats-Msg-Id', events[0]!.id],
-      ['Nats-Expected-Last-Subject-Sequence', String(expectedSeq)],
-    ])
+    const h = buildHeaders(ref, events, expectedSeq)
     try {
       const ack = await this.#publisher.publish(subject, data, h.headers)
-      metered?.stored(ref.projectId, subject.length + h.bytes + data.length)
+      meter?.stored(ref.projectId, subject.length + h.bytes + data.length)
       return ack
     } catch (err) {
       if (isWrongLastSequence(err)) throw new ConcurrencyConflict(subject, { cause: err })
@@ -243,11 +242,12 @@ export class EventStore {
  * and the expected sequence: its other headers would be most of its bytes, and its subject
  * already says what they would (README, "Event log").
  */
-function buildHeaders(ref: AggregateRef, events: StoredEvent[], natsOnes: Array<[string, string]>): { headers: MsgHdrs; bytes: number } {
+function buildHeaders(ref: AggregateRef, events: StoredEvent[], expectedSeq: number): { headers: MsgHdrs; bytes: number } {
   const types = events.map((e) => e.type).join(',')
+  const expected: [string, string] = ['Nats-Expected-Last-Subject-Sequence', String(expectedSeq)]
   const pairs: Array<[string, string]> =
     ref.aggregate === 'progress'
-      ? [[eventHeaders.eventTypes, types], natsOnes.at(-1)!]
+      ? [[eventHeaders.eventTypes, types], expected]
       : [
           [eventHeaders.eventTypes, types],
           [eventHeaders.eventIds, events.map((e) => e.id).join(',')],
@@ -256,7 +256,8 @@ function buildHeaders(ref: AggregateRef, events: StoredEvent[], natsOnes: Array<
           [eventHeaders.aggregateId, ref.id],
           [eventHeaders.projectId, ref.projectId],
           [eventHeaders.contentType, 'application/msgpack'],
-          ...natsOnes,
+          ['Nats-Msg-Id', events[0]!.id],
+          expected,
         ]
   const headers = natsHeaders()
   let bytes = 'NATS/1.0\r\n\r\n'.length
