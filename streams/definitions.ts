@@ -102,14 +102,32 @@ export async function ensureStreams(jsm: JetStreamManager, ns: string, replicas 
 }
 
 /**
+ * A limit is lowered only while the stream holds at most this share of the new one: JetStream
+ * deletes the oldest messages of a stream whose new `max_bytes` is below what it holds, whatever
+ * its discard policy, and the stream may grow between the check and the update.
+ */
+const lowerableShare = 0.9
+
+/**
  * Gives an events stream made before, or with another `events_max_bytes`, the configured limit and
- * discard policy. Every process of an install starts with the same configuration, so they agree;
- * a limit below what the stream holds already makes it refuse appends until retention frees space.
+ * discard policy. Every process of an install starts with the same configuration, so they agree.
+ * Raising the limit is always safe; lowering it below what the stream holds (plus headroom) would
+ * make JetStream delete the oldest messages, live jobs' history among them, so the start is
+ * refused instead, saying what limit the log needs.
  */
 async function applyLogLimit(jsm: JetStreamManager, ns: string, maxBytes: number): Promise<void> {
-  const info = await jsm.streams.info(eventsStreamName(ns))
-  if (info.config.max_bytes === maxBytes && info.config.discard === DiscardPolicy.New) return
-  await jsm.streams.update(eventsStreamName(ns), { ...info.config, max_bytes: maxBytes, discard: DiscardPolicy.New }).catch((err: unknown) => {
+  const name = eventsStreamName(ns)
+  const { config, state } = await jsm.streams.info(name)
+  if (config.max_bytes === maxBytes && config.discard === DiscardPolicy.New) return
+  const lowering = config.max_bytes <= 0 || config.max_bytes > maxBytes
+  if (lowering && state.bytes > maxBytes * lowerableShare) {
+    throw new StreamSettingsMismatch(
+      `events_max_bytes=${maxBytes} is too small for the events stream ${name}, which holds ${state.bytes} bytes: ` +
+        `JetStream would delete its oldest messages to fit. Set events_max_bytes in JOBSVC_CONFIG to at least ` +
+        `${Math.ceil(state.bytes / lowerableShare)} (more, to leave room to grow), or let retention shrink the log first`,
+    )
+  }
+  await jsm.streams.update(name, { ...config, max_bytes: maxBytes, discard: DiscardPolicy.New }).catch((err: unknown) => {
     throw isStorageUnavailable(err) ? storageUnavailable(maxBytes, err) : err
   })
 }
