@@ -4,8 +4,11 @@ import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from '../..
 import {
   assertHeartbeatAllowed,
   cascadeOf,
+  errorOf,
   isAttemptStale,
   jobDecider,
+  toJobView,
+  upgradeJob,
   type Job,
   type JobCommand,
   type JobError,
@@ -862,6 +865,56 @@ t.test('evolve on a missing state: job_created builds it, any other event throws
     { type: 'job_activated', data: { parent_job_id: 'p', state: 'pending', activated_at: at(0) } },
   ])
 })
+
+t.test('what a message stores of a job: the error once, the payload never past job_created', async (t) => {
+  t.test('the state of the message that records an error refers to that message; its sequence is given once stored', async (t) => {
+    const failed = ev.attemptFailed(1, 2, 15)
+    const job = stateAfter([...histories.processing, failed])!
+    t.equal(job.error_seq, 0, 'the decision says: this message')
+    t.notOk('error' in job, 'and carries no error itself')
+    t.equal(upgradeJob(job, 42, [failed]).error_seq, 42, 'stored at 42, it refers to 42')
+    t.equal(upgradeJob(job, null, [failed]).error_seq, 0, 'seen without its sequence, it stays as written')
+    t.same(errorOf([failed]), boom, 'the error is read from the events of that message')
+    t.equal(errorOf([ev.claimed()]), null)
+    const later = upgradeJob({ ...job, error_seq: 42 }, 50, [ev.claimed(2)])
+    t.equal(later.error_seq, 42, 'a later message keeps referring to it')
+  })
+
+  t.test('a success or a retry clears the reference', async (t) => {
+    t.equal(stateAfter([...histories.processing, ev.attemptFailed(1, 2, 15), ev.claimed(2, 'w1', 20), ev.succeeded(2, 21)])!.error_seq, null)
+  })
+
+  t.test('a state written before errors and payloads were kept once is upgraded when read', async (t) => {
+    const today = stateAfter(histories.processing)!
+    const { error_seq: _ref, ...fields } = today
+    const v1 = { ...fields, payload: { to: 'a@b.c' }, error: boom, progress: 0.5 } as unknown as Job
+    const failed = ev.attemptFailed(1, 2, 15)
+    t.strictSame(upgradeJob(v1, 7, [failed]), { ...fields, progress: 0.5, error_seq: 7 }, 'its own failure: a reference to it, no payload')
+    t.strictSame(
+      upgradeJob(v1, 9, [ev.claimed(2)]),
+      { ...fields, progress: 0.5, error_seq: null, error: boom },
+      'an error recorded earlier stays inline, since only the message holding it knows where it is',
+    )
+    const clean = { ...fields, payload: {}, error: null, progress: null } as unknown as Job
+    t.strictSame(upgradeJob(clean, 3, []), { ...fields, progress: null, error_seq: null })
+    const carried = upgradeJob(v1, 9, [ev.claimed(2)])
+    t.strictSame(upgradeJob(carried, 10, []), carried, 'an upgraded state is left as it is')
+    t.notOk('error' in stateAfterFrom(carried, [ev.succeeded(1, 30)])!, 'and loses the inline error when the job leaves it')
+  })
+
+  t.test('the view the API shows: the state with the facts kept once', async (t) => {
+    const job = stateAfter([...histories.processing, ev.attemptFailed(1, 2, 15)])!
+    const view = toJobView(job, { payload: { to: 'a@b.c' }, error: boom, progress: 0.25 })
+    t.same(view.payload, { to: 'a@b.c' })
+    t.same(view.error, boom)
+    t.equal(view.progress, 0.25)
+    t.notOk('error_seq' in view, 'without the reference')
+  })
+})
+
+function stateAfterFrom(state: Job, events: readonly JobEvent[]) {
+  return fold(jobDecider, state, events)
+}
 
 function stateAfter(events: readonly JobEvent[]) {
   return fold(jobDecider, jobDecider.initialState, events)
