@@ -86,3 +86,37 @@ t.test('a heartbeat without a new progress appends nothing', async (t) => {
   isError(t, await h.request('POST', '/jobsvc/v1/workers/heartbeat', { job_id: job.id, worker_id: 'w-other', progress: 0.7 }), 409, 'worker_mismatch')
   t.equal((await api.getJob(job.id)).progress, 0.5)
 })
+
+t.test("an attempt's error is stored once and read back while the job runs again", async (t) => {
+  const h = await startHarness(t, import.meta.filename, { suffix: '_err' })
+  const api = jobsApi(h, { jobType: 'err' })
+  const policy = { base_delay_seconds: 1, factor: 1, max_delay_seconds: 1, jitter_seconds: 0, max_attempts: 3 }
+  t.equal((await h.request('PUT', '/jobsvc/v1/retry-policy', policy)).status, 200)
+  const marker = `trace-${randomBytes(8).toString('hex')}`
+  const error = { type: 'Crash', message: 'it broke', stack_trace: `${marker}\n${'  at frame\n'.repeat(5_000)}` }
+  const job = await api.create({ queue: 'err' })
+  await api.claimOne('err', 'w1')
+  t.equal((await api.ack({ job_id: job.id, worker_id: 'w1', status: 'failed', error })).status, 200)
+  await api.claimOne('err', 'w2')
+  await h.request('POST', '/jobsvc/v1/workers/heartbeat', { job_id: job.id, worker_id: 'w2', progress: 0.5 })
+  t.match(
+    await api.getJob(job.id),
+    { state: 'processing', attempt: 2, error, progress: 0.5 },
+    'GET shows the last error, from the message that holds it',
+  )
+
+  const stream = eventsStreamName(h.config.namespace)
+  const holding: string[] = []
+  for (let seq = 1; ;) {
+    const m = await h.runtime.nats.jsm.direct.getMessage(stream, { seq, next_by_subj: eventSubject(h.config.namespace, h.projectId, 'job', job.id) })
+    if (m === null) break
+    if (Buffer.from(m.data).includes(marker)) holding.push(m.header.get('Jobsvc-Event-Type'))
+    seq = m.seq + 1
+  }
+  t.strictSame(holding, ['job_attempt_failed'], 'only the message that recorded the error holds it')
+  const listed = await eventually(async () => {
+    const item = (await h.request('GET', '/jobsvc/v1/jobs?queue=err')).body.data[0]
+    return item?.progress === 0.5 ? item : null
+  })
+  t.strictSame(listed, await api.getJob(job.id), 'the list shows the same job, its error included')
+})
