@@ -94,10 +94,11 @@ t.test("an attempt's error is stored once and read back while the job runs again
   t.equal((await h.request('PUT', '/jobsvc/v1/retry-policy', policy)).status, 200)
   const marker = `trace-${randomBytes(8).toString('hex')}`
   const error = { type: 'Crash', message: 'it broke', stack_trace: `${marker}\n${'  at frame\n'.repeat(5_000)}` }
-  const job = await api.create({ queue: 'err' })
+  const job = await api.create({ queue: 'err', payload: { to: 'b@example.com' } })
   await api.claimOne('err', 'w1')
   t.equal((await api.ack({ job_id: job.id, worker_id: 'w1', status: 'failed', error })).status, 200)
-  await api.claimOne('err', 'w2')
+  const again = await api.claimOne('err', 'w2')
+  t.same(again.payload, { to: 'b@example.com' }, 'the retried attempt is handed its payload, read from the job_created')
   await h.request('POST', '/jobsvc/v1/workers/heartbeat', { job_id: job.id, worker_id: 'w2', progress: 0.5 })
   t.match(
     await api.getJob(job.id),
