@@ -30,7 +30,6 @@ export interface Job {
   state: JobState
   job_type: string
   queue: string
-  payload: Record<string, unknown>
   created_at: string
   /** When the job may next be claimed or promoted; null means "as soon as it is pending". */
   run_at: string | null
@@ -39,9 +38,24 @@ export interface Job {
   attempt: number
   max_attempts: number
   timeout_seconds: number
+  /**
+   * Progress as the job's own messages set it: reset by a claim or a retry, and set only by logs
+   * written before progress had a subject of its own (domain/job-progress.ts, `progressOf`).
+   */
   progress: number | null
   duration_ms: number | null
-  error: JobError | null
+  /**
+   * Where the last error is kept: the stream sequence of the message whose `job_attempt_failed` or
+   * `job_dead_lettered` recorded it, 0 in that message itself (a message's sequence is assigned
+   * when it is stored), null when there is none. The error is read from that message once
+   * (`errorOf`), not carried by every later one.
+   */
+  error_seq: number | null
+  /**
+   * The last error itself, only in a state written before errors were kept once (see
+   * `upgradeJob`); carried until the job leaves it, absent otherwise.
+   */
+  error?: JobError | null
   tags: Record<string, string> | null
   parent_job_id: string | null
   /** A continuation still waiting for its parent to succeed. */
@@ -53,6 +67,25 @@ export interface Job {
   /** The W3C `traceparent` the job was created with (domain/trace-context.ts); handed to its workers. */
   traceparent: string | null
   updated_at: string
+}
+
+/**
+ * What the log keeps once instead of in every message of a job: the payload (in its
+ * `job_created`, the first message of its subject), the last error (in the message that recorded
+ * it) and the progress (on the job's progress subject). A reader that shows them resolves them.
+ */
+export interface JobFacts {
+  payload: Record<string, unknown>
+  error: JobError | null
+  progress: number | null
+}
+
+/** A job as the API shows it: its state with the facts kept once. */
+export type JobView = Omit<Job, 'error' | 'error_seq' | 'progress'> & JobFacts
+
+export function toJobView(job: Job, facts: JobFacts): JobView {
+  const { error: _inline, error_seq: _at, ...state } = job
+  return { ...state, ...facts }
 }
 
 /** `null` until the job's first event. */
@@ -90,7 +123,9 @@ export type JobEvent =
   | { type: 'job_promoted'; data: { promoted_at: string } }
   | { type: 'job_activated'; data: { parent_job_id: string; state: 'pending' | 'scheduled'; activated_at: string } }
   | { type: 'job_claimed'; data: { worker_id: string; attempt: number; started_at: string } }
-  | { type: 'job_progressed'; data: { worker_id: string; progress: number; reported_at: string } }
+  // On the job's progress subject (domain/job-progress.ts); `attempt` is absent from the reports that
+  // logs written before it kept on the job's own subject.
+  | { type: 'job_progressed'; data: { worker_id: string; attempt?: number; progress: number; reported_at: string } }
   | { type: 'job_succeeded'; data: { worker_id: string; attempt: number; duration_ms: number; completed_at: string } }
   | {
       type: 'job_attempt_failed'
@@ -149,7 +184,6 @@ export type JobCommand =
   | { type: 'activate_child'; data: { parent_job_id: string }; meta: CommandMeta }
   | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested'> }; meta: CommandMeta }
   | { type: 'claim_job'; data: { worker_id: string }; meta: CommandMeta }
-  | { type: 'report_progress'; data: { worker_id: string; progress: number }; meta: CommandMeta }
   | {
       type: 'ack_job'
       data: {
@@ -323,17 +357,6 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       if (!isClaimable(job, now)) throw new InvalidState(`job ${job.id} is ${job.state} and cannot be claimed now`)
       return [{ type: 'job_claimed', data: { worker_id: command.data.worker_id, attempt: job.attempt + 1, started_at: now } }]
     }
-    case 'report_progress': {
-      const job = requireJob(state)
-      requireProcessingBy(job, command.data.worker_id, 'report progress on')
-      if (job.progress === command.data.progress) return []
-      return [
-        {
-          type: 'job_progressed',
-          data: { worker_id: command.data.worker_id, progress: command.data.progress, reported_at: now },
-        },
-      ]
-    }
     case 'ack_job': {
       const job = requireJob(state)
       requireProcessingBy(job, command.data.worker_id, 'acknowledge')
@@ -415,6 +438,16 @@ function failedAttempt(
   }
 }
 
+/** `error_seq` of the message whose own event records the error: its sequence is not known before it is stored. */
+const recordedHere = 0
+
+/** The state without an error carried inline from an older log: a new error, or none, replaces it. */
+function withoutInlineError(job: Job): Job {
+  if (!('error' in job)) return job
+  const { error: _inline, ...rest } = job
+  return rest
+}
+
 function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
   if (event.type === 'job_created') {
     const d = event.data
@@ -424,7 +457,6 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       state: d.state,
       job_type: d.job_type,
       queue: d.queue,
-      payload: d.payload,
       created_at: d.created_at,
       run_at: d.run_at,
       started_at: null,
@@ -434,7 +466,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       timeout_seconds: d.timeout_seconds,
       progress: null,
       duration_ms: null,
-      error: null,
+      error_seq: null,
       tags: d.tags,
       parent_job_id: d.parent_job_id,
       waiting_for_parent: d.waiting_for_parent,
@@ -470,37 +502,37 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       return { ...state, progress: event.data.progress, updated_at: event.data.reported_at }
     case 'job_succeeded':
       return {
-        ...state,
+        ...withoutInlineError(state),
         state: 'succeeded',
         completed_at: event.data.completed_at,
         duration_ms: event.data.duration_ms,
-        error: null,
+        error_seq: null,
         updated_at: event.data.completed_at,
       }
     case 'job_attempt_failed':
       return {
-        ...state,
+        ...withoutInlineError(state),
         state: 'pending',
         run_at: event.data.retry_at,
         worker_id: null,
         duration_ms: event.data.duration_ms,
-        error: event.data.error,
+        error_seq: recordedHere,
         updated_at: event.data.failed_at,
       }
     case 'job_dead_lettered':
       return {
-        ...state,
+        ...withoutInlineError(state),
         state: 'dead_letter',
         completed_at: event.data.completed_at,
         duration_ms: event.data.duration_ms,
-        error: event.data.error,
+        error_seq: recordedHere,
         updated_at: event.data.completed_at,
       }
     case 'job_cancelled':
       return { ...state, state: 'cancelled', waiting_for_parent: false, updated_at: event.data.cancelled_at }
     case 'job_retried':
       return {
-        ...state,
+        ...withoutInlineError(state),
         state: 'pending',
         max_attempts: event.data.max_attempts,
         run_at: null,
@@ -508,7 +540,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
         completed_at: null,
         duration_ms: null,
         progress: null,
-        error: null,
+        error_seq: null,
         worker_id: null,
         updated_at: event.data.retried_at,
       }
@@ -519,4 +551,31 @@ export const jobDecider: Decider<JobCommand, JobEvent, JobAggregate> = {
   initialState: null,
   decide,
   evolve,
+}
+
+/** The error a message's events recorded, if they recorded one. */
+export function errorOf(events: readonly { type: string; data: unknown }[]): JobError | null {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const e = events[i]!
+    if (e.type === 'job_attempt_failed' || e.type === 'job_dead_lettered') return (e.data as { error: JobError }).error
+  }
+  return null
+}
+
+/**
+ * The job's state as a message stored at `seq` carries it, in today's form (`seq` null: a message
+ * seen without its sequence, a plain subscription's). The one upgrade of the job's stored state,
+ * applied wherever a message is decoded and to a decision's state once it is stored:
+ * - `error_seq` 0 (the error is in this very message) becomes `seq`;
+ * - a state written before payloads, errors and progress were kept once (schema 1) holds the
+ *   payload, which is dropped (it is in the job's `job_created`), and the last error inline, which
+ *   becomes a reference when this message recorded it and otherwise stays inline (`error`);
+ *   its `progress` keeps its meaning (the job's own messages set it then).
+ */
+export function upgradeJob(stored: Job, seq: number | null, events: readonly { type: string; data: unknown }[]): Job {
+  if (!('payload' in stored)) return stored.error_seq === recordedHere && seq !== null ? { ...stored, error_seq: seq } : stored
+  const { payload: _payload, error, ...rest } = stored as Job & { payload: unknown }
+  if (error === null || error === undefined) return { ...rest, error_seq: null }
+  if (seq !== null && errorOf(events) !== null) return { ...rest, error_seq: seq }
+  return { ...rest, error_seq: null, error }
 }

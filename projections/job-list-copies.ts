@@ -8,7 +8,9 @@ import { toStorableValue } from './storable-values.ts'
  * scheduler: its row is written from a copy whose strings are made storable, and marked with
  * `sanitised_seq`. A marked row is shown as it is, but the claim paths do not decide on it (a
  * claim appends the state it decided on, which would put the copy in the log): they load the job
- * from the log instead. The job's next message writes its row anew, and the mark no longer matches.
+ * from the log instead. The job's later messages carry neither its payload nor an error written
+ * before, so the row keeps the copied ones and the mark stays, until a message that brings the
+ * payload (its `job_created`, re-projected once it can be held) writes the row anew.
  */
 
 /** Writes `record`'s job row from a storable copy with `upsert` (the job list's own writer), marked. */
@@ -29,5 +31,5 @@ export async function removeStorableJobRow(tx: Tx, record: EventRecord): Promise
 
 /** True for a row written from a storable copy: shown, but not the job's state to decide on. */
 export function isStorableCopyRow(row: Record<string, unknown>): boolean {
-  return row.sanitised_seq !== null && row.sanitised_seq !== undefined && row.sanitised_seq === row.last_seq
+  return row.sanitised_seq !== null && row.sanitised_seq !== undefined
 }

@@ -1,4 +1,5 @@
-import type { Job, JobEventType } from '../domain/job.ts'
+import type { JobProgress } from '../domain/job-progress.ts'
+import { errorOf, toJobView, type Job, type JobError, type JobEventType, type JobView } from '../domain/job.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable, Sql, Tx } from './database.ts'
 import { isStorableCopyRow, removeStorableJobRow, writeStorableJobRow } from './job-list-copies.ts'
@@ -38,6 +39,7 @@ const columns = [
   'progress',
   'duration_ms',
   'error',
+  'error_seq',
   'tags',
   'parent_job_id',
   'waiting_for_parent',
@@ -49,14 +51,24 @@ const columns = [
   'last_seq',
 ] as const
 
-function toRow(job: Job, seq: number): Record<(typeof columns)[number], unknown> {
+/** What a row holds that the job's state only refers to, as far as the batch that writes it knows. */
+interface RowFacts {
+  /** null: not in this batch (the row keeps its own). */
+  payload: Record<string, unknown> | null
+  /** null with `error_seq` set: not in this batch (the row keeps its own). */
+  error: JobError | null
+  /** Set only by a report on the job's own subject (logs written before reports had their own); null: see the upsert. */
+  progress: number | null
+}
+
+function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[number], unknown> {
   return {
     id: job.id,
     project_id: job.project_id,
     state: job.state,
     job_type: job.job_type,
     queue: job.queue,
-    payload: job.payload,
+    payload: facts.payload,
     created_at: job.created_at,
     run_at: job.run_at,
     started_at: job.started_at,
@@ -64,9 +76,10 @@ function toRow(job: Job, seq: number): Record<(typeof columns)[number], unknown>
     attempt: job.attempt,
     max_attempts: job.max_attempts,
     timeout_seconds: job.timeout_seconds,
-    progress: job.progress,
+    progress: facts.progress,
     duration_ms: job.duration_ms,
-    error: job.error,
+    error: facts.error,
+    error_seq: job.error_seq,
     tags: job.tags,
     parent_job_id: job.parent_job_id,
     waiting_for_parent: job.waiting_for_parent,
@@ -83,15 +96,18 @@ function toIso(v: unknown): string | null {
   return v instanceof Date ? v.toISOString() : v === null || v === undefined ? null : String(v)
 }
 
-/** A `jobs` row back into the aggregate state it is a snapshot of (the inverse of the upsert). */
+/**
+ * A `jobs` row back into the aggregate state it is a snapshot of (the inverse of the upsert): a
+ * claim decides on it without loading the job. A row projected before errors were kept once has
+ * its error without `error_seq`: the state then carries it inline, as its messages did.
+ */
 export function jobFromRow(r: Record<string, unknown>): Job {
-  return {
+  const job: Job = {
     id: r.id as string,
     project_id: r.project_id as string,
     state: r.state as Job['state'],
     job_type: r.job_type as string,
     queue: r.queue as string,
-    payload: r.payload as Job['payload'],
     created_at: toIso(r.created_at)!,
     run_at: toIso(r.run_at),
     started_at: toIso(r.started_at),
@@ -101,7 +117,7 @@ export function jobFromRow(r: Record<string, unknown>): Job {
     timeout_seconds: r.timeout_seconds as number,
     progress: (r.progress as number | null) ?? null,
     duration_ms: (r.duration_ms as number | null) ?? null,
-    error: (r.error as Job['error']) ?? null,
+    error_seq: (r.error_seq as number | null) ?? null,
     tags: (r.tags as Job['tags']) ?? null,
     parent_job_id: (r.parent_job_id as string | null) ?? null,
     waiting_for_parent: r.waiting_for_parent as boolean,
@@ -111,18 +127,58 @@ export function jobFromRow(r: Record<string, unknown>): Job {
     traceparent: (r.traceparent as string | null) ?? null,
     updated_at: toIso(r.updated_at)!,
   }
+  const error = (r.error as JobError | null) ?? null
+  return job.error_seq === null && error !== null ? { ...job, error } : job
+}
+
+/** A `jobs` row as the API shows the job (lists): its state and the facts the row holds. */
+export function jobViewFromRow(r: Record<string, unknown>): JobView {
+  return toJobView(jobFromRow(r), {
+    payload: (r.payload as JobView['payload'] | null) ?? {},
+    error: (r.error as JobError | null) ?? null,
+    progress: (r.progress as number | null) ?? null,
+  })
+}
+
+/** The payloads, errors and reports on the job's own subject that a batch's job messages carry. */
+function factsOfBatch(records: readonly EventRecord[]) {
+  const payloads = new Map<string, Record<string, unknown>>()
+  const errorsAt = new Map<number, JobError>()
+  const reportedOnOwnSubject = new Set<string>()
+  for (const r of records) {
+    const error = errorOf(r.message.events)
+    if (error !== null) errorsAt.set(r.seq, error)
+    for (const e of r.message.events) {
+      if (e.type === 'job_created') payloads.set(r.message.aggregate_id, (e.data as { payload: Record<string, unknown> }).payload)
+      else if (e.type === 'job_progressed') reportedOnOwnSubject.add(r.message.aggregate_id)
+    }
+  }
+  return { payloads, errorsAt, reportedOnOwnSubject }
 }
 
 /**
  * Upserts the job rows carried by `records`, each only if it is newer than the row (its own
- * `last_seq`). Shared by the projector and by the scheduler, which writes the rows of the jobs it
- * promotes or reaps: both write the same snapshot for the same sequence, so the read model ends
- * the same whichever writes first.
+ * `last_seq`), then applies the batch's progress reports. Shared by the projector and by the
+ * scheduler, which writes the rows of the jobs it promotes or reaps: both write the same snapshot
+ * for the same sequence, so the read model ends the same whichever writes first.
+ *
+ * A row keeps what the job's state only refers to: the payload (taken from the job's
+ * `job_created`), the last error (taken from the message that recorded it; a row whose error is
+ * in no message at hand is not moved past it, and the projector brings it in order) and the
+ * progress (reset when a new attempt starts or the job is retried, set by the reports of the
+ * row's current attempt).
  */
 export async function upsertJobRows(db: Queryable, records: readonly EventRecord[]): Promise<void> {
-  const rows = latestPerAggregate(records.filter((r) => r.message.aggregate === 'job'))
+  const jobRecords = records.filter((r) => r.message.aggregate === 'job')
+  const { payloads, errorsAt, reportedOnOwnSubject } = factsOfBatch(jobRecords)
+  const rows = latestPerAggregate(jobRecords)
     .filter((r) => r.message.state !== null)
-    .map((r) => toRow(r.message.state as Job, r.seq))
+    .map((r) => {
+      const job = r.message.state as Job
+      const error = job.error ?? (job.error_seq === null ? null : (errorsAt.get(job.error_seq) ?? null))
+      const progress = reportedOnOwnSubject.has(job.id) ? job.progress : null
+      return toRow(job, r.seq, { payload: payloads.get(job.id) ?? null, error, progress })
+    })
   for (let i = 0; i < rows.length; i += rowsPerStatement) {
     const chunk = rows.slice(i, i + rowsPerStatement)
     // One json document instead of 25 parameters per row: serializing thousands of parameters
@@ -133,16 +189,41 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
       SELECT ${db(columns as unknown as string[])} FROM json_populate_recordset(null::jobs, ${JSON.stringify(chunk)}::text::json)
       ON CONFLICT (id) DO UPDATE SET
         state = excluded.state, job_type = excluded.job_type, queue = excluded.queue,
-        payload = excluded.payload, created_at = excluded.created_at, run_at = excluded.run_at,
+        payload = coalesce(excluded.payload, jobs.payload),
+        sanitised_seq = CASE WHEN excluded.payload IS NULL THEN jobs.sanitised_seq END, created_at = excluded.created_at, run_at = excluded.run_at,
         started_at = excluded.started_at, completed_at = excluded.completed_at,
         attempt = excluded.attempt, max_attempts = excluded.max_attempts,
-        timeout_seconds = excluded.timeout_seconds, progress = excluded.progress,
-        duration_ms = excluded.duration_ms, error = excluded.error, tags = excluded.tags,
+        timeout_seconds = excluded.timeout_seconds,
+        progress = CASE WHEN excluded.progress IS NOT NULL THEN excluded.progress
+          WHEN excluded.attempt <> jobs.attempt OR excluded.started_at IS NULL THEN NULL ELSE jobs.progress END,
+        duration_ms = excluded.duration_ms,
+        error = CASE WHEN excluded.error IS NULL AND excluded.error_seq IS NOT NULL THEN jobs.error ELSE excluded.error END,
+        error_seq = excluded.error_seq, tags = excluded.tags,
         parent_job_id = excluded.parent_job_id, waiting_for_parent = excluded.waiting_for_parent,
         worker_id = excluded.worker_id, idempotency_key = excluded.idempotency_key, traceparent = excluded.traceparent,
         updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq
-      WHERE jobs.last_seq < excluded.last_seq`
+      WHERE jobs.last_seq < excluded.last_seq
+        AND (excluded.error IS NOT NULL OR excluded.error_seq IS NULL OR excluded.error_seq = jobs.error_seq)`
   }
+  await applyProgressReports(db, records)
+}
+
+/**
+ * The batch's last progress report of each job, on its row: shown while the row is at the
+ * report's attempt (a report that lost a race with its attempt's end changes nothing), and
+ * remembered as the job's last progress message, for retention.
+ */
+async function applyProgressReports(db: Queryable, records: readonly EventRecord[]): Promise<void> {
+  const reports = latestPerAggregate(records.filter((r) => r.message.aggregate === 'progress'))
+    .filter((r) => r.message.state !== null)
+    .map((r) => ({ id: r.message.aggregate_id, ...(r.message.state as JobProgress), seq: r.seq }))
+  if (reports.length === 0) return
+  await db`
+    UPDATE jobs j SET
+      progress = CASE WHEN j.attempt = p.attempt AND j.started_at IS NOT NULL THEN p.progress ELSE j.progress END,
+      progress_seq = greatest(j.progress_seq, p.seq)
+    FROM json_to_recordset(${JSON.stringify(reports)}::text::json) AS p(id text, attempt integer, progress double precision, seq bigint)
+    WHERE j.id = p.id`
 }
 
 /** A pending job as the read model has it: what a claim needs, and its whole state within the reader's allowance. */
@@ -153,8 +234,9 @@ export interface PendingRow {
   dueAt: Date
   /** The stream sequence the row is at. */
   seq: number
-  /** The job at `seq`, or null past the payload allowance (the row was read without its payload) or for a storable copy (job-list-copies.ts). */
+  /** The job at `seq` and its payload, or both null past the payload allowance (the row was read without its payload) or for a storable copy (job-list-copies.ts). */
   job: Job | null
+  payload: Record<string, unknown> | null
   /** The payload's size as JSON text, in bytes. */
   payloadBytes: number
 }
@@ -181,7 +263,7 @@ export async function readPendingQueue(
       SELECT ${tx(columnsButPayload as string[])}, available_at, payload_bytes, sanitised_seq,
         CASE WHEN sum(payload_bytes) OVER (ORDER BY available_at, id) <= ${payloadBytes} THEN payload END AS payload
       FROM (
-        SELECT *, octet_length(payload::text) AS payload_bytes FROM jobs
+        SELECT *, coalesce(octet_length(payload::text), 0) AS payload_bytes FROM jobs
         WHERE project_id = ${projectId} AND queue = ${queue} AND state = 'pending'
         ORDER BY available_at, id
         LIMIT ${limit + 1}
@@ -195,6 +277,7 @@ export async function readPendingQueue(
         dueAt: r.available_at as Date,
         seq: r.last_seq as number,
         job: r.payload === null || isStorableCopyRow(r) ? null : jobFromRow(r),
+        payload: isStorableCopyRow(r) ? null : ((r.payload as Record<string, unknown> | null) ?? null),
         payloadBytes: r.payload_bytes as number,
       })),
       complete: rows.length <= limit,

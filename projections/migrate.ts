@@ -10,9 +10,16 @@ interface Migration {
   file: string
 }
 
-async function listMigrations(): Promise<Migration[]> {
+/**
+ * The migrations in order. Two files with one number would apply only the first (the version is
+ * the key of `schema_migrations`), which parallel branches can easily produce: refused outright.
+ */
+export async function listMigrations(): Promise<Migration[]> {
   const files = (await readdir(sqlDir)).filter((f) => /^\d{4}-.+\.sql$/.test(f)).sort()
-  return files.map((file) => ({ version: Number(file.slice(0, 4)), name: file.replace(/\.sql$/, ''), file }))
+  const migrations = files.map((file) => ({ version: Number(file.slice(0, 4)), name: file.replace(/\.sql$/, ''), file }))
+  const clash = migrations.find((m, i) => i > 0 && migrations[i - 1]!.version === m.version)
+  if (clash !== undefined) throw new Error(`two migrations are numbered ${clash.version}: renumber one of projections/sql/${clash.file}`)
+  return migrations
 }
 
 /**

@@ -1,6 +1,6 @@
-import type { Project, ProjectEventType } from '../domain/project.ts'
+import type { Plan, Project, ProjectEventType } from '../domain/project.ts'
 import type { EventRecord } from '../streams/event-store.ts'
-import type { Sql } from './database.ts'
+import type { Queryable, Sql } from './database.ts'
 import { snapshotRows, type Projection } from './projection.ts'
 
 /** Every project event: each can change the name, plan, status, owner or keys. */
@@ -63,4 +63,10 @@ export const projectDirectory: Projection = {
   handles: handledTypes,
   tables: ['api_keys', 'projects'],
   apply: upsertProjectRows,
+}
+
+/** The plans of the given projects, as the directory has them (a project not in it is absent). */
+export async function plansOf(db: Queryable, projectIds: readonly string[]): Promise<Map<string, Plan>> {
+  const rows = await db<{ id: string; plan: Plan }[]>`SELECT id, plan FROM projects WHERE id = ANY(${projectIds as string[]})`
+  return new Map(rows.map((r) => [r.id, r.plan]))
 }

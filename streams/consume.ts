@@ -145,7 +145,7 @@ async function ensureDurableAt(nats: NatsHandles, opts: BatchConsumerOptions): P
 }
 
 function toRecord(m: JsMsg): EventRecord {
-  return { seq: m.seq, subject: m.subject, message: decodeEventMessage(m.data) }
+  return { seq: m.seq, subject: m.subject, message: decodeEventMessage(m.data, m.seq) }
 }
 
 export interface WorkQueueOptions {
@@ -318,7 +318,7 @@ export async function followEvents(
       subject: m.subject,
       eventTypes: eventTypesOf(m),
       size: data.length,
-      decode: <E extends DomainEventShape, S>() => decodeEventMessage<E, S>(data),
+      decode: <E extends DomainEventShape, S>() => decodeEventMessage<E, S>(data, m.seq),
     })
   }
   while (!signal.aborted) {

@@ -16,14 +16,26 @@ import {
 
 const nanosPerMs = 1_000_000
 
+/** The events stream's `max_bytes` unless configured (`events_max_bytes`). */
+export const defaultEventsMaxBytes = 2 ** 30
+
 /**
  * The event log: one stream for every aggregate of the install. Direct gets are on because
  * loading an aggregate is one direct get of its subject's last message. The duplicate window
  * bounds how long a re-sent message id is recognised (the publish retry horizon, not the
  * Idempotency-Key lifetime, which lives elsewhere).
+ *
+ * At `maxBytes` the stream refuses new messages (discard "new", answered as LogFull) rather than
+ * dropping its oldest ones, which would silently delete live jobs' history. JetStream reserves
+ * `maxBytes` of the server's storage for the stream when it is made.
  */
-export function eventsStreamConfig(ns: string, replicas = 1): Partial<StreamConfig> & { name: string } {
-  return { ...fileStream(eventsStreamName(ns), eventsSubjectFilter(ns), RetentionPolicy.Limits, replicas), allow_direct: true }
+export function eventsStreamConfig(ns: string, replicas = 1, maxBytes = defaultEventsMaxBytes): Partial<StreamConfig> & { name: string } {
+  return {
+    ...fileStream(eventsStreamName(ns), eventsSubjectFilter(ns), RetentionPolicy.Limits, replicas),
+    allow_direct: true,
+    max_bytes: maxBytes,
+    discard: DiscardPolicy.New,
+  }
 }
 
 /** Heartbeats are liveness, not history: one KV entry per running job, gone after two days. */
@@ -81,11 +93,55 @@ function namespaceStreamNames(ns: string): string[] {
  * exist with another replica count are refused before anything is created: a JetStream update
  * would change them under the other processes of the install, which is the operator's decision.
  */
-export async function ensureStreams(jsm: JetStreamManager, ns: string, replicas = 1): Promise<void> {
+export async function ensureStreams(jsm: JetStreamManager, ns: string, replicas = 1, eventsMaxBytes = defaultEventsMaxBytes): Promise<void> {
   await refuseOtherReplicas(jsm, ns, replicas)
-  await ensureStream(jsm, eventsStreamConfig(ns, replicas))
+  await ensureStream(jsm, eventsStreamConfig(ns, replicas, eventsMaxBytes))
+  await applyLogLimit(jsm, ns, eventsMaxBytes)
   await ensureStream(jsm, deliveriesStreamConfig(ns, replicas))
   await ensureStream(jsm, mailStreamConfig(ns, replicas))
+}
+
+/**
+ * A limit is lowered only while the stream holds at most this share of the new one: JetStream
+ * deletes the oldest messages of a stream whose new `max_bytes` is below what it holds, whatever
+ * its discard policy, and the stream may grow between the check and the update.
+ */
+const lowerableShare = 0.9
+
+/**
+ * Gives an events stream made before, or with another `events_max_bytes`, the configured limit and
+ * discard policy. Every process of an install starts with the same configuration, so they agree.
+ * Raising the limit is always safe; lowering it below what the stream holds (plus headroom) would
+ * make JetStream delete the oldest messages, live jobs' history among them, so the start is
+ * refused instead, saying what limit the log needs.
+ */
+async function applyLogLimit(jsm: JetStreamManager, ns: string, maxBytes: number): Promise<void> {
+  const name = eventsStreamName(ns)
+  const { config, state } = await jsm.streams.info(name)
+  if (config.max_bytes === maxBytes && config.discard === DiscardPolicy.New) return
+  const lowering = config.max_bytes <= 0 || config.max_bytes > maxBytes
+  if (lowering && state.bytes > maxBytes * lowerableShare) {
+    throw new StreamSettingsMismatch(
+      `events_max_bytes=${maxBytes} is too small for the events stream ${name}, which holds ${state.bytes} bytes: ` +
+        `JetStream would delete its oldest messages to fit. Set events_max_bytes in JOBSVC_CONFIG to at least ` +
+        `${Math.ceil(state.bytes / lowerableShare)} (more, to leave room to grow), or let retention shrink the log first`,
+    )
+  }
+  await jsm.streams.update(name, { ...config, max_bytes: maxBytes, discard: DiscardPolicy.New }).catch((err: unknown) => {
+    throw isStorageUnavailable(err) ? storageUnavailable(maxBytes, err) : err
+  })
+}
+
+/** JetStream's answer when a stream's `max_bytes` is more than the server has left to reserve. */
+function isStorageUnavailable(err: unknown): boolean {
+  return /insufficient storage resources/i.test(String((err as Error)?.message))
+}
+
+function storageUnavailable(maxBytes: number, err: unknown): StreamSettingsMismatch {
+  return new StreamSettingsMismatch(
+    `events_max_bytes=${maxBytes} is more than the NATS server has left to reserve for the events stream (${(err as Error).message}): ` +
+      `lower events_max_bytes in JOBSVC_CONFIG, or give the server more storage (max_file_store)`,
+  )
 }
 
 async function refuseOtherReplicas(jsm: JetStreamManager, ns: string, replicas: number): Promise<void> {
@@ -123,6 +179,7 @@ async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig>
       await jsm.streams.add(config)
     } catch (err) {
       if (isReplicasUnavailable(err)) throw replicasUnavailable(config.num_replicas ?? 1, err)
+      if (isStorageUnavailable(err) && config.max_bytes !== undefined) throw storageUnavailable(config.max_bytes, err)
       await jsm.streams.info(config.name).catch(() => {
         throw err
       })

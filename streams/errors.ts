@@ -23,6 +23,33 @@ export class LogUnavailable extends Error {
   }
 }
 
+/**
+ * The events stream is at its `max_bytes` (configuration `events_max_bytes`) and refuses new
+ * messages: nothing is appended until space is freed (retention, or a larger limit). Discard
+ * "new" rather than "old": dropping the oldest messages would silently delete live jobs.
+ */
+export class LogFull extends LogUnavailable {
+  constructor(stream: string, options?: { cause?: unknown }) {
+    super(`the event log (${stream}) is full: it refuses new messages until space is freed`, options)
+    this.name = 'LogFull'
+  }
+}
+
+/**
+ * A project past its log budget (bytes appended in the last hour, by plan) asked for an append
+ * that adds work or history (domain/log-budget.ts). `retryAfterMs`: until enough of the hour's
+ * bytes leave the window.
+ */
+export class LogBudgetExceeded extends Error {
+  readonly code = 'log_budget_exceeded'
+  readonly retryAfterMs: number
+  constructor(projectId: string, limitBytes: number, retryAfterMs: number) {
+    super(`project ${projectId} appended its log budget of ${limitBytes} bytes in the last hour; retry after Retry-After`)
+    this.name = 'LogBudgetExceeded'
+    this.retryAfterMs = retryAfterMs
+  }
+}
+
 /** nats.js errors that mean the server is out of reach, by name (nats-core does not export them from the transport). */
 const transportFailures = new Set(['TimeoutError', 'ClosedConnectionError', 'ConnectionError', 'DrainingConnectionError', 'NoRespondersError'])
 

@@ -9,7 +9,7 @@ const maxRetries = 3
 export interface CommandResult<E extends DomainEventShape, S> {
   /** State the decision was made on. */
   before: S | null
-  /** State after the appended events (equal to `before` when nothing was decided). */
+  /** State after the appended events, as loading it would give it (equal to `before` when nothing was decided). */
   state: S | null
   events: StoredEvent<E>[]
   /** Sequence of the appended message, or the loaded one when nothing was appended. */
@@ -66,8 +66,9 @@ export async function handleCommand<C extends { meta: { now: string; actor?: Act
     const events = decided.map((e) => ({ ...e, id: newEventId(), time: now, ...(actor === undefined ? {} : { actor }) }))
     try {
       const { seq } = await store.append(ref, events, state, loaded.seq)
+      // The state as a later load reads it back (references to the new message given its sequence).
       const record = store.recordOf<E, S | null>(ref, seq, events, state)
-      return { before: loaded.state, state, events, seq, appended: true, record }
+      return { before: loaded.state, state: record.message.state, events, seq, appended: true, record }
     } catch (err) {
       if (!(err instanceof ConcurrencyConflict)) throw err
       lastConflict = err

@@ -4,7 +4,7 @@
  * subjects: a namespace change or a new aggregate kind is made here.
  */
 
-export type AggregateKind = 'job' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook' | 'delivery' | 'promo'
+export type AggregateKind = 'job' | 'progress' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook' | 'delivery' | 'promo'
 
 /**
  * The project token of aggregates that belong to no project (users, e-mail claims, promotion codes). Project
@@ -46,6 +46,14 @@ export function eventSubject(ns: string, projectId: string, aggregate: Aggregate
 /** Matches every aggregate of one kind in every project, e.g. `<ns>.evt.*.job.*`. */
 export function aggregateKindFilter(ns: string, aggregate: AggregateKind): string {
   return `${ns}.evt.*.${aggregate}.*`
+}
+
+/**
+ * Every subject of one job: its own (`job`) and its progress reports' (`progress`, keyed by the
+ * job's id), `<ns>.evt.<project>.*.<job_id>`. No other aggregate has a job's id.
+ */
+export function jobSubjectsFilter(ns: string, projectId: string, jobId: string): string {
+  return `${ns}.evt.${token(projectId)}.*.${token(jobId)}`
 }
 
 /** Splits an event subject back into its parts; null for any other subject. */

@@ -3,6 +3,7 @@ import { existsSync, linkSync, readFileSync, statSync, unlinkSync, writeFileSync
 import { isIP } from 'node:net'
 import { z } from 'zod'
 import { plans, type Plan } from '../../domain/project.ts'
+import { defaultEventsMaxBytes } from '../../streams/definitions.ts'
 import { isValidNamespace } from '../../streams/names.ts'
 import { resolvePlans, type PlanLimits } from '../../domain/plans.ts'
 import { deliveryAttemptTimeoutMs, deliveryRetryWaitsMs } from '../../domain/delivery-policy.ts'
@@ -13,6 +14,7 @@ const planOverridesSchema = z
     monthly_jobs: z.number().int().min(0),
     overage_cents_per_10k: z.number().min(0).nullable(),
     retention_days: z.number().int().min(1),
+    log_bytes_per_hour: z.number().int().min(0),
   })
   .partial()
   .strict()
@@ -194,6 +196,15 @@ export const tunablesSchema = z
     ready_index_jobs: z.number().int().min(1).default(100_000),
     /** Alerts a project may have (deleted ones do not count); one more is refused with 400. */
     max_alerts_per_project: z.number().int().min(1).default(100),
+    /**
+     * The events stream's `max_bytes`: past it every append is refused (503) until retention frees
+     * space. Applied to the stream at start; JetStream reserves it from the server's storage.
+     */
+    events_max_bytes: z
+      .number()
+      .int()
+      .min(1024 * 1024)
+      .default(defaultEventsMaxBytes),
   })
   .strict()
 

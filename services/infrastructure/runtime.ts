@@ -9,6 +9,7 @@ import { connectNats, type NatsHandles } from '../../streams/connection.ts'
 import { ensureStreams, openAuthLimitsBucket, openHeartbeatBucket, openIdempotencyBucket } from '../../streams/definitions.ts'
 import { EventStore } from '../../streams/event-store.ts'
 import type { Config } from './config.ts'
+import { LogBudget } from './log-budget.ts'
 import { createMailer, type Mailer } from './mailer.ts'
 import { startTracing } from './tracing.ts'
 import { systemResolver, type HostResolver } from './url-safety.ts'
@@ -98,7 +99,7 @@ export async function openRuntime(
   const nats = await connectNats(config.natsUrl, name)
   let buckets: { heartbeats: KV; authLimits: KV; idempotency: KV }
   try {
-    await ensureStreams(nats.jsm, config.namespace, config.replicas)
+    await ensureStreams(nats.jsm, config.namespace, config.replicas, config.tunables.events_max_bytes)
     buckets = {
       heartbeats: await openHeartbeatBucket(nats.nc, config.namespace, config.replicas),
       authLimits: await openAuthLimitsBucket(nats.nc, config.namespace, config.replicas),
@@ -116,7 +117,7 @@ export async function openRuntime(
   const ulid = monotonicFactory(pooledRandom())
   const store = new EventStore(config.namespace, nats.nc, nats.jsm)
   const tracing = config.otlpEndpoint === null ? null : startTracing(config.otlpEndpoint, 'jobsvc')
-  return {
+  const runtime: Runtime = {
     config,
     log,
     name,
@@ -134,6 +135,7 @@ export async function openRuntime(
     tracer: tracing?.tracer ?? null,
     async close() {
       await tracing?.shutdown().catch((err) => log.warn({ err }, 'spans still buffered could not be exported'))
+      await logBudget.stop()
       store.close()
       mailer.close()
       await nats.nc.drain().catch(() => undefined)
@@ -141,4 +143,8 @@ export async function openRuntime(
       await sql.end({ timeout: 5 })
     },
   }
+  // Every append of a project, whichever role makes it, counts against the project's log budget.
+  const logBudget = new LogBudget(meteringSql, config.plans, log, () => runtime.now())
+  store.meter = logBudget
+  return runtime
 }

@@ -19,7 +19,11 @@ t.test('GET /jobsvc/health/ready answers 200 with every check true', async (t) =
   const res = await httpRequest(h.url, null, 'GET', '/jobsvc/health/ready')
   t.equal(res.status, 200)
   const projection_failures = { messages: 0, subjects: 0, latest: [] }
-  t.strictSame(res.body, { status: 'ready', checks: { nats: true, jetstream: true, postgres: true, migrations: true }, projection_failures })
+  t.strictSame(res.body, {
+    status: 'ready',
+    checks: { nats: true, jetstream: true, postgres: true, migrations: true, log_space: true },
+    projection_failures,
+  })
   t.match(res.headers.get('x-request-id') ?? '', ulidPattern)
 })
 
@@ -43,7 +47,11 @@ t.test('ready answers 503 while the event stream is missing, and 200 once it is 
   const down = await httpRequest(h.url, null, 'GET', '/jobsvc/health/ready')
   t.equal(down.status, 503)
   const projection_failures = { messages: 0, subjects: 0, latest: [] }
-  t.strictSame(down.body, { status: 'not_ready', checks: { nats: true, jetstream: false, postgres: true, migrations: true }, projection_failures })
+  t.strictSame(down.body, {
+    status: 'not_ready',
+    checks: { nats: true, jetstream: false, postgres: true, migrations: true, log_space: false },
+    projection_failures,
+  })
   const live = await httpRequest(h.url, null, 'GET', '/jobsvc/health/live')
   t.equal(live.status, 200, 'live does not depend on the stream')
 

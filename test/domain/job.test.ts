@@ -4,8 +4,11 @@ import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from '../..
 import {
   assertHeartbeatAllowed,
   cascadeOf,
+  errorOf,
   isAttemptStale,
   jobDecider,
+  toJobView,
+  upgradeJob,
   type Job,
   type JobCommand,
   type JobError,
@@ -73,11 +76,6 @@ const cmd = {
     data: { reason },
     meta: { now: at(now) },
   }),
-  progress: (progress: number, worker = 'w1', now = 0): JobCommand => ({
-    type: 'report_progress',
-    data: { worker_id: worker, progress },
-    meta: { now: at(now) },
-  }),
   reap: (attempt: number, now = 0, random?: number): JobCommand => ({
     type: 'reap_job',
     data: { attempt, error: reaperError },
@@ -122,7 +120,7 @@ const ev = {
 }
 
 function failedJob(attempt: number, maxAttempts: number): Job {
-  return failedJobState({ attempt, maxAttempts, error: boom, payload: { to: 'a@b.c' }, createdAt: at(0), startedAt: at(10), completedAt: at(11) })
+  return failedJobState({ attempt, maxAttempts, error: boom, createdAt: at(0), startedAt: at(10), completedAt: at(11) })
 }
 
 /** Event histories ending in each state the decider can reach. */
@@ -169,7 +167,6 @@ t.test('create job', async (t) => {
       state: 'pending',
       job_type: 'email',
       queue: 'default',
-      payload: { to: 'a@b.c' },
       created_at: at(5),
       run_at: null,
       started_at: null,
@@ -179,7 +176,7 @@ t.test('create job', async (t) => {
       timeout_seconds: 300,
       progress: null,
       duration_ms: null,
-      error: null,
+      error_seq: null,
       tags: { team: 'growth' },
       parent_job_id: null,
       waiting_for_parent: false,
@@ -349,7 +346,7 @@ t.test('ack with status succeeded', async (t) => {
     t.equal(job?.state, 'succeeded')
     t.equal(job?.completed_at, at(2))
     t.equal(job?.duration_ms, 1200)
-    t.equal(job?.error, null)
+    t.equal(job?.error_seq, null, 'no error')
   })
 
   t.test('without a duration the elapsed time since the claim is recorded', async (t) => {
@@ -381,7 +378,7 @@ t.test('ack with status failed', async (t) => {
     t.equal(job?.state, 'pending')
     t.equal(job?.worker_id, null)
     t.equal(job?.run_at, at(17))
-    t.same(job?.error, boom)
+    t.equal(job?.error_seq, 0, 'the error is the one this message records')
     t.equal(job?.attempt, 1, 'the attempt counts up on the next claim, not on the failure')
   })
 
@@ -440,7 +437,7 @@ t.test('ack with status failed', async (t) => {
           },
         },
       ])
-    t.equal(job?.error?.type, 'Error')
+    t.equal(job?.error_seq, 0)
   })
 
   t.test('attempt >= max_attempts: dead_letter with completed_at', async (t) => {
@@ -450,7 +447,7 @@ t.test('ack with status failed', async (t) => {
       .then([ev.deadLettered(2, 20)])
     t.equal(job?.state, 'dead_letter')
     t.equal(job?.completed_at, at(20))
-    t.same(job?.error, boom)
+    t.equal(job?.error_seq, 0)
   })
 
   t.test('max_attempts 1 dead-letters on the first failure', async (t) => {
@@ -550,7 +547,7 @@ t.test('retry', async (t) => {
     completed_at: null,
     duration_ms: null,
     progress: null,
-    error: null,
+    error_seq: null,
     worker_id: null,
   }
 
@@ -691,31 +688,6 @@ t.test('promote (scheduled job whose run_at arrived)', async (t) => {
     spec.given(histories.pending).when(cmd.promote(60)).then([], 'pending')
     spec.given(histories.cancelled).when(cmd.promote(60)).then([], 'cancelled')
     spec.given([]).when(cmd.promote(60)).then([], 'missing')
-  })
-})
-
-t.test('report progress', async (t) => {
-  t.test('the claiming worker records progress', async (t) => {
-    const job = deciderSpec(t, jobDecider)
-      .given(histories.processing)
-      .when(cmd.progress(0.25, 'w1', 3))
-      .then([{ type: 'job_progressed', data: { worker_id: 'w1', progress: 0.25, reported_at: at(3) } }])
-    t.equal(job?.progress, 0.25)
-    t.equal(job?.state, 'processing')
-  })
-
-  t.test('the same progress again records nothing', async (t) => {
-    deciderSpec(t, jobDecider)
-      .given([...histories.processing, ev.progress(0.25)])
-      .when(cmd.progress(0.25))
-      .then([])
-  })
-
-  t.test('another worker is refused, and so is a job not processing', async (t) => {
-    const spec = deciderSpec(t, jobDecider)
-    spec.given(histories.processing).when(cmd.progress(0.5, 'w2')).thenThrows(WorkerMismatch, 'worker_mismatch')
-    spec.given(histories.pending).when(cmd.progress(0.5)).thenThrows(InvalidState, 'invalid_state')
-    spec.given(histories.succeeded).when(cmd.progress(0.5)).thenThrows(InvalidState, 'invalid_state')
   })
 })
 
@@ -893,6 +865,56 @@ t.test('evolve on a missing state: job_created builds it, any other event throws
     { type: 'job_activated', data: { parent_job_id: 'p', state: 'pending', activated_at: at(0) } },
   ])
 })
+
+t.test('what a message stores of a job: the error once, the payload never past job_created', async (t) => {
+  t.test('the state of the message that records an error refers to that message; its sequence is given once stored', async (t) => {
+    const failed = ev.attemptFailed(1, 2, 15)
+    const job = stateAfter([...histories.processing, failed])!
+    t.equal(job.error_seq, 0, 'the decision says: this message')
+    t.notOk('error' in job, 'and carries no error itself')
+    t.equal(upgradeJob(job, 42, [failed]).error_seq, 42, 'stored at 42, it refers to 42')
+    t.equal(upgradeJob(job, null, [failed]).error_seq, 0, 'seen without its sequence, it stays as written')
+    t.same(errorOf([failed]), boom, 'the error is read from the events of that message')
+    t.equal(errorOf([ev.claimed()]), null)
+    const later = upgradeJob({ ...job, error_seq: 42 }, 50, [ev.claimed(2)])
+    t.equal(later.error_seq, 42, 'a later message keeps referring to it')
+  })
+
+  t.test('a success or a retry clears the reference', async (t) => {
+    t.equal(stateAfter([...histories.processing, ev.attemptFailed(1, 2, 15), ev.claimed(2, 'w1', 20), ev.succeeded(2, 21)])!.error_seq, null)
+  })
+
+  t.test('a state written before errors and payloads were kept once is upgraded when read', async (t) => {
+    const today = stateAfter(histories.processing)!
+    const { error_seq: _ref, ...fields } = today
+    const v1 = { ...fields, payload: { to: 'a@b.c' }, error: boom, progress: 0.5 } as unknown as Job
+    const failed = ev.attemptFailed(1, 2, 15)
+    t.strictSame(upgradeJob(v1, 7, [failed]), { ...fields, progress: 0.5, error_seq: 7 }, 'its own failure: a reference to it, no payload')
+    t.strictSame(
+      upgradeJob(v1, 9, [ev.claimed(2)]),
+      { ...fields, progress: 0.5, error_seq: null, error: boom },
+      'an error recorded earlier stays inline, since only the message holding it knows where it is',
+    )
+    const clean = { ...fields, payload: {}, error: null, progress: null } as unknown as Job
+    t.strictSame(upgradeJob(clean, 3, []), { ...fields, progress: null, error_seq: null })
+    const carried = upgradeJob(v1, 9, [ev.claimed(2)])
+    t.strictSame(upgradeJob(carried, 10, []), carried, 'an upgraded state is left as it is')
+    t.notOk('error' in stateAfterFrom(carried, [ev.succeeded(1, 30)])!, 'and loses the inline error when the job leaves it')
+  })
+
+  t.test('the view the API shows: the state with the facts kept once', async (t) => {
+    const job = stateAfter([...histories.processing, ev.attemptFailed(1, 2, 15)])!
+    const view = toJobView(job, { payload: { to: 'a@b.c' }, error: boom, progress: 0.25 })
+    t.same(view.payload, { to: 'a@b.c' })
+    t.same(view.error, boom)
+    t.equal(view.progress, 0.25)
+    t.notOk('error_seq' in view, 'without the reference')
+  })
+})
+
+function stateAfterFrom(state: Job, events: readonly JobEvent[]) {
+  return fold(jobDecider, state, events)
+}
 
 function stateAfter(events: readonly JobEvent[]) {
   return fold(jobDecider, jobDecider.initialState, events)

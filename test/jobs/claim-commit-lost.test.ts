@@ -1,10 +1,9 @@
 import { pino } from 'pino'
 import t from 'tap'
-import type { Job } from '../../domain/job.ts'
 import { openSql } from '../../projections/database.ts'
 import { openRuntime } from '../../services/infrastructure/runtime.ts'
 import * as projector from '../../services/roles/projector/index.ts'
-import { claimForPolls } from '../../services/use-cases/jobs/claimer.ts'
+import { claimForPolls, type ClaimedJob } from '../../services/use-cases/jobs/claimer.ts'
 import { JobService } from '../../services/use-cases/jobs/job-service.ts'
 import { createProject } from '../../services/use-cases/projects/project-service.ts'
 import { answerWithin, eventually, isolatedNames, removeIsolated, testConfig } from '../support/harness.ts'
@@ -66,6 +65,6 @@ t.test('claims appended before the claim transaction is lost are still answered'
 
   const answer = await claiming
   t.notOk(answer instanceof Error, `the poll is answered${answer instanceof Error ? `, not refused: ${answer.message}` : ''}`)
-  t.same((answer as Job[][])[0]!.map((job) => job.id).sort(), [...created].sort(), 'with both jobs it claimed')
+  t.same((answer as ClaimedJob[][])[0]!.map((claimed) => claimed.job.id).sort(), [...created].sort(), 'with both jobs it claimed')
   for (const id of created) t.match((await jobs.get(project.id, id)).job, { state: 'processing', worker_id: 'w' }, `${id} is claimed in the log`)
 })

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import t from 'tap'
 import { ulid } from 'ulid'
 import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
+import { jobProgressDecider } from '../../domain/job-progress.ts'
 import { jobList, upsertJobRows } from '../../projections/job-list.ts'
 import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
@@ -20,6 +21,14 @@ async function command(ref: AggregateRef, cmd: JobCommand): Promise<EventRecord>
   const stored = (await store.history(ref)).at(-1)!
   assert.equal(stored.seq, result.seq)
   return stored
+}
+
+/** A worker's progress report on the job's progress subject, as the heartbeat route appends it. */
+async function report(ref: AggregateRef, attempt: number, progress: number): Promise<EventRecord> {
+  const progressRef: AggregateRef = { aggregate: 'progress', projectId: ref.projectId, id: ref.id }
+  const data = { worker_id: 'w1', attempt, job_progress: null, progress }
+  const result = await handleCommand(store, jobProgressDecider, progressRef, { type: 'report_progress', data, meta: meta() }, () => `evt_${ulid()}`)
+  return (await store.history(progressRef)).find((r) => r.seq === result.seq)!
 }
 
 async function createJob(
@@ -89,9 +98,9 @@ t.test('a job row follows the job through its events', async (t) => {
   t.match(r, { state: 'processing', worker_id: 'w1', attempt: 1, last_seq: claimed.seq })
   t.equal(iso(r!.started_at), (claimed.message.state as Job).started_at)
 
-  const progressed = await command(ref, { type: 'report_progress', data: { worker_id: 'w1', progress: 42.5 }, meta: meta() })
+  const progressed = await report(ref, 1, 0.425)
   await apply([progressed])
-  t.equal((await row(ref.id))!.progress, 42.5)
+  t.match(await row(ref.id), { progress: 0.425, progress_seq: progressed.seq, last_seq: claimed.seq }, 'a report sets the progress, not the job')
 
   const failed = await command(ref, {
     type: 'ack_job',
@@ -102,17 +111,27 @@ t.test('a job row follows the job through its events', async (t) => {
   r = await row(ref.id)
   t.match(r, { state: 'pending', worker_id: null, attempt: 1, duration_ms: 1500, last_seq: failed.seq })
   t.same(r!.error, { type: 'Timeout', message: 'smtp', stack_trace: 'at send' })
+  t.equal(r!.error_seq, failed.seq, 'the row knows which message holds the error')
+  t.equal(r!.progress, 0.425, 'a failed attempt keeps its progress')
   t.equal(iso(r!.run_at), (failed.message.state as Job).run_at, 'the retry time is the run_at')
   t.equal(iso(r!.available_at), iso(r!.run_at), 'and the row is claimable only from then')
 
   clock += 60_000
   const reclaimed = await command(ref, { type: 'claim_job', data: { worker_id: 'w2' }, meta: meta() })
+  await apply([reclaimed])
+  r = await row(ref.id)
+  t.match(r, { attempt: 2, progress: null, error_seq: failed.seq }, 'a new attempt starts without progress')
+  t.same(r!.error, { type: 'Timeout', message: 'smtp', stack_trace: 'at send' }, 'and keeps the last error, which no later message carries')
+  t.same(r!.payload, { z: 1, a: { y: 2.5, b: [3, 'x'] } }, 'and the payload, which only job_created carries')
+  const stale = await report(ref, 1, 0.9)
+  await apply([stale])
+  t.equal((await row(ref.id))!.progress, null, "a report of the attempt before is not the new attempt's")
   const succeeded = await command(ref, {
     type: 'ack_job',
     data: { worker_id: 'w2', status: 'succeeded', duration_ms: 250, error: null },
     meta: meta(),
   })
-  await apply([reclaimed, succeeded])
+  await apply([succeeded])
   r = await row(ref.id)
   t.match(r, { state: 'succeeded', worker_id: 'w2', attempt: 2, duration_ms: 250, error: null, last_seq: succeeded.seq })
   t.equal(iso(r!.completed_at), (succeeded.message.state as Job).completed_at)
@@ -169,7 +188,38 @@ t.test('one batch writes one row per job, each at its newest message', async (t)
   await apply([...jobs.map((j) => j.created), ...claims])
   for (const [i, j] of jobs.entries()) {
     t.match(await row(j.ref.id), { state: 'processing', worker_id: 'w9', last_seq: claims[i]!.seq })
+    t.same((await row(j.ref.id))!.payload, { z: 1, a: { y: 2.5, b: [3, 'x'] } }, "the payload comes from the batch's job_created")
   }
+})
+
+t.test('a batch with a report and the end of its attempt ends with the report shown', async (t) => {
+  const { ref, created } = await createJob()
+  const claimed = await command(ref, { type: 'claim_job', data: { worker_id: 'w1' }, meta: meta() })
+  const progressed = await report(ref, 1, 0.5)
+  const failed = await command(ref, {
+    type: 'ack_job',
+    data: { worker_id: 'w1', status: 'failed', duration_ms: 10, error: { type: 'E', message: 'm', stack_trace: '' } },
+    meta: meta(),
+  })
+  await apply([created, claimed, progressed, failed])
+  t.match(await row(ref.id), { state: 'pending', progress: 0.5, error_seq: failed.seq, last_seq: failed.seq })
+  t.same((await row(ref.id))!.error, { type: 'E', message: 'm', stack_trace: '' })
+})
+
+t.test('a row is not moved past an error it cannot see: the projector brings it in order', async (t) => {
+  const { ref, created } = await createJob()
+  const claimed = await command(ref, { type: 'claim_job', data: { worker_id: 'w1' }, meta: meta() })
+  const failed = await command(ref, {
+    type: 'ack_job',
+    data: { worker_id: 'w1', status: 'failed', duration_ms: 10, error: { type: 'E', message: 'm', stack_trace: '' } },
+    meta: meta(),
+  })
+  await apply([created, claimed])
+  // What the scheduler writes after a promotion that decided nothing: the loaded state, no events.
+  await upsertJobRows(sql, [{ ...failed, message: { ...failed.message, events: [] } }])
+  t.match(await row(ref.id), { last_seq: claimed.seq, error: null }, 'not moved to a state whose error it does not have')
+  await apply([failed])
+  t.match(await row(ref.id), { last_seq: failed.seq, error_seq: failed.seq })
 })
 
 t.test('messages of other aggregates leave the job list alone', async (t) => {

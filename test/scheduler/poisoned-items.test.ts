@@ -4,15 +4,20 @@ import t from 'tap'
 import { metricsRegistry } from '../../services/infrastructure/metrics.ts'
 import { jobDecider, type JobCommand } from '../../domain/job.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
+import { eventsStreamName, eventSubject } from '../../streams/names.ts'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 
 // Issue 23, item 3: a scheduler pass isolates its items. Twenty processing jobs of one project
-// were acked by an older version of the API with U+0000 in the error text (it accepted them):
-// while the projector is behind, their rows still say processing, and each reap of theirs
-// throws when it writes the row of the state the log holds. They are logged and held back, and
-// another project's abandoned attempt is retried within its grace period. Before, each of the
-// reaper's 16 workers stopped at the first item that threw, and these rows, the oldest, headed
-// every pass: no attempt was reaped again.
+// are poisoned in the two ways this test knows. Ten were acked by an older version of the API
+// with U+0000 in the error text (it accepted them) while the projector is behind: their rows
+// still say processing, and before, each reap of theirs threw when it wrote the row of the state
+// the log holds (now the row is not moved past an error it cannot see, and nothing throws). Ten
+// have rows the log no longer backs (their messages were removed under the read model: a log
+// restored from an older backup, a purge run by hand): each reap of theirs throws, and nothing the
+// projector will ever apply repairs them, so they are logged and held back. Another project's
+// abandoned attempt is retried within its grace period. Before, each of the reaper's 16 workers
+// stopped at the first item that threw, and these rows, the oldest, headed every pass: no attempt
+// was reaped again.
 const graceMs = 3_000
 const h = await startHarness(t, import.meta.filename, { tunables: { reaper_grace_ms: graceMs, reaper_interval_ms: 100 } })
 const other = await h.newProject()
@@ -80,10 +85,13 @@ t.test('20 poisoned jobs of one project do not stop the reaper from retrying ano
   )
 
   // The projector falls behind (stopped here), and an older API, which took U+0000 in error
-  // texts, acks the poisoned attempts: the log has them pending, their rows still processing.
+  // texts, acks half the poisoned attempts: the log has them pending, their rows still processing.
+  // The other half's messages leave the log while their rows still say processing.
+  const acked = poisoned.slice(0, 10)
+  const unbacked = poisoned.slice(10)
   await h.stopRole('projector')
   t.teardown(() => h.startRole('projector'))
-  for (const id of poisoned) {
+  for (const id of acked) {
     const command: JobCommand = {
       type: 'ack_job',
       data: { worker_id: 'wrk_lost', status: 'failed', duration_ms: 5, error: { type: 'Boom', message: 'bad \u0000 text', stack_trace: '' } },
@@ -92,6 +100,8 @@ t.test('20 poisoned jobs of one project do not stop the reaper from retrying ano
     const ref = { aggregate: 'job' as const, projectId: h.projectId, id }
     await handleCommand(h.runtime.store, jobDecider, ref, command, () => `evt_${h.runtime.newUlid()}`)
   }
+  const ns = h.runtime.config.namespace
+  for (const id of unbacked) await h.runtime.nats.jsm.streams.purge(eventsStreamName(ns), { filter: eventSubject(ns, h.projectId, 'job', id) })
   const reaped = await eventually(
     async () => {
       const job = (await httpRequest(h.url, other.apiKey, 'GET', `/jobsvc/v1/jobs/${abandoned.body.id}`)).body
@@ -109,11 +119,11 @@ t.test('20 poisoned jobs of one project do not stop the reaper from retrying ano
 
   const failed = (id: string) => lines.filter((l) => l.id === id && l.project_id === h.projectId && /reaper pass/.test(l.msg))
   t.same(
-    poisoned.filter((id) => failed(id).length === 0),
+    unbacked.filter((id) => failed(id).length === 0),
     [],
-    'each poisoned job was tried, and logged with its project and id',
+    'each job the log no longer backs was tried, and logged with its project and id',
   )
-  t.ok((await failuresCounted()) - countedBefore >= 20, 'and counted')
-  const mostTries = Math.max(...poisoned.map((id) => failed(id).length))
+  t.ok((await failuresCounted()) - countedBefore >= unbacked.length, 'and counted')
+  const mostTries = Math.max(...unbacked.map((id) => failed(id).length))
   t.ok(mostTries <= 6, `a failing job is held back with a growing delay, not retried every pass (at most ${mostTries} tries each)`)
 })

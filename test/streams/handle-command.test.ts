@@ -2,6 +2,7 @@ import t from 'tap'
 import { ulid } from 'ulid'
 import { InvalidState } from '../../domain/errors.ts'
 import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
+import { jobProgressDecider, type JobProgress, type JobProgressCommand } from '../../domain/job-progress.ts'
 import { ConcurrencyConflict } from '../../streams/errors.ts'
 import { EventStore, type AggregateRef, type DomainEventShape, type StoredEvent } from '../../streams/event-store.ts'
 import { handleCommand } from '../../streams/handle-command.ts'
@@ -43,7 +44,11 @@ async function createJob(): Promise<AggregateRef> {
 
 const claim = (workerId: string): JobCommand => ({ type: 'claim_job', data: { worker_id: workerId }, meta: meta() })
 const attach = (childId: string): JobCommand => ({ type: 'attach_child', data: { child_job_id: childId }, meta: meta() })
-const progress = (value: number): JobCommand => ({ type: 'report_progress', data: { worker_id: 'w1', progress: value }, meta: meta() })
+const report = (value: number): JobProgressCommand => ({
+  type: 'report_progress',
+  data: { worker_id: 'w1', attempt: 1, job_progress: null, progress: value },
+  meta: meta(),
+})
 
 t.test('of concurrent claims on one pending job exactly one wins; the others are refused as invalid_state', async (t) => {
   const ref = await createJob()
@@ -87,15 +92,18 @@ t.test('concurrent attach_child on one parent: the losers re-decide and every ch
 t.test('concurrent progress reports of different values both land', async (t) => {
   const ref = await createJob()
   await run(claim('w1'), ref)
+  const progressRef: AggregateRef = { aggregate: 'progress', projectId, id: ref.id }
   const counting = new ConflictCountingStore(names.namespace, nats.nc, nats.jsm)
-  const [a, b] = await Promise.all([run(progress(30), ref, counting), run(progress(60), ref, counting)])
+  const reportOn = (value: number) => handleCommand(counting, jobProgressDecider, progressRef, report(value), newEventId)
+  const [a, b] = await Promise.all([reportOn(0.3), reportOn(0.6)])
   t.ok(a.appended && b.appended)
   t.equal(counting.conflicts, 1, 'the second one conflicted once and was re-decided')
-  const history = await store.history<JobEvent, Job>(ref)
+  const history = await store.history<JobEvent, JobProgress>(progressRef)
   const reported = history.flatMap((r) => r.message.events).filter((e) => e.type === 'job_progressed')
-  t.same(reported.map((e) => (e.data as { progress: number }).progress).sort(), [30, 60])
+  t.same(reported.map((e) => (e.data as { progress: number }).progress).sort(), [0.3, 0.6])
   const last = reported.at(-1)!.data as { progress: number }
-  t.equal((await store.load<Job>(ref)).state!.progress, last.progress, 'the state holds the later report')
+  t.same((await store.load<JobProgress>(progressRef)).state, { attempt: 1, progress: last.progress }, 'the state is the later report')
+  t.equal((await store.history(ref)).length, 2, "the job's own subject holds only its creation and claim")
 })
 
 t.test('a decision with no events appends nothing', async (t) => {
@@ -116,7 +124,8 @@ t.test('a decision with no events appends nothing', async (t) => {
 t.test('a refused command appends nothing', async (t) => {
   const ref = await createJob()
   const before = await store.load(ref)
-  await t.rejects(run(progress(10), ref), InvalidState, 'progress on a pending job')
+  const ack: JobCommand = { type: 'ack_job', data: { worker_id: 'w1', status: 'succeeded', duration_ms: null, error: null }, meta: meta() }
+  await t.rejects(run(ack, ref), InvalidState, 'an ack of a pending job')
   t.same(await store.load(ref), before)
 })
 

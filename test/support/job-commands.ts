@@ -39,7 +39,6 @@ export function failedJobState(f: {
   createdAt: string
   startedAt: string
   completedAt: string
-  payload?: Job['payload']
 }): Job {
   return {
     id: 'job_1',
@@ -47,7 +46,6 @@ export function failedJobState(f: {
     state: 'failed',
     job_type: 'email',
     queue: 'default',
-    payload: f.payload ?? {},
     created_at: f.createdAt,
     run_at: null,
     started_at: f.startedAt,
@@ -57,6 +55,8 @@ export function failedJobState(f: {
     timeout_seconds: 300,
     progress: 0.5,
     duration_ms: 1000,
+    // Inline, as a state read from a log written before errors were kept once carries it.
+    error_seq: null,
     error: f.error,
     tags: null,
     parent_job_id: null,

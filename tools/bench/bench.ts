@@ -17,6 +17,7 @@ import { ConfigError } from '../../services/infrastructure/config.ts'
 import type { CycleResults } from './cycle.ts'
 import { benchExport } from './export-memory.ts'
 import { awaitAccess, Client, HttpError } from './http-client.ts'
+import { measureLogBytes } from './log-bytes.ts'
 import { benchMetrics } from './metrics-routes.ts'
 import { loadServiceConfig, parseOptions } from './options.ts'
 import { runBatchedCycle, runIdlePhase, runSingleCycle, type PhaseContext } from './phases.ts'
@@ -79,6 +80,8 @@ async function main(argv: string[]): Promise<boolean> {
     if (opts.retentionJobs !== null) {
       retention = await RetentionBench.prepare(loadServiceConfig(env, opts.dev), opts.retentionJobs, service?.child.pid, run.signal, log)
     }
+    // First, while nothing else appends (no webhook subscription yet): what a job and a heartbeat store.
+    const logBytes = nats === null || namespace === null ? null : await measureLogBytes(client, nats, namespace, run.signal)
     log(`bench: ${opts.jobs} jobs against ${url}${retention === null ? '' : ', then retention of the backlog'}`)
     await receiver?.subscribe(client)
     trackers = new PhaseTrackers(nats, namespace, client, run.signal)
@@ -95,10 +98,11 @@ async function main(argv: string[]): Promise<boolean> {
       retentionReport = { lines: retention.describe(purged, false), summary: retention.summary(purged) }
     }
     if (single === null) {
-      writeReport([...(retentionReport?.lines ?? []), ''], retentionReport?.summary ?? {})
+      const sections = [logBytes, retentionReport].filter((s) => s !== null)
+      writeReport([...sections.flatMap((s) => s.lines), ''], Object.assign({}, ...sections.map((s) => s.summary)))
       return true
     }
-    report(opts, single, webhooks, idle, batched, retentionReport)
+    report(opts, single, webhooks, idle, batched, retentionReport, logBytes)
     if (service !== null && service.child.exitCode !== null) log(`bench: the service died:\n${service.output()}`)
     const isClean = (r: CycleResults | null) => r === null || (r.complete && r.duplicateClaims === 0)
     return isClean(idle) && isClean(single.result) && isClean(batched?.result ?? null)

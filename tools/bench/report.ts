@@ -62,7 +62,7 @@ function withPrefix(prefix: string, figures: Record<string, number | null>): Rec
   return Object.fromEntries(Object.entries(figures).map(([key, value]) => [`${prefix}${key}`, value]))
 }
 
-/** The throughput run's report: the idle phase, the single-request cycle, the batched cycle, then retention. */
+/** The throughput run's report: the idle phase, the single-request cycle, the batched cycle, retention, then the log's bytes. */
 export function report(
   opts: Options,
   single: Metered<CycleResults>,
@@ -70,6 +70,7 @@ export function report(
   idle: CycleResults | null,
   batched: Metered<CycleResults> | null,
   retention: ReportSection | null,
+  logBytes: ReportSection | null,
 ): void {
   const r = single.result
   const b = batched?.result
@@ -86,6 +87,7 @@ export function report(
     ...(webhooks ?? {}),
     ...(b === undefined ? {} : { batch_jobs_per_s: jobsPerS(b), batch_size: opts.batch, ...withPrefix('batch_', latencySummary(b)) }),
     ...(retention?.summary ?? {}),
+    ...(logBytes?.summary ?? {}),
   }
   const lines = [
     ...(idle === null
@@ -114,6 +116,7 @@ export function report(
           ...describeCycleCpu(batched!),
         ]),
     ...(retention?.lines ?? []),
+    ...(logBytes?.lines ?? []),
     '',
   ]
   writeReport(lines, summary)

@@ -49,7 +49,7 @@ export class ApiKeyDirectory {
       callback: (err, msg) => {
         if (err) return
         try {
-          const message = decodeEventMessage<{ type: string; data: unknown }, Project | null>(msg.data)
+          const message = decodeEventMessage<{ type: string; data: unknown }, Project | null>(msg.data, null)
           if (message.state === null) this.#projects.delete(message.project_id)
           else this.#projects.set(message.project_id, { project: message.state, loadedAt: Date.now() })
           for (const load of this.#loading.get(message.project_id) ?? []) load.stale = true

@@ -1,6 +1,6 @@
-import type { Job } from '../../../domain/job.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import type { ClaimLine } from '../../use-cases/jobs/claim-line.ts'
+import type { ClaimedJob } from '../../use-cases/jobs/claimer.ts'
 import type { JobService } from '../../use-cases/jobs/job-service.ts'
 import type { ReadyIndex } from '../../use-cases/jobs/ready-index.ts'
 import type { BillingService } from '../../use-cases/metering/billing-service.ts'
@@ -39,7 +39,7 @@ export interface ApiContext {
   /** Progress streams open per project. */
   streams: ProjectSlots
   /** Where polls take turns to run their read-model claim transactions (the index's fallback). */
-  claims: ClaimLine<Job>
+  claims: ClaimLine<ClaimedJob>
   /** How far the log reaches, for `min_seq`. */
   logHead: LogHead
   /** Aborted when the process begins to stop: waiting long polls answer 503 then. */

@@ -50,7 +50,7 @@ import {
   WorkerMismatch,
 } from '../../../domain/errors.ts'
 import { isDatabaseUnavailable } from '../../../projections/database.ts'
-import { ConcurrencyConflict, isLogUnavailable } from '../../../streams/errors.ts'
+import { ConcurrencyConflict, isLogUnavailable, LogBudgetExceeded, LogFull } from '../../../streams/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../use-cases/platform/accounts.ts'
 import { WindowFull } from '../../use-cases/platform/auth-limits.ts'
 import { PasswordWorkBusy } from '../../use-cases/platform/passwords.ts'
@@ -97,6 +97,8 @@ function edgeError<A extends unknown[]>(
 const retryAfter = (retryAfterMs: number) => ({ 'Retry-After': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) })
 /** A dependency outage: NATS reconnects every 250 ms and Postgres pools reconnect on the next query, so a short wait is enough. */
 const outageRetryAfterSeconds = 5
+/** A full log frees space only when retention removes ended jobs or the operator raises its limit: minutes, not seconds. */
+const logFullRetryAfterSeconds = 60
 
 export const unauthorized = edgeError(401, 'unauthorized', (message?: string) => message ?? 'missing or invalid API key')
 export const invalidRequest = edgeError(400, 'invalid_request', (message: string) => message)
@@ -119,6 +121,11 @@ const unsupportedMediaType = edgeError(415, 'invalid_request', (message: string)
 const requestTimeout = edgeError(408, 'invalid_request', () => 'the request was not received in time')
 const headersTooLarge = edgeError(431, 'invalid_request', () => 'the request line and headers are over the size limit')
 const internalError = edgeError(500, 'internal_error', () => 'internal error; safe to retry with backoff')
+/** Past the project's log budget (bytes appended per hour, by plan), for appends that add work or history. */
+const logBudgetExceeded = edgeError(429, 'log_budget_exceeded', (err: LogBudgetExceeded) => ({
+  message: err.message,
+  headers: retryAfter(err.retryAfterMs),
+}))
 
 export const invalidIdempotencyKey = edgeError(400, 'invalid_idempotency_key', () => 'Idempotency-Key must be 1 to 200 of A-Z a-z 0-9 _ -')
 export const idempotencyKeyReuse = edgeError(409, 'idempotency_key_reuse', (message: string) => message)
@@ -323,6 +330,7 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 429, code: 'account_locked' },
   { status: 429, code: 'monthly_allowance_exceeded' },
   { status: 429, code: 'spend_cap_reached' },
+  { status: 429, code: 'log_budget_exceeded' },
   { status: 500, code: 'internal_error' },
   { status: 503, code: 'service_unavailable' },
   { status: 503, code: 'billing_disabled' },
@@ -367,6 +375,8 @@ function toRefusal(err: unknown): Rendered | null {
   }
   const refused = useCaseRefusal(err)
   if (refused !== null) return refused
+  if (err instanceof LogBudgetExceeded) return logBudgetExceeded(err)
+  if (err instanceof LogFull) return serviceUnavailable(`${err.message}; retry later`, logFullRetryAfterSeconds)
   if (isLogUnavailable(err)) return serviceUnavailable('the event log (NATS) is unavailable; retry with backoff', outageRetryAfterSeconds)
   if (isDatabaseUnavailable(err)) return serviceUnavailable('the database (Postgres) is unavailable; retry with backoff', outageRetryAfterSeconds)
   if (err instanceof ConcurrencyConflict) return toRefusal(new InvalidState('the job changed concurrently; read it again and retry'))

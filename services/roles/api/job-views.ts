@@ -1,11 +1,11 @@
-import type { Job } from '../../../domain/job.ts'
+import type { JobView } from '../../../domain/job.ts'
 
 /**
  * The job detail object of the spec, plus the fields a user of the list needs to make sense of
  * a job (run_at, timeout_seconds, parent_job_id, worker_id, traceparent). Single reads (from the log) and
  * list items (from Postgres) both go through here, so they have one shape.
  */
-export function toJobDetail(job: Job) {
+export function toJobDetail(job: JobView) {
   return {
     id: job.id,
     state: job.state,

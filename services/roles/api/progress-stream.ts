@@ -1,7 +1,8 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { isTerminal, type Job, type JobState } from '../../../domain/job.ts'
+import { progressOf, type JobProgress } from '../../../domain/job-progress.ts'
 import { decodeEventMessage } from '../../../streams/event-store.ts'
-import { eventSubject } from '../../../streams/names.ts'
+import { jobSubjectsFilter } from '../../../streams/names.ts'
 import type { JobService } from '../../use-cases/jobs/job-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
@@ -16,18 +17,18 @@ interface Snapshot {
   max_attempts: number
 }
 
-const snapshotOf = (job: Job): Snapshot => ({
+const snapshotOf = (job: Job, report: JobProgress | null): Snapshot => ({
   state: job.state,
-  progress: job.progress ?? null,
+  progress: progressOf(job, report),
   attempt: job.attempt,
   max_attempts: job.max_attempts,
 })
 
 /**
  * `GET /jobsvc/v1/jobs/{id}/events`. The current snapshot goes out at once (404 before that if
- * the job does not exist); then a subscription to the job's own subject on the log delivers every
- * change as it is appended, and a frame is written when state or progress differs from the last
- * one sent. A once-a-second tick re-reads the log as a safety net (a missed core-NATS message)
+ * the job does not exist); then a subscription to the job's subjects on the log (its own and its
+ * progress reports') delivers every change as it is appended, and a frame is written when state or
+ * progress differs from the last one sent. A once-a-second tick re-reads the log as a safety net (a missed core-NATS message)
  * and enforces the 120-second limit on the injected clock.
  *
  * `release` frees the stream's slot of its project (ProjectSlots); it is called exactly once,
@@ -44,13 +45,10 @@ export async function streamJobProgress(
   jobId: string,
   release: () => void,
 ): Promise<void> {
-  let job: Job
-  try {
-    job = (await jobs.get(projectId, jobId)).job
-  } catch (err) {
+  let { job, report } = await jobs.progressSnapshot(projectId, jobId).catch((err: unknown) => {
     release()
     throw err
-  }
+  })
   const startedAt = deps.now().getTime()
   reply.hijack()
   const res = reply.raw
@@ -70,12 +68,15 @@ export async function streamJobProgress(
     res.write(`event: snapshot\ndata: ${JSON.stringify(snapshot)}\n\n`)
     if (isTerminal(snapshot.state)) close()
   }
-  const subscription = deps.nats.nc.subscribe(eventSubject(deps.config.namespace, projectId, 'job', jobId), {
+  const subscription = deps.nats.nc.subscribe(jobSubjectsFilter(deps.config.namespace, projectId, jobId), {
     callback: (err, msg) => {
       if (err) return
       try {
-        const state = decodeEventMessage<{ type: string; data: unknown }, Job | null>(msg.data).state
-        if (state !== null) send(snapshotOf(state))
+        const message = decodeEventMessage<{ type: string; data: unknown }, unknown>(msg.data, null)
+        if (message.state === null) return
+        if (message.aggregate === 'progress') report = message.state as JobProgress
+        else job = message.state as Job
+        send(snapshotOf(job, report))
       } catch (e) {
         deps.log.warn({ err: e, job_id: jobId }, 'progress stream: undecodable event')
       }
@@ -83,8 +84,11 @@ export async function streamJobProgress(
   })
   const timer = setInterval(() => {
     if (deps.now().getTime() - startedAt >= streamLifetimeMs) return close()
-    jobs.get(projectId, jobId).then(
-      ({ job: current }) => send(snapshotOf(current)),
+    jobs.progressSnapshot(projectId, jobId).then(
+      (current) => {
+        ;({ job, report } = current)
+        send(snapshotOf(job, report))
+      },
       () => close(),
     )
   }, tickMs)
@@ -103,5 +107,5 @@ export async function streamJobProgress(
   // A client gone (or a process stopping) before the listeners above were attached sends no
   // further event: without this its stream would hold its slot until the 120-s limit.
   if (res.destroyed || stopping.aborted) return close()
-  send(snapshotOf(job))
+  send(snapshotOf(job, report))
 }

@@ -79,7 +79,7 @@ async function readStream(deps: Deps, last: number, handle: (records: EventRecor
   let batch: EventRecord[] = []
   try {
     for await (const m of messages) {
-      batch.push({ seq: m.seq, subject: m.subject, message: decodeEventMessage(m.data) })
+      batch.push({ seq: m.seq, subject: m.subject, message: decodeEventMessage(m.data, m.seq) })
       const isLast = m.seq >= last
       if (isLast || batch.length >= batchSize || messages.getPending() === 0) {
         await handle(batch)

@@ -14,7 +14,7 @@ export async function reprojectFailed(deps: Deps, scope: FailureScope): Promise<
   const stream = eventsStreamName(deps.config.namespace)
   const recordAt = async (seq: number): Promise<EventRecord | null> => {
     const stored = await deps.nats.jsm.direct.getMessage(stream, { seq })
-    return stored === null ? null : { seq: stored.seq, subject: stored.subject, message: decodeEventMessage(stored.data) }
+    return stored === null ? null : { seq: stored.seq, subject: stored.subject, message: decodeEventMessage(stored.data, stored.seq) }
   }
   return reprojectFailures(deps.sql, projections, scope, recordAt)
 }

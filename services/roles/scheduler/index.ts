@@ -198,7 +198,7 @@ export async function healInterruptedCascades(deps: Deps, jobs: JobService, pass
     LIMIT ${passLimit}`
   let moved = 0
   await pass.each(parents, passConcurrency, async (p) => {
-    const { job } = await jobs.get(p.project_id, p.id)
+    const { job } = await jobs.load(p.project_id, p.id)
     moved += await jobs.cascadeFromState(p.project_id, job)
   })
   if (moved > 0) deps.log.warn({ moved }, 'scheduler: finished interrupted continuation cascades')

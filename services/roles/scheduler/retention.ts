@@ -43,6 +43,8 @@ interface DeletedJob {
   queue: string
   state: string
   last_seq: number
+  /** The last progress report the job list applied (its progress subject), or null. */
+  progress_seq: number | null
   ended_at: Date
 }
 
@@ -105,7 +107,7 @@ export class Retention {
           ORDER BY p.id <= ${this.#afterProject}, p.id
         ) p
         CROSS JOIN LATERAL (
-          SELECT j.id, j.project_id, j.queue, j.state, j.last_seq, coalesce(j.completed_at, j.updated_at) AS ended_at FROM jobs j
+          SELECT j.id, j.project_id, j.queue, j.state, j.last_seq, j.progress_seq, coalesce(j.completed_at, j.updated_at) AS ended_at FROM jobs j
           WHERE j.project_id = p.id AND j.state IN ('succeeded', 'dead_letter', 'cancelled') AND coalesce(j.completed_at, j.updated_at) < p.cutoff
             AND j.id <> ALL(${this.#pass.heldBack()}::text[])
           ORDER BY coalesce(j.completed_at, j.updated_at)
@@ -118,10 +120,15 @@ export class Retention {
       // A job whose messages cannot be removed keeps its row (its messages, some perhaps removed
       // already, are removed again by a later pass) and does not stop the others.
       const pruned: DeletedJob[] = []
+      // A job's progress reports are on a subject of their own, removed with it.
       await this.#pass.each(rows, pruneConcurrency, async (job) => {
-        const result = await this.#pruner.removeThrough(eventSubject(deps.config.namespace, job.project_id, 'job', job.id), job.last_seq)
-        messages += result.messages
-        if (result.purgedBySubject) purgedBySubject++
+        const subjects: Array<{ kind: 'job' | 'progress'; through: number }> = [{ kind: 'job', through: job.last_seq }]
+        if (job.progress_seq !== null) subjects.push({ kind: 'progress', through: job.progress_seq })
+        for (const { kind, through } of subjects) {
+          const result = await this.#pruner.removeThrough(eventSubject(deps.config.namespace, job.project_id, kind, job.id), through)
+          messages += result.messages
+          if (result.purgedBySubject) purgedBySubject++
+        }
         pruned.push(job)
       })
       if (pruned.length === 0) return pruned

@@ -9,6 +9,12 @@ import type { ClaimLine, ClaimRequest, ClaimTarget, PollDemand } from './claim-l
 import type { JobService } from './job-service.ts'
 import type { Candidate, PollSession } from './ready-index.ts'
 
+/** A job a poll claimed, with the payload its worker is handed (the job's state does not carry it). */
+export interface ClaimedJob {
+  job: Job
+  payload: Record<string, unknown>
+}
+
 /**
  * Rounds of candidates one claim takes from the index: a round whose appends lost races (another
  * process claimed first) takes the next candidates, a few times at most.
@@ -23,12 +29,12 @@ const indexRounds = 3
  */
 export async function claimForPoll(
   jobs: JobService,
-  line: ClaimLine<Job>,
+  line: ClaimLine<ClaimedJob>,
   session: PollSession,
   request: ClaimRequest,
   signal: AbortSignal,
   recheck: boolean,
-): Promise<Job[]> {
+): Promise<ClaimedJob[]> {
   const claimed = await claimFromIndex(jobs, session, request.workerId, request.capacity)
   const wanted = request.capacity - claimed.length
   if (wanted === 0 || (session.isComplete() && !recheck)) return claimed
@@ -38,10 +44,11 @@ export async function claimForPoll(
 /**
  * Claims up to `capacity` of the session's candidates, each an append at the sequence the index
  * holds for it. A candidate whose append conflicts is dropped without a reload (the follower
- * brings the job's newer state anyway), and the next ones are tried.
+ * brings the job's newer state anyway), and the next ones are tried. A candidate held without its
+ * payload has it read once, after its claim won.
  */
-export async function claimFromIndex(jobs: JobService, session: PollSession, workerId: string, capacity: number): Promise<Job[]> {
-  const claimed: Job[] = []
+export async function claimFromIndex(jobs: JobService, session: PollSession, workerId: string, capacity: number): Promise<ClaimedJob[]> {
+  const claimed: ClaimedJob[] = []
   let failure: unknown
   for (let round = 0; round < indexRounds && claimed.length < capacity; round++) {
     const candidates = session.take(capacity - claimed.length)
@@ -60,18 +67,24 @@ export async function claimFromIndex(jobs: JobService, session: PollSession, wor
   return claimed
 }
 
-async function claimCandidate(jobs: JobService, session: PollSession, c: Candidate, workerId: string): Promise<Job | 'lost' | Error> {
+async function claimCandidate(jobs: JobService, session: PollSession, c: Candidate, workerId: string): Promise<ClaimedJob | 'lost' | Error> {
+  let job: Job
   try {
     const known = c.job === null ? undefined : { state: c.job, seq: c.seq }
-    const result = await jobs.claim(c.projectId, c.jobId, workerId, known, true)
+    job = (await jobs.claim(c.projectId, c.jobId, workerId, known, true)).state!
     session.settle(c, 'claimed')
-    return result.state!
   } catch (err) {
     if (err instanceof ConcurrencyConflict || err instanceof InvalidState || err instanceof JobNotFound) {
       session.settle(c, 'lost')
       return 'lost'
     }
     session.settle(c, 'unknown')
+    return err instanceof Error ? err : new Error(String(err))
+  }
+  // The claim stands: a failure to read the payload is this poll's, and the reaper retries the attempt.
+  try {
+    return { job, payload: c.payload ?? (await jobs.payloadOf(c.projectId, c.jobId)) }
+  } catch (err) {
     return err instanceof Error ? err : new Error(String(err))
   }
 }
@@ -96,10 +109,10 @@ export async function claimForPolls(
   target: ClaimTarget,
   polls: readonly PollDemand[],
   isStale: (jobId: string, seq: number) => boolean = () => false,
-): Promise<Job[][]> {
+): Promise<ClaimedJob[][]> {
   const now = deps.now()
   const wanted = polls.reduce((sum, p) => sum + p.capacity, 0)
-  const claimed: Job[][] = polls.map(() => [])
+  const claimed: ClaimedJob[][] = polls.map(() => [])
   let failure: unknown
   // Each claim settles on its own (its failure recorded), so this never rejects.
   let claiming: Promise<unknown> = Promise.resolve()
@@ -121,15 +134,19 @@ export async function claimForPolls(
       claiming = Promise.all(
         dealt.map(async ({ poll, row }) => {
           try {
+            // A storable copy is not the job's state nor its payload: the claim loads both from the log.
+            const copy = isStorableCopyRow(row)
+            const id = row.id as string
             const job = await claimRow(
               jobs,
               target.projectId,
               polls[poll]!.workerId,
-              row.id as string,
-              // A storable copy is not the job's state: the claim loads it from the log.
-              isStorableCopyRow(row) ? undefined : { state: jobFromRow(row), seq: row.last_seq as number },
+              id,
+              copy ? undefined : { state: jobFromRow(row), seq: row.last_seq as number },
             )
-            if (job !== null) claimed[poll]!.push(job)
+            if (job === null) return
+            const payload = copy ? await jobs.payloadOf(target.projectId, id) : ((row.payload as Record<string, unknown> | null) ?? {})
+            claimed[poll]!.push({ job, payload })
           } catch (err) {
             failure ??= err
           }

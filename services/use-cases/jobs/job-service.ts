@@ -6,18 +6,22 @@ import {
   cascadeOf,
   cascadeOfState,
   type CascadeStep,
+  errorOf,
   isTerminal,
   jobDecider,
+  toJobView,
   type Job,
   type JobCommand,
   type JobError,
   type JobEvent,
+  type JobView,
 } from '../../../domain/job.ts'
+import { jobProgressDecider, progressOf, type JobProgress, type JobProgressCommand } from '../../../domain/job-progress.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { upsertJobRows } from '../../../projections/job-list.ts'
 import type { AggregateRef, EventRecord, Loaded, StoredEvent } from '../../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
-import { isSubjectToken } from '../../../streams/names.ts'
+import { isSubjectToken, jobSubjectsFilter } from '../../../streams/names.ts'
 import { recordJobEvents } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
@@ -72,6 +76,12 @@ export interface Written {
   seq: number
 }
 
+/** A job as the API shows it, and the last sequence of its subjects (its own, its progress reports'). */
+export interface Read {
+  job: JobView
+  seq: number
+}
+
 /**
  * Follows a JobService's appends as they are answered, so that the API's ready index takes its
  * own process's creates, claims and releases at once instead of waiting for the log to deliver
@@ -86,7 +96,7 @@ export interface JobAppendObserver {
   created(jobId: string): void
 }
 
-/** Jobs whose last known state this process keeps as hints (state includes the payload). */
+/** Jobs whose last known state this process keeps as hints. */
 const maxKnownJobs = 20_000
 
 /** Children are re-decided a few at a time so a parent with thousands of them stays polite. */
@@ -118,6 +128,11 @@ export class JobService {
 
   ref(projectId: string, jobId: string): AggregateRef {
     return { aggregate: 'job', projectId, id: jobId }
+  }
+
+  /** The job's progress reports: an aggregate of their own (domain/job-progress.ts). */
+  progressRef(projectId: string, jobId: string): AggregateRef {
+    return { aggregate: 'progress', projectId, id: jobId }
   }
 
   /** `actor`: the dashboard member who asked, recorded on the events (none for keys, workers and roles). */
@@ -175,28 +190,68 @@ export class JobService {
     return result as CommandResult<JobEvent, Job>
   }
 
-  /** The job as of its latest event, straight from the log (read-your-writes for single reads). */
-  async get(projectId: string, jobId: string): Promise<Written> {
-    if (!isJobId(jobId) || !isSubjectToken(projectId)) throw new JobNotFound(jobId)
+  /** The job's state as of its latest event, straight from the log: one direct get. */
+  async load(projectId: string, jobId: string): Promise<Written> {
+    assertJobAddress(projectId, jobId)
     const loaded = await this.#deps.store.load<Job>(this.ref(projectId, jobId))
     if (loaded.state === null) throw new JobNotFound(jobId)
     return { job: loaded.state, seq: loaded.seq }
   }
 
   /**
-   * One page of the job's events from the log, oldest first: at most `limit` events from `from`
-   * (the position a previous page ended at; null: the first event). Reads one message per event
-   * (a message almost always holds one), plus one to learn whether more follow, so a job with
-   * thousands of progress reports costs a page, not its whole history.
+   * The job as the API shows it, straight from the log (read-your-writes for single reads): its
+   * last message, its first (the payload) and its last progress report, read at once, and the
+   * message holding its last error when that is another one. `seq` covers both of its subjects,
+   * so a list waiting for it shows the same progress.
+   */
+  async get(projectId: string, jobId: string): Promise<Read> {
+    assertJobAddress(projectId, jobId)
+    const store = this.#deps.store
+    const ref = this.ref(projectId, jobId)
+    const [last, first, report] = await Promise.all([
+      store.lastOf<JobEvent, Job>(ref),
+      store.nextOf<JobEvent, Job>(ref, 1),
+      store.load<JobProgress>(this.progressRef(projectId, jobId)),
+    ])
+    if (last === null || last.message.state === null) throw new JobNotFound(jobId)
+    const job = last.message.state
+    const error =
+      job.error ??
+      (job.error_seq === null
+        ? null
+        : errorOf((job.error_seq === last.seq ? last : await store.messageAt<JobEvent, Job>(ref, job.error_seq))?.message.events ?? []))
+    const facts = { payload: payloadIn(first), error, progress: progressOf(job, report.state) }
+    return { job: toJobView(job, facts), seq: Math.max(last.seq, report.seq) }
+  }
+
+  /** The job's state and its last progress report, read at once: what the progress stream shows. */
+  async progressSnapshot(projectId: string, jobId: string): Promise<{ job: Job; report: JobProgress | null }> {
+    assertJobAddress(projectId, jobId)
+    const [{ job }, report] = await Promise.all([this.load(projectId, jobId), this.#deps.store.load<JobProgress>(this.progressRef(projectId, jobId))])
+    return { job, report: report.state }
+  }
+
+  /** The job's payload: one direct get of its first message, its `job_created`. */
+  async payloadOf(projectId: string, jobId: string): Promise<Record<string, unknown>> {
+    return payloadIn(await this.#deps.store.nextOf<JobEvent, Job>(this.ref(projectId, jobId), 1))
+  }
+
+  /**
+   * One page of the job's events from the log, oldest first, its progress reports among them: at
+   * most `limit` events from `from` (the position a previous page ended at; null: the first
+   * event). Reads one message per event (a message almost always holds one) on both of the job's
+   * subjects at once, plus one to learn whether more follow, so a job with thousands of progress
+   * reports costs a page, not its whole history.
    */
   async history(projectId: string, jobId: string, from: HistoryPosition | null, limit: number): Promise<HistoryPage> {
-    if (!isJobId(jobId) || !isSubjectToken(projectId)) throw new JobNotFound(jobId)
+    assertJobAddress(projectId, jobId)
     const ref = this.ref(projectId, jobId)
     const store = this.#deps.store
+    const subjects = jobSubjectsFilter(this.#deps.config.namespace, projectId, jobId)
     const events: HistoryPage['events'] = []
-    let record = await store.nextOf<JobEvent, Job>(ref, from?.seq ?? 1)
+    let record = await store.nextOn<JobEvent, unknown>(subjects, from?.seq ?? 1)
     if (record === null && (from === null || (await store.load(ref)).state === null)) throw new JobNotFound(jobId)
-    for (; record !== null; record = await store.nextOf<JobEvent, Job>(ref, record.seq + 1)) {
+    for (; record !== null; record = await store.nextOn<JobEvent, unknown>(subjects, record.seq + 1)) {
       // A cursor names the message it stopped in; a message that is not there any more starts the next one whole.
       const all = record.message.events
       const first = from !== null && record.seq === from.seq ? from.index : 0
@@ -205,7 +260,7 @@ export class JobService {
         events.push({ seq: record.seq, event: all[i]! })
       }
       if (events.length === limit) {
-        const after = await store.nextOf<JobEvent, Job>(ref, record.seq + 1)
+        const after = await store.nextOn<JobEvent, unknown>(subjects, record.seq + 1)
         return { events, next: after === null ? null : { seq: after.seq, index: 0 } }
       }
     }
@@ -272,15 +327,32 @@ export class JobService {
     return { outcome, seq: result.seq }
   }
 
-  /** Liveness only: a KV write, no event, unless the worker reports a new progress value. */
+  /**
+   * Liveness only: a KV write, no event, unless the worker reports a new progress value, which is
+   * a small message on the job's progress subject (the job's own subject, which claims and acks
+   * load, is not touched). The job and its last report are read at once.
+   */
   async heartbeat(projectId: string, jobId: string, workerId: string, progress: number | null): Promise<void> {
-    const { job } = await this.get(projectId, jobId)
+    assertJobAddress(projectId, jobId)
+    const progressRef = this.progressRef(projectId, jobId)
+    const [{ job }, report] = await Promise.all([
+      this.load(projectId, jobId),
+      progress === null ? null : this.#deps.store.load<JobProgress>(progressRef),
+    ])
     assertHeartbeatAllowed(job, workerId)
     const beat: Heartbeat = { worker_id: workerId, attempt: job.attempt, at: this.#deps.now().toISOString() }
     await this.#deps.heartbeats.put(jobId, JSON.stringify(beat))
-    if (progress !== null && progress !== job.progress) {
-      await this.#run(projectId, jobId, { type: 'report_progress', data: { worker_id: workerId, progress }, meta: this.#meta() })
+    if (progress === null || report === null) return
+    const command: JobProgressCommand = {
+      type: 'report_progress',
+      data: { worker_id: workerId, attempt: job.attempt, job_progress: job.progress, progress },
+      meta: this.#meta(),
     }
+    // Unchanged on what was just read: nothing to append (a hint's no-op would be read again).
+    if (jobProgressDecider.decide(command, report.state).length === 0) return
+    const reported = await handleCommand(this.#deps.store, jobProgressDecider, progressRef, command, this.#newEventId, { hint: report })
+    // A list that follows waits for the projector to reach the report, as for any other write.
+    this.#noteWrite(projectId, reported.seq)
   }
 
   async lastHeartbeat(jobId: string, attempt: number): Promise<Heartbeat | null> {
@@ -376,6 +448,17 @@ export class JobService {
   async writeRows(records: readonly EventRecord[]): Promise<void> {
     await upsertJobRows(this.#deps.sql, records)
   }
+}
+
+/** Ids that cannot name a job of the project are not found without a read. */
+function assertJobAddress(projectId: string, jobId: string): void {
+  if (!isJobId(jobId) || !isSubjectToken(projectId)) throw new JobNotFound(jobId)
+}
+
+/** The payload a job's first message holds (its `job_created`); `{}` once that message has left the log (retention). */
+function payloadIn(first: EventRecord<JobEvent, unknown> | null): Record<string, unknown> {
+  const created = first?.message.events.find((e) => e.type === 'job_created')
+  return created?.type === 'job_created' ? created.data.payload : {}
 }
 
 function isActivated(child: Job | null): boolean {

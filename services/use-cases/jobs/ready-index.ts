@@ -1,4 +1,5 @@
 import type { Job, JobEvent, JobEventType } from '../../../domain/job.ts'
+import type { StoredEvent } from '../../../streams/event-store.ts'
 import { readPendingQueue } from '../../../projections/job-list.ts'
 import { isNatsConnected } from '../../../streams/connection.ts'
 import { followEvents, type FollowedEvent } from '../../../streams/consume.ts'
@@ -11,7 +12,7 @@ export interface ReadyIndexLimits {
   jobsPerProject: number
   /** Candidates of all projects together. */
   jobs: number
-  /** Job state (payloads included) held in all, in encoded bytes; past it candidates are held without it. */
+  /** Job states and payloads held in all, in encoded bytes; past it candidates are held without them. */
   stateBytes: number
 }
 
@@ -29,6 +30,11 @@ export interface Candidate {
   readonly seq: number
   /** The job at `seq`, or null when it is held without its state (past the state budget): the claim loads it. */
   readonly job: Job | null
+  /**
+   * The job's payload, when the index saw its `job_created` (or read it from the read model)
+   * within the state budget; null: the claim's answer reads it from the log.
+   */
+  readonly payload: Record<string, unknown> | null
 }
 
 export type Settlement = 'claimed' | 'lost' | 'unknown'
@@ -98,10 +104,23 @@ interface JobView {
   /** available_at, in ms since the epoch. */
   dueAt: number
   job: Job | null
+  payload: Payload | null
 }
 
-function viewOf(job: Job): JobView {
-  return { id: job.id, jobType: job.job_type, dueAt: Date.parse(job.run_at ?? job.created_at), job }
+/** A payload as the index holds it: the value, and what it counts against the state budget. */
+interface Payload {
+  value: Record<string, unknown>
+  bytes: number
+}
+
+function viewOf(job: Job, payload: Payload | null): JobView {
+  return { id: job.id, jobType: job.job_type, dueAt: Date.parse(job.run_at ?? job.created_at), job, payload }
+}
+
+/** The payload a message's `job_created` holds (counted as the message's `bytes`, most of which it is), or null. */
+function createdPayloadOf(events: readonly StoredEvent<JobEvent>[], bytes: number): Payload | null {
+  const created = events.find((e) => e.type === 'job_created')
+  return created?.type === 'job_created' ? { value: created.data.payload, bytes } : null
 }
 
 interface HeldCandidate extends Candidate {
@@ -110,6 +129,8 @@ interface HeldCandidate extends Candidate {
   /** available_at: when the job may be claimed, in ms since the epoch. */
   readonly dueAt: number
   bytes: number
+  /** The payload held with the job (its bytes are part of `bytes`), carried to the job's later messages. */
+  heldPayload: Payload | null
   taken: boolean
 }
 
@@ -182,6 +203,11 @@ function firstDueAfter(list: readonly HeldCandidate[], at: number): number {
     else hi = mid
   }
   return lo
+}
+
+/** The event types of a followed message, from its header. */
+function types(event: FollowedEvent): string[] {
+  return event.eventTypes.split(',')
 }
 
 function accepts(session: Session, jobType: string): boolean {
@@ -331,7 +357,7 @@ export class ReadyIndex {
       if (!this.#jobs.has(jobId) && !this.#projects.has(projectId)) return
       if (record.seq <= this.#floor(jobId)) return
       const size = early !== null && early !== undefined && early !== 'answered' && early.seq === record.seq ? early.size : provisionalStateBytes
-      this.#apply(projectId, jobId, record.seq, record.message.state, size)
+      this.#apply(projectId, jobId, record.seq, record.message.state, record.message.events, size)
     },
     created: (jobId) => {
       const early = this.#creating.get(jobId)
@@ -408,27 +434,38 @@ export class ReadyIndex {
     if (held !== undefined && held.seq === event.seq) {
       // This process's own append, delivered back: now its size is known.
       if (held.job !== null) {
-        this.#stateBytes += event.size - held.bytes
-        held.bytes = event.size
+        // A create's message holds its payload; a later message's size comes on top of the payload carried.
+        const isCreate = types(event).includes('job_created')
+        const payload = held.heldPayload
+        const bytes = isCreate || payload === null ? event.size : event.size + payload.bytes
+        this.#stateBytes += bytes - held.bytes
+        held.bytes = bytes
+        if (isCreate && payload !== null) held.heldPayload = { ...payload, bytes }
       }
       return
     }
     if (event.seq <= this.#floor(jobId)) return
-    const types = event.eventTypes.split(',')
-    if (types.some((t) => mayMakeClaimable.has(t)) || (held !== undefined && types.includes(keepsClaimability))) {
+    const eventTypes = types(event)
+    if (eventTypes.some((t) => mayMakeClaimable.has(t)) || (held !== undefined && eventTypes.includes(keepsClaimability))) {
       const message = event.decode<JobEvent, Job | null>()
-      this.#apply(projectId, jobId, event.seq, message.state, event.size)
+      this.#apply(projectId, jobId, event.seq, message.state, message.events, event.size)
     } else {
       this.#remove(projectId, jobId, event.seq)
     }
   }
 
-  #apply(projectId: string, jobId: string, seq: number, job: Job | null, bytes: number): void {
+  /**
+   * Takes the job's message at `seq`: holds the job if it is pending, with the payload its
+   * `job_created` holds or the one held for it already; removes it otherwise.
+   */
+  #apply(projectId: string, jobId: string, seq: number, job: Job | null, events: readonly StoredEvent<JobEvent>[], size: number): void {
     if (job === null || job.state !== 'pending') return this.#remove(projectId, jobId, seq)
     const lane = this.#projects.get(projectId)?.lanes.get(job.queue)
     // A queue no poll of this process asked for: its warm-up will read the job from the read model.
     if (lane === undefined) return
-    const c = this.#hold(lane, viewOf(job), seq, bytes)
+    const created = createdPayloadOf(events, size)
+    const carried = created === null ? (this.#jobs.get(jobId)?.heldPayload ?? null) : null
+    const c = this.#hold(lane, viewOf(job, created ?? carried), seq, size + (carried?.bytes ?? 0))
     if (c !== null) this.#offer(lane, [c])
   }
 
@@ -445,15 +482,18 @@ export class ReadyIndex {
       return null
     }
     const withState = view.job !== null && this.#stateBytes + bytes <= this.#limits.stateBytes
+    const heldPayload = withState ? view.payload : null
     const c: HeldCandidate = {
       jobId: view.id,
       projectId: lane.projectId,
       seq,
       job: withState ? view.job : null,
+      payload: heldPayload?.value ?? null,
       lane,
       jobType: view.jobType,
       dueAt: view.dueAt,
       bytes: withState ? bytes : 0,
+      heldPayload,
       taken: false,
     }
     this.#jobs.set(c.jobId, c)
@@ -711,7 +751,8 @@ export class ReadyIndex {
         fitted = false
         break
       }
-      const view = { id: row.id, jobType: row.jobType, dueAt: row.dueAt.getTime(), job: row.job }
+      const payload = row.payload === null ? null : { value: row.payload, bytes: row.payloadBytes }
+      const view = { id: row.id, jobType: row.jobType, dueAt: row.dueAt.getTime(), job: row.job, payload }
       const c = this.#hold(lane, view, row.seq, row.payloadBytes + provisionalStateBytes)
       if (c !== null) added.push(c)
     }

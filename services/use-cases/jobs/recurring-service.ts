@@ -22,6 +22,7 @@ import {
   type RecurringJobEvent,
 } from '../../../domain/recurring-job.ts'
 import { applyRecurringRows } from '../../../projections/recurring-jobs.ts'
+import { LogBudgetExceeded } from '../../../streams/errors.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
 import type { CommandResult } from '../../../streams/handle-command.ts'
 import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
@@ -191,7 +192,7 @@ export async function registerRecurringSchedules(
       await upsertSchedule(deps, projectId, id, parsed.data, actor)
       results.push({ ok: true, id })
     } catch (err) {
-      if (!(err instanceof DomainError)) throw err
+      if (!(err instanceof DomainError) && !(err instanceof LogBudgetExceeded)) throw err
       results.push({ ok: false, input, reason: `${err.code}: ${err.message}` })
     }
   }
@@ -244,7 +245,7 @@ async function fireOne(deps: Deps, jobs: JobService, billing: BillingService, pr
   return result.appended && skippedReason === null
 }
 
-/** Creates the occurrence's job like any creation (billing state, allowance); a refusal's code, or null. */
+/** Creates the occurrence's job like any creation (billing state, allowance, log budget); a refusal's code, or null. */
 async function createOccurrenceJob(
   deps: Deps,
   jobs: JobService,
@@ -275,5 +276,8 @@ async function createOccurrenceJob(
   // Another scheduler created this occurrence's job first: it fired, once.
   if (result.error instanceof InvalidState) return null
   if (result.error instanceof MonthlyAllowanceExceeded || result.error instanceof SpendCapReached) return result.error.code
+  // Past the project's log budget the occurrence is skipped like one past the allowance: the
+  // schedule moves on, and `recurring_fired` records why (counted, never refused).
+  if (result.error instanceof LogBudgetExceeded) return result.error.code
   throw result.error
 }

@@ -54,9 +54,22 @@ async function failureSummaryWithin(sql: Sql): Promise<FailureSummary | null> {
 
 const readiness = z.strictObject({
   status: z.enum(['ready', 'not_ready']),
-  checks: z.strictObject({ nats: z.boolean(), jetstream: z.boolean(), postgres: z.boolean(), migrations: z.boolean() }),
+  checks: z.strictObject({
+    nats: z.boolean(),
+    jetstream: z.boolean(),
+    postgres: z.boolean(),
+    migrations: z.boolean(),
+    log_space: z
+      .boolean()
+      .describe(
+        "false when the event stream is full (`events_max_bytes`): every write answers 503 until retention frees space or the limit is raised. It does not make the process not ready: the log is the install's, and reads still work",
+      ),
+  }),
   projection_failures: projectionFailureDetail,
 })
+
+/** Room a message may take beside its payload (its state, event fields and headers), generously. */
+const messageOverheadBytes = 64 * 1024
 
 const liveSchema = {
   summary: 'Liveness probe',
@@ -96,19 +109,27 @@ export function healthRoutes(ctx: ApiContext): FastifyPluginAsync {
     const evaluate = async (): Promise<{ checks: Checks; failures: FailureSummary | null }> => {
       const natsUp = isNatsConnected(deps.nats.nc)
       const failures = failureSummaryWithin(deps.sql)
-      const [nats, jetstream, postgres, migrations] = await Promise.all([
+      const stream = natsUp ? deps.nats.jsm.streams.info(eventsStreamName(deps.config.namespace)) : null
+      const [nats, jetstream, postgres, migrations, log_space] = await Promise.all([
         natsUp && isTrue(async () => (await deps.nats.nc.rtt()) >= 0),
-        natsUp && isTrue(() => deps.nats.jsm.streams.info(eventsStreamName(deps.config.namespace))),
+        stream !== null && isTrue(() => stream),
         isTrue(() => probe`SELECT 1`),
         isTrue(() => isMigrated(probe)),
+        stream !== null &&
+          isTrue(async () => {
+            const { config, state } = await stream
+            // Full once a create with the largest payload accepted would no longer fit.
+            return config.max_bytes <= 0 || config.max_bytes - state.bytes >= deps.config.tunables.max_payload_bytes + messageOverheadBytes
+          }),
       ])
-      return { checks: { nats, jetstream, postgres, migrations }, failures: await failures }
+      return { checks: { nats, jetstream, postgres, migrations, log_space }, failures: await failures }
     }
     app.get('/live', { schema: liveSchema }, async () => ({ status: 'ok' as const }))
     app.get('/ready', { schema: readySchema }, async (_request, reply) => {
       evaluating ??= evaluate().finally(() => (evaluating = null))
       const { checks, failures } = await evaluating
-      const ready = Object.values(checks).every(Boolean) && !ctx.stopping.aborted
+      // A full log does not make the process unready (log_space): reads still work.
+      const ready = checks.nats && checks.jetstream && checks.postgres && checks.migrations && !ctx.stopping.aborted
       const status = ready ? ('ready' as const) : ('not_ready' as const)
       return reply.code(ready ? 200 : 503).send({ status, checks, projection_failures: failures })
     })

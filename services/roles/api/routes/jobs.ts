@@ -19,7 +19,7 @@ import {
   singleCreateFingerprint,
   type ItemKey,
 } from '../idempotency-hooks.ts'
-import { jobFromRow } from '../../../../projections/job-list.ts'
+import { jobViewFromRow } from '../../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
 import { cursorPage, errorResponses, instant, itemErrorObject, mediaResponse, writeCodes } from '../openapi.ts'
 import { streamJobProgress } from '../progress-stream.ts'
@@ -139,7 +139,14 @@ const creationHeaders = z.looseObject({
 })
 
 /** What refuses one job, alone or as an item of a batch (its status is the single create's). */
-const creationCodes = ['parent_terminal', 'invalid_state', 'parent_not_found', 'monthly_allowance_exceeded', 'spend_cap_reached'] as const
+const creationCodes = [
+  'parent_terminal',
+  'invalid_state',
+  'parent_not_found',
+  'monthly_allowance_exceeded',
+  'spend_cap_reached',
+  'log_budget_exceeded',
+] as const
 
 const createSchema = {
   summary: 'Create a job',
@@ -302,7 +309,7 @@ const retrySchema = {
   params: jobIdParams,
   response: {
     200: z.strictObject({ id: z.string(), state: z.enum(jobStates).describe('`pending`'), attempt: z.number().int() }),
-    ...errorResponses(...writeCodes, 'forbidden', 'job_not_found', 'invalid_state'),
+    ...errorResponses(...writeCodes, 'forbidden', 'job_not_found', 'invalid_state', 'log_budget_exceeded'),
   },
 }
 
@@ -519,7 +526,7 @@ export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
           ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
         ORDER BY created_at DESC, id DESC
         LIMIT ${limit + 1}`
-      const page = rows.slice(0, limit).map((r) => jobFromRow(r))
+      const page = rows.slice(0, limit).map((r) => jobViewFromRow(r))
       const hasMore = rows.length > limit
       const last = page.at(-1)
       return reply.send({

@@ -87,7 +87,7 @@ const putSchema = {
   response: {
     200: recurringSchedule,
     201: recurringSchedule,
-    ...errorResponses(...writeCodes, 'invalid_cron_expression', 'invalid_timezone', 'recurring_job_type_conflict'),
+    ...errorResponses(...writeCodes, 'invalid_cron_expression', 'invalid_timezone', 'recurring_job_type_conflict', 'log_budget_exceeded'),
   },
 }
 

@@ -1,9 +1,9 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import { ackStatuses, type Job } from '../../../../domain/job.ts'
+import { ackStatuses } from '../../../../domain/job.ts'
 import { retryBaseDelayMs, retryJitterMs } from '../../../../domain/retry-policy.ts'
-import { claimForPoll } from '../../../use-cases/jobs/claimer.ts'
+import { claimForPoll, type ClaimedJob } from '../../../use-cases/jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../../use-cases/jobs/recurring-service.ts'
 import type { ApiContext } from '../context.ts'
 import { runInLanes } from '../../../use-cases/jobs/lanes.ts'
@@ -178,12 +178,13 @@ function jobIdOf(raw: unknown): string | null {
 
 const heartbeatSchema = {
   summary: 'Keep a claimed job alive (and report progress)',
-  description: 'Send one every `max(timeout_seconds / 3, 10 s)`. A changed `progress` is recorded as a `job_progressed` event.',
+  description:
+    "Send one every `max(timeout_seconds / 3, 10 s)`. A changed `progress` is recorded as a `job_progressed` event on the job's progress subject; past the project's log budget that report is refused (429 `log_budget_exceeded`), the heartbeat's liveness still recorded.",
   tags: ['Workers'],
   body: heartbeatBody,
   response: {
     200: z.strictObject({ status: z.enum(['ok', 'cancel']).describe('`ok`: continue (`cancel` is reserved, not produced today)') }),
-    ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state', 'worker_mismatch'),
+    ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state', 'worker_mismatch', 'log_budget_exceeded'),
   },
 }
 
@@ -196,11 +197,11 @@ const registerSchema = {
   response: { 200: z.strictObject({ status: z.literal('registered') }), ...errorResponses(...writeCodes) },
 }
 
-function toPolledJob(job: Job) {
+function toPolledJob({ job, payload }: ClaimedJob) {
   return {
     id: job.id,
     job_type: job.job_type,
-    payload: job.payload,
+    payload,
     attempt: job.attempt,
     max_attempts: job.max_attempts,
     timeout_seconds: job.timeout_seconds,

@@ -1,0 +1,47 @@
+import { upgradeJob, type Job } from '../domain/job.ts'
+import { lastReportOf } from '../domain/job-progress.ts'
+import type { AggregateKind } from './names.ts'
+
+type Events = readonly { type: string; data: unknown }[]
+
+/**
+ * How an aggregate's state is written into its messages and read back, where that is not the
+ * state as decided:
+ * - `job`: the state refers to what it does not carry (the payload, the last error; see
+ *   domain/job.ts), and a reference to the message itself is resolved once its sequence is known.
+ *   Messages written before (schema 1) are upgraded when read.
+ * - `progress`: the message carries only its `job_progressed` event; the state (the last report)
+ *   is read from it.
+ */
+interface StoredForm {
+  /** The `state` a message is written with. */
+  toStored(state: unknown): unknown
+  /** The state of a message stored at `seq` (null: not known), from its `state` and its events. */
+  fromStored(stored: unknown, seq: number | null, events: Events): unknown
+}
+
+const storedForms: Partial<Record<AggregateKind, StoredForm>> = {
+  job: {
+    toStored: (state) => state,
+    fromStored: (stored, seq, events) => (stored === null || stored === undefined ? null : upgradeJob(stored as Job, seq, events)),
+  },
+  progress: {
+    toStored: () => null,
+    fromStored: (stored, _seq, events) => stored ?? lastReportOf(events),
+  },
+}
+
+/** The state a message of `aggregate` is written with. */
+export function toStoredState(aggregate: AggregateKind, state: unknown): unknown {
+  const form = storedForms[aggregate]
+  return form === undefined ? state : form.toStored(state)
+}
+
+/**
+ * The state of a message of `aggregate` stored at `seq`, as its aggregate's code reads it: applied
+ * to every message decoded, and to a decision's state once its message is stored.
+ */
+export function fromStoredState(aggregate: AggregateKind, stored: unknown, seq: number | null, events: Events): unknown {
+  const form = storedForms[aggregate]
+  return form === undefined ? stored : form.fromStored(stored, seq, events)
+}
