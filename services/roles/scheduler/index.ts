@@ -4,7 +4,7 @@ import { isAttemptStale } from '../../../domain/job.ts'
 import type { Project } from '../../../domain/project.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { JobService } from '../../use-cases/jobs/job-service.ts'
-import { fireDueSchedules } from '../../use-cases/jobs/recurring-service.ts'
+import { RecurringPass } from '../../use-cases/jobs/recurring-service.ts'
 import { billingPeriodOf } from '../../use-cases/metering/allowance.ts'
 import { BillingService } from '../../use-cases/metering/billing-service.ts'
 import { projectRef } from '../../use-cases/projects/project-service.ts'
@@ -30,6 +30,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const billing = new BillingService(deps)
   const rolled = { period: '', projects: new Set<string>() }
   const retention = new Retention(deps)
+  const recurring = new RecurringPass(deps, jobs, billing)
   let lastThroughputPrune = Number.NEGATIVE_INFINITY
 
   /** A pass run every `ms` until the role stops; a failure is logged and the next pass runs as usual. */
@@ -37,7 +38,8 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     every(ms, signal, pass, (err) => deps.log.error({ err }, `scheduler: ${what} failed`))
   const loops = [
     loop(t.scheduler_interval_ms, 'promotion pass', async () => void (await promoteDueJobs(deps, jobs))),
-    loop(t.scheduler_interval_ms, 'recurring pass', async () => void (await fireDueSchedules(deps, jobs, billing))),
+    // Back to back while projects have more due schedules than their turns in a pass (RecurringPass).
+    loop(t.scheduler_interval_ms, 'recurring pass', async () => (await recurring.run()).more),
     loop(t.reaper_interval_ms, 'reaper pass', async () => void (await reapStaleAttempts(deps, jobs))),
     loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => void (await healInterruptedCascades(deps, jobs))),
     loop(t.alert_interval_ms, 'alert pass', async () => void (await evaluateAlerts(deps))),
