@@ -38,7 +38,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     every(ms, signal, pass, (err) => deps.log.error({ err }, `scheduler: ${what} failed`))
   const loops = [
     loop(t.scheduler_interval_ms, 'promotion pass', async () => void (await promoteDueJobs(deps, jobs))),
-    // Back to back while projects have more due schedules than their turns in a pass (RecurringPass).
+    // Back to back while due schedules wait for room among the firings (RecurringPass).
     loop(t.scheduler_interval_ms, 'recurring pass', async () => (await recurring.run()).more),
     loop(t.reaper_interval_ms, 'reaper pass', async () => void (await reapStaleAttempts(deps, jobs))),
     loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => void (await healInterruptedCascades(deps, jobs))),
@@ -59,6 +59,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   return async () => {
     controller.abort()
     await Promise.all(loops)
+    await recurring.drain()
     retention.close()
     await billing.allowance.stop()
   }

@@ -32,7 +32,6 @@ import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { createJobs, type Creation } from './create-jobs.ts'
 import type { JobService } from './job-service.ts'
-import { runInLanes } from './lanes.ts'
 import type { Project } from '../../../domain/project.ts'
 
 /** True for standard 5-field or 6-field (leading seconds) cron expressions cron-parser accepts. */
@@ -236,12 +235,10 @@ export async function registerRecurringSchedules(
   return results
 }
 
-/** Due schedules of one project a pass fires at most; a project with more has the next pass follow at once. */
-export const recurringTurnsPerPass = 20
-/** Firings one scheduler runs at once, all projects together. */
-export const recurringFiringsInFlight = 16
-/** Due schedules one pass reads, all projects together. */
-const recurringPassLimit = 500
+/** Firings of one project in flight at once in one scheduler: its other due schedules wait for one to end. */
+export const recurringFiringsPerProject = 8
+/** Firings in flight at once in one scheduler, all projects together. */
+export const recurringFiringsInFlight = 32
 /** A schedule that failed waits this long before it is tried again, doubling with each failure in a row, */
 const retryFailedAfterMs = 1_000
 /** up to this. */
@@ -254,23 +251,30 @@ interface Failure extends FailingSchedule {
 }
 
 /**
- * The scheduler's recurring pass. Due schedules are taken per project in turns: each project's
- * first due schedule, then each one's second, and so on, at most `recurringTurnsPerPass` per
- * project, fired `recurringFiringsInFlight` at a time; a project with more due than its turns
- * makes the next pass follow at once. One project's hundreds of due schedules thus delay another
- * project's by one pass at most, never by the whole backlog.
+ * The scheduler's recurring pass. Each pass reads the due schedules that are not firing already,
+ * per project in turns (each project's earliest first, then each one's second, and so on), and
+ * starts as many as there is room for: `recurringFiringsPerProject` of one project and
+ * `recurringFiringsInFlight` in all at once. A pass does not wait for its firings; while a
+ * project has more due than its room, the next pass follows as soon as half the firings in flight
+ * have ended. One
+ * project's hundreds of due schedules therefore hold at most its own share of the firings, and
+ * another project's schedule starts in the next pass, never behind that backlog.
  *
- * Each schedule fires on its own: one that throws is logged and skipped, and the pass goes on. A
- * schedule that failed is left out of the passes for a while (1 s, doubling with each failure in
- * a row, up to 5 min) and, when it is tried again, comes after its project's other due schedules,
- * so a schedule that keeps failing never heads the queue. What failed is remembered by this
- * process only: another scheduler, or a restart, tries it again once.
+ * Each schedule fires on its own: one that throws is logged and skipped. A schedule that failed
+ * is left out of the passes for a while (1 s, doubling with each failure in a row, up to 5 min)
+ * and, when it is tried again, comes after its project's other due schedules, so a schedule that
+ * keeps failing never heads the queue. What failed is remembered by this process only: another
+ * scheduler, or a restart, tries it again once.
  */
 export class RecurringPass {
   readonly #deps: Deps
   readonly #jobs: JobService
   readonly #billing: BillingService
   readonly #failing = new Map<string, Failure>()
+  /** Firings in flight, by schedule. */
+  readonly #firing = new Map<string, { projectId: string; id: string; done: Promise<void> }>()
+  readonly #firingPerProject = new Map<string, number>()
+  #fired = 0
 
   constructor(deps: Deps, jobs: JobService, billing: BillingService) {
     this.#deps = deps
@@ -278,31 +282,66 @@ export class RecurringPass {
     this.#billing = billing
   }
 
-  /** Fires one pass; `more` is true when due schedules were left for the next, which should follow at once. */
-  async run(): Promise<{ fired: number; more: boolean }> {
+  /**
+   * Starts the due schedules there is room for. `more`: due schedules were left for want of room;
+   * the pass then resolves once half the firings in flight have ended, so the next one, which
+   * should follow at once, finds room.
+   */
+  async run(): Promise<{ more: boolean }> {
     const deps = this.#deps
     const now = deps.now()
     // Entries that could have been tried again for a while and were not are of schedules no
     // longer due (deleted, or moved on by another scheduler): forgotten.
     for (const [key, f] of this.#failing) if (now.getTime() - f.retryAt.getTime() > retryFailedAtMostMs) this.#failing.delete(key)
-    const due = await dueSchedulesInTurns(deps.sql, now, recurringTurnsPerPass, recurringPassLimit + 1, [...this.#failing.values()])
-    const more = due.length > recurringPassLimit || due.some((d) => d.turn > recurringTurnsPerPass)
-    const firing = due.slice(0, recurringPassLimit).filter((d) => d.turn <= recurringTurnsPerPass)
-    let fired = 0
-    await runInLanes(
-      firing.map(() => null),
-      recurringFiringsInFlight,
-      async (i) => {
-        const { project_id: projectId, id } = firing[i]!
-        try {
-          if (await fireOne(deps, this.#jobs, this.#billing, projectId, id, now)) fired++
-          this.#failing.delete(failureKey(projectId, id))
-        } catch (err) {
-          this.#failed(projectId, id, err)
-        }
+    const due = await dueSchedulesInTurns(deps.sql, now, {
+      turns: recurringFiringsPerProject,
+      limit: 2 * recurringFiringsInFlight,
+      failing: [...this.#failing.values()],
+      firing: [...this.#firing.values()],
+    })
+    let more = due.length === 2 * recurringFiringsInFlight
+    for (const { project_id: projectId, id } of due) {
+      if (this.#firing.size >= recurringFiringsInFlight || (this.#firingPerProject.get(projectId) ?? 0) >= recurringFiringsPerProject) more = true
+      else this.#start(projectId, id, now)
+    }
+    if (more) await this.#halfEnded()
+    return { more }
+  }
+
+  /** Until half the firings in flight (at least one) have ended: the next pass has room, and passes do not run one per firing. */
+  async #halfEnded(): Promise<void> {
+    const ends = [...this.#firing.values()].map((f) => f.done)
+    const wanted = Math.ceil(ends.length / 2)
+    let ended = 0
+    if (wanted > 0) await new Promise<void>((resolve) => ends.forEach((end) => void end.then(() => ++ended === wanted && resolve())))
+  }
+
+  /** Waits for every firing in flight; resolves to the jobs fired since this pass was made. */
+  async drain(): Promise<number> {
+    while (this.#firing.size > 0) await Promise.all([...this.#firing.values()].map((f) => f.done))
+    return this.#fired
+  }
+
+  #start(projectId: string, id: string, now: Date): void {
+    const key = failureKey(projectId, id)
+    this.#firingPerProject.set(projectId, (this.#firingPerProject.get(projectId) ?? 0) + 1)
+    const done = fireOne(this.#deps, this.#jobs, this.#billing, projectId, id, now).then(
+      (fired) => {
+        if (fired) this.#fired++
+        this.#failing.delete(key)
       },
+      (err: unknown) => this.#failed(projectId, id, err),
     )
-    return { fired, more }
+    this.#firing.set(key, {
+      projectId,
+      id,
+      done: done.finally(() => {
+        this.#firing.delete(key)
+        const left = this.#firingPerProject.get(projectId)! - 1
+        if (left === 0) this.#firingPerProject.delete(projectId)
+        else this.#firingPerProject.set(projectId, left)
+      }),
+    })
   }
 
   #failed(projectId: string, id: string, err: unknown): void {
@@ -322,13 +361,16 @@ export class RecurringPass {
 const failureKey = (projectId: string, id: string) => `${projectId}/${id}`
 
 /**
- * Fires what is due, one pass (see RecurringPass; the scheduler keeps one, and with it what
- * failed). Catch-up rule: after downtime, a schedule fires once, for its latest missed
- * occurrence; earlier missed occurrences are skipped (a cron job is "the state as of now", not a
- * queue of every tick). An occurrence before the schedule existed never fires.
+ * Fires everything due, pass after pass until none is left for want of room (see RecurringPass;
+ * the scheduler keeps one, and with it what failed). Catch-up rule: after downtime, a schedule
+ * fires once, for its latest missed occurrence; earlier missed occurrences are skipped (a cron job
+ * is "the state as of now", not a queue of every tick). An occurrence before the schedule existed
+ * never fires.
  */
 export async function fireDueSchedules(deps: Deps, jobs: JobService, billing: BillingService): Promise<number> {
-  return (await new RecurringPass(deps, jobs, billing).run()).fired
+  const pass = new RecurringPass(deps, jobs, billing)
+  while ((await pass.run()).more);
+  return pass.drain()
 }
 
 async function fireOne(deps: Deps, jobs: JobService, billing: BillingService, projectId: string, id: string, now: Date): Promise<boolean> {
