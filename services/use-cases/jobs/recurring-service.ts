@@ -236,9 +236,9 @@ export async function registerRecurringSchedules(
 }
 
 /** Firings of one project in flight at once in one scheduler: its other due schedules wait for one to end. */
-export const recurringFiringsPerProject = 8
+const recurringFiringsPerProject = 8
 /** Firings in flight at once in one scheduler, all projects together. */
-export const recurringFiringsInFlight = 32
+const recurringFiringsInFlight = 32
 /** A schedule that failed waits this long before it is tried again, doubling with each failure in a row, */
 const retryFailedAfterMs = 1_000
 /** up to this. */
