@@ -106,6 +106,10 @@ export class MonthlyAllowanceExceeded extends refusal('monthly_allowance_exceede
 export class SpendCapReached extends refusal('spend_cap_reached') {}
 export class RecurringJobNotFound extends refusal('recurring_job_not_found') {}
 export class InvalidCronExpression extends refusal('invalid_cron_expression') {}
+/** A project already has as many live recurring schedules as its plan allows (domain/plans.ts). */
+export class RecurringLimitReached extends refusal('recurring_limit_reached') {}
+/** A 6-field cron expression whose occurrences come closer together than the project's plan allows. */
+export class CronIntervalTooShort extends refusal('cron_interval_too_short') {}
 export class InvalidTimezone extends refusal('invalid_timezone') {}
 export class AlertNotFound extends refusal('alert_not_found') {}
 export class AlertAlreadyExists extends refusal('invalid_state') {}

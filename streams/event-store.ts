@@ -15,7 +15,13 @@
  * Concurrency: an append names the subject's last sequence it decided on
  * (`expect.lastSubjectSequence`, 0 for a new aggregate); a stale one fails with JetStream error
  * 10071, surfaced as ConcurrencyConflict. A message id (the first event's id) lets JetStream drop
- * a re-sent publish inside the duplicate window.
+ * a re-sent publish inside the duplicate window. On replicated streams of nats-server before
+ * 2.9.21 the stream leader checks an expected sequence above 0 only against what it has applied,
+ * missing appends still being proposed (nats-io/nats-server#4320), so the store is given a
+ * serializer that keeps such appends to one subject one at a time across every process
+ * (services/infrastructure/write-guard.ts). An expected sequence of 0 (a new aggregate) is checked
+ * by every replica as it applies the message, which is exact: creates, job creations among them,
+ * go straight to the server (test/cluster/guards.test.ts races them).
  */
 import type { JetStreamManager } from '@nats-io/jetstream'
 import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node'
@@ -81,6 +87,11 @@ export interface Loaded<S> {
   seq: number
 }
 
+/** Runs `append` alone among the appends to `subject` (see the header); the default runs it at once. */
+export type AppendSerializer = <T>(subject: string, append: () => Promise<T>) => Promise<T>
+
+const unserialized: AppendSerializer = (_subject, append) => append()
+
 function isWrongLastSequence(err: unknown): boolean {
   return err instanceof JetStreamPublishError && err.errCode === 10071
 }
@@ -108,13 +119,15 @@ export class EventStore {
   readonly #publisher: JetStreamPublisher
   /** Set once by the runtime; null: appends are not metered (tools, some tests). */
   meter: AppendMeter | null = null
+  readonly #serialize: AppendSerializer
 
-  constructor(ns: string, nc: NatsConnection, jsm: JetStreamManager) {
+  constructor(ns: string, nc: NatsConnection, jsm: JetStreamManager, serialize: AppendSerializer = unserialized) {
     this.ns = ns
     this.stream = eventsStreamName(ns)
     this.#nc = nc
     this.#publisher = new JetStreamPublisher(nc)
     this.#jsm = jsm
+    this.#serialize = serialize
   }
 
   #assertConnected(): void {
@@ -195,7 +208,8 @@ export class EventStore {
     const data = encode(message)
     const h = buildHeaders(ref, events, expectedSeq)
     try {
-      const ack = await this.#publisher.publish(subject, data, h.headers)
+      const publish = () => this.#publisher.publish(subject, data, h.headers)
+      const ack = await (expectedSeq === 0 ? publish() : this.#serialize(subject, publish))
       meter?.stored(ref.projectId, subject.length + h.bytes + data.length)
       return ack
     } catch (err) {

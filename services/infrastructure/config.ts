@@ -15,6 +15,8 @@ const planOverridesSchema = z
     overage_cents_per_10k: z.number().min(0).nullable(),
     retention_days: z.number().int().min(1),
     log_bytes_per_hour: z.number().int().min(0),
+    max_recurring_schedules: z.number().int().min(0),
+    min_cron_interval_seconds: z.number().int().min(1).max(60),
   })
   .partial()
   .strict()

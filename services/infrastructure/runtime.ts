@@ -7,11 +7,12 @@ import { ensureDatabase, openSql, type Sql } from '../../projections/database.ts
 import { migrate } from '../../projections/migrate.ts'
 import { connectNats, type NatsHandles } from '../../streams/connection.ts'
 import { ensureStreams, openAuthLimitsBucket, openHeartbeatBucket, openIdempotencyBucket } from '../../streams/definitions.ts'
-import { EventStore } from '../../streams/event-store.ts'
+import type { EventStore } from '../../streams/event-store.ts'
 import type { Config } from './config.ts'
 import { LogBudget } from './log-budget.ts'
 import { createMailer, type Mailer } from './mailer.ts'
 import { startTracing } from './tracing.ts'
+import { assertWritesGuarded, exactExpectationsSince, needsWriteLocks, WriteGuard } from './write-guard.ts'
 import { systemResolver, type HostResolver } from './url-safety.ts'
 
 /** What every role is handed: connections, clock and id source are passed in, never imported. */
@@ -41,6 +42,11 @@ export interface Deps {
   authLimits: KV
   /** Stored answers of requests sent with an idempotency key. */
   idempotency: KV
+  /**
+   * What every write that expects a sequence goes through (the store's appends, the buckets'
+   * compare-and-set); a job command holds its job's lock through it for its whole decision.
+   */
+  guard: WriteGuard
   mailer: Mailer
   /** The current instant; tests may pass a fixed or shifted clock. */
   now: () => Date
@@ -97,25 +103,37 @@ export async function openRuntime(
   }
   const meteringSql = openSql(config.databaseUrl, { max: pools.meteringConnections, applicationName: `${name}-metering`, synchronousCommit: false })
   const nats = await connectNats(config.natsUrl, name)
+  // The server's version is in its INFO: it decides whether guarded writes take locks (write-guard.ts).
+  const serverVersion = nats.nc.info?.version ?? 'unknown'
+  const guard = new WriteGuard(config.databaseUrl, needsWriteLocks(config.replicas, serverVersion), name)
   let buckets: { heartbeats: KV; authLimits: KV; idempotency: KV }
+  let store: EventStore
   try {
     await ensureStreams(nats.jsm, config.namespace, config.replicas, config.tunables.events_max_bytes)
     buckets = {
-      heartbeats: await openHeartbeatBucket(nats.nc, config.namespace, config.replicas),
-      authLimits: await openAuthLimitsBucket(nats.nc, config.namespace, config.replicas),
-      idempotency: await openIdempotencyBucket(nats.nc, config.namespace, config.replicas),
+      heartbeats: guard.bucket(await openHeartbeatBucket(nats.nc, config.namespace, config.replicas), 'heartbeats'),
+      authLimits: guard.bucket(await openAuthLimitsBucket(nats.nc, config.namespace, config.replicas), 'auth-limits'),
+      idempotency: guard.bucket(await openIdempotencyBucket(nats.nc, config.namespace, config.replicas), 'idempotency'),
     }
+    store = guard.eventStore(config.namespace, nats.nc, nats.jsm)
+    assertWritesGuarded({ ...buckets, store }, guard, config.replicas, serverVersion)
   } catch (err) {
     // A refused start (streams with other replicas) leaves no connection keeping the process alive.
     await nats.nc.close()
+    await guard.close()
     await meteringSql.end({ timeout: 5 })
     await sql.end({ timeout: 5 })
     throw err
   }
+  if (guard.locking) {
+    log.info(
+      { nats_version: serverVersion },
+      `nats-server ${serverVersion} is older than ${exactExpectationsSince}: with JOBSVC_REPLICAS=${config.replicas} every write that expects a sequence takes a Postgres advisory lock`,
+    )
+  }
   const { heartbeats, authLimits, idempotency } = buckets
   const mailer = createMailer(config.smtpUrl, log)
   const ulid = monotonicFactory(pooledRandom())
-  const store = new EventStore(config.namespace, nats.nc, nats.jsm)
   const tracing = config.otlpEndpoint === null ? null : startTracing(config.otlpEndpoint, 'jobsvc')
   const runtime: Runtime = {
     config,
@@ -128,6 +146,7 @@ export async function openRuntime(
     heartbeats,
     authLimits,
     idempotency,
+    guard,
     mailer,
     now: () => new Date(),
     resolveHost: systemResolver,
@@ -139,6 +158,7 @@ export async function openRuntime(
       store.close()
       mailer.close()
       await nats.nc.drain().catch(() => undefined)
+      await guard.close()
       await meteringSql.end({ timeout: 5 })
       await sql.end({ timeout: 5 })
     },

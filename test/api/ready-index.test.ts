@@ -187,6 +187,25 @@ t.test('a queue past the index bound: the read model answers for the rest, every
   await api.stop()
 })
 
+t.test('a poll served by the read model gets its whole capacity past rows the projector has not caught up with', async (t) => {
+  // A bound of one keeps the queue incomplete in the index, so polls also run the read-model
+  // query; with the projector stopped, a job claimed a moment ago still reads pending there.
+  const api = await startApi(withTunables({ ready_index_jobs_per_project: 1 }))
+  const ids = await createElsewhere('q-stale', 4)
+  await projected('q-stale', ids.length)
+  await h.stopRole('projector')
+  t.teardown(() => h.startRole('projector'))
+  const first = await poll(api, { worker_id: 'wrk_s', queues: ['q-stale'] })
+  t.equal(first.body.jobs.length, 1, 'the first poll claims one job, whose row still reads pending')
+  const two = await poll(api, { worker_id: 'wrk_s', queues: ['q-stale'], capacity: 2 })
+  t.equal(two.body.jobs.length, 2, 'a capacity-2 poll gets 2 of the 3 claimable jobs, not the stale row in their place')
+  const rest = await poll(api, { worker_id: 'wrk_s', queues: ['q-stale'], capacity: 50 })
+  t.equal(rest.body.jobs.length, 1, 'and the last one is left for the next')
+  const claimed = [...first.body.jobs, ...two.body.jobs, ...rest.body.jobs].map((j: any) => j.id)
+  t.same([...claimed].sort(), [...ids].sort(), 'each job claimed exactly once')
+  await api.stop()
+})
+
 t.test("a gap in the index's consumer: jobs created meanwhile are claimed once, and the index resumes where it stopped", async (t) => {
   const api = await startApi()
   await follow(api, 'q-gap')

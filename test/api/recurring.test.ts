@@ -1,9 +1,13 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { decodeTime } from 'ulid'
 import { fireDueSchedules, occurrenceJobId, recurringRef } from '../../services/use-cases/jobs/recurring-service.ts'
 import { JobService } from '../../services/use-cases/jobs/job-service.ts'
 import { BillingService } from '../../services/use-cases/metering/billing-service.ts'
 import { resolvePlans } from '../../domain/plans.ts'
+import { ConfigError, loadConfig } from '../../services/infrastructure/config.ts'
 import { eventually, httpRequest, startHarness, type Harness, type HttpResponse } from '../support/harness.ts'
 
 // No scheduler role: the tests fire schedules themselves, with the clock where they want it.
@@ -421,6 +425,71 @@ t.test('worker registration upserts schedules the same way and logs bad ones wit
     'no activity for the repeated registration',
   )
   t.equal(rows[0].project_id, h.projectId)
+})
+
+t.test("a project's plan bounds its schedules: how many, and how close together a 6-field one fires", async (t) => {
+  runFrom(h, '2026-06-15T10:10:00Z')
+  // The harness's project is on business (1,000 schedules, 1 s apart); a new one on free (10, 60 s).
+  const free = await h.newProject()
+  t.teardown(() => deleteAll(h, free.apiKey))
+  t.teardown(() => deleteAll(h))
+  const putAs = (apiKey: string, jobType: string, cron: string) =>
+    httpRequest(h.url, apiKey, 'PUT', `/jobsvc/v1/recurring/${idOf(jobType)}`, { job_type: jobType, cron_expression: cron })
+  const listOf = async (apiKey: string) => ((await httpRequest(h.url, apiKey, 'GET', '/jobsvc/v1/recurring')).body.data as any[]).map((s) => s.id)
+
+  await t.test('a 6-field expression closer than the plan allows is 400 cron_interval_too_short, and saves nothing', async (t) => {
+    for (const cron of ['* * * * * *', '*/30 * * * * *', '0,59 * * * * *', '10,20 0 * * * *']) {
+      const res = await putAs(free.apiKey, 'fast', cron)
+      isError(t, res, 400, 'cron_interval_too_short', `${cron} on free`)
+      t.match(res.body.error.message, /at least 60 s apart/, "the message names the plan's bound")
+    }
+    t.same(await listOf(free.apiKey), [], 'nothing saved')
+    t.equal((await putAs(free.apiKey, 'once a minute', '30 * * * * *')).status, 201, 'one second a minute is 60 s apart: allowed on free')
+    t.equal((await putAs(free.apiKey, 'every minute', '* * * * *')).status, 201, 'a 5-field expression always passes')
+    t.equal((await putAs(h.apiKey, 'every second', '* * * * * *')).status, 201, 'every second is allowed on business')
+    isError(t, await putAs(free.apiKey, 'once a minute', '*/2 * * * * *'), 400, 'cron_interval_too_short', 'an update is bounded too')
+  })
+
+  await t.test("past the plan's number of schedules a new one is 409 recurring_limit_reached, decided one create at a time", async (t) => {
+    // Two saved above; eight places left of free's ten, raced for by twenty creates.
+    const raced = await Promise.all(Array.from({ length: 20 }, (_, i) => putAs(free.apiKey, `race ${i}`, '0 * * * *')))
+    t.same(raced.map((r) => r.status).sort(), [...Array(8).fill(201), ...Array(12).fill(409)], 'eight created, twelve refused')
+    for (const res of raced.filter((r) => r.status === 409)) isError(t, res, 409, 'recurring_limit_reached', 'the code of a refused create')
+    t.match(raced.find((r) => r.status === 409)!.body.error.message, /at most 10 recurring schedules/)
+    t.equal((await listOf(free.apiKey)).length, 10, 'the project has its ten')
+    t.equal((await putAs(free.apiKey, 'every minute', '*/2 * * * *')).status, 200, 'a schedule it has may still change')
+    const registered = await httpRequest(h.url, free.apiKey, 'POST', '/jobsvc/v1/workers/register', {
+      worker_id: 'wrk_cap',
+      queues: ['default'],
+      job_types: ['one more', 'too fast'],
+      recurring_schedules: [
+        { job_type: 'one more', cron_expression: '0 * * * *' },
+        { job_type: 'too fast', cron_expression: '* * * * * *' },
+      ],
+    })
+    t.strictSame(registered.body, { status: 'registered' }, 'a registration past the bounds still answers registered')
+    t.notOk(
+      (await listOf(free.apiKey)).some((id) => id === 'rjob_one-more' || id === 'rjob_too-fast'),
+      'and saves neither',
+    )
+    t.equal((await httpRequest(h.url, free.apiKey, 'DELETE', '/jobsvc/v1/recurring/rjob_every-minute')).status, 204)
+    t.equal((await putAs(free.apiKey, 'one more', '0 * * * *')).status, 201, 'a deleted schedule frees its place')
+  })
+})
+
+t.test('JOBSVC_CONFIG sets the recurring bounds per plan, within range', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'jobsvc-recurring-config-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  const file = join(dir, 'config.json')
+  const env = { JOBSVC_SECRET: 'test-secret-test-secret-test-secret', JOBSVC_CONFIG: file }
+  await writeFile(file, JSON.stringify({ plans: { free: { max_recurring_schedules: 3, min_cron_interval_seconds: 1 } } }))
+  const config = loadConfig(env)
+  t.match(config.plans.free, { max_recurring_schedules: 3, min_cron_interval_seconds: 1 })
+  t.match(config.plans.business, { max_recurring_schedules: 1_000, min_cron_interval_seconds: 1 }, 'other plans keep their defaults')
+  for (const bad of [0, 61, 1.5]) {
+    await writeFile(file, JSON.stringify({ plans: { pro: { min_cron_interval_seconds: bad } } }))
+    t.throws(() => loadConfig(env), ConfigError, `min_cron_interval_seconds ${bad} is refused`)
+  }
 })
 
 t.test('fired jobs: deterministic ids, the schedule payload, tags; updates keep the last run', async (t) => {

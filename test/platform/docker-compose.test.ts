@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { parse as parseYaml } from 'yaml'
+import { exactExpectationsSince, isVersionBefore } from '../../services/infrastructure/write-guard.ts'
 import { repoRoot } from '../support/harness.ts'
 
 /**
@@ -89,7 +90,12 @@ t.test('docker-compose cluster: three NATS nodes routed to each other as one Jet
       `${name} routes to the other two`,
     )
     t.match(services[name]!.volumes, [`${name}-data:/data`], `${name} has its own store`)
-    t.equal(services[name]!.image, services.nats!.image, 'the same server version as the single-node stack')
+    const version = /^nats:(\d+\.\d+\.\d+)$/.exec(services[name]!.image ?? '')?.[1]
+    t.ok(version, `${name} runs a pinned nats-server release (${services[name]!.image})`)
+    t.notOk(
+      isVersionBefore(version ?? '0.0.0', exactExpectationsSince),
+      `${name}: nats-server ${version}, whose replicated streams check expected sequences exactly`,
+    )
   }
 })
 

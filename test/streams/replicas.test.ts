@@ -1,9 +1,18 @@
+import { readdirSync, readFileSync } from 'node:fs'
 import t from 'tap'
 import { ConfigError, loadConfig } from '../../services/infrastructure/config.ts'
+import {
+  assertWritesGuarded,
+  exactExpectationsSince,
+  isVersionBefore,
+  needsWriteLocks,
+  UnguardedWrites,
+  WriteGuard,
+} from '../../services/infrastructure/write-guard.ts'
 import { connectNats } from '../../streams/connection.ts'
 import { ensureStreams, openHeartbeatBucket, StreamSettingsMismatch } from '../../streams/definitions.ts'
 import { eventsStreamName } from '../../streams/names.ts'
-import { isolatedNames, removeIsolated, spawnService } from '../support/harness.ts'
+import { isolatedNames, removeIsolated, repoRoot, spawnService } from '../support/harness.ts'
 
 const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222'
 const secret = { JOBSVC_SECRET: 'test-secret-test-secret-test-secret' }
@@ -60,4 +69,91 @@ t.test('three replicas on a single server are refused with what to do', async (t
   const refused = await ensureStreams(nats.jsm, names.namespace, 3).catch((err: unknown) => err)
   t.ok(refused instanceof StreamSettingsMismatch)
   t.match((refused as Error).message, /JOBSVC_REPLICAS=3 needs a JetStream cluster of at least 3 servers/)
+})
+
+t.test('guarded writes take locks where the server needs them: replicas on nats-server before 2.9.21', async (t) => {
+  for (const [version, before] of [
+    ['2.9.10', true],
+    ['2.9.20', true],
+    ['2.9.21-RC.1', true],
+    ['2.9.21', false],
+    ['2.9.25', false],
+    ['2.10.0', false],
+    ['2.12.15', false],
+    ['v2.14.5', false],
+    ['unknown', true],
+  ] as const) {
+    t.equal(isVersionBefore(version, exactExpectationsSince), before, `${version} ${before ? 'is' : 'is not'} before ${exactExpectationsSince}`)
+  }
+  t.ok(needsWriteLocks(3, '2.9.10'), 'three replicas on 2.9.10: locks')
+  t.notOk(needsWriteLocks(3, '2.9.21'), 'three replicas on 2.9.21: none')
+  t.notOk(needsWriteLocks(1, '2.9.10'), 'one replica: none, whatever the version')
+})
+
+t.test('the start-up check refuses replicas on such a server unless every store and bucket writes through the locks', async (t) => {
+  const names = isolatedNames(import.meta.filename, '_guard')
+  t.teardown(() => removeIsolated(names))
+  const nats = await connectNats(natsUrl, 'jobsvc-test-replicas')
+  t.teardown(() => nats.nc.close())
+  const raw = await openHeartbeatBucket(nats.nc, names.namespace, 1)
+  const locking = new WriteGuard(names.databaseUrl, true, 'jobsvc-test')
+  t.teardown(() => locking.close())
+  const guarded = { store: locking.eventStore(names.namespace, nats.nc, nats.jsm), heartbeats: locking.bucket(raw, 'heartbeats') }
+  t.doesNotThrow(() => assertWritesGuarded(guarded, locking, 3, '2.9.10'), 'every store and bucket through the guard: admitted')
+
+  const bypass = { ...guarded, sessions: raw }
+  const refused = (() => {
+    try {
+      assertWritesGuarded(bypass, locking, 3, '2.9.10')
+      return null
+    } catch (err) {
+      return err
+    }
+  })()
+  t.ok(refused instanceof UnguardedWrites, 'a bucket beside them without the guard: refused')
+  t.ok(refused instanceof ConfigError, 'as a configuration error: one line, exit code 1 (services/roles/main.ts)')
+  t.match(
+    (refused as Error).message,
+    /^JOBSVC_REPLICAS=3 against nats-server 2\.9\.10, which is older than 2\.9\.21 .*but sessions writes without it/,
+  )
+  t.doesNotThrow(() => assertWritesGuarded(bypass, locking, 3, '2.9.21'), 'on 2.9.21 the server is exact: admitted')
+  t.doesNotThrow(() => assertWritesGuarded(bypass, locking, 1, '2.9.10'), 'with one replica: admitted')
+
+  const off = new WriteGuard(names.databaseUrl, false)
+  const unlocked = { store: off.eventStore(names.namespace, nats.nc, nats.jsm), heartbeats: off.bucket(raw, 'heartbeats') }
+  t.throws(() => assertWritesGuarded(unlocked, off, 3, '2.9.10'), UnguardedWrites, 'a guard without its locks: refused')
+  t.doesNotThrow(() => assertWritesGuarded(unlocked, off, 1, '2.9.10'), 'which one replica does not need')
+})
+
+/** Every TypeScript file of the service (not the tests), with its source. */
+function serviceSources(): Array<{ path: string; text: string }> {
+  return ['domain', 'streams', 'projections', 'services', 'tools'].flatMap((dir) =>
+    readdirSync(`${repoRoot}${dir}`, { recursive: true, encoding: 'utf8' })
+      .filter((file) => file.endsWith('.ts'))
+      .map((file) => ({ path: `${dir}/${file}`, text: readFileSync(`${repoRoot}${dir}/${file}`, 'utf8') })),
+  )
+}
+
+t.test('no write that expects a sequence bypasses the guard', async (t) => {
+  const files = serviceSources()
+  const where = (pattern: RegExp) => files.filter((f) => pattern.test(f.text)).map((f) => f.path)
+  t.same(
+    where(/\.set\(\s*['"]Nats-Expected-Last-Subject-Sequence['"]|ExpectedLastSubjectSequence|lastSubjectSequence\s*:/),
+    ['streams/event-store.ts'],
+    "only the event store's append sets an expected sequence, and it goes through the guard's serializer",
+  )
+  t.same(where(/new EventStore\(/), ['services/infrastructure/write-guard.ts'], 'event stores are made by the guard only')
+  t.same(where(/new Kvm\(/), ['streams/definitions.ts'], 'buckets are opened in one place')
+  const openers = files.filter((f) => f.path !== 'streams/definitions.ts' && /open\w+Bucket\(/.test(f.text))
+  t.same(
+    openers.map((f) => f.path),
+    ['services/infrastructure/runtime.ts'],
+    'and handed out by the runtime only',
+  )
+  const calls = openers.flatMap((f) => f.text.match(/[\w.]*\(?await open\w+Bucket\(/g) ?? [])
+  t.ok(calls.length >= 3, `${calls.length} buckets opened`)
+  t.ok(
+    calls.every((c) => c.startsWith('guard.bucket(')),
+    'each through the guard',
+  )
 })

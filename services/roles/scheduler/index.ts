@@ -5,7 +5,7 @@ import { isAttemptStale } from '../../../domain/job.ts'
 import type { Project } from '../../../domain/project.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { JobService } from '../../use-cases/jobs/job-service.ts'
-import { fireDueSchedules } from '../../use-cases/jobs/recurring-service.ts'
+import { RecurringPass } from '../../use-cases/jobs/recurring-service.ts'
 import { billingPeriodOf } from '../../use-cases/metering/allowance.ts'
 import { BillingService } from '../../use-cases/metering/billing-service.ts'
 import { projectRef } from '../../use-cases/projects/project-service.ts'
@@ -32,6 +32,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const billing = new BillingService(deps)
   const rolled = { period: '', projects: new Set<string>() }
   const retention = new Retention(deps)
+  const recurring = new RecurringPass(deps, jobs, billing)
   let lastThroughputPrune = Number.NEGATIVE_INFINITY
   // Each pass keeps its failing items apart for as long as the role runs (failing-items.ts).
   const promotion = new IsolatedPass(deps.log, 'promotion pass')
@@ -66,7 +67,8 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   }
   const loops = [
     loop(t.scheduler_interval_ms, 'promotion pass', async () => void (await promoteDueJobs(deps, jobs, promotion))),
-    loop(t.scheduler_interval_ms, 'recurring pass', async () => void (await fireDueSchedules(deps, jobs, billing))),
+    // Back to back while due schedules wait for room among the firings (RecurringPass).
+    loop(t.scheduler_interval_ms, 'recurring pass', async () => (await recurring.run()).more),
     loop(t.reaper_interval_ms, 'reaper pass', async () => void (await reapStaleAttempts(deps, jobs, reaper))),
     loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => void (await healInterruptedCascades(deps, jobs, cascades))),
     loop(t.alert_interval_ms, 'alert pass', async () => void (await evaluateAlerts(deps, alerts))),
@@ -90,6 +92,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   return async () => {
     controller.abort()
     await Promise.all(loops)
+    await recurring.drain()
     retention.close()
     await billing.allowance.stop()
   }

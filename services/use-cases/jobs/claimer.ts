@@ -22,6 +22,14 @@ export interface ClaimedJob {
 const indexRounds = 3
 
 /**
+ * Candidate queries one read-model claim may run. Rows the projector has not caught up with (a
+ * job claimed a moment ago still reads pending) and rows whose claim lost a race fill part of a
+ * page; the next query skips the rows already seen, so a poll gets its whole capacity when that
+ * many jobs are claimable, rather than answering short while jobs wait.
+ */
+const rowRounds = 4
+
+/**
  * One claim of a long poll: candidates from the ready index first, claimed with no Postgres at
  * all; then, for what the poll still wants, the read-model query through the claim line, but only
  * when the index cannot vouch for every queue of the poll (cold, past a bound, not following the
@@ -92,7 +100,8 @@ async function claimCandidate(jobs: JobService, session: PollSession, c: Candida
 /**
  * The read-model side of claims, for several polls of one target in one transaction: one
  * candidate query for all of them (`LIMIT` the sum of their capacities), the candidates dealt out
- * in order, each poll taking up to its capacity. Resolves to each poll's jobs, in the order of
+ * in order, each poll taking up to its capacity; what stale or lost rows left short is asked for
+ * again past the rows seen (`rowRounds`). Resolves to each poll's jobs, in the order of
  * `polls`. It runs where the ready index cannot answer for a queue (see claimForPoll).
  *
  * Candidates are claimed through the log, deciding on the row itself (a row is the job's whole
@@ -111,48 +120,53 @@ export async function claimForPolls(
   isStale: (jobId: string, seq: number) => boolean = () => false,
 ): Promise<ClaimedJob[][]> {
   const now = deps.now()
-  const wanted = polls.reduce((sum, p) => sum + p.capacity, 0)
   const claimed: ClaimedJob[][] = polls.map(() => [])
+  const short = polls.map((p) => p.capacity)
+  const seen: string[] = []
   let failure: unknown
   // Each claim settles on its own (its failure recorded), so this never rejects.
   let claiming: Promise<unknown> = Promise.resolve()
   try {
     await deps.sql.begin(async (tx) => {
-      const rows = await tx`
-        SELECT * FROM jobs
-        WHERE project_id = ${target.projectId} AND state = 'pending' AND queue = ANY(${target.queues})
-          AND available_at <= ${now}
-          ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
-        ORDER BY available_at, id
-        LIMIT ${wanted}
-        FOR UPDATE SKIP LOCKED`
-      const candidates = rows.filter((row) => !isStale(row.id as string, row.last_seq as number))
-      const dealt: Array<{ poll: number; row: (typeof candidates)[number] }> = []
-      for (let poll = 0, next = 0; poll < polls.length && next < candidates.length; poll++) {
-        for (let n = 0; n < polls[poll]!.capacity && next < candidates.length; n++) dealt.push({ poll, row: candidates[next++]! })
+      for (let round = 0; round < rowRounds; round++) {
+        const wanted = short.reduce((sum, n) => sum + n, 0)
+        if (wanted === 0) break
+        const rows = await tx`
+          SELECT * FROM jobs
+          WHERE project_id = ${target.projectId} AND state = 'pending' AND queue = ANY(${target.queues})
+            AND available_at <= ${now}
+            ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
+            ${seen.length === 0 ? tx`` : tx`AND id <> ALL(${seen})`}
+          ORDER BY available_at, id
+          LIMIT ${wanted}
+          FOR UPDATE SKIP LOCKED`
+        for (const row of rows) seen.push(row.id as string)
+        const candidates = rows.filter((row) => !isStale(row.id as string, row.last_seq as number))
+        const dealt: Array<{ poll: number; row: (typeof candidates)[number] }> = []
+        for (let poll = 0, next = 0; poll < polls.length && next < candidates.length; poll++) {
+          for (let n = 0; n < short[poll]! && next < candidates.length; n++) dealt.push({ poll, row: candidates[next++]! })
+        }
+        claiming = Promise.all(
+          dealt.map(async ({ poll, row }) => {
+            try {
+              // A storable copy is not the job's state nor its payload: the claim loads both from the log.
+              const copy = isStorableCopyRow(row)
+              const id = row.id as string
+              const known = copy ? undefined : { state: jobFromRow(row), seq: row.last_seq as number }
+              const job = await claimRow(jobs, target.projectId, polls[poll]!.workerId, id, known)
+              if (job === null) return
+              short[poll]!--
+              const payload = copy ? await jobs.payloadOf(target.projectId, id) : ((row.payload as Record<string, unknown> | null) ?? {})
+              claimed[poll]!.push({ job, payload })
+            } catch (err) {
+              failure ??= err
+            }
+          }),
+        )
+        await claiming
+        // Fewer rows than asked for: the queue has no more. A failed claim ends the rounds too.
+        if (rows.length < wanted || failure !== undefined) break
       }
-      claiming = Promise.all(
-        dealt.map(async ({ poll, row }) => {
-          try {
-            // A storable copy is not the job's state nor its payload: the claim loads both from the log.
-            const copy = isStorableCopyRow(row)
-            const id = row.id as string
-            const job = await claimRow(
-              jobs,
-              target.projectId,
-              polls[poll]!.workerId,
-              id,
-              copy ? undefined : { state: jobFromRow(row), seq: row.last_seq as number },
-            )
-            if (job === null) return
-            const payload = copy ? await jobs.payloadOf(target.projectId, id) : ((row.payload as Record<string, unknown> | null) ?? {})
-            claimed[poll]!.push({ job, payload })
-          } catch (err) {
-            failure ??= err
-          }
-        }),
-      )
-      await claiming
     })
   } catch (err) {
     failure ??= err

@@ -106,9 +106,6 @@ const cascadeConcurrency = 16
  * The job use cases shared by the API and the scheduler: each one is a command on
  * the job aggregate, plus the cross-aggregate follow-ups (continuations) written child by child.
  */
-/** The first key of the advisory locks that serialize decisions on one job (the second is the job id's hash). */
-const jobLockClass = 19
-
 export class JobService {
   readonly #deps: Deps
   /** Per project, the last stream sequence this process wrote: lists wait for the projector to reach it. */
@@ -173,7 +170,9 @@ export class JobService {
           hint: known,
           trustHint: trustHint && hint !== undefined,
         })
-      result = creating || this.#deps.config.replicas === 1 ? await decide() : await this.#serialized(jobId, decide)
+      // Where the log's check is not exact (write-guard.ts), a decision on a job holds the job's
+      // lock from its load to its append, so a racing decision waits rather than conflicts.
+      result = creating ? await decide() : await this.#deps.guard.serialize(this.#deps.store.subjectOf(this.ref(projectId, jobId)), decide)
       if (result.appended) {
         this.observer?.appended(result.record)
         recordJobEvents(result.events, result.state)
@@ -374,21 +373,6 @@ export class JobService {
     const result = await this.#run(projectId, jobId, { type: 'reap_job', data, meta: this.#meta() })
     await this.cascade(projectId, result.events, result.state)
     return result
-  }
-
-  /**
-   * Runs one decision on a job while holding a Postgres advisory lock on the job, across every
-   * process of the install. With replicated streams, nats-server before 2.9.21 checks the
-   * expected last subject sequence only before proposing a message, so two appends in flight at
-   * once with the same expected sequence can both be stored (nats-io/nats-server#4320): the
-   * cluster test saw one attempt handed to two workers. With one replica the check is exact and
-   * no lock is taken.
-   */
-  async #serialized<T>(jobId: string, decide: () => Promise<T>): Promise<T> {
-    return (await this.#deps.sql.begin(async (tx) => {
-      await tx`SELECT pg_advisory_xact_lock(${jobLockClass}, hashtext(${jobId}))`
-      return decide()
-    })) as T
   }
 
   /**

@@ -5,11 +5,13 @@ import type { z } from 'zod'
 import type { Actor } from '../../../domain/decider.ts'
 import {
   BillingStateBlocked,
+  CronIntervalTooShort,
   DomainError,
   InvalidCronExpression,
   InvalidState,
   InvalidTimezone,
   MonthlyAllowanceExceeded,
+  RecurringLimitReached,
   SpendCapReached,
 } from '../../../domain/errors.ts'
 import { jobDefaults } from '../../../domain/job-options.ts'
@@ -21,7 +23,8 @@ import {
   type RecurringJobCommand,
   type RecurringJobEvent,
 } from '../../../domain/recurring-job.ts'
-import { applyRecurringRows } from '../../../projections/recurring-jobs.ts'
+import type { Queryable } from '../../../projections/database.ts'
+import { applyRecurringRows, dueSchedulesInTurns, liveSchedulesBeside, type FailingSchedule } from '../../../projections/recurring-jobs.ts'
 import { LogBudgetExceeded } from '../../../streams/errors.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
 import type { CommandResult } from '../../../streams/handle-command.ts'
@@ -43,6 +46,22 @@ export function isCronExpression(expression: string, timezone: string): boolean 
   } catch {
     return false
   }
+}
+
+/**
+ * The shortest gap between two occurrences of a 6-field expression (leading seconds), in seconds;
+ * null for 5 fields, which fire at most once a minute. Read from the seconds field alone, the
+ * step from the minute's last second to the next minute's first counted whether or not the next
+ * minute fires (`0,59 0 * * * *` counts as 1 s): the bound errs towards refusing.
+ */
+export function shortestCronGapSeconds(expression: string): number | null {
+  if (expression.trim().split(/\s+/).length !== 6) return null
+  const seconds = CronExpressionParser.parse(expression)
+    .fields.second.values.map(Number)
+    .sort((a, b) => a - b)
+  let gap = 60 - seconds.at(-1)! + seconds[0]!
+  for (let i = 1; i < seconds.length; i++) gap = Math.min(gap, seconds[i]! - seconds[i - 1]!)
+  return gap
 }
 
 /** True for a timezone name the runtime's tz database knows (IANA names; kept as given). */
@@ -120,16 +139,25 @@ async function onSchedule(
   projectId: string,
   id: string,
   command: RecurringJobCommand,
+  db?: Queryable,
 ): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
   // Written at once as well as by the projector, so the scheduler sees the new next_run_at.
   const ref = recurringRef(projectId, id)
-  return commandWithRows<RecurringJobCommand, RecurringJobEvent, RecurringJob>(deps, recurringJobDecider, ref, command, applyRecurringRows)
+  return commandWithRows<RecurringJobCommand, RecurringJobEvent, RecurringJob>(deps, recurringJobDecider, ref, command, applyRecurringRows, db)
 }
 
-/** Creates or updates the schedule `id`, the job type's `rjob_` slug (see `recurringIdFor`). */
+/**
+ * Creates or updates the schedule `id`, the job type's `rjob_` slug (see `recurringIdFor`), within
+ * the bounds of the project's plan: a 6-field expression may not fire more often than
+ * `min_cron_interval_seconds`, and a new schedule may not take the project past
+ * `max_recurring_schedules` live ones. The count and the create run under a per-project advisory
+ * lock, with the new row written in the same transaction, so concurrent creates (in any process)
+ * cannot both take the last place. An existing schedule may always be changed, even past a cap
+ * its project's plan lowered since.
+ */
 export async function upsertSchedule(
   deps: Deps,
-  projectId: string,
+  project: Pick<Project, 'id' | 'plan'>,
   id: string,
   input: ScheduleInput,
   actor?: Actor,
@@ -139,12 +167,19 @@ export async function upsertSchedule(
   const expression = input.cron_expression.trim().replace(/\s+/g, ' ')
   if (!isCronExpression(expression, timezone))
     throw new InvalidCronExpression(`${JSON.stringify(input.cron_expression)} is not a 5- or 6-field cron expression`)
+  const limits = deps.config.plans[project.plan]
+  const gap = shortestCronGapSeconds(expression)
+  if (gap !== null && gap < limits.min_cron_interval_seconds) {
+    throw new CronIntervalTooShort(
+      `${JSON.stringify(input.cron_expression)} fires ${gap} s apart at its closest; on the ${project.plan} plan occurrences must be at least ${limits.min_cron_interval_seconds} s apart`,
+    )
+  }
   const now = deps.now()
-  return onSchedule(deps, projectId, id, {
+  const command: RecurringJobCommand = {
     type: 'upsert_recurring',
     data: {
       recurring_id: id,
-      project_id: projectId,
+      project_id: project.id,
       job_type: input.job_type,
       cron_expression: expression,
       queue: input.queue ?? jobDefaults.queue,
@@ -155,6 +190,16 @@ export async function upsertSchedule(
       next_run_at: nextOccurrence(expression, timezone, now)?.toISOString() ?? null,
     },
     meta: { now: now.toISOString(), actor },
+  }
+  return deps.sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(hashtextextended(${`recurring:${project.id}`}, 0))`
+    const { others, live } = await liveSchedulesBeside(tx, project.id, id)
+    if (!live && others >= limits.max_recurring_schedules) {
+      throw new RecurringLimitReached(
+        `a project on the ${project.plan} plan can have at most ${limits.max_recurring_schedules} recurring schedules; delete one to add another`,
+      )
+    }
+    return onSchedule(deps, project.id, id, command, tx)
   })
 }
 
@@ -175,7 +220,7 @@ export type RegistrationResult = { ok: true; id: string } | { ok: false; input: 
  */
 export async function registerRecurringSchedules(
   deps: Deps,
-  projectId: string,
+  project: Pick<Project, 'id' | 'plan'>,
   items: readonly unknown[],
   schema: z.ZodType<ScheduleInput>,
   actor?: Actor,
@@ -189,7 +234,7 @@ export async function registerRecurringSchedules(
     }
     const id = recurringIdFor(parsed.data.job_type)
     try {
-      await upsertSchedule(deps, projectId, id, parsed.data, actor)
+      await upsertSchedule(deps, project, id, parsed.data, actor)
       results.push({ ok: true, id })
     } catch (err) {
       if (!(err instanceof DomainError) && !(err instanceof LogBudgetExceeded)) throw err
@@ -199,29 +244,155 @@ export async function registerRecurringSchedules(
   return results
 }
 
+/** Firings of one project in flight at once in one scheduler: its other due schedules wait for one to end. */
+const recurringFiringsPerProject = 8
+/** Firings in flight at once in one scheduler, all projects together. */
+const recurringFiringsInFlight = 32
+/** A schedule that failed waits this long before it is tried again, doubling with each failure in a row, */
+const retryFailedAfterMs = 1_000
+/** up to this. */
+const retryFailedAtMostMs = 5 * 60_000
+/** Failing schedules remembered at most; past it the longest-remembered are forgotten (and tried again). */
+const maxFailingSchedules = 10_000
+
+interface Failure extends FailingSchedule {
+  failures: number
+}
+
 /**
- * Fires what is due. Catch-up rule: after downtime, a schedule fires once, for its latest missed
- * occurrence; earlier missed occurrences are skipped (a cron job is "the state as of now", not a
- * queue of every tick). An occurrence before the schedule existed never fires.
+ * The scheduler's recurring pass. Each pass reads the due schedules that are not firing already,
+ * per project in turns (each project's earliest first, then each one's second, and so on), and
+ * starts as many as there is room for: `recurringFiringsPerProject` of one project and
+ * `recurringFiringsInFlight` in all at once. A pass does not wait for its firings; while a
+ * project has more due than its room, the next pass follows as soon as half the firings in flight
+ * have ended. One
+ * project's hundreds of due schedules therefore hold at most its own share of the firings, and
+ * another project's schedule starts in the next pass, never behind that backlog.
+ *
+ * Each schedule fires on its own: one that throws is logged and skipped. A schedule that failed
+ * is left out of the passes for a while (1 s, doubling with each failure in a row, up to 5 min)
+ * and, when it is tried again, comes after its project's other due schedules, so a schedule that
+ * keeps failing never heads the queue. What failed is remembered by this process only: another
+ * scheduler, or a restart, tries it again once.
  */
-export async function fireDueSchedules(deps: Deps, jobs: JobService, billing: BillingService, limit = 500): Promise<number> {
-  const now = deps.now()
-  const due = await deps.sql<{ project_id: string; id: string }[]>`
-    SELECT project_id, id FROM recurring_jobs WHERE status = 'active' AND next_run_at <= ${now} ORDER BY next_run_at LIMIT ${limit}`
-  let fired = 0
-  for (const row of due) {
-    try {
-      if (await fireOne(deps, jobs, billing, row.project_id, row.id, now)) fired++
-    } catch (err) {
-      deps.log.error({ err, project_id: row.project_id, recurring_id: row.id }, 'scheduler: a recurring schedule could not fire')
-    }
+export class RecurringPass {
+  readonly #deps: Deps
+  readonly #jobs: JobService
+  readonly #billing: BillingService
+  readonly #failing = new Map<string, Failure>()
+  /** Firings in flight, by schedule. */
+  readonly #firing = new Map<string, { projectId: string; id: string; done: Promise<void> }>()
+  readonly #firingPerProject = new Map<string, number>()
+  #fired = 0
+
+  constructor(deps: Deps, jobs: JobService, billing: BillingService) {
+    this.#deps = deps
+    this.#jobs = jobs
+    this.#billing = billing
   }
-  return fired
+
+  /**
+   * Starts the due schedules there is room for. `more`: due schedules were left for want of room;
+   * the pass then resolves once half the firings in flight have ended, so the next one, which
+   * should follow at once, finds room.
+   */
+  async run(): Promise<{ more: boolean }> {
+    const deps = this.#deps
+    const now = deps.now()
+    // Entries that could have been tried again for a while and were not are of schedules no
+    // longer due (deleted, or moved on by another scheduler): forgotten.
+    for (const [key, f] of this.#failing) if (now.getTime() - f.retryAt.getTime() > retryFailedAtMostMs) this.#failing.delete(key)
+    const due = await dueSchedulesInTurns(deps.sql, now, {
+      turns: recurringFiringsPerProject,
+      limit: 2 * recurringFiringsInFlight,
+      failing: [...this.#failing.values()],
+      firing: [...this.#firing.values()],
+    })
+    let more = due.length === 2 * recurringFiringsInFlight
+    for (const { project_id: projectId, id } of due) {
+      if (this.#firing.size >= recurringFiringsInFlight || (this.#firingPerProject.get(projectId) ?? 0) >= recurringFiringsPerProject) more = true
+      else this.#start(projectId, id, now)
+    }
+    if (more) await this.#halfEnded()
+    return { more }
+  }
+
+  /** Until half the firings in flight (at least one) have ended: the next pass has room, and passes do not run one per firing. */
+  async #halfEnded(): Promise<void> {
+    const ends = [...this.#firing.values()].map((f) => f.done)
+    const wanted = Math.ceil(ends.length / 2)
+    let ended = 0
+    if (wanted > 0) await new Promise<void>((resolve) => ends.forEach((end) => void end.then(() => ++ended === wanted && resolve())))
+  }
+
+  /** Waits for every firing in flight; resolves to the jobs fired since this pass was made. */
+  async drain(): Promise<number> {
+    while (this.#firing.size > 0) await Promise.all([...this.#firing.values()].map((f) => f.done))
+    return this.#fired
+  }
+
+  #start(projectId: string, id: string, now: Date): void {
+    const key = failureKey(projectId, id)
+    this.#firingPerProject.set(projectId, (this.#firingPerProject.get(projectId) ?? 0) + 1)
+    const done = fireOne(this.#deps, this.#jobs, this.#billing, projectId, id, now).then(
+      (fired) => {
+        if (fired) this.#fired++
+        this.#failing.delete(key)
+      },
+      (err: unknown) => this.#failed(projectId, id, err),
+    )
+    this.#firing.set(key, {
+      projectId,
+      id,
+      done: done.finally(() => {
+        this.#firing.delete(key)
+        const left = this.#firingPerProject.get(projectId)! - 1
+        if (left === 0) this.#firingPerProject.delete(projectId)
+        else this.#firingPerProject.set(projectId, left)
+      }),
+    })
+  }
+
+  #failed(projectId: string, id: string, err: unknown): void {
+    const key = failureKey(projectId, id)
+    const failures = (this.#failing.get(key)?.failures ?? 0) + 1
+    const retryInMs = Math.min(retryFailedAfterMs * 2 ** (failures - 1), retryFailedAtMostMs)
+    this.#failing.delete(key)
+    if (this.#failing.size >= maxFailingSchedules) this.#failing.delete(this.#failing.keys().next().value!)
+    this.#failing.set(key, { projectId, id, failures, retryAt: new Date(this.#deps.now().getTime() + retryInMs) })
+    this.#deps.log.error(
+      { err, project_id: projectId, recurring_id: id, failures, retry_in_ms: retryInMs },
+      'scheduler: a recurring schedule could not fire; the pass goes on without it',
+    )
+  }
+}
+
+const failureKey = (projectId: string, id: string) => `${projectId}/${id}`
+
+/**
+ * Fires everything due, pass after pass until none is left for want of room (see RecurringPass;
+ * the scheduler keeps one, and with it what failed). Catch-up rule: after downtime, a schedule
+ * fires once, for its latest missed occurrence; earlier missed occurrences are skipped (a cron job
+ * is "the state as of now", not a queue of every tick). An occurrence before the schedule existed
+ * never fires.
+ */
+export async function fireDueSchedules(deps: Deps, jobs: JobService, billing: BillingService): Promise<number> {
+  const pass = new RecurringPass(deps, jobs, billing)
+  while ((await pass.run()).more);
+  return pass.drain()
 }
 
 async function fireOne(deps: Deps, jobs: JobService, billing: BillingService, projectId: string, id: string, now: Date): Promise<boolean> {
-  const schedule = (await deps.store.load<RecurringJob>(recurringRef(projectId, id))).state
-  if (!isActiveSchedule(schedule)) return false
+  const ref = recurringRef(projectId, id)
+  const loaded = await deps.store.load<RecurringJob>(ref)
+  const schedule = loaded.state
+  if (!isActiveSchedule(schedule)) {
+    // The row says active, the log does not: a write of the row was lost. It is written again
+    // from the log, so the schedule leaves the due rows; a row the log knows nothing of is a failure.
+    if (schedule === null) throw new Error(`recurring schedule ${id} has a row in the read model but no events in the log`)
+    await applyRecurringRows(deps.sql, [deps.store.recordOf(ref, loaded.seq, [], schedule)])
+    return false
+  }
   const occurrence = latestOccurrence(schedule.cron_expression, schedule.timezone, now)
   const floor = Date.parse(schedule.last_occurrence_at ?? schedule.created_at)
   const next = nextOccurrence(schedule.cron_expression, schedule.timezone, now)?.toISOString() ?? null

@@ -80,14 +80,22 @@ const listSchema = {
 const putSchema = {
   summary: 'Create or update a schedule',
   description:
-    "`{id}` must be the job type's `rjob_` slug. 201 when the schedule is created, 200 when it is updated (an identical PUT changes nothing). The answer carries `X-Event-Seq`.",
+    "`{id}` must be the job type's `rjob_` slug. 201 when the schedule is created, 200 when it is updated (an identical PUT changes nothing). The answer carries `X-Event-Seq`. The project's plan bounds its live schedules (one more is 409 `recurring_limit_reached`) and how close together the occurrences of a 6-field expression may be (400 `cron_interval_too_short`).",
   tags: ['Recurring'],
   params: idParams,
   body: scheduleBody,
   response: {
     200: recurringSchedule,
     201: recurringSchedule,
-    ...errorResponses(...writeCodes, 'invalid_cron_expression', 'invalid_timezone', 'recurring_job_type_conflict', 'log_budget_exceeded'),
+    ...errorResponses(
+      ...writeCodes,
+      'invalid_cron_expression',
+      'cron_interval_too_short',
+      'invalid_timezone',
+      'recurring_job_type_conflict',
+      'recurring_limit_reached',
+      'log_budget_exceeded',
+    ),
   },
 }
 
@@ -122,7 +130,13 @@ export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
         if (isActiveSchedule(owner)) throw new RecurringJobTypeConflict(ownId, owner.job_type)
         throw invalidRequest(`params.id: the schedule of job type ${JSON.stringify(request.body.job_type)} is ${ownId}`)
       }
-      const result = await upsertSchedule(deps, projectId, request.params.id, request.body, request.principal.actor)
+      const result = await upsertSchedule(
+        deps,
+        { id: projectId, plan: request.principal.project.plan },
+        request.params.id,
+        request.body,
+        request.principal.actor,
+      )
       jobs.noteWritten(projectId, result.seq)
       const created =
         result.appended &&

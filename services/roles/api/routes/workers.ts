@@ -341,13 +341,8 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
 
     app.post('/register', { schema: registerSchema, config: { role: 'member' } }, async (request) => {
       const b = request.body
-      const results = await registerRecurringSchedules(
-        deps,
-        request.principal.projectId,
-        b.recurring_schedules ?? [],
-        recurringSchedule,
-        request.principal.actor,
-      )
+      const project = { id: request.principal.projectId, plan: request.principal.project.plan }
+      const results = await registerRecurringSchedules(deps, project, b.recurring_schedules ?? [], recurringSchedule, request.principal.actor)
       for (const r of results) {
         if (!r.ok)
           request.log.warn({ request_id: request.id, worker_id: b.worker_id, schedule: r.input, reason: r.reason }, 'register: schedule not saved')
