@@ -138,7 +138,8 @@ t.test('no write that expects a sequence bypasses the guard', async (t) => {
   const files = serviceSources()
   const where = (pattern: RegExp) => files.filter((f) => pattern.test(f.text)).map((f) => f.path)
   t.same(
-    where(/\.set\(\s*['"]Nats-Expected-Last-Subject-Sequence['"]|ExpectedLastSubjectSequence|lastSubjectSequence\s*:/),
+    // The header set by name, or built as a [name, value] pair (the event store's headers).
+    where(/(\.set\(|\[)\s*['"]Nats-Expected-Last-Subject-Sequence['"]\s*,|ExpectedLastSubjectSequence|lastSubjectSequence\s*:/),
     ['streams/event-store.ts'],
     "only the event store's append sets an expected sequence, and it goes through the guard's serializer",
   )

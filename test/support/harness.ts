@@ -249,11 +249,13 @@ export async function spawnService(env: Record<string, string>, args: string[] =
   child.stdout!.on('data', (d) => (out += String(d)))
   child.stderr!.on('data', (d) => (out += String(d)))
   const url = await new Promise<string>((resolve, reject) => {
-    // A process that never got ready is killed, so that it cannot outlive the test.
+    // A process that never got ready is killed, so that it cannot outlive the test. The bound is
+    // generous: on two cores shared with the rest of the suite a start (tsx compiling the service,
+    // NATS and Postgres set-up) has taken 25-44 s, and how fast it starts is not what tests check.
     const timer = setTimeout(() => {
       child.kill('SIGKILL')
       reject(new Error(`service did not start:\n${out}`))
-    }, 30_000)
+    }, 90_000)
     const onData = () => {
       const m = /"msg":"jobsvc (?:listening on (http:\/\/[^"]+)|ready)/.exec(out)
       if (m) {
