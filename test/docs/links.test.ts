@@ -8,7 +8,10 @@ import { repoRoot } from '../support/harness.ts'
 // and reports every broken link, missing heading and missing path at once, each with its line:
 // one run is the whole list of what to update.
 
-const pages = ['README.md', ...readdirSync(join(repoRoot, 'docs'), { withFileTypes: true }).flatMap((e) => (e.isFile() && e.name.endsWith('.md') ? [`docs/${e.name}`] : []))]
+const pages = [
+  'README.md',
+  ...readdirSync(join(repoRoot, 'docs'), { withFileTypes: true }).flatMap((e) => (e.isFile() && e.name.endsWith('.md') ? [`docs/${e.name}`] : [])),
+]
 
 /** Blanks `pattern`'s matches, newlines kept, so positions still give the right line. */
 const blank = (text: string, pattern: RegExp) => text.replace(pattern, (m) => m.replace(/[^\n]/g, ' '))
