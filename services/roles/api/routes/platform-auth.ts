@@ -306,7 +306,11 @@ function setSession(reply: FastifyReply, token: string): void {
   void reply.header('Set-Cookie', sessionCookie(token))
 }
 
-/** The anonymous routes: every POST counts against the per-IP window first, valid or not. */
+/**
+ * The anonymous routes: every POST counts against the per-IP window first, valid or not.
+ *
+ * @noProjectRole under `/platform/v1/auth`, before any session
+ */
 export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
@@ -368,7 +372,11 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
   }
 }
 
-/** Routes that need a session (Bearer JWT or the `sv_jwt` cookie), and logout, which does not. */
+/**
+ * Routes that need a session (Bearer JWT or the `sv_jwt` cookie), and logout, which does not.
+ *
+ * @noProjectRole under `/platform/v1/auth`: a session acts on its own account
+ */
 export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()

@@ -102,7 +102,11 @@ const providerWebhookSchema = {
   },
 }
 
-/** `GET`/`PATCH /platform/v1/projects/{id}/billing` (session) — README, "Billing". */
+/**
+ * `GET`/`PATCH /platform/v1/projects/{id}/billing` (session) — README, "Billing".
+ *
+ * @noProjectRole under `/platform/v1`: the billing use case checks the member's role
+ */
 export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
@@ -132,6 +136,8 @@ export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
 /**
  * The payment provider's webhook: signed, not authenticated, outside the anonymous limit. Its
  * body is checked as the raw bytes the signature covers, so this scope reads JSON as text.
+ *
+ * @noProjectRole the provider signs; no session
  */
 export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (app) => {

@@ -102,7 +102,11 @@ const reverificationCooldownMs = 60_000
 
 const sessionUser = (ctx: ApiContext, request: FastifyRequest) => authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
 
-/** `GET`/`PATCH /platform/v1/account/notifications` and the re-verification link (session) — README, "Notifications". */
+/**
+ * `GET`/`PATCH /platform/v1/account/notifications` and the re-verification link (session) — README, "Notifications".
+ *
+ * @noProjectRole under `/platform/v1`: a session acts on its own account
+ */
 export function notificationRoutes(ctx: ApiContext): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
@@ -140,7 +144,11 @@ async function receiveProviderReport(ctx: ApiContext, request: FastifyRequest) {
   return { received: true as const, action: marked ? ('marked_undeliverable' as const) : ('ignored' as const), at: now.toISOString() }
 }
 
-/** The e-mail provider's webhook: signed, not authenticated, outside the anonymous limit (signed-webhook.ts). */
+/**
+ * The e-mail provider's webhook: signed, not authenticated, outside the anonymous limit (signed-webhook.ts).
+ *
+ * @noProjectRole the provider signs; no session
+ */
 export function emailProviderWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
   const routeOptions = { schema: emailWebhookSchema, config: { documentedBody: emailProviderEvent } }
   return async (app) => {
