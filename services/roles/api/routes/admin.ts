@@ -157,7 +157,7 @@ const createPromoSchema = {
  *
  * @noProjectRole staff routes under `/platform/v1/admin`: `is_admin` decides, not a project role
  */
-export function adminRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function adminRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'staff' | 'promoCodes'>): FastifyPluginAsync {
   return async (app) => {
     const staffOf = new WeakMap<FastifyRequest, User>()
     app.addHook('onRequest', async (request) => {

@@ -82,7 +82,7 @@ const auditLayout: ExportLayout<AuditRow> = {
  * README, "Audit-log export"). It authenticates by session, not API key, so it is registered
  * outside the `/jobsvc/v1` key hook.
  */
-export function auditLogExportRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'watcher' | 'requestRate'>): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()

@@ -101,7 +101,7 @@ type Checks = z.infer<typeof readiness>['checks']
  *
  * @noProjectRole probes under `/jobsvc/health`, unauthenticated
  */
-export function healthRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function healthRoutes(ctx: Pick<ApiContext, 'deps' | 'stopping'>): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()

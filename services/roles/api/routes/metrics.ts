@@ -128,7 +128,7 @@ export const jobTypesResponse = z.strictObject({
 })
 
 /** `GET /jobsvc/v1/metrics/*`: dashboards' numbers, read from the projector's rollups (README, "Metrics"). */
-export function metricsRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function metricsRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' | 'logHead'>): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()

@@ -311,7 +311,7 @@ function setSession(reply: FastifyReply, token: string): void {
  *
  * @noProjectRole under `/platform/v1/auth`, before any session
  */
-export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function anonymousAuthRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts'>): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
     r.addHook('onRequest', async (request) => {
@@ -377,7 +377,7 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
  *
  * @noProjectRole under `/platform/v1/auth`: a session acts on its own account
  */
-export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function sessionAuthRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts'>): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
     const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>

@@ -107,7 +107,7 @@ const providerWebhookSchema = {
  *
  * @noProjectRole under `/platform/v1`: the billing use case checks the member's role
  */
-export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function platformBillingRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'billing' | 'promoCodes'>): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
     const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>
@@ -139,7 +139,7 @@ export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
  *
  * @noProjectRole the provider signs; no session
  */
-export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function providerWebhookRoutes(ctx: Pick<ApiContext, 'deps' | 'billing'>): FastifyPluginAsync {
   return async (app) => {
     readJsonAsText(app)
 

@@ -210,7 +210,7 @@ export const accountExportCooldownMs = 60_000
  *
  * @noProjectRole under `/platform/v1`: the project aggregate checks the member's role
  */
-export function platformProjectRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function platformProjectRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'accountExports'>): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
     const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>
