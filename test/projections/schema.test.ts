@@ -6,7 +6,7 @@ import { isolatedNames, repoRoot } from '../support/harness.ts'
 import { dumpSchema, schemaDumpFile } from '../support/schema-dump.ts'
 
 // Issue 24, item 7: the read-model schema after every migration is checked in
-// (projections/schema.sql), so that a migration's effect reads in the same diff as the migration.
+// (projections/schema.snap), so that a migration's effect reads in the same diff as the migration.
 // Two fresh databases are migrated and described; both descriptions must be the same text (and
 // the same when asked twice), and equal the checked-in file. JOBSVC_UPDATE_SCHEMA=1 rewrites it.
 
@@ -20,7 +20,7 @@ async function migratedSchema(suffix: string): Promise<string[]> {
   return [await dumpSchema(sql), await dumpSchema(sql)]
 }
 
-t.test('the schema after every migration is the checked-in projections/schema.sql', async (t) => {
+t.test('the schema after every migration is the checked-in projections/schema.snap', async (t) => {
   const [first, again] = await migratedSchema('_a')
   const [other] = await migratedSchema('_b')
   t.equal(again, first, 'the same database describes itself the same way twice')

@@ -63,17 +63,20 @@ interface RouteEntry {
   prefix?: string
 }
 
-/** Under `/jobsvc/v1`, behind the project caller's hook: an API key, or a member's session with the route's declared role. */
-const projectRoutes: readonly RouteEntry[] = [
-  { routes: jobRoutes, prefix: '/jobs' },
-  { routes: workerRoutes, prefix: '/workers' },
-  { routes: recurringRoutes, prefix: '/recurring' },
-  { routes: alertRoutes, prefix: '/alerts' },
-  { routes: activityRoutes, prefix: '/activity' },
-  { routes: metricsRoutes, prefix: '/metrics' },
-  { routes: webhookRoutes, prefix: '/webhooks' },
-  { routes: apiKeyRetryPolicyRoutes },
-]
+/**
+ * Under `/jobsvc/v1`, behind the project caller's hook (an API key, or a member's session with the
+ * route's declared role): each plugin by its prefix there, registered in this order.
+ */
+const projectRoutes: Record<string, RouteEntry['routes']> = {
+  '/jobs': jobRoutes,
+  '/workers': workerRoutes,
+  '/recurring': recurringRoutes,
+  '/alerts': alertRoutes,
+  '/activity': activityRoutes,
+  '/metrics': metricsRoutes,
+  '/webhooks': webhookRoutes,
+  '': apiKeyRetryPolicyRoutes,
+}
 
 function projectRouteGroup(context: ApiContext): FastifyPluginAsync {
   return async (v1) => {
@@ -85,7 +88,7 @@ function projectRouteGroup(context: ApiContext): FastifyPluginAsync {
     })
     registerIdempotency(v1, context.deps, context.idempotency)
     registerRequestWeights(v1, context)
-    for (const entry of projectRoutes) await register(v1, entry, context)
+    for (const [prefix, routes] of Object.entries(projectRoutes)) await register(v1, { routes, prefix }, context)
   }
 }
 
