@@ -75,9 +75,11 @@ const projectRoutes: Record<string, RouteEntry['routes']> = {
   '/activity': activityRoutes,
   '/metrics': metricsRoutes,
   '/webhooks': webhookRoutes,
+  // `/retry-policy` and `/queues/:queue/retry-policy`, at the version's root.
   '': apiKeyRetryPolicyRoutes,
 }
 
+/** The project routes with the hooks that apply to them alone: the caller, the hourly limit, idempotency keys. */
 function projectRouteGroup(context: ApiContext): FastifyPluginAsync {
   return async (v1) => {
     requireDeclaredRoles(v1)
