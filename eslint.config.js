@@ -1,4 +1,5 @@
 import tseslint from 'typescript-eslint'
+import routeDeclaresRole from './tools/lint/route-declares-role.js'
 
 export default tseslint.config(
   { ignores: ['node_modules/**', '.tap/**', 'sdk/typescript/dist/**'] },
@@ -32,5 +33,11 @@ export default tseslint.config(
         { object: 'Math', property: 'random', message: 'randomness arrives on the command (meta.random)' },
       ],
     },
+  },
+  {
+    // Which session role may call a route is declared on the route (README, "Roles per route").
+    files: ['services/roles/api/routes/**/*.ts'],
+    plugins: { 'jobsvc-routes': { rules: { 'route-declares-role': routeDeclaresRole } } },
+    rules: { 'jobsvc-routes/route-declares-role': 'error' },
   },
 )

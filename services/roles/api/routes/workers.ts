@@ -211,7 +211,7 @@ function toPolledJob({ job, payload }: ClaimedJob) {
   }
 }
 
-export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function workerRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'polls' | 'stopping'>): FastifyPluginAsync {
   const { deps, jobs } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
