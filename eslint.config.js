@@ -1,4 +1,5 @@
 import tseslint from 'typescript-eslint'
+import noClockOrIo from './tools/lint/no-clock-or-io.js'
 
 export default tseslint.config(
   { ignores: ['node_modules/**', '.tap/**', 'sdk/typescript/dist/**'] },
@@ -32,5 +33,11 @@ export default tseslint.config(
         { object: 'Math', property: 'random', message: 'randomness arrives on the command (meta.random)' },
       ],
     },
+  },
+  {
+    // The ready index's lanes are pure: time is passed in, timers and I/O are its other parts'.
+    files: ['services/use-cases/jobs/ready-index/lanes.ts'],
+    plugins: { 'jobsvc-pure': { rules: { 'no-clock-or-io': noClockOrIo } } },
+    rules: { 'jobsvc-pure/no-clock-or-io': 'error' },
   },
 )
