@@ -1,4 +1,5 @@
 import type { Job, JobEvent } from '../../../../domain/job.ts'
+import type { PendingRow } from '../../../../projections/job-list.ts'
 import type { StoredEvent } from '../../../../streams/event-store.ts'
 
 export interface ReadyIndexLimits {
@@ -72,15 +73,7 @@ export interface QueueSnapshot {
   /** The job list's checkpoint: every job event up to it is in the rows. */
   readonly through: number
   /** The pending jobs, by (dueAt, id), at most a project's bound of them. */
-  readonly rows: ReadonlyArray<{
-    id: string
-    jobType: string
-    dueAt: Date
-    seq: number
-    job: Job | null
-    payload: Record<string, unknown> | null
-    payloadBytes: number
-  }>
+  readonly rows: readonly PendingRow[]
   /** False when the queue holds more pending jobs than the rows. */
   readonly complete: boolean
 }
