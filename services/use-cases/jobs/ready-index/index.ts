@@ -59,8 +59,9 @@ export class ReadyIndex {
   constructor(deps: Deps, progress: ProjectionProgress, limits: ReadyIndexLimits) {
     this.#progress = progress
     this.#lanes = new Lanes<LaneParts>(limits, { hasRoom: (lane) => this.#warmUp.warm(lane) })
+    // The service clock: due times are on it (a job's available_at), and tests shift it.
     this.#wakeups = new Wakeups(() => deps.now().getTime())
-    this.#warmUp = new WarmUp(deps, progress, this.#lanes, limits.jobsPerProject, (lane, added) => this.#wakeups.offer(lane, added))
+    this.#warmUp = new WarmUp(deps, progress, this.#lanes, limits.jobsPerProject, housekeepingNow, (lane, added) => this.#wakeups.offer(lane, added))
     this.#follower = new LogFollower(deps, this.#lanes, {
       offer: (lane, candidates) => this.#wakeups.offer(lane, candidates),
       followed: (position) => this.#forgetPassedRemovals(position),

@@ -27,9 +27,11 @@ export interface HasWarmUp {
 }
 
 /**
- * A queue is read from Postgres at most this often while it stays incomplete: often enough that a
- * lane is whole again a moment after the projector passes its gap, rarely enough that a queue
- * past its bound, announced at every projector commit, does not become a query per commit.
+ * A queue is read from Postgres at most this often while it stays incomplete. The projector
+ * announces every commit, and a lane whose gap keeps moving (its project at the bound, jobs
+ * dropped faster than it is read) would otherwise cost a query per commit; at 250 ms that is four
+ * a second per queue at most, while a lane still completes a moment after the projector passes
+ * its gap.
  */
 const warmIntervalMs = 250
 /** Queues read from Postgres at once: each read holds a pooled connection. */
@@ -46,6 +48,8 @@ export class WarmUp<X extends HasWarmUp> {
   readonly #lanes: Lanes<X>
   readonly #jobsPerProject: number
   readonly #added: (lane: Lane<X>, added: HeldCandidate<X>[]) => void
+  /** The housekeeping clock (see index.ts): reads are spaced on it. */
+  readonly #now: () => number
   #running = 0
 
   /** `added` is told the candidates each read added to its lane. */
@@ -54,12 +58,14 @@ export class WarmUp<X extends HasWarmUp> {
     progress: ProjectionProgress,
     lanes: Lanes<X>,
     jobsPerProject: number,
+    now: () => number,
     added: (lane: Lane<X>, added: HeldCandidate<X>[]) => void,
   ) {
     this.#deps = deps
     this.#progress = progress
     this.#lanes = lanes
     this.#jobsPerProject = jobsPerProject
+    this.#now = now
     this.#added = added
   }
 
@@ -86,7 +92,7 @@ export class WarmUp<X extends HasWarmUp> {
       if (this.#progress.reached < lane.gapSeq) return
       // A lane that dropped jobs past a bound is read again only once there is room for them.
       if (!this.#lanes.hasRoomFor(lane)) return
-      const sinceLast = Date.now() - w.lastWarmAt
+      const sinceLast = this.#now() - w.lastWarmAt
       if (sinceLast < warmIntervalMs) {
         // Put off, not dropped: the announcement that asked for it may be the last for a while.
         w.warmLater = setTimeout(() => {
@@ -100,7 +106,7 @@ export class WarmUp<X extends HasWarmUp> {
     // Past the reads at once, the next one to end starts this lane (see below).
     if (this.#running >= warmsAtOnce) return
     w.warming = true
-    w.lastWarmAt = Date.now()
+    w.lastWarmAt = this.#now()
     this.#running++
     this.#read(lane)
       .catch((err) =>
