@@ -82,6 +82,7 @@ export class Wakeups {
     w.timer.unref()
   }
 
+  /** Stops the lane's timer (its last poll left, the lane is dropped, or the index stops). */
   clear(lane: WakingLane): void {
     const w = lane.parts.wakeups
     if (w.timer !== null) clearTimeout(w.timer)
