@@ -1,4 +1,5 @@
 import tseslint from 'typescript-eslint'
+import noClockOrIo from './tools/lint/no-clock-or-io.js'
 import routeDeclaresRole from './tools/lint/route-declares-role.js'
 
 export default tseslint.config(
@@ -39,5 +40,11 @@ export default tseslint.config(
     files: ['services/roles/api/routes/**/*.ts'],
     plugins: { 'jobsvc-routes': { rules: { 'route-declares-role': routeDeclaresRole } } },
     rules: { 'jobsvc-routes/route-declares-role': 'error' },
+  },
+  {
+    // The ready index's lanes are pure: time is passed in, timers and I/O are its other parts'.
+    files: ['services/use-cases/jobs/ready-index/lanes.ts'],
+    plugins: { 'jobsvc-pure': { rules: { 'no-clock-or-io': noClockOrIo } } },
+    rules: { 'jobsvc-pure/no-clock-or-io': 'error' },
   },
 )

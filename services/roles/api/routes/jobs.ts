@@ -9,7 +9,7 @@ import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../export-s
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import { quotaHeaders } from '../../../use-cases/metering/allowance.ts'
 import { createJobs } from '../../../use-cases/jobs/create-jobs.ts'
-import { runInLanes } from '../../../use-cases/jobs/lanes.ts'
+import { runSerialPerKey } from '../../../use-cases/jobs/serial-per-key.ts'
 import {
   bodyKeyDeprecation,
   completeItemKey,
@@ -383,7 +383,7 @@ async function settleItemKeys(
     plans[at] = { kind: 'answered' }
   })
   const owners = [...firsts.entries()]
-  await runInLanes(
+  await runSerialPerKey(
     owners.map(() => null),
     keyReservationsInFlight,
     async (k) => {
