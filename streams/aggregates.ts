@@ -1,7 +1,7 @@
 /**
  * Every aggregate's command handler (streams/aggregate-handler.ts): its kind, its decider and how
  * it is addressed, bound once. The layers above load and decide through these and nothing else,
- * which the lint rule `jobsvc/typed-aggregates` (tools/lint/typed-aggregates.js) enforces.
+ * which the lint rule `jobsvc-aggregates/no-untyped-store` (tools/lint/no-untyped-store.js) enforces.
  */
 import { alertDecider } from '../domain/alert.ts'
 import { deliveryDecider } from '../domain/delivery.ts'

@@ -12,7 +12,7 @@ import {
   type ProjectEvent,
 } from '../../../domain/project.ts'
 import type { MailTopic, User } from '../../../domain/user.ts'
-import type { CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { userHandler } from '../../../streams/aggregates.ts'
 import { commandProject } from '../projects/project-service.ts'
 import { mailUser } from '../platform/user-mail.ts'

@@ -10,7 +10,7 @@ import {
   type ProjectRole,
 } from '../../../domain/project.ts'
 import type { User } from '../../../domain/user.ts'
-import type { CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { projectHandler } from '../../../streams/aggregates.ts'
 import type { AccountService } from './accounts.ts'
 import { invitationsPerWindow, WindowFull } from './auth-limits.ts'
