@@ -563,18 +563,28 @@ export function errorOf(events: readonly { type: string; data: unknown }[]): Job
 }
 
 /**
+ * A job's state as any message stored it: today's, or one written before `traceparent` was kept
+ * (absent) or before payloads, errors and progress were kept once (schema 1, with `payload` and
+ * the last error inline).
+ */
+export type StoredJob = Omit<Job, 'traceparent'> & { traceparent?: string | null; payload?: unknown }
+
+/**
  * The job's state as a message stored at `seq` carries it, in today's form (`seq` null: a message
  * seen without its sequence, a plain subscription's). The one upgrade of the job's stored state,
  * applied wherever a message is decoded and to a decision's state once it is stored:
  * - `error_seq` 0 (the error is in this very message) becomes `seq`;
+ * - a state written before trace context was kept gets `traceparent` null, as a job created
+ *   without the header has;
  * - a state written before payloads, errors and progress were kept once (schema 1) holds the
  *   payload, which is dropped (it is in the job's `job_created`), and the last error inline, which
  *   becomes a reference when this message recorded it and otherwise stays inline (`error`);
  *   its `progress` keeps its meaning (the job's own messages set it then).
  */
-export function upgradeJob(stored: Job, seq: number | null, events: readonly { type: string; data: unknown }[]): Job {
+export function upgradeJob(saved: StoredJob, seq: number | null, events: readonly { type: string; data: unknown }[]): Job {
+  const stored: Job & { payload?: unknown } = saved.traceparent === undefined ? { ...saved, traceparent: null } : (saved as Job)
   if (!('payload' in stored)) return stored.error_seq === recordedHere && seq !== null ? { ...stored, error_seq: seq } : stored
-  const { payload: _payload, error, ...rest } = stored as Job & { payload: unknown }
+  const { payload: _payload, error, ...rest } = stored
   if (error === null || error === undefined) return { ...rest, error_seq: null }
   if (seq !== null && errorOf(events) !== null) return { ...rest, error_seq: seq }
   return { ...rest, error_seq: null, error }

@@ -105,25 +105,65 @@ export interface Project {
   keys_revoked_at: string | null
   members: Member[]
   invites: Invite[]
-  /** Billing (absent in projects created before billing existed: read with `billingOf`). */
-  billing_state?: BillingState
-  overage_enabled?: boolean
-  spend_cap_cents?: number | null
+  billing_state: BillingState
+  overage_enabled: boolean
+  spend_cap_cents: number | null
   /** Allowance warnings already sent, as `<period>:<percent>`, for the current period only. */
-  allowance_warnings?: string[]
-  /** The billing period the project was last rolled into (`YYYY-MM-01`). */
-  billing_period?: string | null
-  /**
-   * The payment provider's events applied lately (see providerEventMemory), so a replayed
-   * delivery is applied once. Absent until the first one.
-   */
-  provider_events?: Array<{ id: string; at: string }>
-  /** The project's retry settings; absent until the first change (retryPolicyFor reads it). */
-  retry_policies?: RetryPolicies
-  /** A staff member's request limit above the plan's, until `expires_at` (absent: never set). */
-  rate_limit_override?: RateLimitOverride | null
-  /** Promotion codes applied, oldest first (absent: none). */
-  promotions?: AppliedPromotion[]
+  allowance_warnings: string[]
+  /** The billing period the project was last rolled into (`YYYY-MM-01`); null: never rolled. */
+  billing_period: string | null
+  /** The payment provider's events applied lately (see providerEventMemory), so a replayed delivery is applied once. */
+  provider_events: Array<{ id: string; at: string }>
+  /** The project's retry settings (retryPolicyFor reads them). */
+  retry_policies: RetryPolicies
+  /** A staff member's request limit above the plan's, until `expires_at`; null: never set. */
+  rate_limit_override: RateLimitOverride | null
+  /** Promotion codes applied, oldest first. */
+  promotions: AppliedPromotion[]
+}
+
+/** The fields added to the project's state after its first release, absent from the states written before each. */
+type AddedField =
+  | 'status'
+  | 'keys_revoked_at'
+  | 'members'
+  | 'invites'
+  | 'billing_state'
+  | 'overage_enabled'
+  | 'spend_cap_cents'
+  | 'allowance_warnings'
+  | 'billing_period'
+  | 'provider_events'
+  | 'retry_policies'
+  | 'rate_limit_override'
+  | 'promotions'
+
+/** A project's state as any message stored it. */
+export type StoredProject = Omit<Project, AddedField> & Partial<Pick<Project, AddedField>>
+
+/**
+ * The project's state as a message stored it, in today's form: each field added since the first
+ * release takes, where a state written before it lacks it, the value that state meant (no team,
+ * billing active without overage or cap and never rolled, no provider events, retry policies,
+ * override or promotions). Applied wherever a message is decoded (streams/stored-forms.ts).
+ */
+export function upgradeProject(stored: StoredProject): Project {
+  return {
+    ...stored,
+    status: stored.status ?? 'active',
+    keys_revoked_at: stored.keys_revoked_at ?? null,
+    members: stored.members ?? [],
+    invites: stored.invites ?? [],
+    billing_state: stored.billing_state ?? 'active',
+    overage_enabled: stored.overage_enabled ?? false,
+    spend_cap_cents: stored.spend_cap_cents ?? null,
+    allowance_warnings: stored.allowance_warnings ?? [],
+    billing_period: stored.billing_period ?? null,
+    provider_events: stored.provider_events ?? [],
+    retry_policies: stored.retry_policies ?? { project: null, queues: [] },
+    rate_limit_override: stored.rate_limit_override ?? null,
+    promotions: stored.promotions ?? [],
+  }
 }
 
 export interface RateLimitOverride {
@@ -168,7 +208,7 @@ export function lastPeriodOf(promotion: AppliedPromotion): string {
 export function promotionTermsOf(project: Project, period: string): { bonusJobs: number; discountPercent: number } {
   let bonusJobs = 0
   let discountPercent = 0
-  for (const p of project.promotions ?? []) {
+  for (const p of project.promotions) {
     const offset = monthIndexOf(period) - monthIndexOf(p.first_period)
     if (offset < 0 || offset >= p.periods) continue
     if (p.kind === 'allowance_bonus') bonusJobs += p.amount
@@ -187,21 +227,17 @@ export const providerEventMemory = { ms: 24 * 60 * 60 * 1000, count: 100 }
 
 /** True when the provider's event `id` was applied to the project (within providerEventMemory). */
 export function hasProviderEvent(project: Project, id: string): boolean {
-  return (project.provider_events ?? []).some((e) => e.id === id)
+  return project.provider_events.some((e) => e.id === id)
 }
 
 function rememberProviderEvent(project: Project, id: string | null, at: string): Project['provider_events'] {
-  const kept = (project.provider_events ?? []).filter((e) => Date.parse(e.at) > Date.parse(at) - providerEventMemory.ms)
+  const kept = project.provider_events.filter((e) => Date.parse(e.at) > Date.parse(at) - providerEventMemory.ms)
   return id === null ? kept : [...kept, { id, at }].slice(-providerEventMemory.count)
 }
 
-/** A project's billing settings with their defaults. */
+/** A project's billing settings. */
 export function billingOf(project: Project): { state: BillingState; overageEnabled: boolean; spendCapCents: number | null } {
-  return {
-    state: project.billing_state ?? 'active',
-    overageEnabled: project.overage_enabled ?? false,
-    spendCapCents: project.spend_cap_cents ?? null,
-  }
+  return { state: project.billing_state, overageEnabled: project.overage_enabled, spendCapCents: project.spend_cap_cents }
 }
 
 export type ProjectAggregate = Project | null
@@ -420,7 +456,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
   if (command.type === 'warn_allowance') {
     const project = requireProject(state)
     const mark = `${command.data.period}:${command.data.percent}`
-    if ((project.allowance_warnings ?? []).includes(mark)) return []
+    if (project.allowance_warnings.includes(mark)) return []
     const { period, used, allowance } = command.data
     return [
       { type: command.data.percent === 80 ? 'allowance_warning_80' : 'allowance_warning_100', data: { period, used, allowance, warned_at: now } },
@@ -428,9 +464,9 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
   }
   if (command.type === 'roll_billing_period') {
     const project = requireProject(state)
-    if ((project.billing_period ?? null) !== null && project.billing_period! >= command.data.period) return []
+    const previous = project.billing_period
+    if (previous !== null && previous >= command.data.period) return []
     const d = command.data
-    const previous = project.billing_period ?? null
     const events: ProjectEvent[] = [
       {
         type: 'billing_period_reset',
@@ -554,7 +590,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     case 'apply_promo_code': {
       requireRole(project, actor, 'owner', 'applying a promotion code')
       const { code, kind, amount, periods, period } = command.data
-      if ((project.promotions ?? []).some((p) => p.code === code)) throw new InvalidToken(promoCodeRefusal)
+      if (project.promotions.some((p) => p.code === code)) throw new InvalidToken(promoCodeRefusal)
       return [
         { type: 'promo_code_applied', data: { code, kind, amount, first_period: period, periods, applied_by: actor ?? 'operator', applied_at: now } },
       ]
@@ -568,7 +604,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       requireRole(project, actor, 'admin', 'changing the retry policy')
       const { queue } = command.data
       const policy = command.data.policy === null ? null : toRetryPolicy(command.data.policy)
-      const policies = project.retry_policies ?? { project: null, queues: [] }
+      const policies = project.retry_policies
       const previous = queue === null ? policies.project : (policies.queues.find((p) => p.queue === queue) ?? null)
       if (isSameRetryPolicy(previous, policy)) return []
       if (queue !== null && previous === null && policies.queues.length >= maxQueueRetryPolicies) {
@@ -591,11 +627,10 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
   }
 }
 
-function withRetryPolicy(policies: RetryPolicies | undefined, queue: string | null, policy: RetryPolicy | null): RetryPolicies {
-  const current = policies ?? { project: null, queues: [] }
-  if (queue === null) return { ...current, project: policy }
-  const others = current.queues.filter((p) => p.queue !== queue)
-  return { ...current, queues: policy === null ? others : [...others, { ...policy, queue }] }
+function withRetryPolicy(policies: RetryPolicies, queue: string | null, policy: RetryPolicy | null): RetryPolicies {
+  if (queue === null) return { ...policies, project: policy }
+  const others = policies.queues.filter((p) => p.queue !== queue)
+  return { ...policies, queues: policy === null ? others : [...others, { ...policy, queue }] }
 }
 
 function withRole(members: Member[], userId: string, role: ProjectRole): Member[] {
@@ -624,6 +659,10 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
       allowance_warnings: [],
       // A project starts in the period it is created in (UTC calendar months).
       billing_period: `${d.created_at.slice(0, 7)}-01`,
+      provider_events: [],
+      retry_policies: { project: null, queues: [] },
+      rate_limit_override: null,
+      promotions: [],
     }
   }
   if (state === null) throw new EventBeforeCreation(event.type, 'project_created')
@@ -702,7 +741,7 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
     case 'allowance_warning_80':
     case 'allowance_warning_100': {
       const mark = `${event.data.period}:${event.type === 'allowance_warning_80' ? 80 : 100}`
-      const kept = (state.allowance_warnings ?? []).filter((w) => w.startsWith(`${event.data.period}:`))
+      const kept = state.allowance_warnings.filter((w) => w.startsWith(`${event.data.period}:`))
       return { ...state, allowance_warnings: [...kept, mark] }
     }
     case 'billing_period_reset':
@@ -719,7 +758,7 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
     }
     case 'promo_code_applied': {
       const { code, kind, amount, first_period, periods } = event.data
-      return { ...state, promotions: [...(state.promotions ?? []), { code, kind, amount, first_period, periods }], updated_at: event.data.applied_at }
+      return { ...state, promotions: [...state.promotions, { code, kind, amount, first_period, periods }], updated_at: event.data.applied_at }
     }
     case 'overage_charged':
     case 'jobs_exported':

@@ -80,6 +80,10 @@ t.test('create project: the project and its first API key', async (t) => {
     spend_cap_cents: null,
     allowance_warnings: [],
     billing_period: `${now.slice(0, 7)}-01`,
+    provider_events: [],
+    retry_policies: { project: null, queues: [] },
+    rate_limit_override: null,
+    promotions: [],
   })
 })
 

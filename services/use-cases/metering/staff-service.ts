@@ -68,7 +68,7 @@ export class StaffService {
       updated_at: project.updated_at,
       keys_revoked_at: project.keys_revoked_at,
       members: project.members.map((m) => ({ user_id: m.user_id, email: m.email, role: m.role })),
-      rate_limit_override: project.rate_limit_override ?? null,
+      rate_limit_override: project.rate_limit_override,
       billing: await this.#services.billing.view(project),
     }
   }

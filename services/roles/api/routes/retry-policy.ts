@@ -73,8 +73,8 @@ const projectPolicySchema = z
 type PolicySource = 'service' | 'project' | 'queue'
 
 function projectPolicyView(project: Project) {
-  const own = project.retry_policies?.project ?? null
-  const queues = [...(project.retry_policies?.queues ?? [])].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0))
+  const own = project.retry_policies.project
+  const queues = [...project.retry_policies.queues].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0))
   return {
     ...toRetryPolicy(own ?? defaultRetryPolicy),
     source: own === null ? ('service' as const) : ('project' as const),
@@ -85,7 +85,7 @@ function projectPolicyView(project: Project) {
 
 function queuePolicyView(project: Project, queue: string) {
   const policies = project.retry_policies
-  const source: PolicySource = policies?.queues.some((p) => p.queue === queue) ? 'queue' : policies?.project ? 'project' : 'service'
+  const source: PolicySource = policies.queues.some((p) => p.queue === queue) ? 'queue' : policies.project ? 'project' : 'service'
   return { queue, ...toRetryPolicy(retryPolicyFor(policies, queue)), source }
 }
 

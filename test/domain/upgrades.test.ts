@@ -1,0 +1,139 @@
+import t from 'tap'
+import { fold } from '../../domain/decider.ts'
+import { jobDecider, upgradeJob, type Job, type JobEvent, type StoredJob } from '../../domain/job.ts'
+import { projectDecider, upgradeProject, type Project, type ProjectEvent, type StoredProject } from '../../domain/project.ts'
+import { fromStoredState } from '../../streams/stored-forms.ts'
+
+// Saved states as messages stored them when each field was still missing, oldest first: the state is
+// a persisted contract, and each of these must read as the state its history means today.
+
+const created = '2025-01-01T00:00:00.000Z'
+const key = { prefix: 'jsk_live_0123456789abcde', key_hash: 'a'.repeat(64), status: 'active' as const, issued_at: created, expires_at: null }
+
+/** The project as the first release stored it (4e47646): no team, no billing. */
+const projectV1 = { id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: 'ops@acme.test', created_at: created, updated_at: created, keys: [key] }
+
+const member = { user_id: 'usr_1', email: 'ops@acme.test', role: 'owner' as const, joined_at: created }
+
+/** With its team and key revocation (a061823). */
+const projectV2 = { ...projectV1, status: 'active', keys_revoked_at: null, members: [member], invites: [] }
+
+/** With billing (caf4bba), a period rolled into. */
+const projectV3 = {
+  ...projectV2,
+  billing_state: 'past_due',
+  overage_enabled: true,
+  spend_cap_cents: 5000,
+  allowance_warnings: ['2025-01-01:80'],
+  billing_period: '2025-01-01',
+}
+
+/** With the provider's events remembered (10060e8) and retry policies (65fef43). */
+const policy = { base_delay_seconds: 5, factor: 2, max_delay_seconds: 60, jitter_seconds: 0, max_attempts: 4 }
+const projectV4 = {
+  ...projectV3,
+  provider_events: [{ id: 'evt_p1', at: created }],
+  retry_policies: { project: policy, queues: [] },
+}
+
+const defaultsOfOldProjects = {
+  status: 'active',
+  keys_revoked_at: null,
+  members: [],
+  invites: [],
+  billing_state: 'active',
+  overage_enabled: false,
+  spend_cap_cents: null,
+  allowance_warnings: [],
+  billing_period: null,
+  provider_events: [],
+  retry_policies: { project: null, queues: [] },
+  rate_limit_override: null,
+  promotions: [],
+}
+
+t.test('a project stored before each of its fields existed reads with the value that state meant', async (t) => {
+  const upgrade = (saved: object) => upgradeProject(saved as StoredProject)
+  t.strictSame(upgrade(projectV1), { ...projectV1, ...defaultsOfOldProjects }, 'the first release: no team, billing as the defaults')
+  t.strictSame(upgrade(projectV2), { ...defaultsOfOldProjects, ...projectV2 }, 'with a team: its own members kept')
+  t.strictSame(upgrade(projectV3), { ...defaultsOfOldProjects, ...projectV3 }, 'with billing: its own settings kept')
+  t.strictSame(upgrade(projectV4), { ...defaultsOfOldProjects, ...projectV4 }, 'with provider events and retry policies')
+})
+
+t.test("a project's state as decided today upgrades to itself", async (t) => {
+  const events: ProjectEvent[] = [
+    {
+      type: 'project_created',
+      data: { project_id: 'prj_1', name: 'Acme', plan: 'starter', owner_email: 'ops@acme.test', owner_user_id: 'usr_1', created_at: created },
+    },
+    { type: 'api_key_issued', data: { prefix: key.prefix, key_hash: key.key_hash, issued_at: created } },
+    {
+      type: 'rate_limit_overridden',
+      data: {
+        requests_per_hour: 9000,
+        expires_at: '2025-02-01T00:00:00.000Z',
+        reason: 'launch',
+        set_by: 'usr_staff',
+        set_at: created,
+        previous_requests_per_hour: 1000,
+      },
+    },
+    {
+      type: 'promo_code_applied',
+      data: {
+        code: 'SPRING',
+        kind: 'allowance_bonus',
+        amount: 100,
+        first_period: '2025-01-01',
+        periods: 2,
+        applied_by: 'usr_1',
+        applied_at: created,
+      },
+    },
+  ]
+  const today = fold(projectDecider, null, events) as Project
+  t.strictSame(upgradeProject(today), today)
+  t.strictSame(
+    upgradeProject(upgradeProject(projectV1 as StoredProject)),
+    upgradeProject(projectV1 as StoredProject),
+    'an upgraded state stays as it is',
+  )
+})
+
+const jobCreated: JobEvent = {
+  type: 'job_created',
+  data: {
+    job_id: 'job_1',
+    project_id: 'prj_1',
+    job_type: 'email.send',
+    queue: 'default',
+    payload: { to: 'a@b.c' },
+    state: 'pending',
+    run_at: null,
+    max_attempts: 3,
+    timeout_seconds: 60,
+    tags: null,
+    parent_job_id: null,
+    waiting_for_parent: false,
+    idempotency_key: null,
+    traceparent: null,
+    created_at: created,
+  },
+}
+
+t.test('a job stored before trace context was kept reads with none, as a job created without the header', async (t) => {
+  const today = fold(jobDecider, null, [jobCreated]) as Job
+  const { traceparent: _none, ...withoutTrace } = today
+  t.strictSame(upgradeJob(withoutTrace as StoredJob, 5, []), today, 'schema 2 without traceparent')
+  const schema1 = { ...withoutTrace, payload: { to: 'a@b.c' }, error: null }
+  t.strictSame(upgradeJob(schema1 as StoredJob, 5, []), { ...today, error_seq: null }, 'schema 1 without traceparent')
+  const traced = { ...today, traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' }
+  t.strictSame(upgradeJob(traced, 5, []), traced, 'a state as decided today upgrades to itself')
+})
+
+t.test('every message decoded carries the upgraded state (streams/stored-forms.ts)', async (t) => {
+  t.strictSame(fromStoredState('project', projectV1, 3, []), upgradeProject(projectV1 as StoredProject))
+  t.equal(fromStoredState('project', null, 3, []), null, 'no state: the aggregate was never created')
+  const { traceparent: _none, ...withoutTrace } = fold(jobDecider, null, [jobCreated]) as Job
+  t.equal((fromStoredState('job', withoutTrace, 3, []) as Job).traceparent, null)
+})
