@@ -11,7 +11,7 @@ import {
   UserAlreadyExists,
   UserNotFound,
 } from './errors.ts'
-import type { SignupPlan } from './project.ts'
+import type { SignupPlan } from './project/index.ts'
 
 /**
  * A dashboard user and the account that verifying their address opens. Secrets never reach

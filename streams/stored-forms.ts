@@ -1,6 +1,6 @@
 import { upgradeJob, type StoredJob } from '../domain/job.ts'
 import { lastReportOf } from '../domain/job-progress.ts'
-import { upgradeProject, type StoredProject } from '../domain/project.ts'
+import { upgradeProject, type StoredProject } from '../domain/project/index.ts'
 import type { AggregateKind } from './names.ts'
 
 type Events = readonly { type: string; data: unknown }[]

@@ -34,7 +34,7 @@ import {
   type ProjectCommand,
   type ProjectEvent,
   type ProjectRole,
-} from '../../domain/project.ts'
+} from '../../domain/project/index.ts'
 import { decideChecked, deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const now = '2025-03-01T12:00:00.000Z'

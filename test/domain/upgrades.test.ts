@@ -1,7 +1,7 @@
 import t from 'tap'
 import { fold } from '../../domain/decider.ts'
 import { jobDecider, upgradeJob, type Job, type JobEvent, type StoredJob } from '../../domain/job.ts'
-import { projectDecider, upgradeProject, type Project, type ProjectEvent, type StoredProject } from '../../domain/project.ts'
+import { projectDecider, upgradeProject, type Project, type ProjectEvent, type StoredProject } from '../../domain/project/index.ts'
 import { fromStoredState } from '../../streams/stored-forms.ts'
 
 // Saved states as messages stored them when each field was still missing, oldest first: the state is

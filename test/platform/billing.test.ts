@@ -1,6 +1,6 @@
 import { createHmac, randomBytes } from 'node:crypto'
 import t, { type Test } from 'tap'
-import type { Project, ProjectEvent } from '../../domain/project.ts'
+import type { Project, ProjectEvent } from '../../domain/project/index.ts'
 import { BillingService } from '../../services/use-cases/metering/billing-service.ts'
 import { resolvePlans } from '../../domain/plans.ts'
 import { signPayload } from '../../services/use-cases/metering/provider-signature.ts'

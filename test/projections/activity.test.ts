@@ -1,7 +1,7 @@
 import t from 'tap'
 import { ulid } from 'ulid'
 import { jobDecider, type JobCommand } from '../../domain/job.ts'
-import { projectDecider, type ProjectCommand } from '../../domain/project.ts'
+import { projectDecider, type ProjectCommand } from '../../domain/project/index.ts'
 import { userDecider, type UserCommand } from '../../domain/user.ts'
 import { activityFeed } from '../../projections/activity.ts'
 import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { ulid } from 'ulid'
 import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
-import { projectDecider, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
+import { projectDecider, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project/index.ts'
 import { applyBatch, projectedThrough, readCheckpoints, resetReadModels } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { jobList } from '../../projections/job-list.ts'

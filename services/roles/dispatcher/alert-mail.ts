@@ -11,7 +11,7 @@
 import type { JsMsg } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import type { Alert, AlertEvent } from '../../../domain/alert.ts'
-import type { Project } from '../../../domain/project.ts'
+import type { Project } from '../../../domain/project/index.ts'
 import { consumeWorkQueue } from '../../../streams/consume.ts'
 import type { EventRecord, StoredEvent } from '../../../streams/event-store.ts'
 import { alertMailSubject, mailerConsumerName, mailStreamName } from '../../../streams/names.ts'

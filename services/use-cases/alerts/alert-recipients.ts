@@ -1,4 +1,4 @@
-import type { Project } from '../../../domain/project.ts'
+import type { Project } from '../../../domain/project/index.ts'
 import type { User } from '../../../domain/user.ts'
 import { normalizeEmail, userRef } from '../platform/accounts.ts'
 import { projectRef } from '../projects/project-service.ts'

@@ -34,7 +34,7 @@ import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { createJobs, type Creation } from './create-jobs.ts'
 import type { JobService } from './job-service.ts'
-import type { Project } from '../../../domain/project.ts'
+import type { Project } from '../../../domain/project/index.ts'
 
 /** True for standard 5-field or 6-field (leading seconds) cron expressions cron-parser accepts. */
 export function isCronExpression(expression: string, timezone: string): boolean {

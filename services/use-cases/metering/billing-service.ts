@@ -10,7 +10,7 @@ import {
   type Project,
   type ProjectCommand,
   type ProjectEvent,
-} from '../../../domain/project.ts'
+} from '../../../domain/project/index.ts'
 import type { MailTopic, User } from '../../../domain/user.ts'
 import type { CommandResult } from '../../../streams/handle-command.ts'
 import { commandProject } from '../projects/project-service.ts'

@@ -1,5 +1,5 @@
 import { Forbidden, InvalidToken } from '../../../domain/errors.ts'
-import type { Project, ProjectRole } from '../../../domain/project.ts'
+import type { Project, ProjectRole } from '../../../domain/project/index.ts'
 import {
   promoCodeDecider,
   promoCodePattern,

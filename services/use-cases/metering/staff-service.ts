@@ -1,5 +1,5 @@
 import { ProjectNotFound, UserNotFound } from '../../../domain/errors.ts'
-import type { Plan, Project, ProjectRole, RateLimitOverride } from '../../../domain/project.ts'
+import type { Plan, Project, ProjectRole, RateLimitOverride } from '../../../domain/project/index.ts'
 import type { User } from '../../../domain/user.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { isUserId, type AccountService } from '../platform/accounts.ts'

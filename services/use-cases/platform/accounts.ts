@@ -8,7 +8,7 @@ import {
   TotpNotInitialized,
   UserNotFound,
 } from '../../../domain/errors.ts'
-import { activeKeyPrefix, type Project, type SignupPlan } from '../../../domain/project.ts'
+import { activeKeyPrefix, type Project, type SignupPlan } from '../../../domain/project/index.ts'
 import {
   userDecider,
   type MailTopic,

@@ -1,4 +1,4 @@
-import { projectDecider, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../../domain/project.ts'
+import { projectDecider, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../../domain/project/index.ts'
 import { writeProjectRowsNow } from '../../../projections/project-directory.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
 import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'

@@ -10,7 +10,7 @@ import { bodyCodes, instant, noContent, noSecurity, publicErrorResponses, sessio
 import { authenticateSession } from '../session-auth.ts'
 import { boundedString, patternText, storableText } from '../text-fields.ts'
 import { isEmailAddress, maxEmailLength } from '../../../../domain/email-address.ts'
-import { signupPlans } from '../../../../domain/project.ts'
+import { signupPlans } from '../../../../domain/project/index.ts'
 import { InvalidTimezone } from '../../../../domain/errors.ts'
 
 /** Shape is checked by the route: the spec's 422 `invalid_email` is for a string that is present but malformed. */

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import type { Actor } from '../../../../domain/decider.ts'
-import type { Project } from '../../../../domain/project.ts'
+import type { Project } from '../../../../domain/project/index.ts'
 import {
   defaultRetryPolicy,
   maxQueueRetryPolicies,
