@@ -36,21 +36,11 @@ const projectV4 = {
   retry_policies: { project: policy, queues: [] },
 }
 
-const defaultsOfOldProjects = {
-  status: 'active',
-  keys_revoked_at: null,
-  members: [],
-  invites: [],
-  billing_state: 'active',
-  overage_enabled: false,
-  spend_cap_cents: null,
-  allowance_warnings: [],
-  billing_period: null,
-  provider_events: [],
-  retry_policies: { project: null, queues: [] },
-  rate_limit_override: null,
-  promotions: [],
-}
+/** What a state written before each addition meant, by the release that added it. */
+const noTeam = { status: 'active', keys_revoked_at: null, members: [], invites: [] }
+const billingNeverSet = { billing_state: 'active', overage_enabled: false, spend_cap_cents: null, allowance_warnings: [], billing_period: null }
+const noneYet = { provider_events: [], retry_policies: { project: null, queues: [] }, rate_limit_override: null, promotions: [] }
+const defaultsOfOldProjects = { ...noTeam, ...billingNeverSet, ...noneYet }
 
 t.test('a project stored before each of its fields existed reads with the value that state meant', async (t) => {
   const upgrade = (saved: object) => upgradeProject(saved as StoredProject)
