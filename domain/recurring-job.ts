@@ -5,7 +5,7 @@ import { RecurringJobNotFound, RecurringJobTypeConflict } from './errors.ts'
 /**
  * A recurring schedule, registered by workers or through the recurring routes. Its id is derived
  * from the job type, so registering the same type again updates the same schedule. Occurrences
- * are computed at the edge (cron parsing is a library's job); the aggregate records which
+ * are computed by the caller (cron.ts) and passed in on the commands; the aggregate records which
  * occurrence fired last, so each fires at most once whoever fires it.
  */
 

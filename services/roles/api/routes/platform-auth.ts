@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import { isIanaTimezone } from '../../../use-cases/jobs/recurring-service.ts'
+import { isIanaTimezone } from '../../../../domain/cron.ts'
 import { expiredSessionCookie, sessionCookie, sessionTokenOf } from '../../../use-cases/platform/sessions.ts'
 import { recoveryCodePattern } from '../../../use-cases/platform/totp.ts'
 import type { ApiContext } from '../context.ts'
