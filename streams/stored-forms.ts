@@ -1,6 +1,7 @@
 import { upgradeJob, type StoredJob } from '../domain/job.ts'
 import { lastReportOf } from '../domain/job-progress.ts'
 import { upgradeProject, type StoredProject } from '../domain/project/index.ts'
+import { upgradeUser, type StoredUser } from '../domain/user.ts'
 import type { AggregateKind } from './names.ts'
 
 type Events = readonly { type: string; data: unknown }[]
@@ -42,6 +43,7 @@ const storedForms: Partial<Record<AggregateKind, StoredForm>> = {
     fromStored: (stored, _seq, events) => stored ?? lastReportOf(events),
   },
   project: upgradedBy<StoredProject>(upgradeProject),
+  user: upgradedBy<StoredUser>(upgradeUser),
 }
 
 /** The state a message of `aggregate` is written with. */

@@ -2,6 +2,7 @@ import t from 'tap'
 import { fold } from '../../domain/decider.ts'
 import { jobDecider, upgradeJob, type Job, type JobEvent, type StoredJob } from '../../domain/job.ts'
 import { projectDecider, upgradeProject, type Project, type ProjectEvent, type StoredProject } from '../../domain/project/index.ts'
+import { upgradeUser, userDecider, type StoredUser, type User } from '../../domain/user.ts'
 import { fromStoredState } from '../../streams/stored-forms.ts'
 
 // Saved states as messages stored them when each field was still missing, oldest first: the state is
@@ -126,4 +127,54 @@ t.test('every message decoded carries the upgraded state (streams/stored-forms.t
   t.equal(fromStoredState('project', null, 3, []), null, 'no state: the aggregate was never created')
   const { traceparent: _none, ...withoutTrace } = fold(jobDecider, null, [jobCreated]) as Job
   t.equal((fromStoredState('job', withoutTrace, 3, []) as Job).traceparent, null)
+})
+
+/** The user as accounts first stored it (a061823): no ended sessions, notifications, bounces or devices. */
+const userV1 = {
+  id: 'usr_1',
+  email: 'ada@example.test',
+  password_hash: 'scrypt$x',
+  password_changed_at: created,
+  plan: 'starter',
+  status: 'active',
+  created_at: created,
+  updated_at: created,
+  terms_accepted_at: created,
+  email_verified_at: created,
+  display_name: 'Ada',
+  timezone: 'Europe/London',
+  locale: 'en-GB',
+  is_admin: false,
+  account: null,
+  verification: null,
+  password_reset: null,
+  totp: null,
+  recovery_code_hashes: [],
+  project_ids: ['prj_1'],
+}
+
+/** With logout ending sessions (92ce479). */
+const userV2 = { ...userV1, ended_sessions: [{ session_id: 'ses_1', expires_at: '2025-01-08T00:00:00.000Z' }], sessions_ended_before: created }
+
+const userAddedLater = { notifications: {}, email_undeliverable: null, email_reverified_at: null, known_devices: [] }
+
+t.test('a user stored before each of its fields existed reads with the value that state meant', async (t) => {
+  t.strictSame(
+    upgradeUser(userV1 as StoredUser),
+    { ...userV1, ended_sessions: [], sessions_ended_before: null, ...userAddedLater },
+    'no session ended',
+  )
+  t.strictSame(upgradeUser(userV2 as StoredUser), { ...userV2, ...userAddedLater }, 'its ended sessions kept')
+  t.strictSame(fromStoredState('user', userV1, 3, []), upgradeUser(userV1 as StoredUser), 'as every message decoded carries it')
+})
+
+t.test("a user's state as decided today upgrades to itself", async (t) => {
+  const today = fold(userDecider, null, [
+    {
+      type: 'user_signed_up',
+      data: { user_id: 'usr_1', email: 'ada@example.test', password_hash: 'scrypt$x', plan: 'starter', created_at: created },
+    },
+    { type: 'new_device_signed_in', data: { device_id: 'dev_1', first_device: true, signed_in_at: created } },
+  ]) as User
+  t.strictSame(upgradeUser(today), today)
 })
