@@ -1,6 +1,7 @@
 import { upgradeJob, type StoredJob } from '../domain/job.ts'
 import { lastReportOf } from '../domain/job-progress.ts'
 import { upgradeProject, type StoredProject } from '../domain/project/index.ts'
+import { upgradeRecurringJob, type StoredRecurringJob } from '../domain/recurring-job.ts'
 import { upgradeUser, type StoredUser } from '../domain/user.ts'
 import type { AggregateKind } from './names.ts'
 
@@ -44,6 +45,7 @@ const storedForms: Partial<Record<AggregateKind, StoredForm>> = {
   },
   project: upgradedBy<StoredProject>(upgradeProject),
   user: upgradedBy<StoredUser>(upgradeUser),
+  recurring: upgradedBy<StoredRecurringJob>(upgradeRecurringJob),
 }
 
 /** The state a message of `aggregate` is written with. */

@@ -2,6 +2,7 @@ import t from 'tap'
 import { fold } from '../../domain/decider.ts'
 import { jobDecider, upgradeJob, type Job, type JobEvent, type StoredJob } from '../../domain/job.ts'
 import { projectDecider, upgradeProject, type Project, type ProjectEvent, type StoredProject } from '../../domain/project/index.ts'
+import { recurringJobDecider, upgradeRecurringJob, type RecurringJob, type StoredRecurringJob } from '../../domain/recurring-job.ts'
 import { upgradeUser, userDecider, type StoredUser, type User } from '../../domain/user.ts'
 import { fromStoredState } from '../../streams/stored-forms.ts'
 
@@ -177,4 +178,45 @@ t.test("a user's state as decided today upgrades to itself", async (t) => {
     { type: 'new_device_signed_in', data: { device_id: 'dev_1', first_device: true, signed_in_at: created } },
   ]) as User
   t.strictSame(upgradeUser(today), today)
+})
+
+/** A recurring schedule as the first release stored it (4e47646): no payload, status or occurrences. */
+const scheduleV1 = {
+  job_type: 'report.daily',
+  cron_expression: '0 9 * * *',
+  queue: 'default',
+  timezone: 'UTC',
+  max_attempts: 3,
+  timeout_seconds: 60,
+  id: 'rjob_report-daily',
+  project_id: 'prj_1',
+  created_at: created,
+  updated_at: created,
+}
+
+t.test('a recurring schedule stored before its later fields reads with the value that state meant', async (t) => {
+  const neverFired = { next_run_at: null, last_occurrence_at: null, last_run_at: null, last_job_id: null }
+  t.strictSame(upgradeRecurringJob(scheduleV1 as StoredRecurringJob), { ...scheduleV1, payload: {}, status: 'active', ...neverFired })
+  const fired = {
+    ...scheduleV1,
+    status: 'active',
+    next_run_at: '2025-01-02T09:00:00.000Z',
+    last_occurrence_at: created,
+    last_run_at: created,
+    last_job_id: 'job_1',
+  }
+  t.strictSame(upgradeRecurringJob(fired as StoredRecurringJob), { ...fired, payload: {} }, 'before payloads (8f0f1a7): its occurrences kept')
+  t.strictSame(
+    fromStoredState('recurring', scheduleV1, 3, []),
+    upgradeRecurringJob(scheduleV1 as StoredRecurringJob),
+    'as every message decoded carries it',
+  )
+})
+
+t.test("a recurring schedule's state as decided today upgrades to itself", async (t) => {
+  const { id, created_at: _c, updated_at: _u, ...schedule } = scheduleV1
+  const today = fold(recurringJobDecider, null, [
+    { type: 'recurring_upserted', data: { ...schedule, payload: { to: 'ops' }, recurring_id: id, upserted_at: created, next_run_at: null } },
+  ]) as RecurringJob
+  t.strictSame(upgradeRecurringJob(today), today)
 })

@@ -356,7 +356,7 @@ async function createOccurrenceJob(
   if (project === null || project.status !== 'active') return 'project_not_found'
   const request = {
     job_type: schedule.job_type,
-    payload: schedule.payload ?? {},
+    payload: schedule.payload,
     queue: schedule.queue,
     max_attempts: schedule.max_attempts,
     timeout_seconds: schedule.timeout_seconds,
