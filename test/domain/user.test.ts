@@ -11,16 +11,8 @@ import {
   UserAlreadyExists,
   UserNotFound,
 } from '../../domain/errors.ts'
-import {
-  isSessionLive,
-  maxEndedSessions,
-  upgradeUser,
-  userDecider,
-  type TokenGrant,
-  type User,
-  type UserCommand,
-  type UserEvent,
-} from '../../domain/user.ts'
+import { isSessionLive, maxEndedSessions, userDecider, type TokenGrant, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
+import { upgradeUser } from '../../domain/user.ts'
 import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const t0 = Date.parse('2025-03-01T12:00:00.000Z')
