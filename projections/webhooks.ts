@@ -1,5 +1,6 @@
 import type { Webhook, WebhookEventKind } from '../domain/webhook.ts'
-import { snapshotRows, type Projection } from './projection.ts'
+import type { Queryable } from './database.ts'
+import { readModel, snapshotRows } from './projection.ts'
 
 /** Subscriptions without their secrets, as snapshots guarded by `last_seq`. */
 export const applyWebhookRows = snapshotRows<Webhook>(
@@ -12,9 +13,35 @@ export const applyWebhookRows = snapshotRows<Webhook>(
     WHERE webhooks.last_seq < excluded.last_seq`,
 )
 
-export const webhookSubscriptions: Projection = {
-  name: 'webhooks',
-  handles: ['webhook_created', 'webhook_updated', 'webhook_secret_rotated', 'webhook_deleted'] satisfies WebhookEventKind[],
-  tables: ['webhooks'],
-  apply: applyWebhookRows,
+/** A project's subscriptions that are not deleted, oldest first, at most 1,000 (the most a project may have is far below). */
+async function ofProject(db: Queryable, projectId: string) {
+  return db`SELECT * FROM webhooks WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
 }
+
+/** How many subscriptions the project has, deleted ones not counted. */
+async function liveCount(db: Queryable, projectId: string): Promise<number> {
+  const [row] = await db<{ n: number }[]>`SELECT count(*)::int AS n FROM webhooks WHERE project_id = ${projectId} AND NOT deleted`
+  return row!.n
+}
+
+/** A subscription a delivery may go to: its id and its event filter (JSON text). */
+export interface ActiveSubscription {
+  id: string
+  events: string
+}
+
+/** The project's active subscriptions, oldest first. */
+async function active(db: Queryable, projectId: string): Promise<ActiveSubscription[]> {
+  return db<ActiveSubscription[]>`
+    SELECT id, events FROM webhooks WHERE project_id = ${projectId} AND is_active AND NOT deleted ORDER BY created_at, id`
+}
+
+export const webhookSubscriptions = readModel(
+  {
+    name: 'webhooks',
+    handles: ['webhook_created', 'webhook_updated', 'webhook_secret_rotated', 'webhook_deleted'] satisfies WebhookEventKind[],
+    tables: ['webhooks'],
+    apply: applyWebhookRows,
+  },
+  { ofProject, liveCount, active },
+)

@@ -10,7 +10,7 @@ import {
   type WebhookEvent,
 } from '../../../domain/webhook.ts'
 import type { Queryable } from '../../../projections/database.ts'
-import { applyWebhookRows } from '../../../projections/webhooks.ts'
+import { applyWebhookRows, webhookSubscriptions } from '../../../projections/webhooks.ts'
 import type { AggregateRef } from '../../../streams/event-store.ts'
 import type { CommandResult } from '../../../streams/handle-command.ts'
 import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
@@ -74,8 +74,7 @@ export class WebhookService {
     const { secret, sealed } = this.#newSecret()
     const result = await this.#deps.sql.begin(async (tx) => {
       await tx`SELECT pg_advisory_xact_lock(hashtext('webhook_subscriptions'), hashtext(${projectId}))`
-      const [row] = await tx<{ n: number }[]>`SELECT count(*)::int AS n FROM webhooks WHERE project_id = ${projectId} AND NOT deleted`
-      if (row!.n >= maxWebhooksPerProject) {
+      if ((await webhookSubscriptions.liveCount(tx, projectId)) >= maxWebhooksPerProject) {
         throw new WebhookLimitReached(`a project can have at most ${maxWebhooksPerProject} webhook subscriptions; delete one to add another`)
       }
       return this.#on(
