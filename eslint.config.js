@@ -1,4 +1,5 @@
 import tseslint from 'typescript-eslint'
+import noReadModelSql from './tools/lint/no-read-model-sql.js'
 
 export default tseslint.config(
   { ignores: ['node_modules/**', '.tap/**', 'sdk/typescript/dist/**'] },
@@ -32,5 +33,13 @@ export default tseslint.config(
         { object: 'Math', property: 'random', message: 'randomness arrives on the command (meta.random)' },
       ],
     },
+  },
+  {
+    // Read models own their queries (tools/lint/no-read-model-sql.js). Tests and benches are left
+    // out: they seed and inspect read-model rows directly, as fixtures.
+    files: ['domain/**/*.ts', 'streams/**/*.ts', 'services/**/*.ts', 'tools/**/*.ts'],
+    ignores: ['tools/bench/**'],
+    plugins: { 'jobsvc-read-models': { rules: { 'no-read-model-sql': noReadModelSql } } },
+    rules: { 'jobsvc-read-models/no-read-model-sql': 'error' },
   },
 )
