@@ -1,6 +1,6 @@
 import type { Alert, AlertEventType } from '../domain/alert.ts'
 import type { Queryable } from './database.ts'
-import { readModel, snapshotRows } from './projection.ts'
+import { liveRowQueries, readModel, snapshotRows } from './projection.ts'
 
 /** Alert settings as snapshots guarded by `last_seq`; a deleted alert keeps its row (`deleted`). */
 export const applyAlertRows = snapshotRows<Alert>(
@@ -19,17 +19,6 @@ export const applyAlertRows = snapshotRows<Alert>(
     WHERE alerts.last_seq < excluded.last_seq`,
 )
 
-/** A project's alerts that are not deleted, oldest first, at most 1,000 (the most a project may have is far below). */
-async function ofProject(db: Queryable, projectId: string) {
-  return db`SELECT * FROM alerts WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
-}
-
-/** How many alerts the project has, deleted ones not counted. */
-async function liveCount(db: Queryable, projectId: string): Promise<number> {
-  const [row] = await db<{ n: number }[]>`SELECT count(*)::int AS n FROM alerts WHERE project_id = ${projectId} AND NOT deleted`
-  return row!.n
-}
-
 /** Alerts to evaluate (enabled, or firing and so to be resolved), in key order after `after`, at most `limit`. */
 async function toEvaluate(db: Queryable, after: { project_id: string; id: string }, limit: number) {
   return db<{ project_id: string; id: string }[]>`
@@ -45,5 +34,5 @@ export const alertSettings = readModel(
     tables: ['alerts'],
     apply: applyAlertRows,
   },
-  { ofProject, liveCount, toEvaluate },
+  { ...liveRowQueries('alerts'), toEvaluate },
 )

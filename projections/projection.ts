@@ -82,3 +82,19 @@ export function pageOf<In, Row>(rows: readonly In[], limit: number, toRow: (r: I
 export function readModel<Queries extends object>(projection: Projection, queries: Queries): Projection & Queries {
   return { ...projection, ...queries }
 }
+
+/**
+ * The queries of a read model of one row per aggregate that keeps deleted ones as tombstones
+ * (`deleted`): a project's live rows, oldest first, at most 1,000 (far above what a project may
+ * have), and how many it has.
+ */
+export function liveRowQueries(table: 'alerts' | 'webhooks') {
+  return {
+    ofProject: (db: Queryable, projectId: string) =>
+      db`SELECT * FROM ${db(table)} WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`,
+    liveCount: async (db: Queryable, projectId: string): Promise<number> => {
+      const [row] = await db<{ n: number }[]>`SELECT count(*)::int AS n FROM ${db(table)} WHERE project_id = ${projectId} AND NOT deleted`
+      return row!.n
+    },
+  }
+}

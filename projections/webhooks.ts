@@ -1,6 +1,6 @@
 import type { Webhook, WebhookEventKind } from '../domain/webhook.ts'
 import type { Queryable } from './database.ts'
-import { readModel, snapshotRows } from './projection.ts'
+import { liveRowQueries, readModel, snapshotRows } from './projection.ts'
 
 /** Subscriptions without their secrets, as snapshots guarded by `last_seq`. */
 export const applyWebhookRows = snapshotRows<Webhook>(
@@ -12,17 +12,6 @@ export const applyWebhookRows = snapshotRows<Webhook>(
       deleted = excluded.deleted, updated_at = excluded.updated_at, last_seq = excluded.last_seq
     WHERE webhooks.last_seq < excluded.last_seq`,
 )
-
-/** A project's subscriptions that are not deleted, oldest first, at most 1,000 (the most a project may have is far below). */
-async function ofProject(db: Queryable, projectId: string) {
-  return db`SELECT * FROM webhooks WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
-}
-
-/** How many subscriptions the project has, deleted ones not counted. */
-async function liveCount(db: Queryable, projectId: string): Promise<number> {
-  const [row] = await db<{ n: number }[]>`SELECT count(*)::int AS n FROM webhooks WHERE project_id = ${projectId} AND NOT deleted`
-  return row!.n
-}
 
 /** A subscription a delivery may go to: its id and its event filter (JSON text). */
 export interface ActiveSubscription {
@@ -43,5 +32,5 @@ export const webhookSubscriptions = readModel(
     tables: ['webhooks'],
     apply: applyWebhookRows,
   },
-  { ofProject, liveCount, active },
+  { ...liveRowQueries('webhooks'), active },
 )
