@@ -1,5 +1,7 @@
 import tseslint from 'typescript-eslint'
+import noClockOrIo from './tools/lint/no-clock-or-io.js'
 import noReadModelSql from './tools/lint/no-read-model-sql.js'
+import routeDeclaresRole from './tools/lint/route-declares-role.js'
 
 export default tseslint.config(
   { ignores: ['node_modules/**', '.tap/**', 'sdk/typescript/dist/**'] },
@@ -33,6 +35,18 @@ export default tseslint.config(
         { object: 'Math', property: 'random', message: 'randomness arrives on the command (meta.random)' },
       ],
     },
+  },
+  {
+    // Which session role may call a route is declared on the route (README, "Roles per route").
+    files: ['services/roles/api/routes/**/*.ts'],
+    plugins: { 'jobsvc-routes': { rules: { 'route-declares-role': routeDeclaresRole } } },
+    rules: { 'jobsvc-routes/route-declares-role': 'error' },
+  },
+  {
+    // The ready index's lanes are pure: time is passed in, timers and I/O are its other parts'.
+    files: ['services/use-cases/jobs/ready-index/lanes.ts'],
+    plugins: { 'jobsvc-pure': { rules: { 'no-clock-or-io': noClockOrIo } } },
+    rules: { 'jobsvc-pure/no-clock-or-io': 'error' },
   },
   {
     // Read models own their queries (tools/lint/no-read-model-sql.js). Tests and benches are left

@@ -5,7 +5,7 @@ import { parseCsv } from '../support/rfc4180.ts'
 // Issue 13, item 9: a CSV export cell a spreadsheet would run as a formula is neutralised
 // (OWASP CSV injection: a leading `'`), while the JSONL export keeps every value exactly.
 t.test('the rule: text starting with = + - @ tab or CR gets a leading quote; nothing else changes', async (t) => {
-  const { neutralizeFormula } = await import('../../services/roles/api/jobs-export.ts')
+  const { neutralizeFormula } = await import('../../services/roles/api/export-stream.ts')
   for (const risky of ['=1+1', '+1', '-1', '@SUM(A1)', '\t=1', '\r=1']) t.equal(neutralizeFormula(risky), `'${risky}`, JSON.stringify(risky))
   for (const safe of ['a=1', '{"a":1}', '', ' =1', '2026-01-01T00:00:00.000Z']) t.equal(neutralizeFormula(safe), safe, JSON.stringify(safe))
   t.equal(neutralizeFormula(-5), -5, 'numbers are not text')

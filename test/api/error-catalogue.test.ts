@@ -8,15 +8,15 @@ import { PasswordWorkBusy } from '../../services/use-cases/platform/passwords.ts
 import { repoRoot } from '../support/harness.ts'
 import { specErrorCodes } from '../support/spec-error-codes.ts'
 
-const readme = readFileSync(`${repoRoot}README.md`, 'utf8')
+const readme = readFileSync(`${repoRoot}docs/api-notes.md`, 'utf8')
 
-/** The rows of the README's table under `heading`, up to the next heading: status, code and the row's last column. */
+/** The rows of the table of docs/api-notes.md under `heading`, up to the next heading: status, code and the row's last column. */
 function readmeCodeRows(heading: string): Array<{ status: number; code: string; note: string }> {
   const section = readme.split(`\n${heading}\n`)[1]!.split(/\n#{2,4} /)[0]!
   return [...section.matchAll(/^\| (\d{3}) \| `([a-z_]+)` \| (.*) \|$/gm)].map((m) => ({ status: Number(m[1]), code: m[2]!, note: m[3]!.trim() }))
 }
-const readmeErrorTable = () => readmeCodeRows('### Error reference').map(({ status, code }) => ({ status, code }))
-const readmeNotAnswered = () => readmeCodeRows('#### Codes of the spec not answered here')
+const readmeErrorTable = () => readmeCodeRows('## Error reference').map(({ status, code }) => ({ status, code }))
+const readmeNotAnswered = () => readmeCodeRows('### Codes of the spec not answered here')
 
 const key = (e: { status: number; code: string }) => `${e.status} ${e.code}`
 const catalogued = new Set(errorCatalogue.map(key))
@@ -48,7 +48,7 @@ const useCaseSamples: Error[] = [
   new PasswordWorkBusy(8),
 ]
 
-t.test('the error registry and the README error reference list the same codes', async (t) => {
+t.test('the error registry and the error reference (docs/api-notes.md) list the same codes', async (t) => {
   t.same(readmeErrorTable().map(key).sort(), errorCatalogue.map(key).sort())
 })
 
@@ -116,13 +116,13 @@ t.test('every registered refusal is thrown somewhere', async (t) => {
 })
 
 // Catalogued means registered and thrown somewhere: the two tests above prove it of every catalogued code.
-t.test("every code of the spec's error table is answered here, or the README says why it cannot occur", async (t) => {
+t.test("every code of the spec's error table is answered here, or the API reference notes say why it cannot occur", async (t) => {
   const notAnswered = new Map(readmeNotAnswered().map((row) => [key(row), row.note]))
-  t.ok(notAnswered.size > 0, 'the README lists the codes not answered')
+  t.ok(notAnswered.size > 0, 'the API reference notes list the codes not answered')
   for (const code of specErrorCodes) {
     const reason = notAnswered.get(key(code))
     if (catalogued.has(key(code))) t.equal(reason, undefined, `${key(code)} is answered, so it is not listed as not occurring`)
-    else t.ok(reason !== undefined && reason.length >= 40, `${key(code)}: not answered, ${reason ?? 'and the README does not say why'}`)
+    else t.ok(reason !== undefined && reason.length >= 40, `${key(code)}: not answered, ${reason ?? 'and the API reference notes do not say why'}`)
   }
   const inSpec = new Set(specErrorCodes.map(key))
   for (const listed of notAnswered.keys()) t.ok(inSpec.has(listed), `${listed}, listed as not occurring, is a code of the spec`)

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import type { KV } from '@nats-io/kv'
-import { fingerprintOf, IdempotencyStore } from '../../services/use-cases/metering/idempotency.ts'
+import { fingerprintOf, IdempotencyStore } from '../../services/roles/api/idempotency-store.ts'
 import { startApiProcess } from '../support/api-process.ts'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 import { isError } from '../support/jobs-api.ts'

@@ -10,10 +10,10 @@ const capacity = 5
 /** Runs `work` on every item with at most `limit` in flight. */
 async function inFlight<T>(items: readonly T[], limit: number, work: (item: T, index: number) => Promise<void>): Promise<void> {
   let next = 0
-  const lane = async () => {
+  const runner = async () => {
     for (let i = next++; i < items.length; i = next++) await work(items[i]!, i)
   }
-  await Promise.all(Array.from({ length: limit }, lane))
+  await Promise.all(Array.from({ length: limit }, runner))
 }
 
 t.test('two service processes with 8 pollers each claim 2,000 jobs exactly once', async (t) => {

@@ -26,8 +26,8 @@ const asSession = (user: VerifiedUser, method: string, path: string, body?: unkn
 
 /** `METHOD /path/{param}` → least role, from the README's "Roles per route" table. */
 function readmeRoles(): Map<string, ProjectRole> {
-  const readme = readFileSync(`${repoRoot}README.md`, 'utf8')
-  const section = readme.split('\n### Roles per route\n')[1]!.split(/\n#{2,4} /)[0]!
+  const readme = readFileSync(`${repoRoot}docs/api-notes.md`, 'utf8')
+  const section = readme.split('\n## Roles per route\n')[1]!.split(/\n#{2,4} /)[0]!
   const rows = [...section.matchAll(/^\| `([A-Z]+ \/jobsvc\/v1\S*)` \| (viewer|member|admin|owner) \|/gm)]
   return new Map(rows.map((m) => [m[1]!, m[2] as ProjectRole]))
 }

@@ -3,7 +3,7 @@ import { promoCodeDecider, type PromoCode, type PromoCodeCommand, type PromoCode
 import { userDecider, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
 import { exactExpectationsSince, isVersionBefore } from '../../services/infrastructure/write-guard.ts'
 import { openIdempotencyStore } from '../../services/roles/api/idempotency-hooks.ts'
-import { abandonedAfterMs, IdempotencyStore } from '../../services/use-cases/metering/idempotency.ts'
+import { abandonedAfterMs, IdempotencyStore } from '../../services/roles/api/idempotency-store.ts'
 import { AuthLimits, loginFailuresPerWindow } from '../../services/use-cases/platform/auth-limits.ts'
 import { hashRecoveryCode } from '../../services/use-cases/platform/totp.ts'
 import type { AggregateRef } from '../../streams/event-store.ts'

@@ -32,7 +32,7 @@ t.test('a projector killed mid-stream and restarted ends where an uninterrupted 
   const created: string[] = []
   const producer = (async () => {
     let next = 0
-    const lane = async () => {
+    const runner = async () => {
       for (let i = next++; i < totalJobs; i = next++) {
         const job = await req(
           'POST',
@@ -48,7 +48,7 @@ t.test('a projector killed mid-stream and restarted ends where an uninterrupted 
         created.push(job.id)
       }
     }
-    await Promise.all(Array.from({ length: createConcurrency }, lane))
+    await Promise.all(Array.from({ length: createConcurrency }, runner))
   })()
 
   // Workers claim whatever the job list offers and settle it: most succeed, every third fails

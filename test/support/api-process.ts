@@ -1,6 +1,7 @@
 import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, type RegisteredRoute } from '../../services/roles/api/app.ts'
+import { buildApp } from '../../services/roles/api/app.ts'
+import type { RegisteredRoute } from '../../services/roles/api/route-table.ts'
 import type { ApiContext } from '../../services/roles/api/context.ts'
 import type { Deps } from '../../services/infrastructure/runtime.ts'
 import type { TestLike } from './harness.ts'

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, onSendHookHandler, preHandlerHookHandler, preValidationHookHandler } from 'fastify'
-import { fingerprintOf, IdempotencyStore, isIdempotencyKey, type Reservation } from '../../use-cases/metering/idempotency.ts'
+import { fingerprintOf, IdempotencyStore, isIdempotencyKey, type Reservation } from './idempotency-store.ts'
 import { deriveKey } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { idempotencyKeyReuse, invalidIdempotencyKey, type ApiError } from './errors.ts'

@@ -58,10 +58,10 @@ export class FanOut {
       }
     }
     let next = 0
-    const lane = async () => {
+    const runner = async () => {
       while (next < work.length) await work[next++]!()
     }
-    await Promise.all(Array.from({ length: Math.min(fanOutConcurrency, work.length) }, lane))
+    await Promise.all(Array.from({ length: Math.min(fanOutConcurrency, work.length) }, runner))
   }
 
   /**

@@ -7,7 +7,7 @@ import { ConcurrencyConflict } from '../../../streams/errors.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import type { ClaimLine, ClaimRequest, ClaimTarget, PollDemand } from './claim-line.ts'
 import type { JobService } from './job-service.ts'
-import type { Candidate, PollSession } from './ready-index.ts'
+import type { Candidate, PollSession } from './ready-index/index.ts'
 
 /** A job a poll claimed, with the payload its worker is handed (the job's state does not carry it). */
 export interface ClaimedJob {

@@ -8,7 +8,7 @@ import type { AllowanceRefusal, Grant, QuotaReading, QuotaTerms } from '../meter
 import { allowanceMarksOf, type BillingService } from '../metering/billing-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import type { JobService, NewJob } from './job-service.ts'
-import { runInLanes } from './lanes.ts'
+import { runSerialPerKey } from './serial-per-key.ts'
 
 /** A job as a client asks for it (the single create's validated body); options left out take the defaults. */
 export interface JobRequest {
@@ -103,8 +103,8 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
   const admitted = grant === null ? items.length : grant.units.length
   const results = new Array<CreationResult>(items.length)
   for (let i = admitted; i < items.length; i++) results[i] = { ok: false, error: refusalError(grant!.refusal!) }
-  const lanes = items.slice(0, admitted).map((item) => item.request.parent_job_id ?? null)
-  await runInLanes(lanes, appendsInFlight, async (i) => {
+  const aggregateKeys = items.slice(0, admitted).map((item) => item.request.parent_job_id ?? null)
+  await runSerialPerKey(aggregateKeys, appendsInFlight, async (i) => {
     const item = items[i]!
     try {
       const { job, seq } = await jobs.create(project.id, toNewJob(item.request, project.retry_policies, item.traceparent ?? null), {

@@ -40,7 +40,7 @@ const listSchema = {
 }
 
 /** `GET /jobsvc/v1/activity`: the project's audit trail, newest first (spec, Activity). */
-export function activityRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function activityRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' | 'logHead'>): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()

@@ -154,8 +154,10 @@ const createPromoSchema = {
  * is checked in `onRequest`, before the body is parsed or validated, so that a caller who is not
  * staff learns nothing, not even that the route exists: every refusal of theirs is the 404 of
  * an unknown path.
+ *
+ * @noProjectRole staff routes under `/platform/v1/admin`: `is_admin` decides, not a project role
  */
-export function adminRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function adminRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'staff' | 'promoCodes'>): FastifyPluginAsync {
   return async (app) => {
     const staffOf = new WeakMap<FastifyRequest, User>()
     app.addHook('onRequest', async (request) => {

@@ -120,7 +120,7 @@ const deleteSchema = {
 }
 
 /** `/jobsvc/v1/alerts` and `/alerts/{id}` (README, "Alerts"). */
-export function alertRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function alertRoutes(ctx: Pick<ApiContext, 'deps'>): FastifyPluginAsync {
   const { deps } = ctx
   const creation = new CappedAlertCreation(deps)
 

@@ -8,7 +8,7 @@ import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
 import { admitProjectRequest } from '../request-limit.ts'
 import { rateLimitExceeded } from '../errors.ts'
-import { exportCooldownMs, parseExportWindow, sendExport, type ExportLayout } from '../jobs-export.ts'
+import { exportCooldownMs, parseExportWindow, sendExport, type ExportLayout } from '../export-stream.ts'
 import { mediaResponse, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
 import { formatText, windowBoundText } from '../query-fields.ts'
@@ -72,7 +72,7 @@ const auditLayout: ExportLayout<AuditRow> = {
  * README, "Audit-log export"). It authenticates by session, not API key, so it is registered
  * outside the `/jobsvc/v1` key hook.
  */
-export function auditLogExportRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'watcher' | 'requestRate'>): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()

@@ -98,8 +98,10 @@ type Checks = z.infer<typeof readiness>['checks']
  * not make a healthy process look unready; probes that arrive together share one evaluation, so
  * that an outage does not pile up probe queries. While NATS is disconnected its checks are false
  * at once: a request would wait in nats.js's buffer for the reconnect.
+ *
+ * @noProjectRole probes under `/jobsvc/health`, unauthenticated
  */
-export function healthRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function healthRoutes(ctx: Pick<ApiContext, 'deps' | 'stopping'>): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()

@@ -5,11 +5,11 @@ import { jobStates, type Job } from '../../../../domain/job.ts'
 import { maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
 import type { ApiContext } from '../context.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
-import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../jobs-export.ts'
+import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../export-stream.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import { quotaHeaders } from '../../../use-cases/metering/allowance.ts'
 import { createJobs } from '../../../use-cases/jobs/create-jobs.ts'
-import { runInLanes } from '../../../use-cases/jobs/lanes.ts'
+import { runSerialPerKey } from '../../../use-cases/jobs/serial-per-key.ts'
 import {
   bodyKeyDeprecation,
   completeItemKey,
@@ -364,7 +364,12 @@ type ItemPlan =
  * another body refused. A later item with the same key repeats the first one's answer, or is
  * refused when its body differs.
  */
-async function settleItemKeys(ctx: ApiContext, request: FastifyRequest, valid: readonly ValidItem[], results: BatchItem[]): Promise<ItemPlan[]> {
+async function settleItemKeys(
+  ctx: Pick<ApiContext, 'idempotency'>,
+  request: FastifyRequest,
+  valid: readonly ValidItem[],
+  results: BatchItem[],
+): Promise<ItemPlan[]> {
   const plans: ItemPlan[] = valid.map(() => ({ kind: 'create', held: null }))
   const firsts = new Map<string, { at: number; fingerprint: string }>()
   valid.forEach(({ index, body }, at) => {
@@ -378,7 +383,7 @@ async function settleItemKeys(ctx: ApiContext, request: FastifyRequest, valid: r
     plans[at] = { kind: 'answered' }
   })
   const owners = [...firsts.entries()]
-  await runInLanes(
+  await runSerialPerKey(
     owners.map(() => null),
     keyReservationsInFlight,
     async (k) => {
@@ -414,7 +419,7 @@ function traceparentOf(request: FastifyRequest): string | null {
 }
 
 async function createBatch(
-  ctx: ApiContext,
+  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'billing' | 'idempotency'>,
   request: FastifyRequest,
   reply: FastifyReply,
   items: readonly unknown[],
@@ -465,7 +470,9 @@ async function createBatch(
   return { results, lastSeq }
 }
 
-export function jobRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function jobRoutes(
+  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'billing' | 'accounts' | 'idempotency' | 'streams' | 'watcher' | 'logHead' | 'stopping'>,
+): FastifyPluginAsync {
   const { deps, jobs } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()

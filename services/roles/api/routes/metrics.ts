@@ -6,7 +6,7 @@ import { throughputResolutions, type Resolution } from '../../../../domain/job-m
 import type { ApiContext } from '../context.ts'
 import { invalidRequest, rangeTooLarge } from '../errors.ts'
 import { errorResponses, instant } from '../openapi.ts'
-import { assertOrderedWindow, windowBound } from '../jobs-export.ts'
+import { assertOrderedWindow, windowBound } from '../export-stream.ts'
 import { clampLimit } from '../pagination.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 import { limitText, minSeq, queueFilter, windowBoundText } from '../query-fields.ts'
@@ -128,7 +128,7 @@ export const jobTypesResponse = z.strictObject({
 })
 
 /** `GET /jobsvc/v1/metrics/*`: dashboards' numbers, read from the projector's rollups (README, "Metrics"). */
-export function metricsRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function metricsRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' | 'logHead'>): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()

@@ -306,8 +306,12 @@ function setSession(reply: FastifyReply, token: string): void {
   void reply.header('Set-Cookie', sessionCookie(token))
 }
 
-/** The anonymous routes: every POST counts against the per-IP window first, valid or not. */
-export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
+/**
+ * The anonymous routes: every POST counts against the per-IP window first, valid or not.
+ *
+ * @noProjectRole under `/platform/v1/auth`, before any session
+ */
+export function anonymousAuthRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts'>): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
     r.addHook('onRequest', async (request) => {
@@ -368,8 +372,12 @@ export function anonymousAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
   }
 }
 
-/** Routes that need a session (Bearer JWT or the `sv_jwt` cookie), and logout, which does not. */
-export function sessionAuthRoutes(ctx: ApiContext): FastifyPluginAsync {
+/**
+ * Routes that need a session (Bearer JWT or the `sv_jwt` cookie), and logout, which does not.
+ *
+ * @noProjectRole under `/platform/v1/auth`: a session acts on its own account
+ */
+export function sessionAuthRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts'>): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
     const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>

@@ -102,8 +102,12 @@ const providerWebhookSchema = {
   },
 }
 
-/** `GET`/`PATCH /platform/v1/projects/{id}/billing` (session) — README, "Billing". */
-export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
+/**
+ * `GET`/`PATCH /platform/v1/projects/{id}/billing` (session) — README, "Billing".
+ *
+ * @noProjectRole under `/platform/v1`: the billing use case checks the member's role
+ */
+export function platformBillingRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'billing' | 'promoCodes'>): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
     const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>
@@ -132,8 +136,10 @@ export function platformBillingRoutes(ctx: ApiContext): FastifyPluginAsync {
 /**
  * The payment provider's webhook: signed, not authenticated, outside the anonymous limit. Its
  * body is checked as the raw bytes the signature covers, so this scope reads JSON as text.
+ *
+ * @noProjectRole the provider signs; no session
  */
-export function providerWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function providerWebhookRoutes(ctx: Pick<ApiContext, 'deps' | 'billing'>): FastifyPluginAsync {
   return async (app) => {
     readJsonAsText(app)
 

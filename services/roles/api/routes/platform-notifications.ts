@@ -100,10 +100,15 @@ const emailWebhookSchema = {
 /** One re-verification link per user per 60 s: each is an e-mail the user makes the service send. */
 const reverificationCooldownMs = 60_000
 
-const sessionUser = (ctx: ApiContext, request: FastifyRequest) => authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
+const sessionUser = (ctx: Pick<ApiContext, 'deps' | 'accounts'>, request: FastifyRequest) =>
+  authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
 
-/** `GET`/`PATCH /platform/v1/account/notifications` and the re-verification link (session) — README, "Notifications". */
-export function notificationRoutes(ctx: ApiContext): FastifyPluginAsync {
+/**
+ * `GET`/`PATCH /platform/v1/account/notifications` and the re-verification link (session) — README, "Notifications".
+ *
+ * @noProjectRole under `/platform/v1`: a session acts on its own account
+ */
+export function notificationRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts'>): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
 
@@ -129,7 +134,7 @@ export function notificationRoutes(ctx: ApiContext): FastifyPluginAsync {
  * The e-mail provider's report: a hard bounce or a complaint about a user's current address marks
  * it undeliverable; everything else is acknowledged and ignored.
  */
-async function receiveProviderReport(ctx: ApiContext, request: FastifyRequest) {
+async function receiveProviderReport(ctx: Pick<ApiContext, 'deps' | 'accounts'>, request: FastifyRequest) {
   const now = ctx.deps.now()
   const event = emailProviderEvent.safeParse(verifiedJson(ctx.deps.config.emailWebhookSecret, request, now))
   if (!event.success) throw invalidRequest(`body: ${event.error.issues[0]!.message}`)
@@ -140,8 +145,12 @@ async function receiveProviderReport(ctx: ApiContext, request: FastifyRequest) {
   return { received: true as const, action: marked ? ('marked_undeliverable' as const) : ('ignored' as const), at: now.toISOString() }
 }
 
-/** The e-mail provider's webhook: signed, not authenticated, outside the anonymous limit (signed-webhook.ts). */
-export function emailProviderWebhookRoutes(ctx: ApiContext): FastifyPluginAsync {
+/**
+ * The e-mail provider's webhook: signed, not authenticated, outside the anonymous limit (signed-webhook.ts).
+ *
+ * @noProjectRole the provider signs; no session
+ */
+export function emailProviderWebhookRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts'>): FastifyPluginAsync {
   const routeOptions = { schema: emailWebhookSchema, config: { documentedBody: emailProviderEvent } }
   return async (app) => {
     readJsonAsText(app)

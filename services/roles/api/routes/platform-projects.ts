@@ -207,8 +207,10 @@ export const accountExportCooldownMs = 60_000
  * Dashboard routes around projects, their keys and teams, and the account (shapes the spec
  * leaves open; README, "Dashboard routes"). All need a session; roles are checked by the
  * project aggregate.
+ *
+ * @noProjectRole under `/platform/v1`: the project aggregate checks the member's role
  */
-export function platformProjectRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function platformProjectRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'accountExports'>): FastifyPluginAsync {
   return async (app) => {
     const r = app.withTypeProvider<ZodTypeProvider>()
     const userOf = (request: { headers: { authorization?: string | undefined; cookie?: string | undefined } }) =>

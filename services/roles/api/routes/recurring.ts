@@ -108,7 +108,7 @@ const deleteSchema = {
 }
 
 /** `GET /jobsvc/v1/recurring`, `PUT` and `DELETE /jobsvc/v1/recurring/{id}`. */
-export function recurringRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function recurringRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' | 'logHead'>): FastifyPluginAsync {
   const { deps, jobs } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()

@@ -18,6 +18,8 @@ export const isRemovedWrapperPath = (path: string): boolean => wrappedPrefixes.s
  * credentials, and are hidden from the API description, which lists the routes that work.
  *
  * Register it with no prefix after every platform route: it mirrors the `routes` registered so far.
+ *
+ * @noProjectRole removed paths, answered before any credentials
  */
 export function removedWrapperRoutes(routes: ReadonlyArray<{ method: string | string[]; url: string }>): FastifyPluginAsync {
   const wrapped = routes.flatMap((route) => {

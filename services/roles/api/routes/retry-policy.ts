@@ -161,7 +161,7 @@ function schemasFor(mount: Mount) {
  * The retry policy of a project and of its queues: state on the project aggregate
  * (`retry_policy_updated`), so the acks, which hold the project already, read it for free.
  */
-function retryPolicyRoutes(ctx: ApiContext, mount: Mount): FastifyPluginAsync {
+function retryPolicyRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys'>, mount: Mount): FastifyPluginAsync {
   const { deps } = ctx
   const schemas = schemasFor(mount)
   const queueOf = (request: FastifyRequest) => (request.params as { queue: string }).queue
@@ -216,7 +216,7 @@ function retryPolicyRoutes(ctx: ApiContext, mount: Mount): FastifyPluginAsync {
 }
 
 /** `/jobsvc/v1/retry-policy` and `/jobsvc/v1/queues/{queue}/retry-policy`, inside the API-key hook. */
-export function apiKeyRetryPolicyRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function apiKeyRetryPolicyRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys'>): FastifyPluginAsync {
   return retryPolicyRoutes(ctx, {
     path: '',
     params: z.object({}),
@@ -233,7 +233,7 @@ export function apiKeyRetryPolicyRoutes(ctx: ApiContext): FastifyPluginAsync {
 }
 
 /** The same under `/platform/v1/projects/{projectId}`, for a dashboard session. */
-export function sessionRetryPolicyRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function sessionRetryPolicyRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys' | 'accounts' | 'team'>): FastifyPluginAsync {
   return retryPolicyRoutes(ctx, {
     path: '/projects/:projectId',
     params: z.object({ projectId: boundedString(100, 1) }),

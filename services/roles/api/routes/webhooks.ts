@@ -176,7 +176,7 @@ async function checkEventsAsSent(request: FastifyRequest): Promise<void> {
 }
 
 /** The URL's safety rules, checked after the schema: 400 `invalid_request`. */
-async function checkSubscription(ctx: ApiContext, input: { url?: string | undefined }): Promise<void> {
+async function checkSubscription(ctx: Pick<ApiContext, 'deps'>, input: { url?: string | undefined }): Promise<void> {
   if (input.url !== undefined) {
     const verdict = await checkWebhookUrl(input.url, ctx.deps.config.webhookAllowHosts, ctx.deps.resolveHost)
     if (!verdict.ok) throw invalidRequest(`body.url: ${verdict.reason}`)
@@ -184,7 +184,7 @@ async function checkSubscription(ctx: ApiContext, input: { url?: string | undefi
 }
 
 /** The seven webhook routes of the spec. */
-export function webhookRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function webhookRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' | 'logHead'>): FastifyPluginAsync {
   const { deps, jobs } = ctx
   const hooks = new WebhookService(deps)
   return async (plugin) => {

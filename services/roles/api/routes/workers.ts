@@ -6,7 +6,7 @@ import { retryBaseDelayMs, retryJitterMs } from '../../../../domain/retry-policy
 import { claimForPoll, type ClaimedJob } from '../../../use-cases/jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../../use-cases/jobs/recurring-service.ts'
 import type { ApiContext } from '../context.ts'
-import { runInLanes } from '../../../use-cases/jobs/lanes.ts'
+import { runSerialPerKey } from '../../../use-cases/jobs/serial-per-key.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, serviceUnavailable } from '../errors.ts'
 import { errorResponses, instant, itemErrorObject, writeCodes } from '../openapi.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
@@ -211,7 +211,7 @@ function toPolledJob({ job, payload }: ClaimedJob) {
   }
 }
 
-export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
+export function workerRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'polls' | 'stopping'>): FastifyPluginAsync {
   const { deps, jobs } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
@@ -309,7 +309,7 @@ export function workerRoutes(ctx: ApiContext): FastifyPluginAsync {
         results[index] = { job_id: jobIdOf(raw), ...failure }
       })
       let lastSeq = 0
-      await runInLanes(
+      await runSerialPerKey(
         valid.map((v) => v.ack.job_id),
         acksInFlight,
         async (k) => {

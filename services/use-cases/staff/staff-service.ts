@@ -4,7 +4,7 @@ import type { User } from '../../../domain/user.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { isUserId, type AccountService } from '../platform/accounts.ts'
 import { commandProject, projectRef } from '../projects/project-service.ts'
-import type { BillingService, BillingView } from './billing-service.ts'
+import type { BillingService, BillingView } from '../metering/billing-service.ts'
 
 export interface StaffProjectView {
   id: string

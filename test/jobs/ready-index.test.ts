@@ -8,7 +8,7 @@ import { startApiProcess, type ApiProcess } from '../support/api-process.ts'
 import { lockJobsTable } from '../support/read-models.ts'
 
 /**
- * The ready index (services/use-cases/jobs/ready-index.ts) against the real NATS and Postgres: claims that
+ * The ready index (services/use-cases/jobs/ready-index/) against the real NATS and Postgres: claims that
  * need no Postgres, and every way the index can be cold, short or behind the log, in which each
  * job must still be claimed exactly once. The harness runs the projector and scheduler only; API
  * processes are built here, so that each test starts them when it needs (after jobs exist, or
