@@ -250,7 +250,7 @@ const columnsButPayload = columns.filter((c) => c !== 'payload')
  * is false (more than `limit` were pending). Payloads are read only while their running total
  * stays within `payloadBytes` (Postgres measures them; the others never leave it).
  */
-export async function readPendingQueue(
+async function readPendingQueue(
   sql: Sql,
   projectId: string,
   queue: string,

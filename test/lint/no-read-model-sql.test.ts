@@ -1,11 +1,10 @@
 import { readdir, readFile } from 'node:fs/promises'
-import { fileURLToPath } from 'node:url'
 import { ESLint } from 'eslint'
 import t from 'tap'
 import { projections } from '../../projections/index.ts'
+import { repoRoot } from '../support/harness.ts'
 
 // The rule as the repository configures it (eslint.config.js), on examples given as files of the layers.
-const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
 const eslint = new ESLint({ cwd: repoRoot })
 const ruleId = 'jobsvc-read-models/no-read-model-sql'
 
@@ -56,10 +55,6 @@ t.test('SQL over a table a service owns passes', async (t) => {
     await findings('declare const sql: any\nexport const n = sql`SELECT count(*) FROM request_counts`\n', 'services/use-cases/metering/example.ts'),
     [],
   )
-})
-
-t.test('the ready index keeps its allowance until its warm-up moves into the job list (issue 24)', async (t) => {
-  t.same(await findings(wrong, 'services/use-cases/jobs/ready-index/warm-up.ts'), [])
 })
 
 t.test('the rule covers exactly the tables the projections write, read from the migrations', async (t) => {

@@ -21,12 +21,7 @@ const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
 
 const serviceOwnedTables = new Set(['request_counts', 'project_usage', 'log_byte_counts'])
 
-/**
- * Files outside projections/ allowed to hold such SQL, by path prefix. The ready index is being
- * split into services/use-cases/jobs/ready-index/ (issue 24, item 2); its warm-up reads the job
- * list through jobList.pendingQueue once that lands, and this allowance goes.
- */
-const allowedPrefixes = ['projections/', 'services/use-cases/jobs/ready-index']
+const allowedPrefixes = ['projections/']
 
 let cachedTables = null
 
