@@ -1,6 +1,7 @@
 import tseslint from 'typescript-eslint'
 import noClockOrIo from './tools/lint/no-clock-or-io.js'
 import noReadModelSql from './tools/lint/no-read-model-sql.js'
+import noUntypedStore from './tools/lint/no-untyped-store.js'
 import routeDeclaresRole from './tools/lint/route-declares-role.js'
 
 export default tseslint.config(
@@ -47,6 +48,19 @@ export default tseslint.config(
     files: ['services/use-cases/jobs/ready-index/lanes.ts'],
     plugins: { 'jobsvc-pure': { rules: { 'no-clock-or-io': noClockOrIo } } },
     rules: { 'jobsvc-pure/no-clock-or-io': 'error' },
+  },
+  {
+    // Issue 24, item 3: above streams/, aggregates are loaded and decided through their typed handlers.
+    files: ['projections/**/*.ts', 'services/**/*.ts', 'tools/**/*.ts', 'test/**/*.ts'],
+    ignores: ['test/streams/**'],
+    plugins: { 'jobsvc-aggregates': { rules: { 'no-untyped-store': noUntypedStore } } },
+    rules: { 'jobsvc-aggregates/no-untyped-store': 'error' },
+  },
+  {
+    // Tests may append raw messages and read them back untyped (and make a billing provider's `evt_` ids).
+    files: ['test/**/*.ts'],
+    ignores: ['test/streams/**'],
+    rules: { 'jobsvc-aggregates/no-untyped-store': ['error', { eventIds: false, storeCalls: false }] },
   },
   {
     // Read models own their queries (tools/lint/no-read-model-sql.js). Tests and benches are left

@@ -20,7 +20,8 @@ export interface CommandResult<E extends DomainEventShape, S> {
 }
 
 /**
- * Load (one direct get), decide, append at the sequence seen.
+ * Load (one direct get), decide, append at the sequence seen. The layers above call it through
+ * their aggregate's handler (streams/aggregates.ts), which binds the decider and makes the event ids.
  *
  * A `hint` (state and sequence known without a load: a new id's `{null, 0}`, a read-model row,
  * this process's last write) replaces the first load. It is safe because the append checks the

@@ -4,6 +4,7 @@
  * subjects: a namespace change or a new aggregate kind is made here.
  */
 
+/** Each kind's command handler, its decider and how it is addressed, is in streams/aggregates.ts. */
 export type AggregateKind = 'job' | 'progress' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook' | 'delivery' | 'promo'
 
 /**

@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap'
-import type { AlertEvent } from '../../domain/alert.ts'
-import { evaluateAlerts, alertRef } from '../../services/use-cases/alerts/alert-service.ts'
+import { evaluateAlerts } from '../../services/use-cases/alerts/alert-service.ts'
+import { alertHandler } from '../../streams/aggregates.ts'
 import { eventually, httpRequest, withClockShifted, type Harness } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
 import { freshEmail, joinProject, newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
@@ -117,7 +117,7 @@ const withClockAhead = <T>(ms: number, fn: () => Promise<T>): Promise<T> => with
 
 /** The event types on the alert's own subject, in log order. */
 async function logOf(t: Test, id: string, projectId = p.projectId): Promise<string[]> {
-  const records = await h.runtime.store.history<AlertEvent, unknown>(alertRef(projectId, id))
+  const records = await alertHandler.history(h.runtime.store, alertHandler.ref(projectId, id))
   for (const r of records) t.equal(r.subject, `${h.config.namespace}.evt.${projectId}.alert.${id}`, `seq ${r.seq} is on the alert's subject`)
   return records.flatMap((r) => r.message.events.map((e) => e.type))
 }

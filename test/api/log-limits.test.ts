@@ -1,5 +1,6 @@
 import t from 'tap'
 import { resolvePlans } from '../../domain/plans.ts'
+import { recurringHandler } from '../../streams/aggregates.ts'
 import { eventsStreamName } from '../../streams/names.ts'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
@@ -50,11 +51,7 @@ t.test('past its log budget a project gets 429 log_budget_exceeded for new work,
   // The scheduler's occurrences are skipped, and it says why.
   const fired = await eventually(
     async () => {
-      const history = await h.runtime.store.history<{ type: string; data: { skipped_reason?: string | null } }, unknown>({
-        aggregate: 'recurring',
-        projectId: h.projectId,
-        id: 'rjob_budget-tick',
-      })
+      const history = await recurringHandler.history(h.runtime.store, recurringHandler.ref(h.projectId, 'rjob_budget-tick'))
       return history.flatMap((r) => r.message.events).find((e) => e.type === 'recurring_fired' && e.data.skipped_reason === 'log_budget_exceeded')
     },
     15_000,

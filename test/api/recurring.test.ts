@@ -3,11 +3,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { decodeTime } from 'ulid'
-import { fireDueSchedules, occurrenceJobId, recurringRef } from '../../services/use-cases/jobs/recurring-service.ts'
+import { fireDueSchedules, occurrenceJobId } from '../../services/use-cases/jobs/recurring-service.ts'
 import { JobService } from '../../services/use-cases/jobs/job-service.ts'
 import { BillingService } from '../../services/use-cases/metering/billing-service.ts'
 import { resolvePlans } from '../../domain/plans.ts'
 import { ConfigError, loadConfig } from '../../services/infrastructure/config.ts'
+import { recurringHandler } from '../../streams/aggregates.ts'
 import { eventually, httpRequest, startHarness, type Harness, type HttpResponse } from '../support/harness.ts'
 
 // No scheduler role: the tests fire schedules themselves, with the clock where they want it.
@@ -832,7 +833,7 @@ t.test('a project whose billing state is not active skips its occurrences, like 
   t.equal(await fire(), 0, 'the occurrence creates no job')
   const occurrence = occurrenceJobId(other.projectId, 'rjob_billing-tick', new Date('2026-08-03T09:05:00Z'))
   t.equal((await httpRequest(h.url, other.apiKey, 'GET', `/jobsvc/v1/jobs/${occurrence}`)).status, 404)
-  const history = await h.runtime.store.history(recurringRef(other.projectId, 'rjob_billing-tick'))
+  const history = await recurringHandler.history(h.runtime.store, recurringHandler.ref(other.projectId, 'rjob_billing-tick'))
   const fired = history.flatMap((r) => r.message.events).find((e) => e.type === 'recurring_fired')
   t.match(fired?.data, { job_id: null, skipped_reason: 'billing_state_blocked' }, 'recorded as skipped, with the reason')
   t.equal((await scheduleOf(h, 'rjob_billing-tick', other.apiKey)).next_run_at, '2026-08-03T09:10:00.000Z', 'and not tried again')

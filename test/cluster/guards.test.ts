@@ -1,14 +1,10 @@
 import t from 'tap'
-import { promoCodeDecider, type PromoCode, type PromoCodeCommand, type PromoCodeEvent } from '../../domain/promo-code.ts'
-import { userDecider, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
 import { exactExpectationsSince, isVersionBefore } from '../../services/infrastructure/write-guard.ts'
 import { openIdempotencyStore } from '../../services/roles/api/idempotency-hooks.ts'
 import { abandonedAfterMs, IdempotencyStore } from '../../services/roles/api/idempotency-store.ts'
 import { AuthLimits, loginFailuresPerWindow } from '../../services/use-cases/platform/auth-limits.ts'
 import { hashRecoveryCode } from '../../services/use-cases/platform/totp.ts'
-import type { AggregateRef } from '../../streams/event-store.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
-import { platformScope } from '../../streams/names.ts'
+import { promoCodeHandler, userHandler } from '../../streams/aggregates.ts'
 import { startNatsCluster } from '../support/nats-cluster.ts'
 import { newVerifiedUser, sessionFrom, startPlatformHarness, totpCode } from '../support/platform.ts'
 
@@ -24,15 +20,9 @@ const cluster = await startNatsCluster(t)
 const h = await startPlatformHarness(t, import.meta.filename, { roles: ['api', 'projector'], config: { natsUrl: cluster.urls, replicas: 3 } })
 const racers = 20
 
-/** Sends `command` to the aggregate `racers` times at once; answers how many of them appended. */
-async function race<C extends { meta: { now: string } }, E extends { type: string; data: unknown }, S>(
-  decider: Parameters<typeof handleCommand<C, E, S>>[1],
-  ref: AggregateRef,
-  command: (i: number) => C,
-): Promise<number> {
-  const results = await Promise.allSettled(
-    Array.from({ length: racers }, (_, i) => handleCommand<C, E, S>(h.runtime.store, decider, ref, command(i), () => `evt_${h.runtime.newUlid()}`)),
-  )
+/** Sends one decision `racers` times at once (`decide(i)` is the i-th); answers how many of them appended. */
+async function race(decide: (i: number) => Promise<{ appended: boolean }>): Promise<number> {
+  const results = await Promise.allSettled(Array.from({ length: racers }, (_, i) => decide(i)))
   return results.filter((r) => r.status === 'fulfilled' && r.value.appended).length
 }
 
@@ -58,11 +48,13 @@ t.test('a TOTP step opens one session, however many logins send its code at once
   t.ok(sessionFrom(logins.find((l) => l.status === 200)!), 'and it has its session')
 
   const step = Math.floor(Date.now() / 30_000) + 5
-  const won = await race<UserCommand, UserEvent, User>(userDecider, { aggregate: 'user', projectId: platformScope, id: u.userId }, () => ({
-    type: 'accept_totp_step',
-    data: { step },
-    meta: { now: new Date().toISOString() },
-  }))
+  const won = await race(() =>
+    userHandler.decide(h.runtime, userHandler.ref(u.userId), {
+      type: 'accept_totp_step',
+      data: { step },
+      meta: { now: new Date().toISOString() },
+    }),
+  )
   t.equal(won, 1, `of ${racers} acceptances of one step sent at once, one is stored`)
 })
 
@@ -72,41 +64,47 @@ t.test('a recovery code is used once, however many uses of it are sent at once',
   await h.platform('POST', '/platform/v1/auth/2fa/verify', { code: totpCode(setup.body.secret) }, { jwt: u.jwt })
   const codes = (await h.platform('POST', '/platform/v1/auth/2fa/recovery/regenerate', undefined, { jwt: u.jwt })).body.codes as string[]
   t.equal(codes.length, 10, 'ten recovery codes')
-  const won = await race<UserCommand, UserEvent, User>(userDecider, { aggregate: 'user', projectId: platformScope, id: u.userId }, () => ({
-    type: 'use_recovery_code',
-    data: { code_hash: hashRecoveryCode(codes[0]!) },
-    meta: { now: new Date().toISOString() },
-  }))
+  const won = await race(() =>
+    userHandler.decide(h.runtime, userHandler.ref(u.userId), {
+      type: 'use_recovery_code',
+      data: { code_hash: hashRecoveryCode(codes[0]!) },
+      meta: { now: new Date().toISOString() },
+    }),
+  )
   t.equal(won, 1, `of ${racers} uses of one recovery code sent at once, one is stored`)
-  const user = (await h.runtime.store.load<User>({ aggregate: 'user', projectId: platformScope, id: u.userId })).state!
+  const user = (await userHandler.load(h.runtime.store, userHandler.ref(u.userId))).state!
   t.equal(user.recovery_code_hashes.length, 9, 'nine codes are left')
 })
 
 t.test('a promotion code with one use left is redeemed once', async (t) => {
-  const ref: AggregateRef = { aggregate: 'promo', projectId: platformScope, id: 'CLUSTER-ONCE' }
+  const ref = promoCodeHandler.ref('CLUSTER-ONCE')
   const now = () => new Date().toISOString()
   // Creates take no lock: the replicas check an expected sequence of 0 as they apply it.
-  const created = await race<PromoCodeCommand, PromoCodeEvent, PromoCode | null>(promoCodeDecider, ref, () => ({
-    type: 'create_promo_code',
-    data: {
-      code: 'CLUSTER-ONCE',
-      kind: 'allowance_bonus',
-      amount: 1000,
-      periods: 1,
-      max_uses: 1,
-      expires_at: new Date(Date.now() + 86_400_000).toISOString(),
-      created_by: 'usr_staff',
-    },
-    meta: { now: now() },
-  }))
+  const created = await race(() =>
+    promoCodeHandler.decide(h.runtime, ref, {
+      type: 'create_promo_code',
+      data: {
+        code: 'CLUSTER-ONCE',
+        kind: 'allowance_bonus',
+        amount: 1000,
+        periods: 1,
+        max_uses: 1,
+        expires_at: new Date(Date.now() + 86_400_000).toISOString(),
+        created_by: 'usr_staff',
+      },
+      meta: { now: now() },
+    }),
+  )
   t.equal(created, 1, `of ${racers} creates of one code sent at once, one is stored`)
-  const won = await race<PromoCodeCommand, PromoCodeEvent, PromoCode | null>(promoCodeDecider, ref, (i) => ({
-    type: 'redeem_promo_code',
-    data: { project_id: `prj_race${i}`, redeemed_by: `usr_race${i}` },
-    meta: { now: now() },
-  }))
+  const won = await race((i) =>
+    promoCodeHandler.decide(h.runtime, ref, {
+      type: 'redeem_promo_code',
+      data: { project_id: `prj_race${i}`, redeemed_by: `usr_race${i}` },
+      meta: { now: now() },
+    }),
+  )
   t.equal(won, 1, `of ${racers} projects redeeming the last use at once, one is stored`)
-  t.equal((await h.runtime.store.load<PromoCode>(ref)).state!.uses, 1, 'the code counts one use')
+  t.equal((await promoCodeHandler.load(h.runtime.store, ref)).state!.uses, 1, 'the code counts one use')
 })
 
 t.test('the failed-login window takes its ten slots, however many attempts arrive at once', async (t) => {

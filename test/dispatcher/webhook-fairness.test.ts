@@ -1,13 +1,12 @@
 import http from 'node:http'
 import net from 'node:net'
 import t from 'tap'
-import { webhookDecider, type Webhook, type WebhookCommand, type WebhookEvent } from '../../domain/webhook.ts'
+import type { WebhookCommand } from '../../domain/webhook.ts'
 import { applyWebhookRows } from '../../projections/webhooks.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
+import { webhookHandler } from '../../streams/aggregates.ts'
 import { deliveriesStreamName, dispatcherConsumerName, eventsStreamName, subscriptionDelivererConsumerName } from '../../streams/names.ts'
 import * as dispatcher from '../../services/roles/dispatcher/index.ts'
 import { deriveKey, encryptAtRest } from '../../services/infrastructure/secrets.ts'
-import { webhookRef } from '../../services/use-cases/webhooks/webhook-service.ts'
 import { eventually, httpRequest, startHarness, type TestLike } from '../support/harness.ts'
 
 /** How long a trickling receiver keeps going if nobody cuts it off (far past any deadline here). */
@@ -291,13 +290,7 @@ t.test('webhook delivery under slow and flooding receivers', async (t) => {
         },
         meta: { now: new Date(Date.now() + i).toISOString() },
       }
-      const result = await handleCommand<WebhookCommand, WebhookEvent, Webhook>(
-        h.runtime.store,
-        webhookDecider,
-        webhookRef(c.projectId, id),
-        command,
-        () => `evt_${h.runtime.newUlid()}`,
-      )
+      const result = await webhookHandler.decide(h.runtime, webhookHandler.ref(c.projectId, id), command)
       await applyWebhookRows(h.runtime.sql, [result.record])
       ids.push(id)
     }

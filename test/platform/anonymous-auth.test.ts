@@ -1,9 +1,8 @@
 import { randomBytes, scryptSync } from 'node:crypto'
 import t, { type Test } from 'tap'
-import { userDecider, type User, type UserCommand, type UserEvent } from '../../domain/user.ts'
-import { userRef } from '../../services/use-cases/platform/accounts.ts'
+import type { UserCommand } from '../../domain/user.ts'
 import { decoyPasswordHash } from '../../services/use-cases/platform/passwords.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
+import { userHandler } from '../../streams/aggregates.ts'
 import { httpRequest, type HttpResponse, withClockShifted } from '../support/harness.ts'
 import { freshEmail, freshIp, newVerifiedUser, sessionFrom, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 import { tokenFromMail, type ReceivedMail } from '../support/smtp-sink.ts'
@@ -348,7 +347,7 @@ t.test('login with a wrong password or an unknown address: 401 invalid_credentia
 t.test("passwords: scrypt at OWASP's minimum; an older hash is upgraded at the next successful login", async (t) => {
   const owasp = /^scrypt\$131072\$8\$1\$[\w-]{22}\$[\w-]{43}$/
   const u = await newVerifiedUser(h)
-  const stored = async () => (await h.runtime.store.load<User>(userRef(u.userId))).state!
+  const stored = async () => (await userHandler.load(h.runtime.store, userHandler.ref(u.userId))).state!
   t.match((await stored()).password_hash, owasp, 'a new hash is scrypt N=2^17, r=8, p=1 (OWASP Password Storage Cheat Sheet)')
   t.match(await decoyPasswordHash(), owasp, 'the decoy hash for unknown addresses has the same parameters')
 
@@ -363,7 +362,7 @@ t.test("passwords: scrypt at OWASP's minimum; an older hash is upgraded at the n
     scryptSync(u.password.normalize('NFKC'), salt, 32, { N: 2 ** 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 }).toString('base64url'),
   ].join('$')
   const command: UserCommand = { type: 'change_password', data: { password_hash: weak }, meta: { now: new Date().toISOString() } }
-  await handleCommand<UserCommand, UserEvent, User>(h.runtime.store, userDecider, userRef(u.userId), command, () => `evt_${h.runtime.newUlid()}`)
+  await userHandler.decide(h.runtime, userHandler.ref(u.userId), command)
   const before = await stored()
   t.equal(before.password_hash, weak, 'the user now has an N=2^15 hash')
 
@@ -382,7 +381,7 @@ t.test("passwords: scrypt at OWASP's minimum; an older hash is upgraded at the n
   t.match(after.password_hash, owasp, 'the successful login replaced it with an N=2^17 hash')
   t.equal(after.password_changed_at, before.password_changed_at, 'the upgrade is not a password change')
   t.equal((await me(sessionFrom(login))).status, 200, 'so the session just issued stays valid')
-  const history = await h.runtime.store.history<UserEvent, User>(userRef(u.userId))
+  const history = await userHandler.history(h.runtime.store, userHandler.ref(u.userId))
   t.equal(history.flatMap((r) => r.message.events).filter((e) => e.type === 'password_rehashed').length, 1, 'one password_rehashed event on the user')
 
   const again = await post('login', { email: u.email, password: u.password })

@@ -1,11 +1,10 @@
 import { createHmac, randomBytes } from 'node:crypto'
 import t, { type Test } from 'tap'
-import type { Project, ProjectEvent } from '../../domain/project.ts'
 import { BillingService } from '../../services/use-cases/metering/billing-service.ts'
 import { resolvePlans } from '../../domain/plans.ts'
 import { signPayload } from '../../services/use-cases/metering/provider-signature.ts'
-import { projectRef } from '../../services/use-cases/projects/project-service.ts'
 import { rollBillingPeriods } from '../../services/roles/scheduler/index.ts'
+import { projectHandler } from '../../streams/aggregates.ts'
 import { eventually, httpRequest, type HttpResponse } from '../support/harness.ts'
 import { freshEmail, freshIp, newVerifiedUser, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 import { tokenFromMail } from '../support/smtp-sink.ts'
@@ -462,7 +461,7 @@ t.test('provider webhook: an event id is applied once; a replay inside the windo
   const event = (id: string, state: string) => JSON.stringify({ id, type: 'billing_state.updated', data: { project_id: u.projectId, state } })
   const tag = randomBytes(4).toString('hex')
   const stateEvents = async () => {
-    const history = await h.runtime.store.history<ProjectEvent, Project>(projectRef(u.projectId))
+    const history = await projectHandler.history(h.runtime.store, projectHandler.ref(u.projectId))
     return history.flatMap((r) => r.message.events).filter((e) => e.type === 'billing_state_changed' || e.type === 'billing_state_confirmed')
   }
 

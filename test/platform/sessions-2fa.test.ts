@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { SignJWT } from 'jose'
 import t, { type Test } from 'tap'
+import { userHandler } from '../../streams/aggregates.ts'
 import { eventsStreamName } from '../../streams/names.ts'
 import { eventually, type HttpResponse } from '../support/harness.ts'
 import { newVerifiedUser, sessionFrom, startPlatformHarness, totpCode, type PlatformHarness, type VerifiedUser } from '../support/platform.ts'
@@ -685,9 +686,9 @@ t.test('the TOTP secret and recovery codes are not stored in plaintext', async (
   const used = await login({ email: u.email, password: u.password, recovery_code: codes[3] })
   t.equal(used.status, 200)
 
-  const loaded = await h.runtime.store.load<any>({ aggregate: 'user', projectId: '_platform', id: u.userId })
+  const loaded = await userHandler.load(h.runtime.store, userHandler.ref(u.userId))
   t.ok(loaded.state, 'the user aggregate is in the log')
-  t.equal(Boolean(loaded.state.totp?.enabled_at), true, 'the loaded state has 2FA on')
+  t.equal(Boolean(loaded.state?.totp?.enabled_at), true, 'the loaded state has 2FA on')
 
   const stream = eventsStreamName(h.config.namespace)
   const info = await h.runtime.nats.jsm.streams.info(stream)

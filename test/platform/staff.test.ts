@@ -1,8 +1,7 @@
 import t, { type Test } from 'tap'
 import { resolvePlans } from '../../domain/plans.ts'
-import type { PromoCode } from '../../domain/promo-code.ts'
 import { AccountService } from '../../services/use-cases/platform/accounts.ts'
-import { platformScope } from '../../streams/names.ts'
+import { promoCodeHandler } from '../../streams/aggregates.ts'
 import { eventually, httpRequest, withClockShifted, type HttpResponse } from '../support/harness.ts'
 import { joinProject, newVerifiedUser, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 
@@ -239,7 +238,7 @@ t.test('promotion codes', async (t) => {
     const answers = await Promise.all([apply(a!, 'RACE'), apply(b!, 'RACE')])
     t.same(answers.map((r) => r.status).sort(), [200, 422], JSON.stringify(answers.map((r) => r.body)))
     t.equal(answers.find((r) => r.status === 422)!.body.error.code, 'invalid_token')
-    const code = await h.runtime.store.load<PromoCode>({ aggregate: 'promo', projectId: platformScope, id: 'RACE' })
+    const code = await promoCodeHandler.load(h.runtime.store, promoCodeHandler.ref('RACE'))
     t.equal(code.state!.uses, 1, 'one use counted')
   })
 

@@ -1,11 +1,11 @@
 import t from 'tap'
 import { ulid } from 'ulid'
-import { jobDecider, type JobCommand } from '../../domain/job.ts'
-import { projectDecider, type ProjectCommand } from '../../domain/project.ts'
-import { userDecider, type UserCommand } from '../../domain/user.ts'
+import type { JobCommand } from '../../domain/job.ts'
+import type { ProjectCommand } from '../../domain/project.ts'
+import type { UserCommand } from '../../domain/user.ts'
 import { activityFeed } from '../../projections/activity.ts'
-import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
-import { platformScope } from '../../streams/names.ts'
+import { jobHandler, projectHandler, userHandler } from '../../streams/aggregates.ts'
+import type { EventRecord } from '../../streams/event-store.ts'
 import { createJobData } from '../support/job-commands.ts'
 import { openProjectionBench } from '../support/projection-bench.ts'
 
@@ -20,8 +20,8 @@ const idOf = (record: EventRecord) => record.message.events[0]!.id.replace(/^evt
 
 async function jobHistory() {
   const projectId = `prj_${ulid().toLowerCase()}`
-  const ref: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid().toLowerCase()}` }
-  const decide = (command: JobCommand) => bench.decide(jobDecider, ref, command)
+  const ref = jobHandler.ref(projectId, `job_${ulid().toLowerCase()}`)
+  const decide = (command: JobCommand) => bench.decide(jobHandler, ref, command)
   const created = await decide({ type: 'create_job', data: createJobData({ job_id: ref.id, project_id: projectId, queue: 'mail' }), meta: meta(0) })
   const cancelled = await decide({ type: 'cancel_job', data: {}, meta: meta(1) })
   return { ref, projectId, created, cancelled }
@@ -68,9 +68,9 @@ t.test('a job: a row for its creation and its cancellation, in its project', asy
 
 t.test('a change a member asked for through their session names them: the actor column and the metadata', async (t) => {
   const projectId = `prj_${ulid().toLowerCase()}`
-  const ref: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid().toLowerCase()}` }
+  const ref = jobHandler.ref(projectId, `job_${ulid().toLowerCase()}`)
   const actor = { user_id: `usr_${ulid().toLowerCase()}`, email: 'member@example.com' }
-  const decide = (command: JobCommand) => bench.decide(jobDecider, ref, command)
+  const decide = (command: JobCommand) => bench.decide(jobHandler, ref, command)
   const created = await decide({ type: 'create_job', data: createJobData({ job_id: ref.id, project_id: projectId, queue: 'mail' }), meta: meta(0) })
   const cancelled = await decide({ type: 'cancel_job', data: {}, meta: { ...meta(1), actor } })
   t.same(cancelled.message.events[0]!.actor, actor, 'the stored event carries the member')
@@ -88,8 +88,8 @@ t.test('a change a member asked for through their session names them: the actor 
 
 t.test('a project: its own id is the project; events that are no activity kind give no row', async (t) => {
   const id = `prj_${ulid().toLowerCase()}`
-  const ref: AggregateRef = { aggregate: 'project', projectId: id, id }
-  const decide = (command: ProjectCommand) => bench.decide(projectDecider, ref, command)
+  const ref = projectHandler.ref(id)
+  const decide = (command: ProjectCommand) => bench.decide(projectHandler, ref, command)
   const key = { prefix: `jobsvc_test_${ulid().slice(-12).toLowerCase()}`, key_hash: 'a'.repeat(64) }
   const created = await decide({ type: 'create_project', data: { project_id: id, name: 'Acme', plan: 'pro', owner_email: null, key }, meta: meta(0) })
   const renamed = await decide({ type: 'rename_project', data: { actor_user_id: null, name: 'Acme Two' }, meta: meta(1) })
@@ -108,7 +108,7 @@ t.test('a project: its own id is the project; events that are no activity kind g
 })
 
 t.test('a user: account kinds carry the user and no project', async (t) => {
-  const ref: AggregateRef = { aggregate: 'user', projectId: platformScope, id: `usr_${ulid().toLowerCase()}` }
+  const ref = userHandler.ref(`usr_${ulid().toLowerCase()}`)
   const signUp: UserCommand = {
     type: 'sign_up',
     data: {
@@ -120,7 +120,7 @@ t.test('a user: account kinds carry the user and no project', async (t) => {
     },
     meta: meta(0),
   }
-  const signedUp = await bench.decide(userDecider, ref, signUp)
+  const signedUp = await bench.decide(userHandler, ref, signUp)
   await bench.project([signedUp])
   const rows = await rowsOf([signedUp])
   t.match(rows, [{ project_id: null, user_id: ref.id, kind: 'terms_accepted', target_type: 'user', target_id: ref.id, metadata: null }])
@@ -128,8 +128,8 @@ t.test('a user: account kinds carry the user and no project', async (t) => {
 })
 
 t.test("a suspension by staff: a row on each of the user's projects, naming who acted", async (t) => {
-  const ref: AggregateRef = { aggregate: 'user', projectId: platformScope, id: `usr_${ulid().toLowerCase()}` }
-  const decide = (command: UserCommand) => bench.decide(userDecider, ref, command)
+  const ref = userHandler.ref(`usr_${ulid().toLowerCase()}`)
+  const decide = (command: UserCommand) => bench.decide(userHandler, ref, command)
   await decide({
     type: 'sign_up',
     data: { user_id: ref.id, email: 'bo@example.test', password_hash: 'x', plan: 'free', verification: { token_hash: 'v', expires_at: at(59) } },

@@ -1,8 +1,9 @@
 import t from 'tap'
 import { ulid } from 'ulid'
-import { alertDecider, type AlertCommand, type AlertSettings } from '../../domain/alert.ts'
+import type { AlertCommand, AlertSettings } from '../../domain/alert.ts'
 import { alertSettings } from '../../projections/alerts.ts'
-import type { AggregateRef } from '../../streams/event-store.ts'
+import type { Ref } from '../../streams/aggregate-handler.ts'
+import { alertHandler } from '../../streams/aggregates.ts'
 import { sampleAlertSettings } from '../support/aggregate-samples.ts'
 import { openProjectionBench } from '../support/projection-bench.ts'
 
@@ -12,16 +13,16 @@ const projectId = 'prj_alerts'
 const settings = sampleAlertSettings
 const at = (minute: number) => `2024-06-01T10:${String(minute).padStart(2, '0')}:00.000Z`
 
-const decide = (ref: AggregateRef, command: AlertCommand) => bench.decide(alertDecider, ref, command)
-const create = (ref: AggregateRef, minute: number) =>
+const decide = (ref: Ref<'alert'>, command: AlertCommand) => bench.decide(alertHandler, ref, command)
+const create = (ref: Ref<'alert'>, minute: number) =>
   decide(ref, { type: 'create_alert', data: { ...settings, alert_id: ref.id, project_id: projectId }, meta: { now: at(minute) } })
-const update = (ref: AggregateRef, minute: number, over: Partial<AlertSettings>) =>
+const update = (ref: Ref<'alert'>, minute: number, over: Partial<AlertSettings>) =>
   decide(ref, { type: 'update_alert', data: { ...settings, ...over }, meta: { now: at(minute) } })
-const evaluate = (ref: AggregateRef, minute: number, value: number) =>
+const evaluate = (ref: Ref<'alert'>, minute: number, value: number) =>
   decide(ref, { type: 'record_evaluation', data: { value }, meta: { now: at(minute) } })
-const remove = (ref: AggregateRef, minute: number) => decide(ref, { type: 'delete_alert', data: {}, meta: { now: at(minute) } })
+const remove = (ref: Ref<'alert'>, minute: number) => decide(ref, { type: 'delete_alert', data: {}, meta: { now: at(minute) } })
 
-const newAlert = (): AggregateRef => ({ aggregate: 'alert', projectId, id: `alr_${ulid().toLowerCase()}` })
+const newAlert = (): Ref<'alert'> => alertHandler.ref(projectId, `alr_${ulid().toLowerCase()}`)
 const row = async (id: string) => (await bench.sql`SELECT * FROM alerts WHERE project_id = ${projectId} AND id = ${id}`)[0]
 
 t.test('an alert row follows the alert: created, triggered, resolved, updated, deleted', async (t) => {

@@ -1,14 +1,12 @@
 import t from 'tap'
 import { ulid } from 'ulid'
-import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
-import { projectDecider, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
 import { applyBatch, projectedThrough, readCheckpoints, resetReadModels } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { jobList } from '../../projections/job-list.ts'
 import { projectDirectory } from '../../projections/project-directory.ts'
 import type { Projection } from '../../projections/projection.ts'
-import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
+import { jobHandler, projectHandler } from '../../streams/aggregates.ts'
+import type { EventRecord } from '../../streams/event-store.ts'
 import { openIsolatedStore } from '../support/isolated-store.ts'
 import { createJobData } from '../support/job-commands.ts'
 
@@ -16,45 +14,33 @@ const { sql, store } = await openIsolatedStore(t, import.meta.filename)
 
 const projectId = 'prj_checkpoints'
 const meta = () => ({ now: new Date().toISOString(), random: 0 })
-const newEventId = () => `evt_${ulid()}`
+const writer = { store, newUlid: ulid }
 
 /** Creates a job and returns its message as read back from the log. */
 async function newJob(): Promise<EventRecord> {
-  const ref: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid()}` }
-  await handleCommand<JobCommand, JobEvent, Job>(
-    store,
-    jobDecider,
-    ref,
-    {
-      type: 'create_job',
-      data: createJobData({ job_id: ref.id, project_id: projectId, job_type: 'report', max_attempts: 1 }),
-      meta: meta(),
-    },
-    newEventId,
-  )
+  const ref = jobHandler.ref(projectId, `job_${ulid()}`)
+  await jobHandler.decide(writer, ref, {
+    type: 'create_job',
+    data: createJobData({ job_id: ref.id, project_id: projectId, job_type: 'report', max_attempts: 1 }),
+    meta: meta(),
+  })
   return (await store.history(ref)).at(-1)!
 }
 
 async function newProject(): Promise<EventRecord> {
   const id = `prj_${ulid().toLowerCase()}`
-  const ref: AggregateRef = { aggregate: 'project', projectId: id, id }
-  await handleCommand<ProjectCommand, ProjectEvent, Project>(
-    store,
-    projectDecider,
-    ref,
-    {
-      type: 'create_project',
-      data: {
-        project_id: id,
-        name: 'p',
-        plan: 'free',
-        owner_email: null,
-        key: { prefix: `jobsvc_test_${ulid().slice(0, 12)}`, key_hash: 'f'.repeat(64) },
-      },
-      meta: meta(),
+  const ref = projectHandler.ref(id)
+  await projectHandler.decide(writer, ref, {
+    type: 'create_project',
+    data: {
+      project_id: id,
+      name: 'p',
+      plan: 'free',
+      owner_email: null,
+      key: { prefix: `jobsvc_test_${ulid().slice(0, 12)}`, key_hash: 'f'.repeat(64) },
     },
-    newEventId,
-  )
+    meta: meta(),
+  })
   return (await store.history(ref)).at(-1)!
 }
 

@@ -1,9 +1,10 @@
 import t from 'tap'
 import { ulid } from 'ulid'
-import { deliveryDecider, type DeliveryCommand } from '../../domain/delivery.ts'
+import type { DeliveryCommand } from '../../domain/delivery.ts'
 import { outcomeOf } from '../../domain/delivery-policy.ts'
 import { webhookDeliveries } from '../../projections/deliveries.ts'
-import type { AggregateRef } from '../../streams/event-store.ts'
+import type { Ref } from '../../streams/aggregate-handler.ts'
+import { deliveryHandler } from '../../streams/aggregates.ts'
 import { openProjectionBench } from '../support/projection-bench.ts'
 
 const bench = await openProjectionBench(t, import.meta.filename, webhookDeliveries)
@@ -14,16 +15,16 @@ const at = (minute: number) => `2024-06-01T12:${String(minute).padStart(2, '0')}
 /** What a delivery is of: one event to one subscription. */
 const about = { project_id: projectId, webhook_id: 'whk_1', event_id: 'evt_1', event_type: 'job.failed' }
 
-const decide = (ref: AggregateRef, command: DeliveryCommand) => bench.decide(deliveryDecider, ref, command)
-const schedule = (ref: AggregateRef) => decide(ref, { type: 'schedule_delivery', data: { delivery_id: ref.id, ...about }, meta: { now: at(0) } })
-const attempt = (ref: AggregateRef, n: number, responseStatus: number | null) =>
+const decide = (ref: Ref<'delivery'>, command: DeliveryCommand) => bench.decide(deliveryHandler, ref, command)
+const schedule = (ref: Ref<'delivery'>) => decide(ref, { type: 'schedule_delivery', data: { delivery_id: ref.id, ...about }, meta: { now: at(0) } })
+const attempt = (ref: Ref<'delivery'>, n: number, responseStatus: number | null) =>
   decide(ref, {
     type: 'record_attempt',
     data: { attempt: n, outcome: outcomeOf(responseStatus), response_status: responseStatus },
     meta: { now: at(n) },
   })
 
-const newDelivery = (): AggregateRef => ({ aggregate: 'delivery', projectId, id: `dlv_${ulid().toLowerCase()}` })
+const newDelivery = (): Ref<'delivery'> => deliveryHandler.ref(projectId, `dlv_${ulid().toLowerCase()}`)
 const row = async (id: string) => (await bench.sql`SELECT * FROM deliveries WHERE id = ${id}`)[0]
 
 t.test('a delivery row follows its attempts: scheduled, retried, delivered', async (t) => {

@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict'
 import t from 'tap'
 import { ulid } from 'ulid'
-import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
-import { jobProgressDecider } from '../../domain/job-progress.ts'
+import type { Job, JobCommand } from '../../domain/job.ts'
 import { jobList, upsertJobRows } from '../../projections/job-list.ts'
-import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
+import type { Ref } from '../../streams/aggregate-handler.ts'
+import { jobHandler, progressHandler } from '../../streams/aggregates.ts'
+import type { EventRecord } from '../../streams/event-store.ts'
 import { openIsolatedStore } from '../support/isolated-store.ts'
 
 const { sql, store } = await openIsolatedStore(t, import.meta.filename)
+const writer = { store, newUlid: ulid }
 
 const projectId = 'prj_joblist'
 let clock = Date.parse('2024-03-01T12:00:00.000Z')
@@ -16,25 +17,25 @@ let clock = Date.parse('2024-03-01T12:00:00.000Z')
 const meta = () => ({ now: new Date((clock += 1000)).toISOString(), random: 0.5 })
 
 /** Runs a command and reads its message back from the log, as the projector would receive it. */
-async function command(ref: AggregateRef, cmd: JobCommand): Promise<EventRecord> {
-  const result = await handleCommand<JobCommand, JobEvent, Job>(store, jobDecider, ref, cmd, () => `evt_${ulid()}`)
+async function command(ref: Ref<'job'>, cmd: JobCommand): Promise<EventRecord> {
+  const result = await jobHandler.decide(writer, ref, cmd)
   const stored = (await store.history(ref)).at(-1)!
   assert.equal(stored.seq, result.seq)
   return stored
 }
 
 /** A worker's progress report on the job's progress subject, as the heartbeat route appends it. */
-async function report(ref: AggregateRef, attempt: number, progress: number): Promise<EventRecord> {
-  const progressRef: AggregateRef = { aggregate: 'progress', projectId: ref.projectId, id: ref.id }
+async function report(ref: Ref<'job'>, attempt: number, progress: number): Promise<EventRecord> {
+  const progressRef = progressHandler.ref(ref.projectId, ref.id)
   const data = { worker_id: 'w1', attempt, job_progress: null, progress }
-  const result = await handleCommand(store, jobProgressDecider, progressRef, { type: 'report_progress', data, meta: meta() }, () => `evt_${ulid()}`)
+  const result = await progressHandler.decide(writer, progressRef, { type: 'report_progress', data, meta: meta() })
   return (await store.history(progressRef)).find((r) => r.seq === result.seq)!
 }
 
 async function createJob(
   overrides: Partial<Extract<JobCommand, { type: 'create_job' }>['data']> = {},
-): Promise<{ ref: AggregateRef; created: EventRecord }> {
-  const ref: AggregateRef = { aggregate: 'job', projectId, id: `job_${ulid()}` }
+): Promise<{ ref: Ref<'job'>; created: EventRecord }> {
+  const ref = jobHandler.ref(projectId, `job_${ulid()}`)
   const created = await command(ref, {
     type: 'create_job',
     data: {

@@ -1,9 +1,10 @@
 import t from 'tap'
 import { ulid } from 'ulid'
-import { jobDecider, type JobCommand } from '../../domain/job.ts'
+import type { JobCommand } from '../../domain/job.ts'
 import { histogramIndex, type ThroughputCounts } from '../../domain/job-metrics.ts'
 import { jobMetrics } from '../../projections/job-metrics.ts'
-import type { AggregateRef } from '../../streams/event-store.ts'
+import type { Ref } from '../../streams/aggregate-handler.ts'
+import { jobHandler } from '../../streams/aggregates.ts'
 import { createJobData } from '../support/job-commands.ts'
 import { openProjectionBench } from '../support/projection-bench.ts'
 
@@ -14,10 +15,10 @@ const at = (second: number) => `2024-06-01T14:00:${String(second).padStart(2, '0
 /** Two jobs of one project in queue `mail`: one claimed and succeeded after 1.5 s, one left pending. */
 async function twoJobs() {
   const projectId = `prj_${ulid().toLowerCase()}`
-  const ref = (): AggregateRef => ({ aggregate: 'job', projectId, id: `job_${ulid().toLowerCase()}` })
+  const ref = (): Ref<'job'> => jobHandler.ref(projectId, `job_${ulid().toLowerCase()}`)
   const [done, waiting] = [ref(), ref()]
-  const decide = (job: AggregateRef, command: JobCommand) => bench.decide(jobDecider, job, command)
-  const create = (job: AggregateRef, second: number) =>
+  const decide = (job: Ref<'job'>, command: JobCommand) => bench.decide(jobHandler, job, command)
+  const create = (job: Ref<'job'>, second: number) =>
     decide(job, { type: 'create_job', data: createJobData({ job_id: job.id, project_id: projectId, queue: 'mail' }), meta: { now: at(second) } })
   const records = [
     await create(done, 0),

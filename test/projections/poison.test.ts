@@ -1,13 +1,13 @@
 import { Writable } from 'node:stream'
 import { pino } from 'pino'
 import t from 'tap'
-import { jobDecider, type JobCommand } from '../../domain/job.ts'
+import type { JobCommand } from '../../domain/job.ts'
 import { applyBatchIsolatingFailures, isDataError, projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { jobList } from '../../projections/job-list.ts'
 import type { ProjectionFailure } from '../../projections/projection-failures.ts'
+import { jobHandler } from '../../streams/aggregates.ts'
 import type { EventRecord } from '../../streams/event-store.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
 import { metricsRegistry } from '../../services/infrastructure/metrics.ts'
 import { claimForPolls } from '../../services/use-cases/jobs/claimer.ts'
 import { JobService } from '../../services/use-cases/jobs/job-service.ts'
@@ -29,8 +29,8 @@ function jobAppender(h: Harness) {
       data: createJobData({ job_id: id, project_id: h.projectId, ...data }),
       meta: { now: new Date().toISOString() },
     }
-    const ref = { aggregate: 'job' as const, projectId: h.projectId, id }
-    return (await handleCommand(h.runtime.store, jobDecider, ref, command, () => `evt_${h.runtime.newUlid()}`)).record as EventRecord
+    const ref = jobHandler.ref(h.projectId, id)
+    return (await jobHandler.decide(h.runtime, ref, command)).record as EventRecord
   }
 }
 

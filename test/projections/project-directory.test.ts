@@ -1,11 +1,12 @@
 import t from 'tap'
 import { ulid } from 'ulid'
 import { fold } from '../../domain/decider.ts'
-import { projectDecider, type Project, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
+import { projectDecider, type Project, type ProjectEvent } from '../../domain/project.ts'
 import { applyBatch } from '../../projections/checkpoints.ts'
 import { projectDirectory, upsertProjectRows } from '../../projections/project-directory.ts'
-import type { AggregateRef, EventRecord } from '../../streams/event-store.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
+import type { Ref } from '../../streams/aggregate-handler.ts'
+import { projectHandler } from '../../streams/aggregates.ts'
+import type { EventRecord } from '../../streams/event-store.ts'
 import { openIsolatedStore } from '../support/isolated-store.ts'
 
 const { sql, store } = await openIsolatedStore(t, import.meta.filename)
@@ -13,26 +14,20 @@ const { sql, store } = await openIsolatedStore(t, import.meta.filename)
 const newEventId = () => `evt_${ulid()}`
 const keyPrefix = () => `jobsvc_test_${ulid().slice(-12).toLowerCase()}`
 
-async function createProject(): Promise<{ ref: AggregateRef; created: EventRecord; prefix: string }> {
+async function createProject(): Promise<{ ref: Ref<'project'>; created: EventRecord; prefix: string }> {
   const id = `prj_${ulid().toLowerCase()}`
-  const ref: AggregateRef = { aggregate: 'project', projectId: id, id }
+  const ref = projectHandler.ref(id)
   const prefix = keyPrefix()
-  await handleCommand<ProjectCommand, ProjectEvent, Project>(
-    store,
-    projectDecider,
-    ref,
-    {
-      type: 'create_project',
-      data: { project_id: id, name: 'Acme', plan: 'pro', owner_email: 'ops@acme.test', key: { prefix, key_hash: 'a'.repeat(64) } },
-      meta: { now: '2024-05-01T10:00:00.000Z' },
-    },
-    newEventId,
-  )
+  await projectHandler.decide({ store, newUlid: ulid }, ref, {
+    type: 'create_project',
+    data: { project_id: id, name: 'Acme', plan: 'pro', owner_email: 'ops@acme.test', key: { prefix, key_hash: 'a'.repeat(64) } },
+    meta: { now: '2024-05-01T10:00:00.000Z' },
+  })
   return { ref, created: (await store.history(ref)).at(-1)!, prefix }
 }
 
 /** A second key issued to an existing project, appended as the decider would fold it. */
-async function issueKey(ref: AggregateRef, created: EventRecord): Promise<{ record: EventRecord; prefix: string }> {
+async function issueKey(ref: Ref<'project'>, created: EventRecord): Promise<{ record: EventRecord; prefix: string }> {
   const prefix = keyPrefix()
   const event: ProjectEvent = { type: 'api_key_issued', data: { prefix, key_hash: 'b'.repeat(64), issued_at: '2024-05-02T10:00:00.000Z' } }
   const state = fold(projectDecider, created.message.state as Project, [event])

@@ -1,8 +1,9 @@
 import t from 'tap'
 import { ulid } from 'ulid'
-import { recurringJobDecider, type RecurringJobCommand, type RecurringSchedule } from '../../domain/recurring-job.ts'
+import type { RecurringJobCommand, RecurringSchedule } from '../../domain/recurring-job.ts'
 import { applyRecurringRows, recurringJobs } from '../../projections/recurring-jobs.ts'
-import type { AggregateRef } from '../../streams/event-store.ts'
+import type { Ref } from '../../streams/aggregate-handler.ts'
+import { recurringHandler } from '../../streams/aggregates.ts'
 import { sampleRecurringSchedule } from '../support/aggregate-samples.ts'
 import { openProjectionBench } from '../support/projection-bench.ts'
 
@@ -12,23 +13,23 @@ const projectId = 'prj_recurring'
 const schedule: RecurringSchedule = { ...sampleRecurringSchedule, payload: { z: 1, a: [2] } }
 const day = (n: number) => `2024-06-${String(n).padStart(2, '0')}T00:00:00.000Z`
 
-const decide = (ref: AggregateRef, command: RecurringJobCommand) => bench.decide(recurringJobDecider, ref, command)
-const upsert = (ref: AggregateRef, n: number, over: Partial<RecurringSchedule> = {}) =>
+const decide = (ref: Ref<'recurring'>, command: RecurringJobCommand) => bench.decide(recurringHandler, ref, command)
+const upsert = (ref: Ref<'recurring'>, n: number, over: Partial<RecurringSchedule> = {}) =>
   decide(ref, {
     type: 'upsert_recurring',
     data: { ...schedule, ...over, recurring_id: ref.id, project_id: projectId, next_run_at: day(n + 1) },
     meta: { now: day(n) },
   })
-const fire = (ref: AggregateRef, n: number, jobId: string | null) =>
+const fire = (ref: Ref<'recurring'>, n: number, jobId: string | null) =>
   decide(ref, {
     type: 'record_fire',
     data: { occurrence_at: day(n), job_id: jobId, skipped_reason: jobId === null ? 'monthly_allowance_exceeded' : null, next_run_at: day(n + 1) },
     meta: { now: day(n) },
   })
-const reschedule = (ref: AggregateRef, n: number) => decide(ref, { type: 'reschedule', data: { next_run_at: day(n) }, meta: { now: day(n - 1) } })
-const remove = (ref: AggregateRef, n: number) => decide(ref, { type: 'delete_recurring', data: { recurring_id: ref.id }, meta: { now: day(n) } })
+const reschedule = (ref: Ref<'recurring'>, n: number) => decide(ref, { type: 'reschedule', data: { next_run_at: day(n) }, meta: { now: day(n - 1) } })
+const remove = (ref: Ref<'recurring'>, n: number) => decide(ref, { type: 'delete_recurring', data: { recurring_id: ref.id }, meta: { now: day(n) } })
 
-const newSchedule = (): AggregateRef => ({ aggregate: 'recurring', projectId, id: `rjob_${ulid().toLowerCase()}` })
+const newSchedule = (): Ref<'recurring'> => recurringHandler.ref(projectId, `rjob_${ulid().toLowerCase()}`)
 const row = async (id: string) => (await bench.sql`SELECT * FROM recurring_jobs WHERE project_id = ${projectId} AND id = ${id}`)[0]
 const iso = (d: Date | null) => d?.toISOString() ?? null
 

@@ -1,9 +1,9 @@
 import t from 'tap'
-import { jobDecider, type JobCommand } from '../../domain/job.ts'
+import type { JobCommand } from '../../domain/job.ts'
 import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
+import { jobHandler } from '../../streams/aggregates.ts'
 import type { EventRecord } from '../../streams/event-store.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
 import { eventually, startHarness } from '../support/harness.ts'
 import { createJobData } from '../support/job-commands.ts'
 import { readModels } from '../support/read-models.ts'
@@ -25,8 +25,8 @@ t.test('npm run replay -- --subject and --project re-project the failed messages
       data: createJobData({ job_id: id, project_id: projectId, ...data }),
       meta: { now: new Date().toISOString() },
     }
-    const ref = { aggregate: 'job' as const, projectId, id }
-    return (await handleCommand(store, jobDecider, ref, command, () => `evt_${h.runtime.newUlid()}`)).record as EventRecord
+    const ref = jobHandler.ref(projectId, id)
+    return (await jobHandler.decide(h.runtime, ref, command)).record as EventRecord
   }
   const caughtUp = async () => {
     const last = await store.lastSequence()

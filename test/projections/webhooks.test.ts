@@ -1,8 +1,9 @@
 import t from 'tap'
 import { ulid } from 'ulid'
-import { webhookDecider, type WebhookCommand } from '../../domain/webhook.ts'
+import type { WebhookCommand } from '../../domain/webhook.ts'
 import { webhookSubscriptions } from '../../projections/webhooks.ts'
-import type { AggregateRef } from '../../streams/event-store.ts'
+import type { Ref } from '../../streams/aggregate-handler.ts'
+import { webhookHandler } from '../../streams/aggregates.ts'
 import { openProjectionBench } from '../support/projection-bench.ts'
 
 const bench = await openProjectionBench(t, import.meta.filename, webhookSubscriptions)
@@ -10,20 +11,20 @@ const bench = await openProjectionBench(t, import.meta.filename, webhookSubscrip
 const projectId = 'prj_webhooks'
 const at = (minute: number) => `2024-06-01T11:${String(minute).padStart(2, '0')}:00.000Z`
 
-const decide = (ref: AggregateRef, command: WebhookCommand) => bench.decide(webhookDecider, ref, command)
-const create = (ref: AggregateRef) =>
+const decide = (ref: Ref<'webhook'>, command: WebhookCommand) => bench.decide(webhookHandler, ref, command)
+const create = (ref: Ref<'webhook'>) =>
   decide(ref, {
     type: 'create_webhook',
     data: { webhook_id: ref.id, project_id: projectId, url: 'https://hooks.example.test/a', events: ['job.failed'], secret_encrypted: 'sealed:1' },
     meta: { now: at(0) },
   })
-const update = (ref: AggregateRef, minute: number, data: Extract<WebhookCommand, { type: 'update_webhook' }>['data']) =>
+const update = (ref: Ref<'webhook'>, minute: number, data: Extract<WebhookCommand, { type: 'update_webhook' }>['data']) =>
   decide(ref, { type: 'update_webhook', data, meta: { now: at(minute) } })
-const rotate = (ref: AggregateRef, minute: number) =>
+const rotate = (ref: Ref<'webhook'>, minute: number) =>
   decide(ref, { type: 'rotate_webhook_secret', data: { secret_encrypted: 'sealed:2' }, meta: { now: at(minute) } })
-const remove = (ref: AggregateRef, minute: number) => decide(ref, { type: 'delete_webhook', data: {}, meta: { now: at(minute) } })
+const remove = (ref: Ref<'webhook'>, minute: number) => decide(ref, { type: 'delete_webhook', data: {}, meta: { now: at(minute) } })
 
-const newWebhook = (): AggregateRef => ({ aggregate: 'webhook', projectId, id: `whk_${ulid().toLowerCase()}` })
+const newWebhook = (): Ref<'webhook'> => webhookHandler.ref(projectId, `whk_${ulid().toLowerCase()}`)
 const row = async (id: string) => (await bench.sql`SELECT * FROM webhooks WHERE project_id = ${projectId} AND id = ${id}`)[0]
 
 t.test('a subscription row follows the subscription, and never holds its secret', async (t) => {
@@ -59,8 +60,8 @@ t.test('re-delivering the same sequences changes nothing', async (t) => {
 
 t.test("the queries: a project's live subscriptions, how many, and the active ones fan-out sends to", async (t) => {
   const other = 'prj_webhook_queries'
-  const newIn = (): AggregateRef => ({ aggregate: 'webhook', projectId: other, id: `whk_${ulid().toLowerCase()}` })
-  const createIn = (ref: AggregateRef, minute: number) =>
+  const newIn = (): Ref<'webhook'> => webhookHandler.ref(other, `whk_${ulid().toLowerCase()}`)
+  const createIn = (ref: Ref<'webhook'>, minute: number) =>
     decide(ref, {
       type: 'create_webhook',
       data: { webhook_id: ref.id, project_id: other, url: 'https://hooks.example.test/q', events: ['job.failed'], secret_encrypted: 'sealed:1' },

@@ -1,24 +1,18 @@
 import t from 'tap'
-import { jobDecider, type Job, type JobCommand, type JobEvent } from '../../domain/job.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
+import type { JobCommand } from '../../domain/job.ts'
+import { jobHandler } from '../../streams/aggregates.ts'
 import { JobService } from '../../services/use-cases/jobs/job-service.ts'
 import { healInterruptedCascades } from '../../services/roles/scheduler/index.ts'
 import { eventually, startHarness, type Harness } from '../support/harness.ts'
 
 /**
  * A crash between a parent's append and its children's leaves the children waiting on a parent
- * that has ended. The parent's move is appended here straight through handleCommand, without the
+ * that has ended. The parent's move is appended here straight through its handler, without the
  * API's cascade, which is exactly what such a crash leaves behind; the scheduler's sweep must
  * finish the cascade.
  */
 async function appendWithoutCascade(h: Harness, jobId: string, command: JobCommand): Promise<void> {
-  await handleCommand<JobCommand, JobEvent, Job>(
-    h.runtime.store,
-    jobDecider,
-    { aggregate: 'job', projectId: h.projectId, id: jobId },
-    command,
-    () => `evt_${h.runtime.newUlid()}`,
-  )
+  await jobHandler.decide(h.runtime, jobHandler.ref(h.projectId, jobId), command)
 }
 
 const now = () => ({ now: new Date().toISOString() })

@@ -2,8 +2,8 @@ import { Writable } from 'node:stream'
 import { pino } from 'pino'
 import t from 'tap'
 import { metricsRegistry } from '../../services/infrastructure/metrics.ts'
-import { jobDecider, type JobCommand } from '../../domain/job.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
+import type { JobCommand } from '../../domain/job.ts'
+import { jobHandler } from '../../streams/aggregates.ts'
 import { eventsStreamName, eventSubject } from '../../streams/names.ts'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 
@@ -97,8 +97,7 @@ t.test('20 poisoned jobs of one project do not stop the reaper from retrying ano
       data: { worker_id: 'wrk_lost', status: 'failed', duration_ms: 5, error: { type: 'Boom', message: 'bad \u0000 text', stack_trace: '' } },
       meta: { now: new Date().toISOString(), random: 0.5 },
     }
-    const ref = { aggregate: 'job' as const, projectId: h.projectId, id }
-    await handleCommand(h.runtime.store, jobDecider, ref, command, () => `evt_${h.runtime.newUlid()}`)
+    await jobHandler.decide(h.runtime, jobHandler.ref(h.projectId, id), command)
   }
   const ns = h.runtime.config.namespace
   for (const id of unbacked) await h.runtime.nats.jsm.streams.purge(eventsStreamName(ns), { filter: eventSubject(ns, h.projectId, 'job', id) })

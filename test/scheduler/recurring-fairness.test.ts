@@ -1,8 +1,7 @@
 import { pino } from 'pino'
 import t from 'tap'
-import type { RecurringJob, RecurringJobEvent } from '../../domain/recurring-job.ts'
-import { recurringRef } from '../../services/use-cases/jobs/recurring-service.ts'
 import { createProject } from '../../services/use-cases/projects/project-service.ts'
+import { recurringHandler } from '../../streams/aggregates.ts'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 
 /**
@@ -16,7 +15,7 @@ const window = 10
 
 /** Every occurrence the schedule fired, in order, with the job it created (null: skipped). */
 async function firedOccurrences(projectId: string, id: string): Promise<Array<{ at: number; job: string | null }>> {
-  const records = await h.runtime.store.history<RecurringJobEvent, RecurringJob>(recurringRef(projectId, id))
+  const records = await recurringHandler.history(h.runtime.store, recurringHandler.ref(projectId, id))
   return records
     .flatMap((r) => r.message.events)
     .flatMap((e) => (e.type === 'recurring_fired' ? [{ at: Date.parse(e.data.occurrence_at), job: e.data.job_id }] : []))

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict'
 import type { Test } from 'tap'
 import { ulid } from 'ulid'
-import type { Decider } from '../../domain/decider.ts'
 import { applyBatch } from '../../projections/checkpoints.ts'
 import type { Sql } from '../../projections/database.ts'
 import type { Projection } from '../../projections/projection.ts'
-import type { AggregateRef, DomainEventShape, EventRecord } from '../../streams/event-store.ts'
-import { handleCommand } from '../../streams/handle-command.ts'
+import type { AggregateHandler, Ref } from '../../streams/aggregate-handler.ts'
+import type { EventRecord } from '../../streams/event-store.ts'
+import type { AggregateKind } from '../../streams/names.ts'
 import type { TestLike } from './harness.ts'
 import { openIsolatedStore } from './isolated-store.ts'
 
@@ -23,12 +23,8 @@ export async function openProjectionBench(t: TestLike, file: string, projection:
   const project = (records: readonly EventRecord[]) => applyBatch(sql, [projection], records)
   return {
     sql,
-    async decide<C extends { meta: { now: string } }, E extends DomainEventShape, S>(
-      decider: Decider<C, E, S | null>,
-      ref: AggregateRef,
-      command: C,
-    ): Promise<EventRecord> {
-      const result = await handleCommand(store, decider, ref, command, () => `evt_${ulid()}`)
+    async decide<K extends AggregateKind, C>(handler: AggregateHandler<K, C, any, any, any>, ref: Ref<K>, command: NoInfer<C>): Promise<EventRecord> {
+      const result = await handler.decide({ store, newUlid: ulid }, ref, command)
       assert.ok(result.appended, `the ${ref.aggregate} decided no event`)
       return (await store.nextOf(ref, result.seq))!
     },

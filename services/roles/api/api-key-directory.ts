@@ -4,8 +4,8 @@ import type { Project, ProjectRole } from '../../../domain/project.ts'
 import { projectDirectory } from '../../../projections/project-directory.ts'
 import { decodeEventMessage } from '../../../streams/event-store.ts'
 import { aggregateKindFilter } from '../../../streams/names.ts'
+import { projectHandler } from '../../../streams/aggregates.ts'
 import { apiKeyPrefix, hashApiKey, isApiKeyShape, isHashMatch } from '../../use-cases/projects/api-keys.ts'
-import { projectRef } from '../../use-cases/projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { unauthorized } from './errors.ts'
 
@@ -78,7 +78,7 @@ export class ApiKeyDirectory {
     const loads = this.#loading.get(projectId) ?? new Set()
     this.#loading.set(projectId, loads.add(load))
     try {
-      const loaded = await this.#deps.store.load<Project>(projectRef(projectId))
+      const loaded = await projectHandler.load(this.#deps.store, projectHandler.ref(projectId))
       if (load.stale) return this.#projects.get(projectId)?.project ?? null
       if (loaded.state !== null) this.#projects.set(projectId, { project: loaded.state, loadedAt: Date.now() })
       return loaded.state

@@ -11,14 +11,13 @@
 import type { JsMsg } from '@nats-io/jetstream'
 import { headers as natsHeaders } from '@nats-io/transport-node'
 import type { Alert, AlertEvent } from '../../../domain/alert.ts'
-import type { Project } from '../../../domain/project.ts'
 import { consumeWorkQueue } from '../../../streams/consume.ts'
 import type { EventRecord, StoredEvent } from '../../../streams/event-store.ts'
 import { alertMailSubject, mailerConsumerName, mailStreamName } from '../../../streams/names.ts'
+import { projectHandler } from '../../../streams/aggregates.ts'
 import { quotedLine, type Mail } from '../../infrastructure/mailer.ts'
 import { alertRecipient } from '../../use-cases/alerts/alert-recipients.ts'
 import { mailUser } from '../../use-cases/platform/user-mail.ts'
-import { projectRef } from '../../use-cases/projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 /** Items sent at once: one slow SMTP exchange does not hold up the others. */
@@ -63,7 +62,7 @@ export async function enqueueAlertMails(deps: Deps, records: readonly EventRecor
     if (record.message.aggregate !== 'alert' || alert === null || alert.email.length === 0) continue
     for (const event of record.message.events as StoredEvent<AlertEvent>[]) {
       if (event.type !== 'alert_triggered' && event.type !== 'alert_resolved') continue
-      const project = (await deps.store.load<Project>(projectRef(alert.project_id))).state
+      const project = (await projectHandler.load(deps.store, projectHandler.ref(alert.project_id))).state
       for (const mail of alertMailsOf(alert, event, project?.name ?? null)) {
         const item: MailItem = { ...mail, project_id: alert.project_id, alert_id: alert.id, event_id: event.id }
         const h = natsHeaders()

@@ -1,10 +1,9 @@
 import type { JsMsg } from '@nats-io/jetstream'
 import type { Delivery } from '../../../domain/delivery.ts'
 import { outcomeOf, retryWaitMs } from '../../../domain/delivery-policy.ts'
-import type { Webhook } from '../../../domain/webhook.ts'
+import { webhookHandler } from '../../../streams/aggregates.ts'
 import { webhookDeliveryAttempts, webhookDeliveryDuration } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import { webhookRef } from '../../use-cases/webhooks/webhook-service.ts'
 import { decideDelivery, loadDelivery } from './delivery-log.ts'
 import type { DeliveryWorkItem } from './delivery-queue.ts'
 import type { SendResult, WebhookSender } from './webhook-sender.ts'
@@ -36,7 +35,7 @@ export async function attemptDelivery(deps: Deps, sender: WebhookSender, msg: Js
   const wait = waitLeftMs(deps, delivery)
   if (wait > 0) return msg.nak(wait)
   // Spec: deleting a subscription leaves pending deliveries alone, so a deleted one still receives.
-  const hook = (await deps.store.load<Webhook>(webhookRef(item.project_id, item.webhook_id))).state
+  const hook = (await webhookHandler.load(deps.store, webhookHandler.ref(item.project_id, item.webhook_id))).state
   const sendStarted = performance.now()
   const result: SendResult = hook === null ? { status: null, reason: 'no_subscription' } : await sender.send(hook, item)
   const attempt = delivery.attempt + 1

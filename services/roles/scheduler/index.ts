@@ -4,13 +4,12 @@ import { JobNotFound } from '../../../domain/errors.ts'
 import { isAttemptStale } from '../../../domain/job.ts'
 import { jobList } from '../../../projections/job-list.ts'
 import { projectDirectory } from '../../../projections/project-directory.ts'
-import type { Project } from '../../../domain/project.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
+import { projectHandler } from '../../../streams/aggregates.ts'
 import { JobService } from '../../use-cases/jobs/job-service.ts'
 import { RecurringPass } from '../../use-cases/jobs/recurring-service.ts'
 import { billingPeriodOf } from '../../use-cases/metering/allowance.ts'
 import { BillingService } from '../../use-cases/metering/billing-service.ts'
-import { projectRef } from '../../use-cases/projects/project-service.ts'
 import { pruneMinuteThroughput, Retention } from './retention.ts'
 import { evaluateAlerts } from '../../use-cases/alerts/alert-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -150,7 +149,7 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService, pass = new
   const policiesOf = (projectId: string) => {
     let loaded = policies.get(projectId)
     if (loaded === undefined) {
-      loaded = deps.store.load<Project>(projectRef(projectId)).then((p) => p.state?.retry_policies)
+      loaded = projectHandler.load(deps.store, projectHandler.ref(projectId)).then((p) => p.state?.retry_policies)
       policies.set(projectId, loaded)
     }
     return loaded
@@ -222,7 +221,7 @@ export async function rollBillingPeriods(
     due.filter((item) => !pass.isHeldBack(item)),
     passConcurrency,
     async ({ id }) => {
-      const project = (await deps.store.load<Project>(projectRef(id))).state
+      const project = (await projectHandler.load(deps.store, projectHandler.ref(id))).state
       if (project !== null && project.status === 'active' && (await billing.rollPeriod(project))) moved++
       rolled.projects.add(id)
     },

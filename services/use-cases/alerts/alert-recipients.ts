@@ -1,7 +1,7 @@
 import type { Project } from '../../../domain/project.ts'
 import type { User } from '../../../domain/user.ts'
-import { normalizeEmail, userRef } from '../platform/accounts.ts'
-import { projectRef } from '../projects/project-service.ts'
+import { projectHandler, userHandler } from '../../../streams/aggregates.ts'
+import { normalizeEmail } from '../platform/accounts.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 /**
@@ -17,11 +17,11 @@ import type { Deps } from '../../infrastructure/runtime.ts'
  */
 export async function nonMemberAddresses(deps: Deps, projectId: string, emails: readonly string[]): Promise<string[]> {
   if (emails.length === 0) return []
-  const project = (await deps.store.load<Project>(projectRef(projectId))).state
+  const project = (await projectHandler.load(deps.store, projectHandler.ref(projectId))).state
   const users = new Map<string, Promise<User | null>>()
   const userOf = (id: string) => {
     let user = users.get(id)
-    if (user === undefined) users.set(id, (user = deps.store.load<User>(userRef(id)).then((l) => l.state)))
+    if (user === undefined) users.set(id, (user = userHandler.load(deps.store, userHandler.ref(id)).then((l) => l.state)))
     return user
   }
   const refused: string[] = []
@@ -33,8 +33,8 @@ export async function nonMemberAddresses(deps: Deps, projectId: string, emails: 
 
 /** The user whose current address `email` is, while they are a member of the project; null otherwise. */
 export async function alertRecipient(deps: Deps, projectId: string, email: string): Promise<User | null> {
-  const project = (await deps.store.load<Project>(projectRef(projectId))).state
-  return memberWithAddress(project, email, async (id) => (await deps.store.load<User>(userRef(id))).state)
+  const project = (await projectHandler.load(deps.store, projectHandler.ref(projectId))).state
+  return memberWithAddress(project, email, async (id) => (await userHandler.load(deps.store, userHandler.ref(id))).state)
 }
 
 async function memberWithAddress(project: Project | null, email: string, userOf: (id: string) => Promise<User | null>): Promise<User | null> {

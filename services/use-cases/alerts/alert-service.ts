@@ -1,18 +1,14 @@
 import type { Actor } from '../../../domain/decider.ts'
-import { alertDecider, type Alert, type AlertCommand, type AlertEvent, type AlertSettings } from '../../../domain/alert.ts'
+import type { Alert, AlertCommand, AlertEvent, AlertSettings } from '../../../domain/alert.ts'
 import { AlertNotFound } from '../../../domain/errors.ts'
 import { alertSettings, applyAlertRows } from '../../../projections/alerts.ts'
 import type { Queryable } from '../../../projections/database.ts'
 import { jobList } from '../../../projections/job-list.ts'
-import type { AggregateRef } from '../../../streams/event-store.ts'
-import type { CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/aggregate-handler.ts'
+import { alertHandler } from '../../../streams/aggregates.ts'
 import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { IsolatedPass } from '../../infrastructure/failing-items.ts'
-
-export function alertRef(projectId: string, alertId: string): AggregateRef {
-  return { aggregate: 'alert', projectId, id: alertId }
-}
 
 const alertIdPattern = /^alr_[0-9a-z]{26}$/
 
@@ -25,7 +21,7 @@ export async function commandAlert(
   db: Queryable = deps.sql,
 ): Promise<CommandResult<AlertEvent, Alert>> {
   if (!alertIdPattern.test(alertId)) throw new AlertNotFound(`alert ${alertId} was not found`)
-  return commandWithRows<AlertCommand, AlertEvent, Alert>(deps, alertDecider, alertRef(projectId, alertId), command, applyAlertRows, db)
+  return commandWithRows(deps, alertHandler, alertHandler.ref(projectId, alertId), command, applyAlertRows, db)
 }
 
 export async function createAlert(
@@ -85,7 +81,7 @@ export class CappedAlertCreation {
 }
 
 export async function loadAlert(deps: Deps, projectId: string, alertId: string): Promise<Alert> {
-  const alert = alertIdPattern.test(alertId) ? (await deps.store.load<Alert>(alertRef(projectId, alertId))).state : null
+  const alert = alertIdPattern.test(alertId) ? (await alertHandler.load(deps.store, alertHandler.ref(projectId, alertId))).state : null
   if (alert === null || alert.deleted) throw new AlertNotFound(`alert ${alertId} was not found`)
   return alert
 }

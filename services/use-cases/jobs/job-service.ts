@@ -8,7 +8,6 @@ import {
   type CascadeStep,
   errorOf,
   isTerminal,
-  jobDecider,
   toJobView,
   type Job,
   type JobCommand,
@@ -19,8 +18,9 @@ import {
 import { jobProgressDecider, progressOf, type JobProgress, type JobProgressCommand } from '../../../domain/job-progress.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { upsertJobRows } from '../../../projections/job-list.ts'
-import type { AggregateRef, EventRecord, Loaded, StoredEvent } from '../../../streams/event-store.ts'
-import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/aggregate-handler.ts'
+import { jobHandler, progressHandler } from '../../../streams/aggregates.ts'
+import type { EventRecord, Loaded, StoredEvent } from '../../../streams/event-store.ts'
 import { isSubjectToken, jobSubjectsFilter } from '../../../streams/names.ts'
 import { recordJobEvents } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -113,7 +113,7 @@ export class JobService {
   /**
    * The state and sequence of jobs this process last decided on, used as the next command's
    * hint: an ack after a claim in the same process then costs one append and no load. A stale
-   * entry only costs a conflict and a reload (see handleCommand).
+   * entry only costs a conflict and a reload (see streams/handle-command.ts).
    */
   readonly #known = new Map<string, Loaded<Job>>()
   /** Told of this service's appends: the API's ready index (JobAppendObserver). */
@@ -123,21 +123,10 @@ export class JobService {
     this.#deps = deps
   }
 
-  ref(projectId: string, jobId: string): AggregateRef {
-    return { aggregate: 'job', projectId, id: jobId }
-  }
-
-  /** The job's progress reports: an aggregate of their own (domain/job-progress.ts). */
-  progressRef(projectId: string, jobId: string): AggregateRef {
-    return { aggregate: 'progress', projectId, id: jobId }
-  }
-
   /** `actor`: the dashboard member who asked, recorded on the events (none for keys, workers and roles). */
   #meta(actor?: Actor): CommandMeta {
     return { now: this.#deps.now().toISOString(), random: Math.random(), actor }
   }
-
-  #newEventId = (): string => `evt_${this.#deps.newUlid()}`
 
   newJobId(): string {
     return `job_${this.#deps.newUlid()}`
@@ -165,14 +154,11 @@ export class JobService {
     if (creating) this.observer?.creating(jobId)
     let result: CommandResult<JobEvent, Job | null>
     try {
-      const decide = () =>
-        handleCommand(this.#deps.store, jobDecider, this.ref(projectId, jobId), command, this.#newEventId, {
-          hint: known,
-          trustHint: trustHint && hint !== undefined,
-        })
+      const ref = jobHandler.ref(projectId, jobId)
+      const decide = () => jobHandler.decide(this.#deps, ref, command, { hint: known, trustHint: trustHint && hint !== undefined })
       // Where the log's check is not exact (write-guard.ts), a decision on a job holds the job's
       // lock from its load to its append, so a racing decision waits rather than conflicts.
-      result = creating ? await decide() : await this.#deps.guard.serialize(this.#deps.store.subjectOf(this.ref(projectId, jobId)), decide)
+      result = creating ? await decide() : await this.#deps.guard.serialize(this.#deps.store.subjectOf(ref), decide)
       if (result.appended) {
         this.observer?.appended(result.record)
         recordJobEvents(result.events, result.state)
@@ -192,7 +178,7 @@ export class JobService {
   /** The job's state as of its latest event, straight from the log: one direct get. */
   async load(projectId: string, jobId: string): Promise<Written> {
     assertJobAddress(projectId, jobId)
-    const loaded = await this.#deps.store.load<Job>(this.ref(projectId, jobId))
+    const loaded = await jobHandler.load(this.#deps.store, jobHandler.ref(projectId, jobId))
     if (loaded.state === null) throw new JobNotFound(jobId)
     return { job: loaded.state, seq: loaded.seq }
   }
@@ -206,11 +192,11 @@ export class JobService {
   async get(projectId: string, jobId: string): Promise<Read> {
     assertJobAddress(projectId, jobId)
     const store = this.#deps.store
-    const ref = this.ref(projectId, jobId)
+    const ref = jobHandler.ref(projectId, jobId)
     const [last, first, report] = await Promise.all([
-      store.lastOf<JobEvent, Job>(ref),
-      store.nextOf<JobEvent, Job>(ref, 1),
-      store.load<JobProgress>(this.progressRef(projectId, jobId)),
+      jobHandler.last(store, ref),
+      jobHandler.next(store, ref, 1),
+      progressHandler.load(store, progressHandler.ref(projectId, jobId)),
     ])
     if (last === null || last.message.state === null) throw new JobNotFound(jobId)
     const job = last.message.state
@@ -218,7 +204,7 @@ export class JobService {
       job.error ??
       (job.error_seq === null
         ? null
-        : errorOf((job.error_seq === last.seq ? last : await store.messageAt<JobEvent, Job>(ref, job.error_seq))?.message.events ?? []))
+        : errorOf((job.error_seq === last.seq ? last : await jobHandler.at(store, ref, job.error_seq))?.message.events ?? []))
     const facts = { payload: payloadIn(first), error, progress: progressOf(job, report.state) }
     return { job: toJobView(job, facts), seq: Math.max(last.seq, report.seq) }
   }
@@ -226,13 +212,16 @@ export class JobService {
   /** The job's state and its last progress report, read at once: what the progress stream shows. */
   async progressSnapshot(projectId: string, jobId: string): Promise<{ job: Job; report: JobProgress | null }> {
     assertJobAddress(projectId, jobId)
-    const [{ job }, report] = await Promise.all([this.load(projectId, jobId), this.#deps.store.load<JobProgress>(this.progressRef(projectId, jobId))])
+    const [{ job }, report] = await Promise.all([
+      this.load(projectId, jobId),
+      progressHandler.load(this.#deps.store, progressHandler.ref(projectId, jobId)),
+    ])
     return { job, report: report.state }
   }
 
   /** The job's payload: one direct get of its first message, its `job_created`. */
   async payloadOf(projectId: string, jobId: string): Promise<Record<string, unknown>> {
-    return payloadIn(await this.#deps.store.nextOf<JobEvent, Job>(this.ref(projectId, jobId), 1))
+    return payloadIn(await jobHandler.next(this.#deps.store, jobHandler.ref(projectId, jobId), 1))
   }
 
   /**
@@ -244,12 +233,12 @@ export class JobService {
    */
   async history(projectId: string, jobId: string, from: HistoryPosition | null, limit: number): Promise<HistoryPage> {
     assertJobAddress(projectId, jobId)
-    const ref = this.ref(projectId, jobId)
+    const ref = jobHandler.ref(projectId, jobId)
     const store = this.#deps.store
     const subjects = jobSubjectsFilter(this.#deps.config.namespace, projectId, jobId)
     const events: HistoryPage['events'] = []
     let record = await store.nextOn<JobEvent, unknown>(subjects, from?.seq ?? 1)
-    if (record === null && (from === null || (await store.load(ref)).state === null)) throw new JobNotFound(jobId)
+    if (record === null && (from === null || (await jobHandler.load(store, ref)).state === null)) throw new JobNotFound(jobId)
     for (; record !== null; record = await store.nextOn<JobEvent, unknown>(subjects, record.seq + 1)) {
       // A cursor names the message it stopped in; a message that is not there any more starts the next one whole.
       const all = record.message.events
@@ -333,10 +322,10 @@ export class JobService {
    */
   async heartbeat(projectId: string, jobId: string, workerId: string, progress: number | null): Promise<void> {
     assertJobAddress(projectId, jobId)
-    const progressRef = this.progressRef(projectId, jobId)
+    const progressRef = progressHandler.ref(projectId, jobId)
     const [{ job }, report] = await Promise.all([
       this.load(projectId, jobId),
-      progress === null ? null : this.#deps.store.load<JobProgress>(progressRef),
+      progress === null ? null : progressHandler.load(this.#deps.store, progressRef),
     ])
     assertHeartbeatAllowed(job, workerId)
     const beat: Heartbeat = { worker_id: workerId, attempt: job.attempt, at: this.#deps.now().toISOString() }
@@ -349,7 +338,7 @@ export class JobService {
     }
     // Unchanged on what was just read: nothing to append (a hint's no-op would be read again).
     if (jobProgressDecider.decide(command, report.state).length === 0) return
-    const reported = await handleCommand(this.#deps.store, jobProgressDecider, progressRef, command, this.#newEventId, { hint: report })
+    const reported = await progressHandler.decide(this.#deps, progressRef, command, { hint: report })
     // A list that follows waits for the projector to reach the report, as for any other write.
     this.#noteWrite(projectId, reported.seq)
   }

@@ -18,7 +18,6 @@ import { jobDefaults } from '../../../domain/job-options.ts'
 import {
   isActiveSchedule,
   recurringIdFor,
-  recurringJobDecider,
   type RecurringJob,
   type RecurringJobCommand,
   type RecurringJobEvent,
@@ -26,15 +25,14 @@ import {
 import type { Queryable } from '../../../projections/database.ts'
 import { applyRecurringRows, recurringJobs, type FailingSchedule } from '../../../projections/recurring-jobs.ts'
 import { LogBudgetExceeded } from '../../../streams/errors.ts'
-import type { AggregateRef } from '../../../streams/event-store.ts'
-import type { CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
 import type { BillingService } from '../metering/billing-service.ts'
-import { projectRef } from '../projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { createJobs, type Creation } from './create-jobs.ts'
 import type { JobService } from './job-service.ts'
 import type { Project } from '../../../domain/project.ts'
+import { projectHandler, recurringHandler } from '../../../streams/aggregates.ts'
 
 /** True for standard 5-field or 6-field (leading seconds) cron expressions cron-parser accepts. */
 export function isCronExpression(expression: string, timezone: string): boolean {
@@ -130,10 +128,6 @@ export interface ScheduleInput {
   payload?: Record<string, unknown> | null | undefined
 }
 
-export function recurringRef(projectId: string, id: string): AggregateRef {
-  return { aggregate: 'recurring', projectId, id }
-}
-
 async function onSchedule(
   deps: Deps,
   projectId: string,
@@ -142,8 +136,7 @@ async function onSchedule(
   db?: Queryable,
 ): Promise<CommandResult<RecurringJobEvent, RecurringJob>> {
   // Written at once as well as by the projector, so the scheduler sees the new next_run_at.
-  const ref = recurringRef(projectId, id)
-  return commandWithRows<RecurringJobCommand, RecurringJobEvent, RecurringJob>(deps, recurringJobDecider, ref, command, applyRecurringRows, db)
+  return commandWithRows(deps, recurringHandler, recurringHandler.ref(projectId, id), command, applyRecurringRows, db)
 }
 
 /**
@@ -383,8 +376,8 @@ export async function fireDueSchedules(deps: Deps, jobs: JobService, billing: Bi
 }
 
 async function fireOne(deps: Deps, jobs: JobService, billing: BillingService, projectId: string, id: string, now: Date): Promise<boolean> {
-  const ref = recurringRef(projectId, id)
-  const loaded = await deps.store.load<RecurringJob>(ref)
+  const ref = recurringHandler.ref(projectId, id)
+  const loaded = await recurringHandler.load(deps.store, ref)
   const schedule = loaded.state
   if (!isActiveSchedule(schedule)) {
     // The row says active, the log does not: a write of the row was lost. It is written again
@@ -425,7 +418,7 @@ async function createOccurrenceJob(
   schedule: RecurringJob,
   jobId: string,
 ): Promise<string | null> {
-  const project = (await deps.store.load<Project>(projectRef(projectId))).state
+  const project = (await projectHandler.load(deps.store, projectHandler.ref(projectId))).state
   if (project === null || project.status !== 'active') return 'project_not_found'
   const request = {
     job_type: schedule.job_type,

@@ -12,9 +12,9 @@ import {
   type ProjectEvent,
 } from '../../../domain/project.ts'
 import type { MailTopic, User } from '../../../domain/user.ts'
-import type { CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/aggregate-handler.ts'
+import { userHandler } from '../../../streams/aggregates.ts'
 import { commandProject } from '../projects/project-service.ts'
-import { userRef } from '../platform/accounts.ts'
 import { mailUser } from '../platform/user-mail.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { Allowance, billingPeriodOf, overageCostCents, type QuotaTerms } from './allowance.ts'
@@ -200,7 +200,7 @@ export class BillingService {
    */
   async #mailOwner(project: Project, topic: MailTopic, subject: string, text: string): Promise<void> {
     const ownerId = project.members.find((m) => m.role === 'owner')?.user_id
-    const loaded = ownerId === undefined ? null : (await this.#deps.store.load<User>(userRef(ownerId))).state
+    const loaded = ownerId === undefined ? null : (await userHandler.load(this.#deps.store, userHandler.ref(ownerId))).state
     const owner = loaded?.status === 'deleted' ? null : loaded
     if (owner === null && !project.owner_email) return
     const sending =

@@ -1,17 +1,8 @@
 import { Forbidden, InvalidToken } from '../../../domain/errors.ts'
 import type { Project, ProjectRole } from '../../../domain/project.ts'
-import {
-  promoCodeDecider,
-  promoCodePattern,
-  promoCodeRefusal,
-  type PromoCode,
-  type PromoCodeCommand,
-  type PromoCodeEvent,
-} from '../../../domain/promo-code.ts'
+import { promoCodePattern, promoCodeRefusal, type PromoCode, type PromoCodeCommand } from '../../../domain/promo-code.ts'
 import type { User } from '../../../domain/user.ts'
-import type { AggregateRef } from '../../../streams/event-store.ts'
-import { handleCommand } from '../../../streams/handle-command.ts'
-import { platformScope } from '../../../streams/names.ts'
+import { promoCodeHandler } from '../../../streams/aggregates.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { AuthLimits, WindowFull } from '../platform/auth-limits.ts'
 import { commandProject } from '../projects/project-service.ts'
@@ -20,10 +11,6 @@ import { billingPeriodOf } from './allowance.ts'
 /** Codes are compared upper-cased, so `spring-25` and `SPRING-25` are one code. */
 export function normalizePromoCode(code: string): string {
   return code.trim().toUpperCase()
-}
-
-function promoRef(code: string): AggregateRef {
-  return { aggregate: 'promo', projectId: platformScope, id: code }
 }
 
 /** What staff choose for a new code; the rest is filled in on creation. */
@@ -46,13 +33,7 @@ export class PromoCodes {
   }
 
   #on(code: string, command: PromoCodeCommand) {
-    return handleCommand<PromoCodeCommand, PromoCodeEvent, PromoCode | null>(
-      this.#deps.store,
-      promoCodeDecider,
-      promoRef(code),
-      command,
-      () => `evt_${this.#deps.newUlid()}`,
-    )
+    return promoCodeHandler.decide(this.#deps, promoCodeHandler.ref(code), command)
   }
 
   async create(staff: User, input: NewPromoCode): Promise<PromoCode> {
@@ -68,7 +49,7 @@ export class PromoCodes {
   async read(code: string): Promise<PromoCode | null> {
     const normalized = normalizePromoCode(code)
     if (!promoCodePattern.test(normalized)) return null
-    return (await this.#deps.store.load<PromoCode>(promoRef(normalized))).state
+    return (await promoCodeHandler.load(this.#deps.store, promoCodeHandler.ref(normalized))).state
   }
 
   /**

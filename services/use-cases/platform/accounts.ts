@@ -1,4 +1,3 @@
-import { emailRegistryDecider, type EmailClaim, type EmailClaimCommand, type EmailClaimEvent } from '../../../domain/email-registry.ts'
 import {
   InvalidResetToken,
   InvalidTotpCode,
@@ -19,10 +18,9 @@ import {
   type UserCommand,
   type UserEvent,
 } from '../../../domain/user.ts'
-import type { AggregateRef } from '../../../streams/event-store.ts'
-import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
-import { platformScope } from '../../../streams/names.ts'
-import { createProject, deleteProjectAsOperator, projectRef } from '../projects/project-service.ts'
+import type { CommandResult, Ref } from '../../../streams/aggregate-handler.ts'
+import { emailClaimHandler, projectHandler, userHandler } from '../../../streams/aggregates.ts'
+import { createProject, deleteProjectAsOperator } from '../projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { AuthLimits } from './auth-limits.ts'
 import { passwordResetMail, reverificationMail, securityNoticeMail, tokenLink, verificationMail, type Mail } from '../../infrastructure/mailer.ts'
@@ -39,13 +37,9 @@ export function normalizeEmail(email: string): string {
   return email.trim().toLowerCase()
 }
 
-export function userRef(userId: string): AggregateRef {
-  return { aggregate: 'user', projectId: platformScope, id: userId }
-}
-
 /** The claim's id is a digest: addresses hold characters a subject token cannot. */
-export function emailRef(email: string): AggregateRef {
-  return { aggregate: 'email', projectId: platformScope, id: sha256Hex(normalizeEmail(email)).slice(0, 40) }
+export function emailRef(email: string): Ref<'email'> {
+  return emailClaimHandler.ref(sha256Hex(normalizeEmail(email)).slice(0, 40))
 }
 
 const userIdPattern = /^usr_[0-9a-z]{26}$/
@@ -157,19 +151,17 @@ export class AccountService {
     return { now: this.#deps.now().toISOString() }
   }
 
-  #eventId = () => `evt_${this.#deps.newUlid()}`
-
   #onUser(userId: string, command: UserCommand): Promise<CommandResult<UserEvent, User>> {
-    return handleCommand<UserCommand, UserEvent, User>(this.#deps.store, userDecider, userRef(userId), command, this.#eventId)
+    return userHandler.decide(this.#deps, userHandler.ref(userId), command)
   }
 
   async loadUser(userId: string): Promise<User | null> {
-    const user = (await this.#deps.store.load<User>(userRef(userId))).state
+    const user = (await userHandler.load(this.#deps.store, userHandler.ref(userId))).state
     return user === null || user.status === 'deleted' ? null : user
   }
 
   async findUserByEmail(email: string): Promise<User | null> {
-    const claim = (await this.#deps.store.load<EmailClaim>(emailRef(email))).state
+    const claim = (await emailClaimHandler.load(this.#deps.store, emailRef(email))).state
     return claim?.user_id ? this.loadUser(claim.user_id) : null
   }
 
@@ -224,15 +216,13 @@ export class AccountService {
     // The claim comes first: it is the uniqueness check. A claim whose user never got written
     // (a crash between the two appends) names a holder that does not exist, and is taken over.
     const ref = emailRef(email)
-    const holder = (await this.#deps.store.load<EmailClaim>(ref)).state?.user_id ?? null
+    const holder = (await emailClaimHandler.load(this.#deps.store, ref)).state?.user_id ?? null
     const goneHolder = holder !== null && (await this.loadUser(holder)) === null ? holder : null
-    await handleCommand<EmailClaimCommand, EmailClaimEvent, EmailClaim>(
-      this.#deps.store,
-      emailRegistryDecider,
-      ref,
-      { type: 'claim_email', data: { user_id: userId, gone_holder: goneHolder }, meta: this.#meta() },
-      this.#eventId,
-    )
+    await emailClaimHandler.decide(this.#deps, ref, {
+      type: 'claim_email',
+      data: { user_id: userId, gone_holder: goneHolder },
+      meta: this.#meta(),
+    })
     const { token, grant } = newUserToken(userId, verificationTtlMs, this.#deps.now())
     const result = await this.#onUser(userId, {
       type: 'sign_up',
@@ -497,7 +487,7 @@ export class AccountService {
   async ownedProjects(user: User): Promise<ProjectSummary[]> {
     const summaries = await Promise.all(
       user.project_ids.map(async (id) => {
-        const project = (await this.#deps.store.load<Project>(projectRef(id))).state
+        const project = (await projectHandler.load(this.#deps.store, projectHandler.ref(id))).state
         const isOwner = project?.status === 'active' && project.members.some((m) => m.user_id === user.id && m.role === 'owner')
         return isOwner ? project : null
       }),
@@ -653,12 +643,10 @@ export class AccountService {
 
   async deleteAccount(user: User): Promise<void> {
     await this.#onUser(user.id, { type: 'delete_account', data: {}, meta: this.#meta() })
-    await handleCommand<EmailClaimCommand, EmailClaimEvent, EmailClaim>(
-      this.#deps.store,
-      emailRegistryDecider,
-      emailRef(user.email),
-      { type: 'release_email', data: { user_id: user.id }, meta: this.#meta() },
-      this.#eventId,
-    )
+    await emailClaimHandler.decide(this.#deps, emailRef(user.email), {
+      type: 'release_email',
+      data: { user_id: user.id },
+      meta: this.#meta(),
+    })
   }
 }

@@ -10,14 +10,15 @@ import {
   type ProjectRole,
 } from '../../../domain/project.ts'
 import type { User } from '../../../domain/user.ts'
-import type { CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/aggregate-handler.ts'
+import { projectHandler } from '../../../streams/aggregates.ts'
 import type { AccountService } from './accounts.ts'
 import { invitationsPerWindow, WindowFull } from './auth-limits.ts'
 import { inviteMail, tokenLink } from '../../infrastructure/mailer.ts'
 import { randomSecret, sha256Hex } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { apiKeyPrefix, generateApiKey, hashApiKey, type KeyEnvironment } from '../projects/api-keys.ts'
-import { commandProject, createProject, projectRef } from '../projects/project-service.ts'
+import { commandProject, createProject } from '../projects/project-service.ts'
 
 export const inviteTtlMs = 7 * 24 * 60 * 60 * 1000
 
@@ -94,7 +95,7 @@ export class TeamService {
 
   /** The project as `user` may see it: missing, deleted and not-a-member all read as not found. */
   async load(user: User, projectId: string): Promise<{ project: Project; role: ProjectRole }> {
-    const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await this.#deps.store.load<Project>(projectRef(projectId))).state : null
+    const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await projectHandler.load(this.#deps.store, projectHandler.ref(projectId))).state : null
     const role = project?.status === 'active' ? roleOf(project, user.id) : null
     if (project === null || role === null) throw new ProjectNotFound(projectId)
     return { project, role }
@@ -103,7 +104,7 @@ export class TeamService {
   async list(user: User): Promise<ProjectView[]> {
     const views = await Promise.all(
       user.project_ids.map(async (id) => {
-        const project = (await this.#deps.store.load<Project>(projectRef(id))).state
+        const project = (await projectHandler.load(this.#deps.store, projectHandler.ref(id))).state
         const role = project?.status === 'active' ? roleOf(project, user.id) : null
         return project !== null && role !== null ? projectView(project, role) : null
       }),

@@ -1,13 +1,9 @@
-import { projectDecider, type Plan, type Project, type ProjectCommand, type ProjectEvent } from '../../../domain/project.ts'
+import type { Plan, Project, ProjectCommand, ProjectEvent } from '../../../domain/project.ts'
 import { writeProjectRowsNow } from '../../../projections/project-directory.ts'
-import type { AggregateRef } from '../../../streams/event-store.ts'
-import { handleCommand, type CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/aggregate-handler.ts'
+import { projectHandler } from '../../../streams/aggregates.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { apiKeyPrefix, generateApiKey, hashApiKey, type KeyEnvironment } from './api-keys.ts'
-
-export function projectRef(projectId: string): AggregateRef {
-  return { aggregate: 'project', projectId, id: projectId }
-}
 
 export interface CreatedProject {
   project: Project
@@ -24,24 +20,18 @@ export async function createProject(
 ): Promise<CreatedProject> {
   const projectId = `prj_${deps.newUlid().toLowerCase()}`
   const apiKey = generateApiKey(input.keyEnvironment)
-  const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(
-    deps.store,
-    projectDecider,
-    projectRef(projectId),
-    {
-      type: 'create_project',
-      data: {
-        project_id: projectId,
-        name: input.name,
-        plan: input.plan,
-        owner_email: input.ownerEmail,
-        owner_user_id: input.ownerUserId ?? null,
-        key: { prefix: apiKeyPrefix(apiKey), key_hash: hashApiKey(apiKey) },
-      },
-      meta: { now: deps.now().toISOString() },
+  const result = await projectHandler.decide(deps, projectHandler.ref(projectId), {
+    type: 'create_project',
+    data: {
+      project_id: projectId,
+      name: input.name,
+      plan: input.plan,
+      owner_email: input.ownerEmail,
+      owner_user_id: input.ownerUserId ?? null,
+      key: { prefix: apiKeyPrefix(apiKey), key_hash: hashApiKey(apiKey) },
     },
-    () => `evt_${deps.newUlid()}`,
-  )
+    meta: { now: deps.now().toISOString() },
+  })
   await writeProjectRowsNow(deps.sql, [result.record])
   return { project: result.state!, apiKey }
 }
@@ -51,13 +41,7 @@ export async function createProject(
  * written at once, so what it changed about keys applies before any projector runs.
  */
 export async function commandProject(deps: Deps, projectId: string, command: ProjectCommand): Promise<CommandResult<ProjectEvent, Project>> {
-  const result = await handleCommand<ProjectCommand, ProjectEvent, Project>(
-    deps.store,
-    projectDecider,
-    projectRef(projectId),
-    command,
-    () => `evt_${deps.newUlid()}`,
-  )
+  const result = await projectHandler.decide(deps, projectHandler.ref(projectId), command)
   if (result.appended) await writeProjectRowsNow(deps.sql, [result.record])
   return result
 }

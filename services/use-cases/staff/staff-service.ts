@@ -1,9 +1,10 @@
 import { ProjectNotFound, UserNotFound } from '../../../domain/errors.ts'
 import type { Plan, Project, ProjectRole, RateLimitOverride } from '../../../domain/project.ts'
 import type { User } from '../../../domain/user.ts'
+import { projectHandler } from '../../../streams/aggregates.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { isUserId, type AccountService } from '../platform/accounts.ts'
-import { commandProject, projectRef } from '../projects/project-service.ts'
+import { commandProject } from '../projects/project-service.ts'
 import type { BillingService, BillingView } from '../metering/billing-service.ts'
 
 export interface StaffProjectView {
@@ -53,7 +54,7 @@ export class StaffService {
 
   /** Any project, deleted ones included (staff may need to see what happened to it). */
   async #loadProject(projectId: string): Promise<Project> {
-    const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await this.#deps.store.load<Project>(projectRef(projectId))).state : null
+    const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await projectHandler.load(this.#deps.store, projectHandler.ref(projectId))).state : null
     if (project === null) throw new ProjectNotFound(projectId)
     return project
   }
@@ -95,7 +96,7 @@ export class StaffService {
   async userView(user: User): Promise<StaffUserView> {
     const projects = await Promise.all(
       user.project_ids.map(async (id) => {
-        const project = (await this.#deps.store.load<Project>(projectRef(id))).state
+        const project = (await projectHandler.load(this.#deps.store, projectHandler.ref(id))).state
         if (project === null || project.status !== 'active') return null
         return { id, name: project.name, role: project.members.find((m) => m.user_id === user.id)?.role ?? null }
       }),

@@ -1,27 +1,16 @@
 import { randomBytes } from 'node:crypto'
 import type { Actor } from '../../../domain/decider.ts'
 import { WebhookLimitReached, WebhookNotFound } from '../../../domain/errors.ts'
-import {
-  maxWebhooksPerProject,
-  webhookDecider,
-  type EventFilter,
-  type Webhook,
-  type WebhookCommand,
-  type WebhookEvent,
-} from '../../../domain/webhook.ts'
+import { maxWebhooksPerProject, type EventFilter, type Webhook, type WebhookCommand, type WebhookEvent } from '../../../domain/webhook.ts'
 import type { Queryable } from '../../../projections/database.ts'
 import { applyWebhookRows, webhookSubscriptions } from '../../../projections/webhooks.ts'
-import type { AggregateRef } from '../../../streams/event-store.ts'
-import type { CommandResult } from '../../../streams/handle-command.ts'
+import type { CommandResult } from '../../../streams/aggregate-handler.ts'
+import { webhookHandler } from '../../../streams/aggregates.ts'
 import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
 import { deriveKey, encryptAtRest } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 const webhookIdPattern = /^whk_[0-9a-z]{26}$/
-
-export function webhookRef(projectId: string, webhookId: string): AggregateRef {
-  return { aggregate: 'webhook', projectId, id: webhookId }
-}
 
 /** The key that seals subscription secrets at rest; the dispatcher opens them with the same one. */
 export function webhookSealKey(secret: string): Uint8Array {
@@ -50,8 +39,7 @@ export class WebhookService {
     db: Queryable = this.#deps.sql,
   ): Promise<CommandResult<WebhookEvent, Webhook>> {
     if (!webhookIdPattern.test(webhookId)) throw new WebhookNotFound(`webhook ${webhookId} was not found`)
-    const ref = webhookRef(projectId, webhookId)
-    return commandWithRows<WebhookCommand, WebhookEvent, Webhook>(this.#deps, webhookDecider, ref, command, applyWebhookRows, db)
+    return commandWithRows(this.#deps, webhookHandler, webhookHandler.ref(projectId, webhookId), command, applyWebhookRows, db)
   }
 
   /** `actor`: the dashboard member who asked, recorded on the events (none for an API key). */
@@ -92,7 +80,9 @@ export class WebhookService {
   }
 
   async load(projectId: string, webhookId: string): Promise<Webhook> {
-    const hook = webhookIdPattern.test(webhookId) ? (await this.#deps.store.load<Webhook>(webhookRef(projectId, webhookId))).state : null
+    const hook = webhookIdPattern.test(webhookId)
+      ? (await webhookHandler.load(this.#deps.store, webhookHandler.ref(projectId, webhookId))).state
+      : null
     if (hook === null || hook.deleted) throw new WebhookNotFound(`webhook ${webhookId} was not found`)
     return hook
   }

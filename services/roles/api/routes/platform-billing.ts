@@ -3,9 +3,9 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { boundedString } from '../text-fields.ts'
 import { ProjectNotFound } from '../../../../domain/errors.ts'
-import { billingOf, billingStates, plans, type Project } from '../../../../domain/project.ts'
+import { billingOf, billingStates, plans } from '../../../../domain/project.ts'
 import { promoKinds } from '../../../../domain/promo-code.ts'
-import { projectRef } from '../../../use-cases/projects/project-service.ts'
+import { projectHandler } from '../../../../streams/aggregates.ts'
 import type { ApiContext } from '../context.ts'
 import { billingDisabled, invalidRequest } from '../errors.ts'
 import { bodyCodes, instant, noSecurity, publicErrorResponses, sessionErrorResponses } from '../openapi.ts'
@@ -151,7 +151,7 @@ export function providerWebhookRoutes(ctx: Pick<ApiContext, 'deps' | 'billing'>)
         const event = providerEvent.safeParse(verifiedJson(secret, request, ctx.deps.now()))
         if (!event.success) throw invalidRequest(`body: ${event.error.issues[0]!.message}`)
         const { project_id: projectId, state } = event.data.data
-        const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await ctx.deps.store.load<Project>(projectRef(projectId))).state : null
+        const project = /^prj_[0-9a-z]{26}$/.test(projectId) ? (await projectHandler.load(ctx.deps.store, projectHandler.ref(projectId))).state : null
         if (project === null || project.status !== 'active') throw new ProjectNotFound(projectId)
         const { project: updated, duplicate } = await ctx.billing.setBillingState(projectId, state, event.data.id)
         return {

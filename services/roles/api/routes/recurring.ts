@@ -4,7 +4,8 @@ import { z } from 'zod'
 import { RecurringJobNotFound, RecurringJobTypeConflict } from '../../../../domain/errors.ts'
 import { isActiveSchedule, recurringIdFor, type RecurringJob } from '../../../../domain/recurring-job.ts'
 import { recurringJobs } from '../../../../projections/recurring-jobs.ts'
-import { deleteSchedule, recurringRef, upsertSchedule } from '../../../use-cases/jobs/recurring-service.ts'
+import { recurringHandler } from '../../../../streams/aggregates.ts'
+import { deleteSchedule, upsertSchedule } from '../../../use-cases/jobs/recurring-service.ts'
 import type { ApiContext } from '../context.ts'
 import { invalidRequest } from '../errors.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
@@ -127,7 +128,7 @@ export function recurringRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher
       if (request.params.id !== ownId) {
         // The type already has its schedule under its own id: the spec's conflict. Otherwise the
         // id is simply not the one this type's schedule has.
-        const owner = (await deps.store.load<RecurringJob>(recurringRef(projectId, ownId))).state
+        const owner = (await recurringHandler.load(deps.store, recurringHandler.ref(projectId, ownId))).state
         if (isActiveSchedule(owner)) throw new RecurringJobTypeConflict(ownId, owner.job_type)
         throw invalidRequest(`params.id: the schedule of job type ${JSON.stringify(request.body.job_type)} is ${ownId}`)
       }

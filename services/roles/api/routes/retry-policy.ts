@@ -3,6 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import type { Actor } from '../../../../domain/decider.ts'
 import type { Project } from '../../../../domain/project.ts'
+import { projectHandler } from '../../../../streams/aggregates.ts'
 import {
   defaultRetryPolicy,
   maxQueueRetryPolicies,
@@ -11,7 +12,7 @@ import {
   toRetryPolicy,
   type RetryPolicy,
 } from '../../../../domain/retry-policy.ts'
-import { commandProject, projectRef } from '../../../use-cases/projects/project-service.ts'
+import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
 import { maxAttemptsNumber, queueNameText } from '../job-fields.ts'
 import { errorResponses, instant, noContent, sessionErrorResponses, writeCodes, bodyCodes } from '../openapi.ts'
@@ -225,7 +226,7 @@ export function apiKeyRetryPolicyRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 
     // Read from the log rather than the key's cached project, so a read follows a change made
     // through another API process at once.
     resolve: async (request) => {
-      const loaded = await ctx.deps.store.load<Project>(projectRef(request.principal.projectId))
+      const loaded = await projectHandler.load(ctx.deps.store, projectHandler.ref(request.principal.projectId))
       // A dashboard session under /jobsvc/v1 changes the policy as its member; a key as the project.
       return { project: loaded.state ?? request.principal.project, actor: request.principal.actor ?? null }
     },

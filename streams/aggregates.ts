@@ -1,0 +1,50 @@
+/**
+ * Every aggregate's command handler (streams/aggregate-handler.ts): its kind, its decider and how
+ * it is addressed, bound once. The layers above load and decide through these and nothing else,
+ * which the lint rule `jobsvc-aggregates/no-untyped-store` (tools/lint/no-untyped-store.js) enforces.
+ */
+import { alertDecider } from '../domain/alert.ts'
+import { deliveryDecider } from '../domain/delivery.ts'
+import { emailRegistryDecider } from '../domain/email-registry.ts'
+import { jobDecider } from '../domain/job.ts'
+import { jobProgressDecider } from '../domain/job-progress.ts'
+import { projectDecider } from '../domain/project.ts'
+import { promoCodeDecider } from '../domain/promo-code.ts'
+import { recurringJobDecider } from '../domain/recurring-job.ts'
+import { userDecider } from '../domain/user.ts'
+import { webhookDecider } from '../domain/webhook.ts'
+import { aggregateHandler } from './aggregate-handler.ts'
+import { platformScope } from './names.ts'
+
+/** Most aggregates belong to a project and have an id of their own. */
+const inProject = (projectId: string, id: string) => ({ projectId, id })
+
+/** Users, e-mail claims and promotion codes belong to no project. */
+const onPlatform = (id: string) => ({ projectId: platformScope, id })
+
+export const jobHandler = aggregateHandler({ kind: 'job', decider: jobDecider, address: inProject })
+
+/** A job's progress reports: an aggregate of their own (domain/job-progress.ts), keyed by the job's id. */
+export const progressHandler = aggregateHandler({ kind: 'progress', decider: jobProgressDecider, address: inProject })
+
+/** A project is its own scope: `ref(projectId)`. */
+export const projectHandler = aggregateHandler({
+  kind: 'project',
+  decider: projectDecider,
+  address: (projectId: string) => ({ projectId, id: projectId }),
+})
+
+export const recurringHandler = aggregateHandler({ kind: 'recurring', decider: recurringJobDecider, address: inProject })
+
+export const userHandler = aggregateHandler({ kind: 'user', decider: userDecider, address: onPlatform })
+
+/** `ref(key)`: the claim's id is a digest of the address (services/use-cases/platform/accounts.ts, `emailRef`). */
+export const emailClaimHandler = aggregateHandler({ kind: 'email', decider: emailRegistryDecider, address: onPlatform })
+
+export const promoCodeHandler = aggregateHandler({ kind: 'promo', decider: promoCodeDecider, address: onPlatform })
+
+export const alertHandler = aggregateHandler({ kind: 'alert', decider: alertDecider, address: inProject })
+
+export const webhookHandler = aggregateHandler({ kind: 'webhook', decider: webhookDecider, address: inProject })
+
+export const deliveryHandler = aggregateHandler({ kind: 'delivery', decider: deliveryDecider, address: inProject })
