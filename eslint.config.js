@@ -24,7 +24,7 @@ export default tseslint.config(
             { group: ['node:*', 'fs', 'net', 'http', 'crypto'], message: 'domain/ does no I/O' },
             { group: ['@nats-io/*', 'postgres', 'fastify', 'fastify-*', 'pino', 'ulid'], message: 'domain/ does no I/O' },
             {
-              group: ['../streams/*', '../projections/*', '../services/*'],
+              group: ['../streams/*', '../projections/*', '../services/*', '../../streams/*', '../../projections/*', '../../services/*'],
               message: 'dependencies point services -> streams, projections -> domain',
             },
           ],

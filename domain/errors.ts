@@ -121,7 +121,7 @@ export class WebhookNotFound extends refusal('webhook_not_found') {}
 export class WebhookAlreadyExists extends refusal('invalid_state') {}
 /** A project already has as many webhook subscriptions as it may (domain/webhook.ts). */
 export class WebhookLimitReached extends refusal('webhook_limit_reached') {}
-/** A project already has as many pending invitations as it may (domain/project.ts). */
+/** A project already has as many pending invitations as it may (domain/project/team.ts). */
 export class InviteLimitReached extends refusal('invite_limit_reached') {}
 /** A project holds at most maxQueueRetryPolicies queue overrides. */
 export class RetryPolicyLimitReached extends refusal('retry_policy_limit_reached') {}

@@ -13,6 +13,14 @@ export const maxQueueNameLength = 100
 /** A job's per-attempt timeout, in seconds. */
 export const timeoutSecondsRange = { min: 1, max: 86_400 } as const
 
+/**
+ * The payload's JSON size a job may carry by default, in bytes (an operator changes it with the
+ * `max_payload_bytes` tunable), and how deep it may nest: serializing deeper payloads (JSON,
+ * msgpack) recurses and would overflow the stack.
+ */
+export const defaultMaxPayloadBytes = 256 * 1024
+export const maxPayloadDepth = 64
+
 export const maxTags = 50
 export const maxTagKeyLength = 100
 export const maxTagValueLength = 500

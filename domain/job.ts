@@ -97,23 +97,27 @@ export type AckStatus = (typeof ackStatuses)[number]
 
 export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered'
 
+/** What a job is created with: on the `create_job` command, and as decided on its `job_created`. */
+export interface JobDefinition {
+  job_id: string
+  project_id: string
+  job_type: string
+  queue: string
+  payload: Record<string, unknown>
+  run_at: string | null
+  max_attempts: number
+  timeout_seconds: number
+  tags: Record<string, string> | null
+  parent_job_id: string | null
+  idempotency_key: string | null
+}
+
 export type JobEvent =
   | {
       type: 'job_created'
-      data: {
-        job_id: string
-        project_id: string
-        job_type: string
-        queue: string
-        payload: Record<string, unknown>
+      data: JobDefinition & {
         state: 'pending' | 'scheduled'
-        run_at: string | null
-        max_attempts: number
-        timeout_seconds: number
-        tags: Record<string, string> | null
-        parent_job_id: string | null
         waiting_for_parent: boolean
-        idempotency_key: string | null
         /** Absent from events written before trace context was kept. */
         traceparent?: string | null
         created_at: string
@@ -160,20 +164,9 @@ export type JobEventType = JobEvent['type']
 export type JobCommand =
   | {
       type: 'create_job'
-      data: {
-        job_id: string
-        project_id: string
-        job_type: string
-        queue: string
-        payload: Record<string, unknown>
-        run_at: string | null
-        max_attempts: number
-        timeout_seconds: number
-        tags: Record<string, string> | null
-        parent_job_id: string | null
+      data: JobDefinition & {
         /** Decided on the parent first: true when the parent has yet to succeed. */
         waits_for_parent: boolean
-        idempotency_key: string | null
         /** As the caller sent it, if at all; an invalid one is dropped, not refused (domain/trace-context.ts). */
         traceparent?: string | null
       }
@@ -455,6 +448,21 @@ function withoutInlineError(job: Job): Job {
   return rest
 }
 
+/** The state once an attempt ends the job: it succeeded, or failed for the last time (`errorSeq`: the error is in this message). */
+function ended(job: Job, state: 'succeeded' | 'dead_letter', data: { completed_at: string; duration_ms: number }, errorSeq: number | null): Job {
+  return {
+    ...withoutInlineError(job),
+    state,
+    completed_at: data.completed_at,
+    duration_ms: data.duration_ms,
+    error_seq: errorSeq,
+    updated_at: data.completed_at,
+  }
+}
+
+/** What a retry by hand clears of the attempts before: who ran the last, when, how long, how far it got, how it failed. */
+const noAttemptTraces = { started_at: null, completed_at: null, duration_ms: null, progress: null, error_seq: null, worker_id: null } as const
+
 function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
   if (event.type === 'job_created') {
     const d = event.data
@@ -508,14 +516,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
     case 'job_progressed':
       return { ...state, progress: event.data.progress, updated_at: event.data.reported_at }
     case 'job_succeeded':
-      return {
-        ...withoutInlineError(state),
-        state: 'succeeded',
-        completed_at: event.data.completed_at,
-        duration_ms: event.data.duration_ms,
-        error_seq: null,
-        updated_at: event.data.completed_at,
-      }
+      return ended(state, 'succeeded', event.data, null)
     case 'job_attempt_failed':
       return {
         ...withoutInlineError(state),
@@ -527,28 +528,16 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
         updated_at: event.data.failed_at,
       }
     case 'job_dead_lettered':
-      return {
-        ...withoutInlineError(state),
-        state: 'dead_letter',
-        completed_at: event.data.completed_at,
-        duration_ms: event.data.duration_ms,
-        error_seq: recordedHere,
-        updated_at: event.data.completed_at,
-      }
+      return ended(state, 'dead_letter', event.data, recordedHere)
     case 'job_cancelled':
       return { ...state, state: 'cancelled', waiting_for_parent: false, updated_at: event.data.cancelled_at }
     case 'job_retried':
       return {
         ...withoutInlineError(state),
         state: 'pending',
-        max_attempts: event.data.max_attempts,
         run_at: null,
-        started_at: null,
-        completed_at: null,
-        duration_ms: null,
-        progress: null,
-        error_seq: null,
-        worker_id: null,
+        ...noAttemptTraces,
+        max_attempts: event.data.max_attempts,
         updated_at: event.data.retried_at,
       }
   }
@@ -570,18 +559,28 @@ export function errorOf(events: readonly { type: string; data: unknown }[]): Job
 }
 
 /**
+ * A job's state as any message stored it: today's, or one written before `traceparent` was kept
+ * (absent) or before payloads, errors and progress were kept once (schema 1, with `payload` and
+ * the last error inline).
+ */
+export type StoredJob = Omit<Job, 'traceparent'> & { traceparent?: string | null; payload?: unknown }
+
+/**
  * The job's state as a message stored at `seq` carries it, in today's form (`seq` null: a message
  * seen without its sequence, a plain subscription's). The one upgrade of the job's stored state,
  * applied wherever a message is decoded and to a decision's state once it is stored:
  * - `error_seq` 0 (the error is in this very message) becomes `seq`;
+ * - a state written before trace context was kept gets `traceparent` null, as a job created
+ *   without the header has;
  * - a state written before payloads, errors and progress were kept once (schema 1) holds the
  *   payload, which is dropped (it is in the job's `job_created`), and the last error inline, which
  *   becomes a reference when this message recorded it and otherwise stays inline (`error`);
  *   its `progress` keeps its meaning (the job's own messages set it then).
  */
-export function upgradeJob(stored: Job, seq: number | null, events: readonly { type: string; data: unknown }[]): Job {
+export function upgradeJob(saved: StoredJob, seq: number | null, events: readonly { type: string; data: unknown }[]): Job {
+  const stored: Job & { payload?: unknown } = saved.traceparent === undefined ? { ...saved, traceparent: null } : (saved as Job)
   if (!('payload' in stored)) return stored.error_seq === recordedHere && seq !== null ? { ...stored, error_seq: seq } : stored
-  const { payload: _payload, error, ...rest } = stored as Job & { payload: unknown }
+  const { payload: _payload, error, ...rest } = stored
   if (error === null || error === undefined) return { ...rest, error_seq: null }
   if (seq !== null && errorOf(events) !== null) return { ...rest, error_seq: seq }
   return { ...rest, error_seq: null, error }

@@ -1,4 +1,4 @@
-import { plans, type Plan } from './project.ts'
+import { plans, type Plan } from './project/index.ts'
 
 /** What a plan allows (spec, Limits); JOBSVC_CONFIG may override any number per plan. */
 export interface PlanLimits {

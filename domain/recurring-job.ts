@@ -5,7 +5,7 @@ import { RecurringJobNotFound, RecurringJobTypeConflict } from './errors.ts'
 /**
  * A recurring schedule, registered by workers or through the recurring routes. Its id is derived
  * from the job type, so registering the same type again updates the same schedule. Occurrences
- * are computed at the edge (cron parsing is a library's job); the aggregate records which
+ * are computed by the caller (cron.ts) and passed in on the commands; the aggregate records which
  * occurrence fired last, so each fires at most once whoever fires it.
  */
 
@@ -23,15 +23,39 @@ export interface RecurringSchedule {
 export interface RecurringJob extends RecurringSchedule {
   id: string
   project_id: string
+  payload: Record<string, unknown>
   created_at: string
   updated_at: string
-  status?: 'active' | 'deleted'
+  status: 'active' | 'deleted'
   /** The next occurrence due (ISO instant), as computed when the schedule last changed or fired. */
-  next_run_at?: string | null
+  next_run_at: string | null
   /** The occurrence that fired last, and when. */
-  last_occurrence_at?: string | null
-  last_run_at?: string | null
-  last_job_id?: string | null
+  last_occurrence_at: string | null
+  last_run_at: string | null
+  last_job_id: string | null
+}
+
+/** The fields added to the schedule's state after its first release, absent from the states written before each. */
+type AddedField = 'payload' | 'status' | 'next_run_at' | 'last_occurrence_at' | 'last_run_at' | 'last_job_id'
+
+/** A schedule's state as any message stored it. */
+export type StoredRecurringJob = Omit<RecurringJob, AddedField> & Partial<Pick<RecurringJob, AddedField>>
+
+/**
+ * The schedule's state as a message stored it, in today's form: a state written before a field
+ * was added gets the value it meant (an empty payload, active, no occurrence computed or fired).
+ * Applied wherever a message is decoded (streams/stored-forms.ts).
+ */
+export function upgradeRecurringJob(stored: StoredRecurringJob): RecurringJob {
+  return {
+    ...stored,
+    payload: stored.payload ?? {},
+    status: stored.status ?? 'active',
+    next_run_at: stored.next_run_at ?? null,
+    last_occurrence_at: stored.last_occurrence_at ?? null,
+    last_run_at: stored.last_run_at ?? null,
+    last_job_id: stored.last_job_id ?? null,
+  }
 }
 
 export type RecurringJobAggregate = RecurringJob | null
@@ -74,7 +98,7 @@ export function recurringIdFor(jobType: string): string {
 }
 
 export function isActiveSchedule(state: RecurringJobAggregate): state is RecurringJob {
-  return state !== null && (state.status ?? 'active') === 'active'
+  return state !== null && state.status === 'active'
 }
 
 function isSameSchedule(a: RecurringJob, b: RecurringSchedule): boolean {
@@ -85,7 +109,7 @@ function isSameSchedule(a: RecurringJob, b: RecurringSchedule): boolean {
     a.timezone === b.timezone &&
     a.max_attempts === b.max_attempts &&
     a.timeout_seconds === b.timeout_seconds &&
-    canonicalJson(a.payload ?? {}) === canonicalJson(b.payload ?? {})
+    canonicalJson(a.payload) === canonicalJson(b.payload ?? {})
   )
 }
 
@@ -103,12 +127,12 @@ function decide(command: RecurringJobCommand, state: RecurringJobAggregate): Rec
       if (!isActiveSchedule(state)) throw new RecurringJobNotFound(command.data.recurring_id)
       return [{ type: 'recurring_deleted', data: { recurring_id: state.id, deleted_at: now } }]
     case 'reschedule':
-      if (!isActiveSchedule(state) || (state.next_run_at ?? null) === command.data.next_run_at) return []
+      if (!isActiveSchedule(state) || state.next_run_at === command.data.next_run_at) return []
       return [{ type: 'recurring_rescheduled', data: { next_run_at: command.data.next_run_at, rescheduled_at: now } }]
     case 'record_fire': {
       if (!isActiveSchedule(state)) return []
       // An occurrence at or before the last one fired was fired already (by this or another scheduler).
-      const last = state.last_occurrence_at ?? null
+      const last = state.last_occurrence_at
       if (last !== null && Date.parse(command.data.occurrence_at) <= Date.parse(last)) return []
       return [{ type: 'recurring_fired', data: { ...command.data, fired_at: now } }]
     }
@@ -121,6 +145,8 @@ function evolve(state: RecurringJobAggregate, event: RecurringJobEvent): Recurri
     const live = isActiveSchedule(state) ? state : null
     return {
       ...schedule,
+      // Absent from upserts recorded before schedules had a payload.
+      payload: schedule.payload ?? {},
       id: recurring_id,
       project_id,
       created_at: live?.created_at ?? upserted_at,
@@ -142,8 +168,8 @@ function evolve(state: RecurringJobAggregate, event: RecurringJobEvent): Recurri
       return {
         ...state,
         last_occurrence_at: event.data.occurrence_at,
-        last_run_at: event.data.job_id === null ? (state.last_run_at ?? null) : event.data.fired_at,
-        last_job_id: event.data.job_id ?? state.last_job_id ?? null,
+        last_run_at: event.data.job_id === null ? state.last_run_at : event.data.fired_at,
+        last_job_id: event.data.job_id ?? state.last_job_id,
         next_run_at: event.data.next_run_at,
       }
   }

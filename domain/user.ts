@@ -11,7 +11,7 @@ import {
   UserAlreadyExists,
   UserNotFound,
 } from './errors.ts'
-import type { SignupPlan } from './project.ts'
+import type { SignupPlan } from './project/index.ts'
 
 /**
  * A dashboard user and the account that verifying their address opens. Secrets never reach
@@ -84,13 +84,10 @@ export interface User {
   password_hash: string
   /** Sessions issued before this instant are no longer accepted. */
   password_changed_at: string
-  /**
-   * Sessions ended by logout that have not expired yet (absent in states written before
-   * logout ended sessions).
-   */
-  ended_sessions?: EndedSession[]
+  /** Sessions ended by logout that have not expired yet. */
+  ended_sessions: EndedSession[]
   /** Sessions issued before this instant were ended all at once (see maxEndedSessions). */
-  sessions_ended_before?: string | null
+  sessions_ended_before: string | null
   plan: SignupPlan
   status: 'active' | 'suspended' | 'deleted'
   created_at: string
@@ -112,13 +109,37 @@ export interface User {
    */
   project_ids: string[]
   /** The topics turned on or off; absent ones keep their default (see notificationPreferencesOf). */
-  notifications?: Partial<NotificationPreferences>
-  /** Set while the provider reports the current address undeliverable; absent or null otherwise. */
-  email_undeliverable?: UndeliverableAddress | null
+  notifications: Partial<NotificationPreferences>
+  /** Set while the provider reports the current address undeliverable; null otherwise. */
+  email_undeliverable: UndeliverableAddress | null
   /** The last time the user proved the address receives mail again; older reports are stale. */
-  email_reverified_at?: string | null
-  /** Devices seen at login, newest last (absent before the first login recorded one). */
-  known_devices?: string[]
+  email_reverified_at: string | null
+  /** Devices seen at login, newest last. */
+  known_devices: string[]
+}
+
+/** The fields added to the user's state after its first release, absent from the states written before each. */
+type AddedField = 'ended_sessions' | 'sessions_ended_before' | 'notifications' | 'email_undeliverable' | 'email_reverified_at' | 'known_devices'
+
+/** A user's state as any message stored it. */
+export type StoredUser = Omit<User, AddedField> & Partial<Pick<User, AddedField>>
+
+/**
+ * The user's state as a message stored it, in today's form: a state written before a field was
+ * added gets the value it meant (no session ended, every notification at its default, the address
+ * never reported nor re-verified, no device seen). Applied wherever a message is decoded
+ * (streams/stored-forms.ts).
+ */
+export function upgradeUser(stored: StoredUser): User {
+  return {
+    ...stored,
+    ended_sessions: stored.ended_sessions ?? [],
+    sessions_ended_before: stored.sessions_ended_before ?? null,
+    notifications: stored.notifications ?? {},
+    email_undeliverable: stored.email_undeliverable ?? null,
+    email_reverified_at: stored.email_reverified_at ?? null,
+    known_devices: stored.known_devices ?? [],
+  }
 }
 
 export type UserAggregate = User | null
@@ -230,7 +251,7 @@ function requireFreshStep(totp: TotpState, step: number): void {
 export function isSessionLive(user: User, session: { session_id: string | null; issued_at_ms: number }): boolean {
   if (session.issued_at_ms < Date.parse(user.password_changed_at)) return false
   if (user.sessions_ended_before && session.issued_at_ms < Date.parse(user.sessions_ended_before)) return false
-  return session.session_id === null || !(user.ended_sessions ?? []).some((s) => s.session_id === session.session_id)
+  return session.session_id === null || !user.ended_sessions.some((s) => s.session_id === session.session_id)
 }
 
 export function notificationPreferencesOf(user: User): NotificationPreferences {
@@ -251,8 +272,7 @@ export function mailVerdict(user: User, topic: MailTopic): 'send' | 'turned_off'
   return 'send'
 }
 
-const unexpired = (sessions: readonly EndedSession[] | undefined, now: string) =>
-  (sessions ?? []).filter((s) => Date.parse(s.expires_at) > Date.parse(now))
+const unexpired = (sessions: readonly EndedSession[], now: string) => sessions.filter((s) => Date.parse(s.expires_at) > Date.parse(now))
 
 function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
   const { now } = command.meta
@@ -380,7 +400,7 @@ function decide(command: UserCommand, state: UserAggregate): UserEvent[] {
       }
       return [{ type: 'email_reverified', data: { email: user.email, reverified_at: now } }]
     case 'record_sign_in': {
-      const known = user.known_devices ?? []
+      const known = user.known_devices
       if (known.includes(command.data.device_id)) return []
       return [{ type: 'new_device_signed_in', data: { device_id: command.data.device_id, first_device: known.length === 0, signed_in_at: now } }]
     }
@@ -413,6 +433,10 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
       totp: null,
       recovery_code_hashes: [],
       project_ids: [],
+      notifications: {},
+      email_undeliverable: null,
+      email_reverified_at: null,
+      known_devices: [],
     }
   }
   if (state === null) throw new EventBeforeCreation(event.type, 'user_signed_up')
@@ -495,7 +519,7 @@ function evolve(state: UserAggregate, event: UserEvent): UserAggregate {
     case 'email_reverified':
       return { ...state, email_undeliverable: null, email_reverified_at: event.data.reverified_at, verification: null }
     case 'new_device_signed_in':
-      return { ...state, known_devices: [...(state.known_devices ?? []), event.data.device_id].slice(-maxKnownDevices) }
+      return { ...state, known_devices: [...state.known_devices, event.data.device_id].slice(-maxKnownDevices) }
   }
 }
 

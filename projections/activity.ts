@@ -1,4 +1,4 @@
-import type { Project, ProjectEvent } from '../domain/project.ts'
+import type { Project, ProjectEvent } from '../domain/project/index.ts'
 import type { Alert, AlertEvent } from '../domain/alert.ts'
 import type { JobEvent } from '../domain/job.ts'
 import type { Webhook, WebhookEvent } from '../domain/webhook.ts'

@@ -85,7 +85,7 @@ function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[
     waiting_for_parent: job.waiting_for_parent,
     worker_id: job.worker_id,
     idempotency_key: job.idempotency_key,
-    traceparent: job.traceparent ?? null,
+    traceparent: job.traceparent,
     updated_at: job.updated_at,
     children: job.children,
     last_seq: seq,

@@ -1,4 +1,4 @@
-import type { Plan, Project, ProjectEventType } from '../domain/project.ts'
+import type { Plan, Project, ProjectEventType } from '../domain/project/index.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable, Sql } from './database.ts'
 import { readModel, snapshotRows } from './projection.ts'

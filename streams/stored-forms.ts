@@ -1,5 +1,8 @@
-import { upgradeJob, type Job } from '../domain/job.ts'
+import { upgradeJob, type StoredJob } from '../domain/job.ts'
 import { lastReportOf } from '../domain/job-progress.ts'
+import { upgradeProject, type StoredProject } from '../domain/project/index.ts'
+import { upgradeRecurringJob, type StoredRecurringJob } from '../domain/recurring-job.ts'
+import { upgradeUser, type StoredUser } from '../domain/user.ts'
 import type { AggregateKind } from './names.ts'
 
 type Events = readonly { type: string; data: unknown }[]
@@ -12,6 +15,9 @@ type Events = readonly { type: string; data: unknown }[]
  *   Messages written before (schema 1) are upgraded when read.
  * - `progress`: the message carries only its `job_progressed` event; the state (the last report)
  *   is read from it.
+ * - the others are written as decided; a state written before fields were added to its aggregate
+ *   is upgraded when read by its aggregate's `upgrade` (domain/), so every reader sees today's
+ *   shape and no reader defaults a field.
  */
 interface StoredForm {
   /** The `state` a message is written with. */
@@ -20,15 +26,26 @@ interface StoredForm {
   fromStored(stored: unknown, seq: number | null, events: Events): unknown
 }
 
+/** The form of an aggregate written as decided and read through `upgrade`. */
+function upgradedBy<Stored>(upgrade: (stored: Stored) => unknown): StoredForm {
+  return {
+    toStored: (state) => state,
+    fromStored: (stored) => (stored === null || stored === undefined ? null : upgrade(stored as Stored)),
+  }
+}
+
 const storedForms: Partial<Record<AggregateKind, StoredForm>> = {
   job: {
     toStored: (state) => state,
-    fromStored: (stored, seq, events) => (stored === null || stored === undefined ? null : upgradeJob(stored as Job, seq, events)),
+    fromStored: (stored, seq, events) => (stored === null || stored === undefined ? null : upgradeJob(stored as StoredJob, seq, events)),
   },
   progress: {
     toStored: () => null,
     fromStored: (stored, _seq, events) => stored ?? lastReportOf(events),
   },
+  project: upgradedBy<StoredProject>(upgradeProject),
+  user: upgradedBy<StoredUser>(upgradeUser),
+  recurring: upgradedBy<StoredRecurringJob>(upgradeRecurringJob),
 }
 
 /** The state a message of `aggregate` is written with. */

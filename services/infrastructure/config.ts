@@ -2,11 +2,12 @@ import { randomBytes } from 'node:crypto'
 import { existsSync, linkSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs'
 import { isIP } from 'node:net'
 import { z } from 'zod'
-import { plans, type Plan } from '../../domain/project.ts'
+import { plans, type Plan } from '../../domain/project/index.ts'
 import { defaultEventsMaxBytes } from '../../streams/definitions.ts'
 import { isValidNamespace } from '../../streams/names.ts'
 import { resolvePlans, type PlanLimits } from '../../domain/plans.ts'
 import { deliveryAttemptTimeoutMs, deliveryRetryWaitsMs } from '../../domain/delivery-policy.ts'
+import { defaultMaxPayloadBytes } from '../../domain/job-options.ts'
 
 const planOverridesSchema = z
   .object({
@@ -161,11 +162,7 @@ export const tunablesSchema = z
      */
     validate_responses: z.boolean().default(false),
     /** Largest JSON payload accepted on job creation, in bytes. */
-    max_payload_bytes: z
-      .number()
-      .int()
-      .min(1)
-      .default(256 * 1024),
+    max_payload_bytes: z.number().int().min(1).default(defaultMaxPayloadBytes),
     /**
      * Worker polls of one project in flight at once in one API process (waiting or claiming);
      * more answer 429. Per process because what a poll holds (memory, a place in the claim

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino'
 import { isBudgeted } from '../../domain/log-budget.ts'
 import type { PlanLimits } from '../../domain/plans.ts'
-import type { Plan } from '../../domain/project.ts'
+import type { Plan } from '../../domain/project/index.ts'
 import type { Sql } from '../../projections/database.ts'
 import { projectDirectory } from '../../projections/project-directory.ts'
 import { LogBudgetExceeded } from '../../streams/errors.ts'

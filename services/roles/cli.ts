@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util'
 import { isEmailAddress } from '../../domain/email-address.ts'
-import { isPlan, maxProjectNameLength, plans } from '../../domain/project.ts'
+import { isPlan, maxProjectNameLength, plans } from '../../domain/project/index.ts'
 import type { User } from '../../domain/user.ts'
 import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/config.ts'
 import { StreamSettingsMismatch } from '../../streams/definitions.ts'

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { hasRoleAtLeast, type ProjectRole } from '../../domain/project.ts'
+import { hasRoleAtLeast, type ProjectRole } from '../../domain/project/index.ts'
 import { apiDescriptionPath } from '../../services/roles/api/openapi.ts'
 import { isRemovedWrapperPath } from '../../services/roles/api/routes/removed-wrappers.ts'
 import { startApiProcess } from '../support/api-process.ts'

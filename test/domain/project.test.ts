@@ -34,7 +34,7 @@ import {
   type ProjectCommand,
   type ProjectEvent,
   type ProjectRole,
-} from '../../domain/project.ts'
+} from '../../domain/project/index.ts'
 import { decideChecked, deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
 const now = '2025-03-01T12:00:00.000Z'
@@ -80,6 +80,10 @@ t.test('create project: the project and its first API key', async (t) => {
     spend_cap_cents: null,
     allowance_warnings: [],
     billing_period: `${now.slice(0, 7)}-01`,
+    provider_events: [],
+    retry_policies: { project: null, queues: [] },
+    rate_limit_override: null,
+    promotions: [],
   })
 })
 

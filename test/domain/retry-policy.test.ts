@@ -1,7 +1,7 @@
 import t from 'tap'
 import { fold } from '../../domain/decider.ts'
 import { Forbidden, ProjectNotFound, RetryPolicyLimitReached } from '../../domain/errors.ts'
-import { projectDecider, type ProjectCommand, type ProjectEvent } from '../../domain/project.ts'
+import { projectDecider, type ProjectCommand, type ProjectEvent } from '../../domain/project/index.ts'
 import {
   defaultRetryPolicy,
   maxQueueRetryPolicies,

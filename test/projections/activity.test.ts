@@ -1,7 +1,7 @@
 import t from 'tap'
 import { ulid } from 'ulid'
 import type { JobCommand } from '../../domain/job.ts'
-import type { ProjectCommand } from '../../domain/project.ts'
+import type { ProjectCommand } from '../../domain/project/index.ts'
 import type { UserCommand } from '../../domain/user.ts'
 import { activityFeed } from '../../projections/activity.ts'
 import { jobHandler, projectHandler, userHandler } from '../../streams/aggregates.ts'

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { ulid } from 'ulid'
 import { fold } from '../../domain/decider.ts'
-import { projectDecider, type Project, type ProjectEvent } from '../../domain/project.ts'
+import { projectDecider, type Project, type ProjectEvent } from '../../domain/project/index.ts'
 import { applyBatch } from '../../projections/checkpoints.ts'
 import { projectDirectory, upsertProjectRows } from '../../projections/project-directory.ts'
 import type { Ref } from '../../streams/aggregate-handler.ts'

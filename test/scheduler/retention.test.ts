@@ -1,6 +1,6 @@
 import { pino } from 'pino'
 import t from 'tap'
-import type { Plan } from '../../domain/project.ts'
+import type { Plan } from '../../domain/project/index.ts'
 import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { seedEndedJobs } from '../../tools/bench/retention.ts'

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { ulid } from 'ulid'
 import type { Job } from '../../domain/job.ts'
-import type { Project } from '../../domain/project.ts'
+import type { Project } from '../../domain/project/index.ts'
 import type { Loaded } from '../../streams/event-store.ts'
 import {
   alertHandler,

@@ -60,7 +60,7 @@ t.test('a follower hands over every job message from its start, in order, and on
     appended,
     'each job message once, in order, none before the start, no project message',
   )
-  t.same(seen[3]!.decode().state, { i: 3 }, 'the body decodes on demand')
+  t.same(seen[3]!.decode().state, { i: 3, traceparent: null }, 'the body decodes on demand, upgraded as every job state is read')
   t.ok(seen.every((e) => e.eventTypes === 'job_created' && e.size > 0))
 })
 

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pino } from 'pino'
-import { signupPlans } from '../../domain/project.ts'
+import { signupPlans } from '../../domain/project/index.ts'
 import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import type { Config } from '../../services/infrastructure/config.ts'

@@ -1,6 +1,6 @@
 import type { Subscription } from '@nats-io/transport-node'
 import type { Actor } from '../../../domain/decider.ts'
-import type { Project, ProjectRole } from '../../../domain/project.ts'
+import type { Project, ProjectRole } from '../../../domain/project/index.ts'
 import { projectDirectory } from '../../../projections/project-directory.ts'
 import { decodeEventMessage } from '../../../streams/event-store.ts'
 import { aggregateKindFilter } from '../../../streams/names.ts'
@@ -9,7 +9,7 @@ import { apiKeyPrefix, hashApiKey, isApiKeyShape, isHashMatch } from '../../use-
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { unauthorized } from './errors.ts'
 
-export { hasRoleAtLeast, type ProjectRole } from '../../../domain/project.ts'
+export { hasRoleAtLeast, type ProjectRole } from '../../../domain/project/index.ts'
 
 export interface Principal {
   projectId: string

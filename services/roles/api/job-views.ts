@@ -25,7 +25,7 @@ export function toJobDetail(job: JobView) {
     tags: job.tags,
     parent_job_id: job.parent_job_id,
     worker_id: job.worker_id,
-    traceparent: job.traceparent ?? null,
+    traceparent: job.traceparent,
   }
 }
 

@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import { maxPayloadDepth } from '../../../domain/job-options.ts'
 import { invalidRequest } from './errors.ts'
 import { findUnstorableText } from '../../../projections/storable-values.ts'
 import { unstorableTextMessage } from './storable.ts'
@@ -8,9 +9,6 @@ import { anyText } from './text-fields.ts'
  * The JSON payload a job carries, wherever it comes from: job creation and recurring schedules
  * (whose payload every fired job carries) take the same limits (README, "Limits we chose").
  */
-
-/** Deeper payloads are refused: serializing them (JSON, msgpack) recurses and would overflow the stack. */
-export const maxPayloadDepth = 64
 
 /**
  * What makes a payload unfit, if anything, checked without recursion (the input is untrusted):

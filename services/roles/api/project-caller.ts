@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import { Forbidden } from '../../../domain/errors.ts'
-import { hasRoleAtLeast, type ProjectRole } from '../../../domain/project.ts'
+import { hasRoleAtLeast, type ProjectRole } from '../../../domain/project/index.ts'
 import type { ApiKeyDirectory, Principal } from './api-key-directory.ts'
 import type { ApiContext } from './context.ts'
 import { authenticateSession } from './session-auth.ts'

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, preHandlerAsyncHookHandler, preHandlerHookHandler } from 'fastify'
-import { requestsPerHourOf, type Project } from '../../../domain/project.ts'
+import { requestsPerHourOf, type Project } from '../../../domain/project/index.ts'
 import type { RateVerdict } from '../../use-cases/metering/request-rate.ts'
 import type { ApiContext } from './context.ts'
 import { rateLimitExceeded } from './errors.ts'

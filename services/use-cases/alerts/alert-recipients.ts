@@ -1,4 +1,4 @@
-import type { Project } from '../../../domain/project.ts'
+import type { Project } from '../../../domain/project/index.ts'
 import type { User } from '../../../domain/user.ts'
 import { projectHandler, userHandler } from '../../../streams/aggregates.ts'
 import { normalizeEmail } from '../platform/accounts.ts'

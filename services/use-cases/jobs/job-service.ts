@@ -10,6 +10,7 @@ import {
   isTerminal,
   toJobView,
   type Job,
+  type JobDefinition,
   type JobCommand,
   type JobError,
   type JobEvent,
@@ -32,16 +33,8 @@ export function isJobId(id: string): boolean {
   return jobIdPattern.test(id)
 }
 
-export interface NewJob {
-  job_type: string
-  payload: Record<string, unknown>
-  queue: string
-  run_at: string | null
-  max_attempts: number
-  timeout_seconds: number
-  tags: Record<string, string> | null
-  parent_job_id: string | null
-  idempotency_key: string | null
+/** A job as its creator asks for it: the service gives it its id, the project its own. */
+export interface NewJob extends Omit<JobDefinition, 'job_id' | 'project_id'> {
   /** The creating request's W3C `traceparent`, if it sent one. */
   traceparent?: string | null
 }

@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto'
-import { CronExpressionParser } from 'cron-parser'
 import { ulid } from 'ulid'
 import type { z } from 'zod'
 import type { Actor } from '../../../domain/decider.ts'
@@ -14,6 +13,7 @@ import {
   RecurringLimitReached,
   SpendCapReached,
 } from '../../../domain/errors.ts'
+import { isCronExpression, isIanaTimezone, latestOccurrence, nextOccurrence, shortestCronGapSeconds } from '../../../domain/cron.ts'
 import { jobDefaults } from '../../../domain/job-options.ts'
 import {
   isActiveSchedule,
@@ -31,81 +31,8 @@ import type { BillingService } from '../metering/billing-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { createJobs, type Creation } from './create-jobs.ts'
 import type { JobService } from './job-service.ts'
-import type { Project } from '../../../domain/project.ts'
+import type { Project } from '../../../domain/project/index.ts'
 import { projectHandler, recurringHandler } from '../../../streams/aggregates.ts'
-
-/** True for standard 5-field or 6-field (leading seconds) cron expressions cron-parser accepts. */
-export function isCronExpression(expression: string, timezone: string): boolean {
-  const fields = expression.trim().split(/\s+/)
-  if (fields.length !== 5 && fields.length !== 6) return false
-  try {
-    CronExpressionParser.parse(expression, { tz: timezone })
-    return true
-  } catch {
-    return false
-  }
-}
-
-/**
- * The shortest gap between two occurrences of a 6-field expression (leading seconds), in seconds;
- * null for 5 fields, which fire at most once a minute. Read from the seconds field alone, the
- * step from the minute's last second to the next minute's first counted whether or not the next
- * minute fires (`0,59 0 * * * *` counts as 1 s): the bound errs towards refusing.
- */
-export function shortestCronGapSeconds(expression: string): number | null {
-  if (expression.trim().split(/\s+/).length !== 6) return null
-  const seconds = CronExpressionParser.parse(expression)
-    .fields.second.values.map(Number)
-    .sort((a, b) => a - b)
-  let gap = 60 - seconds.at(-1)! + seconds[0]!
-  for (let i = 1; i < seconds.length; i++) gap = Math.min(gap, seconds[i]! - seconds[i - 1]!)
-  return gap
-}
-
-/** True for a timezone name the runtime's tz database knows (IANA names; kept as given). */
-export function isIanaTimezone(tz: string): boolean {
-  try {
-    new Intl.DateTimeFormat('en-US', { timeZone: tz })
-    return tz.length > 0
-  } catch {
-    return false
-  }
-}
-
-/**
- * The first occurrence strictly after `after`, in the schedule's timezone. cron-parser resolves
- * daylight-saving changes the way people expect: a daily local time skipped by a spring-forward
- * fires shifted by the gap (02:30 → 03:30), a daily local time repeated by a fall-back fires once
- * (the first); an hourly schedule fires every real hour, both repeated ones included.
- */
-export function nextOccurrence(expression: string, timezone: string, after: Date): Date | null {
-  try {
-    return CronExpressionParser.parse(expression, { tz: timezone, currentDate: after }).next().toDate()
-  } catch {
-    return null
-  }
-}
-
-/**
- * The latest occurrence at or before `at`. cron-parser's `prev()` does not mirror `next()`
- * across a spring-forward gap (it skips the shifted occurrence), so its answer is walked
- * forward with `next()` for as long as that stays at or before `at`.
- */
-export function latestOccurrence(expression: string, timezone: string, at: Date): Date | null {
-  try {
-    let latest = CronExpressionParser.parse(expression, { tz: timezone, currentDate: new Date(at.getTime() + 1) })
-      .prev()
-      .toDate()
-    for (let step = 0; step < 10; step++) {
-      const following = nextOccurrence(expression, timezone, latest)
-      if (following === null || following.getTime() > at.getTime()) break
-      latest = following
-    }
-    return latest
-  } catch {
-    return null
-  }
-}
 
 /**
  * The id of the job an occurrence creates: a ULID whose time is the occurrence and whose random
@@ -422,7 +349,7 @@ async function createOccurrenceJob(
   if (project === null || project.status !== 'active') return 'project_not_found'
   const request = {
     job_type: schedule.job_type,
-    payload: schedule.payload ?? {},
+    payload: schedule.payload,
     queue: schedule.queue,
     max_attempts: schedule.max_attempts,
     timeout_seconds: schedule.timeout_seconds,

@@ -10,7 +10,7 @@ import {
   type Project,
   type ProjectCommand,
   type ProjectEvent,
-} from '../../../domain/project.ts'
+} from '../../../domain/project/index.ts'
 import type { MailTopic, User } from '../../../domain/user.ts'
 import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { userHandler } from '../../../streams/aggregates.ts'
@@ -110,7 +110,7 @@ export class BillingService {
       requests_per_hour: requestsPerHourOf(project, limits.requests_per_hour, now),
       allowance_bonus: promotion.bonusJobs,
       overage_discount_percent: promotion.discountPercent,
-      promotions: (project.promotions ?? []).map((p) => ({ ...p, last_period: lastPeriodOf(p) })),
+      promotions: project.promotions.map((p) => ({ ...p, last_period: lastPeriodOf(p) })),
     }
   }
 
@@ -165,8 +165,8 @@ export class BillingService {
   async rollPeriod(project: Project): Promise<boolean> {
     const now = this.#deps.now()
     const { start } = billingPeriodOf(now)
-    if ((project.billing_period ?? '') >= start) return false
-    const previous = project.billing_period ?? null
+    const previous = project.billing_period
+    if (previous !== null && previous >= start) return false
     let usedBefore = 0
     let overage = 0
     let cents = 0

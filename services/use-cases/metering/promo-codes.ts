@@ -1,5 +1,5 @@
 import { Forbidden, InvalidToken } from '../../../domain/errors.ts'
-import type { Project, ProjectRole } from '../../../domain/project.ts'
+import type { Project, ProjectRole } from '../../../domain/project/index.ts'
 import { promoCodePattern, promoCodeRefusal, type PromoCode, type PromoCodeCommand } from '../../../domain/promo-code.ts'
 import type { User } from '../../../domain/user.ts'
 import { promoCodeHandler } from '../../../streams/aggregates.ts'

@@ -1,4 +1,4 @@
-import { hasRoleAtLeast } from '../../../domain/project.ts'
+import { hasRoleAtLeast } from '../../../domain/project/index.ts'
 import type { User } from '../../../domain/user.ts'
 import { activityFeed } from '../../../projections/activity.ts'
 import type { TeamService } from './team-service.ts'

@@ -7,7 +7,7 @@ import {
   TotpNotInitialized,
   UserNotFound,
 } from '../../../domain/errors.ts'
-import { activeKeyPrefix, type Project, type SignupPlan } from '../../../domain/project.ts'
+import { activeKeyPrefix, type Project, type SignupPlan } from '../../../domain/project/index.ts'
 import {
   userDecider,
   type MailTopic,
@@ -510,7 +510,7 @@ export class AccountService {
       timezone: user.timezone,
       locale: user.locale,
       totp_enabled: Boolean(user.totp?.enabled_at),
-      email_undeliverable: user.email_undeliverable ?? null,
+      email_undeliverable: user.email_undeliverable,
       account: user.account ?? { id: '', name: '' },
       products: [{ product_slug: 'jobsvc', enabled: user.email_verified_at !== null, plan: user.plan }],
       projects: await this.ownedProjects(user),

@@ -8,7 +8,7 @@ import {
   type ProjectCommand,
   type ProjectEvent,
   type ProjectRole,
-} from '../../../domain/project.ts'
+} from '../../../domain/project/index.ts'
 import type { User } from '../../../domain/user.ts'
 import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { projectHandler } from '../../../streams/aggregates.ts'

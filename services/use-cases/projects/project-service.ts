@@ -1,4 +1,4 @@
-import type { Plan, Project, ProjectCommand, ProjectEvent } from '../../../domain/project.ts'
+import type { Plan, Project, ProjectCommand, ProjectEvent } from '../../../domain/project/index.ts'
 import { writeProjectRowsNow } from '../../../projections/project-directory.ts'
 import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { projectHandler } from '../../../streams/aggregates.ts'

@@ -1,5 +1,5 @@
 import { ProjectNotFound, UserNotFound } from '../../../domain/errors.ts'
-import type { Plan, Project, ProjectRole, RateLimitOverride } from '../../../domain/project.ts'
+import type { Plan, Project, ProjectRole, RateLimitOverride } from '../../../domain/project/index.ts'
 import type { User } from '../../../domain/user.ts'
 import { projectHandler } from '../../../streams/aggregates.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -69,7 +69,7 @@ export class StaffService {
       updated_at: project.updated_at,
       keys_revoked_at: project.keys_revoked_at,
       members: project.members.map((m) => ({ user_id: m.user_id, email: m.email, role: m.role })),
-      rate_limit_override: project.rate_limit_override ?? null,
+      rate_limit_override: project.rate_limit_override,
       billing: await this.#services.billing.view(project),
     }
   }

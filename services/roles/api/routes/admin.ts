@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import { maxRateLimitOverrideDays, plans, projectRoles } from '../../../../domain/project.ts'
+import { maxRateLimitOverrideDays, plans, projectRoles } from '../../../../domain/project/index.ts'
 import { maxPromoUses, promoCodePattern, promoKinds } from '../../../../domain/promo-code.ts'
 import type { User } from '../../../../domain/user.ts'
 import type { ApiContext } from '../context.ts'

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import { isIanaTimezone } from '../../../use-cases/jobs/recurring-service.ts'
+import { isIanaTimezone } from '../../../../domain/cron.ts'
 import { expiredSessionCookie, sessionCookie, sessionTokenOf } from '../../../use-cases/platform/sessions.ts'
 import { recoveryCodePattern } from '../../../use-cases/platform/totp.ts'
 import type { ApiContext } from '../context.ts'
@@ -10,7 +10,7 @@ import { bodyCodes, instant, noContent, noSecurity, publicErrorResponses, sessio
 import { authenticateSession } from '../session-auth.ts'
 import { boundedString, patternText, storableText } from '../text-fields.ts'
 import { isEmailAddress, maxEmailLength } from '../../../../domain/email-address.ts'
-import { signupPlans } from '../../../../domain/project.ts'
+import { signupPlans } from '../../../../domain/project/index.ts'
 import { InvalidTimezone } from '../../../../domain/errors.ts'
 
 /** Shape is checked by the route: the spec's 422 `invalid_email` is for a string that is present but malformed. */

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import type { Actor } from '../../../../domain/decider.ts'
-import type { Project } from '../../../../domain/project.ts'
+import type { Project } from '../../../../domain/project/index.ts'
 import { projectHandler } from '../../../../streams/aggregates.ts'
 import {
   defaultRetryPolicy,
@@ -74,8 +74,8 @@ const projectPolicySchema = z
 type PolicySource = 'service' | 'project' | 'queue'
 
 function projectPolicyView(project: Project) {
-  const own = project.retry_policies?.project ?? null
-  const queues = [...(project.retry_policies?.queues ?? [])].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0))
+  const own = project.retry_policies.project
+  const queues = [...project.retry_policies.queues].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0))
   return {
     ...toRetryPolicy(own ?? defaultRetryPolicy),
     source: own === null ? ('service' as const) : ('project' as const),
@@ -86,7 +86,7 @@ function projectPolicyView(project: Project) {
 
 function queuePolicyView(project: Project, queue: string) {
   const policies = project.retry_policies
-  const source: PolicySource = policies?.queues.some((p) => p.queue === queue) ? 'queue' : policies?.project ? 'project' : 'service'
+  const source: PolicySource = policies.queues.some((p) => p.queue === queue) ? 'queue' : policies.project ? 'project' : 'service'
   return { queue, ...toRetryPolicy(retryPolicyFor(policies, queue)), source }
 }
 

@@ -206,8 +206,7 @@ function toPolledJob({ job, payload }: ClaimedJob) {
     max_attempts: job.max_attempts,
     timeout_seconds: job.timeout_seconds,
     enqueued_at: job.created_at,
-    // Jobs stored before trace context was kept have no field at all.
-    traceparent: job.traceparent ?? null,
+    traceparent: job.traceparent,
   }
 }
 
