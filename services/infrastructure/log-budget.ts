@@ -3,7 +3,7 @@ import { isBudgeted } from '../../domain/log-budget.ts'
 import type { PlanLimits } from '../../domain/plans.ts'
 import type { Plan } from '../../domain/project/index.ts'
 import type { Sql } from '../../projections/database.ts'
-import { plansOf } from '../../projections/project-directory.ts'
+import { projectDirectory } from '../../projections/project-directory.ts'
 import { LogBudgetExceeded } from '../../streams/errors.ts'
 import type { AppendMeter } from '../../streams/event-store.ts'
 
@@ -103,7 +103,7 @@ export class LogBudget implements AppendMeter {
       const [rows, plans] = await Promise.all([
         this.#sql<{ minute: number; bytes: number }[]>`
           SELECT minute, bytes FROM log_byte_counts WHERE project_id = ${projectId} AND minute > ${this.#minute() - windowMinutes}`,
-        plansOf(this.#sql, [projectId]),
+        projectDirectory.plansOf(this.#sql, [projectId]),
       ])
       entry.shared = new Map(rows.map((r) => [r.minute, r.bytes]))
       entry.plan = plans.get(projectId) ?? null
@@ -188,7 +188,7 @@ export class LogBudget implements AppendMeter {
       entry.writing = new Map()
     }
     if (Date.now() - this.#plansReadAt >= planRefreshMs) {
-      const plans = await plansOf(this.#sql, known)
+      const plans = await projectDirectory.plansOf(this.#sql, known)
       for (const id of known) {
         const entry = this.#projects.get(id)
         if (entry !== undefined) entry.plan = plans.get(id) ?? null

@@ -1,6 +1,6 @@
 import http from 'node:http'
 import t, { type Test } from 'tap'
-import type { AuditRow } from '../../services/roles/api/routes/audit-log-export.ts'
+import type { AuditRow } from '../../projections/activity.ts'
 import { eventually, httpRequest, type HttpResponse } from '../support/harness.ts'
 import { joinProject, newVerifiedUser, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 import { parseCsv } from '../support/rfc4180.ts'

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { alertKinds, alertStatuses, type Alert, type AlertKind } from '../../../../domain/alert.ts'
+import { alertSettings } from '../../../../projections/alerts.ts'
 import { nonMemberAddresses } from '../../../use-cases/alerts/alert-recipients.ts'
 import { CappedAlertCreation, commandAlert, loadAlert } from '../../../use-cases/alerts/alert-service.ts'
 import type { ApiContext } from '../context.ts'
@@ -136,8 +137,7 @@ export function alertRoutes(ctx: Pick<ApiContext, 'deps'>): FastifyPluginAsync {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
     app.get('/', { schema: listSchema, config: { role: 'viewer' } }, async (request) => {
-      const rows =
-        await deps.sql`SELECT * FROM alerts WHERE project_id = ${request.principal.projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
+      const rows = await alertSettings.ofProject(deps.sql, request.principal.projectId)
       return { data: rows.map(alertView) }
     })
 
