@@ -6,7 +6,7 @@ import { toTraceparent } from './trace-context.ts'
 /**
  * The job aggregate. Field names are snake_case because the state and the events are a public
  * contract: the state is the job detail object of the API, and the events are what analytics
- * consumers read from the stream (README, "Event log").
+ * consumers read from the stream (docs/event-log.md).
  */
 
 export const jobStates = ['pending', 'scheduled', 'processing', 'succeeded', 'failed', 'cancelled', 'dead_letter'] as const

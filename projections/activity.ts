@@ -349,7 +349,7 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
   const rows: ActivityRow[] = []
   for (const event of m.events) {
     const eventId = event.id.replace(/^evt_/, '')
-    // A change a member made through a dashboard session names them (README, Activity).
+    // A change a member made through a dashboard session names them (docs/api-notes.md, "Activity").
     const { actor } = event
     const toRow = ({ metadata, user_id: _actor, ...rest }: Described, id: string, projectId: string | null, userId: string | null): ActivityRow => ({
       id,

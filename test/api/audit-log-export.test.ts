@@ -6,7 +6,7 @@ import { joinProject, newVerifiedUser, startPlatformHarness, type VerifiedUser }
 import { parseCsv } from '../support/rfc4180.ts'
 
 // GET /jobsvc/v1/projects/{projectId}/audit-log/export over HTTP against the whole service
-// (spec, Endpoints and Limits/Exports; README, "Audit-log export" for the row fields).
+// (spec, Endpoints and Limits/Exports; docs/api-notes.md, "Audit-log export" for the row fields).
 const h = await startPlatformHarness(t, import.meta.filename)
 
 const realClock = h.runtime.now

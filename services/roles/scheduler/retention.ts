@@ -161,7 +161,7 @@ export async function purgeExpiredJobs(deps: Deps): Promise<number> {
   }
 }
 
-/** Minute buckets serve windows of 12 hours at most (README, "Metrics"); a week of them is kept. */
+/** Minute buckets serve windows of 12 hours at most (docs/api-notes.md, "Metrics"); a week of them is kept. */
 export const minuteThroughputKeptMs = 7 * dayMs
 
 /** Deletes throughput minute buckets older than a week; hours and days stay. */

@@ -4,7 +4,7 @@ import { jobMetrics } from '../../../projections/job-metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 /**
- * The metrics routes' reads (README, "Metrics"). Counts come from the projector's rollups
+ * The metrics routes' reads (docs/api-notes.md, "Metrics"). Counts come from the projector's rollups
  * (projections/job-metrics.ts); only the oldest pending job of a queue is read from the jobs
  * read model, as the first entry of the claim index.
  */

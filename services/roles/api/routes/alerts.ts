@@ -90,7 +90,7 @@ const tags = ['Alerts']
 
 const listSchema = { summary: 'List alerts', tags, response: { 200: z.strictObject({ data: z.array(alertSchema) }), ...errorResponses() } }
 
-/** What the alert routes say about `email` (README, "Alerts"). */
+/** What the alert routes say about `email` (docs/api-notes.md, "Alerts"). */
 const recipientRule = `Each \`email\` address (at most ${maxRecipients}) must be the current address of a member of the project, or the answer is 400 \`invalid_request\` naming it.`
 
 const createSchema = {
@@ -119,7 +119,7 @@ const deleteSchema = {
   response: { 204: noContent('Deleted; the answer carries `X-Event-Seq`'), ...errorResponses(...writeCodes, 'alert_not_found') },
 }
 
-/** `/jobsvc/v1/alerts` and `/alerts/{id}` (README, "Alerts"). */
+/** `/jobsvc/v1/alerts` and `/alerts/{id}` (docs/api-notes.md, "Alerts"). */
 export function alertRoutes(ctx: Pick<ApiContext, 'deps'>): FastifyPluginAsync {
   const { deps } = ctx
   const creation = new CappedAlertCreation(deps)

@@ -69,7 +69,7 @@ const auditLayout: ExportLayout<AuditRow> = {
 /**
  * `GET /jobsvc/v1/projects/{projectId}/audit-log/export`: the project's activity rows in a window,
  * oldest first, for a dashboard session with the role admin or owner (spec, Endpoints and Exports;
- * README, "Audit-log export"). It authenticates by session, not API key, so it is registered
+ * docs/api-notes.md, "Audit-log export"). It authenticates by session, not API key, so it is registered
  * outside the `/jobsvc/v1` key hook.
  */
 export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'watcher' | 'requestRate'>): FastifyPluginAsync {

@@ -31,7 +31,7 @@ export const scheduleBody = z.object({
 const idParams = z.object({ id: boundedString(600, 1) })
 const listQuery = z.object({ min_seq: minSeq })
 
-/** A schedule as the routes show it (README, "Recurring schedules"). */
+/** A schedule as the routes show it (docs/api-notes.md, "Recurring schedules"). */
 export const recurringSchedule = z
   .strictObject({
     id: z.string().describe('`rjob_` followed by the slug of the job type'),
