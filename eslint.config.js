@@ -1,5 +1,6 @@
 import tseslint from 'typescript-eslint'
 import noClockOrIo from './tools/lint/no-clock-or-io.js'
+import noReadModelSql from './tools/lint/no-read-model-sql.js'
 import noUntypedStore from './tools/lint/no-untyped-store.js'
 import routeDeclaresRole from './tools/lint/route-declares-role.js'
 
@@ -60,5 +61,13 @@ export default tseslint.config(
     files: ['test/**/*.ts'],
     ignores: ['test/streams/**'],
     rules: { 'jobsvc-aggregates/no-untyped-store': ['error', { eventIds: false, storeCalls: false }] },
+  },
+  {
+    // Read models own their queries (tools/lint/no-read-model-sql.js). Tests and benches are left
+    // out: they seed and inspect read-model rows directly, as fixtures.
+    files: ['domain/**/*.ts', 'streams/**/*.ts', 'services/**/*.ts', 'tools/**/*.ts'],
+    ignores: ['tools/bench/**'],
+    plugins: { 'jobsvc-read-models': { rules: { 'no-read-model-sql': noReadModelSql } } },
+    rules: { 'jobsvc-read-models/no-read-model-sql': 'error' },
   },
 )

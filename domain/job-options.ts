@@ -3,7 +3,7 @@ import { defaultMaxAttempts } from './retry-policy.ts'
 /**
  * What a client may ask of a job, wherever one is asked for (a create, a recurring schedule, a
  * worker's registration), and what an option left out becomes. Lengths are the spec's Limits;
- * the tag limits are ours, since the spec leaves them open (README, "Limits we chose").
+ * the tag limits are ours, since the spec leaves them open (docs/api-notes.md, "Limits we chose").
  * `max_attempts` is bounded and defaulted by the retry policy (retry-policy.ts).
  */
 

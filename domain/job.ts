@@ -6,7 +6,7 @@ import { toTraceparent } from './trace-context.ts'
 /**
  * The job aggregate. Field names are snake_case because the state and the events are a public
  * contract: the state is the job detail object of the API, and the events are what analytics
- * consumers read from the stream (README, "Event log").
+ * consumers read from the stream (docs/event-log.md).
  */
 
 export const jobStates = ['pending', 'scheduled', 'processing', 'succeeded', 'failed', 'cancelled', 'dead_letter'] as const
@@ -237,6 +237,12 @@ export function assertHeartbeatAllowed(job: Job, workerId: string): void {
 }
 
 /**
+ * The terms of the reaper's rule (isAttemptStale). The job list's query of reaper candidates
+ * (projections/job-list.ts, `staleProcessing`) reads them too, so the two cannot drift apart.
+ */
+export const staleAttemptRule = { heartbeatsPerTimeout: 3, heartbeatFloorSeconds: 10, missedHeartbeats: 2 } as const
+
+/**
  * The reaper's rule. A worker is expected to heartbeat every max(timeout/3, 10 s). An attempt
  * whose worker has heartbeated is stale after two missed heartbeats (never longer than the
  * timeout); one that never heartbeated gets its whole timeout. `graceMs` is added to both so a
@@ -249,10 +255,11 @@ export function isAttemptStale(
   graceMs: number,
 ): boolean {
   if (job.state !== 'processing' || job.started_at === null) return false
+  const { heartbeatsPerTimeout, heartbeatFloorSeconds, missedHeartbeats } = staleAttemptRule
   const timeoutMs = job.timeout_seconds * 1000
-  const heartbeatIntervalMs = Math.max(timeoutMs / 3, 10_000)
+  const heartbeatIntervalMs = Math.max(timeoutMs / heartbeatsPerTimeout, heartbeatFloorSeconds * 1000)
   const lastSeen = Math.max(Date.parse(job.started_at), lastHeartbeatAt === null ? 0 : Date.parse(lastHeartbeatAt))
-  const windowMs = lastHeartbeatAt === null ? timeoutMs : Math.min(timeoutMs, 2 * heartbeatIntervalMs)
+  const windowMs = lastHeartbeatAt === null ? timeoutMs : Math.min(timeoutMs, missedHeartbeats * heartbeatIntervalMs)
   return Date.parse(now) - lastSeen > windowMs + graceMs
 }
 

@@ -6,7 +6,7 @@ import type { RecurringJobEvent } from '../domain/recurring-job.ts'
 import type { User, UserEvent } from '../domain/user.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable } from './database.ts'
-import type { Projection } from './projection.ts'
+import { pageOf, readModel, type Page, type PagePosition, type Projection } from './projection.ts'
 
 export interface ActivityRow {
   id: string
@@ -349,7 +349,7 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
   const rows: ActivityRow[] = []
   for (const event of m.events) {
     const eventId = event.id.replace(/^evt_/, '')
-    // A change a member made through a dashboard session names them (README, Activity).
+    // A change a member made through a dashboard session names them (docs/api-notes.md, "Activity").
     const { actor } = event
     const toRow = ({ metadata, user_id: _actor, ...rest }: Described, id: string, projectId: string | null, userId: string | null): ActivityRow => ({
       id,
@@ -387,7 +387,7 @@ export function activityRowsOf(record: EventRecord): ActivityRow[] {
 
 const columns = ['id', 'project_id', 'user_id', 'kind', 'target_type', 'target_id', 'summary', 'metadata', 'created_at', 'seq'] as const
 
-export const activityFeed: Projection = {
+const projection: Projection = {
   name: 'activity',
   handles: [
     'job_created',
@@ -442,9 +442,76 @@ export const activityFeed: Projection = {
     'webhook_deleted',
   ],
   tables: ['activity'],
-  async apply(tx: Queryable, records) {
+  async apply(tx: Queryable, records: readonly EventRecord[]) {
     const rows = records.flatMap(activityRowsOf)
     if (rows.length === 0) return
     await tx`INSERT INTO activity ${tx(rows, ...columns)} ON CONFLICT (id) DO NOTHING`
   },
 }
+
+/** An activity row as the activity list shows it. */
+export interface ActivityEntry {
+  id: string
+  kind: string
+  target_type: string
+  target_id: string | null
+  summary: string
+  metadata: string | null
+  created_at: Date
+}
+
+/** A project's activity, newest first, after `after`; only rows about `targetTypes` unless null (the whole trail). */
+async function page(
+  db: Queryable,
+  projectId: string,
+  targetTypes: readonly string[] | null,
+  after: PagePosition | null,
+  limit: number,
+): Promise<Page<ActivityEntry>> {
+  const rows = await db<ActivityEntry[]>`
+    SELECT id, kind, target_type, target_id, summary, metadata, created_at FROM activity
+    WHERE project_id = ${projectId}
+      ${targetTypes === null ? db`` : db`AND target_type = ANY(${targetTypes as string[]})`}
+      ${after ? db`AND (created_at, id) < (${after.created_at}, ${after.id})` : db``}
+    ORDER BY created_at DESC, id DESC
+    LIMIT ${limit + 1}`
+  return pageOf(rows, limit, (r) => r)
+}
+
+/** An activity row as the audit-log export writes it. */
+export interface AuditRow {
+  id: string
+  created_at: Date
+  kind: string
+  target_type: string
+  target_id: string | null
+  summary: string
+  user_id: string | null
+  metadata: string | null
+}
+
+/** A project's activity created within `window` (both ends included) and before sequence `beforeSeq`, oldest first: a query to stream with a cursor. */
+function auditRows(db: Queryable, projectId: string, window: { from: Date; until: Date }, beforeSeq: number) {
+  return db<AuditRow[]>`
+    SELECT id, created_at, kind, target_type, target_id, summary, user_id, metadata FROM activity
+    WHERE project_id = ${projectId} AND created_at >= ${window.from} AND created_at <= ${window.until} AND seq < ${beforeSeq}
+    ORDER BY created_at, id`
+}
+
+/**
+ * A user's activity for their data export, newest first, at most 10,000 rows: their own rows, the
+ * whole trail of `auditedProjectIds`, and of `projectIds` the rows about their membership. Each
+ * branch is served by an index (activity_by_user, activity_by_project).
+ */
+async function ofUser(db: Queryable, userId: string, projects: { auditedProjectIds: readonly string[]; projectIds: readonly string[] }) {
+  return db`
+    SELECT id, project_id, kind, target_type, target_id, summary, metadata, created_at
+    FROM activity
+    WHERE user_id = ${userId}
+      OR project_id = ANY(${projects.auditedProjectIds as string[]})
+      OR (project_id = ANY(${projects.projectIds as string[]}) AND target_type = 'member' AND target_id = ${userId})
+    ORDER BY created_at DESC, id DESC
+    LIMIT 10000`
+}
+
+export const activityFeed = readModel(projection, { page, auditRows, ofUser })

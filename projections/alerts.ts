@@ -1,5 +1,6 @@
 import type { Alert, AlertEventType } from '../domain/alert.ts'
-import { snapshotRows, type Projection } from './projection.ts'
+import type { Queryable } from './database.ts'
+import { liveRowQueries, readModel, snapshotRows } from './projection.ts'
 
 /** Alert settings as snapshots guarded by `last_seq`; a deleted alert keeps its row (`deleted`). */
 export const applyAlertRows = snapshotRows<Alert>(
@@ -18,9 +19,20 @@ export const applyAlertRows = snapshotRows<Alert>(
     WHERE alerts.last_seq < excluded.last_seq`,
 )
 
-export const alertSettings: Projection = {
-  name: 'alerts',
-  handles: ['alert_created', 'alert_updated', 'alert_deleted', 'alert_triggered', 'alert_resolved'] satisfies AlertEventType[],
-  tables: ['alerts'],
-  apply: applyAlertRows,
+/** Alerts to evaluate (enabled, or firing and so to be resolved), in key order after `after`, at most `limit`. */
+async function toEvaluate(db: Queryable, after: { project_id: string; id: string }, limit: number) {
+  return db<{ project_id: string; id: string }[]>`
+    SELECT project_id, id FROM alerts
+    WHERE NOT deleted AND (enabled OR status = 'firing') AND (project_id, id) > (${after.project_id}, ${after.id})
+    ORDER BY project_id, id LIMIT ${limit}`
 }
+
+export const alertSettings = readModel(
+  {
+    name: 'alerts',
+    handles: ['alert_created', 'alert_updated', 'alert_deleted', 'alert_triggered', 'alert_resolved'] satisfies AlertEventType[],
+    tables: ['alerts'],
+    apply: applyAlertRows,
+  },
+  { ...liveRowQueries('alerts'), toEvaluate },
+)

@@ -1,9 +1,9 @@
 import type { JobProgress } from '../domain/job-progress.ts'
-import { errorOf, toJobView, type Job, type JobError, type JobEventType, type JobView } from '../domain/job.ts'
+import { errorOf, staleAttemptRule, toJobView, type Job, type JobError, type JobEventType, type JobView } from '../domain/job.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable, Sql, Tx } from './database.ts'
 import { isStorableCopyRow, removeStorableJobRow, writeStorableJobRow } from './job-list-copies.ts'
-import { latestPerAggregate, type Projection } from './projection.ts'
+import { latestPerAggregate, pageOf, readModel, type Page, type PagePosition } from './projection.ts'
 
 const handledTypes: readonly JobEventType[] = [
   'job_created',
@@ -250,7 +250,7 @@ const columnsButPayload = columns.filter((c) => c !== 'payload')
  * is false (more than `limit` were pending). Payloads are read only while their running total
  * stays within `payloadBytes` (Postgres measures them; the others never leave it).
  */
-export async function readPendingQueue(
+async function readPendingQueue(
   sql: Sql,
   projectId: string,
   queue: string,
@@ -285,11 +285,223 @@ export async function readPendingQueue(
   }) as Promise<{ through: number; rows: PendingRow[]; complete: boolean }>
 }
 
-export const jobList: Projection = {
-  name: 'job-list',
-  handles: handledTypes,
-  tables: ['jobs'],
-  apply: (tx: Tx, records) => upsertJobRows(tx, records),
-  applyStorableCopy: (tx, record) => writeStorableJobRow(tx, record, upsertJobRows),
-  removeStorableCopy: removeStorableJobRow,
+/** Filters of a project's job list; an absent or empty one does not filter. */
+export interface JobListFilter {
+  state?: string | undefined
+  queue?: string | undefined
+  job_type?: string | undefined
+  created_after?: string | undefined
+  created_before?: string | undefined
 }
+
+/** A project's jobs, newest first, after `after` (the last job of the previous page). */
+async function page(db: Queryable, projectId: string, filter: JobListFilter, after: PagePosition | null, limit: number): Promise<Page<JobView>> {
+  const rows = await db`
+    SELECT * FROM jobs
+    WHERE project_id = ${projectId}
+      ${filter.state ? db`AND state = ${filter.state}` : db``}
+      ${filter.queue ? db`AND queue = ${filter.queue}` : db``}
+      ${filter.job_type ? db`AND job_type = ${filter.job_type}` : db``}
+      ${filter.created_after ? db`AND created_at > ${filter.created_after}` : db``}
+      ${filter.created_before ? db`AND created_at < ${filter.created_before}` : db``}
+      ${after ? db`AND (created_at, id) < (${after.created_at}, ${after.id})` : db``}
+    ORDER BY created_at DESC, id DESC
+    LIMIT ${limit + 1}`
+  return pageOf(rows, limit, jobViewFromRow)
+}
+
+/** What a claim asks the job list for: a project's due pending jobs of some queues (and job types). */
+export interface ClaimTarget {
+  projectId: string
+  queues: string[]
+  /** null: any type. */
+  jobTypes: string[] | null
+}
+
+/**
+ * Due pending jobs of `target`, earliest due first, at most `limit`, locked for the transaction
+ * `tx` (`FOR UPDATE SKIP LOCKED`: rows another claim holds are passed over, not waited for).
+ * `seen` are left out: rows an earlier round of the same claim already had.
+ */
+async function claimCandidates(tx: Tx, target: ClaimTarget, now: Date, seen: readonly string[], limit: number) {
+  return tx`
+    SELECT * FROM jobs
+    WHERE project_id = ${target.projectId} AND state = 'pending' AND queue = ANY(${target.queues})
+      AND available_at <= ${now}
+      ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
+      ${seen.length === 0 ? tx`` : tx`AND id <> ALL(${seen as string[]})`}
+    ORDER BY available_at, id
+    LIMIT ${limit}
+    FOR UPDATE SKIP LOCKED`
+}
+
+/** Scheduled jobs due at `now` and not waiting for a parent, earliest due first, except `heldBack`. */
+async function dueScheduled(db: Queryable, now: Date, heldBack: readonly string[], limit: number) {
+  return db<{ project_id: string; id: string }[]>`
+    SELECT project_id, id FROM jobs
+    WHERE state = 'scheduled' AND NOT waiting_for_parent AND available_at <= ${now} AND id <> ALL(${heldBack as string[]}::text[])
+    ORDER BY available_at LIMIT ${limit}`
+}
+
+/**
+ * Processing attempts that would be stale at `now` had their worker heartbeated as they started
+ * (`isAttemptStale` with a heartbeat at `started_at`): the shortest window an attempt can have,
+ * so every stale attempt is among them, oldest first, except `heldBack`. The window's terms come
+ * from the domain's rule (`staleAttemptRule`); the reaper decides on each with its real heartbeat.
+ */
+async function staleProcessing(db: Queryable, now: Date, graceMs: number, heldBack: readonly string[], limit: number) {
+  const { heartbeatsPerTimeout, heartbeatFloorSeconds, missedHeartbeats } = staleAttemptRule
+  return db<{ project_id: string; id: string; attempt: number; started_at: Date; timeout_seconds: number }[]>`
+    SELECT project_id, id, attempt, started_at, timeout_seconds FROM jobs
+    WHERE state = 'processing'
+      AND started_at + make_interval(secs => (least(timeout_seconds,
+        ${missedHeartbeats}::int * greatest(timeout_seconds / ${heartbeatsPerTimeout}::numeric, ${heartbeatFloorSeconds}::int))
+        + ${graceMs}::double precision / 1000)::double precision) < ${now}
+      AND id <> ALL(${heldBack as string[]}::text[])
+    ORDER BY started_at LIMIT ${limit}`
+}
+
+/** Parents that have ended while children still wait on them (a continuation cascade a crash interrupted), except `heldBack`. */
+async function parentsOfWaitingChildren(db: Queryable, heldBack: readonly string[], limit: number) {
+  return db<{ project_id: string; id: string }[]>`
+    SELECT DISTINCT p.project_id, p.id FROM jobs c JOIN jobs p ON p.id = c.parent_job_id
+    WHERE c.state = 'scheduled' AND c.waiting_for_parent AND p.state IN ('succeeded', 'dead_letter', 'cancelled')
+      AND p.id <> ALL(${heldBack as string[]}::text[])
+    LIMIT ${limit}`
+}
+
+/** A job as the jobs export writes it: the row's columns, JSON ones as their text. */
+export interface ExportedJobRow {
+  id: string
+  created_at: Date
+  job_type: string
+  queue: string
+  state: string
+  attempt: number
+  max_attempts: number
+  timeout_seconds: number
+  run_at: Date | null
+  started_at: Date | null
+  completed_at: Date | null
+  duration_ms: number | null
+  worker_id: string | null
+  progress: number | null
+  parent_job_id: string | null
+  idempotency_key: string | null
+  tags: string | null
+  error: string | null
+  payload: string
+}
+
+/** A project's jobs created within `window` (both ends included), oldest first: a query to stream with a cursor. */
+function exportRows(db: Queryable, projectId: string, window: { from: Date; until: Date }) {
+  return db<ExportedJobRow[]>`
+    SELECT id, created_at, job_type, queue, state, attempt, max_attempts, timeout_seconds, run_at, started_at, completed_at,
+      duration_ms, worker_id, progress, parent_job_id, idempotency_key, tags::text AS tags, error::text AS error, payload::text AS payload
+    FROM jobs WHERE project_id = ${projectId} AND created_at >= ${window.from} AND created_at <= ${window.until}
+    ORDER BY created_at, id`
+}
+
+/** Which of a project's jobs an alert counts: those of one queue, or (null) of every queue. */
+function inQueue(db: Queryable, queue: string | null) {
+  return queue === null ? db`` : db`AND queue = ${queue}`
+}
+
+/** The project's jobs dead-lettered after `since`. */
+async function deadLetteredSince(db: Queryable, projectId: string, queue: string | null, since: Date): Promise<number> {
+  const [row] = await db<{ n: number }[]>`
+    SELECT count(*)::int AS n FROM jobs WHERE project_id = ${projectId} AND state = 'dead_letter' AND completed_at > ${since} ${inQueue(db, queue)}`
+  return row!.n
+}
+
+/** The project's pending jobs, due or waiting out a backoff. */
+async function pendingCount(db: Queryable, projectId: string, queue: string | null): Promise<number> {
+  const [row] = await db<{ n: number }[]>`
+    SELECT count(*)::int AS n FROM jobs WHERE project_id = ${projectId} AND state = 'pending' ${inQueue(db, queue)}`
+  return row!.n
+}
+
+/** When the project's oldest pending job that is due at `now` became due; null when none is. */
+async function oldestDueAt(db: Queryable, projectId: string, queue: string | null, now: Date): Promise<Date | null> {
+  const [row] = await db<{ oldest: Date | null }[]>`
+    SELECT min(available_at) AS oldest FROM jobs
+    WHERE project_id = ${projectId} AND state = 'pending' AND available_at <= ${now} ${inQueue(db, queue)}`
+  return row!.oldest
+}
+
+/** A terminal job past its project's retention, as retention deletes it. */
+export interface ExpiredJob {
+  id: string
+  project_id: string
+  queue: string
+  state: string
+  last_seq: number
+  /** The last progress report the job list applied (its progress subject), or null. */
+  progress_seq: number | null
+  ended_at: Date
+}
+
+/**
+ * Terminal jobs that ended before their project plan's cut-off, locked for `tx` (rows another
+ * scheduler holds are passed over), at most `limit`. Projects are taken in id order starting
+ * after `afterProject` (then wrapping), and ordered before the lateral join so that it stops
+ * probing them once the batch is full; each probe is one range scan of
+ * jobs_terminal_by_project_end. `heldBack` are left out.
+ */
+async function expiredTerminal(
+  tx: Tx,
+  cutoffs: ReadonlyArray<{ plan: string; cutoff: string }>,
+  afterProject: string,
+  heldBack: readonly string[],
+  limit: number,
+): Promise<ExpiredJob[]> {
+  return tx<ExpiredJob[]>`
+    SELECT e.* FROM (
+      SELECT p.id, c.cutoff FROM projects p
+      JOIN json_to_recordset(${JSON.stringify(cutoffs)}::text::json) AS c(plan text, cutoff timestamptz) ON c.plan = p.plan
+      ORDER BY p.id <= ${afterProject}, p.id
+    ) p
+    CROSS JOIN LATERAL (
+      SELECT j.id, j.project_id, j.queue, j.state, j.last_seq, j.progress_seq, coalesce(j.completed_at, j.updated_at) AS ended_at FROM jobs j
+      WHERE j.project_id = p.id AND j.state IN ('succeeded', 'dead_letter', 'cancelled') AND coalesce(j.completed_at, j.updated_at) < p.cutoff
+        AND j.id <> ALL(${heldBack as string[]}::text[])
+      ORDER BY coalesce(j.completed_at, j.updated_at)
+      LIMIT ${limit}
+      FOR UPDATE SKIP LOCKED
+    ) e
+    LIMIT ${limit}`
+}
+
+/** Deletes the rows of `ids` (retention: jobs whose messages are gone from the log). */
+async function deleteRows(db: Queryable, ids: readonly string[]): Promise<void> {
+  await db`DELETE FROM jobs WHERE id = ANY(${ids as string[]}::text[])`
+}
+
+/**
+ * The jobs read model: one row per job, the snapshot its newest message carries. Besides the
+ * projection, the queries that read it (and the few writes of services: retention's delete).
+ */
+export const jobList = readModel(
+  {
+    name: 'job-list',
+    handles: handledTypes,
+    tables: ['jobs'],
+    apply: (tx, records) => upsertJobRows(tx, records),
+    applyStorableCopy: (tx, record) => writeStorableJobRow(tx, record, upsertJobRows),
+    removeStorableCopy: removeStorableJobRow,
+  },
+  {
+    page,
+    pendingQueue: readPendingQueue,
+    claimCandidates,
+    dueScheduled,
+    staleProcessing,
+    parentsOfWaitingChildren,
+    exportRows,
+    deadLetteredSince,
+    pendingCount,
+    oldestDueAt,
+    expiredTerminal,
+    deleteRows,
+  },
+)

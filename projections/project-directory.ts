@@ -1,7 +1,7 @@
 import type { Plan, Project, ProjectEventType } from '../domain/project/index.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable, Sql } from './database.ts'
-import { snapshotRows, type Projection } from './projection.ts'
+import { readModel, snapshotRows } from './projection.ts'
 
 /** Every project event: each can change the name, plan, status, owner or keys. */
 const handledTypes: readonly ProjectEventType[] = [
@@ -58,15 +58,25 @@ export async function writeProjectRowsNow(sql: Sql, records: readonly EventRecor
   await sql.begin((tx) => upsertProjectRows(tx, records))
 }
 
-export const projectDirectory: Projection = {
-  name: 'project-directory',
-  handles: handledTypes,
-  tables: ['api_keys', 'projects'],
-  apply: upsertProjectRows,
-}
-
 /** The plans of the given projects, as the directory has them (a project not in it is absent). */
-export async function plansOf(db: Queryable, projectIds: readonly string[]): Promise<Map<string, Plan>> {
+async function plansOf(db: Queryable, projectIds: readonly string[]): Promise<Map<string, Plan>> {
   const rows = await db<{ id: string; plan: Plan }[]>`SELECT id, plan FROM projects WHERE id = ANY(${projectIds as string[]})`
   return new Map(rows.map((r) => [r.id, r.plan]))
 }
+
+/** The ids of the active projects. */
+async function activeProjectIds(db: Queryable): Promise<string[]> {
+  const rows = await db<{ id: string }[]>`SELECT id FROM projects WHERE status = 'active'`
+  return rows.map((r) => r.id)
+}
+
+/** The project holding the API key with this prefix, if any. */
+async function projectOfKeyPrefix(db: Queryable, prefix: string): Promise<string | undefined> {
+  const rows = await db<{ project_id: string }[]>`SELECT project_id FROM api_keys WHERE prefix = ${prefix}`
+  return rows[0]?.project_id
+}
+
+export const projectDirectory = readModel(
+  { name: 'project-directory', handles: handledTypes, tables: ['api_keys', 'projects'], apply: upsertProjectRows },
+  { plansOf, activeProjectIds, projectOfKeyPrefix },
+)

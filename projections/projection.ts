@@ -55,3 +55,46 @@ export function snapshotRows<State>(
     }
   }
 }
+
+/** Where a page of a newest-first list ended: the keyset the next page starts after. */
+export interface PagePosition {
+  created_at: string
+  id: string
+}
+
+/** A page of a list and whether more follow it. */
+export interface Page<Row> {
+  rows: Row[]
+  hasMore: boolean
+}
+
+/** The page of `limit` rows out of `rows`, read with `LIMIT limit + 1` so that one more tells that more follow. */
+export function pageOf<In, Row>(rows: readonly In[], limit: number, toRow: (r: In) => Row): Page<Row> {
+  return { rows: rows.slice(0, limit).map(toRow), hasMore: rows.length > limit }
+}
+
+/**
+ * A read model: its projection, and the named queries over the tables it writes. Those queries
+ * are the only SQL over read-model tables outside projections/ callers may use (tools/lint/
+ * no-read-model-sql.js), so a column change stays in the read model's file. Each query takes the
+ * pool or transaction to run on as its first argument.
+ */
+export function readModel<Queries extends object>(projection: Projection, queries: Queries): Projection & Queries {
+  return { ...projection, ...queries }
+}
+
+/**
+ * The queries of a read model of one row per aggregate that keeps deleted ones as tombstones
+ * (`deleted`): a project's live rows, oldest first, at most 1,000 (far above what a project may
+ * have), and how many it has.
+ */
+export function liveRowQueries(table: 'alerts' | 'webhooks') {
+  return {
+    ofProject: (db: Queryable, projectId: string) =>
+      db`SELECT * FROM ${db(table)} WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`,
+    liveCount: async (db: Queryable, projectId: string): Promise<number> => {
+      const [row] = await db<{ n: number }[]>`SELECT count(*)::int AS n FROM ${db(table)} WHERE project_id = ${projectId} AND NOT deleted`
+      return row!.n
+    },
+  }
+}

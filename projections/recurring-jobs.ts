@@ -1,6 +1,6 @@
 import { isActiveSchedule, type RecurringJob, type RecurringJobEvent } from '../domain/recurring-job.ts'
 import type { Queryable } from './database.ts'
-import { snapshotRows, type Projection } from './projection.ts'
+import { readModel, snapshotRows } from './projection.ts'
 
 /**
  * Recurring schedules by project; a deleted one keeps its row as `status = 'deleted'` (a
@@ -24,13 +24,6 @@ export const applyRecurringRows = snapshotRows<RecurringJob>(
     WHERE recurring_jobs.last_seq < excluded.last_seq`,
 )
 
-export const recurringJobs: Projection = {
-  name: 'recurring-jobs',
-  handles: ['recurring_upserted', 'recurring_deleted', 'recurring_fired', 'recurring_rescheduled'] satisfies RecurringJobEvent['type'][],
-  tables: ['recurring_jobs'],
-  apply: applyRecurringRows,
-}
-
 /** A schedule the scheduler saw fail, and from when it may be tried again. */
 export interface FailingSchedule {
   projectId: string
@@ -46,7 +39,7 @@ export interface FailingSchedule {
  * project's other due schedules. Both lists join as tables (a hash join), not as `= ANY` lists
  * compared row by row.
  */
-export async function dueSchedulesInTurns(
+async function dueSchedulesInTurns(
   db: Queryable,
   now: Date,
   options: { turns: number; limit: number; failing: readonly FailingSchedule[]; firing: ReadonlyArray<{ projectId: string; id: string }> },
@@ -73,9 +66,24 @@ export async function dueSchedulesInTurns(
 }
 
 /** The project's active schedules other than `id`, and whether `id` is one of its active schedules. */
-export async function liveSchedulesBeside(db: Queryable, projectId: string, id: string): Promise<{ others: number; live: boolean }> {
+async function liveSchedulesBeside(db: Queryable, projectId: string, id: string): Promise<{ others: number; live: boolean }> {
   const [row] = await db<{ others: number; live: boolean | null }[]>`
     SELECT count(*) FILTER (WHERE id <> ${id})::int AS others, bool_or(id = ${id}) AS live
     FROM recurring_jobs WHERE project_id = ${projectId} AND status = 'active'`
   return { others: row!.others, live: row!.live === true }
 }
+
+/** A project's active schedules, by id, at most 1,000 (the most a plan allows is far below). */
+async function activeOfProject(db: Queryable, projectId: string) {
+  return db`SELECT * FROM recurring_jobs WHERE project_id = ${projectId} AND status = 'active' ORDER BY id LIMIT 1000`
+}
+
+export const recurringJobs = readModel(
+  {
+    name: 'recurring-jobs',
+    handles: ['recurring_upserted', 'recurring_deleted', 'recurring_fired', 'recurring_rescheduled'] satisfies RecurringJobEvent['type'][],
+    tables: ['recurring_jobs'],
+    apply: applyRecurringRows,
+  },
+  { dueSchedulesInTurns, liveSchedulesBeside, activeOfProject },
+)

@@ -1,5 +1,6 @@
 import type { Webhook, WebhookEventKind } from '../domain/webhook.ts'
-import { snapshotRows, type Projection } from './projection.ts'
+import type { Queryable } from './database.ts'
+import { liveRowQueries, readModel, snapshotRows } from './projection.ts'
 
 /** Subscriptions without their secrets, as snapshots guarded by `last_seq`. */
 export const applyWebhookRows = snapshotRows<Webhook>(
@@ -12,9 +13,24 @@ export const applyWebhookRows = snapshotRows<Webhook>(
     WHERE webhooks.last_seq < excluded.last_seq`,
 )
 
-export const webhookSubscriptions: Projection = {
-  name: 'webhooks',
-  handles: ['webhook_created', 'webhook_updated', 'webhook_secret_rotated', 'webhook_deleted'] satisfies WebhookEventKind[],
-  tables: ['webhooks'],
-  apply: applyWebhookRows,
+/** A subscription a delivery may go to: its id and its event filter (JSON text). */
+export interface ActiveSubscription {
+  id: string
+  events: string
 }
+
+/** The project's active subscriptions, oldest first. */
+async function active(db: Queryable, projectId: string): Promise<ActiveSubscription[]> {
+  return db<ActiveSubscription[]>`
+    SELECT id, events FROM webhooks WHERE project_id = ${projectId} AND is_active AND NOT deleted ORDER BY created_at, id`
+}
+
+export const webhookSubscriptions = readModel(
+  {
+    name: 'webhooks',
+    handles: ['webhook_created', 'webhook_updated', 'webhook_secret_rotated', 'webhook_deleted'] satisfies WebhookEventKind[],
+    tables: ['webhooks'],
+    apply: applyWebhookRows,
+  },
+  { ...liveRowQueries('webhooks'), active },
+)

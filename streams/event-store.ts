@@ -33,7 +33,7 @@ import { JetStreamPublishError, JetStreamPublisher } from './publisher.ts'
 import { eventsStreamName, eventSubject, platformScope, type AggregateKind } from './names.ts'
 import { fromStoredState, toStoredState } from './stored-forms.ts'
 
-/** 2: job states refer to their payload and last error, progress reports have a subject of their own (README, "Event log"). */
+/** 2: job states refer to their payload and last error, progress reports have a subject of their own (docs/event-log.md). */
 export const eventSchemaVersion = 2
 
 /** Header names on every event message, for consumers that route without decoding. */
@@ -258,7 +258,7 @@ export class EventStore {
  * A message's headers and their size as stored (`Name: value` lines, plus the status line).
  * A progress report, of which a running job may append thousands, carries only its event type
  * and the expected sequence: its other headers would be most of its bytes, and its subject
- * already says what they would (README, "Event log").
+ * already says what they would (docs/event-log.md).
  */
 function buildHeaders(ref: AggregateRef, events: StoredEvent[], expectedSeq: number): { headers: MsgHdrs; bytes: number } {
   const types = events.map((e) => e.type).join(',')

@@ -1,4 +1,4 @@
--- Metrics rollups (README, "Metrics"): maintained by the projector from the job events, so the
+-- Metrics rollups (docs/api-notes.md, "Metrics"): maintained by the projector from the job events, so the
 -- metrics routes read a few rows instead of scanning the jobs. Every column is a sum, applied
 -- as `column + delta` in the transaction that advances the projector's checkpoint.
 

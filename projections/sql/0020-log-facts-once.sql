@@ -1,5 +1,5 @@
 -- The log keeps a job's payload, last error and progress once rather than in every message
--- (README, "Event log"). The job list takes each from the message that holds it and keeps it
+-- (docs/event-log.md). The job list takes each from the message that holds it and keeps it
 -- while later messages refer to it:
 -- - payload: from the job's job_created; NULL only for a job whose job_created left the log
 --   before a later message was projected (retention racing a retry);

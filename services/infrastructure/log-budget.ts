@@ -3,7 +3,7 @@ import { isBudgeted } from '../../domain/log-budget.ts'
 import type { PlanLimits } from '../../domain/plans.ts'
 import type { Plan } from '../../domain/project/index.ts'
 import type { Sql } from '../../projections/database.ts'
-import { plansOf } from '../../projections/project-directory.ts'
+import { projectDirectory } from '../../projections/project-directory.ts'
 import { LogBudgetExceeded } from '../../streams/errors.ts'
 import type { AppendMeter } from '../../streams/event-store.ts'
 
@@ -25,10 +25,12 @@ interface ProjectBytes {
   pending: Minutes
   /** Bytes being written: still counted until the shared counts are read back. */
   writing: Minutes
-  /** null: not in the project directory (not limited). */
+  /** null: not known (not in the project directory, or not read yet): not limited meanwhile. */
   plan: Plan | null
   /** The first read of the project's counts and plan, while it runs. */
   loaded: Promise<void> | null
+  /** Whether that first read was started: by the first check, never by a count alone. */
+  loadStarted: boolean
   /** Date.now() of the last append counted or checked. */
   usedAt: number
 }
@@ -74,6 +76,7 @@ export class LogBudget implements AppendMeter {
   admit(projectId: string, eventTypes: readonly string[]): void | Promise<void> {
     if (!isBudgeted(eventTypes)) return
     const entry = this.#entry(projectId)
+    if (!entry.loadStarted) this.#startLoad(projectId, entry)
     if (entry.loaded !== null) return entry.loaded.then(() => this.#check(projectId, entry))
     this.#check(projectId, entry)
   }
@@ -89,13 +92,22 @@ export class LogBudget implements AppendMeter {
   #entry(projectId: string): ProjectBytes {
     let entry = this.#projects.get(projectId)
     if (entry === undefined) {
-      entry = { shared: new Map(), pending: new Map(), writing: new Map(), plan: null, loaded: null, usedAt: Date.now() }
-      const loading = entry
-      entry.loaded = this.#load(projectId, entry).finally(() => (loading.loaded = null))
+      entry = { shared: new Map(), pending: new Map(), writing: new Map(), plan: null, loaded: null, loadStarted: false, usedAt: Date.now() }
       this.#projects.set(projectId, entry)
     }
     entry.usedAt = Date.now()
     return entry
+  }
+
+  /**
+   * Reads the project's counts and plan before its first check. Not on its first count: a project
+   * is counted first when it is created, and a read started by that append could run before the
+   * creation writes the project's directory row, leaving it without a plan (unlimited) until the
+   * next flush.
+   */
+  #startLoad(projectId: string, entry: ProjectBytes): void {
+    entry.loadStarted = true
+    entry.loaded = this.#load(projectId, entry).finally(() => (entry.loaded = null))
   }
 
   async #load(projectId: string, entry: ProjectBytes): Promise<void> {
@@ -103,7 +115,7 @@ export class LogBudget implements AppendMeter {
       const [rows, plans] = await Promise.all([
         this.#sql<{ minute: number; bytes: number }[]>`
           SELECT minute, bytes FROM log_byte_counts WHERE project_id = ${projectId} AND minute > ${this.#minute() - windowMinutes}`,
-        plansOf(this.#sql, [projectId]),
+        projectDirectory.plansOf(this.#sql, [projectId]),
       ])
       entry.shared = new Map(rows.map((r) => [r.minute, r.bytes]))
       entry.plan = plans.get(projectId) ?? null
@@ -187,13 +199,18 @@ export class LogBudget implements AppendMeter {
       entry.shared = shared.get(id)!
       entry.writing = new Map()
     }
-    if (Date.now() - this.#plansReadAt >= planRefreshMs) {
-      const plans = await plansOf(this.#sql, known)
-      for (const id of known) {
+    // A project without a plan (its first read failed, Postgres busy or away, or it is not in the
+    // directory) is read again at every flush until it has one: otherwise one failed read would
+    // leave it unlimited until the next refresh of every plan, a minute later.
+    const refreshAll = Date.now() - this.#plansReadAt >= planRefreshMs
+    const toRead = refreshAll ? known : known.filter((id) => this.#projects.get(id)?.plan === null)
+    if (toRead.length > 0) {
+      const plans = await projectDirectory.plansOf(this.#sql, toRead)
+      for (const id of toRead) {
         const entry = this.#projects.get(id)
         if (entry !== undefined) entry.plan = plans.get(id) ?? null
       }
-      this.#plansReadAt = Date.now()
+      if (refreshAll) this.#plansReadAt = Date.now()
     }
     if (minute !== this.#prunedMinute) {
       this.#prunedMinute = minute

@@ -27,7 +27,7 @@ export interface Deps {
    * The read models. Their commits do not wait for the WAL flush either (synchronous_commit
    * off): every table here is a projection of the log whose checkpoint commits in the same
    * transaction, so a Postgres crash loses a tail of whole transactions, checkpoint included,
-   * and the projector applies them again from the log when it resumes (README, "Durability").
+   * and the projector applies them again from the log when it resumes (docs/architecture.md, "Durability").
    */
   sql: Sql
   /**

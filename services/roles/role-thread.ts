@@ -4,7 +4,7 @@
  * the API thread but the process: each thread has its own NATS connection and Postgres pool,
  * and they meet through the log and the read models exactly as separate processes would
  * (checkpoint announcements, wake-ups on NATS subjects). Measured with `npm run bench -- --spawn`
- * (see README, Benchmark).
+ * (see docs/benchmark.md).
  *
  * This module runs inside the thread; `startRoleThread` (below) runs in the main thread.
  */

@@ -1,12 +1,12 @@
 import http from 'node:http'
 import t, { type Test } from 'tap'
-import type { AuditRow } from '../../services/roles/api/routes/audit-log-export.ts'
+import type { AuditRow } from '../../projections/activity.ts'
 import { eventually, httpRequest, type HttpResponse } from '../support/harness.ts'
 import { joinProject, newVerifiedUser, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 import { parseCsv } from '../support/rfc4180.ts'
 
 // GET /jobsvc/v1/projects/{projectId}/audit-log/export over HTTP against the whole service
-// (spec, Endpoints and Limits/Exports; README, "Audit-log export" for the row fields).
+// (spec, Endpoints and Limits/Exports; docs/api-notes.md, "Audit-log export" for the row fields).
 const h = await startPlatformHarness(t, import.meta.filename)
 
 const realClock = h.runtime.now

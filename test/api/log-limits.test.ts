@@ -1,9 +1,16 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import { pino } from 'pino'
 import t from 'tap'
+import { ulid } from 'ulid'
 import { resolvePlans } from '../../domain/plans.ts'
-import { recurringHandler } from '../../streams/aggregates.ts'
+import { writeProjectRowsNow } from '../../projections/project-directory.ts'
+import { LogBudget } from '../../services/infrastructure/log-budget.ts'
+import { LogBudgetExceeded } from '../../streams/errors.ts'
+import { projectHandler, recurringHandler } from '../../streams/aggregates.ts'
 import { eventsStreamName } from '../../streams/names.ts'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
+import { openIsolatedStore } from '../support/isolated-store.ts'
 
 /**
  * The log's two bounds: each project's log budget (bytes appended per hour, by plan), past which
@@ -86,4 +93,30 @@ t.test('a full event stream refuses appends with 503 service_unavailable and Ret
   t.equal(ready.body.checks.log_space, false, 'readiness names the full log')
   t.equal(ready.status, 200, 'reads still work: the process stays ready')
   t.equal((await jobsApi(h, { jobType: 'full' }).getJob(created[0]!)).id, created[0], 'and jobs still read')
+})
+
+t.test('a project counted at its creation, before its directory row exists, is budgeted from its first check', async (t) => {
+  // A project's first append (its creation) is counted before the creation writes its directory
+  // row; a plan read started by that count found no row, and the project went unlimited until
+  // the plans were read again a minute later. The read now waits for the first check.
+  const { sql, store } = await openIsolatedStore(t, `${import.meta.filename}_new-project`)
+  const budget = new LogBudget(sql, resolvePlans({ pro: { log_bytes_per_hour: 10_000 } }), pino({ level: 'silent' }), () => new Date())
+  t.teardown(() => budget.stop())
+  const id = `prj_${ulid().toLowerCase()}`
+  const ref = projectHandler.ref(id)
+  await projectHandler.decide({ store, newUlid: ulid }, ref, {
+    type: 'create_project',
+    data: {
+      project_id: id,
+      name: 'New',
+      plan: 'pro',
+      owner_email: null,
+      key: { prefix: `jobsvc_test_${ulid().slice(-12).toLowerCase()}`, key_hash: 'a'.repeat(64) },
+    },
+    meta: { now: new Date().toISOString() },
+  })
+  budget.stored(id, 20_000)
+  await sleep(200)
+  await writeProjectRowsNow(sql, [(await store.history(ref)).at(-1)!])
+  await t.rejects(Promise.resolve(budget.admit(id, ['job_created'])), LogBudgetExceeded, 'its first job is refused past the budget')
 })

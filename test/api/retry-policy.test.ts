@@ -3,7 +3,7 @@ import { eventually, httpRequest, type HttpResponse } from '../support/harness.t
 import { isError } from '../support/jobs-api.ts'
 import { joinProject, newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
 
-// The retry policy routes over HTTP against the whole service (README, "Retry policy"): read and
+// The retry policy routes over HTTP against the whole service (docs/api-notes.md, "Retry policy"): read and
 // set per project and per queue, refusals, and the acks, the reaper and job creation following it.
 const h = await startPlatformHarness(t, import.meta.filename, { tunables: { reaper_grace_ms: 300, reaper_interval_ms: 100 } })
 

@@ -24,7 +24,7 @@ const userOf = (role: ProjectRole) => sessions.find((s) => s.role === role)!.use
 const asSession = (user: VerifiedUser, method: string, path: string, body?: unknown) =>
   httpRequest(api.url, null, method, path, body, { authorization: `Bearer ${user.jwt}`, 'x-jobsvc-project': owner.projectId })
 
-/** `METHOD /path/{param}` → least role, from the README's "Roles per route" table. */
+/** `METHOD /path/{param}` → least role, from the "Roles per route" table of docs/api-notes.md. */
 function readmeRoles(): Map<string, ProjectRole> {
   const readme = readFileSync(`${repoRoot}docs/api-notes.md`, 'utf8')
   const section = readme.split('\n## Roles per route\n')[1]!.split(/\n#{2,4} /)[0]!

@@ -16,13 +16,13 @@ async function problems(code: string): Promise<string[]> {
 
 t.test('timers, clock readings and I/O imports fail', async (t) => {
   const found = await problems(`
-import { readPendingQueue } from '../../../../projections/job-list.ts'
+import { jobList } from '../../../../projections/job-list.ts'
 import { followEvents, type FollowedEvent } from '../../../../streams/consume.ts'
 import { setTimeout as sleep } from 'node:timers/promises'
 export function sweep(): number {
   setTimeout(() => undefined, 10)
   setInterval(() => undefined, 10)
-  void readPendingQueue, followEvents, sleep
+  void jobList.pendingQueue, followEvents, sleep
   const e: FollowedEvent | null = null
   return Date.now() + new Date().getTime() + performance.now() + (e === null ? 0 : 1)
 }

@@ -10,7 +10,7 @@ import { freshEmail, freshIp, newVerifiedUser, startPlatformHarness, type Verifi
 import { tokenFromMail } from '../support/smtp-sink.ts'
 
 // Plans, overage, spend caps, allowance warnings, billing periods and the payment provider's
-// webhook, over HTTP against the whole service (spec, Limits and Errors; README, "Billing").
+// webhook, over HTTP against the whole service (spec, Limits and Errors; docs/api-notes.md, "Billing routes").
 // The starter plan's allowance is cut to 5 so the 80 % / 100 % marks and overage are reachable;
 // free and pro keep the spec's numbers. The scheduler's own billing pass runs only at start-up
 // (a long interval), so the period rollover below is driven by calling rollBillingPeriods.

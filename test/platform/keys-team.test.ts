@@ -606,7 +606,7 @@ t.test('invitation validation and who may invite', async (t) => {
   )
   isError(t, await h.platform('POST', path, { email: freshEmail(), role: 'viewer' }), 401, 'unauthorized', 'no session')
 
-  // Below the owner nobody grants a role at or above their own (README, Dashboard routes).
+  // Below the owner nobody grants a role at or above their own (docs/api-notes.md, "Dashboard and authentication").
   isError(
     t,
     await h.platform('POST', path, { email: freshEmail(), role: 'admin' }, asUser(admin)),

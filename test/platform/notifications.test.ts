@@ -6,7 +6,7 @@ import { freshEmail, freshIp, newVerifiedUser, sessionFrom, startPlatformHarness
 import { tokenFromMail } from '../support/smtp-sink.ts'
 
 // Notification preferences, security notices and the e-mail provider's webhook, over HTTP against
-// the whole service (README, "Notifications"). Every e-mail here is sent inside the request that
+// the whole service (docs/api-notes.md, "Notifications"). Every e-mail here is sent inside the request that
 // causes it, so once the answer is in, a mail that was going to be sent is in the sink: a mail
 // that is not there was not sent. The starter allowance is cut to 5 so its 80 % mark is 4 jobs.
 const emailWebhookSecret = 'email-provider-secret-0123456789'

@@ -6,7 +6,7 @@ import { eventually, httpRequest, withClockShifted, type HttpResponse } from '..
 import { joinProject, newVerifiedUser, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 
 // Staff administration (/platform/v1/admin) and promotion codes over HTTP against the whole
-// service (README, "Staff administration" and "Promotion codes"). The starter plan's allowance
+// service (docs/api-notes.md, "Staff administration" and "Promotion codes"). The starter plan's allowance
 // is cut to 2 jobs and its overage rate raised to a dollar a job, so one overage job shows a
 // discount in whole cents.
 const starterAllowance = 2

@@ -151,3 +151,23 @@ t.test('re-delivering the same sequences changes nothing', async (t) => {
   const { created, cancelled } = await jobHistory()
   await bench.redeliveryChangesNothing(t, [created, cancelled])
 })
+
+t.test("page: a project's activity newest first, the targets a role may see, and a cursor that continues", async (t) => {
+  const { projectId, created, cancelled } = await jobHistory()
+  await bench.project([created, cancelled])
+  const first = await activityFeed.page(bench.sql, projectId, null, null, 1)
+  t.same(
+    first.rows.map((r) => r.kind),
+    ['job_cancelled'],
+  )
+  t.equal(first.hasMore, true)
+  const last = first.rows[0]!
+  const rest = await activityFeed.page(bench.sql, projectId, null, { created_at: last.created_at.toISOString(), id: last.id }, 10)
+  t.same(
+    rest.rows.map((r) => r.kind),
+    ['job_created'],
+  )
+  t.equal(rest.hasMore, false)
+  t.same((await activityFeed.page(bench.sql, projectId, ['alert'], null, 10)).rows, [], 'only the target types asked for')
+  t.equal((await activityFeed.page(bench.sql, projectId, ['job'], null, 10)).rows.length, 2)
+})

@@ -61,3 +61,25 @@ t.test('re-delivering the same sequences changes nothing', async (t) => {
   const ref = newDelivery()
   await bench.redeliveryChangesNothing(t, [await schedule(ref), await attempt(ref, 1, 500)])
 })
+
+t.test("page: a subscription's deliveries, newest first, and a cursor that continues after the last one", async (t) => {
+  const own = { ...about, webhook_id: 'whk_pages' }
+  const refs = [newDelivery(), newDelivery(), newDelivery()]
+  for (const [i, ref] of refs.entries()) {
+    await bench.project([await decide(ref, { type: 'schedule_delivery', data: { delivery_id: ref.id, ...own }, meta: { now: at(10 + i) } })])
+  }
+  const first = await webhookDeliveries.page(bench.sql, projectId, 'whk_pages', null, 2)
+  t.same(
+    first.rows.map((r) => r.id),
+    [refs[2]!.id, refs[1]!.id],
+  )
+  t.equal(first.hasMore, true)
+  const last = first.rows.at(-1)!
+  const rest = await webhookDeliveries.page(bench.sql, projectId, 'whk_pages', { created_at: last.created_at.toISOString(), id: last.id }, 2)
+  t.same(
+    rest.rows.map((r) => r.id),
+    [refs[0]!.id],
+  )
+  t.equal(rest.hasMore, false)
+  t.match(rest.rows[0], { event_type: 'job.failed', status: 'pending', attempt: 0 })
+})

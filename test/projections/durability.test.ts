@@ -5,7 +5,7 @@ import { eventsStreamName } from '../../streams/names.ts'
 import { eventually, startHarness, type Harness } from '../support/harness.ts'
 import { readModels } from '../support/read-models.ts'
 
-// Issue 14, item 4 (README, "Durability"): no Postgres commit waits for the WAL flush, because a
+// Issue 14, item 4 (docs/architecture.md, "Durability"): no Postgres commit waits for the WAL flush, because a
 // lost tail of commits is projected again from the log. A crash before the flush leaves the
 // database as it was at an earlier commit, checkpoints included: simulated here by saving every
 // read-model table at one point, projecting more, and putting the saved tables back.

@@ -4,7 +4,7 @@ import t from 'tap'
 import type { JobCommand } from '../../domain/job.ts'
 import { applyBatchIsolatingFailures, isDataError, projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
-import { readPendingQueue } from '../../projections/job-list.ts'
+import { jobList } from '../../projections/job-list.ts'
 import type { ProjectionFailure } from '../../projections/projection-failures.ts'
 import { jobHandler } from '../../streams/aggregates.ts'
 import type { EventRecord } from '../../streams/event-store.ts'
@@ -93,7 +93,7 @@ t.test('a storable copy is shown but never decided on: a claim loads the job fro
   const bad = await jobAppender(h)({ job_type: 'poisoned', queue: 'copies', payload: poisoned })
   await applyBatchIsolatingFailures(sql, projections, [bad], () => undefined)
 
-  const pending = await readPendingQueue(sql, h.projectId, 'copies', 10, 1 << 20)
+  const pending = await jobList.pendingQueue(sql, h.projectId, 'copies', 10, 1 << 20)
   t.equal(pending.rows.length, 1, 'the job is pending in the read model')
   t.equal(pending.rows[0]!.job, null, 'the ready index is not handed the copy as the job state')
 

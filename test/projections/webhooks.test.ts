@@ -57,3 +57,24 @@ t.test('re-delivering the same sequences changes nothing', async (t) => {
   const ref = newWebhook()
   await bench.redeliveryChangesNothing(t, [await create(ref), await update(ref, 1, { is_active: false })])
 })
+
+t.test("the queries: a project's live subscriptions, how many, and the active ones fan-out sends to", async (t) => {
+  const other = 'prj_webhook_queries'
+  const newIn = (): Ref<'webhook'> => webhookHandler.ref(other, `whk_${ulid().toLowerCase()}`)
+  const createIn = (ref: Ref<'webhook'>, minute: number) =>
+    decide(ref, {
+      type: 'create_webhook',
+      data: { webhook_id: ref.id, project_id: other, url: 'https://hooks.example.test/q', events: ['job.failed'], secret_encrypted: 'sealed:1' },
+      meta: { now: at(minute) },
+    })
+  const [a, b, c] = [newIn(), newIn(), newIn()]
+  await bench.project([await createIn(a, 0), await createIn(b, 1), await createIn(c, 2)])
+  await bench.project([await update(b, 3, { is_active: false }), await remove(c, 4)])
+  t.same(await webhookSubscriptions.active(bench.sql, other), [{ id: a.id, events: '["job.failed"]' }])
+  t.same(
+    (await webhookSubscriptions.ofProject(bench.sql, other)).map((r) => r.id),
+    [a.id, b.id],
+  )
+  t.equal(await webhookSubscriptions.liveCount(bench.sql, other), 2)
+  t.equal(await webhookSubscriptions.liveCount(bench.sql, 'prj_none'), 0)
+})

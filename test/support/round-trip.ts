@@ -42,7 +42,7 @@ export interface JobView {
 
 export type Views = Record<'list' | 'get' | 'jsonl' | 'csv', Map<string, JobView>>
 
-/** A cell the CSV export guarded against spreadsheet formulas (README, Jobs export) back as it was. */
+/** A cell the CSV export guarded against spreadsheet formulas (docs/api-notes.md, "Jobs export") back as it was. */
 const unguarded = (cell: string): string => (/^'[=+\-@\t\r]/.test(cell) ? cell.slice(1) : cell)
 
 function viewOfDetail(job: any): JobView {

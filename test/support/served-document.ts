@@ -1,6 +1,6 @@
 import { httpRequest, startHarness, type TestLike } from './harness.ts'
 
-/** Path of the API description, as the README's "API description (OpenAPI)" names it. */
+/** Path of the API description, as the docs/api-notes.md, "API description (OpenAPI)" names it. */
 export const apiDescriptionPath = '/jobsvc/v1/openapi.json'
 
 /** The OpenAPI document a freshly started service serves (API role only). */

@@ -1,6 +1,6 @@
 /**
  * What a run prints to stdout: each figure on its own line, then, as the last line, one JSON
- * object with the headline numbers (the README's "Benchmark" names its keys).
+ * object with the headline numbers (the README's "Benchmark" and docs/benchmark.md name its keys).
  */
 import { describeCpu, type Metered } from './cpu.ts'
 import type { CycleResults } from './cycle.ts'

@@ -1,7 +1,7 @@
 /**
  * Every route registered under `services/roles/api/routes/` declares the least project role a
  * dashboard session needs (`config: { role }`), so that which role may call a route is read from
- * the route itself (README, "Roles per route"). At start `requireDeclaredRoles` refuses such a route
+ * the route itself (docs/api-notes.md, "Roles per route"). At start `requireDeclaredRoles` refuses such a route
  * too; this says so at the line, before anything runs.
  *
  * A plugin whose routes are not project routes (mounted outside `/jobsvc/v1`: the platform, the

@@ -9,7 +9,7 @@ import jobsvc
 
 from .service import API_KEY, URL, client, job_reaches, needs_service, wait_for
 
-# What the service answers while it stops (README, "Shutdown"): 503 in the envelope with Retry-After.
+# What the service answers while it stops (docs/api-notes.md, "Poll"): 503 in the envelope with Retry-After.
 _STOPPING_BODY = json.dumps({"error": {"code": "service_unavailable", "message": "the service is stopping", "request_id": "req_proxy"}}).encode()
 
 

@@ -102,7 +102,7 @@ export class JobsApi {
     return this.call({ method: 'POST', path: `${v1}/jobs`, body, options, repeat: 'key' })
   }
 
-  /** `POST /jobs/batch`: 1 to 1,000 creates, one result per item (README, Batches). */
+  /** `POST /jobs/batch`: 1 to 1,000 creates, one result per item (docs/api-notes.md, "Batches"). */
   createBatch(jobs: BatchCreateRequest['jobs'], options?: RequestOptions): Promise<BatchCreateResult> {
     return this.call({ method: 'POST', path: `${v1}/jobs/batch`, body: { jobs }, options, repeat: 'key' })
   }
@@ -275,7 +275,7 @@ export class AlertsApi extends SettingsApi<Alert, AlertRequest, Alert, AlertRequ
 }
 
 /**
- * The project's retry policy and its per-queue overrides (README, "Retry policy"): what an ack's
+ * The project's retry policy and its per-queue overrides (docs/api-notes.md, "Retry policy"): what an ack's
  * `retry_at` and a new job's default `max_attempts` follow. `set` replaces every field.
  */
 export class RetryPolicyApi {

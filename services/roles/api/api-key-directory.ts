@@ -1,6 +1,7 @@
 import type { Subscription } from '@nats-io/transport-node'
 import type { Actor } from '../../../domain/decider.ts'
 import type { Project, ProjectRole } from '../../../domain/project/index.ts'
+import { projectDirectory } from '../../../projections/project-directory.ts'
 import { decodeEventMessage } from '../../../streams/event-store.ts'
 import { aggregateKindFilter } from '../../../streams/names.ts'
 import { projectHandler } from '../../../streams/aggregates.ts'
@@ -115,8 +116,7 @@ export class ApiKeyDirectory {
   async #projectIdOf(prefix: string): Promise<string | undefined> {
     const known = this.#prefixes.get(prefix)
     if (known !== undefined) return known
-    const rows = await this.#deps.sql<{ project_id: string }[]>`SELECT project_id FROM api_keys WHERE prefix = ${prefix}`
-    const projectId = rows[0]?.project_id
+    const projectId = await projectDirectory.projectOfKeyPrefix(this.#deps.sql, prefix)
     if (projectId !== undefined) {
       if (this.#prefixes.size >= maxRememberedPrefixes) this.#prefixes.clear()
       this.#prefixes.set(prefix, projectId)

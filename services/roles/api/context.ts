@@ -34,7 +34,7 @@ export interface ApiContext {
   staff: StaffService
   /** Idempotency keys and the answers stored under them (header keys, and batch items' body keys). */
   idempotency: IdempotencyStore
-  /** Worker polls in flight per project (README, API reference notes, "Poll"). */
+  /** Worker polls in flight per project (docs/api-notes.md, "Poll"). */
   polls: ProjectSlots
   /** Progress streams open per project. */
   streams: ProjectSlots

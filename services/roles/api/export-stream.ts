@@ -3,6 +3,7 @@ import { stringify } from 'csv-stringify'
 import type { FastifyReply } from 'fastify'
 import type { PendingQuery } from 'postgres'
 import type { Sql } from '../../../projections/database.ts'
+import { jobList, type ExportedJobRow } from '../../../projections/job-list.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { invalidFormat, invalidFrom, invalidRange, invalidUntil, rangeTooLarge } from './errors.ts'
 
@@ -130,27 +131,7 @@ export function sendExport<Row extends object>(
   return reply.send(pipeline(cursorStream(deps.sql, query, record), csv, () => undefined))
 }
 
-interface ExportRow {
-  id: string
-  created_at: Date
-  job_type: string
-  queue: string
-  state: string
-  attempt: number
-  max_attempts: number
-  timeout_seconds: number
-  run_at: Date | null
-  started_at: Date | null
-  completed_at: Date | null
-  duration_ms: number | null
-  worker_id: string | null
-  progress: number | null
-  parent_job_id: string | null
-  idempotency_key: string | null
-  tags: string | null
-  error: string | null
-  payload: string
-}
+type ExportRow = ExportedJobRow
 
 const iso = (d: Date | null) => (d === null ? null : d.toISOString())
 
@@ -235,10 +216,5 @@ const jobsLayout: ExportLayout<ExportRow> = { name: 'jobs', jsonLine, csvColumns
 
 /** A project's jobs in the window, oldest first, as JSONL or CSV (spec, Jobs export). */
 export function sendJobsExport(deps: Deps, reply: FastifyReply, projectId: string, window: ExportWindow): FastifyReply {
-  const query = deps.sql<ExportRow[]>`
-    SELECT id, created_at, job_type, queue, state, attempt, max_attempts, timeout_seconds, run_at, started_at, completed_at,
-      duration_ms, worker_id, progress, parent_job_id, idempotency_key, tags::text AS tags, error::text AS error, payload::text AS payload
-    FROM jobs WHERE project_id = ${projectId} AND created_at >= ${window.from} AND created_at <= ${window.until}
-    ORDER BY created_at, id`
-  return sendExport(deps, reply, jobsLayout, { projectId, window, query })
+  return sendExport(deps, reply, jobsLayout, { projectId, window, query: jobList.exportRows(deps.sql, projectId, window) })
 }

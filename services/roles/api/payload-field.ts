@@ -7,7 +7,7 @@ import { anyText } from './text-fields.ts'
 
 /**
  * The JSON payload a job carries, wherever it comes from: job creation and recurring schedules
- * (whose payload every fired job carries) take the same limits (README, "Limits we chose").
+ * (whose payload every fired job carries) take the same limits (docs/api-notes.md, "Limits we chose").
  */
 
 /**

@@ -14,7 +14,7 @@ export const limitText = boundedString(32).optional()
 /** `cursor`: opaque, checked by pagination.ts when decoded. */
 export const cursorText = boundedString(1000).optional()
 
-/** `min_seq`: an `X-Event-Seq` value (README, "Read-your-writes"). */
+/** `min_seq`: an `X-Event-Seq` value (docs/architecture.md, "Read-your-writes"). */
 export const minSeq = z.coerce.number().int().min(0).optional()
 
 /** `from` / `until` of exports and metrics: parsed by the route with the spec's codes (`invalid_from`, `invalid_until`). */

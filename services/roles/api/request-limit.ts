@@ -8,7 +8,7 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /**
      * How many requests this one counts against the hourly limit once its body is validated (a
-     * batch: its items; README, "Batches"). Without it a request counts one.
+     * batch: its items; docs/api-notes.md, "Batches"). Without it a request counts one.
      */
     requestWeight?: (body: unknown) => number
   }

@@ -1,12 +1,7 @@
 import type { Subscription } from '@nats-io/transport-node'
+import { webhookSubscriptions, type ActiveSubscription } from '../../../projections/webhooks.ts'
 import { aggregateKindFilter, parseEventSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-
-/** A project's subscription as fan-out needs it: its id and its `events` filter (JSON text). */
-export interface ActiveSubscription {
-  id: string
-  events: string
-}
 
 /** A project's subscriptions are read again after this even if no change was seen. */
 const cacheLifetimeMs = 5 * 60_000
@@ -46,8 +41,7 @@ export class ActiveSubscriptions {
   async of(projectId: string): Promise<ActiveSubscription[]> {
     const cached = this.#fresh(projectId)
     if (cached !== undefined) return cached
-    const subs = await this.#deps.sql<ActiveSubscription[]>`
-      SELECT id, events FROM webhooks WHERE project_id = ${projectId} AND is_active AND NOT deleted ORDER BY created_at, id`
+    const subs = await webhookSubscriptions.active(this.#deps.sql, projectId)
     this.#cached.set(projectId, { at: Date.now(), subs })
     return subs
   }

@@ -2,6 +2,8 @@ import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { JobNotFound } from '../../../domain/errors.ts'
 import { isAttemptStale } from '../../../domain/job.ts'
+import { jobList } from '../../../projections/job-list.ts'
+import { projectDirectory } from '../../../projections/project-directory.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { projectHandler } from '../../../streams/aggregates.ts'
 import { JobService } from '../../use-cases/jobs/job-service.ts'
@@ -119,10 +121,7 @@ async function every(ms: number, signal: AbortSignal, pass: () => Promise<boolea
  * promotion from the log (each API process's ready index), not from here.
  */
 export async function promoteDueJobs(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'promotion pass')): Promise<number> {
-  const due = await deps.sql<{ project_id: string; id: string }[]>`
-    SELECT project_id, id FROM jobs
-    WHERE state = 'scheduled' AND NOT waiting_for_parent AND available_at <= ${deps.now()} AND id <> ALL(${pass.heldBack()}::text[])
-    ORDER BY available_at LIMIT ${passLimit}`
+  const due = await jobList.dueScheduled(deps.sql, deps.now(), pass.heldBack(), passLimit)
   let promoted = 0
   await pass.each(due, passConcurrency, async (row) => {
     const result = await jobs.promote(row.project_id, row.id)
@@ -142,12 +141,7 @@ export async function promoteDueJobs(deps: Deps, jobs: JobService, pass = new Is
 export async function reapStaleAttempts(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'reaper pass')): Promise<number> {
   const graceMs = deps.config.tunables.reaper_grace_ms
   const now = deps.now()
-  const candidates = await deps.sql<{ project_id: string; id: string; attempt: number; started_at: Date; timeout_seconds: number }[]>`
-    SELECT project_id, id, attempt, started_at, timeout_seconds FROM jobs
-    WHERE state = 'processing'
-      AND started_at + make_interval(secs => (least(timeout_seconds, 2 * greatest(timeout_seconds / 3.0, 10)) + ${graceMs}::double precision / 1000)::double precision) < ${now}
-      AND id <> ALL(${pass.heldBack()}::text[])
-    ORDER BY started_at LIMIT ${passLimit}`
+  const candidates = await jobList.staleProcessing(deps.sql, now, graceMs, pass.heldBack(), passLimit)
   let reaped = 0
   // A retry follows the policy of the job's project, read once per project and pass: reaping is
   // rare, and the next pass sees a policy changed since.
@@ -193,11 +187,7 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService, pass = new
  * need it and reading every job event to find them cost a third of the scheduler's CPU.
  */
 export async function healInterruptedCascades(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'cascade sweep')): Promise<number> {
-  const parents = await deps.sql<{ project_id: string; id: string }[]>`
-    SELECT DISTINCT p.project_id, p.id FROM jobs c JOIN jobs p ON p.id = c.parent_job_id
-    WHERE c.state = 'scheduled' AND c.waiting_for_parent AND p.state IN ('succeeded', 'dead_letter', 'cancelled')
-      AND p.id <> ALL(${pass.heldBack()}::text[])
-    LIMIT ${passLimit}`
+  const parents = await jobList.parentsOfWaitingChildren(deps.sql, pass.heldBack(), passLimit)
   let moved = 0
   await pass.each(parents, passConcurrency, async (p) => {
     const { job } = await jobs.load(p.project_id, p.id)
@@ -224,9 +214,9 @@ export async function rollBillingPeriods(
     rolled.period = start
     rolled.projects.clear()
   }
-  const rows = await deps.sql<{ id: string }[]>`SELECT id FROM projects WHERE status = 'active'`
+  const ids = await projectDirectory.activeProjectIds(deps.sql)
   let moved = 0
-  const due = rows.filter((r) => !rolled.projects.has(r.id)).map((r) => ({ project_id: r.id, id: r.id }))
+  const due = ids.filter((id) => !rolled.projects.has(id)).map((id) => ({ project_id: id, id }))
   await pass.each(
     due.filter((item) => !pass.isHeldBack(item)),
     passConcurrency,

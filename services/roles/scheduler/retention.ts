@@ -1,4 +1,5 @@
-import type { Tx } from '../../../projections/database.ts'
+import { jobList, type ExpiredJob } from '../../../projections/job-list.ts'
+import { jobMetrics } from '../../../projections/job-metrics.ts'
 import { heartbeatMaxAgeMs } from '../../../streams/definitions.ts'
 import { LogPruner } from '../../../streams/log-pruner.ts'
 import { eventSubject } from '../../../streams/names.ts'
@@ -35,17 +36,6 @@ export interface RetentionPass {
   purgedBySubject: number
   /** The pass took a whole batch: more may be waiting, so the next pass should follow at once. */
   full: boolean
-}
-
-interface DeletedJob {
-  id: string
-  project_id: string
-  queue: string
-  state: string
-  last_seq: number
-  /** The last progress report the job list applied (its progress subject), or null. */
-  progress_seq: number | null
-  ended_at: Date
 }
 
 /**
@@ -100,26 +90,12 @@ export class Retention {
       // The projects are ordered before the lateral join so that it stops probing them once the
       // batch is full; each probe is one range scan of jobs_terminal_by_project_end. Jobs held
       // back after failing (failing-items.ts) are left for a later pass.
-      const rows = await tx<DeletedJob[]>`
-        SELECT e.* FROM (
-          SELECT p.id, c.cutoff FROM projects p
-          JOIN json_to_recordset(${JSON.stringify(cutoffs)}::text::json) AS c(plan text, cutoff timestamptz) ON c.plan = p.plan
-          ORDER BY p.id <= ${this.#afterProject}, p.id
-        ) p
-        CROSS JOIN LATERAL (
-          SELECT j.id, j.project_id, j.queue, j.state, j.last_seq, j.progress_seq, coalesce(j.completed_at, j.updated_at) AS ended_at FROM jobs j
-          WHERE j.project_id = p.id AND j.state IN ('succeeded', 'dead_letter', 'cancelled') AND coalesce(j.completed_at, j.updated_at) < p.cutoff
-            AND j.id <> ALL(${this.#pass.heldBack()}::text[])
-          ORDER BY coalesce(j.completed_at, j.updated_at)
-          LIMIT ${retentionBatchSize}
-          FOR UPDATE SKIP LOCKED
-        ) e
-        LIMIT ${retentionBatchSize}`
+      const rows = await jobList.expiredTerminal(tx, cutoffs, this.#afterProject, this.#pass.heldBack(), retentionBatchSize)
       picked = rows.length
       if (rows.length === 0) return rows
       // A job whose messages cannot be removed keeps its row (its messages, some perhaps removed
       // already, are removed again by a later pass) and does not stop the others.
-      const pruned: DeletedJob[] = []
+      const pruned: ExpiredJob[] = []
       // A job's progress reports are on a subject of their own, removed with it.
       await this.#pass.each(rows, pruneConcurrency, async (job) => {
         const subjects: Array<{ kind: 'job' | 'progress'; through: number }> = [{ kind: 'job', through: job.last_seq }]
@@ -132,8 +108,11 @@ export class Retention {
         pruned.push(job)
       })
       if (pruned.length === 0) return pruned
-      await tx`DELETE FROM jobs WHERE id = ANY(${pruned.map((j) => j.id)}::text[])`
-      await subtractFromStateCounts(tx, pruned)
+      await jobList.deleteRows(
+        tx,
+        pruned.map((j) => j.id),
+      )
+      await jobMetrics.subtractStateCounts(tx, pruned)
       return pruned
     })
     if (deleted.length > 0) {
@@ -155,37 +134,8 @@ export class Retention {
   }
 }
 
-/**
- * The state counts lose the deleted jobs with their rows (a replay, which no longer sees their
- * messages, would not count them either), and a state a queue has emptied leaves no row, as the
- * projector does. The rows are locked in key order first, the order the projector's batches lock
- * them in too, so the two never wait on each other in a cycle.
- */
-async function subtractFromStateCounts(tx: Tx, rows: readonly DeletedJob[]): Promise<void> {
-  const counts = new Map<string, { project_id: string; queue: string; state: string; n: number }>()
-  for (const r of rows) {
-    const key = `${r.project_id}\u0000${r.queue}\u0000${r.state}`
-    const entry = counts.get(key) ?? { project_id: r.project_id, queue: r.queue, state: r.state, n: 0 }
-    entry.n++
-    counts.set(key, entry)
-  }
-  const deltas = JSON.stringify([...counts.values()])
-  await tx`
-    SELECT 1 FROM job_state_counts c
-    JOIN json_to_recordset(${deltas}::text::json) AS d(project_id text, queue text, state text, n bigint) USING (project_id, queue, state)
-    ORDER BY c.project_id, c.queue, c.state
-    FOR UPDATE OF c`
-  await tx`
-    UPDATE job_state_counts c SET count = c.count - d.n
-    FROM json_to_recordset(${deltas}::text::json) AS d(project_id text, queue text, state text, n bigint)
-    WHERE c.project_id = d.project_id AND c.queue = d.queue AND c.state = d.state`
-  await tx`
-    DELETE FROM job_state_counts c USING json_to_recordset(${deltas}::text::json) AS d(project_id text, queue text, state text)
-    WHERE c.count = 0 AND c.project_id = d.project_id AND c.queue = d.queue AND c.state = d.state`
-}
-
 /** The project the next pass starts after: the last one this pass reached in its order. */
-function nextProjectCursor(rows: readonly DeletedJob[], after: string): string {
+function nextProjectCursor(rows: readonly ExpiredJob[], after: string): string {
   const ids = rows.map((r) => r.project_id)
   const wrapped = ids.filter((id) => id <= after)
   const list = wrapped.length > 0 ? wrapped : ids
@@ -211,12 +161,11 @@ export async function purgeExpiredJobs(deps: Deps): Promise<number> {
   }
 }
 
-/** Minute buckets serve windows of 12 hours at most (README, "Metrics"); a week of them is kept. */
+/** Minute buckets serve windows of 12 hours at most (docs/api-notes.md, "Metrics"); a week of them is kept. */
 export const minuteThroughputKeptMs = 7 * dayMs
 
 /** Deletes throughput minute buckets older than a week; hours and days stay. */
 export async function pruneMinuteThroughput(deps: Deps): Promise<number> {
   const cutoff = new Date(deps.now().getTime() - minuteThroughputKeptMs)
-  const deleted = await deps.sql`DELETE FROM job_throughput WHERE resolution = 'minute' AND bucket_start < ${cutoff}`
-  return deleted.count
+  return jobMetrics.pruneMinuteThroughput(deps.sql, cutoff)
 }

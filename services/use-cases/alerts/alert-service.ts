@@ -1,8 +1,9 @@
 import type { Actor } from '../../../domain/decider.ts'
 import type { Alert, AlertCommand, AlertEvent, AlertSettings } from '../../../domain/alert.ts'
 import { AlertNotFound } from '../../../domain/errors.ts'
-import { applyAlertRows } from '../../../projections/alerts.ts'
+import { alertSettings, applyAlertRows } from '../../../projections/alerts.ts'
 import type { Queryable } from '../../../projections/database.ts'
+import { jobList } from '../../../projections/job-list.ts'
 import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { alertHandler } from '../../../streams/aggregates.ts'
 import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
@@ -73,8 +74,7 @@ export class CappedAlertCreation {
   ): Promise<CommandResult<AlertEvent, Alert> | null> {
     return this.#deps.sql.begin(async (tx) => {
       await tx`SELECT pg_advisory_xact_lock(hashtextextended(${`alerts:${projectId}`}, 0))`
-      const [row] = await tx<{ n: number }[]>`SELECT count(*)::int AS n FROM alerts WHERE project_id = ${projectId} AND NOT deleted`
-      if (row!.n >= max) return null
+      if ((await alertSettings.liveCount(tx, projectId)) >= max) return null
       return createAlert(this.#deps, projectId, settings, tx, actor)
     })
   }
@@ -88,25 +88,14 @@ export async function loadAlert(deps: Deps, projectId: string, alertId: string):
 
 /** What an alert measures, now, from the jobs read model. */
 export async function measure(deps: Deps, alert: Pick<Alert, 'project_id' | 'kind' | 'queue' | 'window_minutes'>, now: Date): Promise<number> {
-  const sql = deps.sql
-  const inQueue = alert.queue === null ? sql`` : sql`AND queue = ${alert.queue}`
   switch (alert.kind) {
-    case 'dead_letter_count': {
-      const since = new Date(now.getTime() - alert.window_minutes * 60_000)
-      const [row] = await sql<{ n: number }[]>`
-        SELECT count(*)::int AS n FROM jobs WHERE project_id = ${alert.project_id} AND state = 'dead_letter' AND completed_at > ${since} ${inQueue}`
-      return row!.n
-    }
-    case 'queue_depth': {
-      const [row] = await sql<{ n: number }[]>`
-        SELECT count(*)::int AS n FROM jobs WHERE project_id = ${alert.project_id} AND state = 'pending' ${inQueue}`
-      return row!.n
-    }
+    case 'dead_letter_count':
+      return jobList.deadLetteredSince(deps.sql, alert.project_id, alert.queue, new Date(now.getTime() - alert.window_minutes * 60_000))
+    case 'queue_depth':
+      return jobList.pendingCount(deps.sql, alert.project_id, alert.queue)
     case 'oldest_pending_age': {
-      const [row] = await sql<{ oldest: Date | null }[]>`
-        SELECT min(available_at) AS oldest FROM jobs
-        WHERE project_id = ${alert.project_id} AND state = 'pending' AND available_at <= ${now} ${inQueue}`
-      return row!.oldest === null ? 0 : Math.max(0, Math.floor((now.getTime() - row!.oldest.getTime()) / 1000))
+      const oldest = await jobList.oldestDueAt(deps.sql, alert.project_id, alert.queue, now)
+      return oldest === null ? 0 : Math.max(0, Math.floor((now.getTime() - oldest.getTime()) / 1000))
     }
   }
 }
@@ -127,10 +116,7 @@ export async function evaluateAlerts(
   let triggered = 0
   let resolved = 0
   for (let after = { project_id: '', id: '' }; ;) {
-    const page = await deps.sql<{ project_id: string; id: string }[]>`
-      SELECT project_id, id FROM alerts
-      WHERE NOT deleted AND (enabled OR status = 'firing') AND (project_id, id) > (${after.project_id}, ${after.id})
-      ORDER BY project_id, id LIMIT ${pageSize}`
+    const page = await alertSettings.toEvaluate(deps.sql, after, pageSize)
     const counts = await evaluatePage(deps, pass, page, now)
     triggered += counts.triggered
     resolved += counts.resolved

@@ -1,6 +1,6 @@
 import { InvalidState, JobNotFound } from '../../../domain/errors.ts'
 import type { Job } from '../../../domain/job.ts'
-import { jobFromRow } from '../../../projections/job-list.ts'
+import { jobFromRow, jobList } from '../../../projections/job-list.ts'
 import { isStorableCopyRow } from '../../../projections/job-list-copies.ts'
 import type { Loaded } from '../../../streams/event-store.ts'
 import { ConcurrencyConflict } from '../../../streams/errors.ts'
@@ -172,15 +172,7 @@ export async function claimForPolls(
       for (let round = 0; round < rowRounds; round++) {
         const wanted = short.reduce((sum, n) => sum + n, 0)
         if (wanted === 0) break
-        const rows = await tx`
-          SELECT * FROM jobs
-          WHERE project_id = ${target.projectId} AND state = 'pending' AND queue = ANY(${target.queues})
-            AND available_at <= ${now}
-            ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
-            ${seen.length === 0 ? tx`` : tx`AND id <> ALL(${seen})`}
-          ORDER BY available_at, id
-          LIMIT ${wanted}
-          FOR UPDATE SKIP LOCKED`
+        const rows = await jobList.claimCandidates(tx, target, now, seen, wanted)
         for (const row of rows) seen.push(row.id as string)
         const candidates = rows.filter((row) => !isStale(row.id as string, row.last_seq as number))
         const dealt: Array<{ poll: number; row: (typeof candidates)[number] }> = []

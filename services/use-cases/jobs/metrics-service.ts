@@ -1,9 +1,10 @@
 import { jobStates, type JobState } from '../../../domain/job.ts'
-import { allQueues, bucketStart, histogramValue, resolutionSizeMs, type Resolution, type ThroughputCounts } from '../../../domain/job-metrics.ts'
+import { bucketStart, histogramValue, resolutionSizeMs, type Resolution, type ThroughputCounts } from '../../../domain/job-metrics.ts'
+import { jobMetrics } from '../../../projections/job-metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 /**
- * The metrics routes' reads (README, "Metrics"). Counts come from the projector's rollups
+ * The metrics routes' reads (docs/api-notes.md, "Metrics"). Counts come from the projector's rollups
  * (projections/job-metrics.ts); only the oldest pending job of a queue is read from the jobs
  * read model, as the first entry of the claim index.
  */
@@ -21,10 +22,7 @@ export interface Summary {
 }
 
 export async function summary(deps: Deps, projectId: string, options: { queue: string | null; byQueue: boolean }): Promise<Summary> {
-  const sql = deps.sql
-  const rows = await sql<{ queue: string; state: JobState; count: number }[]>`
-    SELECT queue, state, count FROM job_state_counts
-    WHERE project_id = ${projectId} ${options.queue === null ? sql`` : sql`AND queue = ${options.queue}`} AND count <> 0`
+  const rows = await jobMetrics.stateCounts(deps.sql, projectId, options.queue)
   const counts = zeroCounts()
   const perQueue = new Map<string, StateCounts>()
   for (const r of rows) {
@@ -55,26 +53,8 @@ export interface QueueDepth {
 }
 
 export async function queueDepths(deps: Deps, projectId: string, limit: number): Promise<{ data: QueueDepth[]; has_more: boolean }> {
-  const sql = deps.sql
   const now = deps.now()
-  // min(available_at) over the partial claim index (project_id, queue, available_at) WHERE
-  // state = 'pending' is one index probe per queue, however deep the queue.
-  const rows = await sql<{ queue: string; pending: number; scheduled: number; processing: number; oldest: Date | null }[]>`
-    SELECT q.queue, q.pending, q.scheduled, q.processing,
-      CASE WHEN q.pending > 0 THEN (
-        SELECT min(j.available_at) FROM jobs j
-        WHERE j.project_id = ${projectId} AND j.queue = q.queue AND j.state = 'pending' AND j.available_at <= ${now}
-      ) END AS oldest
-    FROM (
-      SELECT queue,
-        coalesce(sum(count) FILTER (WHERE state = 'pending'), 0)::bigint AS pending,
-        coalesce(sum(count) FILTER (WHERE state = 'scheduled'), 0)::bigint AS scheduled,
-        coalesce(sum(count) FILTER (WHERE state = 'processing'), 0)::bigint AS processing
-      FROM job_state_counts WHERE project_id = ${projectId}
-      GROUP BY queue
-    ) q
-    ORDER BY q.pending DESC, q.queue
-    LIMIT ${limit + 1}`
+  const rows = await jobMetrics.queueDepths(deps.sql, projectId, now, limit + 1)
   return {
     data: rows.slice(0, limit).map((r) => ({
       queue: r.queue,
@@ -103,32 +83,17 @@ export async function throughput(
   projectId: string,
   window: { from: Date; until: Date; interval: Resolution; queue: string | null },
 ): Promise<ThroughputBucket[]> {
-  const sql = deps.sql
   const first = bucketStart(window.from.getTime(), window.interval)
   const last = bucketStart(window.until.getTime(), window.interval)
   // One row per bucket: the queue's own, or the project's all-queues row. Percentiles come as
-  // the histogram buckets the table keeps current (generated columns), not as histograms. The
-  // rows travel as one JSON array of arrays: a day of minutes is 1,440 rows, and postgres.js's
-  // column-by-column row parsing took most of the answer's time; JSON.parse takes well under 1 ms.
-  type Row = [
-    startMs: number,
-    created: number,
-    succeeded: number,
-    failed: number,
-    deadLettered: number,
-    cancelled: number,
-    retried: number,
-    p50: number | null,
-    p95: number | null,
-    p99: number | null,
-  ]
-  const [result] = await sql<{ rows: Row[] | null }[]>`
-    SELECT json_agg(json_build_array((extract(epoch FROM bucket_start) * 1000)::bigint, created, succeeded, failed, dead_lettered, cancelled, retried,
-      p50_index, p95_index, p99_index)) AS rows
-    FROM job_throughput
-    WHERE project_id = ${projectId} AND resolution = ${window.interval} AND queue = ${window.queue ?? allQueues}
-      AND bucket_start >= ${new Date(first)} AND bucket_start <= ${new Date(last)}`
-  const byStart = new Map((result?.rows ?? []).map((r) => [r[0], r]))
+  // the histogram buckets the table keeps current (generated columns), not as histograms.
+  const rows = await jobMetrics.throughputRows(deps.sql, projectId, {
+    resolution: window.interval,
+    queue: window.queue,
+    first: new Date(first),
+    last: new Date(last),
+  })
+  const byStart = new Map(rows.map((r) => [r[0], r]))
   const buckets: ThroughputBucket[] = []
   for (let at = first; at <= last; at += resolutionSizeMs(window.interval)) {
     const r = byStart.get(at)
@@ -165,17 +130,12 @@ export const jobTypesByDayFromMs = 2 * 86_400_000
 /** The job types with the most jobs created in the window's hours (or days), most first. */
 export async function topJobTypes(deps: Deps, projectId: string, window: { from: Date; until: Date; limit: number }): Promise<JobTypeStats[]> {
   const resolution: Resolution = window.until.getTime() - window.from.getTime() > jobTypesByDayFromMs ? 'day' : 'hour'
-  const rows = await deps.sql<
-    { job_type: string; created: number; succeeded: number; failed: number; dead_lettered: number; duration_sum_ms: number; duration_count: number }[]
-  >`
-    SELECT job_type, sum(created)::bigint AS created, sum(succeeded)::bigint AS succeeded, sum(failed)::bigint AS failed,
-      sum(dead_lettered)::bigint AS dead_lettered, sum(duration_sum_ms)::bigint AS duration_sum_ms, sum(duration_count)::bigint AS duration_count
-    FROM job_type_stats
-    WHERE project_id = ${projectId} AND resolution = ${resolution}
-      AND bucket_start >= ${new Date(bucketStart(window.from.getTime(), resolution))} AND bucket_start <= ${new Date(bucketStart(window.until.getTime(), resolution))}
-    GROUP BY job_type
-    ORDER BY sum(created) DESC, sum(duration_count) DESC, job_type
-    LIMIT ${window.limit}`
+  const rows = await jobMetrics.jobTypeTotals(deps.sql, projectId, {
+    resolution,
+    first: new Date(bucketStart(window.from.getTime(), resolution)),
+    last: new Date(bucketStart(window.until.getTime(), resolution)),
+    limit: window.limit,
+  })
   return rows.map((r) => {
     const finished = r.succeeded + r.failed
     return {

@@ -23,7 +23,7 @@ import {
   type RecurringJobEvent,
 } from '../../../domain/recurring-job.ts'
 import type { Queryable } from '../../../projections/database.ts'
-import { applyRecurringRows, dueSchedulesInTurns, liveSchedulesBeside, type FailingSchedule } from '../../../projections/recurring-jobs.ts'
+import { applyRecurringRows, recurringJobs, type FailingSchedule } from '../../../projections/recurring-jobs.ts'
 import { LogBudgetExceeded } from '../../../streams/errors.ts'
 import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
@@ -113,7 +113,7 @@ export async function upsertSchedule(
   }
   return deps.sql.begin(async (tx) => {
     await tx`SELECT pg_advisory_xact_lock(hashtextextended(${`recurring:${project.id}`}, 0))`
-    const { others, live } = await liveSchedulesBeside(tx, project.id, id)
+    const { others, live } = await recurringJobs.liveSchedulesBeside(tx, project.id, id)
     if (!live && others >= limits.max_recurring_schedules) {
       throw new RecurringLimitReached(
         `a project on the ${project.plan} plan can have at most ${limits.max_recurring_schedules} recurring schedules; delete one to add another`,
@@ -222,7 +222,7 @@ export class RecurringPass {
     // Entries that could have been tried again for a while and were not are of schedules no
     // longer due (deleted, or moved on by another scheduler): forgotten.
     for (const [key, f] of this.#failing) if (now.getTime() - f.retryAt.getTime() > retryFailedAtMostMs) this.#failing.delete(key)
-    const due = await dueSchedulesInTurns(deps.sql, now, {
+    const due = await recurringJobs.dueSchedulesInTurns(deps.sql, now, {
       turns: recurringFiringsPerProject,
       limit: 2 * recurringFiringsInFlight,
       failing: [...this.#failing.values()],

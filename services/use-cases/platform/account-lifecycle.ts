@@ -1,5 +1,6 @@
 import { hasRoleAtLeast } from '../../../domain/project/index.ts'
 import type { User } from '../../../domain/user.ts'
+import { activityFeed } from '../../../projections/activity.ts'
 import type { TeamService } from './team-service.ts'
 import { deleteProjectAsOperator } from '../projects/project-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -33,15 +34,7 @@ export class AccountLifecycle {
     const teams = await Promise.all(projects.map(async (p) => ({ project_id: p.id, ...(await this.#team.team(user, p.id)) })))
     const projectIds = projects.map((p) => p.id)
     const auditedProjectIds = projects.filter((p) => hasRoleAtLeast(p.role, 'admin')).map((p) => p.id)
-    // Each branch is served by an index (activity_by_user, activity_by_project).
-    const activity = await this.#deps.sql`
-      SELECT id, project_id, kind, target_type, target_id, summary, metadata, created_at
-      FROM activity
-      WHERE user_id = ${user.id}
-        OR project_id = ANY(${auditedProjectIds})
-        OR (project_id = ANY(${projectIds}) AND target_type = 'member' AND target_id = ${user.id})
-      ORDER BY created_at DESC, id DESC
-      LIMIT 10000`
+    const activity = await activityFeed.ofUser(this.#deps.sql, user.id, { auditedProjectIds, projectIds })
     return {
       exported_at: this.#deps.now().toISOString(),
       profile: await this.#accounts.profile(user),

@@ -3,7 +3,7 @@ import type { Actor } from '../../../domain/decider.ts'
 import { WebhookLimitReached, WebhookNotFound } from '../../../domain/errors.ts'
 import { maxWebhooksPerProject, type EventFilter, type Webhook, type WebhookCommand, type WebhookEvent } from '../../../domain/webhook.ts'
 import type { Queryable } from '../../../projections/database.ts'
-import { applyWebhookRows } from '../../../projections/webhooks.ts'
+import { applyWebhookRows, webhookSubscriptions } from '../../../projections/webhooks.ts'
 import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { webhookHandler } from '../../../streams/aggregates.ts'
 import { commandWithRows } from '../../infrastructure/command-with-rows.ts'
@@ -62,8 +62,7 @@ export class WebhookService {
     const { secret, sealed } = this.#newSecret()
     const result = await this.#deps.sql.begin(async (tx) => {
       await tx`SELECT pg_advisory_xact_lock(hashtext('webhook_subscriptions'), hashtext(${projectId}))`
-      const [row] = await tx<{ n: number }[]>`SELECT count(*)::int AS n FROM webhooks WHERE project_id = ${projectId} AND NOT deleted`
-      if (row!.n >= maxWebhooksPerProject) {
+      if ((await webhookSubscriptions.liveCount(tx, projectId)) >= maxWebhooksPerProject) {
         throw new WebhookLimitReached(`a project can have at most ${maxWebhooksPerProject} webhook subscriptions; delete one to add another`)
       }
       return this.#on(

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import { activityFeed } from '../../../../projections/activity.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
 import type { ApiContext } from '../context.ts'
 import { cursorPage, errorResponses, instant } from '../openapi.ts'
@@ -49,19 +50,9 @@ export function activityRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher'
       const limit = clampLimit(q.limit, 20, 1, 100)
       const after = q.cursor === undefined ? null : decodeCursor(q.cursor)
       await awaitOwnWrites(ctx, projectId, q.min_seq)
-      const sql = deps.sql
       const wholeTrail = hasRoleAtLeast(request.principal.role, 'admin')
-      const rows = await sql<
-        { id: string; kind: string; target_type: string; target_id: string | null; summary: string; metadata: string | null; created_at: Date }[]
-      >`
-        SELECT id, kind, target_type, target_id, summary, metadata, created_at FROM activity
-        WHERE project_id = ${projectId}
-          ${wholeTrail ? sql`` : sql`AND target_type = ANY(${trailTargetsBelowAdmin})`}
-          ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
-        ORDER BY created_at DESC, id DESC
-        LIMIT ${limit + 1}`
-      const page = rows.slice(0, limit).map((r) => ({ ...r, created_at: r.created_at.toISOString() }))
-      const hasMore = rows.length > limit
+      const { rows, hasMore } = await activityFeed.page(deps.sql, projectId, wholeTrail ? null : trailTargetsBelowAdmin, after, limit)
+      const page = rows.map((r) => ({ ...r, created_at: r.created_at.toISOString() }))
       const last = page.at(-1)
       return { data: page, has_more: hasMore, next_cursor: hasMore && last ? encodeCursor({ created_at: last.created_at, id: last.id }) : null }
     })

@@ -150,7 +150,7 @@ const createPromoSchema = {
 }
 
 /**
- * `/platform/v1/admin/...`: staff administration (README, "Staff administration"). The session
+ * `/platform/v1/admin/...`: staff administration (docs/api-notes.md, "Staff administration"). The session
  * is checked in `onRequest`, before the body is parsed or validated, so that a caller who is not
  * staff learns nothing, not even that the route exists: every refusal of theirs is the 404 of
  * an unknown path.

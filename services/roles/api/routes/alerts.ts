@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { alertKinds, alertStatuses, type Alert, type AlertKind } from '../../../../domain/alert.ts'
+import { alertSettings } from '../../../../projections/alerts.ts'
 import { nonMemberAddresses } from '../../../use-cases/alerts/alert-recipients.ts'
 import { CappedAlertCreation, commandAlert, loadAlert } from '../../../use-cases/alerts/alert-service.ts'
 import type { ApiContext } from '../context.ts'
@@ -89,7 +90,7 @@ const tags = ['Alerts']
 
 const listSchema = { summary: 'List alerts', tags, response: { 200: z.strictObject({ data: z.array(alertSchema) }), ...errorResponses() } }
 
-/** What the alert routes say about `email` (README, "Alerts"). */
+/** What the alert routes say about `email` (docs/api-notes.md, "Alerts"). */
 const recipientRule = `Each \`email\` address (at most ${maxRecipients}) must be the current address of a member of the project, or the answer is 400 \`invalid_request\` naming it.`
 
 const createSchema = {
@@ -118,7 +119,7 @@ const deleteSchema = {
   response: { 204: noContent('Deleted; the answer carries `X-Event-Seq`'), ...errorResponses(...writeCodes, 'alert_not_found') },
 }
 
-/** `/jobsvc/v1/alerts` and `/alerts/{id}` (README, "Alerts"). */
+/** `/jobsvc/v1/alerts` and `/alerts/{id}` (docs/api-notes.md, "Alerts"). */
 export function alertRoutes(ctx: Pick<ApiContext, 'deps'>): FastifyPluginAsync {
   const { deps } = ctx
   const creation = new CappedAlertCreation(deps)
@@ -136,8 +137,7 @@ export function alertRoutes(ctx: Pick<ApiContext, 'deps'>): FastifyPluginAsync {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
     app.get('/', { schema: listSchema, config: { role: 'viewer' } }, async (request) => {
-      const rows =
-        await deps.sql`SELECT * FROM alerts WHERE project_id = ${request.principal.projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
+      const rows = await alertSettings.ofProject(deps.sql, request.principal.projectId)
       return { data: rows.map(alertView) }
     })
 

@@ -3,6 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { Forbidden } from '../../../../domain/errors.ts'
 import { hasRoleAtLeast } from '../../../../domain/project/index.ts'
+import { activityFeed, type AuditRow } from '../../../../projections/activity.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
 import { admitProjectRequest } from '../request-limit.ts'
@@ -44,17 +45,6 @@ const exportSchema = {
 }
 
 /** An `activity` row as the export reads it. */
-export interface AuditRow {
-  id: string
-  created_at: Date
-  kind: string
-  target_type: string
-  target_id: string | null
-  summary: string
-  user_id: string | null
-  metadata: string | null
-}
-
 /** One JSONL line: flat, `metadata` spliced in as the raw JSON the projection stored (or null). */
 function jsonLine(row: AuditRow): string {
   const flat = {
@@ -79,7 +69,7 @@ const auditLayout: ExportLayout<AuditRow> = {
 /**
  * `GET /jobsvc/v1/projects/{projectId}/audit-log/export`: the project's activity rows in a window,
  * oldest first, for a dashboard session with the role admin or owner (spec, Endpoints and Exports;
- * README, "Audit-log export"). It authenticates by session, not API key, so it is registered
+ * docs/api-notes.md, "Audit-log export"). It authenticates by session, not API key, so it is registered
  * outside the `/jobsvc/v1` key hook.
  */
 export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'watcher' | 'requestRate'>): FastifyPluginAsync {
@@ -105,10 +95,7 @@ export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' |
       // own message (waited for, bounded, should the projector lag), without its own row: that
       // row belongs to the next export whose window covers it.
       await ctx.watcher.waitFor(recorded.seq, deps.config.tunables.read_your_writes_wait_ms)
-      const query = deps.sql<AuditRow[]>`
-        SELECT id, created_at, kind, target_type, target_id, summary, user_id, metadata FROM activity
-        WHERE project_id = ${project.id} AND created_at >= ${window.from} AND created_at <= ${window.until} AND seq < ${recorded.seq}
-        ORDER BY created_at, id`
+      const query = activityFeed.auditRows(deps.sql, project.id, window, recorded.seq)
       return sendExport(deps, reply, auditLayout, { projectId: project.id, window, query })
     })
   }

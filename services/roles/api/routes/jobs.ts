@@ -19,7 +19,7 @@ import {
   singleCreateFingerprint,
   type ItemKey,
 } from '../idempotency-hooks.ts'
-import { jobViewFromRow } from '../../../../projections/job-list.ts'
+import { jobList } from '../../../../projections/job-list.ts'
 import { toJobDetail } from '../job-views.ts'
 import { cursorPage, errorResponses, instant, itemErrorObject, mediaResponse, writeCodes } from '../openapi.ts'
 import { streamJobProgress } from '../progress-stream.ts'
@@ -521,20 +521,7 @@ export function jobRoutes(
       const limit = parseLimit(q.limit, 50, 1, 100)
       const after = q.cursor === undefined ? null : decodeCursor(q.cursor)
       await awaitOwnWrites(ctx, projectId, q.min_seq)
-      const sql = deps.sql
-      const rows = await sql`
-        SELECT * FROM jobs
-        WHERE project_id = ${projectId}
-          ${q.state ? sql`AND state = ${q.state}` : sql``}
-          ${q.queue ? sql`AND queue = ${q.queue}` : sql``}
-          ${q.job_type ? sql`AND job_type = ${q.job_type}` : sql``}
-          ${q.created_after ? sql`AND created_at > ${q.created_after}` : sql``}
-          ${q.created_before ? sql`AND created_at < ${q.created_before}` : sql``}
-          ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
-        ORDER BY created_at DESC, id DESC
-        LIMIT ${limit + 1}`
-      const page = rows.slice(0, limit).map((r) => jobViewFromRow(r))
-      const hasMore = rows.length > limit
+      const { rows: page, hasMore } = await jobList.page(deps.sql, projectId, q, after, limit)
       const last = page.at(-1)
       return reply.send({
         data: page.map(toJobDetail),

@@ -17,7 +17,7 @@ const hourMs = 3_600_000
 const dayMs = 24 * hourMs
 
 /**
- * The longest window per throughput interval (README, "Metrics"): 12 hours of minutes, a month of
+ * The longest window per throughput interval (docs/api-notes.md, "Metrics"): 12 hours of minutes, a month of
  * hours, a year of days, so no answer holds more than about 750 buckets (its time grows with them).
  */
 export const maxThroughputWindowMs: Record<Resolution, number> = { minute: 12 * hourMs, hour: 31 * dayMs, day: 366 * dayMs }
@@ -127,7 +127,7 @@ export const jobTypesResponse = z.strictObject({
   ),
 })
 
-/** `GET /jobsvc/v1/metrics/*`: dashboards' numbers, read from the projector's rollups (README, "Metrics"). */
+/** `GET /jobsvc/v1/metrics/*`: dashboards' numbers, read from the projector's rollups (docs/api-notes.md, "Metrics"). */
 export function metricsRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' | 'logHead'>): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {

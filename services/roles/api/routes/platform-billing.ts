@@ -103,7 +103,7 @@ const providerWebhookSchema = {
 }
 
 /**
- * `GET`/`PATCH /platform/v1/projects/{id}/billing` (session) — README, "Billing".
+ * `GET`/`PATCH /platform/v1/projects/{id}/billing` (session) — docs/api-notes.md, "Billing routes".
  *
  * @noProjectRole under `/platform/v1`: the billing use case checks the member's role
  */

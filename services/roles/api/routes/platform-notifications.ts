@@ -104,7 +104,7 @@ const sessionUser = (ctx: Pick<ApiContext, 'deps' | 'accounts'>, request: Fastif
   authenticateSession(ctx.accounts, request.headers, ctx.deps.now())
 
 /**
- * `GET`/`PATCH /platform/v1/account/notifications` and the re-verification link (session) — README, "Notifications".
+ * `GET`/`PATCH /platform/v1/account/notifications` and the re-verification link (session) — docs/api-notes.md, "Notifications".
  *
  * @noProjectRole under `/platform/v1`: a session acts on its own account
  */

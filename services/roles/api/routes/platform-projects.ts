@@ -205,7 +205,7 @@ export const accountExportCooldownMs = 60_000
 
 /**
  * Dashboard routes around projects, their keys and teams, and the account (shapes the spec
- * leaves open; README, "Dashboard routes"). All need a session; roles are checked by the
+ * leaves open; docs/api-notes.md, "Dashboard and authentication"). All need a session; roles are checked by the
  * project aggregate.
  *
  * @noProjectRole under `/platform/v1`: the project aggregate checks the member's role

@@ -3,6 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { RecurringJobNotFound, RecurringJobTypeConflict } from '../../../../domain/errors.ts'
 import { isActiveSchedule, recurringIdFor, type RecurringJob } from '../../../../domain/recurring-job.ts'
+import { recurringJobs } from '../../../../projections/recurring-jobs.ts'
 import { recurringHandler } from '../../../../streams/aggregates.ts'
 import { deleteSchedule, upsertSchedule } from '../../../use-cases/jobs/recurring-service.ts'
 import type { ApiContext } from '../context.ts'
@@ -30,7 +31,7 @@ export const scheduleBody = z.object({
 const idParams = z.object({ id: boundedString(600, 1) })
 const listQuery = z.object({ min_seq: minSeq })
 
-/** A schedule as the routes show it (README, "Recurring schedules"). */
+/** A schedule as the routes show it (docs/api-notes.md, "Recurring schedules"). */
 export const recurringSchedule = z
   .strictObject({
     id: z.string().describe('`rjob_` followed by the slug of the job type'),
@@ -116,7 +117,7 @@ export function recurringRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher
     app.get('/', { schema: listSchema, config: { role: 'viewer' } }, async (request) => {
       const projectId = request.principal.projectId
       await awaitOwnWrites(ctx, projectId, request.query.min_seq)
-      const rows = await deps.sql`SELECT * FROM recurring_jobs WHERE project_id = ${projectId} AND status = 'active' ORDER BY id LIMIT 1000`
+      const rows = await recurringJobs.activeOfProject(deps.sql, projectId)
       return { data: rows.map(scheduleView) }
     })
 

@@ -4,8 +4,10 @@ import { z } from 'zod'
 import { cursorText, limitText } from '../query-fields.ts'
 import { BillingStateBlocked } from '../../../../domain/errors.ts'
 import { billingOf } from '../../../../domain/project/index.ts'
-import { deliveryStatuses, type DeliveryStatus } from '../../../../domain/delivery.ts'
+import { deliveryStatuses } from '../../../../domain/delivery.ts'
 import { maxWebhooksPerProject, webhookEventTypes, type EventFilter, type Webhook } from '../../../../domain/webhook.ts'
+import { webhookDeliveries } from '../../../../projections/deliveries.ts'
+import { webhookSubscriptions } from '../../../../projections/webhooks.ts'
 import { checkWebhookUrl } from '../../../infrastructure/url-safety.ts'
 import { WebhookService } from '../../../use-cases/webhooks/webhook-service.ts'
 import type { ApiContext } from '../context.ts'
@@ -196,7 +198,7 @@ export function webhookRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' 
     app.get('/', { schema: listSchema, config: { role: 'admin' } }, async (request) => {
       const projectId = request.principal.projectId
       await awaitOwnWrites(ctx, projectId, undefined)
-      const rows = await deps.sql`SELECT * FROM webhooks WHERE project_id = ${projectId} AND NOT deleted ORDER BY created_at, id LIMIT 1000`
+      const rows = await webhookSubscriptions.ofProject(deps.sql, projectId)
       return { data: rows.map(webhookView) }
     })
 
@@ -240,23 +242,7 @@ export function webhookRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' 
       await hooks.load(projectId, request.params.id)
       const limit = clampLimit(request.query.limit, 50, 1, 100)
       const after = request.query.cursor === undefined ? null : decodeCursor(request.query.cursor)
-      const sql = deps.sql
-      const rows = await sql<
-        {
-          id: string
-          event_type: string
-          status: DeliveryStatus
-          response_status: number | null
-          attempt: number
-          attempted_at: Date
-          created_at: Date
-        }[]
-      >`
-        SELECT id, event_type, status, response_status, attempt, attempted_at, created_at FROM deliveries
-        WHERE project_id = ${projectId} AND webhook_id = ${request.params.id}
-          ${after ? sql`AND (created_at, id) < (${after.created_at}, ${after.id})` : sql``}
-        ORDER BY created_at DESC, id DESC LIMIT ${limit + 1}`
-      const page = rows.slice(0, limit)
+      const { rows: page, hasMore } = await webhookDeliveries.page(deps.sql, projectId, request.params.id, after, limit)
       const data = page.map((r) => ({
         id: r.id,
         event_type: r.event_type,
@@ -267,7 +253,7 @@ export function webhookRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' 
       }))
       const last = page.at(-1)
       // Spec, Webhooks 4: next_cursor is omitted when there is nothing more.
-      return rows.length > limit && last
+      return hasMore && last
         ? { data, has_more: true, next_cursor: encodeCursor({ created_at: last.created_at.toISOString(), id: last.id }) }
         : { data, has_more: false }
     })

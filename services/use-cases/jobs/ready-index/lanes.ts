@@ -68,7 +68,7 @@ export function createdPayloadOf(events: readonly StoredEvent<JobEvent>[], bytes
   return created?.type === 'job_created' ? { value: created.data.payload, bytes } : null
 }
 
-/** A queue's pending jobs as the read model had them at `through` (projections/job-list.ts, readPendingQueue). */
+/** A queue's pending jobs as the read model had them at `through` (projections/job-list.ts, jobList.pendingQueue). */
 export interface QueueSnapshot {
   /** The job list's checkpoint: every job event up to it is in the rows. */
   readonly through: number

@@ -1,4 +1,4 @@
-import { readPendingQueue } from '../../../../projections/job-list.ts'
+import { jobList } from '../../../../projections/job-list.ts'
 import type { Deps } from '../../../infrastructure/runtime.ts'
 import type { HeldCandidate, Lane, Lanes } from './lanes.ts'
 
@@ -131,7 +131,7 @@ export class WarmUp<X extends HasWarmUp> {
   /** The one read of the read model: the lane's queue, with payloads only as far as the state budget has room (the rest are held without state). */
   async #read(lane: Lane<X>): Promise<void> {
     const gap = lane.gapSeq!
-    const snapshot = await readPendingQueue(this.#deps.sql, lane.projectId, lane.queue, this.#jobsPerProject, this.#lanes.stateBytesLeft)
+    const snapshot = await jobList.pendingQueue(this.#deps.sql, lane.projectId, lane.queue, this.#jobsPerProject, this.#lanes.stateBytesLeft)
     const added = this.#lanes.fill(lane, gap, snapshot)
     if (added !== null) this.#added(lane, added)
   }
