@@ -133,7 +133,7 @@ export const tunablesSchema = z
     /** The spec's long-poll re-check interval, which also asks the read model; wake-ups normally answer far sooner. */
     poll_tick_ms: z.number().int().min(10).default(2_000),
     poll_max_wait_ms: z.number().int().min(0).max(30_000).default(30_000),
-    /** Longest a list waits for the projector to reach the caller's last write. */
+    /** Longest a list waits for the projector to reach the caller's last write (and a short poll on a cold queue, for this process's creates). */
     read_your_writes_wait_ms: z.number().int().min(0).default(2_000),
     /**
      * The request limit and the monthly allowance. Off only to measure their cost (`npm run bench

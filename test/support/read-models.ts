@@ -1,4 +1,4 @@
-import type { Sql } from '../../projections/database.ts'
+import type { Sql, Tx } from '../../projections/database.ts'
 import { projections } from '../../projections/index.ts'
 
 /**
@@ -43,17 +43,37 @@ export function projectionTables(): string[] {
  * pass) on one of `sql`'s connections until the returned release is called (at most once; it is
  * also registered as a teardown of `t`).
  */
-export async function lockJobsTable(sql: Sql, t: { teardown(fn: () => unknown): void }): Promise<() => Promise<void>> {
+export function lockJobsTable(sql: Sql, t: { teardown(fn: () => unknown): void }): Promise<() => Promise<void>> {
+  return holdInTransaction(sql, t, (tx) => tx`LOCK TABLE jobs IN EXCLUSIVE MODE`)
+}
+
+/**
+ * Holds every projection checkpoint row `FOR UPDATE` on one of `sql`'s connections until the
+ * returned release is called (at most once; also registered as a teardown of `t`). The projector
+ * locks the checkpoints first in each batch, so it applies nothing meanwhile: what is appended
+ * stays in the log and out of the read models, while plain reads and claim queries pass.
+ */
+export function holdProjector(sql: Sql, t: { teardown(fn: () => unknown): void }): Promise<() => Promise<void>> {
+  return holdInTransaction(sql, t, (tx) => tx`SELECT name FROM projection_checkpoints FOR UPDATE`)
+}
+
+/** Runs `take` in a transaction kept open until the returned release is called. */
+async function holdInTransaction(
+  sql: Sql,
+  t: { teardown(fn: () => unknown): void },
+  take: (tx: Tx) => Promise<unknown>,
+): Promise<() => Promise<void>> {
   let release!: () => void
   const held = new Promise<void>((r) => (release = r))
   let locked!: () => void
   const acquired = new Promise<void>((r) => (locked = r))
   const tx = sql.begin(async (lock) => {
-    await lock`LOCK TABLE jobs IN EXCLUSIVE MODE`
+    await take(lock)
     locked()
     await held
   })
-  await acquired
+  // A transaction that fails before it holds the lock rejects here rather than hanging.
+  await Promise.race([acquired, tx])
   let done = false
   const unlock = async () => {
     if (done) return

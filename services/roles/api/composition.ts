@@ -37,11 +37,12 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
   const billing = new BillingService(deps)
   const t = deps.config.tunables
   const watcher = new ProjectionWatcher(deps)
-  const ready = new ReadyIndex(deps, watcher, {
-    jobsPerProject: t.ready_index_jobs_per_project,
-    jobs: t.ready_index_jobs,
-    stateBytes: readyIndexStateBytes,
-  })
+  const ready = new ReadyIndex(
+    deps,
+    watcher,
+    { jobsPerProject: t.ready_index_jobs_per_project, jobs: t.ready_index_jobs, stateBytes: readyIndexStateBytes },
+    (projectId) => jobs.lastPendingSeq.get(projectId) ?? 0,
+  )
   jobs.observer = ready.observer
   const context: ApiContext = {
     deps,

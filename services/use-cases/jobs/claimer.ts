@@ -29,11 +29,39 @@ const indexRounds = 3
  */
 const rowRounds = 4
 
+/** How far the read models are, and a bounded wait for them: the API's ProjectionWatcher. */
+export interface ProjectionWaiter {
+  readonly reached: number
+  /** Resolves to true once every read model has applied `seq`, to false after `maxWaitMs`. */
+  waitFor(seq: number, maxWaitMs: number): Promise<boolean>
+}
+
+/** How a poll waits for the read models to catch up with this process's own appends (one per process). */
+export interface CatchUp {
+  readonly projection: ProjectionWaiter
+  /** The bound of one wait (lists wait as long: `read_your_writes_wait_ms`). */
+  readonly maxWaitMs: number
+}
+
 /**
  * One claim of a long poll: candidates from the ready index first, claimed with no Postgres at
  * all; then, for what the poll still wants, the read-model query through the claim line, but only
  * when the index cannot vouch for every queue of the poll (cold, past a bound, not following the
  * log) or on the poll's safety-net re-check (`recheck`, after a tick with no wake-up).
+ *
+ * Where the index cannot vouch, the read model may lag behind jobs this very process created
+ * and answered 201 for before the poll came: a query then finds some of them, and the poll would
+ * answer short although that many jobs were claimable. So when the query leaves the poll with
+ * some jobs but fewer than its capacity, and the projector has not reached the last job this
+ * process left pending in the project (JobService.lastPendingSeq, read before the query), the
+ * poll waits for it (`catchUp`, never past `deadline`, in ms since the epoch) and looks once
+ * more. A poll that found nothing does not answer yet: it waits as before, and the index wakes it
+ * once its warm-up holds the jobs (ReadyIndex.open keeps a new queue cold up to this process's
+ * appends), so no waiting poll re-reads the checkpoints over and over while the projector is
+ * down. A queue the index vouches for never waits: the index takes this process's appends as
+ * they are answered. Jobs appended by other processes reach a cold queue through the read model
+ * only, so a poll may answer short of those while the projector lags (docs/architecture.md,
+ * "Cold queues, bounds and stalls"); the index wakes a waiting poll once it holds them.
  */
 export async function claimForPoll(
   jobs: JobService,
@@ -42,11 +70,24 @@ export async function claimForPoll(
   request: ClaimRequest,
   signal: AbortSignal,
   recheck: boolean,
+  catchUp: CatchUp,
+  deadline: number,
 ): Promise<ClaimedJob[]> {
   const claimed = await claimFromIndex(jobs, session, request.workerId, request.capacity)
-  const wanted = request.capacity - claimed.length
-  if (wanted === 0 || (session.isComplete() && !recheck)) return claimed
-  return [...claimed, ...(await line.claim({ ...request, capacity: wanted }, signal))]
+  if (claimed.length === request.capacity) return claimed
+  const vouched = session.isComplete()
+  if (vouched && !recheck) return claimed
+  const own = jobs.lastPendingSeq.get(request.projectId) ?? 0
+  claimed.push(...(await line.claim({ ...request, capacity: request.capacity - claimed.length }, signal)))
+  if (claimed.length === 0 || claimed.length === request.capacity || vouched || own <= catchUp.projection.reached) return claimed
+  const waitMs = Math.min(catchUp.maxWaitMs, deadline - Date.now())
+  if (waitMs <= 0 || !(await catchUp.projection.waitFor(own, waitMs)) || signal.aborted) return claimed
+  // The read model holds this process's jobs now; the index may hold them too, if its warm-up
+  // (which follows the projector) has read the queue meanwhile. The query runs either way: one
+  // more query on this rare path, and no reliance on which of the two caught up first.
+  claimed.push(...(await claimFromIndex(jobs, session, request.workerId, request.capacity - claimed.length)))
+  if (claimed.length < request.capacity) claimed.push(...(await line.claim({ ...request, capacity: request.capacity - claimed.length }, signal)))
+  return claimed
 }
 
 /**

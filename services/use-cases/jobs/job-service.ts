@@ -104,6 +104,13 @@ export class JobService {
   /** Per project, the last stream sequence this process wrote: lists wait for the projector to reach it. */
   readonly lastWrittenSeq = new Map<string, number>()
   /**
+   * Per project, the last stream sequence at which this process appended a job that is pending
+   * after it (created, retried, released, activated, promoted): a poll the ready index cannot
+   * answer for waits for the projector to reach it before it answers short (claimer.ts). Claims
+   * are left out, so a poll's own claims do not make it wait for their rows.
+   */
+  readonly lastPendingSeq = new Map<string, number>()
+  /**
    * The state and sequence of jobs this process last decided on, used as the next command's
    * hint: an ack after a claim in the same process then costs one append and no load. A stale
    * entry only costs a conflict and a reload (see streams/handle-command.ts).
@@ -134,6 +141,10 @@ export class JobService {
     if (seq > (this.lastWrittenSeq.get(projectId) ?? 0)) this.lastWrittenSeq.set(projectId, seq)
   }
 
+  #notePending(projectId: string, seq: number): void {
+    if (seq > (this.lastPendingSeq.get(projectId) ?? 0)) this.lastPendingSeq.set(projectId, seq)
+  }
+
   #remember(jobId: string, known: Loaded<Job>): void {
     this.#known.delete(jobId)
     if (this.#known.size >= maxKnownJobs) this.#known.delete(this.#known.keys().next().value!)
@@ -155,6 +166,7 @@ export class JobService {
       if (result.appended) {
         this.observer?.appended(result.record)
         recordJobEvents(result.events, result.state)
+        if (result.state?.state === 'pending') this.#notePending(projectId, result.seq)
       }
     } finally {
       if (creating) this.observer?.created(jobId)

@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { ackStatuses } from '../../../../domain/job.ts'
 import { retryBaseDelayMs, retryJitterMs } from '../../../../domain/retry-policy.ts'
-import { claimForPoll, type ClaimedJob } from '../../../use-cases/jobs/claimer.ts'
+import { claimForPoll, type CatchUp, type ClaimedJob } from '../../../use-cases/jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../../use-cases/jobs/recurring-service.ts'
 import type { ApiContext } from '../context.ts'
 import { runSerialPerKey } from '../../../use-cases/jobs/serial-per-key.ts'
@@ -210,8 +210,9 @@ function toPolledJob({ job, payload }: ClaimedJob) {
   }
 }
 
-export function workerRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'polls' | 'stopping'>): FastifyPluginAsync {
+export function workerRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'watcher' | 'polls' | 'stopping'>): FastifyPluginAsync {
   const { deps, jobs } = ctx
+  const catchUp: CatchUp = { projection: ctx.watcher, maxWaitMs: deps.config.tunables.read_your_writes_wait_ms }
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
 
@@ -268,7 +269,7 @@ export function workerRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | '
           let recheck = false
           for (;;) {
             if (ctx.stopping.aborted) throw restarting()
-            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone.signal, recheck)
+            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone.signal, recheck, catchUp, deadline)
             // A claim still waiting for its turn when shutdown began was withdrawn, not run.
             if (claimed.length === 0 && ctx.stopping.aborted) throw restarting()
             const remaining = deadline - Date.now()

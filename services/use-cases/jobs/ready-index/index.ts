@@ -53,11 +53,17 @@ export class ReadyIndex {
   readonly #warmUp: WarmUp<LaneParts>
   readonly #follower: LogFollower<LaneParts>
   readonly #scope: SessionScope
+  readonly #ownPendingThrough: (projectId: string) => number
   #unwatch: (() => void) | undefined
   #sweeper: NodeJS.Timeout | undefined
 
-  constructor(deps: Deps, progress: ProjectionProgress, limits: ReadyIndexLimits) {
+  /**
+   * `ownPendingThrough` tells the last sequence at which this process left a job of the project
+   * pending (JobService.lastPendingSeq): a queue opened later is cold up to it at least.
+   */
+  constructor(deps: Deps, progress: ProjectionProgress, limits: ReadyIndexLimits, ownPendingThrough: (projectId: string) => number) {
     this.#progress = progress
+    this.#ownPendingThrough = ownPendingThrough
     this.#lanes = new Lanes<LaneParts>(limits, { hasRoom: (lane) => this.#warmUp.warm(lane) })
     // The service clock: due times are on it (a job's available_at), and tests shift it.
     this.#wakeups = new Wakeups(() => deps.now().getTime())
@@ -121,9 +127,16 @@ export class ReadyIndex {
     return this.#follower.observer
   }
 
-  /** A long poll's session on the project's queues; tracking them from now on if none was. */
+  /**
+   * A long poll's session on the project's queues; tracking them from now on if none was. A new
+   * queue is cold up to the last message followed, or up to this process's last append that left
+   * a job of the project pending if the log has not delivered that one back yet: its answer came
+   * before the queue was followed, so only the log or the read model can bring the job, and the
+   * queue must not read as complete on a snapshot taken before it.
+   */
   open(projectId: string, queues: readonly string[], jobTypes: readonly string[] | null, capacity: number): PollSession {
-    const lanes = this.#lanes.open(projectId, queues, this.#follower.position, housekeepingNow(), () => ({
+    const coldThrough = Math.max(this.#follower.position, this.#ownPendingThrough(projectId))
+    const lanes = this.#lanes.open(projectId, queues, coldThrough, housekeepingNow(), () => ({
       wakeups: newLaneWakeups(this.#wakeups.now()),
       warmUp: newLaneWarmUp(),
     }))

@@ -242,7 +242,8 @@ export class Lanes<X> {
 
   /**
    * The lanes of the project's queues, new ones opened cold (missing jobs up to `position`, the
-   * last sequence followed), or, past maxLanesPerProject, never followed (always incomplete).
+   * last sequence followed or a later one), or, past maxLanesPerProject, never followed (always
+   * incomplete).
    * `idleNow` is the housekeeping clock's time; `partsOf` makes a new lane's parts.
    */
   open(projectId: string, queues: readonly string[], position: number, idleNow: number, partsOf: () => X): Lane<X>[] {
