@@ -3,6 +3,7 @@ import { openSql } from '../../projections/database.ts'
 import { JobService } from '../../services/use-cases/jobs/job-service.ts'
 import { startApiProcess, type ApiProcess } from '../support/api-process.ts'
 import { answerWithin, eventually, httpRequest, startHarness, type HttpResponse } from '../support/harness.ts'
+import { newJobInput } from '../support/job-commands.ts'
 import { holdProjector } from '../support/read-models.ts'
 
 /**
@@ -83,19 +84,9 @@ t.test("another process's jobs are not waited for: the poll answers with what th
   await projected(first.body.id)
   await holdProjector(sql, t)
   const elsewhere = new JobService(h.runtime)
-  const other = await elsewhere.create(h.projectId, {
-    job_type: 'own',
-    payload: { n: 2 },
-    queue: 'q-other',
-    run_at: null,
-    max_attempts: 3,
-    timeout_seconds: 300,
-    tags: null,
-    parent_job_id: null,
-    idempotency_key: null,
-  })
+  const other = await elsewhere.create(h.projectId, newJobInput({ job_type: 'own', payload: { n: 2 }, queue: 'q-other', timeout_seconds: 300 }))
 
-  // Cross-process lag is documented (README, "Read-your-writes"): this process appended nothing
+  // Cross-process lag is documented (docs/architecture.md, "Read-your-writes"): this process appended nothing
   // the projector has not applied, so the short answer is not held for the projector.
   const res = await answerWithin(poll(api, 'q-other'), 5_000)
   t.not(res, 'pending', 'answered at once')

@@ -5,6 +5,7 @@ import type { Deps } from '../../services/infrastructure/runtime.ts'
 import { eventsStreamName } from '../../streams/names.ts'
 import { answerWithin, eventually, httpRequest, startHarness, withClockShifted, type HttpResponse } from '../support/harness.ts'
 import { startApiProcess, type ApiProcess } from '../support/api-process.ts'
+import { newJobInput } from '../support/job-commands.ts'
 import { lockJobsTable } from '../support/read-models.ts'
 
 /**
@@ -33,17 +34,7 @@ function withTunables(tunables: Partial<Deps['config']['tunables']>): Deps {
 
 /** Jobs written straight through the job service, as another process would: no API here sees their append. */
 const elsewhere = new JobService(h.runtime)
-const newJob = (queue: string, n: number): NewJob => ({
-  job_type: 'ri',
-  payload: { n },
-  queue,
-  run_at: null,
-  max_attempts: 3,
-  timeout_seconds: 300,
-  tags: null,
-  parent_job_id: null,
-  idempotency_key: null,
-})
+const newJob = (queue: string, n: number): NewJob => newJobInput({ job_type: 'ri', payload: { n }, queue, timeout_seconds: 300 })
 
 async function createElsewhere(queue: string, count: number): Promise<string[]> {
   const ids: string[] = []
