@@ -2,6 +2,9 @@ import { randomBytes } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { jetstreamManager } from '@nats-io/jetstream'
+import { connect } from '@nats-io/transport-node'
 import type { TestLike } from './harness.ts'
 import { freePort, natsServerProcess } from './private-nats.ts'
 
@@ -50,6 +53,10 @@ export async function startNatsCluster(t: TestLike, size = 3): Promise<NatsClust
     await rm(root, { recursive: true, force: true })
   })
   await Promise.all(nodes.map((n) => n.start()))
+  await awaitReplicatedJetStream(
+    nodes.map((n) => n.url),
+    size,
+  )
   return {
     nodes,
     urls: nodes.map((n) => n.url).join(','),
@@ -58,5 +65,33 @@ export async function startNatsCluster(t: TestLike, size = 3): Promise<NatsClust
       if (!found) throw new Error(`no cluster node named ${name}`)
       return found
     },
+  }
+}
+
+/**
+ * Waits until the cluster can hold a stream with `replicas` replicas: every server accepting
+ * connections is not enough, since JetStream's meta leader is elected after, and a stream created
+ * before that times out (seen on the shared two cores while another cluster test was starting).
+ * Creates and deletes a probe stream, retrying for up to a minute.
+ */
+async function awaitReplicatedJetStream(urls: string[], replicas: number): Promise<void> {
+  const nc = await connect({ servers: urls, name: 'jobsvc-test-cluster-probe' })
+  try {
+    const name = `probe_${randomBytes(4).toString('hex')}`
+    const deadline = Date.now() + 60_000
+    for (;;) {
+      try {
+        // The manager's own check of the JetStream API is the first request that can time out.
+        const jsm = await jetstreamManager(nc, { timeout: 5_000 })
+        await jsm.streams.add({ name, subjects: [`${name}.>`], num_replicas: replicas })
+        await jsm.streams.delete(name)
+        return
+      } catch (err) {
+        if (Date.now() > deadline) throw err
+        await sleep(250)
+      }
+    }
+  } finally {
+    await nc.close()
   }
 }
