@@ -49,6 +49,16 @@ export function aggregateKindFilter(ns: string, aggregate: AggregateKind): strin
   return `${ns}.evt.*.${aggregate}.*`
 }
 
+/** Every subject of one project's aggregates: `<ns>.evt.<project>.>`. */
+export function projectSubjectsFilter(ns: string, projectId: string): string {
+  return `${ns}.evt.${token(projectId)}.>`
+}
+
+/** Every subject of one kind of aggregate of one project: `<ns>.evt.<project>.<aggregate>.*`. */
+export function projectKindFilter(ns: string, projectId: string, aggregate: AggregateKind): string {
+  return `${ns}.evt.${token(projectId)}.${aggregate}.*`
+}
+
 /**
  * Every subject of one job: its own (`job`) and its progress reports' (`progress`, keyed by the
  * job's id), `<ns>.evt.<project>.*.<job_id>`. No other aggregate has a job's id.
@@ -169,6 +179,21 @@ export function projectorConsumerName(ns: string): string {
 /** JetStream API: one message of `stream` by sequence, answered by any replica (the stream allows direct gets). */
 export function directGetApiSubject(stream: string): string {
   return `$JS.API.DIRECT.GET.${stream}`
+}
+
+/** JetStream API: creates an ephemeral consumer of `stream` (the server names it). */
+export function consumerCreateApiSubject(stream: string): string {
+  return `$JS.API.CONSUMER.CREATE.${stream}`
+}
+
+/** JetStream API: deletes the consumer `name` of `stream`. */
+export function consumerDeleteApiSubject(stream: string, name: string): string {
+  return `$JS.API.CONSUMER.DELETE.${stream}.${name}`
+}
+
+/** JetStream API: a pull request to the consumer `name` of `stream`. */
+export function consumerNextApiSubject(stream: string, name: string): string {
+  return `$JS.API.CONSUMER.MSG.NEXT.${stream}.${name}`
 }
 
 /** JetStream API: deletes one message of `stream` by sequence. */

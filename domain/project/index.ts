@@ -61,6 +61,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     case 'delete_project':
     case 'record_jobs_export':
     case 'record_audit_log_export':
+    case 'record_history_expired':
       return decideLifecycle(command, state)
     case 'rotate_api_key':
     case 'revoke_api_keys':
@@ -95,6 +96,7 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
     case 'project_deleted':
     case 'jobs_exported':
     case 'audit_log_exported':
+    case 'history_expired':
       return evolveLifecycle(state, event)
     case 'api_key_issued':
     case 'api_key_rotated':

@@ -17,6 +17,12 @@ export type LifecycleEvent =
   | { type: 'jobs_exported'; data: { from: string; until: string; format: string; exported_at: string } }
   /** `exported_by`: the dashboard user who exported; null for the operator. */
   | { type: 'audit_log_exported'; data: { from: string; until: string; format: string; exported_by: string | null; exported_at: string } }
+  /**
+   * Retention is about to remove messages of the project's ended jobs, none after stream sequence
+   * `through_seq` (services/roles/scheduler/retention.ts). Recorded first, so a feed reader whose
+   * cursor is older learns its events are gone (410) rather than skipping them unawares.
+   */
+  | { type: 'history_expired'; data: { through_seq: number; jobs: number; expired_at: string } }
 
 export type LifecycleCommand =
   | Command<
@@ -34,6 +40,7 @@ export type LifecycleCommand =
   | Command<'delete_project', Acting & { other_projects_of_actor: number }>
   | Command<'record_jobs_export', { from: string; until: string; format: string }>
   | Command<'record_audit_log_export', Acting & { from: string; until: string; format: string }>
+  | Command<'record_history_expired', { through_seq: number; jobs: number }>
 
 export function decideLifecycle(command: LifecycleCommand, state: ProjectAggregate): Array<LifecycleEvent | KeysEvent> {
   const { now } = command.meta
@@ -54,6 +61,11 @@ export function decideLifecycle(command: LifecycleCommand, state: ProjectAggrega
       },
       { type: 'api_key_issued', data: { prefix: d.key.prefix, key_hash: d.key.key_hash, issued_at: now } },
     ]
+  }
+  if (command.type === 'record_history_expired') {
+    // A deleted project's jobs expire too; only a sequence the project has not recorded moves it.
+    if (state === null || command.data.through_seq <= state.history_expired_through) return []
+    return [{ type: 'history_expired', data: { ...command.data, expired_at: now } }]
   }
   const project = requireProject(state)
   switch (command.type) {
@@ -103,6 +115,7 @@ export function createdProject(d: Extract<LifecycleEvent, { type: 'project_creat
     retry_policies: { project: null, queues: [] },
     rate_limit_override: null,
     promotions: [],
+    history_expired_through: 0,
   }
 }
 
@@ -121,5 +134,7 @@ export function evolveLifecycle(state: Project, event: Exclude<LifecycleEvent, {
     case 'jobs_exported':
     case 'audit_log_exported':
       return state
+    case 'history_expired':
+      return { ...state, history_expired_through: Math.max(state.history_expired_through, event.data.through_seq) }
   }
 }

@@ -92,6 +92,11 @@ export interface Project {
   rate_limit_override: RateLimitOverride | null
   /** Promotion codes applied, oldest first. */
   promotions: AppliedPromotion[]
+  /**
+   * Retention has removed messages of this project up to this stream sequence (0: none): an
+   * event feed cursor before it may have lost events after it (docs/event-log.md, "Cursors").
+   */
+  history_expired_through: number
 }
 
 /** The fields added to the project's state after its first release, absent from the states written before each. */
@@ -109,6 +114,7 @@ type AddedField =
   | 'retry_policies'
   | 'rate_limit_override'
   | 'promotions'
+  | 'history_expired_through'
 
 /** A project's state as any message stored it. */
 export type StoredProject = Omit<Project, AddedField> & Partial<Pick<Project, AddedField>>
@@ -135,6 +141,7 @@ export function upgradeProject(stored: StoredProject): Project {
     retry_policies: stored.retry_policies ?? { project: null, queues: [] },
     rate_limit_override: stored.rate_limit_override ?? null,
     promotions: stored.promotions ?? [],
+    history_expired_through: stored.history_expired_through ?? 0,
   }
 }
 

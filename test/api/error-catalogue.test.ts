@@ -4,6 +4,7 @@ import { edgeErrors, errorCatalogue, renderError } from '../../services/roles/ap
 import * as domainErrors from '../../domain/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../services/use-cases/platform/accounts.ts'
 import { WindowFull } from '../../services/use-cases/platform/auth-limits.ts'
+import { CursorExpired, UnknownCursor } from '../../services/use-cases/events/event-feed.ts'
 import { PasswordWorkBusy } from '../../services/use-cases/platform/passwords.ts'
 import { repoRoot } from '../support/harness.ts'
 import { specErrorCodes } from '../support/spec-error-codes.ts'
@@ -46,6 +47,8 @@ const useCaseSamples: Error[] = [
   new TotpSecretUnreadable({ cause: new Error('bad tag'), pending: true }),
   new WindowFull('too many', 1000),
   new PasswordWorkBusy(8),
+  new CursorExpired('c1.1.x.aaaaaaaaaa'),
+  new UnknownCursor(),
 ]
 
 t.test('the error registry and the error reference (docs/api-notes.md) list the same codes', async (t) => {

@@ -84,6 +84,7 @@ t.test('create project: the project and its first API key', async (t) => {
     retry_policies: { project: null, queues: [] },
     rate_limit_override: null,
     promotions: [],
+    history_expired_through: 0,
   })
 })
 
@@ -948,4 +949,18 @@ t.test('promotions count in their periods: bonuses add up, the largest discount 
   t.same(promotionTermsOf(project, '2026-01-01'), { bonusJobs: 110, discountPercent: 0 }, 'across the year')
   t.same(promotionTermsOf(project, '2026-02-01'), { bonusJobs: 0, discountPercent: 0 }, 'after')
   t.equal(lastPeriodOf(project.promotions![0]!), '2026-01-01')
+})
+
+t.test("retention's expiry moves the project's history horizon forward only, deleted project included", async (t) => {
+  const created = fold(projectDecider, null, createdEvents())
+  const expire = (through: number): ProjectCommand => ({ type: 'record_history_expired', data: { through_seq: through, jobs: 3 }, meta: { now } })
+  const first = projectDecider.decide(expire(40), created)
+  t.same(first, [{ type: 'history_expired', data: { through_seq: 40, jobs: 3, expired_at: now } }])
+  const after = fold(projectDecider, created, first)
+  t.equal(after!.history_expired_through, 40)
+  t.same(projectDecider.decide(expire(40), after), [], 'the same horizon again decides nothing')
+  t.same(projectDecider.decide(expire(12), after), [], 'an older one neither')
+  const deleted = fold(projectDecider, after, [{ type: 'project_deleted', data: { deleted_at: now } }])
+  t.equal(projectDecider.decide(expire(90), deleted).length, 1, "a deleted project's jobs expire too")
+  t.same(projectDecider.decide(expire(90), null), [], 'no project, nothing to record')
 })

@@ -54,6 +54,7 @@ import {
 import { isDatabaseUnavailable } from '../../../projections/database.ts'
 import { ConcurrencyConflict, isLogUnavailable, LogBudgetExceeded, LogFull } from '../../../streams/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../use-cases/platform/accounts.ts'
+import { CursorExpired, UnknownCursor } from '../../use-cases/events/event-feed.ts'
 import { WindowFull } from '../../use-cases/platform/auth-limits.ts'
 import { PasswordWorkBusy } from '../../use-cases/platform/passwords.ts'
 
@@ -66,12 +67,15 @@ class ApiError extends Error {
   readonly status: number
   readonly code: string
   readonly headers: Record<string, string>
-  constructor(status: number, code: string, message: string, headers: Record<string, string>) {
+  /** Fields of the envelope's `error` beside code, message and request_id (e.g. `oldest_cursor`). */
+  readonly fields: Record<string, unknown>
+  constructor(status: number, code: string, message: string, headers: Record<string, string>, fields: Record<string, unknown> = {}) {
     super(message)
     this.name = 'ApiError'
     this.status = status
     this.code = code
     this.headers = headers
+    this.fields = fields
   }
 }
 export type { ApiError }
@@ -86,13 +90,13 @@ export const edgeErrors: Array<{ status: number; code: string }> = []
 function edgeError<A extends unknown[]>(
   status: number,
   code: string,
-  describe: (...args: A) => string | { message: string; headers: Record<string, string> },
+  describe: (...args: A) => string | { message: string; headers?: Record<string, string>; fields?: Record<string, unknown> },
 ): (...args: A) => ApiError {
   edgeErrors.push({ status, code })
   return (...args) => {
     const described = describe(...args)
-    const { message, headers } = typeof described === 'string' ? { message: described, headers: {} } : described
-    return new ApiError(status, code, message, headers)
+    const { message, headers = {}, fields } = typeof described === 'string' ? { message: described } : described
+    return new ApiError(status, code, message, headers, fields)
   }
 }
 
@@ -105,7 +109,12 @@ const logFullRetryAfterSeconds = 60
 export const unauthorized = edgeError(401, 'unauthorized', (message?: string) => message ?? 'missing or invalid API key')
 export const invalidRequest = edgeError(400, 'invalid_request', (message: string) => message)
 export const invalidLimit = edgeError(400, 'invalid_limit', (message: string) => message)
-export const invalidCursor = edgeError(400, 'invalid_cursor', () => 'the cursor is not one this service issued')
+export const invalidCursor = edgeError(400, 'invalid_cursor', (message?: string) => message ?? 'the cursor is not one this service issued')
+/** An event feed cursor from before what retention removed (services/use-cases/events/event-feed.ts). */
+const cursorExpired = edgeError(410, 'cursor_expired', (err: CursorExpired) => ({
+  message: err.message,
+  fields: { oldest_cursor: err.oldestCursor },
+}))
 export const serviceUnavailable = edgeError(503, 'service_unavailable', (message: string, retryAfterSeconds?: number) =>
   retryAfterSeconds === undefined ? message : { message, headers: { 'Retry-After': String(retryAfterSeconds) } },
 )
@@ -199,6 +208,8 @@ function useCaseRefusal(err: unknown): ApiError | null {
   if (err instanceof WrongPassword) return invalidCredentials('the password is wrong')
   if (err instanceof TotpSecretUnreadable) return totpSecretUnreadable(err.pending)
   if (err instanceof WindowFull) return rateLimitExceeded(err.retryAfterMs, err.message)
+  if (err instanceof CursorExpired) return cursorExpired(err)
+  if (err instanceof UnknownCursor) return invalidCursor(err.message)
   return null
 }
 
@@ -323,6 +334,7 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 409, code: 'retry_policy_limit_reached' },
   { status: 410, code: 'version_sunset' },
   { status: 410, code: 'route_removed' },
+  { status: 410, code: 'cursor_expired' },
   { status: 408, code: 'invalid_request' },
   { status: 413, code: 'invalid_request' },
   { status: 414, code: 'invalid_request' },
@@ -347,6 +359,7 @@ interface Rendered {
   code: string
   message: string
   headers?: Record<string, string>
+  fields?: Record<string, unknown>
 }
 
 /** Fastify's own errors for bodies it could not read, by its error code. */
@@ -399,7 +412,9 @@ function toRefusal(err: unknown): Rendered | null {
  */
 export function renderError(err: unknown): Rendered {
   const refusal = toRefusal(err)
-  if (refusal !== null) return { status: refusal.status, code: refusal.code, message: refusal.message, headers: refusal.headers }
+  if (refusal !== null) {
+    return { status: refusal.status, code: refusal.code, message: refusal.message, headers: refusal.headers, fields: refusal.fields }
+  }
   const fe = err as FastifyError
   // Fastify's other client errors (a malformed URL, an over-long parameter) keep their status.
   if (fe && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
@@ -427,7 +442,7 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, err: unk
   return reply
     .code(rendered.status)
     .type('application/json; charset=utf-8')
-    .send({ error: { code: rendered.code, message: rendered.message, request_id: request.id } })
+    .send({ error: { code: rendered.code, message: rendered.message, request_id: request.id, ...rendered.fields } })
 }
 
 /** What one item of a batch answer says when it failed: its status and the envelope's error object. */

@@ -34,6 +34,7 @@ export const errorEnvelope = z.object({
     code: z.string().describe('machine-readable and stable: safe to branch on'),
     message: z.string().describe('human-readable; may be reworded: never branch on it'),
     request_id: z.string().describe('ULID of the request; the X-Request-Id header carries the same'),
+    oldest_cursor: z.string().optional().describe('only with 410 `cursor_expired` (the event feed): the oldest cursor it can resume from'),
   }),
 })
 

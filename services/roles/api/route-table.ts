@@ -8,6 +8,7 @@ import { admitProjectRequest, registerRequestWeights } from './request-limit.ts'
 import { activityRoutes } from './routes/activity.ts'
 import { adminRoutes } from './routes/admin.ts'
 import { alertRoutes } from './routes/alerts.ts'
+import { eventRoutes } from './routes/events.ts'
 import { auditLogExportRoutes } from './routes/audit-log-export.ts'
 import { healthRoutes } from './routes/health.ts'
 import { jobRoutes } from './routes/jobs.ts'
@@ -75,6 +76,7 @@ const projectRoutes: Record<string, RouteEntry['routes']> = {
   '/activity': activityRoutes,
   '/metrics': metricsRoutes,
   '/webhooks': webhookRoutes,
+  '/events': eventRoutes,
   // `/retry-policy` and `/queues/:queue/retry-policy`, at the version's root.
   '': apiKeyRetryPolicyRoutes,
 }

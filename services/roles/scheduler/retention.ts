@@ -2,6 +2,7 @@ import { jobList, type ExpiredJob } from '../../../projections/job-list.ts'
 import { jobMetrics } from '../../../projections/job-metrics.ts'
 import { heartbeatMaxAgeMs } from '../../../streams/definitions.ts'
 import { LogPruner } from '../../../streams/log-pruner.ts'
+import { projectHandler } from '../../../streams/aggregates.ts'
 import { eventSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { eachIsolated, IsolatedPass } from '../../infrastructure/failing-items.ts'
@@ -93,6 +94,10 @@ export class Retention {
       const rows = await jobList.expiredTerminal(tx, cutoffs, this.#afterProject, this.#pass.heldBack(), retentionBatchSize)
       picked = rows.length
       if (rows.length === 0) return rows
+      // Each project records first how far its history is about to go (domain/project/lifecycle.ts,
+      // `history_expired`): its event feed then refuses a cursor that the removal would jump over.
+      // Recorded even if this pass rolls back: the next one removes the same messages.
+      await this.#recordExpiry(rows)
       // A job whose messages cannot be removed keeps its row (its messages, some perhaps removed
       // already, are removed again by a later pass) and does not stop the others.
       const pruned: ExpiredJob[] = []
@@ -131,6 +136,27 @@ export class Retention {
 
   close(): void {
     this.#pruner.close()
+  }
+
+  /** Appends each project's `history_expired` through the last message the pass may remove of it. */
+  async #recordExpiry(rows: readonly ExpiredJob[]): Promise<void> {
+    const byProject = new Map<string, { through: number; jobs: number }>()
+    for (const job of rows) {
+      const p = byProject.get(job.project_id) ?? { through: 0, jobs: 0 }
+      p.through = Math.max(p.through, job.last_seq, job.progress_seq ?? 0)
+      p.jobs++
+      byProject.set(job.project_id, p)
+    }
+    const now = this.#deps.now().toISOString()
+    await Promise.all(
+      [...byProject].map(([projectId, { through, jobs }]) =>
+        projectHandler.decide(this.#deps, projectHandler.ref(projectId), {
+          type: 'record_history_expired',
+          data: { through_seq: through, jobs },
+          meta: { now },
+        }),
+      ),
+    )
   }
 }
 

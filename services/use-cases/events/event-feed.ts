@@ -1,0 +1,367 @@
+import type { Decider } from '../../../domain/decider.ts'
+import {
+  feedAggregates,
+  filtersWork,
+  keepsWork,
+  readableByTenant,
+  singleAggregateOf,
+  workOf,
+  type FeedAggregate,
+  type FeedEvent,
+  type FeedFilter,
+  type WorkAttributes,
+} from '../../../domain/event-feed.ts'
+import type { Job } from '../../../domain/job.ts'
+import type { Project } from '../../../domain/project/index.ts'
+import {
+  alertHandler,
+  deliveryHandler,
+  jobHandler,
+  progressHandler,
+  projectHandler,
+  recurringHandler,
+  webhookHandler,
+} from '../../../streams/aggregates.ts'
+import { decodeEventMessage, type EventMessage, type EventRecord, type EventStore, type StoredEvent } from '../../../streams/event-store.ts'
+import { LogScan, type ScannedMessage } from '../../../streams/log-scan.ts'
+import { eventsStreamName, jobSubjectsFilter, projectKindFilter, projectSubjectsFilter } from '../../../streams/names.ts'
+import { fromStoredState, toStoredState } from '../../../streams/stored-forms.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+import { decodeFeedCursor, encodeFeedCursor, isAfter, logStart, type FeedPosition } from './feed-cursor.ts'
+
+/**
+ * A project's event feed (docs/event-log.md, "The event feed"): its events in the log's order,
+ * from a cursor, filtered, with each aggregate's state after the event, without secrets.
+ *
+ * Reading is one scan of the log (streams/log-scan.ts) filtered by subject to the project (or to
+ * one job, or one kind of aggregate when the types asked for are all of it), so the server skips
+ * the other projects' messages; types are then matched on the message's header before anything
+ * is decoded, and queue and job type on the state.
+ */
+
+/**
+ * How much earlier than `from_time` the log is read: an event's time is its process's clock at the
+ * decision, the log's own is the server's at the append, and the two may differ a little.
+ */
+const clockMarginMs = 60_000
+
+/** The page's bound on messages looked at when filters keep few of them: the page ends there with `has_more`. */
+const maxExaminedPerPage = 20_000
+
+/** Messages asked of the log at once. */
+const readBatch = 256
+
+/** A cursor from before what retention removed: 410 `cursor_expired`, and where the log is whole again. */
+export class CursorExpired extends Error {
+  readonly oldestCursor: string
+  constructor(oldestCursor: string) {
+    super(
+      `events after this cursor were removed by retention; the oldest cursor the feed can resume from is ${oldestCursor} (events before it are gone)`,
+    )
+    this.name = 'CursorExpired'
+    this.oldestCursor = oldestCursor
+  }
+}
+
+/** A cursor this project was not given (edited, or another project's): 400 `invalid_cursor`. */
+export class UnknownCursor extends Error {
+  constructor() {
+    super('the cursor is not one this service issued for this project')
+    this.name = 'UnknownCursor'
+  }
+}
+
+/** Where a read starts: after a cursor, at the first event at or after a time, or at the oldest event. */
+export type FeedStart = { after: string } | { fromTime: string } | null
+
+export interface FeedPage {
+  events: FeedEvent[]
+  /** Where to resume: after the last event returned, or past everything looked at when the page ended at the log's end. */
+  nextCursor: string
+  /** The page stopped at its limit or its bound on messages looked at: more may follow at once. */
+  hasMore: boolean
+}
+
+/** What the feed needs of each aggregate's handler: its evolve, and its message at a sequence. */
+interface FeedHandler {
+  decider: Decider<never, unknown, unknown>
+  ref(projectId: string, id: string): never
+  at(store: EventStore, ref: never, seq: number): Promise<EventRecord | null>
+}
+
+const handlers = {
+  job: jobHandler,
+  progress: progressHandler,
+  // A project is its own scope: its ref takes the project id alone.
+  project: { ...projectHandler, ref: (projectId: string) => projectHandler.ref(projectId) },
+  recurring: recurringHandler,
+  alert: alertHandler,
+  webhook: webhookHandler,
+  delivery: deliveryHandler,
+} as unknown as Record<FeedAggregate, FeedHandler>
+
+const isFeedAggregate = (kind: string): kind is FeedAggregate => (feedAggregates as readonly string[]).includes(kind)
+
+export class EventFeed {
+  readonly #deps: Deps
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+  }
+
+  /**
+   * Opens a reader of the project's feed from `start`. A cursor that is not this project's is
+   * UnknownCursor; one from before what retention removed of the project's history is
+   * CursorExpired (never a silent jump over the removed events).
+   */
+  async open(projectId: string, start: FeedStart, filter: FeedFilter): Promise<FeedReader> {
+    const deps = this.#deps
+    let position = logStart
+    if (start !== null && 'after' in start) {
+      const decoded = decodeFeedCursor(projectId, start.after)
+      if (decoded === null) throw new UnknownCursor()
+      const project = (await projectHandler.load(deps.store, projectHandler.ref(projectId))).state as Project | null
+      const expiredThrough = project?.history_expired_through ?? 0
+      if (decoded.seq < expiredThrough) throw new CursorExpired(encodeFeedCursor(projectId, { seq: expiredThrough, index: 'all' }))
+      position = decoded
+    }
+    // The log's end before the scan starts: a page that reads to the end has seen every message
+    // of the project stored up to it, so its cursor may move past it (other projects' messages).
+    const end = await deps.store.lastSequence()
+    if (position.seq > end) throw new UnknownCursor()
+    const stream = eventsStreamName(deps.config.namespace)
+    const subjects = subjectFilter(deps.config.namespace, projectId, filter)
+    const scan =
+      start !== null && 'fromTime' in start
+        ? await LogScan.open(deps.nats.nc, stream, subjects, { time: new Date(Date.parse(start.fromTime) - clockMarginMs).toISOString() })
+        : await LogScan.open(deps.nats.nc, stream, subjects, { seq: position.index === 'all' ? position.seq + 1 : position.seq })
+    const fromTime = start !== null && 'fromTime' in start ? start.fromTime : null
+    return new FeedReader(deps, projectId, filter, scan, position, end, fromTime)
+  }
+}
+
+/** The narrowest subject filter the log can apply for a filter: one job, one kind of aggregate, or the project. */
+function subjectFilter(ns: string, projectId: string, filter: FeedFilter): string {
+  if (filter.jobId !== null) return jobSubjectsFilter(ns, projectId, filter.jobId)
+  const only = singleAggregateOf(filter.types)
+  if (only !== null) return projectKindFilter(ns, projectId, only)
+  if (filter.aggregates.size === 1) return projectKindFilter(ns, projectId, [...filter.aggregates][0]!)
+  return projectSubjectsFilter(ns, projectId)
+}
+
+/** One reader of a project's feed: pages from where it stands, or everything as it is appended. */
+export class FeedReader {
+  readonly #deps: Deps
+  readonly #projectId: string
+  readonly #filter: FeedFilter
+  readonly #scan: LogScan
+  /** After the last event handed out, or past the last message looked at. */
+  #position: FeedPosition
+  /** The log's last sequence when the reader opened. */
+  readonly #endAtOpen: number
+  /** Messages read from the log and not yet looked at (a page stopped at its limit inside them). */
+  #held: ScannedMessage[] = []
+  /** Queue and job type of the jobs whose progress reports were looked at (a report's state is not its job's). */
+  readonly #jobWork = new Map<string, WorkAttributes | null>()
+  /** Until the first event at or after it is found (`from_time`, an ISO instant), earlier events are passed over. */
+  #fromTime: string | null
+
+  constructor(deps: Deps, projectId: string, filter: FeedFilter, scan: LogScan, position: FeedPosition, endAtOpen: number, fromTime: string | null) {
+    this.#deps = deps
+    this.#projectId = projectId
+    this.#filter = filter
+    this.#scan = scan
+    this.#position = position
+    this.#endAtOpen = endAtOpen
+    this.#fromTime = fromTime
+  }
+
+  /** Whether the last read reached the log's end as the server knew it (false: more may follow at once). */
+  get reachedEnd(): boolean {
+    return this.#held.length === 0 && this.#scan.atEnd
+  }
+
+  /** The cursor of where the reader stands. */
+  get cursor(): string {
+    return encodeFeedCursor(this.#projectId, this.#position)
+  }
+
+  /**
+   * Up to `limit` events from where the reader stands. When none is stored yet and `waitMs` > 0,
+   * waits for the first up to that long (a long poll), then answers what arrived with it.
+   */
+  async page(limit: number, waitMs = 0, signal?: AbortSignal): Promise<FeedPage> {
+    const events: FeedEvent[] = []
+    let examined = 0
+    for (;;) {
+      const messages = await this.#next(readBatch)
+      if (messages.length === 0) break
+      examined += messages.length
+      if (await this.#take(messages, events, limit)) return this.#answer(events, true)
+      if (examined >= maxExaminedPerPage) return this.#answer(events, true)
+    }
+    // Everything stored when the scan began has been looked at, unless the log did not say so in time.
+    this.#passEnd()
+    if (!this.#scan.atEnd) return this.#answer(events, true)
+    if (events.length > 0 || waitMs <= 0) return this.#answer(events, false)
+    const deadline = Date.now() + waitMs
+    for (let left = waitMs; left > 0 && signal?.aborted !== true; left = deadline - Date.now()) {
+      const arrived = await this.#scan.wait(readBatch, left, signal)
+      if (arrived.length === 0) continue
+      const full = await this.#take(arrived, events, limit)
+      if (events.length > 0) return this.#answer(events, full || !this.#scan.atEnd)
+    }
+    return this.#answer(events, false)
+  }
+
+  /**
+   * The events stored from where the reader stands to the log's end now, a batch at a time
+   * (`live`: then every event as it is appended, until `signal` aborts; an empty batch after
+   * `keepAliveMs` without one, so the caller can say where it stands).
+   */
+  async *batches(options: { live: boolean; keepAliveMs: number; signal: AbortSignal }): AsyncGenerator<FeedEvent[]> {
+    const { live, keepAliveMs, signal } = options
+    for (;;) {
+      if (signal.aborted) return
+      const messages = await this.#next(readBatch)
+      if (messages.length === 0) break
+      const events: FeedEvent[] = []
+      await this.#take(messages, events, Number.POSITIVE_INFINITY)
+      if (events.length > 0) yield events
+    }
+    this.#passEnd()
+    if (!live) return
+    while (!signal.aborted) {
+      const arrived = await this.#scan.wait(readBatch, keepAliveMs, signal)
+      if (signal.aborted) return
+      const events: FeedEvent[] = []
+      await this.#take(arrived, events, Number.POSITIVE_INFINITY)
+      yield events
+    }
+  }
+
+  close(): void {
+    this.#scan.close()
+  }
+
+  async #next(max: number): Promise<ScannedMessage[]> {
+    if (this.#held.length > 0) return this.#held.splice(0, max)
+    return this.#scan.read(max)
+  }
+
+  /** After reading to the end: the position moves past every message stored when the reader opened. */
+  #passEnd(): void {
+    if (this.#held.length === 0 && this.#scan.atEnd && this.#endAtOpen > this.#position.seq) {
+      this.#position = { seq: this.#endAtOpen, index: 'all' }
+    }
+  }
+
+  #answer(events: FeedEvent[], hasMore: boolean): FeedPage {
+    return { events, nextCursor: this.cursor, hasMore }
+  }
+
+  /**
+   * Looks at `messages` in order, adding the events the filter keeps to `events` until it holds
+   * `limit`; true when it stopped there (the rest of the messages are held for the next read).
+   */
+  async #take(messages: ScannedMessage[], events: FeedEvent[], limit: number): Promise<boolean> {
+    for (let m = 0; m < messages.length; m++) {
+      const message = messages[m]!
+      const full = await this.#takeMessage(message, events, limit)
+      if (full) {
+        // Stopped inside or at the end of this message: the next read resumes after the position.
+        const rest = messages.slice(m + (this.#position.index === 'all' ? 1 : 0))
+        this.#held = rest.concat(this.#held)
+        return true
+      }
+    }
+    return false
+  }
+
+  /** Adds the message's kept events after the reader's position; true when `events` reached `limit`. */
+  async #takeMessage(scanned: ScannedMessage, events: FeedEvent[], limit: number): Promise<boolean> {
+    const filter = this.#filter
+    const typesOfMessage = scanned.eventTypes === '' ? null : scanned.eventTypes.split(',')
+    // Decoded only if a type of it is asked for (a message without the header is decoded to see).
+    const mayKeep = filter.types === null || typesOfMessage === null || typesOfMessage.some((t) => filter.types!.has(t))
+    if (!mayKeep) {
+      this.#position = { seq: scanned.seq, index: 'all' }
+      return false
+    }
+    const message = decodeEventMessage<StoredEvent<{ type: string; data: unknown }>, unknown>(scanned.data, scanned.seq)
+    const aggregate = message.aggregate
+    const count = message.events.length
+    if (!isFeedAggregate(aggregate) || !filter.aggregates.has(aggregate) || message.project_id !== this.#projectId) {
+      this.#position = { seq: scanned.seq, index: 'all' }
+      return false
+    }
+    if (aggregate === 'job' && message.state !== null) this.#jobWork.set(message.aggregate_id, workOf('job', message.state))
+    let states: unknown[] | null = null
+    for (let i = 0; i < count; i++) {
+      const position: FeedPosition = { seq: scanned.seq, index: i === count - 1 ? 'all' : i }
+      // Events up to the position were handed out before (a cursor inside this message).
+      if (!isAfter(position, this.#position)) continue
+      this.#position = position
+      const event = message.events[i]!
+      if (this.#fromTime !== null) {
+        if (event.time < this.#fromTime) continue
+        this.#fromTime = null
+      }
+      if (filter.types !== null && !filter.types.has(event.type)) continue
+      if (count > 1 && states === null) states = await this.#statesOf(scanned, message)
+      const state = states === null ? message.state : states[i]
+      if (filtersWork(filter) && !keepsWork(filter, await this.#workOf(aggregate, message.aggregate_id, state))) continue
+      events.push({
+        id: event.id,
+        cursor: encodeFeedCursor(this.#projectId, position),
+        type: event.type,
+        occurred_at: event.time,
+        project_id: message.project_id,
+        aggregate,
+        aggregate_id: message.aggregate_id,
+        data: readableByTenant(aggregate, event.data),
+        state: readableByTenant(aggregate, state),
+      })
+      if (events.length >= limit) return true
+    }
+    this.#position = { seq: scanned.seq, index: 'all' }
+    return false
+  }
+
+  /** A progress report's work is its job's; the others' is their own state's. */
+  async #workOf(aggregate: FeedAggregate, aggregateId: string, state: unknown): Promise<WorkAttributes | null> {
+    if (aggregate !== 'progress') return workOf(aggregate, state)
+    const known = this.#jobWork.get(aggregateId)
+    if (known !== undefined) return known
+    const job = (await jobHandler.load(this.#deps.store, jobHandler.ref(this.#projectId, aggregateId))).state as Job | null
+    const work = workOf('job', job)
+    this.#jobWork.set(aggregateId, work)
+    return work
+  }
+
+  /**
+   * The aggregate's state after each event of a message of several (a project's creation with its
+   * first key, an accepted invitation): the state before it (its subject's previous message),
+   * folded one event at a time, in the form a message stores.
+   */
+  async #statesOf(scanned: ScannedMessage, message: EventMessage<StoredEvent<{ type: string; data: unknown }>, unknown>): Promise<unknown[]> {
+    const kind = message.aggregate as FeedAggregate
+    const handler = handlers[kind]
+    const decider = handler.decider
+    let state: unknown = null
+    if (scanned.previousSeq !== null && scanned.previousSeq > 0) {
+      const previous = await handler.at(this.#deps.store, handler.ref(message.project_id, message.aggregate_id), scanned.previousSeq)
+      state = previous?.message.state ?? null
+    }
+    const states: unknown[] = []
+    for (let i = 0; i < message.events.length; i++) {
+      if (i === message.events.length - 1) {
+        states.push(message.state)
+        break
+      }
+      state = decider.evolve(state as never, message.events[i] as never)
+      states.push(fromStoredState(kind, toStoredState(kind, state), scanned.seq, message.events.slice(0, i + 1)))
+    }
+    return states
+  }
+}
