@@ -23,6 +23,9 @@ const answerWithinMs = 5_000
  */
 const noWaitAnswerMs = 1_500
 
+/** The server-side bound of the pull that follows a live wait's first message (20 ms). */
+const followUpExpiresNs = 20_000_000
+
 /**
  * A scan's consumer outlives a reader that vanished (a killed process) by this much; a live one
  * pulls at least every `maxWaitMs`.
@@ -60,6 +63,8 @@ export class LogScan {
   #pulls = 0
   /** Pulls not yet ended by the server (a status) or by having delivered their batch. */
   readonly #open = new Map<string, { remaining: number; done: () => void }>()
+  /** A pull was given up on before the server ended it: it may still deliver, so the scan is not reused. */
+  #abandoned = false
   #wake: (() => void) | null = null
   #closed = false
 
@@ -105,6 +110,16 @@ export class LogScan {
     return this.#queue.length === 0 && this.#drained
   }
 
+  /** Whether no pull may still be open at the server: only such a scan can be kept for a later page. */
+  get isSettled(): boolean {
+    return !this.#abandoned && this.#open.size === 0 && !this.#closed
+  }
+
+  /** Forgets that the end was reached: the next read asks the server again (a kept scan's next page). */
+  askAgain(): void {
+    this.#drained = false
+  }
+
   /**
    * Up to `max` messages the log holds now, without waiting for new ones: an empty answer with
    * `atEnd` means the scan has read everything stored when it asked.
@@ -122,7 +137,11 @@ export class LogScan {
     if (this.#queue.length > 0) return this.#queue.splice(0, max)
     const waitMs = Math.min(Math.max(ms, 0), maxWaitMs)
     if (waitMs > 0 && signal?.aborted !== true) {
-      const onAbort = () => this.#wake?.()
+      const onAbort = () => {
+        // The pull stays open at the server until its message or its expiry.
+        this.#abandoned = true
+        this.#wake?.()
+      }
       signal?.addEventListener('abort', onAbort, { once: true })
       try {
         // One message per pull: it ends with the message, so none is left open to deliver later.
@@ -132,8 +151,11 @@ export class LogScan {
         signal?.removeEventListener('abort', onAbort)
       }
     }
-    // What else is stored already comes with it, without a wait.
-    if (this.#queue.length > 0 && this.#queue.length < max) await this.#pull({ batch: max - this.#queue.length, no_wait: true }, noWaitAnswerMs)
+    // What else is stored already comes with it. The server's own short expiry bounds this pull
+    // even where its count of pending messages is wrong (see #drained), so none stays open.
+    if (this.#queue.length > 0 && this.#queue.length < max) {
+      await this.#pull({ batch: max - this.#queue.length, no_wait: true, expires: followUpExpiresNs }, noWaitAnswerMs)
+    }
     return this.#queue.splice(0, max)
   }
 
@@ -166,7 +188,10 @@ export class LogScan {
         if (this.#wake === done) this.#wake = null
         resolve()
       }
-      const timer = setTimeout(done, withinMs)
+      const timer = setTimeout(() => {
+        this.#abandoned = true
+        done()
+      }, withinMs)
       this.#open.set(token, { remaining: Number(body.batch), done })
       this.#wake = done
       this.#nc.publish(consumerNextApiSubject(this.#stream, this.#consumer), JSON.stringify(body), { reply: replySubject(this.#inbox, token) })

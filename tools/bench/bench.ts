@@ -9,12 +9,14 @@
  *
  * `--export-jobs N` measures something else: the spawned service's resident memory while it
  * streams a jobs export of N rows (export-memory.ts). So does `--metrics-jobs N`: the metrics
- * routes' latency with N jobs in the read model (metrics-routes.ts). `--retention-jobs N` adds a
+ * routes' latency with N jobs in the read model (metrics-routes.ts). `--feed-jobs N`: the event
+ * feed's reading rate, page latency and live-tail lag (event-feed.ts). `--retention-jobs N` adds a
  * backlog of N expired jobs and times retention purging it (retention.ts).
  */
 import { connectNats, type NatsHandles } from '../../streams/connection.ts'
 import { ConfigError } from '../../services/infrastructure/config.ts'
 import type { CycleResults } from './cycle.ts'
+import { benchEventFeed } from './event-feed.ts'
 import { benchExport } from './export-memory.ts'
 import { awaitAccess, Client, HttpError } from './http-client.ts'
 import { measureLogBytes } from './log-bytes.ts'
@@ -75,6 +77,18 @@ async function main(argv: string[]): Promise<boolean> {
       })
       const worst = Math.max(...results.map((r) => r.p99_ms))
       process.stdout.write(JSON.stringify({ metrics_jobs: opts.metricsJobs, worst_p99_ms: worst, routes: results }) + '\n')
+      return true
+    }
+    if (opts.feedJobs !== null) {
+      const result = await benchEventFeed({
+        config: loadServiceConfig(env, opts.dev),
+        baseUrl: url!,
+        project: projects[0]!,
+        jobs: opts.feedJobs,
+        signal: run.signal,
+        log,
+      })
+      process.stdout.write(JSON.stringify(result) + '\n')
       return true
     }
     if (opts.retentionJobs !== null) {

@@ -7,6 +7,7 @@ const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS]
   [--idle N] [--batch B] [--retention-jobs N]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
+       npm run bench -- --spawn --feed-jobs N
 
 A run measures, one after another: an idle phase (--idle N jobs, default 300, paced at 50/s by 2
 producers for 4 workers: claim latency on an idle system), the single-request cycle (--jobs,
@@ -34,6 +35,12 @@ downloads the whole window as JSONL and then as CSV.
 --metrics-jobs seeds N jobs over 30 days straight into the spawned service's jobs read model and
 its metrics rollups (written by the projector's own code), then asks each metrics route R times
 (default 200), one request at a time, and prints p50, p99 and the worst per route.
+
+--feed-jobs runs N jobs to their end through the job commands, half in the bench's project and half
+over ten others, then measures the event feed (GET /jobsvc/v1/events): one NDJSON reader of the
+project's whole feed (events/s, three runs), 300 pages of 100 walked by cursor (p50, p99), and a
+live SSE tail of job_created while jobs are created at 500/s for 10 s (p50, p99 of the time from
+an event's decision to its arrival); see event-feed.ts.
 
 --retention-jobs runs N jobs to their end 200 days ago through the job commands (real messages on
 the log, projected by the spawned service), then times the scheduler's retention passes until all
@@ -72,6 +79,8 @@ export interface Options {
   idle: number | null
   /** Poll capacity in the batched cycle: --capacity when given, else the largest a poll may ask. */
   batchCapacity: number
+  /** Jobs to run to their end before measuring the event feed instead of the throughput run; null: the throughput run. */
+  feedJobs: number | null
   /** Jobs to seed and export instead of the throughput run; null: the throughput run. */
   exportJobs: number | null
   /** How fast the export client reads, in MB/s: slower than the service writes, so back-pressure holds. */
@@ -138,6 +147,7 @@ function toOptions(argv: string[]): Options {
       'metrics-jobs': { type: 'string' },
       'metrics-requests': { type: 'string' },
       'retention-jobs': { type: 'string' },
+      'feed-jobs': { type: 'string' },
     },
   })
   if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
@@ -145,6 +155,7 @@ function toOptions(argv: string[]): Options {
   // The seeding writes to the service's database, which only a spawned service shares with us.
   if (values['export-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--export-jobs needs --spawn\n${usage}`)
   if (values['metrics-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--metrics-jobs needs --spawn\n${usage}`)
+  if (values['feed-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--feed-jobs needs --spawn\n${usage}`)
   if (values['retention-jobs'] !== undefined && values['retention-jobs'] !== '0' && !values.spawn)
     throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
   // --jobs 0: no cycles (retention alone).
@@ -175,6 +186,7 @@ function toOptions(argv: string[]): Options {
     exportReadMbps: positiveInt('export-read-mbps', values['export-read-mbps'], 16, 10_000),
     metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),
     metricsRequests: positiveInt('metrics-requests', values['metrics-requests'], 200, 100_000),
+    feedJobs: values['feed-jobs'] === undefined ? null : positiveInt('feed-jobs', values['feed-jobs'], 0, 10_000_000),
     retentionJobs: phaseCount('retention-jobs', values['retention-jobs'], values.spawn ? 20_000 : 0, 10_000_000),
     dev: values.dev,
   }

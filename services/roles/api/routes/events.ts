@@ -123,6 +123,7 @@ function waitMsOf(raw: string | undefined): number {
 export function eventRoutes(ctx: Pick<ApiContext, 'deps' | 'streams' | 'stopping'>): FastifyPluginAsync {
   const feed = new EventFeed(ctx.deps)
   return async (plugin) => {
+    plugin.addHook('onClose', async () => feed.close())
     const app = plugin.withTypeProvider<ZodTypeProvider>()
     app.get('/', { schema: feedSchema, config: { role: 'viewer' } }, async (request, reply) => {
       const q = request.query
@@ -142,26 +143,27 @@ export function eventRoutes(ctx: Pick<ApiContext, 'deps' | 'streams' | 'stopping
           `this project already has ${ctx.streams.max} event streams or long polls open on this server; retry after Retry-After`,
         )
       }
-      let reader
-      try {
-        reader = await feed.open(projectId, start, filter)
-      } catch (err) {
-        release()
-        throw err
+      if (format !== 'json') {
+        let reader
+        try {
+          reader = await feed.open(projectId, start, filter)
+        } catch (err) {
+          release()
+          throw err
+        }
+        return streamFeed({ request, reply, reader, format, release, stopping: ctx.stopping, keepAliveMs: feedKeepAliveMs })
       }
-      if (format !== 'json') return streamFeed({ request, reply, reader, format, release, stopping: ctx.stopping, keepAliveMs: feedKeepAliveMs })
       const aborted = new AbortController()
       const stop = () => aborted.abort()
       // The answer's socket closing first means the client left: the long poll stops waiting.
       reply.raw.once('close', stop)
       ctx.stopping.addEventListener('abort', stop, { once: true })
       try {
-        const page = await reader.page(limit, waitMs, aborted.signal)
+        const page = await feed.page(projectId, start, filter, limit, waitMs, aborted.signal)
         return { data: page.events, next_cursor: page.nextCursor, has_more: page.hasMore }
       } finally {
         reply.raw.off('close', stop)
         ctx.stopping.removeEventListener('abort', stop)
-        reader.close()
         release()
       }
     })
