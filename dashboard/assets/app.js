@@ -7,6 +7,7 @@ import { ActivityPage } from './pages/activity.js'
 import { AlertsPage } from './pages/alerts.js'
 import { ApiKeyPage } from './pages/api-key.js'
 import { BillingPage } from './pages/billing.js'
+import { EventsPage } from './pages/events.js'
 import { JobPage, JobsPage } from './pages/jobs.js'
 import { OverviewPage } from './pages/overview.js'
 import { RecurringPage } from './pages/recurring.js'
@@ -64,6 +65,7 @@ function Shell({ me, projects, project, section, onLogout, children }) {
     ['/alerts', 'Alerts'],
     ['/webhooks', 'Webhooks'],
     ['/activity', 'Activity'],
+    ['/events', 'Events'],
     ['/team', 'Team'],
     ['/billing', 'Billing'],
     ['/api-key', 'API key'],
@@ -112,6 +114,8 @@ function ProjectPages({ me, projects, path, onLogout, reloadProjects }) {
   else if (section === '/webhooks') page = html`<${WebhooksPage} project=${project} />`
   else if (section.startsWith('/webhooks/')) page = html`<${WebhookPage} project=${project} webhookId=${decodeURIComponent(section.slice(10))} />`
   else if (section === '/activity') page = html`<${ActivityPage} project=${project} />`
+  // Keyed by project: a tail's cursor belongs to its project, so switching projects starts a new one.
+  else if (section === '/events') page = html`<${EventsPage} key=${project.id} project=${project} />`
   else if (section === '/team') page = html`<${TeamPage} project=${project} me=${me} onProjectChanged=${reloadProjects} />`
   else if (section === '/billing') page = html`<${BillingPage} project=${project} />`
   else if (section === '/api-key') page = html`<${ApiKeyPage} project=${project} onProjectChanged=${reloadProjects} />`

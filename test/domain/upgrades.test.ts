@@ -41,7 +41,13 @@ const projectV4 = {
 /** What a state written before each addition meant, by the release that added it. */
 const noTeam = { status: 'active', keys_revoked_at: null, members: [], invites: [] }
 const billingNeverSet = { billing_state: 'active', overage_enabled: false, spend_cap_cents: null, allowance_warnings: [], billing_period: null }
-const noneYet = { provider_events: [], retry_policies: { project: null, queues: [] }, rate_limit_override: null, promotions: [], history_expired_through: 0 }
+const noneYet = {
+  provider_events: [],
+  retry_policies: { project: null, queues: [] },
+  rate_limit_override: null,
+  promotions: [],
+  history_expired_through: 0,
+}
 const defaultsOfOldProjects = { ...noTeam, ...billingNeverSet, ...noneYet }
 
 t.test('a project stored before each of its fields existed reads with the value that state meant', async (t) => {

@@ -144,9 +144,25 @@ function countNdjson(baseUrl: string, apiKey: string): Promise<number> {
 async function liveTail(baseUrl: string, apiKey: string, signal: AbortSignal): Promise<{ lags: number[]; received: number; sent: number }> {
   const lags: number[] = []
   let received = 0
+  // The tail starts at the feed's current end, as a reader that has caught up stands.
+  const pager = new Client(baseUrl, apiKey, 1)
+  let end = ''
+  try {
+    for (;;) {
+      const reply = await pager.request(
+        'GET',
+        `/jobsvc/v1/events?types=job_created&limit=1000${end === '' ? '' : `&after=${encodeURIComponent(end)}`}`,
+      )
+      if (reply.status !== 200) throw new Error(`a page answered ${reply.status}`)
+      end = reply.body.next_cursor
+      if (!reply.body.has_more) break
+    }
+  } finally {
+    pager.close()
+  }
   const stream = await new Promise<http.IncomingMessage>((resolve, reject) => {
     const req = http.get(
-      `${baseUrl}/jobsvc/v1/events?types=job_created&from_time=${encodeURIComponent(new Date().toISOString())}`,
+      `${baseUrl}/jobsvc/v1/events?types=job_created&after=${encodeURIComponent(end)}`,
       { headers: { authorization: `Bearer ${apiKey}`, accept: 'text/event-stream' } },
       resolve,
     )

@@ -43,7 +43,7 @@ import { decodeFeedCursor, encodeFeedCursor, isAfter, logStart, type FeedPositio
  * How much earlier than `from_time` the log is read: an event's time is its process's clock at the
  * decision, the log's own is the server's at the append, and the two may differ a little.
  */
-const clockMarginMs = 60_000
+const clockMarginMs = 10_000
 
 /** The page's bound on messages looked at when filters keep few of them: the page ends there with `has_more`. */
 const maxExaminedPerPage = 20_000
