@@ -3,9 +3,11 @@ import { maxDeliveryAttempts } from './delivery-policy.ts'
 import { InvalidState } from './errors.ts'
 
 /**
- * One event's delivery to one webhook subscription: scheduled once (its id is derived from the
- * event and the subscription), then one event per attempt, so the deliveries list is a
- * projection and a restart loses nothing.
+ * One event's delivery to one webhook subscription: scheduled once (a live delivery's id is
+ * derived from the event and the subscription, a replay's from the operation too), then one event
+ * per attempt, so the deliveries list is a projection and a restart loses nothing. A redelivery
+ * (by hand, or by a replay of events delivered before) is a delivery of its own that names the
+ * one it repeats.
  */
 
 export const deliveryStatuses = ['pending', 'delivered', 'failed'] as const
@@ -22,6 +24,27 @@ export interface Delivery {
   attempt: number
   attempted_at: string
   created_at: string
+  /** The stream sequence of the message holding the event; null on deliveries scheduled before it was kept. */
+  event_seq: number | null
+  /** The operation (a webhook replay, domain/operation.ts) that made it; null for live deliveries and redeliveries by hand. */
+  operation_id: string | null
+  /** The earlier delivery of the same event to the same subscription that this one repeats. */
+  redelivery_of: string | null
+}
+
+/** A delivery's state as messages written before `event_seq`, `operation_id` and `redelivery_of` hold it. */
+export type StoredDelivery = Omit<Delivery, 'event_seq' | 'operation_id' | 'redelivery_of'> & Partial<Delivery>
+
+/** Today's shape of a stored state: what older messages lack is null (a live delivery, its event's place unknown). */
+export function upgradeDelivery(stored: StoredDelivery): Delivery {
+  return { ...stored, event_seq: stored.event_seq ?? null, operation_id: stored.operation_id ?? null, redelivery_of: stored.redelivery_of ?? null }
+}
+
+/** What a delivery is of, beyond its event and subscription (absent on events written before they were kept). */
+export interface DeliveryOrigin {
+  event_seq?: number | null
+  operation_id?: string | null
+  redelivery_of?: string | null
 }
 
 export type DeliveryAggregate = Delivery | null
@@ -29,14 +52,21 @@ export type DeliveryAggregate = Delivery | null
 export type DeliveryEvent =
   | {
       type: 'delivery_scheduled'
-      data: { delivery_id: string; project_id: string; webhook_id: string; event_id: string; event_type: string; scheduled_at: string }
+      data: {
+        delivery_id: string
+        project_id: string
+        webhook_id: string
+        event_id: string
+        event_type: string
+        scheduled_at: string
+      } & DeliveryOrigin
     }
   | { type: 'delivery_attempted'; data: { attempt: number; status: DeliveryStatus; response_status: number | null; attempted_at: string } }
 
 export type DeliveryCommand =
   | {
       type: 'schedule_delivery'
-      data: { delivery_id: string; project_id: string; webhook_id: string; event_id: string; event_type: string }
+      data: { delivery_id: string; project_id: string; webhook_id: string; event_id: string; event_type: string } & DeliveryOrigin
       meta: CommandMeta
     }
   /** `outcome`: what the receiver's answer means under the policy (the edge classifies it with delivery-policy.ts). */
@@ -77,6 +107,9 @@ function evolve(state: DeliveryAggregate, event: DeliveryEvent): DeliveryAggrega
       attempt: 0,
       attempted_at: d.scheduled_at,
       created_at: d.scheduled_at,
+      event_seq: d.event_seq ?? null,
+      operation_id: d.operation_id ?? null,
+      redelivery_of: d.redelivery_of ?? null,
     }
   }
   if (state === null) throw new EventBeforeCreation(event.type, 'delivery_scheduled')

@@ -121,6 +121,16 @@ export class WebhookNotFound extends refusal('webhook_not_found') {}
 export class WebhookAlreadyExists extends refusal('invalid_state') {}
 /** A project already has as many webhook subscriptions as it may (domain/webhook.ts). */
 export class WebhookLimitReached extends refusal('webhook_limit_reached') {}
+/** No named event consumer of that name in this project (domain/event-consumer.ts). */
+export class EventConsumerNotFound extends refusal('event_consumer_not_found') {}
+/** A named event consumer of that name exists already in this project. */
+export class EventConsumerExists extends refusal('event_consumer_exists') {}
+/** A project already has as many named event consumers as its plan allows. */
+export class EventConsumerLimitReached extends refusal('event_consumer_limit_reached') {}
+/** No such delivery of this webhook subscription. */
+export class DeliveryNotFound extends refusal('delivery_not_found') {}
+/** No such operation in this project (domain/operation.ts). */
+export class OperationNotFound extends refusal('operation_not_found') {}
 /** A project already has as many pending invitations as it may (domain/project/team.ts). */
 export class InviteLimitReached extends refusal('invite_limit_reached') {}
 /** A project holds at most maxQueueRetryPolicies queue overrides. */

@@ -15,6 +15,28 @@ import type { WebhookEvent } from './webhook.ts'
  * Users, e-mail claims and promotion codes belong to no project and are never in it.
  */
 
+/**
+ * Where a reader of a project's event feed stands: after event `index` of the message stored at
+ * stream sequence `seq`, or after the whole message (`'all'`). A position is a point in the
+ * log's order, which JetStream assigns at append: unlike a timestamp or a table's id, no event
+ * can later appear before a position already read (docs/event-log.md, "Cursors"). Its text form,
+ * the cursor, is services/use-cases/events/feed-cursor.ts.
+ */
+export interface FeedPosition {
+  seq: number
+  index: number | 'all'
+}
+
+/** The position before every message of the log. */
+export const logStart: FeedPosition = { seq: 0, index: 'all' }
+
+/** Whether `a` is later in the log than `b`. */
+export function isAfter(a: FeedPosition, b: FeedPosition): boolean {
+  if (a.seq !== b.seq) return a.seq > b.seq
+  if (a.index === b.index) return false
+  return a.index === 'all' || (b.index !== 'all' && a.index > b.index)
+}
+
 /** The aggregates of a project's feed, as its subjects name them (streams/names.ts). */
 export const feedAggregates = ['job', 'progress', 'project', 'recurring', 'alert', 'webhook', 'delivery'] as const
 export type FeedAggregate = (typeof feedAggregates)[number]

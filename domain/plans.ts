@@ -17,6 +17,8 @@ export interface PlanLimits {
    * A 5-field expression fires at most once a minute and always passes.
    */
   min_cron_interval_seconds: number
+  /** Named consumers of the event feed a project may have; one more is refused (409 `event_consumer_limit_reached`). */
+  max_event_consumers: number
 }
 
 const mib = 2 ** 20
@@ -29,6 +31,7 @@ const businessLimits: PlanLimits = {
   log_bytes_per_hour: 4096 * mib,
   max_recurring_schedules: 1_000,
   min_cron_interval_seconds: 1,
+  max_event_consumers: 100,
 }
 
 /**
@@ -45,6 +48,7 @@ export const defaultPlanLimits: Readonly<Record<Plan, PlanLimits>> = {
     log_bytes_per_hour: 64 * mib,
     max_recurring_schedules: 10,
     min_cron_interval_seconds: 60,
+    max_event_consumers: 3,
   },
   starter: {
     requests_per_hour: 5_000,
@@ -54,6 +58,7 @@ export const defaultPlanLimits: Readonly<Record<Plan, PlanLimits>> = {
     log_bytes_per_hour: 256 * mib,
     max_recurring_schedules: 50,
     min_cron_interval_seconds: 15,
+    max_event_consumers: 10,
   },
   pro: {
     requests_per_hour: 50_000,
@@ -63,6 +68,7 @@ export const defaultPlanLimits: Readonly<Record<Plan, PlanLimits>> = {
     log_bytes_per_hour: 1024 * mib,
     max_recurring_schedules: 200,
     min_cron_interval_seconds: 5,
+    max_event_consumers: 25,
   },
   business: businessLimits,
   enterprise: businessLimits,

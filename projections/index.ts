@@ -2,8 +2,10 @@ import { activityFeed } from './activity.ts'
 import { alertSettings } from './alerts.ts'
 import { webhookSubscriptions } from './webhooks.ts'
 import { webhookDeliveries } from './deliveries.ts'
+import { eventConsumers } from './event-consumers.ts'
 import { jobList } from './job-list.ts'
 import { jobMetrics } from './job-metrics.ts'
+import { operationList } from './operations.ts'
 import { projectDirectory } from './project-directory.ts'
 import type { Projection } from './projection.ts'
 import { recurringJobs } from './recurring-jobs.ts'
@@ -17,5 +19,7 @@ export const projections: readonly Projection[] = [
   alertSettings,
   webhookSubscriptions,
   webhookDeliveries,
+  operationList,
+  eventConsumers,
   activityFeed,
 ]

@@ -6,8 +6,10 @@
 import { alertDecider } from '../domain/alert.ts'
 import { deliveryDecider } from '../domain/delivery.ts'
 import { emailRegistryDecider } from '../domain/email-registry.ts'
+import { eventConsumerDecider } from '../domain/event-consumer.ts'
 import { jobDecider } from '../domain/job.ts'
 import { jobProgressDecider } from '../domain/job-progress.ts'
+import { operationDecider } from '../domain/operation.ts'
 import { projectDecider } from '../domain/project/index.ts'
 import { promoCodeDecider } from '../domain/promo-code.ts'
 import { recurringJobDecider } from '../domain/recurring-job.ts'
@@ -48,3 +50,9 @@ export const alertHandler = aggregateHandler({ kind: 'alert', decider: alertDeci
 export const webhookHandler = aggregateHandler({ kind: 'webhook', decider: webhookDecider, address: inProject })
 
 export const deliveryHandler = aggregateHandler({ kind: 'delivery', decider: deliveryDecider, address: inProject })
+
+/** A project's named event consumer, keyed by its name (domain/event-consumer.ts). */
+export const eventConsumerHandler = aggregateHandler({ kind: 'consumer', decider: eventConsumerDecider, address: inProject })
+
+/** A long-running action of a project (a webhook replay; later bulk job actions): `ref(projectId, operationId)`. */
+export const operationHandler = aggregateHandler({ kind: 'operation', decider: operationDecider, address: inProject })

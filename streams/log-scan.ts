@@ -11,6 +11,8 @@ export interface ScannedMessage {
   eventTypes: string
   /** The subject's previous sequence (`Nats-Expected-Last-Subject-Sequence`; 0: the first), null when absent. */
   previousSeq: number | null
+  /** When the log stored it (the server's clock), in ms since the epoch. */
+  storedAtMs: number
   data: Uint8Array
 }
 
@@ -68,7 +70,14 @@ export class LogScan {
   #wake: (() => void) | null = null
   #closed = false
 
-  private constructor(nc: NatsConnection, stream: string, consumer: string, inbox: string, subscription: Subscription) {
+  /**
+   * Messages on the scan's subjects from its start, as the server counted them when the scan
+   * began (a lag figure: NATS 2.9 may count too many once messages were deleted in the range).
+   */
+  readonly pendingAtOpen: number
+
+  private constructor(nc: NatsConnection, stream: string, consumer: string, inbox: string, subscription: Subscription, pendingAtOpen: number) {
+    this.pendingAtOpen = pendingAtOpen
     this.#nc = nc
     this.#stream = stream
     this.#consumer = consumer
@@ -91,13 +100,13 @@ export class LogScan {
       max_waiting: 16,
     }
     const answer = await request(nc, consumerCreateApiSubject(stream), JSON.stringify({ stream_name: stream, config }), 'creating a log scan')
-    const info = JSON.parse(new TextDecoder().decode(answer.data)) as { name?: string; error?: { description: string } }
+    const info = JSON.parse(new TextDecoder().decode(answer.data)) as { name?: string; num_pending?: number; error?: { description: string } }
     if (info.error !== undefined || info.name === undefined)
       throw new LogUnavailable(`JetStream refused a log scan: ${info.error?.description ?? 'no consumer name'}`)
     const inbox = createInbox()
     let deliver: (msg: Msg) => void = () => undefined
     const subscription = nc.subscribe(replySubjectsFilter(inbox), { callback: (_err, msg) => deliver(msg) })
-    const scan = new LogScan(nc, stream, info.name, inbox, subscription)
+    const scan = new LogScan(nc, stream, info.name, inbox, subscription, info.num_pending ?? 0)
     deliver = (msg) => scan.#onMessage(msg)
     return scan
   }
@@ -221,6 +230,7 @@ export class LogScan {
       subject: msg.subject,
       eventTypes: msg.headers?.get('Jobsvc-Event-Type') ?? '',
       previousSeq: Number.isInteger(previous) ? previous : null,
+      storedAtMs: ack.storedAtMs,
       data: msg.data,
     })
     // Messages are delivered to the pull that asked first; a batch delivered in full ends it.
@@ -237,11 +247,14 @@ export class LogScan {
  * `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>`, or the form with a
  * domain and account hash after `ACK` and a token at the end (12 tokens).
  */
-function parseAckReply(reply: string | undefined): { seq: number } | null {
+function parseAckReply(reply: string | undefined): { seq: number; storedAtMs: number } | null {
   if (reply === undefined || !reply.startsWith('$JS.ACK.')) return null
   const t = reply.split('.')
-  const seq = Number(t[(t.length >= 12 ? 4 : 2) + 3])
-  return Number.isInteger(seq) ? { seq } : null
+  const base = t.length >= 12 ? 4 : 2
+  const seq = Number(t[base + 3])
+  // Nanoseconds: more than a double holds exactly, and milliseconds are all that is needed.
+  const storedAtMs = Number((t[base + 5] ?? '').slice(0, -6))
+  return Number.isInteger(seq) ? { seq, storedAtMs: Number.isFinite(storedAtMs) ? storedAtMs : 0 } : null
 }
 
 /** One JetStream API request with its own inbox (consumer creation and deletion: a few per scan). */

@@ -5,7 +5,21 @@
  */
 
 /** Each kind's command handler, its decider and how it is addressed, is in streams/aggregates.ts. */
-export type AggregateKind = 'job' | 'progress' | 'project' | 'recurring' | 'user' | 'email' | 'alert' | 'webhook' | 'delivery' | 'promo'
+export type AggregateKind =
+  | 'job'
+  | 'progress'
+  | 'project'
+  | 'recurring'
+  | 'user'
+  | 'email'
+  | 'alert'
+  | 'webhook'
+  | 'delivery'
+  | 'promo'
+  /** A project's named reader of its event feed (domain/event-consumer.ts), keyed by its name. */
+  | 'consumer'
+  /** A long-running action of a project (a webhook replay; later bulk job actions), domain/operation.ts. */
+  | 'operation'
 
 /**
  * The project token of aggregates that belong to no project (users, e-mail claims, promotion codes). Project

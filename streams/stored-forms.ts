@@ -1,3 +1,4 @@
+import { upgradeDelivery, type StoredDelivery } from '../domain/delivery.ts'
 import { upgradeJob, type StoredJob } from '../domain/job.ts'
 import { lastReportOf } from '../domain/job-progress.ts'
 import { upgradeProject, type StoredProject } from '../domain/project/index.ts'
@@ -46,6 +47,7 @@ const storedForms: Partial<Record<AggregateKind, StoredForm>> = {
   project: upgradedBy<StoredProject>(upgradeProject),
   user: upgradedBy<StoredUser>(upgradeUser),
   recurring: upgradedBy<StoredRecurringJob>(upgradeRecurringJob),
+  delivery: upgradedBy<StoredDelivery>(upgradeDelivery),
 }
 
 /** The state a message of `aggregate` is written with. */

@@ -18,6 +18,7 @@ const planOverridesSchema = z
     log_bytes_per_hour: z.number().int().min(0),
     max_recurring_schedules: z.number().int().min(0),
     min_cron_interval_seconds: z.number().int().min(1).max(60),
+    max_event_consumers: z.number().int().min(0),
   })
   .partial()
   .strict()
@@ -149,6 +150,8 @@ export const tunablesSchema = z
     mail_retry_delays_ms: z.array(z.number().int().min(0)).min(1).max(20).default([10_000, 60_000, 300_000, 1_800_000, 7_200_000]),
     /** Each webhook attempt's total deadline (domain/delivery-policy.ts): address lookup, connecting, headers and body together. */
     webhook_timeout_ms: z.number().int().min(1).default(deliveryAttemptTimeoutMs),
+    /** Requests a webhook replay sends to one endpoint (a URL origin) per second at most, all replays together. */
+    webhook_replay_requests_per_second: z.number().positive().max(1_000).default(10),
     /** How often the scheduler evaluates the alert settings. */
     alert_interval_ms: z.number().int().min(50).default(30_000),
     /** How often the scheduler looks for terminal jobs past their plan's retention; while a pass finds a full batch (1,000 jobs) the next follows at once. */

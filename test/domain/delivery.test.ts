@@ -33,7 +33,18 @@ const spec = (t: Parameters<typeof deciderSpec>[0]) => deciderSpec(t, deliveryDe
 t.test('schedule: delivery_scheduled, and the state is a pending delivery with no attempt yet', async (t) => {
   const delivery = spec(t).given([]).when(schedule()).then([scheduled()])
   const { delivery_id, ...about } = ids
-  t.strictSame(delivery, { id: delivery_id, ...about, status: 'pending', response_status: null, attempt: 0, attempted_at: at(0), created_at: at(0) })
+  t.strictSame(delivery, {
+    id: delivery_id,
+    ...about,
+    status: 'pending',
+    response_status: null,
+    attempt: 0,
+    attempted_at: at(0),
+    created_at: at(0),
+    event_seq: null,
+    operation_id: null,
+    redelivery_of: null,
+  })
 })
 
 t.test('schedule again (the same event and subscription, redelivered) records nothing', async (t) => {
@@ -119,4 +130,16 @@ t.test('outcomeOf: 2xx delivered; 3xx and 4xx permanent; 5xx and no answer retry
 
 t.test('evolve on a missing state: delivery_scheduled builds it, an attempt throws', async (t) => {
   evolveOnMissingState(t, deliveryDecider, scheduled(), [attempted(1, 'delivered', 200)])
+})
+
+t.test('a redelivery or a replay names what made it: the state keeps its event sequence, operation and the delivery it repeats', async (t) => {
+  const origin = { event_seq: 42, operation_id: 'op_1', redelivery_of: 'del_0' }
+  const command: DeliveryCommand = { type: 'schedule_delivery', data: { ...ids, ...origin }, meta: { now: at(0) } }
+  const delivery = spec(t)
+    .given([])
+    .when(command)
+    .then([{ type: 'delivery_scheduled', data: { ...ids, ...origin, scheduled_at: at(0) } }])
+  t.match(delivery, { ...origin, status: 'pending', attempt: 0 })
+  const attempted1 = deliveryDecider.evolve(delivery, attempted(1, 'delivered', 200))
+  t.match(attempted1, origin, 'kept through its attempts')
 })

@@ -1,5 +1,6 @@
 import t from 'tap'
 import { fold } from '../../domain/decider.ts'
+import { deliveryDecider, upgradeDelivery, type Delivery, type StoredDelivery } from '../../domain/delivery.ts'
 import { jobDecider, upgradeJob, type Job, type JobEvent, type StoredJob } from '../../domain/job.ts'
 import { projectDecider, upgradeProject, type Project, type ProjectEvent, type StoredProject } from '../../domain/project/index.ts'
 import { recurringJobDecider, upgradeRecurringJob, type RecurringJob, type StoredRecurringJob } from '../../domain/recurring-job.ts'
@@ -225,4 +226,32 @@ t.test("a recurring schedule's state as decided today upgrades to itself", async
     { type: 'recurring_upserted', data: { ...schedule, payload: { to: 'ops' }, recurring_id: id, upserted_at: created, next_run_at: null } },
   ]) as RecurringJob
   t.strictSame(upgradeRecurringJob(today), today)
+})
+
+/** A delivery as stored before redeliveries and replays (issue 25): no event sequence, operation or delivery repeated. */
+const deliveryV1 = {
+  id: 'del_0123456789abcdef0123456789',
+  project_id: 'prj_1',
+  webhook_id: 'whk_1',
+  event_id: 'evt_1',
+  event_type: 'job.created',
+  status: 'failed' as const,
+  response_status: 500,
+  attempt: 5,
+  attempted_at: created,
+  created_at: created,
+}
+
+t.test('a delivery stored before redeliveries reads as a live delivery whose event is found by its id', async (t) => {
+  const upgraded = { ...deliveryV1, event_seq: null, operation_id: null, redelivery_of: null }
+  t.strictSame(upgradeDelivery(deliveryV1 as StoredDelivery), upgraded)
+  t.strictSame(fromStoredState('delivery', deliveryV1, 3, []), upgraded, 'as every message decoded carries it')
+  const { id, created_at, attempt: _a, attempted_at: _t, status: _s, response_status: _r, ...about } = deliveryV1
+  const today = fold(deliveryDecider, null, [
+    {
+      type: 'delivery_scheduled',
+      data: { ...about, delivery_id: id, scheduled_at: created_at, event_seq: 7, operation_id: null, redelivery_of: 'del_x' },
+    },
+  ]) as Delivery
+  t.strictSame(upgradeDelivery(today), today, "today's state upgrades to itself")
 })

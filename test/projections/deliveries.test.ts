@@ -83,3 +83,64 @@ t.test("page: a subscription's deliveries, newest first, and a cursor that conti
   t.equal(rest.hasMore, false)
   t.match(rest.rows[0], { event_type: 'job.failed', status: 'pending', attempt: 0 })
 })
+
+t.test('scheduled_seq: the sequence of the scheduling message, whether or not its batch also holds later attempts', async (t) => {
+  const alone = newDelivery()
+  const scheduled = await schedule(alone)
+  await bench.project([scheduled])
+  await bench.project([await attempt(alone, 1, 500)])
+  t.match(await row(alone.id), { scheduled_seq: scheduled.seq, attempt: 1 }, 'kept through later batches')
+
+  const together = newDelivery()
+  const records = [await schedule(together), await attempt(together, 1, 200)]
+  await bench.project(records)
+  t.match(await row(together.id), { scheduled_seq: records[0]!.seq, last_seq: records[1]!.seq, status: 'delivered' })
+})
+
+t.test('what a delivery is of: its event, the operation that made it, the delivery it repeats; found by event and by operation', async (t) => {
+  const own = { ...about, webhook_id: 'whk_of', event_id: 'evt_of' }
+  const first = newDelivery()
+  const again = newDelivery()
+  const records = [
+    await decide(first, { type: 'schedule_delivery', data: { delivery_id: first.id, ...own, event_seq: 5 }, meta: { now: at(20) } }),
+    await decide(first, { type: 'record_attempt', data: { attempt: 1, outcome: 'permanent_failure', response_status: 400 }, meta: { now: at(21) } }),
+    await decide(again, {
+      type: 'schedule_delivery',
+      data: { delivery_id: again.id, ...own, event_seq: 5, operation_id: 'op_of', redelivery_of: first.id },
+      meta: { now: at(22) },
+    }),
+  ]
+  await bench.project(records)
+  t.match(await row(again.id), { event_seq: 5, operation_id: 'op_of', redelivery_of: first.id })
+  const byEvent = await webhookDeliveries.ofEvents(bench.sql, projectId, 'whk_of', ['evt_of', 'evt_none'])
+  t.same(
+    byEvent
+      .get('evt_of')!
+      .map((d) => d.id)
+      .sort(),
+    [first.id, again.id].sort(),
+  )
+  t.match(
+    byEvent.get('evt_of')!.find((d) => d.id === first.id),
+    { status: 'failed', scheduled_seq: records[0]!.seq, last_seq: records[1]!.seq },
+  )
+  t.notOk(byEvent.has('evt_none'))
+  t.same(await webhookDeliveries.tallyOfOperation(bench.sql, 'op_of'), { delivered: 0, failed: 0, pending: 1 })
+
+  const page = await webhookDeliveries.page(bench.sql, projectId, 'whk_of', null, 10)
+  t.match(page.rows[0], { id: again.id, event_id: 'evt_of', operation_id: 'op_of', redelivery_of: first.id })
+  const failed = await webhookDeliveries.page(bench.sql, projectId, 'whk_of', null, 10, { status: 'failed' })
+  t.same(
+    failed.rows.map((r) => r.id),
+    [first.id],
+    'a status filter',
+  )
+  const window = await webhookDeliveries.page(bench.sql, projectId, 'whk_of', null, 10, { since: at(22), until: at(23) })
+  t.same(
+    window.rows.map((r) => r.id),
+    [again.id],
+    'since (included) and until (excluded) on the creation time',
+  )
+  const otherType = await webhookDeliveries.page(bench.sql, projectId, 'whk_of', null, 10, { eventType: 'job.created' })
+  t.same(otherType.rows, [], 'an event type filter')
+})

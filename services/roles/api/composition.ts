@@ -1,4 +1,5 @@
 import type { Deps } from '../../infrastructure/runtime.ts'
+import { EventFeed } from '../../use-cases/events/event-feed.ts'
 import { ClaimLine } from '../../use-cases/jobs/claim-line.ts'
 import { claimForPolls } from '../../use-cases/jobs/claimer.ts'
 import { JobService } from '../../use-cases/jobs/job-service.ts'
@@ -66,6 +67,7 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
       jobsPerTransaction: maxJobsPerClaimTransaction,
     }),
     logHead: new LogHead(() => deps.store.lastSequence()),
+    feed: new EventFeed(deps),
     stopping,
   }
   context.keys.start()
@@ -77,6 +79,7 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
 /** Stops what `composeContext` started, when the app closes. */
 export async function stopContext(context: ApiContext): Promise<void> {
   context.keys.stop()
+  context.feed.close()
   await context.ready.stop()
   context.watcher.stop()
   await context.requestRate.stop()

@@ -1,4 +1,5 @@
 import type { Deps } from '../../infrastructure/runtime.ts'
+import type { EventFeed } from '../../use-cases/events/event-feed.ts'
 import type { ClaimLine } from '../../use-cases/jobs/claim-line.ts'
 import type { ClaimedJob } from '../../use-cases/jobs/claimer.ts'
 import type { JobService } from '../../use-cases/jobs/job-service.ts'
@@ -42,6 +43,8 @@ export interface ApiContext {
   claims: ClaimLine<ClaimedJob>
   /** How far the log reaches, for `min_seq`. */
   logHead: LogHead
+  /** The projects' event feeds, and the readers kept between their pages (services/use-cases/events/). */
+  feed: EventFeed
   /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
   stopping: AbortSignal
 }

@@ -9,10 +9,12 @@ import { activityRoutes } from './routes/activity.ts'
 import { adminRoutes } from './routes/admin.ts'
 import { alertRoutes } from './routes/alerts.ts'
 import { eventRoutes } from './routes/events.ts'
+import { eventConsumerRoutes } from './routes/event-consumers.ts'
 import { auditLogExportRoutes } from './routes/audit-log-export.ts'
 import { healthRoutes } from './routes/health.ts'
 import { jobRoutes } from './routes/jobs.ts'
 import { metricsRoutes } from './routes/metrics.ts'
+import { operationRoutes } from './routes/operations.ts'
 import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
 import { platformBillingRoutes, providerWebhookRoutes } from './routes/platform-billing.ts'
 import { emailProviderWebhookRoutes, notificationRoutes } from './routes/platform-notifications.ts'
@@ -76,7 +78,9 @@ const projectRoutes: Record<string, RouteEntry['routes']> = {
   '/activity': activityRoutes,
   '/metrics': metricsRoutes,
   '/webhooks': webhookRoutes,
+  '/operations': operationRoutes,
   '/events': eventRoutes,
+  '/event-consumers': eventConsumerRoutes,
   // `/retry-policy` and `/queues/:queue/retry-policy`, at the version's root.
   '': apiKeyRetryPolicyRoutes,
 }

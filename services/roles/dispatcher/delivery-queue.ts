@@ -1,36 +1,9 @@
 import type { JsMsg } from '@nats-io/jetstream'
-import { headers as natsHeaders } from '@nats-io/transport-node'
-import { deliveriesWakeSubject, deliverySubject } from '../../../streams/names.ts'
-import { wakeSubjectQueue } from '../../../streams/subject-queues.ts'
-import type { Deps } from '../../infrastructure/runtime.ts'
+import type { DeliveryWorkItem } from '../../use-cases/webhooks/delivery-queue.ts'
 
-/**
- * One message of the deliveries work queue: one event for one subscription, with the body as
- * it is signed and sent on every attempt. Fan-out puts it there; the deliverer acks it once the
- * delivery is settled, or naks it for the next attempt.
- */
-export interface DeliveryWorkItem {
-  delivery_id: string
-  project_id: string
-  webhook_id: string
-  body: string
-  event_id: string
-  event_type: string
-}
+export type { DeliveryWorkItem } from '../../use-cases/webhooks/delivery-queue.ts'
 
-/**
- * Queues `item` on its subscription's subject and wakes the deliverers. The delivery id is the
- * message id, so a fan-out repeated after a crash queues nothing twice.
- */
-export async function enqueueDelivery(deps: Deps, item: DeliveryWorkItem): Promise<void> {
-  const ns = deps.config.namespace
-  const h = natsHeaders()
-  h.set('Nats-Msg-Id', item.delivery_id)
-  const subject = deliverySubject(ns, item.project_id, item.webhook_id)
-  await deps.nats.js.publish(subject, JSON.stringify(item), { headers: h })
-  wakeSubjectQueue(deps.nats, deliveriesWakeSubject(ns), subject)
-}
-
+/** The work item a message of the deliveries queue carries (services/use-cases/webhooks/delivery-queue.ts). */
 export function workItemOf(msg: JsMsg): DeliveryWorkItem {
   return JSON.parse(new TextDecoder().decode(msg.data)) as DeliveryWorkItem
 }

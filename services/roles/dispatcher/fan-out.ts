@@ -6,9 +6,9 @@ import { alertWebhookEventOf, jobEventsSent, webhookBody, webhookEventOf, type W
 import type { EventRecord } from '../../../streams/event-store.ts'
 import { parseEventSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
+import { enqueueDelivery } from '../../use-cases/webhooks/delivery-queue.ts'
 import type { ActiveSubscriptions } from './active-subscriptions.ts'
 import { decideDelivery } from './delivery-log.ts'
-import { enqueueDelivery } from './delivery-queue.ts'
 
 /** Webhook events of one batch scheduled at once. */
 const fanOutConcurrency = 32
@@ -54,7 +54,7 @@ export class FanOut {
           record.message.aggregate === 'job'
             ? webhookEventOf(event, record.message.state as Job)
             : alertWebhookEventOf(event, record.message.state as Alert)
-        if (content !== null) work.push(() => this.#fanOutEvent(record.message.project_id, event, content))
+        if (content !== null) work.push(() => this.#fanOutEvent(record.message.project_id, record.seq, event, content))
       }
     }
     let next = 0
@@ -69,7 +69,7 @@ export class FanOut {
    * `maxDeliveriesPerEvent` at most. Only an install that had more subscriptions before that cap
    * existed can match more; it serves the oldest, and says so once.
    */
-  async #fanOutEvent(projectId: string, event: { id: string; time: string }, content: WebhookEventContent): Promise<void> {
+  async #fanOutEvent(projectId: string, eventSeq: number, event: { id: string; time: string }, content: WebhookEventContent): Promise<void> {
     const deps = this.#deps
     const matching = (await this.#subscriptions.of(projectId)).filter((sub) => matchesFilter(JSON.parse(sub.events), content.type))
     if (matching.length > maxDeliveriesPerEvent && !this.#overCapWarned.has(projectId)) {
@@ -83,7 +83,16 @@ export class FanOut {
       const deliveryId = deliveryIdOf(event.id, sub.id)
       const result = await decideDelivery(deps, projectId, deliveryId, {
         type: 'schedule_delivery',
-        data: { delivery_id: deliveryId, project_id: projectId, webhook_id: sub.id, event_id: event.id, event_type: content.type },
+        data: {
+          delivery_id: deliveryId,
+          project_id: projectId,
+          webhook_id: sub.id,
+          event_id: event.id,
+          event_type: content.type,
+          event_seq: eventSeq,
+          operation_id: null,
+          redelivery_of: null,
+        },
         meta: { now: deps.now().toISOString() },
       })
       // Scheduled already (a batch handled again after a crash) and still pending: queued again,

@@ -7,6 +7,7 @@ import { enqueueAlertMails, runMailSender } from './alert-mail.ts'
 import { attemptDelivery } from './delivery-attempt.ts'
 import { Deliverer } from './deliverer.ts'
 import { FanOut } from './fan-out.ts'
+import { runOperations } from './operation-runner.ts'
 import { WebhookSender } from './webhook-sender.ts'
 
 /** The alert events that send webhooks are also those that send e-mails (alert-mail.ts). */
@@ -18,7 +19,9 @@ const mentionsAlertEventSent = new RegExp(alertEventsSent.join('|'))
  * item on the deliveries queue (delivery-queue.ts). The deliverer (deliverer.ts) takes the items
  * off the queue and attempts them (delivery-attempt.ts) with the sender (webhook-sender.ts).
  * Several dispatchers may run: delivery ids are derived from event and subscription. Alert events
- * also become alert e-mails on their own work queue (alert-mail.ts).
+ * also become alert e-mails on their own work queue (alert-mail.ts). The leading dispatcher also
+ * runs the project's operations, webhook replays among them (operation-runner.ts), whose
+ * deliveries go through the same queue, deliverer and slots.
  */
 export async function start(deps: Deps): Promise<() => Promise<void>> {
   const controller = new AbortController()
@@ -59,10 +62,11 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   )
   const deliverDone = deliverer.run()
   const mailDone = runMailSender(deps, controller.signal)
+  const operationsDone = runOperations(deps, controller.signal)
   return async () => {
     controller.abort()
     subscriptions.close()
-    await Promise.all([jobEventsDone, alertEventsDone, deliverDone, mailDone])
+    await Promise.all([jobEventsDone, alertEventsDone, deliverDone, mailDone, operationsDone])
     await deliverer.drain()
   }
 }

@@ -8,6 +8,11 @@ import { beforeDeadline, postWebhook, type AttemptResult } from './webhook-reque
 
 export const userAgent = 'Service-Webhooks/1.0'
 
+/** On a redelivery (by hand or by a replay of an event delivered before): the id of the delivery it repeats. */
+export const redeliveryHeader = 'X-Jobsvc-Redelivery'
+/** On a replay's deliveries: the operation's id. */
+export const operationHeader = 'X-Jobsvc-Operation'
+
 /** What one attempt got, or why it sent nothing. */
 export type SendResult = AttemptResult | { status: null; reason: 'blocked' | 'unsealable' | 'no_subscription' }
 
@@ -37,7 +42,7 @@ export class WebhookSender {
     const verdict = await beforeDeadline(checkWebhookUrl(hook.url, deps.config.webhookAllowHosts, deps.resolveHost, deadline), deadline)
     if (verdict === 'timeout') return { status: null, reason: 'timeout' }
     if (!verdict.ok) return { status: null, reason: 'blocked' }
-    const headers = {
+    const headers: Record<string, string | number> = {
       'Content-Type': 'application/json',
       'Content-Length': Buffer.byteLength(item.body),
       'User-Agent': userAgent,
@@ -45,6 +50,9 @@ export class WebhookSender {
       'X-Service-Event-Id': item.event_id,
       'X-Service-Event-Type': item.event_type,
     }
+    // Extensions, only on the deliveries they describe: a first delivery carries the spec's headers alone.
+    if (item.redelivery_of) headers[redeliveryHeader] = item.redelivery_of
+    if (item.operation_id) headers[operationHeader] = item.operation_id
     return postWebhook(verdict.url, { body: item.body, headers, pinnedAddress: verdict.addresses[0] }, deadline)
   }
 }

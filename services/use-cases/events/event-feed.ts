@@ -150,7 +150,15 @@ export class EventFeed {
    * One page from `start`: through the reader the previous page left at this cursor when this
    * process still keeps it, else a new one; the reader is then kept for the page after.
    */
-  async page(projectId: string, start: FeedStart, filter: FeedFilter, limit: number, waitMs: number, signal?: AbortSignal): Promise<FeedPage> {
+  async page(
+    projectId: string,
+    start: FeedStart,
+    filter: FeedFilter,
+    limit: number,
+    waitMs: number,
+    signal?: AbortSignal,
+    until?: FeedPosition,
+  ): Promise<FeedPage> {
     let reader: FeedReader | null = null
     if (start !== null && 'after' in start) {
       // The cursor is checked on every page: retention may have overtaken it since.
@@ -161,14 +169,58 @@ export class EventFeed {
     reader ??= await this.open(projectId, start, filter)
     let page: FeedPage
     try {
-      page = await reader.page(limit, waitMs, signal)
+      page = await reader.page(limit, waitMs, signal, until)
     } catch (err) {
       reader.close()
       throw err
     }
-    if (reader.isReusable) this.#keep(projectId, keyOf(projectId, filter, page.nextCursor), reader)
+    // A page bounded by `until` may stop inside a message it holds no more of: not kept.
+    if (reader.isReusable && until === undefined) this.#keep(projectId, keyOf(projectId, filter, page.nextCursor), reader)
     else reader.close()
     return page
+  }
+
+  /**
+   * How far the feed runs after `after` for a filter: the messages on its subjects (an upper bound
+   * of the events when types, queue or job type narrow it further) and when the log stored the
+   * first of them (null: none).
+   */
+  async backlog(projectId: string, filter: FeedFilter, after: FeedPosition): Promise<{ messages: number; oldestStoredAtMs: number | null }> {
+    const deps = this.#deps
+    const scan = await LogScan.open(deps.nats.nc, eventsStreamName(deps.config.namespace), subjectFilter(deps.config.namespace, projectId, filter), {
+      seq: after.index === 'all' ? after.seq + 1 : after.seq,
+    })
+    try {
+      const [first] = scan.pendingAtOpen > 0 ? await scan.read(1) : []
+      return { messages: scan.pendingAtOpen, oldestStoredAtMs: first?.storedAtMs ?? null }
+    } finally {
+      scan.close()
+    }
+  }
+
+  /** The position a reader resumes from to read from the first event at or after `fromTime` (the log's end when none is). */
+  async positionBefore(projectId: string, fromTime: string): Promise<FeedPosition> {
+    const filter: FeedFilter = { types: null, queue: null, jobType: null, jobId: null, aggregates: new Set(feedAggregates) }
+    const reader = await this.open(projectId, { fromTime }, filter)
+    try {
+      const page = await reader.page(1)
+      const first = page.events[0]
+      // Every event of a message has its decision's time, so the first one found starts its message.
+      if (first !== undefined) return { seq: decodeFeedCursor(projectId, first.cursor)!.seq - 1, index: 'all' }
+      return decodeFeedCursor(projectId, page.nextCursor)!
+    } finally {
+      reader.close()
+    }
+  }
+
+  /** The position after everything the log holds now. */
+  async endPosition(): Promise<FeedPosition> {
+    return { seq: await this.#deps.store.lastSequence(), index: 'all' }
+  }
+
+  /** The position of a cursor this project may resume from: UnknownCursor or CursorExpired otherwise. */
+  resumablePosition(projectId: string, cursor: string): Promise<FeedPosition> {
+    return this.#resumable(projectId, cursor)
   }
 
   /** Closes every kept reader (the process is stopping). */
@@ -234,6 +286,8 @@ export class FeedReader {
   #held: ScannedMessage[] = []
   /** Queue and job type of the jobs whose progress reports were looked at (a report's state is not its job's). */
   readonly #jobWork = new Map<string, WorkAttributes | null>()
+  /** The page's last position, when it reads a range again (a consumer's redelivery): nothing after it is taken. */
+  #until: FeedPosition | null = null
   /** Until the first event at or after it is found (`from_time`, an ISO instant), earlier events are passed over. */
   #fromTime: string | null
 
@@ -272,7 +326,8 @@ export class FeedReader {
    * Up to `limit` events from where the reader stands. When none is stored yet and `waitMs` > 0,
    * waits for the first up to that long (a long poll), then answers what arrived with it.
    */
-  async page(limit: number, waitMs = 0, signal?: AbortSignal): Promise<FeedPage> {
+  async page(limit: number, waitMs = 0, signal?: AbortSignal, until?: FeedPosition): Promise<FeedPage> {
+    this.#until = until ?? null
     const events: FeedEvent[] = []
     let examined = 0
     for (;;) {
@@ -349,6 +404,8 @@ export class FeedReader {
   async #take(messages: ScannedMessage[], events: FeedEvent[], limit: number): Promise<boolean> {
     for (let m = 0; m < messages.length; m++) {
       const message = messages[m]!
+      // Past the page's bound: what follows is not this page's (the reader is not kept).
+      if (this.#until !== null && message.seq > this.#until.seq) return true
       const full = await this.#takeMessage(message, events, limit)
       if (full) {
         // Stopped inside or at the end of this message: the next read resumes after the position.
@@ -383,6 +440,7 @@ export class FeedReader {
       const position: FeedPosition = { seq: scanned.seq, index: i === count - 1 ? 'all' : i }
       // Events up to the position were handed out before (a cursor inside this message).
       if (!isAfter(position, this.#position)) continue
+      if (this.#until !== null && isAfter(position, this.#until)) return true
       this.#position = position
       const event = message.events[i]!
       if (this.#fromTime !== null) {

@@ -1,25 +1,7 @@
 import { createHash } from 'node:crypto'
+import type { FeedPosition } from '../../../domain/event-feed.ts'
 
-/**
- * Where a reader of a project's event feed stands: after event `index` of the message stored at
- * stream sequence `seq`, or after the whole message (`'all'`). A position is a point in the
- * log's order, which JetStream assigns at append: unlike a timestamp or a table's id, no event
- * can later appear before a position already read (docs/event-log.md, "Cursors").
- */
-export interface FeedPosition {
-  seq: number
-  index: number | 'all'
-}
-
-/** The position before every message of the log. */
-export const logStart: FeedPosition = { seq: 0, index: 'all' }
-
-/** Whether `a` is later in the log than `b`. */
-export function isAfter(a: FeedPosition, b: FeedPosition): boolean {
-  if (a.seq !== b.seq) return a.seq > b.seq
-  if (a.index === b.index) return false
-  return a.index === 'all' || (b.index !== 'all' && a.index > b.index)
-}
+export { isAfter, logStart, type FeedPosition } from '../../../domain/event-feed.ts'
 
 /**
  * A cursor: `c1.<seq>.<index>.<check>`, base 36, `x` for the whole message, and a check digit of

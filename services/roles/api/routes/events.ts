@@ -3,8 +3,9 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { feedAggregates, feedAggregatesBelowAdmin, isFeedEventType, type FeedAggregate, type FeedFilter } from '../../../../domain/event-feed.ts'
 import { isSubjectToken } from '../../../../streams/names.ts'
-import { EventFeed, type FeedStart } from '../../../use-cases/events/event-feed.ts'
+import type { FeedStart } from '../../../use-cases/events/event-feed.ts'
 import { hasRoleAtLeast } from '../api-key-directory.ts'
+import { untilClientGone } from '../client-gone.ts'
 import type { ApiContext } from '../context.ts'
 import { invalidRequest, rateLimitExceeded } from '../errors.ts'
 import { feedFormatOf, streamFeed, feedKeepAliveMs } from '../event-feed-stream.ts'
@@ -120,10 +121,9 @@ function waitMsOf(raw: string | undefined): number {
 }
 
 /** `GET /jobsvc/v1/events`: the project's event feed (docs/event-log.md, "The event feed"). */
-export function eventRoutes(ctx: Pick<ApiContext, 'deps' | 'streams' | 'stopping'>): FastifyPluginAsync {
-  const feed = new EventFeed(ctx.deps)
+export function eventRoutes(ctx: Pick<ApiContext, 'streams' | 'stopping' | 'feed'>): FastifyPluginAsync {
+  const feed = ctx.feed
   return async (plugin) => {
-    plugin.addHook('onClose', async () => feed.close())
     const app = plugin.withTypeProvider<ZodTypeProvider>()
     app.get('/', { schema: feedSchema, config: { role: 'viewer' } }, async (request, reply) => {
       const q = request.query
@@ -153,17 +153,12 @@ export function eventRoutes(ctx: Pick<ApiContext, 'deps' | 'streams' | 'stopping
         }
         return streamFeed({ request, reply, reader, format, release, stopping: ctx.stopping, keepAliveMs: feedKeepAliveMs })
       }
-      const aborted = new AbortController()
-      const stop = () => aborted.abort()
-      // The answer's socket closing first means the client left: the long poll stops waiting.
-      reply.raw.once('close', stop)
-      ctx.stopping.addEventListener('abort', stop, { once: true })
+      const gone = untilClientGone(reply, ctx.stopping)
       try {
-        const page = await feed.page(projectId, start, filter, limit, waitMs, aborted.signal)
+        const page = await feed.page(projectId, start, filter, limit, waitMs, gone.signal)
         return { data: page.events, next_cursor: page.nextCursor, has_more: page.hasMore }
       } finally {
-        reply.raw.off('close', stop)
-        ctx.stopping.removeEventListener('abort', stop)
+        gone.dispose()
         release()
       }
     })
