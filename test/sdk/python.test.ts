@@ -37,7 +37,13 @@ function unittest(modules: string[]): Promise<{ code: number; output: string }> 
 }
 
 const runs = {
-  'client, worker and webhook verification': unittest(['tests.test_client', 'tests.test_worker', 'tests.test_webhook', 'tests.test_outage']),
+  'client, event feed, worker and webhook verification': unittest([
+    'tests.test_client',
+    'tests.test_events',
+    'tests.test_worker',
+    'tests.test_webhook',
+    'tests.test_outage',
+  ]),
   heartbeats: unittest(['tests.test_heartbeat']),
 }
 

@@ -1,12 +1,13 @@
 """jobsvc: a client, a worker and webhook verification, on the standard library alone."""
 
-from .client import Client, JobsvcError
+from .client import Client, CursorExpiredError, JobsvcError
 from .webhook import WebhookVerificationError, verify_webhook
 from .worker import JobContext, JobTimeout, Worker, WorkerStopped
 
 __all__ = [
     "Client",
     "JobsvcError",
+    "CursorExpiredError",
     "Worker",
     "JobContext",
     "JobTimeout",

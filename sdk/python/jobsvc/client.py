@@ -10,6 +10,9 @@ import uuid
 
 V1 = "/jobsvc/v1"
 
+# The longest wait between a feed follower's attempts while the service is unreachable, overloaded or restarting.
+_FOLLOW_MAX_BACKOFF_SECONDS = 30.0
+
 
 class JobsvcError(Exception):
     """An error answer of the service (its envelope's code, the HTTP status, the request id) or a
@@ -32,19 +35,32 @@ class JobsvcError(Exception):
         return "JobsvcError(code=%r, status=%r, request_id=%r)" % (self.code, self.status, self.request_id)
 
 
+class CursorExpiredError(JobsvcError):
+    """410 cursor_expired from the event feed: retention removed events after the cursor, so reading
+    on from it would skip them silently. oldest_cursor is the oldest cursor from which nothing the
+    log still holds is missing; resuming there is the caller's decision, since the gap is its loss."""
+
+    def __init__(self, code, status, message, oldest_cursor, request_id=None, retry_after=None):
+        super().__init__(code, status, message, request_id, retry_after)
+        self.oldest_cursor = oldest_cursor
+
+
 def _error_from(status, headers, raw):
     try:
         error = json.loads(raw or b"{}").get("error") or {}
     except ValueError:
         error = {}
     retry_after = headers.get("Retry-After") if headers is not None else None
-    return JobsvcError(
+    fields = dict(
         code=error.get("code") or "http_%d" % status,
         status=status,
         message=error.get("message") or "HTTP %d" % status,
         request_id=error.get("request_id") or (headers.get("X-Request-Id") if headers is not None else None),
         retry_after=float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None,
     )
+    if fields["code"] == "cursor_expired" and isinstance(error.get("oldest_cursor"), str):
+        return CursorExpiredError(oldest_cursor=error["oldest_cursor"], **fields)
+    return JobsvcError(**fields)
 
 
 def _origin(url):
@@ -129,6 +145,56 @@ class Client:
             delay = error.retry_after if error.retry_after is not None else random.uniform(0, min(5.0, self.retry_base_seconds * 2 ** attempt))
             time.sleep(delay)
             attempt += 1
+
+    def events_page(self, after=None, types=None, queue=None, job_type=None, job_id=None, from_time=None, limit=None, wait=None):
+        """One page of the project's events, oldest first (GET /events): {"data", "next_cursor",
+        "has_more"}. Pass next_cursor as after for the next page. types is a list of event types (or
+        one), from_time an RFC 3339 string or an aware datetime, wait 0-30 s of long poll."""
+        query = _feed_query(after, types, queue, job_type, job_id, from_time, limit, wait)
+        return self.request("GET", V1 + "/events", query=query, timeout=(wait or 0) + self.timeout)
+
+    def events(self, after=None, types=None, queue=None, job_type=None, job_id=None, from_time=None, limit=500, wait=20):
+        """Yields the project's events, oldest first, then each one as it is appended: long polls
+        of `wait` seconds, each page resumed at the last page's next_cursor (so filtered-out events
+        are not read again). No answer, 5xx and 429 are waited out with back-off for as long as they
+        last; any other error is raised, CursorExpiredError among them. Nothing is stored: to resume
+        after a restart, keep the "cursor" of the last event handled. Stop with break."""
+        query = _feed_query(after, types, queue, job_type, job_id, from_time, limit, wait)
+        failures = 0
+        while True:
+            try:
+                page = self.request("GET", V1 + "/events", query=query, repeat="once", timeout=(wait or 0) + self.timeout)
+                failures = 0
+            except JobsvcError as err:
+                if not err.is_transient:
+                    raise
+                backoff = random.uniform(0, min(_FOLLOW_MAX_BACKOFF_SECONDS, self.retry_base_seconds * 2 ** failures))
+                time.sleep(err.retry_after if err.retry_after is not None else backoff)
+                failures += 1
+                continue
+            for event in page["data"]:
+                yield event
+            query = dict(query, after=page["next_cursor"], from_time=None)
+
+
+def _feed_query(after, types, queue, job_type, job_id, from_time, limit, wait):
+    if isinstance(types, str):
+        types = [types]
+    if types is not None:
+        types = list(types)
+        # The service reads an empty types as no filter at all: an empty list must not widen to every type.
+        if not types:
+            raise ValueError("types names no event type; pass None to read every type")
+    return {
+        "after": after,
+        "from_time": from_time.isoformat() if hasattr(from_time, "isoformat") else from_time,
+        "types": ",".join(types) if types is not None else None,
+        "queue": queue,
+        "job_type": job_type,
+        "job_id": job_id,
+        "limit": limit,
+        "wait": wait,
+    }
 
 
 def _every_item(fetch_page, query):

@@ -1,4 +1,5 @@
 import { JobsvcError } from './errors.js'
+import { fetchEventsPage, followEvents, type EventFeedOptions, type EventsPage } from './event-feed.js'
 import { ExportDownload, snapshotsOf } from './streams.js'
 import { Transport, type Call, type ClientOptions, type QueryValues, type RequestOptions } from './transport.js'
 import type {
@@ -21,6 +22,7 @@ import type {
   QueueRetryPolicy,
   RetryPolicyRequest,
   ExportQuery,
+  FeedEvent,
   HeartbeatRequest,
   HeartbeatResult,
   Job,
@@ -85,6 +87,23 @@ export class JobsvcClient {
     this.activity = new ActivityApi(call)
     this.metrics = new MetricsApi(call)
     this.auditLog = new AuditLogApi(send)
+  }
+
+  /**
+   * The project's events, oldest first, followed live: everything from `after` (or `fromTime`, or
+   * the oldest event the log holds), then each event as it is appended, through long polls. The
+   * iteration ends only at `break`, the signal's abort (without an error) or an error it cannot
+   * wait out: no answer, 5xx and 429 are retried with back-off for as long as they last;
+   * {@link CursorExpiredError} says that retention removed events after `after`. Nothing is
+   * stored: to resume after a restart, keep the `cursor` of the last event handled.
+   */
+  events(options: EventFeedOptions = {}): AsyncGenerator<FeedEvent> {
+    return followEvents(this.#http, options)
+  }
+
+  /** One page of the project's events (`GET /events`); pass its `nextCursor` as `after` for the next. */
+  eventsPage(options: EventFeedOptions = {}): Promise<EventsPage> {
+    return fetchEventsPage(this.#http, options, 'safe')
   }
 }
 

@@ -25,10 +25,25 @@ export class JobsvcError extends Error {
   }
 }
 
+/**
+ * 410 `cursor_expired` from the event feed: retention removed events after the cursor, so reading
+ * on from it would skip them silently. `oldestCursor` is the oldest cursor from which nothing the
+ * log still holds is missing; resuming there is the caller's decision, since the gap is its loss.
+ */
+export class CursorExpiredError extends JobsvcError {
+  override name = 'CursorExpiredError'
+  readonly oldestCursor: string
+
+  constructor(init: ConstructorParameters<typeof JobsvcError>[0] & { oldestCursor: string }) {
+    super(init)
+    this.oldestCursor = init.oldestCursor
+  }
+}
+
 /** Builds the error of a non-2xx answer from its envelope (or from the bare status if it has none). */
 export async function errorFromResponse(res: Response): Promise<JobsvcError> {
   const text = await res.text().catch(() => '')
-  let envelope: { error?: { code?: unknown; message?: unknown; request_id?: unknown } } = {}
+  let envelope: { error?: { code?: unknown; message?: unknown; request_id?: unknown; oldest_cursor?: unknown } } = {}
   try {
     envelope = JSON.parse(text)
   } catch {
@@ -36,11 +51,13 @@ export async function errorFromResponse(res: Response): Promise<JobsvcError> {
   }
   const e = envelope.error ?? {}
   const retryAfter = Number(res.headers.get('retry-after'))
-  return new JobsvcError({
+  const init = {
     code: typeof e.code === 'string' ? e.code : `http_${res.status}`,
     status: res.status,
     message: typeof e.message === 'string' ? e.message : `HTTP ${res.status}${text ? `: ${text.slice(0, 200)}` : ''}`,
     requestId: typeof e.request_id === 'string' ? e.request_id : res.headers.get('x-request-id'),
     retryAfter: res.headers.has('retry-after') && Number.isFinite(retryAfter) ? retryAfter : null,
-  })
+  }
+  if (init.code === 'cursor_expired' && typeof e.oldest_cursor === 'string') return new CursorExpiredError({ ...init, oldestCursor: e.oldest_cursor })
+  return new JobsvcError(init)
 }

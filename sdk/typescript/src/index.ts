@@ -10,7 +10,8 @@ export {
   MetricsApi,
   AuditLogApi,
 } from './client.js'
-export { JobsvcError } from './errors.js'
+export { JobsvcError, CursorExpiredError } from './errors.js'
+export type { EventFeedOptions, EventsPage } from './event-feed.js'
 export { ExportDownload } from './streams.js'
 export type { ClientOptions, RequestOptions } from './transport.js'
 export { Worker, WorkerStopped, JobTimeout, type WorkerOptions, type Handler, type JobContext, type Logger } from './worker.js'

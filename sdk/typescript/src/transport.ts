@@ -83,9 +83,14 @@ export class Transport {
       }
       const retryable = error.status === 0 || error.status >= 500
       if (call.repeat === 'once' || !retryable || attempt >= this.#maxRetries) throw error
-      await sleep(error.retryAfter !== null ? error.retryAfter * 1000 : backoffDelay(attempt, this.#retryBaseMs, 5_000), signal)
+      await sleep(this.retryDelayMs(error, attempt, 5_000), signal)
       if (signal?.aborted) throw signal.reason
     }
+  }
+
+  /** How long to wait before sending again after `error`: its Retry-After, else back-off from `retryBaseMs` up to `maxMs`. */
+  retryDelayMs(error: JobsvcError, attempt: number, maxMs: number): number {
+    return error.retryAfter !== null ? error.retryAfter * 1000 : backoffDelay(attempt, this.#retryBaseMs, maxMs)
   }
 
   /** Sends the call and parses its JSON answer (undefined for 204). */

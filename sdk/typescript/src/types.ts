@@ -67,6 +67,11 @@ export type RetryPolicyRequest = RequestBody<'/jobsvc/v1/retry-policy', 'put'>
 export type ActivityQuery = Query<'/jobsvc/v1/activity', 'get'>
 export type ActivityPage = ResponseBody<'/jobsvc/v1/activity', 'get'>
 
+/** One event of the project's feed (`GET /events`): `cursor` is where to resume after it. */
+export type FeedEvent = components['schemas']['FeedEvent']
+export type EventFeedQuery = Query<'/jobsvc/v1/events', 'get'>
+export type EventFeedAnswer = ResponseBody<'/jobsvc/v1/events', 'get'>
+
 /** One frame of the progress stream (spec, Job progress stream). */
 export interface JobSnapshot {
   state: JobState
