@@ -1,5 +1,5 @@
 import { h } from 'preact'
-import { useCallback, useEffect, useState } from 'preact/hooks'
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
 import htm from 'htm'
 import { call } from './api.js'
 
@@ -49,6 +49,20 @@ export function useLoad(load, deps) {
   }, deps)
   useEffect(run, [run])
   return { ...state, reload: run }
+}
+
+/**
+ * Runs `tick` every `ms` while `active`. Each tick is a request counted against the project's
+ * hourly limit, so a page polls only while something it shows is under way.
+ */
+export function useEvery(ms, active, tick) {
+  const latest = useRef(tick)
+  latest.current = tick
+  useEffect(() => {
+    if (!active) return
+    const timer = setInterval(() => latest.current(), ms)
+    return () => clearInterval(timer)
+  }, [ms, active])
 }
 
 /** A form's submit or a button's action: disabled while the call runs, keeping the refusal to show. */

@@ -1,10 +1,11 @@
 import { useState } from 'preact/hooks'
 import { call } from '../api.js'
-import { formatTime, hasRoleAtLeast } from '../format.js'
-import { ErrorNotice, Facts, html, Link, ListStatus, Loading, navigate, Pager, RowsTable, useCursorPages, useLoad, useSubmit } from '../ui.js'
+import { formatTime, hasRoleAtLeast, webhookEventTypes } from '../format.js'
+import { ErrorNotice, Facts, html, Link, ListStatus, Loading, navigate, RowsTable, useLoad, useSubmit } from '../ui.js'
 import { Field, SecretOnce } from './account.js'
-
-const eventTypes = ['job.created', 'job.succeeded', 'job.failed', 'alert.triggered', 'alert.resolved']
+import { OperationList } from './operations.js'
+import { Deliveries } from './webhook-deliveries.js'
+import { Replay } from './webhook-replay.js'
 
 const eventsLabel = (events) => (events === '*' ? 'every event' : events.join(', '))
 
@@ -26,7 +27,7 @@ function NewWebhook({ project, onCreated }) {
     <${Field} label="URL" type="url" name="url" placeholder="https://example.com/jobsvc" maxlength="2048" required value=${url} onValue=${setUrl} />
     <fieldset>
       <legend>Events (none ticked: every event)</legend>
-      ${eventTypes.map((type) => html`<label class="check"><input type="checkbox" name="events" value=${type} checked=${events.includes(type)} onChange=${toggle(type)} /> ${type}</label>`)}
+      ${webhookEventTypes.map((type) => html`<label class="check"><input type="checkbox" name="events" value=${type} checked=${events.includes(type)} onChange=${toggle(type)} /> ${type}</label>`)}
     </fieldset>
     <${ErrorNotice} error=${create.error} />
     <button type="submit" disabled=${create.busy}>Create the webhook</button>
@@ -78,32 +79,8 @@ function WebhookList({ project }) {
               </tr>`}
     />
     <${NewWebhook} project=${project} onCreated=${onCreated} />
+    <${OperationList} project=${project} />
   </section>`
-}
-
-const deliveryColumns = ['Delivery', 'Event', 'Status', 'Answer', 'Attempt', 'When']
-
-const deliveryRow = (d) =>
-  html`<tr>
-    <td><code>${d.id}</code></td>
-    <td>${d.event_type}</td>
-    <td><span class=${`badge delivery-${d.status}`}>${d.status}</span></td>
-    <td>${d.response_status ?? '—'}</td>
-    <td>${d.attempt}</td>
-    <td>${formatTime(d.attempted_at)}</td>
-  </tr>`
-
-function Deliveries({ project, webhookId }) {
-  const pages = useCursorPages()
-  const cursor = pages.cursor
-  const { data, error, loading } = useLoad(
-    () => call('GET', `/jobsvc/v1/webhooks/${encodeURIComponent(webhookId)}/deliveries`, { project: project.id, query: { limit: 25, cursor } }),
-    [project.id, webhookId, cursor],
-  )
-  return html`<h2>Deliveries</h2>
-    <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading deliveries" empty="Nothing delivered yet." />
-    <${RowsTable} className="deliveries" busy=${loading} columns=${deliveryColumns} rows=${data?.data} row=${deliveryRow} />
-    <${Pager} pages=${pages} page=${data} label="Delivery pages" />`
 }
 
 function Webhook({ project, webhookId }) {
@@ -111,6 +88,9 @@ function Webhook({ project, webhookId }) {
   const { data, error, reload } = useLoad(() => call('GET', path, { project: project.id }), [project.id, webhookId])
   const [rotated, setRotated] = useState(null)
   const [confirmDelete, setConfirmDelete] = useState(false)
+  // A replay's progress as one text: the deliveries are read again when it changes, not on every poll.
+  const [progress, setProgress] = useState('')
+  const onProgress = (op) => setProgress(`${op.status} ${op.processed} ${op.succeeded} ${op.failed}`)
   const rotate = useSubmit(async () => setRotated(await call('POST', `${path}/rotate-secret`, { project: project.id })))
   const toggle = useSubmit(async () => {
     await call('PATCH', path, { project: project.id, body: { is_active: !data.is_active } })
@@ -155,6 +135,7 @@ function Webhook({ project, webhookId }) {
       }
     </div>
     <${ErrorNotice} error=${rotate.error ?? toggle.error ?? remove.error} />
-    <${Deliveries} project=${project} webhookId=${data.id} />
+    <${Deliveries} key=${data.id} project=${project} webhookId=${data.id} active=${data.is_active} refreshKey=${progress} />
+    <${Replay} key=${data.id} project=${project} webhook=${data} onProgress=${onProgress} />
   </section>`
 }
