@@ -3,7 +3,7 @@ import { DeliverPolicy } from '@nats-io/jetstream'
 import { purgeExpiredJobs } from '../../services/roles/scheduler/retention.ts'
 import { decodeEventMessage } from '../../streams/event-store.ts'
 import { eventsStreamName } from '../../streams/names.ts'
-import { eventually, httpRequest, installEnv, spawnService, startHarness, type HttpResponse } from '../support/harness.ts'
+import { answerWithin, eventually, httpRequest, installEnv, spawnService, startHarness, type HttpResponse } from '../support/harness.ts'
 
 /**
  * The project event feed, `GET /jobsvc/v1/events` (issue 25, item 1), against the real NATS and
@@ -403,4 +403,17 @@ t.test('a cursor from before what retention removed answers 410 with the oldest 
   )
   const later = await api(`/jobsvc/v1/events?after=${encodeURIComponent(beforeKeep.cursor)}`)
   t.equal(later.status, 200, 'a cursor after the removed events still reads')
+})
+
+// Last: it stops the API role.
+t.test('stopping the API answers a pending long poll with what it has', async (t) => {
+  const end = (await readAll('')).cursor
+  // fetch keeps its connection alive, as SDK clients do.
+  const waiting = h.request('GET', `/jobsvc/v1/events?wait=25&after=${encodeURIComponent(end)}`)
+  await new Promise((r) => setTimeout(r, 300))
+  const stopped = await answerWithin(h.stopRole('api'), 30_000)
+  t.not(stopped, 'pending', 'the role stopped')
+  const answer = await waiting
+  t.equal(answer.status, 200, 'the long poll answered with what it had')
+  t.same(answer.body.data, [])
 })

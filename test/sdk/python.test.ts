@@ -6,13 +6,16 @@ import { freePort } from './support.ts'
 
 // The Python SDK's own tests (python3 -m unittest, standard library only) against a real service
 // started here: the address, a key and a port the dispatcher may deliver webhooks to go in the
-// environment. The heartbeat module waits out a 30 s timeout, so it runs beside the others.
+// environment. The heartbeat module waits out a 30 s timeout and the named consumers' a 5 s lease,
+// so they run beside the others. The replay test counts every job.created of a time range, so it
+// gets a project of its own, where the other process creates no job meanwhile.
 const receiverPort = await freePort()
 const h = await startHarness(t, import.meta.filename, {
   roles: ['api', 'projector', 'scheduler', 'dispatcher'],
   tunables: { reaper_grace_ms: 1_000 },
   config: { webhookAllowHosts: [`127.0.0.1:${receiverPort}`] },
 })
+const replayProject = await h.newProject()
 const sdkDir = fileURLToPath(new URL('../../sdk/python/', import.meta.url))
 
 function unittest(modules: string[]): Promise<{ code: number; output: string }> {
@@ -26,6 +29,7 @@ function unittest(modules: string[]): Promise<{ code: number; output: string }> 
           ...process.env,
           JOBSVC_URL: h.url,
           JOBSVC_API_KEY: h.apiKey,
+          JOBSVC_REPLAY_API_KEY: replayProject.apiKey,
           JOBSVC_TEST_RECEIVER_PORT: String(receiverPort),
           PYTHONDONTWRITEBYTECODE: '1',
         },
@@ -37,14 +41,15 @@ function unittest(modules: string[]): Promise<{ code: number; output: string }> 
 }
 
 const runs = {
-  'client, event feed, worker and webhook verification': unittest([
+  'client, event feed, worker, webhook verification and replay': unittest([
     'tests.test_client',
     'tests.test_events',
     'tests.test_worker',
     'tests.test_webhook',
+    'tests.test_replay',
     'tests.test_outage',
   ]),
-  heartbeats: unittest(['tests.test_heartbeat']),
+  'heartbeats and named consumers': unittest(['tests.test_heartbeat', 'tests.test_consumers']),
 }
 
 for (const [name, run] of Object.entries(runs)) {

@@ -1,6 +1,6 @@
 """jobsvc: a client, a worker and webhook verification, on the standard library alone."""
 
-from .client import Client, CursorExpiredError, JobsvcError
+from .client import Client, CursorExpiredError, JobsvcError, StaleCommitError
 from .webhook import WebhookVerificationError, verify_webhook
 from .worker import JobContext, JobTimeout, Worker, WorkerStopped
 
@@ -8,6 +8,7 @@ __all__ = [
     "Client",
     "JobsvcError",
     "CursorExpiredError",
+    "StaleCommitError",
     "Worker",
     "JobContext",
     "JobTimeout",

@@ -1,6 +1,7 @@
 """A client of every /jobsvc/v1 route an API key may call; each method returns the body as a dict."""
 
 import json
+import logging
 import random
 import time
 import urllib.error
@@ -10,8 +11,13 @@ import uuid
 
 V1 = "/jobsvc/v1"
 
-# The longest wait between a feed follower's attempts while the service is unreachable, overloaded or restarting.
+# The longest wait between a feed follower's (or a consumer runner's) attempts while the service is
+# unreachable, overloaded or restarting.
 _FOLLOW_MAX_BACKOFF_SECONDS = 30.0
+
+# With no long poll, a consumer runner's pause after an empty answer, so that an idle runner does
+# not spend the project's hourly requests.
+_IDLE_PAUSE_SECONDS = 1.0
 
 
 class JobsvcError(Exception):
@@ -43,6 +49,17 @@ class CursorExpiredError(JobsvcError):
     def __init__(self, code, status, message, oldest_cursor, request_id=None, retry_after=None):
         super().__init__(code, status, message, request_id, retry_after)
         self.oldest_cursor = oldest_cursor
+
+
+class StaleCommitError(JobsvcError):
+    """409 invalid_state from a named consumer's commit: the range this ack_cursor acknowledges is
+    no longer out, because its lease ran out and it went to another poll, or a seek moved the
+    consumer and dropped it. Its events are handled again elsewhere (or from where the seek put the
+    consumer): there is nothing left to commit, and nothing to retry."""
+
+    def __init__(self, code, status, message, ack_cursor, request_id=None, retry_after=None):
+        super().__init__(code, status, message, request_id, retry_after)
+        self.ack_cursor = ack_cursor
 
 
 def _error_from(status, headers, raw):
@@ -107,6 +124,8 @@ class Client:
         self.retry_policy = RetryPolicy(self)
         self.activity = Activity(self)
         self.metrics = Metrics(self)
+        self.event_consumers = EventConsumers(self)
+        self.operations = Operations(self)
 
     def request(self, method, path, body=None, query=None, repeat="safe", idempotency_key=None, timeout=None, raw=False):
         """Sends one call and returns the parsed JSON answer (None for 204), or the open response
@@ -195,6 +214,15 @@ def _feed_query(after, types, queue, job_type, job_id, from_time, limit, wait):
         "limit": limit,
         "wait": wait,
     }
+
+
+def _instant(value):
+    """An RFC 3339 string as given, or an aware datetime as one (a naive one names no instant)."""
+    if hasattr(value, "isoformat"):
+        if getattr(value, "tzinfo", None) is None:
+            raise ValueError("a datetime without a time zone names no instant; pass an aware one")
+        return value.isoformat()
+    return value
 
 
 def _every_item(fetch_page, query):
@@ -336,6 +364,26 @@ class Webhooks(_Settings):
     def deliveries(self, webhook_id, **query):
         return self._call("GET", "/webhooks/%s/deliveries" % _quote(webhook_id), query=query)
 
+    def redeliver(self, webhook_id, delivery_id, idempotency_key=None):
+        """A new delivery of the same event (same event id and body), signed with the current secret
+        when sent; 409 invalid_state while the delivery is still pending, the subscription inactive,
+        or the event gone from the log."""
+        path = "/webhooks/%s/deliveries/%s/redeliver" % (_quote(webhook_id), _quote(delivery_id))
+        return self._call("POST", path, repeat="key", idempotency_key=idempotency_key)
+
+    def replay(self, webhook_id, since, mode, until=None, event_types=None, dry_run=False, idempotency_key=None):
+        """Sends the subscription's webhook events of a time range again, read from the log: mode
+        "failed", "missing" or "all"; since and until RFC 3339 strings or aware datetimes. Returns
+        {"operation_id", "matched"} (client.operations.get follows it), or {"matched"} with dry_run."""
+        body = {"since": _instant(since), "mode": mode}
+        if until is not None:
+            body["until"] = _instant(until)
+        if event_types is not None:
+            body["event_types"] = [event_types] if isinstance(event_types, str) else list(event_types)
+        if dry_run:
+            body["dry_run"] = True
+        return self._call("POST", "/webhooks/%s/replay" % _quote(webhook_id), body=body, repeat="key", idempotency_key=idempotency_key)
+
 
 class Recurring(_Resource):
     def list(self, **query):
@@ -391,3 +439,138 @@ class Metrics(_Resource):
 
     def job_types(self, **query):
         return self._call("GET", "/metrics/job-types", query=query)
+
+
+class Operations(_Resource):
+    """The project's long-running actions, today webhook replays."""
+
+    def get(self, operation_id):
+        return self._call("GET", "/operations/" + _quote(operation_id))
+
+    def list(self, **query):
+        """Newest first; limit 1-100 (default 50), cursor."""
+        return self._call("GET", "/operations", query=query)
+
+    def list_all(self, **query):
+        return _every_item(lambda q: self.list(**q), query)
+
+    def cancel(self, operation_id):
+        """Stops a running operation (what it did stays done) and returns it "cancelled"; again on a
+        cancelled one returns it as it is; one that ended otherwise is 409 invalid_state."""
+        return self._call("DELETE", "/operations/" + _quote(operation_id), repeat="key")
+
+
+class EventConsumers(_Resource):
+    """Named consumers of the project's event feed: the service keeps the position, so several
+    workers can share one consumer and a restarted pipeline goes on where the last commit left it.
+    run() is the loop to use; the other methods are its parts, for loops of your own."""
+
+    def create(self, name, idempotency_key=None, **fields):
+        """fields: types, queue, job_type, ack_wait_seconds, start ("latest" unless given,
+        "earliest", {"after": cursor} or {"from_time": ...})."""
+        return self._call("POST", "/event-consumers", body=dict(fields, name=name), repeat="key", idempotency_key=idempotency_key)
+
+    def list(self):
+        return self._call("GET", "/event-consumers")
+
+    def get(self, name):
+        """The consumer with its lag (lag_events, lag_seconds)."""
+        return self._call("GET", "/event-consumers/" + _quote(name))
+
+    def delete(self, name):
+        return self._call("DELETE", "/event-consumers/" + _quote(name), repeat="key")
+
+    def seek(self, name, after=None, from_time=None):
+        """Moves the consumer after a cursor, or to the first event at or after from_time; the
+        ranges polls hold are dropped."""
+        if (after is None) == (from_time is None):
+            raise ValueError("pass after or from_time, one of them")
+        body = {"after": after} if after is not None else {"from_time": _instant(from_time)}
+        return self._call("POST", "/event-consumers/%s/seek" % _quote(name), body=body, repeat="key")
+
+    def poll(self, name, limit=None, wait=None):
+        """The next events, leased to this poll for the consumer's ack_wait_seconds: {"data",
+        "ack_cursor", "has_more"}; commit ack_cursor once they are handled. Never retried here: a
+        poll whose answer was lost holds its range until the lease ends."""
+        body = {k: v for k, v in (("limit", limit), ("wait", wait)) if v is not None}
+        path = "/event-consumers/%s/poll" % _quote(name)
+        return self._call("POST", path, body=body, repeat="once", timeout=(wait or 0) + self._client.timeout)
+
+    def commit(self, name, ack_cursor):
+        """Acknowledges the poll that answered ack_cursor. Committing twice is harmless, so it is
+        retried after no answer or a 5xx. A range no longer out raises StaleCommitError."""
+        try:
+            return self._call("POST", "/event-consumers/%s/commit" % _quote(name), body={"cursor": ack_cursor})
+        except JobsvcError as err:
+            if err.status == 409 and err.code == "invalid_state":
+                raise StaleCommitError(err.code, err.status, err.message, ack_cursor, err.request_id, err.retry_after) from err
+            raise
+
+    def run(self, name, handler, limit=100, wait=20, stop=None, logger=None):
+        """Polls the consumer, calls handler(events) with each non-empty batch (a list of event
+        dicts), and commits the batch's ack_cursor only once the handler has returned. A handler
+        that raises is logged and its batch left uncommitted: after the consumer's ack_wait_seconds
+        the same events go, whole, to the next poll (this runner's or another's). One batch at a
+        time; run several runners (threads, processes) on one consumer for more throughput.
+
+        Returns once stop (a threading.Event) is set, checked between polls, so a long poll delays
+        it by up to wait seconds; a batch being handled is still committed. No answer, 5xx and 429
+        are waited out with back-off; a commit refused as stale (StaleCommitError) is logged and
+        skipped. Any other error is raised: CursorExpiredError when retention overtook the
+        consumer's position (move it with seek), event_consumer_not_found once it is deleted.
+
+        A callback rather than a generator: a generator cannot tell a loop body that raised from
+        one that broke out, and commits a batch only when the next one is asked for."""
+        log = logger or logging.getLogger("jobsvc")
+        failures = 0
+        while stop is None or not stop.is_set():
+            try:
+                batch = self.poll(name, limit=limit, wait=wait)
+                failures = 0
+            except JobsvcError as err:
+                if not err.is_transient:
+                    raise
+                log.warning("jobsvc event consumer %s: poll failed (%s); retrying", name, err.code)
+                backoff = random.uniform(0, min(_FOLLOW_MAX_BACKOFF_SECONDS, self._client.retry_base_seconds * 2 ** failures))
+                _pause(err.retry_after if err.retry_after is not None else backoff, stop)
+                failures += 1
+                continue
+            events = batch["data"]
+            # An empty answer holds no range to commit: a range with no event the filter keeps counts as committed.
+            if not events:
+                if not wait:
+                    _pause(_IDLE_PAUSE_SECONDS, stop)
+                continue
+            try:
+                handler(events)
+            except Exception:
+                log.exception(
+                    "jobsvc event consumer %s: handler failed; its %d events are not committed and come back after the consumer's ack_wait_seconds",
+                    name,
+                    len(events),
+                )
+                continue
+            try:
+                self.commit(name, batch["ack_cursor"])
+            except StaleCommitError:
+                log.warning(
+                    "jobsvc event consumer %s: commit refused as stale; its %d events went to another poll or a seek dropped them",
+                    name,
+                    len(events),
+                )
+            except JobsvcError as err:
+                if not err.is_transient:
+                    raise
+                log.warning(
+                    "jobsvc event consumer %s: commit failed (%s); its %d events come back after the consumer's ack_wait_seconds",
+                    name,
+                    err.code,
+                    len(events),
+                )
+
+
+def _pause(seconds, stop):
+    if stop is None:
+        time.sleep(seconds)
+    else:
+        stop.wait(seconds)

@@ -1,7 +1,7 @@
 """The service under test: test/sdk/python.test.ts starts one and passes its address and a key."""
 
+import logging
 import os
-import threading
 import time
 import unittest
 
@@ -32,17 +32,17 @@ def job_reaches(c, job_id, state, timeout=30.0):
     return wait_for(lambda: (lambda j: j if j["state"] == state else None)(c.jobs.get(job_id)), timeout, "%s to be %s" % (job_id, state))
 
 
-class RecordingHandler:
-    """A logging handler that keeps warnings and errors, for assertions."""
+class RecordingHandler(logging.Handler):
+    """A logging handler that keeps every record, for assertions."""
 
     def __init__(self):
+        super().__init__()
         self.records = []
-        self.lock = threading.Lock()
 
-    def handle(self, record):
-        with self.lock:
-            self.records.append(record)
+    def emit(self, record):
+        # Handler.handle() holds the handler's lock around emit().
+        self.records.append(record)
 
-    def level(self, level):
+    def messages(self, level):
         with self.lock:
             return [r.getMessage() for r in self.records if r.levelname == level]

@@ -40,4 +40,4 @@ class HeartbeatTest(unittest.TestCase):
         self.assertTrue(is_reaped(control["id"]))
         self.assertEqual((done["attempt"], done["error"]), (1, None))
         self.assertNotIn("job_attempt_failed", [e["type"] for e in c.jobs.history(job["id"])["data"]])
-        self.assertEqual(records.level("WARNING") + records.level("ERROR"), [])
+        self.assertEqual(records.messages("WARNING") + records.messages("ERROR"), [])

@@ -55,7 +55,7 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(sorted(runs), sorted(ids))
         self.assertTrue(all(n == 1 for n in runs.values()), "no job ran twice")
         self.assertTrue(1 < at_once["most"] <= 10, "handlers overlapped within the concurrency")
-        self.assertEqual(records.level("WARNING") + records.level("ERROR"), [])
+        self.assertEqual(records.messages("WARNING") + records.messages("ERROR"), [])
 
     def test_a_throwing_handler_is_retried_then_dead_lettered(self):
         attempts = []

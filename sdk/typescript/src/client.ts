@@ -1,4 +1,5 @@
 import { JobsvcError } from './errors.js'
+import { EventConsumersApi } from './event-consumers.js'
 import { fetchEventsPage, followEvents, type EventFeedOptions, type EventsPage } from './event-feed.js'
 import { ExportDownload, snapshotsOf } from './streams.js'
 import { Transport, type Call, type ClientOptions, type QueryValues, type RequestOptions } from './transport.js'
@@ -31,16 +32,24 @@ import type {
   JobList,
   JobListQuery,
   JobSnapshot,
+  Operation,
+  OperationList,
+  OperationListQuery,
   Page,
   PollRequest,
   Query,
   RecurringSchedule,
   RegisterRequest,
+  ReplayCount,
+  ReplayMode,
+  ReplayStarted,
   ResponseBody,
   RotatedSecret,
   UpdateWebhookRequest,
   UpsertRecurringRequest,
   Webhook,
+  WebhookDelivery,
+  WebhookEventType,
 } from './types.js'
 
 const v1 = '/jobsvc/v1'
@@ -73,6 +82,8 @@ export class JobsvcClient {
   readonly activity: ActivityApi
   readonly metrics: MetricsApi
   readonly auditLog: AuditLogApi
+  readonly eventConsumers: EventConsumersApi
+  readonly operations: OperationsApi
 
   constructor(options: ClientOptions) {
     this.#http = new Transport(options)
@@ -87,6 +98,8 @@ export class JobsvcClient {
     this.activity = new ActivityApi(call)
     this.metrics = new MetricsApi(call)
     this.auditLog = new AuditLogApi(send)
+    this.eventConsumers = new EventConsumersApi(this.#http)
+    this.operations = new OperationsApi(call)
   }
 
   /**
@@ -266,6 +279,78 @@ export class WebhooksApi extends SettingsApi<Webhook, CreateWebhookRequest, Crea
     options?: RequestOptions,
   ): AsyncGenerator<DeliveryList['data'][number]> {
     return everyItem((q) => this.deliveries(webhookId, q, options), query as DeliveryListQuery)
+  }
+
+  /**
+   * A new delivery of the same event (same event id and body), signed with the current secret when
+   * sent; 409 `invalid_state` while the delivery is still pending, the subscription inactive, or the
+   * event gone from the log.
+   */
+  redeliver(webhookId: string, deliveryId: string, options?: RequestOptions): Promise<WebhookDelivery> {
+    const path = `${v1}/webhooks/${id(webhookId)}/deliveries/${id(deliveryId)}/redeliver`
+    return this.call({ method: 'POST', path, options, repeat: 'key' })
+  }
+
+  /**
+   * Sends the subscription's webhook events of a time range again, read from the log (docs/api-notes.md,
+   * "Redelivery and replay"). It runs as an operation (`client.operations.get(operation_id)`); with
+   * `dryRun` it only counts, and answers `{ matched }`.
+   */
+  replay(webhookId: string, replay: WebhookReplay & { dryRun: true }, options?: RequestOptions): Promise<ReplayCount>
+  replay(webhookId: string, replay: WebhookReplay & { dryRun?: false }, options?: RequestOptions): Promise<ReplayStarted>
+  replay(webhookId: string, replay: WebhookReplay, options?: RequestOptions): Promise<ReplayCount | ReplayStarted>
+  replay(webhookId: string, replay: WebhookReplay, options?: RequestOptions): Promise<ReplayCount | ReplayStarted> {
+    const body = {
+      since: toInstant(replay.since),
+      until: replay.until === undefined ? undefined : toInstant(replay.until),
+      event_types: replay.eventTypes,
+      mode: replay.mode,
+      dry_run: replay.dryRun,
+    }
+    return this.call({ method: 'POST', path: `${v1}/webhooks/${id(webhookId)}/replay`, body, options, repeat: 'key' })
+  }
+}
+
+/** Which of a subscription's events a replay sends again. */
+export interface WebhookReplay {
+  /** The events' own time, from (a `Date` or RFC 3339 text). */
+  since: string | Date
+  /** Up to (default now); after `since`. */
+  until?: string | Date
+  /** `failed`: whose latest delivery to the subscription failed; `missing`: never delivered to it; `all`. */
+  mode: ReplayMode
+  /** Default: the subscription's own; each must be among them. */
+  eventTypes?: WebhookEventType[]
+  /** Count only: nothing is sent and no operation is made. */
+  dryRun?: boolean
+}
+
+const toInstant = (value: string | Date) => (value instanceof Date ? value.toISOString() : value)
+
+/** The project's long-running actions, today webhook replays (docs/api-notes.md, "Operations"). */
+export class OperationsApi {
+  constructor(private readonly call: CallJson) {}
+
+  /** As it stands now, progress included. */
+  get(operationId: string, options?: RequestOptions): Promise<Operation> {
+    return this.call({ method: 'GET', path: `${v1}/operations/${id(operationId)}`, options, repeat: 'safe' })
+  }
+
+  /** Newest first; `limit` 1–100 (default 50). */
+  list(query: OperationListQuery = {}, options?: RequestOptions): Promise<OperationList> {
+    return this.call({ method: 'GET', path: `${v1}/operations`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  listAll(query: Omit<OperationListQuery, 'cursor'> = {}, options?: RequestOptions): AsyncGenerator<Operation> {
+    return everyItem((q) => this.list(q, options), query as OperationListQuery)
+  }
+
+  /**
+   * Stops a running operation (what it did stays done) and answers it `cancelled`; again on a
+   * cancelled one answers it as it is; one that ended otherwise is 409 `invalid_state`.
+   */
+  cancel(operationId: string, options?: RequestOptions): Promise<Operation> {
+    return this.call({ method: 'DELETE', path: `${v1}/operations/${id(operationId)}`, options, repeat: 'key' })
   }
 }
 

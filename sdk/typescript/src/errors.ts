@@ -40,6 +40,22 @@ export class CursorExpiredError extends JobsvcError {
   }
 }
 
+/**
+ * 409 `invalid_state` from a named consumer's commit: the range this `ackCursor` acknowledges is no
+ * longer out, because its lease ran out and it went to another poll, or a `seek` moved the consumer
+ * and dropped it (docs/event-log.md, "Named consumers"). Its events are handled again elsewhere (or
+ * from where the seek put the consumer): there is nothing left to commit, and nothing to retry.
+ */
+export class StaleCommitError extends JobsvcError {
+  override name = 'StaleCommitError'
+  readonly ackCursor: string
+
+  constructor(init: ConstructorParameters<typeof JobsvcError>[0] & { ackCursor: string }) {
+    super(init)
+    this.ackCursor = init.ackCursor
+  }
+}
+
 /** Builds the error of a non-2xx answer from its envelope (or from the bare status if it has none). */
 export async function errorFromResponse(res: Response): Promise<JobsvcError> {
   const text = await res.text().catch(() => '')

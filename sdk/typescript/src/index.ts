@@ -9,8 +9,11 @@ export {
   ActivityApi,
   MetricsApi,
   AuditLogApi,
+  OperationsApi,
+  type WebhookReplay,
 } from './client.js'
-export { JobsvcError, CursorExpiredError } from './errors.js'
+export { JobsvcError, CursorExpiredError, StaleCommitError } from './errors.js'
+export { EventConsumersApi, type ConsumerHandler, type ConsumerContext, type ConsumerRunOptions } from './event-consumers.js'
 export type { EventFeedOptions, EventsPage } from './event-feed.js'
 export { ExportDownload } from './streams.js'
 export type { ClientOptions, RequestOptions } from './transport.js'

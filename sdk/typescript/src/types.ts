@@ -6,26 +6,29 @@ import type { components, paths } from './openapi.js'
  */
 type Method = 'get' | 'put' | 'post' | 'patch' | 'delete'
 export type Path = keyof paths
-type Operation<P extends Path, M extends Method> = NonNullable<paths[P][M]>
+type Route<P extends Path, M extends Method> = NonNullable<paths[P][M]>
 
 export type RequestBody<P extends Path, M extends Method> =
-  Operation<P, M> extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never
+  Route<P, M> extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never
 
 /**
  * Query strings are text on the wire, and the document types numeric parameters such as `limit`
  * as strings (they are validated from the text); a number is sent as its decimal text.
  */
 type QueryText<Q> = { [K in keyof Q]: K extends 'cursor' ? Q[K] : Q[K] extends string | undefined ? Q[K] | number : Q[K] }
-export type Query<P extends Path, M extends Method> = Operation<P, M> extends { parameters: { query?: infer Q } } ? QueryText<NonNullable<Q>> : never
+export type Query<P extends Path, M extends Method> = Route<P, M> extends { parameters: { query?: infer Q } } ? QueryText<NonNullable<Q>> : never
 
 type JsonOf<R> = R extends { content: { 'application/json': infer B } } ? B : never
-export type ResponseBody<P extends Path, M extends Method> = Operation<P, M>['responses'] extends infer R
+export type ResponseBody<P extends Path, M extends Method> = Route<P, M>['responses'] extends infer R
   ? R extends { 200: infer Ok }
     ? JsonOf<Ok>
     : R extends { 201: infer Created }
       ? JsonOf<Created>
       : void
   : never
+
+/** The body of a 202 (Accepted) answer: work the service goes on with after answering. */
+export type AcceptedBody<P extends Path, M extends Method> = Route<P, M>['responses'] extends { 202: infer A } ? JsonOf<A> : never
 
 export type Job = components['schemas']['Job']
 export type JobState = Job['state']
@@ -56,6 +59,16 @@ export type UpdateWebhookRequest = RequestBody<'/jobsvc/v1/webhooks/{id}', 'patc
 export type RotatedSecret = ResponseBody<'/jobsvc/v1/webhooks/{id}/rotate-secret', 'post'>
 export type DeliveryListQuery = Query<'/jobsvc/v1/webhooks/{id}/deliveries', 'get'>
 export type DeliveryList = ResponseBody<'/jobsvc/v1/webhooks/{id}/deliveries', 'get'>
+export type WebhookDelivery = components['schemas']['WebhookDelivery']
+export type ReplayMode = RequestBody<'/jobsvc/v1/webhooks/{id}/replay', 'post'>['mode']
+export type WebhookEventType = NonNullable<RequestBody<'/jobsvc/v1/webhooks/{id}/replay', 'post'>['event_types']>[number]
+export type ReplayCount = ResponseBody<'/jobsvc/v1/webhooks/{id}/replay', 'post'>
+export type ReplayStarted = AcceptedBody<'/jobsvc/v1/webhooks/{id}/replay', 'post'>
+
+/** A long-running action of the project (today a webhook replay), as it stands now. */
+export type Operation = components['schemas']['Operation']
+export type OperationListQuery = Query<'/jobsvc/v1/operations', 'get'>
+export type OperationList = ResponseBody<'/jobsvc/v1/operations', 'get'>
 
 export type RecurringSchedule = components['schemas']['RecurringSchedule']
 export type UpsertRecurringRequest = RequestBody<'/jobsvc/v1/recurring/{id}', 'put'>
@@ -71,6 +84,15 @@ export type ActivityPage = ResponseBody<'/jobsvc/v1/activity', 'get'>
 export type FeedEvent = components['schemas']['FeedEvent']
 export type EventFeedQuery = Query<'/jobsvc/v1/events', 'get'>
 export type EventFeedAnswer = ResponseBody<'/jobsvc/v1/events', 'get'>
+
+/** A named consumer of the feed: `position` is where it goes on, `delivered` how far polls were handed events. */
+export type EventConsumer = components['schemas']['EventConsumer']
+export type EventConsumerWithLag = components['schemas']['EventConsumerWithLag']
+export type CreateEventConsumerRequest = RequestBody<'/jobsvc/v1/event-consumers', 'post'>
+export type EventConsumerPollRequest = RequestBody<'/jobsvc/v1/event-consumers/{name}/poll', 'post'>
+/** A poll's events, leased to it: commit `ack_cursor` once they are handled. */
+export type EventConsumerPoll = ResponseBody<'/jobsvc/v1/event-consumers/{name}/poll', 'post'>
+export type EventConsumerSeekRequest = RequestBody<'/jobsvc/v1/event-consumers/{name}/seek', 'post'>
 
 /** One frame of the progress stream (spec, Job progress stream). */
 export interface JobSnapshot {

@@ -117,7 +117,7 @@ const schemas = {
   commit: {
     summary: "Commit a consumer's position",
     description:
-      'Cumulative: committing an `ack_cursor` commits every event before it. A cursor past what the consumer delivered is 409 `invalid_state`.',
+      "Acknowledges the events of the poll that answered this `ack_cursor`. The consumer's `position` moves over every poll's range acknowledged without a gap, so a fast poller's commit never covers a slower one's events. A range sent out again after its lease keeps its `ack_cursor`: the first of its polls to commit acknowledges it, the other's commit changes nothing. A cursor that is not the `ack_cursor` of a range still out (after a seek, or any other cursor) is 409 `invalid_state`.",
     tags: ['Events'],
     params: nameParams,
     body: z.strictObject({ cursor: boundedString(200) }),
