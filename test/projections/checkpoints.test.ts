@@ -64,6 +64,8 @@ t.test('a batch advances every projection to its last sequence', async (t) => {
       alerts: last,
       webhooks: last,
       deliveries: last,
+      event_consumers: last,
+      operations: last,
       activity: last,
     },
     'even the projections that handled none of it',
@@ -99,6 +101,8 @@ t.test('each projection keeps its own checkpoint', async (t) => {
     alerts: project.seq,
     webhooks: project.seq,
     deliveries: project.seq,
+    event_consumers: project.seq,
+    operations: project.seq,
     activity: project.seq,
   })
   t.same(await jobIds(), [], 'the job list skipped the job it had already applied')
@@ -144,6 +148,8 @@ t.test('resetReadModels empties the given read models and their checkpoints only
     alerts: project.seq,
     webhooks: project.seq,
     deliveries: project.seq,
+    event_consumers: project.seq,
+    operations: project.seq,
     activity: project.seq,
   })
   const [count] = await sql`SELECT count(*)::int AS n FROM projects`

@@ -21,6 +21,8 @@ const tables = [
   'alerts',
   'webhooks',
   'deliveries',
+  'event_consumers',
+  'operations',
   'projection_checkpoints',
   'projection_failures',
 ]

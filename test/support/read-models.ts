@@ -21,6 +21,8 @@ export async function readModels(sql: Sql) {
     alerts: await rows(sql`SELECT r::text AS row FROM alerts r ORDER BY project_id, id`),
     webhooks: await rows(sql`SELECT r::text AS row FROM webhooks r ORDER BY project_id, id`),
     deliveries: await rows(sql`SELECT r::text AS row FROM deliveries r ORDER BY id`),
+    event_consumers: await rows(sql`SELECT r::text AS row FROM event_consumers r ORDER BY project_id, name`),
+    operations: await rows(sql`SELECT r::text AS row FROM operations r ORDER BY id`),
     projection_checkpoints: await rows(sql`SELECT name || ' ' || last_seq AS row FROM projection_checkpoints ORDER BY name`),
     projection_failures: await rows(sql`SELECT concat_ws(' ', seq, subject, error_code, error_message) AS row FROM projection_failures ORDER BY seq`),
   }
