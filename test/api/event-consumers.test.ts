@@ -197,46 +197,38 @@ t.test('one consumer shared by two pollers in two API processes, one restarted: 
   t.teardown(() => second.stop())
   const jobs = await createJobs(h.url, p.apiKey, 60, 'shared')
   const committedBatches: string[][] = []
-  let restarted = false
-  const worker = async (which: 'first' | 'second') => {
+
+  // The second process takes a range and dies before it commits; it comes back restarted.
+  const held = await api('POST', '/jobsvc/v1/event-consumers/shared/poll', { limit: 7 }, p.apiKey, second.url)
+  t.equal(held.body.data.length, 7, 'the killed process held a range')
+  await second.stop('SIGKILL')
+  second = await spawnService(installEnv(h.config), ['--role', 'api'])
+
+  // Both processes poll and commit at once until nothing more is handed out.
+  const worker = async (url: string) => {
     for (let idle = 0; idle < 3;) {
-      const url = which === 'first' ? h.url : second.url
-      let polled: HttpResponse
-      try {
-        polled = await api('POST', '/jobsvc/v1/event-consumers/shared/poll', { limit: 7 }, p.apiKey, url)
-      } catch {
-        // The second process is restarting: this poll's range, if any, comes back after its lease.
-        await new Promise((r) => setTimeout(r, 200))
-        continue
-      }
+      const polled: HttpResponse = await api('POST', '/jobsvc/v1/event-consumers/shared/poll', { limit: 5 }, p.apiKey, url)
       if (polled.status !== 200) throw new Error(`poll answered ${polled.status}: ${JSON.stringify(polled.body)}`)
       const ids = polled.body.data.map((e: FeedEvent) => e.aggregate_id)
       if (ids.length === 0) {
         idle++
-        await new Promise((r) => setTimeout(r, 100))
+        await new Promise((r) => setTimeout(r, 50))
         continue
       }
       idle = 0
-      if (which === 'second' && !restarted && committedBatches.length >= 2) {
-        restarted = true
-        await second.stop('SIGKILL')
-        second = await spawnService(installEnv(h.config), ['--role', 'api'])
-        // This range was never committed: it returns once its lease (30 s) ends; the clock is moved.
-        continue
-      }
-      const commit = await api(
-        'POST',
-        '/jobsvc/v1/event-consumers/shared/commit',
-        { cursor: polled.body.ack_cursor },
-        p.apiKey,
-        which === 'first' ? h.url : second.url,
-      )
+      const commit = await api('POST', '/jobsvc/v1/event-consumers/shared/commit', { cursor: polled.body.ack_cursor }, p.apiKey, url)
       if (commit.status === 200) committedBatches.push(ids)
     }
   }
-  await Promise.all([worker('first'), worker('second')])
-  t.ok(restarted, 'the second process was restarted mid-way')
-  // The range the killed poll held comes back after its lease.
+  await Promise.all([worker(h.url), worker(second.url)])
+  const before = (await api('GET', '/jobsvc/v1/event-consumers/shared', undefined, p.apiKey)).body
+  t.equal(before.outstanding, 1, "only the killed poll's range is still out")
+  t.notOk(
+    committedBatches.flat().some((id) => held.body.data.some((e: FeedEvent) => e.aggregate_id === id)),
+    'nobody else got its events while its lease held',
+  )
+
+  // Its lease ends (the clock is moved past it): the range goes, whole, to the next poll.
   await withClockShifted(h.runtime, 40_000, async () => {
     for (;;) {
       const polled = await api('POST', '/jobsvc/v1/event-consumers/shared/poll', { limit: 50 }, p.apiKey)
@@ -249,4 +241,7 @@ t.test('one consumer shared by two pollers in two API processes, one restarted: 
   const handled = committedBatches.flat()
   t.same([...handled].sort(), [...jobs].sort(), 'every event handled and committed once')
   t.equal(new Set(handled).size, handled.length, 'no event in two committed ranges')
+  const after = (await api('GET', '/jobsvc/v1/event-consumers/shared', undefined, p.apiKey)).body
+  t.equal(after.outstanding, 0)
+  t.equal(after.lag_events, 0, 'the position is past every event')
 })
