@@ -81,6 +81,22 @@ export function jobSubjectsFilter(ns: string, projectId: string, jobId: string):
   return `${ns}.evt.${token(projectId)}.*.${token(jobId)}`
 }
 
+/**
+ * A test of subjects against a subject filter as JetStream applies it (`*` one token, `>` one or
+ * more at the end): what a reader of the unfiltered log keeps (streams/narrowing-scan.ts).
+ */
+export function subjectMatcher(filter: string): (subject: string) => boolean {
+  const wanted = filter.split('.')
+  const rest = wanted[wanted.length - 1] === '>'
+  const fixed = rest ? wanted.length - 1 : wanted.length
+  return (subject) => {
+    const tokens = subject.split('.')
+    if (rest ? tokens.length <= fixed : tokens.length !== fixed) return false
+    for (let i = 0; i < fixed; i++) if (wanted[i] !== '*' && wanted[i] !== tokens[i]) return false
+    return true
+  }
+}
+
 /** Splits an event subject back into its parts; null for any other subject. */
 export function parseEventSubject(ns: string, subject: string): { projectId: string; aggregate: AggregateKind; aggregateId: string } | null {
   const parts = subject.split('.')
@@ -193,6 +209,14 @@ export function projectorConsumerName(ns: string): string {
 /** JetStream API: one message of `stream` by sequence, answered by any replica (the stream allows direct gets). */
 export function directGetApiSubject(stream: string): string {
   return `$JS.API.DIRECT.GET.${stream}`
+}
+
+/**
+ * JetStream API: one message of `stream` (by sequence, the last on a subject, the next on a
+ * subject from a sequence), answered by the stream's leader: what it says is as new as the log.
+ */
+export function messageGetApiSubject(stream: string): string {
+  return `$JS.API.STREAM.MSG.GET.${stream}`
 }
 
 /** JetStream API: creates an ephemeral consumer of `stream` (the server names it). */

@@ -7,6 +7,7 @@ import {
   parseReplySubject,
   replySubject,
   replySubjectsFilter,
+  subjectMatcher,
   subscriptionDelivererConsumerName,
 } from '../../streams/names.ts'
 
@@ -34,4 +35,19 @@ t.test('a reply subject gives back its token, and only its inbox’s', async (t)
 t.test('ids that are not one subject token are refused', async (t) => {
   t.throws(() => eventSubject('ns1', 'prj.1', 'job', 'job_2'))
   t.throws(() => deliverySubject('ns1', 'prj_1', 'whk>'))
+})
+
+t.test('a subject matcher applies a filter as JetStream does: `*` one token, `>` one or more at the end', async (t) => {
+  const cases: [string, string, boolean][] = [
+    ['ns.evt.prj_1.>', 'ns.evt.prj_1.job.job_2', true],
+    ['ns.evt.prj_1.>', 'ns.evt.prj_1', false],
+    ['ns.evt.prj_1.>', 'ns.evt.prj_12.job.job_2', false],
+    ['ns.evt.prj_1.job.*', 'ns.evt.prj_1.job.job_2', true],
+    ['ns.evt.prj_1.job.*', 'ns.evt.prj_1.progress.job_2', false],
+    ['ns.evt.prj_1.job.*', 'ns.evt.prj_1.job.job_2.x', false],
+    ['ns.evt.prj_1.*.job_2', 'ns.evt.prj_1.progress.job_2', true],
+    ['ns.evt.prj_1.*.job_2', 'ns.evt.prj_1.progress.job_3', false],
+    ['ns.evt.prj_1.job.job_2', 'ns.evt.prj_1.job.job_2', true],
+  ]
+  for (const [filter, subject, matches] of cases) t.equal(subjectMatcher(filter)(subject), matches, `${filter} ${subject}`)
 })

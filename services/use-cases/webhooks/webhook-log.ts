@@ -5,7 +5,8 @@ import type { WebhookEventType } from '../../../domain/webhook.ts'
 import { alertWebhookEventOf, webhookEventOf, type WebhookEventContent } from '../../../domain/webhook-payload.ts'
 import { LogUnavailable } from '../../../streams/errors.ts'
 import { decodeEventMessage, type EventMessage } from '../../../streams/event-store.ts'
-import { LogScan, type ScannedMessage } from '../../../streams/log-scan.ts'
+import type { ScannedMessage } from '../../../streams/log-scan.ts'
+import { NarrowingScan } from '../../../streams/narrowing-scan.ts'
 import { eventsStreamName, projectKindFilter, projectSubjectsFilter } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
@@ -42,7 +43,7 @@ const clockMarginMs = 10_000
 /** Messages asked of the log at once. */
 const readBatch = 256
 
-/** Reads in a row the log leaves unanswered before a scan gives up (LogScan answers within 1.5 s each). */
+/** Reads in a row the log leaves unanswered before a scan gives up (each is answered within 1.5 s). */
 const maxUnansweredReads = 3
 
 /** A redelivery of a delivery older than `event_seq` looks for its event among this many messages from its time. */
@@ -76,11 +77,11 @@ async function openScan(deps: Deps, projectId: string, types: readonly WebhookEv
   const ns = deps.config.namespace
   const kinds = new Set(types.map((type) => (type.startsWith('job.') ? 'job' : 'alert') as 'job' | 'alert'))
   const subjects = kinds.size === 1 ? projectKindFilter(ns, projectId, [...kinds][0]!) : projectSubjectsFilter(ns, projectId)
-  return LogScan.open(deps.nats.nc, eventsStreamName(ns), subjects, start)
+  return NarrowingScan.open(deps.nats.nc, eventsStreamName(ns), subjects, start)
 }
 
 /** The next messages of a scan; empty once it has read everything the log holds. */
-async function readOn(scan: LogScan): Promise<ScannedMessage[]> {
+async function readOn(scan: NarrowingScan): Promise<ScannedMessage[]> {
   for (let unanswered = 0; ; unanswered++) {
     const messages = await scan.read(readBatch)
     if (messages.length > 0 || scan.atEnd) return messages
