@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply, preHandlerAsyncHookHandler, preHandlerHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerAsyncHookHandler, preHandlerHookHandler } from 'fastify'
 import { requestsPerHourOf, type Project } from '../../../domain/project/index.ts'
 import type { RateVerdict } from '../../use-cases/metering/request-rate.ts'
 import type { ApiContext } from './context.ts'
@@ -11,6 +11,10 @@ declare module 'fastify' {
      * batch: its items; docs/api-notes.md, "Batches"). Without it a request counts one.
      */
     requestWeight?: (body: unknown) => number
+  }
+  interface FastifyRequest {
+    /** The request's own unit of its project's hour, once counted: what a refund gives back. */
+    countedUnit?: { projectId: string; minute: number; remaining: number }
   }
 }
 
@@ -44,6 +48,21 @@ export async function admitProjectRequest(ctx: Pick<ApiContext, 'deps' | 'reques
   if (!ctx.deps.config.tunables.metering_enabled) return
   const verdict = await takeUnits(ctx, project, reply, 1)
   if (!verdict.admitted) throw rateLimitExceeded(retryAfterMsOf(ctx, verdict), `the project allows ${verdict.limit} requests per hour`)
+  reply.request.countedUnit = { projectId: project.id, minute: verdict.minute, remaining: verdict.remaining }
+}
+
+/**
+ * Waiting is free: a long poll that waited its full time and claimed nothing gives back the
+ * request it counted (README, "Security and limits"), and says so in `X-RateLimit-Remaining`.
+ * Polls in flight stay capped per project (`max_polls_per_project`), so free waiting cannot hold
+ * more of the service than before.
+ */
+export function refundProjectRequest(ctx: Pick<ApiContext, 'requestRate'>, request: FastifyRequest, reply: FastifyReply): void {
+  const unit = request.countedUnit
+  if (unit === undefined) return
+  request.countedUnit = undefined
+  ctx.requestRate.refund(unit.projectId, unit.minute)
+  void reply.header('X-RateLimit-Remaining', String(unit.remaining + 1))
 }
 
 /**

@@ -11,6 +11,8 @@ export interface RateVerdict {
   remaining: number
   /** Unix seconds when the oldest counted minute leaves the window. */
   resetAt: number
+  /** The epoch minute the admitted requests were counted in (what a refund gives back). */
+  minute: number
 }
 
 interface ProjectCounts {
@@ -84,11 +86,24 @@ export class RequestRateLimiter {
     if (counts.window?.from !== from) counts.window = summed(counts, from, nowMinute)
     const window = counts.window
     const resetAt = (window.used > 0 ? window.oldest : nowMinute) * 60 + windowMinutes * 60
-    if (window.used + weight > limit) return { admitted: false, limit, remaining: Math.max(0, limit - window.used), resetAt }
+    if (window.used + weight > limit) return { admitted: false, limit, remaining: Math.max(0, limit - window.used), resetAt, minute: nowMinute }
     counts.pending.set(nowMinute, (counts.pending.get(nowMinute) ?? 0) + weight)
     window.used += weight
     if (nowMinute < window.oldest) window.oldest = nowMinute
-    return { admitted: true, limit, remaining: limit - window.used, resetAt }
+    return { admitted: true, limit, remaining: limit - window.used, resetAt, minute: nowMinute }
+  }
+
+  /**
+   * Gives back `units` admitted in `minute` (a long poll that waited its full time for nothing;
+   * README, "Security and limits"): counted as minus that many in the minute, so a count already
+   * written is lowered by the next flush. Nothing when the minute has left the window (or this
+   * process forgot the project: then it was idle for an hour, and the minute is gone too).
+   */
+  refund(projectId: string, minute: number, units = 1): void {
+    const counts = this.#projects.get(projectId)
+    if (counts === undefined || minute <= Math.floor(Date.now() / 60_000) - windowMinutes) return
+    counts.pending.set(minute, (counts.pending.get(minute) ?? 0) - units)
+    if (counts.window !== null && minute > counts.window.from) counts.window.used -= units
   }
 
   /** Writes this process's counts and reads every process's back. */

@@ -8,6 +8,7 @@ import { registerRecurringSchedules } from '../../../use-cases/jobs/recurring-se
 import type { ApiContext } from '../context.ts'
 import { runSerialPerKey } from '../../../use-cases/jobs/serial-per-key.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, serviceUnavailable } from '../errors.ts'
+import { refundProjectRequest } from '../request-limit.ts'
 import { errorResponses, instant, itemErrorObject, writeCodes } from '../openapi.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 import { jobTypeText, queueNameText } from '../job-fields.ts'
@@ -90,7 +91,7 @@ export const registerBody = z.object({
 const pollSchema = {
   summary: 'Claim jobs (long poll)',
   description:
-    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline. A project has at most `max_polls_per_project` polls in flight per API process (default 500); one more answers 429 `rate_limit_exceeded` with `Retry-After`. A poll sent again with the `Idempotency-Key` of one still waiting answers 409 `idempotency_key_reuse` at once.',
+    'Claims up to `capacity` pending jobs of the given queues (and job types) for this worker, atomically across workers. With nothing to claim the request is held up to `wait_seconds` (at most 30) and answers `{jobs: []}` at the deadline; such a poll, which waited its full time for nothing, does not count against the hourly request limit (`X-RateLimit-Remaining` says so). A project has at most `max_polls_per_project` polls in flight per API process (default 500); one more answers 429 `rate_limit_exceeded` with `Retry-After`. A poll sent again with the `Idempotency-Key` of one still waiting answers 409 `idempotency_key_reuse` at once.',
   tags: ['Workers'],
   body: pollBody,
   response: {
@@ -210,7 +211,9 @@ function toPolledJob({ job, payload }: ClaimedJob) {
   }
 }
 
-export function workerRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'watcher' | 'polls' | 'stopping'>): FastifyPluginAsync {
+export function workerRoutes(
+  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'watcher' | 'polls' | 'stopping' | 'requestRate'>,
+): FastifyPluginAsync {
   const { deps, jobs } = ctx
   const catchUp: CatchUp = { projection: ctx.watcher, maxWaitMs: deps.config.tunables.read_your_writes_wait_ms }
   return async (plugin) => {
@@ -240,7 +243,10 @@ export function workerRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | '
         capacity: b.capacity,
       }
       const t = deps.config.tunables
-      const deadline = Date.now() + Math.min(b.wait_seconds === undefined ? t.poll_max_wait_ms : b.wait_seconds * 1000, t.poll_max_wait_ms)
+      const waitMs = Math.min(b.wait_seconds === undefined ? t.poll_max_wait_ms : b.wait_seconds * 1000, t.poll_max_wait_ms)
+      const deadline = Date.now() + waitMs
+      // A poll that asked to wait and waited its full time for nothing costs nothing.
+      const waited = waitMs > 0
       // Ends the wait on a disconnect or on shutdown. The request's own `close` fires as soon as
       // its body has been read (Node >= 16), which ended every long poll at once; the response
       // closes before it ends only on a disconnect. The shutdown listener is removed when the
@@ -273,7 +279,11 @@ export function workerRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | '
             // A claim still waiting for its turn when shutdown began was withdrawn, not run.
             if (claimed.length === 0 && ctx.stopping.aborted) throw restarting()
             const remaining = deadline - Date.now()
-            if (claimed.length > 0 || remaining <= 0 || gone.signal.aborted) return { jobs: claimed.map(toPolledJob) }
+            if (claimed.length > 0 || gone.signal.aborted) return { jobs: claimed.map(toPolledJob) }
+            if (remaining <= 0) {
+              if (waited) refundProjectRequest(ctx, request, reply)
+              return { jobs: [] }
+            }
             recheck = (await session.wait(Math.min(remaining, t.poll_tick_ms), gone.signal)) === 'timeout'
           }
         } finally {
