@@ -78,6 +78,8 @@ export interface JobFacts {
   payload: Record<string, unknown>
   error: JobError | null
   progress: number | null
+  /** What the handler of its successful attempt returned (null: nothing, or not succeeded), kept in that attempt's `job_succeeded`. */
+  result: unknown
 }
 
 /** A job as the API shows it: its state with the facts kept once. */
@@ -130,7 +132,11 @@ export type JobEvent =
   // On the job's progress subject (domain/job-progress.ts); `attempt` is absent from the reports that
   // logs written before it kept on the job's own subject.
   | { type: 'job_progressed'; data: { worker_id: string; attempt?: number; progress: number; reported_at: string } }
-  | { type: 'job_succeeded'; data: { worker_id: string; attempt: number; duration_ms: number; completed_at: string } }
+  | {
+      type: 'job_succeeded'
+      /** `result`: what the worker's handler returned; absent when it returned nothing (and on events written before results were kept). */
+      data: { worker_id: string; attempt: number; duration_ms: number; completed_at: string; result?: unknown }
+    }
   | {
       type: 'job_attempt_failed'
       data: {
@@ -184,6 +190,8 @@ export type JobCommand =
         status: AckStatus
         duration_ms: number | null
         error: JobError | null
+        /** What the handler returned (any JSON; absent or null: nothing), kept on a success only. */
+        result?: unknown
         /** The project's retry settings (absent: the spec's), of which the job's queue picks its own. */
         retry_policies?: RetryPolicies
       }
@@ -365,7 +373,13 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
         return [
           {
             type: 'job_succeeded',
-            data: { worker_id: command.data.worker_id, attempt: job.attempt, duration_ms: durationMs, completed_at: now },
+            data: {
+              worker_id: command.data.worker_id,
+              attempt: job.attempt,
+              duration_ms: durationMs,
+              completed_at: now,
+              ...(command.data.result === undefined || command.data.result === null ? {} : { result: command.data.result }),
+            },
           },
         ]
       }
@@ -547,6 +561,15 @@ export const jobDecider: Decider<JobCommand, JobEvent, JobAggregate> = {
   initialState: null,
   decide,
   evolve,
+}
+
+/** The result a message's events recorded (a `job_succeeded` with one), else null. */
+export function resultOf(events: readonly { type: string; data: unknown }[]): unknown {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const e = events[i]!
+    if (e.type === 'job_succeeded') return (e.data as { result?: unknown }).result ?? null
+  }
+  return null
 }
 
 /** The error a message's events recorded, if they recorded one. */

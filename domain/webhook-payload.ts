@@ -28,7 +28,12 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
       return { type: 'job.created', data: { schema_version: 1, job_id: job.id, queue: job.queue } }
     case 'job_succeeded': {
       const d = event.data as Extract<JobEvent, { type: 'job_succeeded' }>['data']
-      return { type: 'job.succeeded', data: { ...finishedJobFields(job, 'succeeded'), duration_ms: d.duration_ms, completed_at: d.completed_at } }
+      // `result` only when the worker's ack carried one: an ack without it sends the spec's body.
+      const result = d.result === undefined ? {} : { result: d.result }
+      return {
+        type: 'job.succeeded',
+        data: { ...finishedJobFields(job, 'succeeded'), duration_ms: d.duration_ms, completed_at: d.completed_at, ...result },
+      }
     }
     case 'job_dead_lettered': {
       const d = event.data as Extract<JobEvent, { type: 'job_dead_lettered' }>['data']

@@ -29,6 +29,7 @@ const columns = [
   'job_type',
   'queue',
   'payload',
+  'result',
   'created_at',
   'run_at',
   'started_at',
@@ -59,6 +60,8 @@ interface RowFacts {
   error: JobError | null
   /** Set only by a report on the job's own subject (logs written before reports had their own); null: see the upsert. */
   progress: number | null
+  /** What its successful attempt returned; null: none, or not in this batch (the row keeps its own: a success is final). */
+  result: unknown
 }
 
 function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[number], unknown> {
@@ -69,6 +72,7 @@ function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[
     job_type: job.job_type,
     queue: job.queue,
     payload: facts.payload,
+    result: facts.result,
     created_at: job.created_at,
     run_at: job.run_at,
     started_at: job.started_at,
@@ -137,12 +141,14 @@ export function jobViewFromRow(r: Record<string, unknown>): JobView {
     payload: (r.payload as JobView['payload'] | null) ?? {},
     error: (r.error as JobError | null) ?? null,
     progress: (r.progress as number | null) ?? null,
+    result: r.result ?? null,
   })
 }
 
-/** The payloads, errors and reports on the job's own subject that a batch's job messages carry. */
+/** The payloads, results, errors and reports on the job's own subject that a batch's job messages carry. */
 function factsOfBatch(records: readonly EventRecord[]) {
   const payloads = new Map<string, Record<string, unknown>>()
+  const results = new Map<string, unknown>()
   const errorsAt = new Map<number, JobError>()
   const reportedOnOwnSubject = new Set<string>()
   for (const r of records) {
@@ -151,9 +157,12 @@ function factsOfBatch(records: readonly EventRecord[]) {
     for (const e of r.message.events) {
       if (e.type === 'job_created') payloads.set(r.message.aggregate_id, (e.data as { payload: Record<string, unknown> }).payload)
       else if (e.type === 'job_progressed') reportedOnOwnSubject.add(r.message.aggregate_id)
+      else if (e.type === 'job_succeeded' && (e.data as { result?: unknown }).result !== undefined) {
+        results.set(r.message.aggregate_id, (e.data as { result: unknown }).result)
+      }
     }
   }
-  return { payloads, errorsAt, reportedOnOwnSubject }
+  return { payloads, results, errorsAt, reportedOnOwnSubject }
 }
 
 /**
@@ -163,21 +172,21 @@ function factsOfBatch(records: readonly EventRecord[]) {
  * for the same sequence, so the read model ends the same whichever writes first.
  *
  * A row keeps what the job's state only refers to: the payload (taken from the job's
- * `job_created`), the last error (taken from the message that recorded it; a row whose error is
+ * `job_created`), the result (from its `job_succeeded`), the last error (taken from the message that recorded it; a row whose error is
  * in no message at hand is not moved past it, and the projector brings it in order) and the
  * progress (reset when a new attempt starts or the job is retried, set by the reports of the
  * row's current attempt).
  */
 export async function upsertJobRows(db: Queryable, records: readonly EventRecord[]): Promise<void> {
   const jobRecords = records.filter((r) => r.message.aggregate === 'job')
-  const { payloads, errorsAt, reportedOnOwnSubject } = factsOfBatch(jobRecords)
+  const { payloads, results, errorsAt, reportedOnOwnSubject } = factsOfBatch(jobRecords)
   const rows = latestPerAggregate(jobRecords)
     .filter((r) => r.message.state !== null)
     .map((r) => {
       const job = r.message.state as Job
       const error = job.error ?? (job.error_seq === null ? null : (errorsAt.get(job.error_seq) ?? null))
       const progress = reportedOnOwnSubject.has(job.id) ? job.progress : null
-      return toRow(job, r.seq, { payload: payloads.get(job.id) ?? null, error, progress })
+      return toRow(job, r.seq, { payload: payloads.get(job.id) ?? null, error, progress, result: results.get(job.id) ?? null })
     })
   for (let i = 0; i < rows.length; i += rowsPerStatement) {
     const chunk = rows.slice(i, i + rowsPerStatement)
@@ -189,7 +198,7 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
       SELECT ${db(columns as unknown as string[])} FROM json_populate_recordset(null::jobs, ${JSON.stringify(chunk)}::text::json)
       ON CONFLICT (id) DO UPDATE SET
         state = excluded.state, job_type = excluded.job_type, queue = excluded.queue,
-        payload = coalesce(excluded.payload, jobs.payload),
+        payload = coalesce(excluded.payload, jobs.payload), result = coalesce(excluded.result, jobs.result),
         sanitised_seq = CASE WHEN excluded.payload IS NULL THEN jobs.sanitised_seq END, created_at = excluded.created_at, run_at = excluded.run_at,
         started_at = excluded.started_at, completed_at = excluded.completed_at,
         attempt = excluded.attempt, max_attempts = excluded.max_attempts,

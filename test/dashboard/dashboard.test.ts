@@ -130,9 +130,11 @@ t.test('a dead-lettered job: its error and history, then Retry, watched live to 
   const claimed = await api().claimOne('billing', 'worker-dashboard-test')
   await page.locator('#job-state [data-state=processing]').waitFor()
   t.pass('the claim is seen live')
-  await api().ack({ job_id: claimed.id, worker_id: 'worker-dashboard-test', status: 'succeeded', duration_ms: 80 })
+  await api().ack({ job_id: claimed.id, worker_id: 'worker-dashboard-test', status: 'succeeded', duration_ms: 80, result: { receipt: 'rcpt_7' } })
   await page.locator('#job-state [data-state=succeeded]').waitFor()
   t.pass('the success is seen live, without reloading the page')
+  await page.locator('pre.result', { hasText: 'rcpt_7' }).waitFor()
+  t.pass("the worker's result is shown once the job has ended")
   t.equal(await page.getByRole('button', { name: 'Retry' }).count(), 0)
 })
 

@@ -7,6 +7,7 @@ import {
   errorOf,
   isAttemptStale,
   jobDecider,
+  resultOf,
   toJobView,
   upgradeJob,
   type Job,
@@ -52,7 +53,7 @@ const cmd = {
   claim: (worker = 'w1', now = 0): JobCommand => ({ type: 'claim_job', data: { worker_id: worker }, meta: { now: at(now) } }),
   ack: (
     status: 'succeeded' | 'failed',
-    opts: { worker?: string; now?: number; random?: number; duration_ms?: number | null; error?: JobError | null } = {},
+    opts: { worker?: string; now?: number; random?: number; duration_ms?: number | null; error?: JobError | null; result?: unknown } = {},
   ): JobCommand => ({
     type: 'ack_job',
     data: {
@@ -60,6 +61,7 @@ const cmd = {
       status,
       duration_ms: opts.duration_ms === undefined ? 1200 : opts.duration_ms,
       error: opts.error === undefined ? (status === 'failed' ? boom : null) : opts.error,
+      ...(opts.result === undefined ? {} : { result: opts.result }),
     },
     meta: { now: at(opts.now ?? 0), ...(opts.random === undefined ? {} : { random: opts.random }) },
   }),
@@ -347,6 +349,21 @@ t.test('ack with status succeeded', async (t) => {
     t.equal(job?.completed_at, at(2))
     t.equal(job?.duration_ms, 1200)
     t.equal(job?.error_seq, null, 'no error')
+  })
+
+  t.test('what the handler returned is on the job_succeeded; nothing (or null) leaves it out', async (t) => {
+    const result = { rows: 3, ok: true }
+    const ok = ev.succeeded(1, 2)
+    deciderSpec(t, jobDecider)
+      .given(histories.processing)
+      .when(cmd.ack('succeeded', { now: 2, result }))
+      .then([{ ...ok, data: { ...ok.data, result } } as JobEvent])
+    deciderSpec(t, jobDecider)
+      .given(histories.processing)
+      .when(cmd.ack('succeeded', { now: 2, result: null }))
+      .then([ok])
+    t.same(resultOf([{ ...ok, data: { ...ok.data, result } }]), result)
+    t.equal(resultOf([ok]), null)
   })
 
   t.test('without a duration the elapsed time since the claim is recorded', async (t) => {
@@ -904,7 +921,7 @@ t.test('what a message stores of a job: the error once, the payload never past j
 
   t.test('the view the API shows: the state with the facts kept once', async (t) => {
     const job = stateAfter([...histories.processing, ev.attemptFailed(1, 2, 15)])!
-    const view = toJobView(job, { payload: { to: 'a@b.c' }, error: boom, progress: 0.25 })
+    const view = toJobView(job, { payload: { to: 'a@b.c' }, error: boom, progress: 0.25, result: null })
     t.same(view.payload, { to: 'a@b.c' })
     t.same(view.error, boom)
     t.equal(view.progress, 0.25)

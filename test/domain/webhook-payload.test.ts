@@ -70,6 +70,13 @@ t.test('job.succeeded carries the spec’s fields, its times from the event', as
   })
 })
 
+t.test('job.succeeded carries the result last, only when the ack had one', async (t) => {
+  const event = { type: 'job_succeeded', data: { worker_id: 'w', attempt: 1, duration_ms: 2_500, completed_at: done, result: ['a', 1] } }
+  const sent = webhookEventOf(event, job)!
+  t.strictSame(sent.data, { ...finishedJobFields, state: 'succeeded', duration_ms: 2_500, completed_at: done, result: ['a', 1] })
+  t.equal(Object.keys(sent.data).at(-1), 'result')
+})
+
 t.test('a dead-lettered job is job.failed, with its last error', async (t) => {
   const error = { type: 'Timeout', message: 'took too long', stack_trace: '' }
   const event = { type: 'job_dead_lettered', data: { worker_id: null, attempt: 3, error, duration_ms: 30_000, completed_at: done, reaped: true } }

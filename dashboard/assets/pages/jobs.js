@@ -163,6 +163,12 @@ export function JobPage({ project, jobId }) {
             </div>`
         : null
     }
+    ${
+      job.result !== null && job.result !== undefined
+        ? html`<h2>Result</h2>
+            <pre class="result">${JSON.stringify(job.result, null, 2)}</pre>`
+        : null
+    }
     <h2>Payload</h2>
     <pre class="payload">${JSON.stringify(job.payload, null, 2)}</pre>
     <h2>History ${loading ? html`<span class="muted small">(refreshing)</span>` : null}</h2>

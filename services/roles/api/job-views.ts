@@ -2,7 +2,7 @@ import type { JobView } from '../../../domain/job.ts'
 
 /**
  * The job detail object of the spec, plus the fields a user of the list needs to make sense of
- * a job (run_at, timeout_seconds, parent_job_id, worker_id, traceparent). Single reads (from the log) and
+ * a job (run_at, timeout_seconds, parent_job_id, worker_id, traceparent, result). Single reads (from the log) and
  * list items (from Postgres) both go through here, so they have one shape.
  */
 export function toJobDetail(job: JobView) {
@@ -26,6 +26,7 @@ export function toJobDetail(job: JobView) {
     parent_job_id: job.parent_job_id,
     worker_id: job.worker_id,
     traceparent: job.traceparent,
+    result: job.result ?? null,
   }
 }
 

@@ -36,15 +36,35 @@ const maxPathKeyLength = 100
  * path (refused, not altered: the worker must get the payload it was given); its size is
  * checked by `assertPayloadSize` once the body is read.
  */
-export const jobPayload = z.record(anyText(), z.unknown()).superRefine((p, ctx) => {
-  const problem = payloadProblem(p)
+export const jobPayload = z.record(anyText(), z.unknown()).superRefine(refuseUnstorable)
+
+/** Refuses a JSON value nested too deep, with a number JSON cannot write back, or with text a read model cannot hold. */
+function refuseUnstorable(value: unknown, ctx: z.RefinementCtx): void {
+  const problem = payloadProblem(value)
   if (problem !== null) return void ctx.addIssue({ code: 'custom', message: problem })
-  const unstorable = findUnstorableText(p)
+  const unstorable = findUnstorableText(value)
   if (unstorable === null) return
   const path = unstorable.path.map((k) => (typeof k === 'string' && k.length > maxPathKeyLength ? `${k.slice(0, maxPathKeyLength)}…` : k))
   const message = unstorable.isKey ? `a key ${unstorableTextMessage}` : unstorableTextMessage
   ctx.addIssue({ code: 'custom', message, path })
-})
+}
+
+/** The largest result an ack may carry, as JSON text (README, "Security and limits"). */
+export const maxResultBytes = 64 * 1024
+
+/**
+ * What a worker's handler returned, on a successful ack: any JSON value under the payload's rules
+ * (depth, numbers, storable text) and at most maxResultBytes as JSON; null means none.
+ */
+export const jobResult = z
+  .unknown()
+  .superRefine((value, ctx) => {
+    if (value === undefined || value === null) return
+    refuseUnstorable(value, ctx)
+    const bytes = Buffer.byteLength(JSON.stringify(value))
+    if (bytes > maxResultBytes) ctx.addIssue({ code: 'custom', message: `${bytes} bytes is over the limit of ${maxResultBytes}` })
+  })
+  .describe(`what the handler returned: any JSON, at most ${maxResultBytes} bytes; kept when \`status\` is \`succeeded\``)
 
 /**
  * 400 `invalid_request` when the payload's JSON is over `limitBytes` (the `max_payload_bytes`

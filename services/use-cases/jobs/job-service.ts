@@ -8,6 +8,7 @@ import {
   type CascadeStep,
   errorOf,
   isTerminal,
+  resultOf,
   toJobView,
   type Job,
   type JobDefinition,
@@ -44,6 +45,8 @@ export interface AckInput {
   status: AckStatus
   duration_ms: number | null
   error: JobError | null
+  /** What the handler returned (JSON; null or absent: nothing), kept when the attempt succeeded. */
+  result?: unknown
 }
 
 export interface AckOutcome {
@@ -210,8 +213,23 @@ export class JobService {
       (job.error_seq === null
         ? null
         : errorOf((job.error_seq === last.seq ? last : await jobHandler.at(store, ref, job.error_seq))?.message.events ?? []))
-    const facts = { payload: payloadIn(first), error, progress: progressOf(job, report.state) }
+    const facts = { payload: payloadIn(first), error, progress: progressOf(job, report.state), result: await this.#resultOf(job, last) }
     return { job: toJobView(job, facts), seq: Math.max(last.seq, report.seq) }
+  }
+
+  /**
+   * A succeeded job's result, from the message that recorded its success: the last one, unless a
+   * continuation was attached after it (then its history is read back to that message).
+   */
+  async #resultOf(job: Job, last: EventRecord<JobEvent, Job | null>): Promise<unknown> {
+    if (job.state !== 'succeeded') return null
+    if (last.message.events.some((e) => e.type === 'job_succeeded')) return resultOf(last.message.events)
+    const history = await jobHandler.history(this.#deps.store, jobHandler.ref(job.project_id, job.id))
+    for (let i = history.length - 1; i >= 0; i--) {
+      const events = history[i]!.message.events
+      if (events.some((e) => e.type === 'job_succeeded')) return resultOf(events)
+    }
+    return null
   }
 
   /** The job's state and its last progress report, read at once: what the progress stream shows. */

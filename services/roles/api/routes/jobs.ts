@@ -61,7 +61,7 @@ const jobIdParams = z.object({ jobId: anyText() })
 
 const jobError = z.strictObject({ type: z.string(), message: z.string(), stack_trace: z.string() }).describe('error detail object')
 
-/** The job detail object of the spec plus run_at, timeout_seconds, parent_job_id, worker_id and traceparent (job-views.ts). */
+/** The job detail object of the spec plus run_at, timeout_seconds, parent_job_id, worker_id, traceparent and result (job-views.ts). */
 export const jobDetail = z
   .strictObject({
     id: z.string(),
@@ -83,6 +83,7 @@ export const jobDetail = z
     parent_job_id: z.string().nullable(),
     worker_id: z.string().nullable(),
     traceparent: z.string().nullable().describe("the create's valid W3C `traceparent` header; null without one"),
+    result: z.unknown().describe("what the handler of the job's successful attempt returned (the ack's `result`); null without one"),
   })
   .meta({ id: 'Job' })
 

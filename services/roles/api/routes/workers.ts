@@ -13,6 +13,7 @@ import { errorResponses, instant, itemErrorObject, writeCodes } from '../openapi
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 import { jobTypeText, queueNameText } from '../job-fields.ts'
 import { toStorableText } from '../../../../projections/storable-values.ts'
+import { jobResult } from '../payload-field.ts'
 import { scheduleBody } from './recurring.ts'
 
 /** Error texts are kept, not refused, when long: a failing worker should not also fail to report. */
@@ -59,6 +60,8 @@ export const ackBody = z.object({
   status: z.enum(ackStatuses),
   duration_ms: z.number().int().min(0).nullish(),
   error: errorDetail.nullish(),
+  /** Extension: what the handler returned (issue 26). */
+  result: jobResult.optional(),
 })
 
 /** What an ack answers, alone or as an item of a batch. */
@@ -297,7 +300,7 @@ export function workerRoutes(
       const { outcome, seq } = await jobs.ack(
         request.principal.projectId,
         b.job_id,
-        { worker_id: b.worker_id, status: b.status, duration_ms: b.duration_ms ?? null, error: b.error ?? null },
+        { worker_id: b.worker_id, status: b.status, duration_ms: b.duration_ms ?? null, error: b.error ?? null, result: b.result ?? null },
         request.principal.project.retry_policies,
       )
       return reply.header('X-Event-Seq', String(seq)).send(outcome)
@@ -328,7 +331,13 @@ export function workerRoutes(
             const { outcome, seq } = await jobs.ack(
               request.principal.projectId,
               ack.job_id,
-              { worker_id: ack.worker_id, status: ack.status, duration_ms: ack.duration_ms ?? null, error: ack.error ?? null },
+              {
+                worker_id: ack.worker_id,
+                status: ack.status,
+                duration_ms: ack.duration_ms ?? null,
+                error: ack.error ?? null,
+                result: ack.result ?? null,
+              },
               request.principal.project.retry_policies,
             )
             lastSeq = Math.max(lastSeq, seq)
