@@ -10,6 +10,8 @@ import { repoRoot } from '../support/harness.ts'
 
 const pages = [
   'README.md',
+  'sdk/typescript/README.md',
+  'sdk/python/README.md',
   ...readdirSync(join(repoRoot, 'docs'), { withFileTypes: true }).flatMap((e) => (e.isFile() && e.name.endsWith('.md') ? [`docs/${e.name}`] : [])),
 ]
 

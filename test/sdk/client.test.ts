@@ -1,8 +1,7 @@
-import { createServer, type IncomingMessage } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { JobsvcClient, JobsvcError } from '@jobsvc/sdk'
 import t from 'tap'
 import { startHarness } from '../support/harness.ts'
+import { faultyProxy } from './support.ts'
 
 // The typed client against a real service: every family of routes, the error class, and
 // retries that never create a job twice.
@@ -19,34 +18,8 @@ async function thrown(promise: Promise<unknown>): Promise<JobsvcError> {
   throw new Error('expected a JobsvcError')
 }
 
-/**
- * A proxy in front of the real service that lets `fault` spoil chosen exchanges: it sees each
- * request and the service's answer, and may cut the connection instead of passing the answer on.
- */
-async function faultyProxy(fault: (req: IncomingMessage, seen: number) => 'pass' | 'drop-answer' | 'bad-gateway') {
-  const seen: Array<{ method: string; path: string; idempotencyKey: string | undefined }> = []
-  const proxy = createServer(async (req, res) => {
-    const chunks: Buffer[] = []
-    for await (const chunk of req) chunks.push(chunk as Buffer)
-    seen.push({ method: req.method!, path: req.url!, idempotencyKey: req.headers['idempotency-key'] as string | undefined })
-    const verdict = fault(req, seen.length)
-    if (verdict === 'bad-gateway') return void res.writeHead(502).end('upstream hiccup')
-    const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !['host', 'content-length', 'connection'].includes(k))) as Record<
-      string,
-      string
-    >
-    const answer = await fetch(h.url + req.url, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined })
-    const body = Buffer.from(await answer.arrayBuffer())
-    if (verdict === 'drop-answer') return void req.socket.destroy()
-    res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' }).end(body)
-  })
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise((resolve) => proxy.close(resolve)))
-  return { url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, seen }
-}
-
 t.test('a create whose answer is lost is retried with the same Idempotency-Key and makes one job', async (t) => {
-  const proxy = await faultyProxy((req, n) => (req.method === 'POST' && n === 1 ? 'drop-answer' : 'pass'))
+  const proxy = await faultyProxy(t, h.url, (req, n) => (req.method === 'POST' && n === 1 ? 'drop-answer' : 'pass'))
   const viaProxy = new JobsvcClient({ baseUrl: proxy.url, apiKey: h.apiKey, retryBaseMs: 10 })
   const job = await viaProxy.jobs.create({ job_type: 'once-only', payload: { n: 1 } })
   t.equal(proxy.seen.length, 2, 'sent twice')
@@ -64,7 +37,7 @@ t.test('a create whose answer is lost is retried with the same Idempotency-Key a
 })
 
 t.test('reads are retried after a 5xx; a 4xx is not retried', async (t) => {
-  const proxy = await faultyProxy((_req, n) => (n === 1 ? 'bad-gateway' : 'pass'))
+  const proxy = await faultyProxy(t, h.url, (_req, n) => (n === 1 ? 'bad-gateway' : 'pass'))
   const viaProxy = new JobsvcClient({ baseUrl: proxy.url, apiKey: h.apiKey, retryBaseMs: 10 })
   t.ok(Array.isArray((await viaProxy.jobs.list()).data), 'the list answered after one 502')
   t.equal(proxy.seen.length, 2)

@@ -48,6 +48,7 @@ const runs = {
     'tests.test_webhook',
     'tests.test_replay',
     'tests.test_outage',
+    'tests.test_typing',
   ]),
   'heartbeats and named consumers': unittest(['tests.test_heartbeat', 'tests.test_consumers']),
 }

@@ -1,6 +1,7 @@
+import { createServer as createHttpServer, type IncomingMessage } from 'node:http'
 import { createServer, type AddressInfo } from 'node:net'
 import { JobsvcClient, type Job, type Logger } from '@jobsvc/sdk'
-import { eventually } from '../support/harness.ts'
+import { eventually, type TestLike } from '../support/harness.ts'
 import { createProjectWithCli } from '../support/spawned-install.ts'
 
 export interface LogEntry {
@@ -73,4 +74,59 @@ export function freePort(): Promise<number> {
 /** Creates a project with the operator CLI against the install `env` names; answers its API key. */
 export async function cliProject(env: Record<string, string>): Promise<string> {
   return (await createProjectWithCli(env, 'sdk')).apiKey
+}
+
+export interface ProxiedRequest {
+  method: string
+  path: string
+  idempotencyKey: string | undefined
+  /** The request's JSON body, parsed; undefined without one. */
+  body: unknown
+}
+
+/**
+ * A proxy in front of the real service at `upstream` that lets `fault` spoil chosen exchanges: it
+ * sees each request and the service's answer, and may cut the connection instead of passing the
+ * answer on. `seen` keeps every request, for a test to tell what a client sent.
+ */
+export async function faultyProxy(
+  t: TestLike,
+  upstream: string,
+  fault: (req: IncomingMessage, seen: number) => 'pass' | 'drop-answer' | 'bad-gateway',
+) {
+  const seen: ProxiedRequest[] = []
+  const proxy = createHttpServer(async (req, res) => {
+    const chunks: Buffer[] = []
+    for await (const chunk of req) chunks.push(chunk as Buffer)
+    const body = chunks.length ? Buffer.concat(chunks) : undefined
+    seen.push({
+      method: req.method!,
+      path: req.url!,
+      idempotencyKey: req.headers['idempotency-key'] as string | undefined,
+      body: body && req.headers['content-type']?.startsWith('application/json') ? JSON.parse(body.toString('utf8')) : undefined,
+    })
+    const verdict = fault(req, seen.length)
+    if (verdict === 'bad-gateway') return void res.writeHead(502).end('upstream hiccup')
+    const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !['host', 'content-length', 'connection'].includes(k))) as Record<
+      string,
+      string
+    >
+    // A client that hangs up (a worker's stop() cutting its long poll short) ends the upstream request too.
+    const hungUp = new AbortController()
+    res.once('close', () => hungUp.abort())
+    let answer: Response
+    let answerBody: Buffer
+    try {
+      answer = await fetch(upstream + req.url, { method: req.method, headers, body, signal: hungUp.signal })
+      answerBody = Buffer.from(await answer.arrayBuffer())
+    } catch (err) {
+      if (hungUp.signal.aborted) return
+      throw err
+    }
+    if (verdict === 'drop-answer') return void req.socket.destroy()
+    res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' }).end(answerBody)
+  })
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => proxy.close(() => resolve())))
+  return { url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, seen }
 }

@@ -1,19 +1,23 @@
 """jobsvc: a client, a worker and webhook verification, on the standard library alone."""
 
-from .client import Client, CursorExpiredError, JobsvcError, StaleCommitError
+from ._version import __version__
+from .client import Client, CursorExpiredError, Interrupt, JobsvcError, JsonObject, StaleCommitError
 from .webhook import WebhookVerificationError, verify_webhook
-from .worker import JobContext, JobTimeout, Worker, WorkerStopped
+from .worker import Handler, JobContext, JobTimeout, Worker, WorkerStopped
 
 __all__ = [
+    "__version__",
     "Client",
+    "Interrupt",
+    "JsonObject",
     "JobsvcError",
     "CursorExpiredError",
     "StaleCommitError",
     "Worker",
+    "Handler",
     "JobContext",
     "JobTimeout",
     "WorkerStopped",
     "verify_webhook",
     "WebhookVerificationError",
 ]
-__version__ = "0.1.0"

@@ -1,15 +1,32 @@
 """A client of every /jobsvc/v1 route an API key may call; each method returns the body as a dict."""
 
+from __future__ import annotations
+
+import datetime
+import http.client
 import json
 import logging
 import random
+import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from email.message import Message
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 V1 = "/jobsvc/v1"
+
+JsonObject = Dict[str, Any]
+"""A JSON object of the API, as json.loads gives it: field names as the API spells them."""
+
+Instant = Union[str, datetime.datetime]
+"""An RFC 3339 string, or a datetime with a time zone (a naive one names no instant)."""
+
+EventHandler = Callable[[List[JsonObject]], object]
+"""What EventConsumers.run calls with each batch of events; returning commits the batch."""
 
 # The longest wait between a feed follower's (or a consumer runner's) attempts while the service is
 # unreachable, overloaded or restarting.
@@ -24,7 +41,7 @@ class JobsvcError(Exception):
     """An error answer of the service (its envelope's code, the HTTP status, the request id) or a
     request that got no answer (status 0, code "network_error"). Branch on code, never on the message."""
 
-    def __init__(self, code, status, message, request_id=None, retry_after=None):
+    def __init__(self, code: str, status: int, message: str, request_id: Optional[str] = None, retry_after: Optional[float] = None) -> None:
         super().__init__(message)
         self.code = code
         self.status = status
@@ -33,11 +50,11 @@ class JobsvcError(Exception):
         self.retry_after = retry_after
 
     @property
-    def is_transient(self):
+    def is_transient(self) -> bool:
         """Whether the same request may succeed later: no answer, a 5xx or a rate limit."""
         return self.status == 0 or self.status >= 500 or self.status == 429
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "JobsvcError(code=%r, status=%r, request_id=%r)" % (self.code, self.status, self.request_id)
 
 
@@ -46,7 +63,9 @@ class CursorExpiredError(JobsvcError):
     on from it would skip them silently. oldest_cursor is the oldest cursor from which nothing the
     log still holds is missing; resuming there is the caller's decision, since the gap is its loss."""
 
-    def __init__(self, code, status, message, oldest_cursor, request_id=None, retry_after=None):
+    def __init__(
+        self, code: str, status: int, message: str, oldest_cursor: str, request_id: Optional[str] = None, retry_after: Optional[float] = None
+    ) -> None:
         super().__init__(code, status, message, request_id, retry_after)
         self.oldest_cursor = oldest_cursor
 
@@ -57,12 +76,14 @@ class StaleCommitError(JobsvcError):
     consumer and dropped it. Its events are handled again elsewhere (or from where the seek put the
     consumer): there is nothing left to commit, and nothing to retry."""
 
-    def __init__(self, code, status, message, ack_cursor, request_id=None, retry_after=None):
+    def __init__(
+        self, code: str, status: int, message: str, ack_cursor: str, request_id: Optional[str] = None, retry_after: Optional[float] = None
+    ) -> None:
         super().__init__(code, status, message, request_id, retry_after)
         self.ack_cursor = ack_cursor
 
 
-def _error_from(status, headers, raw):
+def _error_from(status: int, headers: Optional[Message], raw: Optional[bytes]) -> JobsvcError:
     try:
         error = json.loads(raw or b"{}").get("error") or {}
     except ValueError:
@@ -80,7 +101,7 @@ def _error_from(status, headers, raw):
     return JobsvcError(**fields)
 
 
-def _origin(url):
+def _origin(url: str) -> Tuple[str, str, Optional[int]]:
     parts = urllib.parse.urlsplit(url)
     scheme = parts.scheme.lower()
     return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
@@ -91,24 +112,105 @@ class _KeyStaysHome(urllib.request.HTTPRedirectHandler):
     Location names: a redirect elsewhere would hand it the API key. It follows the redirect
     without it when the target's origin (scheme, host, port) is not the request's."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(
+        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: http.client.HTTPMessage, newurl: str
+    ) -> Optional[urllib.request.Request]:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and _origin(new.full_url) != _origin(req.full_url):
             new.remove_header("Authorization")
         return new
 
 
-_opener = urllib.request.build_opener(_KeyStaysHome)
+class Interrupt:
+    """Cuts requests short from another thread, as an AbortSignal does a fetch: set() shuts the
+    socket of the request in flight down, and any later request made with it fails before it is
+    sent. Each fails with JobsvcError network_error. The worker's stop() ends its long poll so.
+    urllib has no such call, and closing a socket does not wake a thread blocked reading it:
+    shutting it down does."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._is_set = False
+        self._connection: Optional[http.client.HTTPConnection] = None
+
+    def is_set(self) -> bool:
+        return self._is_set
+
+    def set(self) -> None:
+        with self._lock:
+            self._is_set = True
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            _shut_down(connection)
+
+    def _connected(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if not self._is_set:
+                self._connection = connection
+                return
+        _shut_down(connection)
 
 
-def _quote(value):
+def _shut_down(connection: http.client.HTTPConnection) -> None:
+    sock = connection.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class _InterruptibleRequest(urllib.request.Request):
+    def __init__(self, *args: Any, interrupt: Optional[Interrupt] = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.interrupt = interrupt
+
+
+def _reporting_connection(http_class: Any, interrupt: Interrupt) -> Callable[..., http.client.HTTPConnection]:
+    """http_class, whose connections tell interrupt their socket once connected (the connection
+    connects inside urllib, where nothing else can reach it)."""
+
+    def connection(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection = http_class(*args, **kwargs)
+        connect = conn.connect
+
+        def connect_and_report() -> None:
+            connect()
+            interrupt._connected(conn)
+
+        conn.connect = connect_and_report  # type: ignore[method-assign]
+        return conn
+
+    return connection
+
+
+class _InterruptibleOpen:
+    def do_open(self, http_class: Any, req: urllib.request.Request, **http_conn_args: Any) -> http.client.HTTPResponse:
+        interrupt = getattr(req, "interrupt", None)
+        if interrupt is not None:
+            http_class = _reporting_connection(http_class, interrupt)
+        return super().do_open(http_class, req, **http_conn_args)  # type: ignore[misc]
+
+
+class _HTTPHandler(_InterruptibleOpen, urllib.request.HTTPHandler):
+    pass
+
+
+class _HTTPSHandler(_InterruptibleOpen, urllib.request.HTTPSHandler):
+    pass
+
+
+_opener = urllib.request.build_opener(_KeyStaysHome, _HTTPHandler, _HTTPSHandler)
+
+
+def _quote(value: object) -> str:
     return urllib.parse.quote(str(value), safe="")
 
 
 class Client:
     """`Client(base_url, api_key)`: `client.jobs.create(job_type=..., payload=...)` and the rest."""
 
-    def __init__(self, base_url, api_key, max_retries=3, retry_base_seconds=0.2, timeout=60):
+    def __init__(self, base_url: str, api_key: str, max_retries: int = 3, retry_base_seconds: float = 0.2, timeout: float = 60) -> None:
         if not base_url or not api_key:
             raise ValueError("base_url and api_key are required")
         self.base_url = base_url.rstrip("/")
@@ -127,7 +229,18 @@ class Client:
         self.event_consumers = EventConsumers(self)
         self.operations = Operations(self)
 
-    def request(self, method, path, body=None, query=None, repeat="safe", idempotency_key=None, timeout=None, raw=False):
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Optional[Mapping[str, Any]] = None,
+        repeat: str = "safe",
+        idempotency_key: Optional[str] = None,
+        timeout: Optional[float] = None,
+        raw: bool = False,
+        interrupt: Optional[Interrupt] = None,
+    ) -> Any:
         """Sends one call and returns the parsed JSON answer (None for 204), or the open response
         when raw. repeat is "key" (send an Idempotency-Key and retry with it), "safe" (retry without
         one) or "once" (never retry: the worker's loops decide). Retries follow no answer and 5xx."""
@@ -145,7 +258,7 @@ class Client:
             headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
         attempt = 0
         while True:
-            req = urllib.request.Request(url, data=data, method=method, headers=headers)
+            req = _InterruptibleRequest(url, data=data, method=method, headers=headers, interrupt=interrupt)
             try:
                 res = _opener.open(req, timeout=timeout or self.timeout)
                 if raw:
@@ -165,14 +278,34 @@ class Client:
             time.sleep(delay)
             attempt += 1
 
-    def events_page(self, after=None, types=None, queue=None, job_type=None, job_id=None, from_time=None, limit=None, wait=None):
+    def events_page(
+        self,
+        after: Optional[str] = None,
+        types: Union[str, Iterable[str], None] = None,
+        queue: Optional[str] = None,
+        job_type: Optional[str] = None,
+        job_id: Optional[str] = None,
+        from_time: Optional[Instant] = None,
+        limit: Optional[int] = None,
+        wait: Optional[float] = None,
+    ) -> JsonObject:
         """One page of the project's events, oldest first (GET /events): {"data", "next_cursor",
         "has_more"}. Pass next_cursor as after for the next page. types is a list of event types (or
         one), from_time an RFC 3339 string or an aware datetime, wait 0-30 s of long poll."""
         query = _feed_query(after, types, queue, job_type, job_id, from_time, limit, wait)
         return self.request("GET", V1 + "/events", query=query, timeout=(wait or 0) + self.timeout)
 
-    def events(self, after=None, types=None, queue=None, job_type=None, job_id=None, from_time=None, limit=500, wait=20):
+    def events(
+        self,
+        after: Optional[str] = None,
+        types: Union[str, Iterable[str], None] = None,
+        queue: Optional[str] = None,
+        job_type: Optional[str] = None,
+        job_id: Optional[str] = None,
+        from_time: Optional[Instant] = None,
+        limit: int = 500,
+        wait: float = 20,
+    ) -> Iterator[JsonObject]:
         """Yields the project's events, oldest first, then each one as it is appended: long polls
         of `wait` seconds, each page resumed at the last page's next_cursor (so filtered-out events
         are not read again). No answer, 5xx and 429 are waited out with back-off for as long as they
@@ -196,7 +329,16 @@ class Client:
             query = dict(query, after=page["next_cursor"], from_time=None)
 
 
-def _feed_query(after, types, queue, job_type, job_id, from_time, limit, wait):
+def _feed_query(
+    after: Optional[str],
+    types: Union[str, Iterable[str], None],
+    queue: Optional[str],
+    job_type: Optional[str],
+    job_id: Optional[str],
+    from_time: Optional[Instant],
+    limit: Optional[int],
+    wait: Optional[float],
+) -> Dict[str, Any]:
     if isinstance(types, str):
         types = [types]
     if types is not None:
@@ -216,7 +358,7 @@ def _feed_query(after, types, queue, job_type, job_id, from_time, limit, wait):
     }
 
 
-def _instant(value):
+def _instant(value: Instant) -> str:
     """An RFC 3339 string as given, or an aware datetime as one (a naive one names no instant)."""
     if hasattr(value, "isoformat"):
         if getattr(value, "tzinfo", None) is None:
@@ -225,7 +367,7 @@ def _instant(value):
     return value
 
 
-def _every_item(fetch_page, query):
+def _every_item(fetch_page: Callable[[Dict[str, Any]], JsonObject], query: Dict[str, Any]) -> Iterator[JsonObject]:
     cursor = query.pop("cursor", None)
     while True:
         page = fetch_page(dict(query, cursor=cursor))
@@ -237,42 +379,42 @@ def _every_item(fetch_page, query):
 
 
 class _Resource:
-    def __init__(self, client):
+    def __init__(self, client: Client) -> None:
         self._client = client
 
-    def _call(self, method, path, **kwargs):
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._client.request(method, V1 + path, **kwargs)
 
 
 class Jobs(_Resource):
-    def create(self, idempotency_key=None, **fields):
+    def create(self, idempotency_key: Optional[str] = None, **fields: Any) -> JsonObject:
         """POST /jobs with the API's field names (job_type, payload, queue, run_at, ...). An
         Idempotency-Key is generated unless given, and reused on retries: never two jobs."""
         return self._call("POST", "/jobs", body=fields, repeat="key", idempotency_key=idempotency_key)
 
-    def create_batch(self, jobs, idempotency_key=None):
+    def create_batch(self, jobs: Iterable[JsonObject], idempotency_key: Optional[str] = None) -> JsonObject:
         return self._call("POST", "/jobs/batch", body={"jobs": list(jobs)}, repeat="key", idempotency_key=idempotency_key)
 
-    def get(self, job_id):
+    def get(self, job_id: str) -> JsonObject:
         return self._call("GET", "/jobs/" + _quote(job_id))
 
-    def list(self, **query):
+    def list(self, **query: Any) -> JsonObject:
         return self._call("GET", "/jobs", query=query)
 
-    def list_all(self, **query):
+    def list_all(self, **query: Any) -> Iterator[JsonObject]:
         """Every job the filter matches, newest first, following next_cursor."""
         return _every_item(lambda q: self.list(**q), query)
 
-    def cancel(self, job_id):
+    def cancel(self, job_id: str) -> JsonObject:
         return self._call("POST", "/jobs/%s/cancel" % _quote(job_id), repeat="key")
 
-    def retry(self, job_id):
+    def retry(self, job_id: str) -> JsonObject:
         return self._call("POST", "/jobs/%s/retry" % _quote(job_id), repeat="key")
 
-    def history(self, job_id, **query):
+    def history(self, job_id: str, **query: Any) -> JsonObject:
         return self._call("GET", "/jobs/%s/history" % _quote(job_id), query=query)
 
-    def events(self, job_id):
+    def events(self, job_id: str) -> Iterator[JsonObject]:
         """The progress stream: yields each snapshot dict until a terminal state."""
         terminal = {"succeeded", "failed", "cancelled", "dead_letter"}
         last = None
@@ -296,7 +438,7 @@ class Jobs(_Resource):
                     elif line.startswith("data:"):
                         data.append(line[5:].lstrip(" "))
 
-    def export(self, **query):
+    def export(self, **query: Any) -> Iterator[Union[JsonObject, str]]:
         """GET /jobs/export, streamed: yields the JSONL rows as dicts (or CSV lines as text)."""
         res = self._call("GET", "/jobs/export", query=query, repeat="once", raw=True)
         csv = "csv" in (res.headers.get("Content-Type") or "")
@@ -310,19 +452,21 @@ class Jobs(_Resource):
 
 
 class Workers(_Resource):
-    def register(self, **fields):
+    def register(self, **fields: Any) -> JsonObject:
         return self._call("POST", "/workers/register", body=fields)
 
-    def poll(self, **fields):
-        return self._call("POST", "/workers/poll", body=fields, repeat="once", timeout=fields.get("wait_seconds", 30) + 30)
+    def poll(self, interrupt: Optional[Interrupt] = None, **fields: Any) -> JsonObject:
+        """POST /workers/poll: {"jobs": [...]}. interrupt.set() from another thread cuts the long
+        poll short (it then raises JobsvcError network_error), as the worker's stop() does."""
+        return self._call("POST", "/workers/poll", body=fields, repeat="once", timeout=fields.get("wait_seconds", 30) + 30, interrupt=interrupt)
 
-    def heartbeat(self, **fields):
+    def heartbeat(self, **fields: Any) -> JsonObject:
         return self._call("POST", "/workers/heartbeat", body=fields, repeat="once")
 
-    def ack(self, **fields):
+    def ack(self, **fields: Any) -> JsonObject:
         return self._call("POST", "/workers/ack", body=fields, repeat="once")
 
-    def ack_batch(self, acks):
+    def ack_batch(self, acks: Iterable[JsonObject]) -> JsonObject:
         return self._call("POST", "/workers/ack/batch", body={"acks": list(acks)}, repeat="once")
 
 
@@ -330,27 +474,27 @@ class _Settings(_Resource):
     """A project's settings of one kind (webhooks, alerts): list, get, create, update, delete.
     update is a PUT (every setting, safe to repeat) unless the kind patches (a PATCH, keyed)."""
 
-    path = None
+    path: str = ""
     patches = False
 
-    def list(self):
+    def list(self) -> JsonObject:
         return self._call("GET", self.path)
 
-    def get(self, item_id):
+    def get(self, item_id: str) -> JsonObject:
         return self._call("GET", self._item(item_id))
 
-    def create(self, **fields):
+    def create(self, **fields: Any) -> JsonObject:
         return self._call("POST", self.path, body=fields, repeat="key")
 
-    def update(self, item_id, **fields):
+    def update(self, item_id: str, **fields: Any) -> JsonObject:
         if self.patches:
             return self._call("PATCH", self._item(item_id), body=fields, repeat="key")
         return self._call("PUT", self._item(item_id), body=fields)
 
-    def delete(self, item_id):
+    def delete(self, item_id: str) -> None:
         return self._call("DELETE", self._item(item_id), repeat="key")
 
-    def _item(self, item_id):
+    def _item(self, item_id: str) -> str:
         return self.path + "/" + _quote(item_id)
 
 
@@ -358,24 +502,33 @@ class Webhooks(_Settings):
     path = "/webhooks"
     patches = True
 
-    def rotate_secret(self, webhook_id):
+    def rotate_secret(self, webhook_id: str) -> JsonObject:
         return self._call("POST", "/webhooks/%s/rotate-secret" % _quote(webhook_id), repeat="key")
 
-    def deliveries(self, webhook_id, **query):
+    def deliveries(self, webhook_id: str, **query: Any) -> JsonObject:
         return self._call("GET", "/webhooks/%s/deliveries" % _quote(webhook_id), query=query)
 
-    def redeliver(self, webhook_id, delivery_id, idempotency_key=None):
+    def redeliver(self, webhook_id: str, delivery_id: str, idempotency_key: Optional[str] = None) -> JsonObject:
         """A new delivery of the same event (same event id and body), signed with the current secret
         when sent; 409 invalid_state while the delivery is still pending, the subscription inactive,
         or the event gone from the log."""
         path = "/webhooks/%s/deliveries/%s/redeliver" % (_quote(webhook_id), _quote(delivery_id))
         return self._call("POST", path, repeat="key", idempotency_key=idempotency_key)
 
-    def replay(self, webhook_id, since, mode, until=None, event_types=None, dry_run=False, idempotency_key=None):
+    def replay(
+        self,
+        webhook_id: str,
+        since: Instant,
+        mode: str,
+        until: Optional[Instant] = None,
+        event_types: Union[str, Iterable[str], None] = None,
+        dry_run: bool = False,
+        idempotency_key: Optional[str] = None,
+    ) -> JsonObject:
         """Sends the subscription's webhook events of a time range again, read from the log: mode
         "failed", "missing" or "all"; since and until RFC 3339 strings or aware datetimes. Returns
         {"operation_id", "matched"} (client.operations.get follows it), or {"matched"} with dry_run."""
-        body = {"since": _instant(since), "mode": mode}
+        body: Dict[str, Any] = {"since": _instant(since), "mode": mode}
         if until is not None:
             body["until"] = _instant(until)
         if event_types is not None:
@@ -386,13 +539,13 @@ class Webhooks(_Settings):
 
 
 class Recurring(_Resource):
-    def list(self, **query):
+    def list(self, **query: Any) -> JsonObject:
         return self._call("GET", "/recurring", query=query)
 
-    def upsert(self, schedule_id, **fields):
+    def upsert(self, schedule_id: str, **fields: Any) -> JsonObject:
         return self._call("PUT", "/recurring/" + _quote(schedule_id), body=fields)
 
-    def delete(self, schedule_id):
+    def delete(self, schedule_id: str) -> None:
         return self._call("DELETE", "/recurring/" + _quote(schedule_id), repeat="key")
 
 
@@ -405,56 +558,56 @@ class RetryPolicy(_Resource):
     job's default max_attempts follow. set() and set_for_queue() replace every field
     (base_delay_seconds, factor, max_delay_seconds, jitter_seconds, max_attempts)."""
 
-    def get(self, queue=None):
+    def get(self, queue: Optional[str] = None) -> JsonObject:
         return self._call("GET", self._path(queue))
 
-    def set(self, queue=None, **policy):
+    def set(self, queue: Optional[str] = None, **policy: Any) -> JsonObject:
         return self._call("PUT", self._path(queue), body=policy)
 
-    def remove(self, queue=None):
+    def remove(self, queue: Optional[str] = None) -> None:
         """Back to the service's default, or for a queue, to the project's policy."""
         return self._call("DELETE", self._path(queue))
 
-    def _path(self, queue):
+    def _path(self, queue: Optional[str]) -> str:
         return "/retry-policy" if queue is None else "/queues/%s/retry-policy" % _quote(queue)
 
 
 class Activity(_Resource):
-    def list(self, **query):
+    def list(self, **query: Any) -> JsonObject:
         return self._call("GET", "/activity", query=query)
 
-    def list_all(self, **query):
+    def list_all(self, **query: Any) -> Iterator[JsonObject]:
         return _every_item(lambda q: self.list(**q), query)
 
 
 class Metrics(_Resource):
-    def summary(self, **query):
+    def summary(self, **query: Any) -> JsonObject:
         return self._call("GET", "/metrics/summary", query=query)
 
-    def throughput(self, **query):
+    def throughput(self, **query: Any) -> JsonObject:
         return self._call("GET", "/metrics/throughput", query=query)
 
-    def queues(self, **query):
+    def queues(self, **query: Any) -> JsonObject:
         return self._call("GET", "/metrics/queues", query=query)
 
-    def job_types(self, **query):
+    def job_types(self, **query: Any) -> JsonObject:
         return self._call("GET", "/metrics/job-types", query=query)
 
 
 class Operations(_Resource):
     """The project's long-running actions, today webhook replays."""
 
-    def get(self, operation_id):
+    def get(self, operation_id: str) -> JsonObject:
         return self._call("GET", "/operations/" + _quote(operation_id))
 
-    def list(self, **query):
+    def list(self, **query: Any) -> JsonObject:
         """Newest first; limit 1-100 (default 50), cursor."""
         return self._call("GET", "/operations", query=query)
 
-    def list_all(self, **query):
+    def list_all(self, **query: Any) -> Iterator[JsonObject]:
         return _every_item(lambda q: self.list(**q), query)
 
-    def cancel(self, operation_id):
+    def cancel(self, operation_id: str) -> JsonObject:
         """Stops a running operation (what it did stays done) and returns it "cancelled"; again on a
         cancelled one returns it as it is; one that ended otherwise is 409 invalid_state."""
         return self._call("DELETE", "/operations/" + _quote(operation_id), repeat="key")
@@ -465,22 +618,22 @@ class EventConsumers(_Resource):
     workers can share one consumer and a restarted pipeline goes on where the last commit left it.
     run() is the loop to use; the other methods are its parts, for loops of your own."""
 
-    def create(self, name, idempotency_key=None, **fields):
+    def create(self, name: str, idempotency_key: Optional[str] = None, **fields: Any) -> JsonObject:
         """fields: types, queue, job_type, ack_wait_seconds, start ("latest" unless given,
         "earliest", {"after": cursor} or {"from_time": ...})."""
         return self._call("POST", "/event-consumers", body=dict(fields, name=name), repeat="key", idempotency_key=idempotency_key)
 
-    def list(self):
+    def list(self) -> JsonObject:
         return self._call("GET", "/event-consumers")
 
-    def get(self, name):
+    def get(self, name: str) -> JsonObject:
         """The consumer with its lag (lag_events, lag_seconds)."""
         return self._call("GET", "/event-consumers/" + _quote(name))
 
-    def delete(self, name):
+    def delete(self, name: str) -> None:
         return self._call("DELETE", "/event-consumers/" + _quote(name), repeat="key")
 
-    def seek(self, name, after=None, from_time=None):
+    def seek(self, name: str, after: Optional[str] = None, from_time: Optional[Instant] = None) -> JsonObject:
         """Moves the consumer after a cursor, or to the first event at or after from_time; the
         ranges polls hold are dropped."""
         if (after is None) == (from_time is None):
@@ -488,7 +641,7 @@ class EventConsumers(_Resource):
         body = {"after": after} if after is not None else {"from_time": _instant(from_time)}
         return self._call("POST", "/event-consumers/%s/seek" % _quote(name), body=body, repeat="key")
 
-    def poll(self, name, limit=None, wait=None):
+    def poll(self, name: str, limit: Optional[int] = None, wait: Optional[float] = None) -> JsonObject:
         """The next events, leased to this poll for the consumer's ack_wait_seconds: {"data",
         "ack_cursor", "has_more"}; commit ack_cursor once they are handled. Never retried here: a
         poll whose answer was lost holds its range until the lease ends."""
@@ -496,7 +649,7 @@ class EventConsumers(_Resource):
         path = "/event-consumers/%s/poll" % _quote(name)
         return self._call("POST", path, body=body, repeat="once", timeout=(wait or 0) + self._client.timeout)
 
-    def commit(self, name, ack_cursor):
+    def commit(self, name: str, ack_cursor: str) -> JsonObject:
         """Acknowledges the poll that answered ack_cursor. Committing twice is harmless, so it is
         retried after no answer or a 5xx. A range no longer out raises StaleCommitError."""
         try:
@@ -506,7 +659,15 @@ class EventConsumers(_Resource):
                 raise StaleCommitError(err.code, err.status, err.message, ack_cursor, err.request_id, err.retry_after) from err
             raise
 
-    def run(self, name, handler, limit=100, wait=20, stop=None, logger=None):
+    def run(
+        self,
+        name: str,
+        handler: EventHandler,
+        limit: int = 100,
+        wait: float = 20,
+        stop: Optional[threading.Event] = None,
+        logger: Optional[logging.Logger] = None,
+    ) -> None:
         """Polls the consumer, calls handler(events) with each non-empty batch (a list of event
         dicts), and commits the batch's ack_cursor only once the handler has returned. A handler
         that raises is logged and its batch left uncommitted: after the consumer's ack_wait_seconds
@@ -569,7 +730,7 @@ class EventConsumers(_Resource):
                 )
 
 
-def _pause(seconds, stop):
+def _pause(seconds: float, stop: Optional[threading.Event]) -> None:
     if stop is None:
         time.sleep(seconds)
     else:

@@ -1,16 +1,19 @@
 """Verification of the service's webhook signatures (spec, Outbound webhooks)."""
 
+from __future__ import annotations
+
 import hashlib
 import hmac
 import json
 import re
 import time
+from typing import Any, Dict, Iterable, Optional, Union
 
 
 class WebhookVerificationError(Exception):
     """code: missing_signature, malformed_signature, timestamp_out_of_tolerance or invalid_signature."""
 
-    def __init__(self, code, message):
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -21,17 +24,24 @@ _DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 _TIMESTAMP = re.compile(r"[0-9]+")
 
 
-def verify_webhook(raw_body, signature_header, secrets, tolerance_seconds=300, now=None):
+def verify_webhook(
+    raw_body: Union[bytes, bytearray, memoryview, str],
+    signature_header: Optional[str],
+    secrets: Union[str, Iterable[str]],
+    tolerance_seconds: float = 300,
+    now: Optional[float] = None,
+) -> Dict[str, Any]:
     """Checks the X-Service-Signature header (t=<seconds>,v1=<hex>[,v1=<hex>]: HMAC-SHA256 of
     "<t>.<raw body>") against one secret or several, and returns the parsed event. Any v1 value
     matching any secret is enough (both sign during a rotation); digests compare in constant time.
     An empty secret (or none) is a ValueError: anyone can sign with the empty key."""
-    secrets = [secrets] if isinstance(secrets, str) else list(secrets or [])
-    if not secrets or any(not isinstance(secret, str) or secret == "" for secret in secrets):
+    keys = [secrets] if isinstance(secrets, str) else list(secrets or [])
+    if not keys or any(not isinstance(secret, str) or secret == "" for secret in keys):
         raise ValueError("secrets must be one or more non-empty strings (the subscription secret)")
     if not signature_header:
         raise WebhookVerificationError("missing_signature", "no X-Service-Signature header")
-    timestamp, digests = None, []
+    timestamp: Optional[str] = None
+    digests = []
     for part in signature_header.split(","):
         key, _, value = part.strip().partition("=")
         if key == "t":
@@ -45,7 +55,7 @@ def verify_webhook(raw_body, signature_header, secrets, tolerance_seconds=300, n
         raise WebhookVerificationError("timestamp_out_of_tolerance", "the timestamp is more than %s s from now" % tolerance_seconds)
     body = raw_body.encode("utf-8") if isinstance(raw_body, str) else bytes(raw_body)
     matched = False
-    for secret in secrets:
+    for secret in keys:
         expected = hmac.new(secret.encode("utf-8"), timestamp.encode("ascii") + b"." + body, hashlib.sha256).hexdigest()
         for digest in digests:
             # Every pair is compared, so the time taken does not tell which one matched.

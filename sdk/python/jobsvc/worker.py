@@ -1,5 +1,7 @@
 """A worker: polls for jobs, runs their handlers on threads, heartbeats and acknowledges them."""
 
+from __future__ import annotations
+
 import logging
 import os
 import random
@@ -10,10 +12,16 @@ import time
 import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from .client import JobsvcError
+from ._version import __version__
+from .client import Client, Interrupt, JobsvcError, JsonObject
 
-SDK_VERSION = "python/0.1.0"
+SDK_VERSION = "python/" + __version__
+"""Sent as sdk_version when a worker registers."""
+
+Handler = Callable[[JsonObject, "JobContext"], object]
+"""Runs one job: fn(job, ctx). A return acks it succeeded, an exception failed."""
 _LOST_ATTEMPT_CODES = {"invalid_state", "worker_mismatch", "job_not_found"}
 _MAX_POLL_CAPACITY = 50
 _MAX_ACKS_PER_BATCH = 1000
@@ -37,7 +45,7 @@ class JobContext:
     trace from it (with OpenTelemetry, `TraceContextTextMapPropagator().extract({"traceparent":
     ctx.traceparent})`)."""
 
-    def __init__(self, worker, running):
+    def __init__(self, worker: Worker, running: _Running) -> None:
         self.worker_id = worker.worker_id
         self.traceparent = running.job.get("traceparent")
         self.cancelled = running.cancelled
@@ -45,35 +53,35 @@ class JobContext:
         self._running = running
 
     @property
-    def cancel_reason(self):
+    def cancel_reason(self) -> Optional[BaseException]:
         return self._running.cancel_reason
 
-    def progress(self, value):
+    def progress(self, value: float) -> None:
         """Reports progress (0.0 to 1.0) with a heartbeat now."""
         self._running.progress = value
         self._worker._beat(self._running)
 
 
 class _Running:
-    def __init__(self, job, interval):
+    def __init__(self, job: JsonObject, interval: float) -> None:
         self.job = job
         self.started = time.monotonic()
         self.deadline = self.started + job["timeout_seconds"]
         self.interval = interval
         self.next_beat = self.started + interval
         self.cancelled = threading.Event()
-        self.cancel_reason = None
-        self.progress = None
+        self.cancel_reason: Optional[BaseException] = None
+        self.progress: Optional[float] = None
         self.settled = False
         self.lock = threading.Lock()
 
-    def cancel(self, reason):
+    def cancel(self, reason: BaseException) -> None:
         if not self.cancelled.is_set():
             self.cancel_reason = reason
             self.cancelled.set()
 
 
-def _error_detail(err):
+def _error_detail(err: Optional[BaseException]) -> Dict[str, str]:
     return {
         "type": type(err).__name__,
         "message": str(err),
@@ -87,51 +95,52 @@ class Worker:
 
     def __init__(
         self,
-        client,
-        queues,
-        handlers,
-        concurrency=1,
-        job_types=None,
-        worker_id=None,
-        recurring_schedules=None,
-        shutdown_grace_seconds=30.0,
-        poll_wait_seconds=5,
-        backoff_base_seconds=0.5,
-        backoff_max_seconds=30.0,
-        logger=None,
-    ):
-        if not queues:
-            raise ValueError("queues must name at least one queue")
+        client: Client,
+        queues: Iterable[str],
+        handlers: Mapping[str, Handler],
+        concurrency: int = 1,
+        job_types: Optional[Iterable[str]] = None,
+        worker_id: Optional[str] = None,
+        recurring_schedules: Optional[List[JsonObject]] = None,
+        shutdown_grace_seconds: float = 30.0,
+        poll_wait_seconds: float = 30,
+        backoff_base_seconds: float = 0.5,
+        backoff_max_seconds: float = 30.0,
+        logger: Optional[logging.Logger] = None,
+    ) -> None:
         self.client = client
         self.queues = list(queues)
+        if not self.queues:
+            raise ValueError("queues must name at least one queue")
         self.handlers = dict(handlers)
         self.concurrency = max(1, int(concurrency))
         self.job_types = list(job_types) if job_types is not None else list(self.handlers)
         self.worker_id = worker_id or "wrk_%s_%d_%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
         self.recurring_schedules = recurring_schedules
         self.shutdown_grace_seconds = shutdown_grace_seconds
-        # Short by default: stop() waits for the poll in flight, whose claimed jobs it then runs.
+        # As long as the service allows (30 s), as the TypeScript worker: stop() cuts the poll short.
         self.poll_wait_seconds = poll_wait_seconds
         self.backoff_base_seconds = backoff_base_seconds
         self.backoff_max_seconds = backoff_max_seconds
         self.log = logger or logging.getLogger("jobsvc")
-        self._running = {}
+        self._running: Dict[str, _Running] = {}
         self._lock = threading.Condition()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         # Set by stop() once no handler runs any more: the heartbeat and ack threads end after it.
         self._drained = threading.Event()
-        self._acks = []
+        self._acks: List[JsonObject] = []
         self._acks_cond = threading.Condition()
+        self._poll_interrupt = Interrupt()
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="jobsvc-handler")
-        self._threads = []
+        self._threads: List[threading.Thread] = []
 
     @property
-    def active(self):
+    def active(self) -> int:
         with self._lock:
             return len(self._running)
 
-    def start(self):
+    def start(self) -> None:
         """Registers the worker and returns at once; it polls and runs jobs on background threads."""
         self.client.workers.register(
             worker_id=self.worker_id,
@@ -147,7 +156,7 @@ class Worker:
             self._threads.append(thread)
         self.log.info("jobsvc worker %s started on %s", self.worker_id, self.queues)
 
-    def run(self):
+    def run(self) -> None:
         """Starts the worker and blocks until SIGTERM or SIGINT, then stops it gracefully."""
         received = threading.Event()
         previous = {sig: signal.signal(sig, lambda *_: received.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -160,13 +169,16 @@ class Worker:
                 signal.signal(sig, handler)
         self.stop()
 
-    def stop(self):
+    def stop(self) -> None:
         """Stops polling, lets running handlers finish for up to shutdown_grace_seconds, then sets
         their ctx.cancelled and acks them failed with WorkerStopped; returns once acks are sent."""
         if self._stopping.is_set():
             self._stopped.wait()
             return
         self._stopping.set()
+        # A poll cut short in the moment between the service's claim and its answer loses those
+        # jobs to the reaper (they run again after their timeout), as for a worker that disappears.
+        self._poll_interrupt.set()
         with self._lock:
             self._lock.notify_all()
         self._threads[0].join()
@@ -187,7 +199,7 @@ class Worker:
         self._stopped.set()
         self.log.info("jobsvc worker %s stopped", self.worker_id)
 
-    def _backoff(self, what, err, failures, interruptible=True):
+    def _backoff(self, what: str, err: BaseException, failures: int, interruptible: bool = True) -> None:
         level = logging.WARNING if isinstance(err, JobsvcError) and err.is_transient else logging.ERROR
         self.log.log(level, "jobsvc worker: %s failed, retrying: %r", what, err)
         retry_after = getattr(err, "retry_after", None)
@@ -197,7 +209,7 @@ class Worker:
         else:
             time.sleep(delay)
 
-    def _poll_loop(self):
+    def _poll_loop(self) -> None:
         failures = 0
         while not self._stopping.is_set():
             with self._lock:
@@ -213,9 +225,12 @@ class Worker:
                     job_types=self.job_types or None,
                     capacity=min(free, _MAX_POLL_CAPACITY),
                     wait_seconds=self.poll_wait_seconds,
+                    interrupt=self._poll_interrupt,
                 )
                 failures = 0
             except Exception as err:  # noqa: BLE001 - a worker never dies of a failed poll
+                if self._stopping.is_set():
+                    return
                 self._backoff("poll", err, failures)
                 failures += 1
                 continue
@@ -223,13 +238,13 @@ class Worker:
             for job in answer["jobs"]:
                 self._start_job(job)
 
-    def _start_job(self, job):
+    def _start_job(self, job: JsonObject) -> None:
         running = _Running(job, max(job["timeout_seconds"] / 3.0, 10.0))
         with self._lock:
             self._running[job["id"]] = running
         self._pool.submit(self._execute, running)
 
-    def _execute(self, running):
+    def _execute(self, running: _Running) -> None:
         handler = self.handlers.get(running.job["job_type"])
         try:
             if handler is None:
@@ -240,12 +255,12 @@ class Worker:
         else:
             self._finish(running, "succeeded")
 
-    def _finish(self, running, status, err=None):
+    def _finish(self, running: _Running, status: str, err: Optional[BaseException] = None) -> None:
         with running.lock:
             if running.settled:
                 return
             running.settled = True
-        ack = {
+        ack: JsonObject = {
             "job_id": running.job["id"],
             "worker_id": self.worker_id,
             "status": status,
@@ -260,7 +275,7 @@ class Worker:
             self._running.pop(running.job["id"], None)
             self._lock.notify_all()
 
-    def _tick_loop(self):
+    def _tick_loop(self) -> None:
         while not self._drained.is_set():
             now = time.monotonic()
             with self._lock:
@@ -276,10 +291,10 @@ class Worker:
                     self._beat(job)
             time.sleep(0.2)
 
-    def _beat(self, running):
+    def _beat(self, running: _Running) -> None:
         if running.settled or running.cancelled.is_set():
             return
-        body = {"job_id": running.job["id"], "worker_id": self.worker_id}
+        body: JsonObject = {"job_id": running.job["id"], "worker_id": self.worker_id}
         if running.progress is not None:
             body["progress"] = running.progress
         try:
@@ -292,7 +307,7 @@ class Worker:
             else:
                 self.log.warning("jobsvc worker: heartbeat of %s failed; the next one retries: %r", running.job["id"], err)
 
-    def _ack_loop(self):
+    def _ack_loop(self) -> None:
         failures, failing_since = 0, 0.0
         while True:
             with self._acks_cond:
@@ -316,13 +331,14 @@ class Worker:
             self._backoff("ack of %d jobs" % len(again), error, failures, interruptible=False)
             failures += 1
 
-    def _send_acks(self, acks):
+    def _send_acks(self, acks: List[JsonObject]) -> Tuple[List[JsonObject], Optional[JobsvcError]]:
         """Sends the acks in one batch; returns those to send again and the error that says why."""
         try:
             answer = self.client.workers.ack_batch(acks)
         except JobsvcError as err:
             return [a for a in acks if self._is_ack_to_retry(a, err)], err
-        again, error = [], None
+        again: List[JsonObject] = []
+        error: Optional[JobsvcError] = None
         for ack, result in zip(acks, answer["results"]):
             if "error" in result:
                 e = result["error"]
@@ -332,7 +348,7 @@ class Worker:
                     error = err
         return again, error
 
-    def _is_ack_to_retry(self, ack, err):
+    def _is_ack_to_retry(self, ack: JsonObject, err: JobsvcError) -> bool:
         if err.is_transient:
             return True
         if err.code in _LOST_ATTEMPT_CODES:

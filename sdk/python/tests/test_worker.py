@@ -1,6 +1,7 @@
 import json
 import logging
 import threading
+import time
 import unittest
 import urllib.request
 
@@ -118,6 +119,27 @@ class WorkerTest(unittest.TestCase):
                 release.set()
         self.assertEqual(seen[-1]["state"], "succeeded")
         self.assertTrue(any(s["state"] == "processing" and s["progress"] == 0.25 for s in seen))
+
+    def test_polls_wait_30_seconds_and_stop_cuts_the_poll_in_flight_short(self):
+        polling, sent = threading.Event(), []
+        poll = self.client.workers.poll
+
+        def seen_poll(**fields):
+            sent.append(fields["wait_seconds"])
+            polling.set()
+            return poll(**fields)
+
+        self.client.workers.poll = seen_poll
+        logger, records = recording_logger("cut-short")
+        worker = jobsvc.Worker(self.client, queues=["py-idle"], handlers={"never": lambda job, ctx: None}, logger=logger)
+        worker.start()
+        self.addCleanup(worker.stop)
+        self.assertTrue(polling.wait(20))
+        started = time.monotonic()
+        worker.stop()
+        self.assertLess(time.monotonic() - started, 5, "stop() did not wait out the 30 s poll")
+        self.assertEqual(sent, [30])
+        self.assertEqual(records.messages("WARNING") + records.messages("ERROR"), [], "a poll stop() cut short is no failure")
 
     def test_stop_drains_running_handlers_and_acks_the_rest_failed_after_the_grace(self):
         release, started = threading.Event(), threading.Semaphore(0)

@@ -1,2 +1,5 @@
-/** Sent as `sdk_version` when a worker registers; kept equal to package.json's version. */
-export const sdkVersion = '0.1.0'
+/**
+ * This package's version, kept equal to package.json's (test/sdk/install.test.ts compares them);
+ * a worker registers with it as `sdk_version`.
+ */
+export const SDK_VERSION = '0.1.0'

@@ -3,7 +3,7 @@ import { backoffDelay, sleep } from './backoff.js'
 import type { JobsvcClient } from './client.js'
 import { JobsvcError } from './errors.js'
 import type { AckRequest, PolledJob, RecurringScheduleRegistration } from './types.js'
-import { sdkVersion } from './version.js'
+import { SDK_VERSION } from './version.js'
 
 export interface JobContext {
   readonly workerId: string
@@ -134,7 +134,7 @@ export class Worker {
       queues: this.#options.queues,
       job_types: this.#jobTypes,
       hostname: hostname(),
-      sdk_version: `typescript/${sdkVersion}`,
+      sdk_version: `typescript/${SDK_VERSION}`,
       recurring_schedules: this.#options.recurringSchedules,
     })
     await new Promise<void>((polling) => {
