@@ -49,6 +49,10 @@ t.test('1,000 jobs through one worker with concurrency 20: each run once, all su
     jobs.every((j) => j.state === 'succeeded' && j.attempt === 1),
     'every job succeeded on its first attempt',
   )
+  t.ok(
+    jobs.every((j) => (j.result as { square: number } | null)?.square === (j.payload.n as number) ** 2),
+    "each handler's return value is its job's result",
+  )
   t.strictSame([...runs.keys()].sort(), [...ids].sort(), 'every job was handed to the handler')
   t.ok(
     [...runs.values()].every((n) => n === 1),
@@ -104,6 +108,20 @@ t.test('ctx.progress reaches the progress stream, which ends when the job succee
     'the reported progress was streamed',
   )
   t.equal((await client.jobs.get(job.id)).progress, 0.5)
+})
+
+t.test('a result the service refuses (over 64 KiB) still acks the job succeeded, without it, and says so', async (t) => {
+  const logger = recordingLogger()
+  const worker = new Worker({ client, queues: ['big-result'], logger, handlers: { big: async () => ({ blob: 'x'.repeat(70_000) }) } })
+  t.teardown(() => worker.stop())
+  await worker.start()
+  const job = await client.jobs.create({ job_type: 'big', queue: 'big-result', payload: {} })
+  await jobReaches(client, job.id, 'succeeded', 30_000)
+  t.equal((await client.jobs.get(job.id)).result, null)
+  t.ok(
+    logger.entries.some((e) => e.level === 'error' && /refused/.test(e.message)),
+    'the dropped result is logged',
+  )
 })
 
 t.test('stop() stops polling and lets running handlers finish', async (t) => {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -12,7 +13,7 @@ import time
 import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ._version import __version__
 from .client import Client, Interrupt, JobsvcError, JsonObject
@@ -21,7 +22,8 @@ SDK_VERSION = "python/" + __version__
 """Sent as sdk_version when a worker registers."""
 
 Handler = Callable[[JsonObject, "JobContext"], object]
-"""Runs one job: fn(job, ctx). A return acks it succeeded, an exception failed."""
+"""Runs one job: fn(job, ctx). A return acks it succeeded, with the returned value (as JSON) the
+job's ``result`` (None: no result); an exception acks it failed."""
 _LOST_ATTEMPT_CODES = {"invalid_state", "worker_mismatch", "job_not_found"}
 _MAX_POLL_CAPACITY = 50
 _MAX_ACKS_PER_BATCH = 1000
@@ -249,13 +251,14 @@ class Worker:
         try:
             if handler is None:
                 raise LookupError("no handler for job type %s" % running.job["job_type"])
-            handler(running.job, JobContext(self, running))
+            value = handler(running.job, JobContext(self, running))
         except BaseException as err:  # noqa: BLE001 - a handler's failure is its attempt's, not the worker's
             self._finish(running, "failed", err)
         else:
-            self._finish(running, "succeeded")
+            self._finish(running, "succeeded", value=value)
 
-    def _finish(self, running: _Running, status: str, err: Optional[BaseException] = None) -> None:
+    def _finish(self, running: _Running, status: str, err: Optional[BaseException] = None, value: Any = None) -> None:
+        """Queues the attempt's ack; a success carries the handler's return value as its ``result``."""
         with running.lock:
             if running.settled:
                 return
@@ -268,6 +271,8 @@ class Worker:
         }
         if status == "failed":
             ack["error"] = _error_detail(err)
+        elif value is not None:
+            self._attach_result(ack, value)
         with self._acks_cond:
             self._acks.append(ack)
             self._acks_cond.notify_all()
@@ -348,8 +353,20 @@ class Worker:
                     error = err
         return again, error
 
+    def _attach_result(self, ack: JsonObject, value: Any) -> None:
+        """The handler's return value as the ack's ``result``, as JSON; none when JSON cannot hold it."""
+        try:
+            ack["result"] = json.loads(json.dumps(value, allow_nan=False))
+        except (TypeError, ValueError) as err:
+            self.log.error("jobsvc worker: job %s returned a value JSON cannot hold; acked without a result: %r", ack["job_id"], err)
+
     def _is_ack_to_retry(self, ack: JsonObject, err: JobsvcError) -> bool:
         if err.is_transient:
+            return True
+        if err.code == "invalid_request" and "result" in ack:
+            # The service refused the result (over 64 KiB, or text it cannot store): the job still succeeded.
+            self.log.error("jobsvc worker: the result of %s was refused; acked without it: %s", ack["job_id"], err)
+            del ack["result"]
             return True
         if err.code in _LOST_ATTEMPT_CODES:
             self.log.warning("jobsvc worker: late ack of %s ignored; the attempt was no longer this worker's (%s)", ack["job_id"], err.code)

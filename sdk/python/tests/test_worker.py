@@ -53,10 +53,21 @@ class WorkerTest(unittest.TestCase):
         jobs = list(self.client.jobs.list_all(queue="py-bulk", limit=100))
         self.assertEqual(len(jobs), 200)
         self.assertTrue(all(j["state"] == "succeeded" and j["attempt"] == 1 for j in jobs))
+        self.assertTrue(all(j["result"] == j["payload"]["n"] ** 2 for j in jobs), "each handler's return value is its job's result")
         self.assertEqual(sorted(runs), sorted(ids))
         self.assertTrue(all(n == 1 for n in runs.values()), "no job ran twice")
         self.assertTrue(1 < at_once["most"] <= 10, "handlers overlapped within the concurrency")
         self.assertEqual(records.messages("WARNING") + records.messages("ERROR"), [])
+
+    def test_a_result_the_service_refuses_still_acks_the_job_succeeded(self):
+        logger, records = recording_logger("big-result")
+        worker = jobsvc.Worker(self.client, queues=["py-big"], handlers={"big": lambda job, ctx: {"blob": "x" * 70000}}, logger=logger)
+        worker.start()
+        self.addCleanup(worker.stop)
+        job = self.client.jobs.create(job_type="big", queue="py-big", payload={})
+        wait_for(lambda: self.client.jobs.get(job["id"])["state"] == "succeeded", 30, "the job to succeed")
+        self.assertIsNone(self.client.jobs.get(job["id"])["result"])
+        self.assertTrue(any("refused" in m for m in records.messages("ERROR")), "the dropped result is logged")
 
     def test_a_throwing_handler_is_retried_then_dead_lettered(self):
         attempts = []

@@ -23,7 +23,10 @@ export interface JobContext {
   progress(value: number): Promise<void>
 }
 
-/** Runs one job; a return is `succeeded`, a throw `failed` with the error's type, message and stack. */
+/**
+ * Runs one job; a return is `succeeded`, with the returned value (as JSON) the job's `result`,
+ * and a throw `failed` with the error's type, message and stack.
+ */
 export type Handler = (job: PolledJob, ctx: JobContext) => unknown
 
 export interface Logger {
@@ -256,7 +259,7 @@ export class Worker {
         return handler(job, ctx)
       })
       .then(
-        () => this.#finish(running, 'succeeded'),
+        (value: unknown) => this.#finish(running, 'succeeded', undefined, value),
         (err: unknown) => this.#finish(running, 'failed', err),
       )
   }
@@ -289,7 +292,7 @@ export class Worker {
     return running.beating
   }
 
-  #finish(running: Running, status: 'succeeded' | 'failed', err?: unknown): void {
+  #finish(running: Running, status: 'succeeded' | 'failed', err?: unknown, value?: unknown): void {
     if (running.settled) return
     running.settled = true
     clearInterval(running.heartbeat)
@@ -297,6 +300,7 @@ export class Worker {
     this.#running.delete(running.job.id)
     const ack: AckRequest = { job_id: running.job.id, worker_id: this.workerId, status, duration_ms: Date.now() - running.startedAt }
     if (status === 'failed') ack.error = toErrorDetail(err)
+    else this.#attachResult(ack, value)
     this.#acks.push(ack)
     this.#flushing ??= this.#flushAcks().finally(() => (this.#flushing = null))
     this.#slotFreed?.()
@@ -356,9 +360,29 @@ export class Worker {
     return { again: again.flat(), error }
   }
 
+  /** The handler's return value as the ack's `result`, as JSON would send it; none when it has no JSON form. */
+  #attachResult(ack: AckRequest, value: unknown): void {
+    if (value === undefined || value === null) return
+    try {
+      const text = JSON.stringify(value)
+      if (text !== undefined) ack.result = JSON.parse(text)
+    } catch (err) {
+      this.#log.error('jobsvc worker: the handler returned a value JSON cannot hold; acked without a result', {
+        job_id: ack.job_id,
+        error: String(err),
+      })
+    }
+  }
+
   #isAckToRetry(ack: AckRequest, err: unknown): boolean {
     const error = err instanceof JobsvcError ? err : null
     if (error === null || error.isTransient) return true
+    // The service refused the result (over 64 KiB, or text it cannot store): the job still succeeded.
+    if (error.code === 'invalid_request' && ack.result !== undefined) {
+      this.#log.error('jobsvc worker: the result was refused; acked without it', { job_id: ack.job_id, reason: error.message })
+      delete ack.result
+      return true
+    }
     const fields = { job_id: ack.job_id, status: ack.status, code: error.code }
     if (lostAttemptCodes.has(error.code)) this.#log.warn('jobsvc worker: late ack ignored; the attempt was no longer this worker’s', fields)
     else this.#log.error('jobsvc worker: ack refused', fields)
