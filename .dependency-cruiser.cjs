@@ -6,7 +6,7 @@
 //   services/infrastructure/      what every layer above uses (runtime, config, mailer, secrets)
 //   streams/, projections/        the log and the read models (projections read streams' types)
 //   domain/                       pure: imports nothing of ours outside itself
-const useCases = ['projects', 'platform', 'metering', 'staff', 'events', 'operations', 'webhooks', 'jobs', 'alerts']
+const useCases = ['projects', 'platform', 'metering', 'staff', 'events', 'operations', 'webhooks', 'jobs', 'alerts', 'workers']
 
 const useCaseOrder = useCases.map((name, i) => ({
   name: `use-case-order-${name}`,

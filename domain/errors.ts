@@ -131,6 +131,8 @@ export class EventConsumerLimitReached extends refusal('event_consumer_limit_rea
 export class DeliveryNotFound extends refusal('delivery_not_found') {}
 /** No such operation in this project (domain/operation.ts). */
 export class OperationNotFound extends refusal('operation_not_found') {}
+/** No worker of this id seen by the project in the last hour (GET /jobsvc/v1/workers/{id}). */
+export class WorkerNotFound extends refusal('worker_not_found') {}
 /** A project already has as many pending invitations as it may (domain/project/team.ts). */
 export class InviteLimitReached extends refusal('invite_limit_reached') {}
 /** A project holds at most maxQueueRetryPolicies queue overrides. */

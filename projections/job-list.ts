@@ -482,6 +482,14 @@ async function expiredTerminal(
 }
 
 /** Deletes the rows of `ids` (retention: jobs whose messages are gone from the log). */
+/** The jobs `workerIds` are running now (processing under their id), oldest first, at most `limit`. */
+async function runningOf(db: Queryable, projectId: string, workerIds: readonly string[], limit: number) {
+  return db<{ id: string; worker_id: string; job_type: string; queue: string; attempt: number; started_at: Date; timeout_seconds: number }[]>`
+    SELECT id, worker_id, job_type, queue, attempt, started_at, timeout_seconds FROM jobs
+    WHERE project_id = ${projectId} AND state = 'processing' AND worker_id = ANY(${workerIds as string[]}::text[])
+    ORDER BY started_at LIMIT ${limit}`
+}
+
 async function deleteRows(db: Queryable, ids: readonly string[]): Promise<void> {
   await db`DELETE FROM jobs WHERE id = ANY(${ids as string[]}::text[])`
 }
@@ -505,6 +513,7 @@ export const jobList = readModel(
     claimCandidates,
     dueScheduled,
     staleProcessing,
+    runningOf,
     parentsOfWaitingChildren,
     exportRows,
     deadLetteredSince,

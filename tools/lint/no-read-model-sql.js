@@ -8,7 +8,8 @@
 // The criterion: a table no projection writes (none lists it in its `tables`, a replay does not
 // rebuild it) is its writer's own state, and stays with that writer, each behind one module:
 // request_counts (use-cases/metering/request-rate.ts), project_usage
-// (use-cases/metering/allowance.ts), log_byte_counts (infrastructure/log-budget.ts).
+// (use-cases/metering/allowance.ts), log_byte_counts (infrastructure/log-budget.ts),
+// worker_presence and worker_outcomes (use-cases/workers/worker-presence.ts).
 // test/lint/no-read-model-sql.test.ts checks this split against the projections' `tables`.
 //
 // What counts as SQL: a tagged template (postgres.js: sql`...`, tx`...`) or a `.unsafe(...)`
@@ -19,7 +20,7 @@ import { fileURLToPath } from 'node:url'
 
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
 
-const serviceOwnedTables = new Set(['request_counts', 'project_usage', 'log_byte_counts'])
+const serviceOwnedTables = new Set(['request_counts', 'project_usage', 'log_byte_counts', 'worker_presence', 'worker_outcomes'])
 
 const allowedPrefixes = ['projections/']
 

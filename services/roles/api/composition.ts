@@ -7,6 +7,7 @@ import { ReadyIndex } from '../../use-cases/jobs/ready-index/index.ts'
 import { BillingService } from '../../use-cases/metering/billing-service.ts'
 import { PromoCodes } from '../../use-cases/metering/promo-codes.ts'
 import { RequestRateLimiter } from '../../use-cases/metering/request-rate.ts'
+import { WorkerPresence } from '../../use-cases/workers/worker-presence.ts'
 import { AccountLifecycle } from '../../use-cases/platform/account-lifecycle.ts'
 import { AccountService } from '../../use-cases/platform/accounts.ts'
 import { TeamService } from '../../use-cases/platform/team-service.ts'
@@ -55,6 +56,7 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
     team,
     accountExports: new AccountLifecycle(deps, accounts, team),
     requestRate: new RequestRateLimiter(deps.meteringSql),
+    presence: new WorkerPresence(deps.meteringSql),
     billing,
     promoCodes: new PromoCodes(deps),
     staff: new StaffService(deps, { accounts, billing }),
@@ -83,5 +85,6 @@ export async function stopContext(context: ApiContext): Promise<void> {
   await context.ready.stop()
   context.watcher.stop()
   await context.requestRate.stop()
+  await context.presence.stop()
   await context.billing.allowance.stop()
 }

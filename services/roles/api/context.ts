@@ -12,6 +12,7 @@ import type { RequestRateLimiter } from '../../use-cases/metering/request-rate.t
 import type { AccountLifecycle } from '../../use-cases/platform/account-lifecycle.ts'
 import type { AccountService } from '../../use-cases/platform/accounts.ts'
 import type { TeamService } from '../../use-cases/platform/team-service.ts'
+import type { WorkerPresence } from '../../use-cases/workers/worker-presence.ts'
 import type { ApiKeyDirectory } from './api-key-directory.ts'
 import type { LogHead } from './log-head.ts'
 import type { ProjectSlots } from './project-slots.ts'
@@ -29,6 +30,8 @@ export interface ApiContext {
   team: TeamService
   accountExports: AccountLifecycle
   requestRate: RequestRateLimiter
+  /** The workers this process saw (polls, heartbeats, acks, registrations), written every second. */
+  presence: WorkerPresence
   billing: BillingService
   promoCodes: PromoCodes
   /** What `is_admin` users do through `/platform/v1/admin`. */

@@ -5,6 +5,8 @@ import { ackStatuses } from '../../../../domain/job.ts'
 import { retryBaseDelayMs, retryJitterMs } from '../../../../domain/retry-policy.ts'
 import { claimForPoll, type CatchUp, type ClaimedJob } from '../../../use-cases/jobs/claimer.ts'
 import { registerRecurringSchedules } from '../../../use-cases/jobs/recurring-service.ts'
+import { describeWorkers, maxWorkersListed, workerGoneAfterMs } from '../../../use-cases/workers/worker-presence.ts'
+import { WorkerNotFound } from '../../../../domain/errors.ts'
 import type { ApiContext } from '../context.ts'
 import { runSerialPerKey } from '../../../use-cases/jobs/serial-per-key.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, serviceUnavailable } from '../errors.ts'
@@ -201,6 +203,50 @@ const registerSchema = {
   response: { 200: z.strictObject({ status: z.literal('registered') }), ...errorResponses(...writeCodes) },
 }
 
+/** A worker as `GET /jobsvc/v1/workers` shows it (services/use-cases/workers/worker-presence.ts). */
+const workerSchema = z
+  .strictObject({
+    worker_id: z.string(),
+    hostname: z.string().nullable().describe('as the worker registered it'),
+    sdk_version: z.string().nullable(),
+    queues: z.array(z.string()).describe('the queues of its last poll (or registration)'),
+    job_types: z.array(z.string()).describe('the job types it registered or last polled for; empty: any'),
+    registered_at: instant.nullable(),
+    last_poll_at: instant.nullable(),
+    last_seen_at: instant.describe('its last registration, poll, heartbeat or ack'),
+    status: z.enum(['active', 'gone']).describe(`\`gone\`: silent for over ${workerGoneAfterMs / 1000} s`),
+    running: z
+      .array(
+        z.strictObject({
+          job_id: z.string(),
+          job_type: z.string(),
+          queue: z.string(),
+          attempt: z.number().int(),
+          started_at: instant,
+          timeout_seconds: z.number().int(),
+          last_heartbeat_at: instant.nullable().describe("null: no heartbeat since this attempt's claim"),
+        }),
+      )
+      .describe('the jobs it is processing now'),
+    finished_last_hour: z.strictObject({ succeeded: z.number().int(), failed: z.number().int() }).describe('its acks in the last hour'),
+  })
+  .meta({ id: 'Worker' })
+
+const listWorkersSchema = {
+  summary: 'List the workers seen in the last hour',
+  description: `An extension (issue 26). Every worker that registered, polled, heartbeated or acked in the last hour, most recently seen first (at most ${maxWorkersListed}), with the jobs it is running and its acks of the last hour. What the API processes saw is written every second, so a worker shows up within about a second; one silent for ${workerGoneAfterMs / 1000} s is \`gone\`.`,
+  tags: ['Workers'],
+  response: { 200: z.strictObject({ data: z.array(workerSchema) }), ...errorResponses('forbidden') },
+}
+
+const getWorkerSchema = {
+  summary: 'One worker seen in the last hour',
+  description: 'As an item of the list; 404 `worker_not_found` for a worker not seen in the last hour.',
+  tags: ['Workers'],
+  params: z.object({ workerId: anyText() }),
+  response: { 200: workerSchema, ...errorResponses('forbidden', 'worker_not_found') },
+}
+
 function toPolledJob({ job, payload }: ClaimedJob) {
   return {
     id: job.id,
@@ -215,7 +261,7 @@ function toPolledJob({ job, payload }: ClaimedJob) {
 }
 
 export function workerRoutes(
-  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'watcher' | 'polls' | 'stopping' | 'requestRate'>,
+  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'watcher' | 'polls' | 'stopping' | 'requestRate' | 'presence'>,
 ): FastifyPluginAsync {
   const { deps, jobs } = ctx
   const catchUp: CatchUp = { projection: ctx.watcher, maxWaitMs: deps.config.tunables.read_your_writes_wait_ms }
@@ -245,6 +291,7 @@ export function workerRoutes(
         jobTypes: b.job_types ? [...new Set(b.job_types)] : null,
         capacity: b.capacity,
       }
+      ctx.presence.polled(claim.projectId, claim.workerId, claim.queues, claim.jobTypes, deps.now())
       const t = deps.config.tunables
       const waitMs = Math.min(b.wait_seconds === undefined ? t.poll_max_wait_ms : b.wait_seconds * 1000, t.poll_max_wait_ms)
       const deadline = Date.now() + waitMs
@@ -303,6 +350,7 @@ export function workerRoutes(
         { worker_id: b.worker_id, status: b.status, duration_ms: b.duration_ms ?? null, error: b.error ?? null, result: b.result ?? null },
         request.principal.project.retry_policies,
       )
+      ctx.presence.acked(request.principal.projectId, b.worker_id, b.status, deps.now())
       return reply.header('X-Event-Seq', String(seq)).send(outcome)
     })
 
@@ -342,6 +390,7 @@ export function workerRoutes(
             )
             lastSeq = Math.max(lastSeq, seq)
             results[index] = { job_id: ack.job_id, status: 200, body: outcome }
+            ctx.presence.acked(request.principal.projectId, ack.worker_id, ack.status, deps.now())
           } catch (err) {
             results[index] = { job_id: ack.job_id, ...itemFailure(request, err) }
           }
@@ -355,18 +404,35 @@ export function workerRoutes(
     app.post('/heartbeat', { schema: heartbeatSchema, config: { role: 'member' } }, async (request) => {
       const b = request.body
       await jobs.heartbeat(request.principal.projectId, b.job_id, b.worker_id, b.progress ?? null)
+      ctx.presence.beat(request.principal.projectId, b.worker_id, deps.now())
       return { status: 'ok' as const }
     })
 
     app.post('/register', { schema: registerSchema, config: { role: 'member' } }, async (request) => {
       const b = request.body
       const project = { id: request.principal.projectId, plan: request.principal.project.plan }
+      ctx.presence.registered(
+        project.id,
+        b.worker_id,
+        { hostname: b.hostname ?? null, sdkVersion: b.sdk_version ?? null, queues: [...new Set(b.queues)], jobTypes: [...new Set(b.job_types)] },
+        deps.now(),
+      )
       const results = await registerRecurringSchedules(deps, project, b.recurring_schedules ?? [], recurringSchedule, request.principal.actor)
       for (const r of results) {
         if (!r.ok)
           request.log.warn({ request_id: request.id, worker_id: b.worker_id, schedule: r.input, reason: r.reason }, 'register: schedule not saved')
       }
       return { status: 'registered' as const }
+    })
+
+    app.get('/', { schema: listWorkersSchema, config: { role: 'viewer' } }, async (request) => {
+      return { data: await describeWorkers(deps, ctx.presence, jobs, request.principal.projectId) }
+    })
+
+    app.get('/:workerId', { schema: getWorkerSchema, config: { role: 'viewer' } }, async (request) => {
+      const [worker] = await describeWorkers(deps, ctx.presence, jobs, request.principal.projectId, request.params.workerId)
+      if (worker === undefined) throw new WorkerNotFound(`no worker ${request.params.workerId} was seen in the last hour`)
+      return worker
     })
   }
 }
