@@ -8,6 +8,7 @@ import { AlertsPage } from './pages/alerts.js'
 import { ApiKeyPage } from './pages/api-key.js'
 import { BillingPage } from './pages/billing.js'
 import { EventsPage } from './pages/events.js'
+import { WorkersPage } from './pages/workers.js'
 import { JobPage, JobsPage } from './pages/jobs.js'
 import { OverviewPage } from './pages/overview.js'
 import { RecurringPage } from './pages/recurring.js'
@@ -61,6 +62,7 @@ function Shell({ me, projects, project, section, onLogout, children }) {
   const nav = [
     ['', 'Overview'],
     ['/jobs', 'Jobs'],
+    ['/workers', 'Workers'],
     ['/recurring', 'Schedules'],
     ['/alerts', 'Alerts'],
     ['/webhooks', 'Webhooks'],
@@ -109,6 +111,7 @@ function ProjectPages({ me, projects, path, onLogout, reloadProjects }) {
   else if (section === '') page = html`<${OverviewPage} project=${project} />`
   else if (section === '/jobs') page = html`<${JobsPage} project=${project} />`
   else if (section.startsWith('/jobs/')) page = html`<${JobPage} project=${project} jobId=${decodeURIComponent(section.slice(6))} />`
+  else if (section === '/workers') page = html`<${WorkersPage} project=${project} />`
   else if (section === '/recurring') page = html`<${RecurringPage} project=${project} />`
   else if (section === '/alerts') page = html`<${AlertsPage} project=${project} />`
   else if (section === '/webhooks') page = html`<${WebhooksPage} project=${project} />`

@@ -101,6 +101,25 @@ t.test('jobs created through the API are listed and filtered', async (t) => {
   t.equal(await rows.first().getAttribute('data-job'), deadJob, 'filtered by state and time window')
 })
 
+t.test('the Workers page lists a worker and follows it without a reload', async (t) => {
+  const worker = (path: string, body: object) => httpRequest(h.url, apiKey, 'POST', `/jobsvc/v1/workers/${path}`, body)
+  await worker('register', { worker_id: 'wrk-dash', queues: ['thumbs'], job_types: ['thumb.make'], hostname: 'render-1', sdk_version: 'node/0.1.0' })
+  await page.getByRole('link', { name: 'Workers', exact: true }).click()
+  const row = page.locator('table.workers tr[data-worker="wrk-dash"]')
+  await row.waitFor()
+  t.match(await row.textContent(), /render-1/, 'its host')
+  t.equal(await row.locator('[data-status]').getAttribute('data-status'), 'active')
+  t.equal(await row.locator('td[data-running]').getAttribute('data-running'), '0', 'idle at first')
+  const job = await api().create({ job_type: 'thumb.make', queue: 'thumbs', payload: {} })
+  await api().claimOne('thumbs', 'wrk-dash')
+  await row.locator('td[data-running="1"]').waitFor({ timeout: 20_000 })
+  t.equal(await row.locator(`a[href$="/jobs/${job.id}"]`).count(), 1, 'the job it runs, linked, shown without a reload')
+  await api().ack({ job_id: job.id, worker_id: 'wrk-dash', status: 'succeeded' })
+  await row.locator('td[data-finished]', { hasText: '1 succeeded' }).waitFor({ timeout: 20_000 })
+  const navFits = await page.locator('header.top').evaluate((el) => el.scrollWidth <= el.clientWidth)
+  t.ok(navFits, 'the navigation fits at 1,280 px')
+})
+
 t.test('the overview counts jobs by state (screenshot)', async (t) => {
   await page.getByRole('link', { name: 'Overview', exact: true }).click()
   await page.locator('[data-state=pending].number').waitFor()
