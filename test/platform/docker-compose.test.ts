@@ -1,8 +1,9 @@
 import { spawnSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { parse as parseYaml } from 'yaml'
+import { environmentSchema } from '../../services/infrastructure/config.ts'
 import { exactExpectationsSince, isVersionBefore } from '../../services/infrastructure/write-guard.ts'
 import { repoRoot } from '../support/harness.ts'
 
@@ -37,6 +38,9 @@ t.test('docker-compose: no fixed secret, and only the API published', async (t) 
 
 interface ComposeService {
   image?: string
+  build?: string
+  restart?: string
+  healthcheck?: { test: string[]; interval?: string; timeout?: string; retries?: number; start_period?: string }
   command?: string[]
   profiles?: string[]
   environment?: Record<string, string>
@@ -64,7 +68,7 @@ t.test('docker-compose: the "cluster" profile, which `docker compose up` does no
   )
   t.same(
     inProfile.map(([name]) => name).sort(),
-    ['api-1', 'api-2', 'cluster-install', 'dispatcher', 'nats-1', 'nats-2', 'nats-3', 'projector', 'proxy', 'scheduler'],
+    ['api-1', 'api-2', 'dispatcher', 'nats-1', 'nats-2', 'nats-3', 'projector', 'proxy', 'scheduler'],
     'the profile has three NATS nodes, two APIs, one of each background role and the proxy',
   )
   t.ok(
@@ -90,8 +94,8 @@ t.test('docker-compose cluster: three NATS nodes routed to each other as one Jet
       `${name} routes to the other two`,
     )
     t.match(services[name]!.volumes, [`${name}-data:/data`], `${name} has its own store`)
-    const version = /^nats:(\d+\.\d+\.\d+)$/.exec(services[name]!.image ?? '')?.[1]
-    t.ok(version, `${name} runs a pinned nats-server release (${services[name]!.image})`)
+    t.ok(command.includes('-m'), `${name} serves the monitoring port its health check asks`)
+    const version = /^nats:(\d+\.\d+\.\d+)-alpine$/.exec(services[name]!.image ?? '')?.[1]
     t.notOk(
       isVersionBefore(version ?? '0.0.0', exactExpectationsSince),
       `${name}: nats-server ${version}, whose replicated streams check expected sequences exactly`,
@@ -104,6 +108,7 @@ t.test('docker-compose cluster: the roles, their commands and environment', asyn
   t.same(processes.map(([, s]) => roleOf(s)).sort(), ['api', 'api', 'dispatcher', 'projector', 'scheduler'], 'two APIs and one of each other role')
   for (const [name, s] of processes) {
     t.same(s.command!.slice(0, 4), ['node', '--import', 'tsx', 'services/roles/main.ts'], `${name}: node is PID 1 and gets SIGTERM`)
+    t.equal(s.image, services.jobsvc!.image, `${name}: the image of the single-node stack`)
     t.notOk(s.command!.includes('--dev'), `${name}: not the development mode`)
     const env = s.environment!
     t.equal(env.JOBSVC_REPLICAS, '3', `${name}: three replicas`)
@@ -115,11 +120,9 @@ t.test('docker-compose cluster: the roles, their commands and environment', asyn
     t.match(env.JOBSVC_SECRET, /^\$\{JOBSVC_SECRET:\?[^}]+\}$/, `${name}: the secret comes from the environment`)
     t.match(env.DATABASE_URL, /@postgres:5432\/jobsvc_cluster$/, `${name}: a database apart from the single-node stack's`)
     t.equal(env.JOBSVC_NAMESPACE, services.jobsvc!.environment!.JOBSVC_NAMESPACE)
-    t.match(s.depends_on, { 'cluster-install': { condition: 'service_completed_successfully' }, postgres: { condition: 'service_healthy' } })
-    for (const node of clusterNodes) t.ok(s.depends_on![node], `${name} starts after ${node}`)
+    t.same(Object.keys(s.depends_on!).sort(), [...clusterNodes, 'postgres'], `${name} starts after the three NATS nodes and Postgres`)
     if (roleOf(s) === 'api') t.equal(env.TRUST_PROXY, '1', `${name} trusts the one proxy hop`)
   }
-  t.same(services['cluster-install']!.command, ['npm', 'ci'], 'one install before the processes that share the tree')
 })
 
 t.test('docker-compose cluster: only the proxy publishes a port, in front of both APIs', async (t) => {
@@ -137,6 +140,52 @@ t.test('docker-compose cluster: only the proxy publishes a port, in front of bot
   t.match(conf, /proxy_buffering off;/, 'the progress stream is not buffered')
   t.match(conf, /proxy_read_timeout (\d+)s;/, 'long polls outlive the read timeout')
   t.ok(Number(/proxy_read_timeout (\d+)s;/.exec(conf)?.[1]) > 30, 'a 30 s long poll is not cut')
+})
+
+/** The jobsvc processes: the services that run the image. */
+const processes = Object.entries(services).filter(([, s]) => s.build !== undefined)
+const isApi = (s: ComposeService) => s.command === undefined || roleOf(s) === 'api'
+
+t.test('docker-compose: every service restarts and has a health check; each waits until what it needs is healthy', async (t) => {
+  for (const [name, s] of Object.entries(services)) {
+    t.equal(s.restart, 'unless-stopped', `${name} restarts unless stopped by hand`)
+    t.equal(s.healthcheck?.test[0], 'CMD', `${name} has a health check, run without a shell`)
+    for (const [dependency, { condition }] of Object.entries(s.depends_on ?? {})) {
+      t.equal(condition, 'service_healthy', `${name} waits for ${dependency} to be healthy`)
+    }
+  }
+})
+
+t.test('docker-compose: the jobsvc processes run the image of the Dockerfile, not npm on a mounted tree', async (t) => {
+  t.same(processes.map(([name]) => name).sort(), ['api-1', 'api-2', 'dispatcher', 'jobsvc', 'projector', 'scheduler'])
+  for (const [name, s] of processes) {
+    t.ok(existsSync(join(repoRoot, s.build!, 'Dockerfile')), `${name} builds ./Dockerfile`)
+    t.equal(s.image, 'jobsvc:local', `${name}: one tag for every process`)
+    t.notOk(s.volumes, `${name} mounts nothing`)
+    t.equal(s.environment?.METRICS_PORT, '9464', `${name} serves /metrics on the port the image exposes`)
+    t.same(
+      s.healthcheck!.test,
+      isApi(s) ? ['CMD', 'node', 'deploy/healthcheck.mjs'] : ['CMD', 'node', 'deploy/healthcheck.mjs', 'metrics'],
+      `${name}: ${isApi(s) ? 'the readiness route' : 'NATS and Postgres up, as its /metrics says'}`,
+    )
+    const unknown = Object.keys(s.environment ?? {}).filter((key) => !(key in environmentSchema.shape))
+    t.same(unknown, [], `${name}: only variables of the configuration table`)
+  }
+  t.same(services.jobsvc!.ports, ['8080:8080'], 'only the API is published; /metrics stays on the compose network')
+  t.notMatch(compose, /npm ci|\.\/:\/app/, 'no install on a bind-mounted tree')
+})
+
+t.test('docker-compose: a current nats-server in every profile, healthy once JetStream is', async (t) => {
+  const nats = Object.entries(services).filter(([, s]) => s.image?.startsWith('nats:'))
+  t.same(nats.map(([name]) => name).sort(), ['nats', ...clusterNodes])
+  for (const [name, s] of nats) {
+    const version = /^nats:(\d+\.\d+\.\d+)-alpine$/.exec(s.image!)?.[1]
+    t.ok(version, `${name}: a pinned release, alpine for wget in the health check (${s.image})`)
+    t.notOk(isVersionBefore(version ?? '0.0.0', '2.10.0'), `${name}: nats-server ${version} is 2.10 or later`)
+    t.ok(s.command!.includes('-js'), `${name} runs JetStream`)
+    t.equal(s.command![s.command!.indexOf('-m') + 1], '8222', `${name} serves the monitoring port`)
+    t.same(s.healthcheck!.test, ['CMD', 'wget', '-q', '-O', '/dev/null', 'http://127.0.0.1:8222/healthz'], `${name}: /healthz`)
+  }
 })
 
 const hasDockerCompose = spawnSync('docker', ['compose', 'version'], { encoding: 'utf8' }).status === 0

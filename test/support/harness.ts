@@ -237,12 +237,22 @@ export interface SpawnedService {
 
 /**
  * Runs `services/roles/main.ts` as a separate process, as `npm start` would, and resolves when it logs
- * its ready line.
+ * its ready line. `from` runs another copy of the service (`command` in `cwd`, with only
+ * `baseEnv` beneath `env`), as a production install in a folder of its own runs it.
  */
-export async function spawnService(env: Record<string, string>, args: string[] = []): Promise<SpawnedService> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'services/roles/main.ts', ...args], {
+export async function spawnService(
+  env: Record<string, string>,
+  args: string[] = [],
+  from: { cwd: string; command: string[]; baseEnv: NodeJS.ProcessEnv } = {
     cwd: repoRoot,
-    env: { ...process.env, PORT: '0', LOG_LEVEL: 'info', JOBSVC_SECRET: testSecret, ...env },
+    command: ['node', '--import', 'tsx', 'services/roles/main.ts'],
+    baseEnv: process.env,
+  },
+): Promise<SpawnedService> {
+  const [node, ...nodeArgs] = from.command
+  const child = spawn(node === 'node' ? process.execPath : node!, [...nodeArgs, ...args], {
+    cwd: from.cwd,
+    env: { ...from.baseEnv, PORT: '0', LOG_LEVEL: 'info', JOBSVC_SECRET: testSecret, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let out = ''
