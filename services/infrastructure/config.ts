@@ -255,6 +255,8 @@ export interface Config {
   /** Fastify's `trustProxy`: false, every hop (true), a number of hops, or the proxies' addresses. */
   trustProxy: boolean | number | string[]
   webhookAllowHosts: string[]
+  /** Development mode (`--dev`): webhooks may target loopback addresses (a receiver on this machine). */
+  webhookAllowLoopback: boolean
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
   /** METRICS_PORT; null: no metrics endpoint. */
   metricsPort: number | null
@@ -343,7 +345,10 @@ function toVersionSunset(e: z.infer<typeof environmentSchema>): VersionSunset | 
  * process never runs on a throw-away key, which would end every session at a restart and leave
  * what it sealed unreadable to the install's other processes.
  */
-export function loadConfig(env: Record<string, string | undefined>, options: { devSecretFile?: string | null } = {}): Readonly<Config> {
+export function loadConfig(
+  env: Record<string, string | undefined>,
+  options: { devSecretFile?: string | null; dev?: boolean } = {},
+): Readonly<Config> {
   const parsed = environmentSchema.safeParse(env)
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!
@@ -386,6 +391,7 @@ export function loadConfig(env: Record<string, string | undefined>, options: { d
     webhookAllowHosts: e.WEBHOOK_ALLOW_HOSTS.split(',')
       .map((s) => s.trim())
       .filter(Boolean),
+    webhookAllowLoopback: options.dev ?? false,
     logLevel: e.LOG_LEVEL,
     metricsPort: e.METRICS_PORT ?? null,
     metricsToken: e.METRICS_TOKEN ?? null,

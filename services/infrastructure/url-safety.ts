@@ -45,6 +45,13 @@ for (const [net, prefix] of [
   blockedV6.addSubnet(net, prefix, 'ipv6')
 }
 
+/** 127.0.0.0/8 and ::1: this machine (allowed as a webhook target in development mode). */
+export function isLoopbackAddress(address: string): boolean {
+  const family = isIP(address)
+  if (family === 4) return address.startsWith('127.')
+  return family === 6 && (address === '::1' || address === '0:0:0:0:0:0:0:1')
+}
+
 export function isPublicAddress(address: string): boolean {
   const family = isIP(address)
   if (family === 0) return false
@@ -99,6 +106,7 @@ export async function checkWebhookUrl(
   allowHosts: readonly string[],
   resolve: HostResolver = systemResolver,
   signal?: AbortSignal,
+  allowLoopback = false,
 ): Promise<UrlVerdict> {
   if (raw.length > 2048) return { ok: false, reason: 'url must be at most 2048 characters' }
   let url: URL
@@ -120,6 +128,12 @@ export async function checkWebhookUrl(
       return { ok: false, reason: `url host ${host} does not resolve` }
     }
   }
-  if (addresses.length === 0 || !addresses.every(isPublicAddress)) return { ok: false, reason: `url host ${host} is not a public address` }
+  if (allowLoopback && addresses.length > 0 && addresses.every(isLoopbackAddress)) return { ok: true, url, addresses }
+  if (addresses.length === 0 || !addresses.every(isPublicAddress)) {
+    return {
+      ok: false,
+      reason: `url host ${host} is not a public address; to deliver to it anyway, add ${hostPort(url)} to WEBHOOK_ALLOW_HOSTS (loopback targets are allowed with --dev)`,
+    }
+  }
   return { ok: true, url, addresses }
 }

@@ -89,7 +89,7 @@ function commandOf(argv: string[]): Command {
 async function main(argv: string[]): Promise<void> {
   const dev = argv[0] === '--dev'
   const command = commandOf(dev ? argv.slice(1) : argv)
-  const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null })
+  const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null, dev })
   const log = createLogger({ logLevel: config.logLevel === 'info' ? 'warn' : config.logLevel })
   const runtime = await openRuntime(config, log, 'jobsvc-cli')
   try {

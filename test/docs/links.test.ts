@@ -92,6 +92,21 @@ t.test('every repository path the README and docs/ name in backticks exists', as
   t.same(missing, [], missing.length === 0 ? 'every one exists' : `${missing.length} missing:\n${missing.join('\n')}`)
 })
 
+/** Relative paths of a page, linked or in backticks, that lead out of the repository (a clone has nothing there). */
+function pathsOutside(page: string): string[] {
+  const text = prose(readFileSync(join(repoRoot, page), 'utf8'))
+  const outside: string[] = []
+  for (const m of text.matchAll(/(?:`|\]\()((?:\.\.\/)+[^`)\s]*)/g)) {
+    if (normalize(join(dirname(page), m[1]!)).startsWith('..')) outside.push(`${page}:${lineAt(text, m.index)}: ${m[1]}`)
+  }
+  return outside
+}
+
+t.test('no page points out of the repository', async (t) => {
+  const outside = pages.flatMap(pathsOutside)
+  t.same(outside, [], outside.length === 0 ? 'none does' : `${outside.length} outside:\n${outside.join('\n')}`)
+})
+
 t.test('the checks see what they check', async (t) => {
   t.ok(pages.length >= 5, `README.md and the docs pages (${pages.join(', ')})`)
   t.ok(anchorsOf('README.md').has('security-and-limits'), 'a README heading has its GitHub id')
@@ -99,4 +114,5 @@ t.test('the checks see what they check', async (t) => {
   t.equal(slug('API description (OpenAPI)'), 'api-description-openapi')
   t.equal(slug('Where the spec says "not shown"'), 'where-the-spec-says-not-shown')
   t.ok(repositoryPath.test('services/roles/api/app.ts') && !repositoryPath.test('test/**/*.test.ts'), 'paths are told from globs')
+  t.same(pathsOutside('docs/architecture.md'), [], 'a page of docs/ may link up to the README')
 })

@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process'
 import { readFile, rm, writeFile } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { repoRoot, startHarness } from '../support/harness.ts'
+import { installEnv, repoRoot, startHarness } from '../support/harness.ts'
 import { freePort } from './support.ts'
 
 // The SDK README's five-minute example and the README's worker quick starts, run as written
@@ -59,3 +59,19 @@ async function quickStart(t: Test, language: 'ts' | 'python', name: string, comm
 
 t.test('the README quick start’s TypeScript worker', (t) => quickStart(t, 'ts', '.readme-worker.ts', [process.execPath, '--import', 'tsx']))
 t.test('the README quick start’s Python worker', (t) => quickStart(t, 'python', '.readme-worker.py', ['python3']))
+
+t.test('the README quick start’s shell steps: a project, a job, its poll and its ack with a result', async (t) => {
+  const blocks = await codeBlocks('README.md', 'sh')
+  const steps = blocks.find((b) => b.includes('project create --name demo'))!
+  const script = steps.replaceAll('localhost:8080', new URL(h.url).host)
+  const output = await new Promise<string>((resolve, reject) =>
+    execFile(
+      'bash',
+      ['-euo', 'pipefail', '-c', script],
+      { cwd: repoRoot, env: { ...env, ...installEnv(h.config) }, timeout: 60_000 },
+      (err, stdout, stderr) => (err ? reject(new Error(`${String(err)}\n${stdout}${stderr}`)) : resolve(stdout)),
+    ),
+  )
+  t.match(output, /"state":"succeeded"/, 'the job ran through poll and ack')
+  t.match(output, /"result":\{"sent":true\}/, 'and shows the ack’s result')
+})

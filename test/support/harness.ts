@@ -56,6 +56,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     publicUrl: null,
     trustProxy: false,
     webhookAllowHosts: [],
+    webhookAllowLoopback: false,
     logLevel: 'silent',
     plans: resolvePlans(),
     billingWebhookSecret: null,

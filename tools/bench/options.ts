@@ -194,5 +194,5 @@ function toOptions(argv: string[]): Options {
 
 /** The configuration the service reads from `env`; under --dev, with the development mode's secret file. */
 export function loadServiceConfig(env: NodeJS.ProcessEnv, dev: boolean): Readonly<Config> {
-  return loadConfig(env, { devSecretFile: dev ? devSecretFileName : null })
+  return loadConfig(env, { devSecretFile: dev ? devSecretFileName : null, dev })
 }

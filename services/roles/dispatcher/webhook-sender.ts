@@ -39,7 +39,10 @@ export class WebhookSender {
     const secrets = this.#secrets.of(hook, now)
     if (secrets === null) return { status: null, reason: 'unsealable' }
     const deadline = AbortSignal.timeout(deps.config.tunables.webhook_timeout_ms)
-    const verdict = await beforeDeadline(checkWebhookUrl(hook.url, deps.config.webhookAllowHosts, deps.resolveHost, deadline), deadline)
+    const verdict = await beforeDeadline(
+      checkWebhookUrl(hook.url, deps.config.webhookAllowHosts, deps.resolveHost, deadline, deps.config.webhookAllowLoopback),
+      deadline,
+    )
     if (verdict === 'timeout') return { status: null, reason: 'timeout' }
     if (!verdict.ok) return { status: null, reason: 'blocked' }
     const headers: Record<string, string | number> = {

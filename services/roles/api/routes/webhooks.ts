@@ -265,7 +265,13 @@ async function checkEventsAsSent(request: FastifyRequest): Promise<void> {
 /** The URL's safety rules, checked after the schema: 400 `invalid_request`. */
 async function checkSubscription(ctx: Pick<ApiContext, 'deps'>, input: { url?: string | undefined }): Promise<void> {
   if (input.url !== undefined) {
-    const verdict = await checkWebhookUrl(input.url, ctx.deps.config.webhookAllowHosts, ctx.deps.resolveHost)
+    const verdict = await checkWebhookUrl(
+      input.url,
+      ctx.deps.config.webhookAllowHosts,
+      ctx.deps.resolveHost,
+      undefined,
+      ctx.deps.config.webhookAllowLoopback,
+    )
     if (!verdict.ok) throw invalidRequest(`body.url: ${verdict.reason}`)
   }
 }
