@@ -92,7 +92,7 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   return false
 }
 
-function databaseName(url: string): string {
+export function databaseName(url: string): string {
   const name = decodeURIComponent(new URL(url).pathname.replace(/^\//, ''))
   if (!name) throw new Error(`DATABASE_URL names no database: ${url}`)
   return name

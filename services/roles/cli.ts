@@ -3,7 +3,10 @@ import { isEmailAddress } from '../../domain/email-address.ts'
 import { isPlan, maxProjectNameLength, plans } from '../../domain/project/index.ts'
 import type { User } from '../../domain/user.ts'
 import { ConfigError, devSecretFileName, loadConfig } from '../infrastructure/config.ts'
-import { StreamSettingsMismatch } from '../../streams/definitions.ts'
+import { deleteNamespace, StreamSettingsMismatch } from '../../streams/definitions.ts'
+import { connectNats } from '../../streams/connection.ts'
+import { databaseName, dropDatabase } from '../../projections/database.ts'
+import type { Config } from '../infrastructure/config.ts'
 import { AccountService } from '../use-cases/platform/accounts.ts'
 import { createProject } from '../use-cases/projects/project-service.ts'
 import { createLogger, openRuntime, type Runtime } from '../infrastructure/runtime.ts'
@@ -13,7 +16,8 @@ const usage = `usage:
   npm run --silent cli -- user suspend --email E
   npm run --silent cli -- user reinstate --email E
   npm run --silent cli -- user admin --email E
-  npm run --silent cli -- user unadmin --email E`
+  npm run --silent cli -- user unadmin --email E
+  npm run --silent cli -- install remove --confirm NAMESPACE`
 
 function emailOption(value: string | undefined, required: boolean): string | null {
   const email = value?.trim() ?? null
@@ -88,7 +92,9 @@ function commandOf(argv: string[]): Command {
  */
 async function main(argv: string[]): Promise<void> {
   const dev = argv[0] === '--dev'
-  const command = commandOf(dev ? argv.slice(1) : argv)
+  const args = dev ? argv.slice(1) : argv
+  if (args[0] === 'install' && args[1] === 'remove') return removeInstall(args.slice(2), dev)
+  const command = commandOf(args)
   const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null, dev })
   const log = createLogger({ logLevel: config.logLevel === 'info' ? 'warn' : config.logLevel })
   const runtime = await openRuntime(config, log, 'jobsvc-cli')
@@ -97,6 +103,28 @@ async function main(argv: string[]): Promise<void> {
   } finally {
     await runtime.close()
   }
+}
+
+/**
+ * Removes the install of JOBSVC_NAMESPACE: its streams and key-value buckets on NATS and its
+ * database (DATABASE_URL), whatever they hold; the log and every read model are gone. `--confirm`
+ * must repeat the namespace, so a command run against the wrong environment removes nothing.
+ * Nothing is opened or created first (the runtime would create what is missing).
+ */
+async function removeInstall(args: string[], dev: boolean): Promise<void> {
+  const { values } = parseArgs({ args, options: { confirm: { type: 'string' } } })
+  const config: Readonly<Config> = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null, dev })
+  if (values.confirm !== config.namespace) {
+    throw new ConfigError(`--confirm must repeat the namespace to remove (JOBSVC_NAMESPACE is ${config.namespace}); nothing was removed`)
+  }
+  const nats = await connectNats(config.natsUrl, 'jobsvc-cli')
+  try {
+    await deleteNamespace(nats.jsm, config.namespace)
+  } finally {
+    await nats.nc.close()
+  }
+  await dropDatabase(config.databaseUrl)
+  process.stdout.write(JSON.stringify({ removed_namespace: config.namespace, dropped_database: databaseName(config.databaseUrl) }) + '\n')
 }
 
 main(process.argv.slice(2)).catch((err) => {

@@ -77,12 +77,23 @@ const claimFrom = async (queue: string, worker: string) => {
 
 await eventually(caughtUp, 30_000, 'the projector to read the old log')
 
+/**
+ * What the code that wrote the log answered, plus the fields added since, as they read on jobs of
+ * that log: `result` (issue 26) is null, since no ack of that time carried one.
+ */
+const withNewFields = (job: object) => ({ ...job, result: null })
+
 t.test('every job, its history and the list read as the code that wrote them answered', async (t) => {
   for (const name of Object.keys(jobs)) {
-    t.strictSame(await getJob(name), recorded.job[name], `GET ${name}`)
+    t.strictSame(await getJob(name), withNewFields(recorded.job[name]!), `GET ${name}`)
     t.strictSame(await ok('GET', `/jobsvc/v1/jobs/${jobs[name]}/history?limit=500`), recorded.history[name], `history of ${name}`)
   }
-  t.strictSame(await ok('GET', '/jobsvc/v1/jobs?limit=100'), recorded.list, 'the list, from the read model built from the old log')
+  const list = recorded.list as { data: object[] }
+  t.strictSame(
+    await ok('GET', '/jobsvc/v1/jobs?limit=100'),
+    { ...list, data: list.data.map(withNewFields) },
+    'the list, from the read model built from the old log',
+  )
 })
 
 t.test('jobs of the old log are claimed, reported on and acknowledged', async (t) => {

@@ -243,7 +243,7 @@ const getWorkerSchema = {
   summary: 'One worker seen in the last hour',
   description: 'As an item of the list; 404 `worker_not_found` for a worker not seen in the last hour.',
   tags: ['Workers'],
-  params: z.object({ workerId: anyText() }),
+  params: z.object({ workerId }),
   response: { 200: workerSchema, ...errorResponses('forbidden', 'worker_not_found') },
 }
 
