@@ -108,6 +108,10 @@ export const environmentSchema = z.object({
     .optional()
     .describe("base URL of an OTLP/HTTP collector (spans go to <url>/v1/traces); unset: the service's own spans are not recorded"),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level'),
+  LOG_FORMAT: z
+    .enum(['json', 'pretty'])
+    .optional()
+    .describe('json (one object per line) or pretty (human-readable); default pretty with --dev on a terminal, json otherwise'),
   JOBSVC_V1_SUNSET: z.iso
     .datetime({ offset: true })
     .optional()
@@ -258,6 +262,8 @@ export interface Config {
   /** Development mode (`--dev`): webhooks may target loopback addresses (a receiver on this machine). */
   webhookAllowLoopback: boolean
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL']
+  /** `pretty`: human-readable lines (development on a terminal); `json`: one object per line, for log pipelines. */
+  logFormat: 'json' | 'pretty'
   /** METRICS_PORT; null: no metrics endpoint. */
   metricsPort: number | null
   /** METRICS_TOKEN; null: /metrics asks for no credentials. */
@@ -347,7 +353,7 @@ function toVersionSunset(e: z.infer<typeof environmentSchema>): VersionSunset | 
  */
 export function loadConfig(
   env: Record<string, string | undefined>,
-  options: { devSecretFile?: string | null; dev?: boolean } = {},
+  options: { devSecretFile?: string | null; dev?: boolean; terminal?: boolean } = {},
 ): Readonly<Config> {
   const parsed = environmentSchema.safeParse(env)
   if (!parsed.success) {
@@ -393,6 +399,7 @@ export function loadConfig(
       .filter(Boolean),
     webhookAllowLoopback: options.dev ?? false,
     logLevel: e.LOG_LEVEL,
+    logFormat: e.LOG_FORMAT ?? (options.dev === true && options.terminal === true ? 'pretty' : 'json'),
     metricsPort: e.METRICS_PORT ?? null,
     metricsToken: e.METRICS_TOKEN ?? null,
     otlpEndpoint: e.OTEL_EXPORTER_OTLP_ENDPOINT ?? null,

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto'
 import type { KV } from '@nats-io/kv'
 import type { Tracer } from '@opentelemetry/api'
 import { pino, type Logger } from 'pino'
+import pinoPretty from 'pino-pretty'
 import { monotonicFactory } from 'ulid'
 import { ensureDatabase, openSql, type Sql } from '../../projections/database.ts'
 import { migrate } from '../../projections/migrate.ts'
@@ -79,8 +80,22 @@ export interface Runtime extends Deps {
   close(): Promise<void>
 }
 
-export function createLogger(config: Pick<Config, 'logLevel'>): Logger {
-  return pino({ level: config.logLevel })
+/**
+ * The process's logger: one JSON object per line, or with `logFormat` `pretty` (development on a
+ * terminal) human-readable lines through pino-pretty, written as they come (`destination`:
+ * stdout unless given).
+ */
+export function createLogger(config: Pick<Config, 'logLevel'> & { logFormat?: Config['logFormat'] }, destination?: NodeJS.WritableStream): Logger {
+  if (config.logFormat !== 'pretty')
+    return destination === undefined ? pino({ level: config.logLevel }) : pino({ level: config.logLevel }, destination)
+  const stream = pinoPretty({
+    colorize: destination === undefined && process.stdout.isTTY === true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname',
+    sync: true,
+    ...(destination === undefined ? {} : { destination }),
+  })
+  return pino({ level: config.logLevel }, stream)
 }
 
 /**

@@ -95,8 +95,8 @@ async function main(argv: string[]): Promise<void> {
   const args = dev ? argv.slice(1) : argv
   if (args[0] === 'install' && args[1] === 'remove') return removeInstall(args.slice(2), dev)
   const command = commandOf(args)
-  const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null, dev })
-  const log = createLogger({ logLevel: config.logLevel === 'info' ? 'warn' : config.logLevel })
+  const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null, dev, terminal: process.stdout.isTTY === true })
+  const log = createLogger({ logLevel: config.logLevel === 'info' ? 'warn' : config.logLevel, logFormat: config.logFormat })
   const runtime = await openRuntime(config, log, 'jobsvc-cli')
   try {
     process.stdout.write(JSON.stringify(await command(runtime)) + '\n')

@@ -35,7 +35,7 @@ function parseArguments(argv: string[]): { roles: Role[]; dev: boolean } {
 
 async function main(): Promise<void> {
   const { roles: selected, dev } = parseArguments(process.argv.slice(2))
-  const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null, dev })
+  const config = loadConfig(process.env, { devSecretFile: dev ? devSecretFileName : null, dev, terminal: process.stdout.isTTY === true })
   const log = createLogger(config)
   if (config.devSecretFile !== null) {
     log.warn(

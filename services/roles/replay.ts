@@ -29,7 +29,11 @@ async function main(): Promise<void> {
   if (values.subject !== undefined && values.project !== undefined) throw new UsageError('give --subject or --project, not both')
   const scope: FailureScope | null =
     values.subject !== undefined ? { subject: values.subject } : values.project !== undefined ? { projectId: values.project } : null
-  const config = loadConfig(process.env, { devSecretFile: values.dev ? devSecretFileName : null, dev: values.dev ?? false })
+  const config = loadConfig(process.env, {
+    devSecretFile: values.dev ? devSecretFileName : null,
+    dev: values.dev ?? false,
+    terminal: process.stdout.isTTY === true,
+  })
   const log = createLogger(config)
   const runtime = await openRuntime(config, log, 'jobsvc-replay')
   try {

@@ -58,6 +58,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     webhookAllowHosts: [],
     webhookAllowLoopback: false,
     logLevel: 'silent',
+    logFormat: 'json',
     plans: resolvePlans(),
     billingWebhookSecret: null,
     v1Sunset: null,
