@@ -99,6 +99,17 @@ t.test('jobs created through the API are listed and filtered', async (t) => {
   await page.getByRole('button', { name: 'Apply' }).click()
   await eventually(async () => (await rows.count()) === 1, 15_000, 'one dead-lettered job')
   t.equal(await rows.first().getAttribute('data-job'), deadJob, 'filtered by state and time window')
+
+  await page.getByLabel('State').selectOption('')
+  await page.getByLabel('Created').selectOption('')
+  await page.getByRole('button', { name: 'Apply' }).click()
+  await eventually(async () => (await rows.count()) === 6, 15_000, 'all six again')
+  const late = await api().create({ queue: 'mail', payload: { to: 'late@example.com' }, tags: { tenant: 'acme' } })
+  await page.locator(`table.jobs tr[data-job="${late.id}"]`).waitFor({ timeout: 15_000 })
+  t.pass('a job created after the page loaded is listed without a reload')
+  await page.locator(`a[href$="/jobs/${late.id}"]`).click()
+  await page.locator('[data-field=tags]', { hasText: 'tenant=acme' }).waitFor()
+  t.pass('the job page shows its tags')
 })
 
 t.test('the Workers page lists a worker and follows it without a reload', async (t) => {
@@ -123,7 +134,7 @@ t.test('the Workers page lists a worker and follows it without a reload', async 
 t.test('the overview counts jobs by state (screenshot)', async (t) => {
   await page.getByRole('link', { name: 'Overview', exact: true }).click()
   await page.locator('[data-state=pending].number').waitFor()
-  t.equal(await page.locator('.number[data-state=pending]').textContent(), '5')
+  t.equal(await page.locator('.number[data-state=pending]').textContent(), '6')
   t.equal(await page.locator('.number[data-state=dead_letter]').textContent(), '1')
   await page.getByRole('cell', { name: 'mail', exact: true }).waitFor()
   const latency = page.locator('svg[aria-label^="Attempt durations"]')
@@ -136,6 +147,13 @@ t.test('a dead-lettered job: its error and history, then Retry, watched live to 
   await page.locator(`a[href$="/jobs/${deadJob}"]`).click()
   await page.locator('.job-error', { hasText: sampleFailure.message }).waitFor()
   t.match(await page.locator('pre.stack').textContent(), /at charge \(worker\/billing\.ts:42:11\)/, 'the stack trace')
+  t.equal(await page.locator('[data-field=timeout]').textContent(), '1800 s', 'its timeout')
+  t.equal(await page.locator('[data-field=worker]').textContent(), 'worker-dashboard-test', 'the worker of its last attempt')
+  t.match(
+    await page.locator('.timeline .attempt-error').first().textContent(),
+    new RegExp(`attempt 1: ${sampleFailure.type}: ${sampleFailure.message}`),
+    "each attempt's error, in the history",
+  )
   const history = await page.locator('.timeline .event-type').allTextContents()
   t.same(history.slice(0, 2), ['created', 'claimed'], 'the history, oldest first')
   t.ok(

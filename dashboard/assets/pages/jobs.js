@@ -1,7 +1,10 @@
 import { useEffect, useState } from 'preact/hooks'
 import { call, followJob } from '../api.js'
 import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
-import { ErrorNotice, html, Link, ListStatus, Loading, navigate, Pager, Table, useCursorPages, useLoad, useSubmit } from '../ui.js'
+import { ErrorNotice, html, Link, ListStatus, Loading, navigate, Pager, Table, useCursorPages, useEvery, useLoad, useSubmit } from '../ui.js'
+
+/** How often the first page of the list is read again (each read is a request of the project's hourly limit). */
+const listRefreshMs = 5000
 
 const windows = { '': 'Any time', '1h': 'Last hour', '24h': 'Last 24 hours', '7d': 'Last 7 days', '30d': 'Last 30 days' }
 const windowMs = { '1h': 3_600_000, '24h': 86_400_000, '7d': 7 * 86_400_000, '30d': 30 * 86_400_000 }
@@ -23,11 +26,13 @@ export function JobsPage({ project }) {
   const [draft, setDraft] = useState(filters)
   const pages = useCursorPages()
   const cursor = pages.cursor
-  const { data, error, loading } = useLoad(() => {
+  const { data, error, loading, reload } = useLoad(() => {
     const query = { state: filters.state, queue: filters.queue, job_type: filters.job_type, limit: 25, cursor }
     if (filters.window) query.created_after = new Date(Date.now() - windowMs[filters.window]).toISOString()
     return call('GET', '/jobsvc/v1/jobs', { project: project.id, query })
   }, [project.id, filters, cursor])
+  // The newest page follows new jobs and state changes by itself; an older page stays put while read.
+  useEvery(listRefreshMs, cursor === null, reload)
   const apply = (event) => {
     event.preventDefault()
     const params = new URLSearchParams(Object.entries(draft).filter(([, v]) => v !== ''))
@@ -85,6 +90,13 @@ function Timeline({ events }) {
         html`<li data-event=${event.type}>
           <span class="event-type">${event.type.replace(/^job_/, '').replaceAll('_', ' ')}</span>
           <time datetime=${event.time}>${formatTime(event.time)}</time>
+          ${
+            event.data?.error
+              ? html`<p class="attempt-error">
+                  attempt ${event.data.attempt}: <strong>${event.data.error.type}</strong>: ${event.data.error.message}
+                </p>`
+              : null
+          }
           ${
             Object.keys(event.data).length > 0
               ? html`<details>
@@ -153,6 +165,22 @@ export function JobPage({ project, jobId }) {
       <div><dt>Started</dt><dd>${formatTime(job.started_at)}</dd></div>
       <div><dt>Completed</dt><dd>${formatTime(job.completed_at)}</dd></div>
       <div><dt>Duration</dt><dd>${formatDuration(job.duration_ms)}</dd></div>
+      <div><dt>Timeout</dt><dd data-field="timeout">${job.timeout_seconds} s</dd></div>
+      <div><dt>Run at</dt><dd>${job.run_at ? formatTime(job.run_at) : 'immediately'}</dd></div>
+      <div><dt>Worker</dt><dd data-field="worker">${job.worker_id ?? '—'}</dd></div>
+      <div>
+        <dt>Parent</dt>
+        <dd data-field="parent">
+          ${job.parent_job_id ? html`<${Link} to=${`/projects/${project.id}/jobs/${encodeURIComponent(job.parent_job_id)}`}><code>${job.parent_job_id}</code></${Link}>` : '—'}
+        </dd>
+      </div>
+      <div><dt>Trace</dt><dd data-field="trace">${job.traceparent ? html`<code>${job.traceparent.split('-')[1]}</code>` : '—'}</dd></div>
+      <div>
+        <dt>Tags</dt>
+        <dd data-field="tags">
+          ${job.tags && Object.keys(job.tags).length > 0 ? Object.entries(job.tags).map(([k, v]) => html`<span class="tag"><code>${k}=${v}</code></span> `) : '—'}
+        </dd>
+      </div>
     </dl>
     ${
       job.error
