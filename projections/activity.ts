@@ -467,11 +467,14 @@ async function page(
   targetTypes: readonly string[] | null,
   after: PagePosition | null,
   limit: number,
+  kinds: { only: readonly string[] | null; without: readonly string[] | null } = { only: null, without: null },
 ): Promise<Page<ActivityEntry>> {
   const rows = await db<ActivityEntry[]>`
     SELECT id, kind, target_type, target_id, summary, metadata, created_at FROM activity
     WHERE project_id = ${projectId}
       ${targetTypes === null ? db`` : db`AND target_type = ANY(${targetTypes as string[]})`}
+      ${kinds.only === null ? db`` : db`AND kind = ANY(${kinds.only as string[]})`}
+      ${kinds.without === null ? db`` : db`AND kind <> ALL(${kinds.without as string[]})`}
       ${after ? db`AND (created_at, id) < (${after.created_at}, ${after.id})` : db``}
     ORDER BY created_at DESC, id DESC
     LIMIT ${limit + 1}`

@@ -60,4 +60,22 @@ t.test('the activity feed', async (t) => {
     const theirs = await h.request('GET', '/jobsvc/v1/activity', undefined, { authorization: `Bearer ${other.apiKey}` })
     t.same(theirs.body.data, [], "another project's feed is its own")
   })
+
+  await t.test('extension: kinds and exclude_kinds filter the feed; a bad list is 400', async (t) => {
+    const cancelled = await h.request('POST', `/jobsvc/v1/jobs/${created[0]}/cancel`)
+    t.equal(cancelled.status, 200)
+    const only = await eventually(async () => {
+      const res = await h.request('GET', '/jobsvc/v1/activity?kinds=job_cancelled')
+      return res.body.data.some((r: { target_id: string }) => r.target_id === created[0]) ? res : null
+    })
+    t.ok(
+      only.body.data.every((r: { kind: string }) => r.kind === 'job_cancelled'),
+      'only cancellations',
+    )
+    const without = await h.request('GET', '/jobsvc/v1/activity?exclude_kinds=job_created&limit=100')
+    t.ok(without.body.data.length >= 1 && without.body.data.every((r: { kind: string }) => r.kind !== 'job_created'), 'no job creation')
+    const bad = await h.request('GET', '/jobsvc/v1/activity?kinds=Job-Created')
+    t.equal(bad.status, 400)
+    t.equal(bad.body.error.code, 'invalid_request')
+  })
 })

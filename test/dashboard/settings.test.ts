@@ -156,7 +156,11 @@ t.test('a viewer sees no team or billing controls, and the service refuses them 
   })
   await viewerPage.getByRole('link', { name: 'Activity', exact: true }).click()
   await viewerPage.getByText('Webhooks, keys, the team and billing are in the trail shown to admins and the owner.').waitFor()
+  await viewerPage.getByRole('table').or(viewerPage.locator('p.empty')).first().waitFor()
+  t.equal(await viewerPage.locator('tr[data-kind="job_created"]').count(), 0, 'job creations are hidden at first')
+  await viewerPage.getByLabel('Show job creations').check()
   await viewerPage.locator('tr[data-kind="job_created"]').first().waitFor()
+  t.pass('and shown when asked for')
   t.equal(await viewerPage.locator('tr[data-kind="webhook_created"], tr[data-kind="member_invited"]').count(), 0, 'no webhook or invitation row')
   const feedText = (await viewerPage.locator('main').textContent()) ?? ''
   t.notMatch(feedText, /8\.8\.8\.8|new-teammate@example\.com/, 'neither the URL nor the invitee is on the page')

@@ -8,8 +8,41 @@ import { cursorPage, errorResponses, instant } from '../openapi.ts'
 import { clampLimit, decodeCursor, encodeCursor } from '../pagination.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 import { cursorText, limitText, minSeq } from '../query-fields.ts'
+import { boundedString } from '../text-fields.ts'
 
-const listQuery = z.object({ limit: limitText, cursor: cursorText, min_seq: minSeq })
+/** Kinds one filter may name: more than the spec's enumeration holds. */
+const maxKindsPerFilter = 100
+
+/** A comma-separated list of activity kinds (an extension, issue 26: the dashboard hides job creations). */
+const kindList = boundedString(4000)
+  .optional()
+  .transform((text, ctx) => {
+    if (text === undefined) return null
+    const kinds = [
+      ...new Set(
+        text
+          .split(',')
+          .map((k) => k.trim())
+          .filter((k) => k !== ''),
+      ),
+    ]
+    if (kinds.length > maxKindsPerFilter || kinds.some((k) => !/^[a-z0-9_]{1,64}$/.test(k))) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `a comma-separated list of at most ${maxKindsPerFilter} activity kinds (lower-case letters, digits, _)`,
+      })
+      return z.NEVER
+    }
+    return kinds
+  })
+
+const listQuery = z.object({
+  limit: limitText,
+  cursor: cursorText,
+  min_seq: minSeq,
+  kinds: kindList.describe('extension: only these kinds, comma-separated (e.g. `job_dead_lettered,alert_triggered`)'),
+  exclude_kinds: kindList.describe('extension: every kind but these, comma-separated (e.g. `job_created`)'),
+})
 
 export const activityItem = z
   .strictObject({
@@ -33,7 +66,7 @@ export const trailTargetsBelowAdmin = ['job', 'recurring', 'alert']
 
 const listSchema = {
   summary: "The project's audit trail, newest first",
-  description: `\`limit\` is clamped to 1–100 (default 20). \`min_seq\` (an \`X-Event-Seq\` value) makes the read wait until the feed includes that write. An API key, an admin or the owner reads every row; a viewer's or member's session reads only the rows whose \`target_type\` is ${trailTargetsBelowAdmin.map((t) => `\`${t}\``).join(', ')}.`,
+  description: `\`limit\` is clamped to 1–100 (default 20). Extensions: \`kinds\` keeps only the kinds it lists, \`exclude_kinds\` leaves out those it lists (both comma-separated); a cursor stays valid with the same filters. \`min_seq\` (an \`X-Event-Seq\` value) makes the read wait until the feed includes that write. An API key, an admin or the owner reads every row; a viewer's or member's session reads only the rows whose \`target_type\` is ${trailTargetsBelowAdmin.map((t) => `\`${t}\``).join(', ')}.`,
   tags: ['Activity'],
   querystring: listQuery,
   response: { 200: cursorPage(activityItem), ...errorResponses('invalid_cursor') },
@@ -51,7 +84,10 @@ export function activityRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher'
       const after = q.cursor === undefined ? null : decodeCursor(q.cursor)
       await awaitOwnWrites(ctx, projectId, q.min_seq)
       const wholeTrail = hasRoleAtLeast(request.principal.role, 'admin')
-      const { rows, hasMore } = await activityFeed.page(deps.sql, projectId, wholeTrail ? null : trailTargetsBelowAdmin, after, limit)
+      const { rows, hasMore } = await activityFeed.page(deps.sql, projectId, wholeTrail ? null : trailTargetsBelowAdmin, after, limit, {
+        only: q.kinds,
+        without: q.exclude_kinds,
+      })
       const page = rows.map((r) => ({ ...r, created_at: r.created_at.toISOString() }))
       const last = page.at(-1)
       return { data: page, has_more: hasMore, next_cursor: hasMore && last ? encodeCursor({ created_at: last.created_at, id: last.id }) : null }
