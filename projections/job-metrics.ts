@@ -282,6 +282,27 @@ async function throughputRows(
   return result?.rows ?? []
 }
 
+/**
+ * The p50, p95 and p99 histogram indexes of every attempt finished in the buckets of `resolution`
+ * from `first` to `last` of one queue (or all, null): their histograms summed, then ranked. Null
+ * when none finished.
+ */
+async function windowPercentileIndexes(
+  db: Queryable,
+  projectId: string,
+  window: { resolution: Resolution; queue: string | null; first: Date; last: Date },
+): Promise<{ p50: number | null; p95: number | null; p99: number | null }> {
+  const [row] = await db<{ p50: number | null; p95: number | null; p99: number | null }[]>`
+    WITH summed AS (
+      SELECT array_agg(n ORDER BY i) AS h FROM (
+        SELECT i, sum(x)::int AS n FROM job_throughput, unnest(durations) WITH ORDINALITY AS u(x, i)
+        WHERE project_id = ${projectId} AND resolution = ${window.resolution} AND queue = ${window.queue ?? allQueues}
+          AND bucket_start >= ${window.first} AND bucket_start <= ${window.last}
+        GROUP BY i) per_index)
+    SELECT histogram_rank_index(h, 0.50) AS p50, histogram_rank_index(h, 0.95) AS p95, histogram_rank_index(h, 0.99) AS p99 FROM summed`
+  return row ?? { p50: null, p95: null, p99: null }
+}
+
 /** Per job type, the sums of the buckets of `resolution` from `first` to `last`: the most created first, at most `limit`. */
 async function jobTypeTotals(db: Queryable, projectId: string, window: { resolution: Resolution; first: Date; last: Date; limit: number }) {
   return db<
@@ -304,5 +325,5 @@ export const jobMetrics = readModel(
     tables: ['job_state_counts', 'job_throughput', 'job_type_stats'],
     apply: (tx, records) => applyMetricDeltas(tx, metricDeltasOf(records)),
   },
-  { stateCounts, queueDepths, throughputRows, jobTypeTotals, subtractStateCounts, pruneMinuteThroughput },
+  { stateCounts, queueDepths, throughputRows, windowPercentileIndexes, jobTypeTotals, subtractStateCounts, pruneMinuteThroughput },
 )

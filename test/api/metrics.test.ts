@@ -155,6 +155,20 @@ t.test('metrics routes agree with direct counts over the jobs', async (t) => {
     }
     const empty = alpha.body.buckets.find((b: { succeeded: number; failed: number }) => b.succeeded === 0 && b.failed === 0)
     if (empty) t.equal(empty.p50_ms, null, 'no durations, no percentile')
+
+    // Extension: the window's own percentiles, from the minute buckets' histograms merged.
+    const merged = await h.request('GET', `/jobsvc/v1/metrics/throughput?from=${from}&until=${until}&interval=minute&queue=alpha&percentiles=window`)
+    t.equal(merged.status, 200)
+    for (const [field, p] of [
+      ['p50_ms', 0.5],
+      ['p95_ms', 0.95],
+      ['p99_ms', 0.99],
+    ] as const) {
+      const exact = percentile(durations, p)
+      const got = merged.body.window_percentiles[field]
+      t.ok(Math.abs(got - exact) <= exact * 0.05 + 1, `window ${field} ${got} within 5% of ${exact}, whichever minutes they fell in`)
+    }
+    t.notOk('window_percentiles' in minutely.body, 'only when asked for')
   })
 
   t.test('job types: volume, success rate and average duration', async (t) => {

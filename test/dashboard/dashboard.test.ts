@@ -137,6 +137,14 @@ t.test('the overview counts jobs by state (screenshot)', async (t) => {
   t.equal(await page.locator('.number[data-state=pending]').textContent(), '6')
   t.equal(await page.locator('.number[data-state=dead_letter]').textContent(), '1')
   await page.getByRole('cell', { name: 'mail', exact: true }).waitFor()
+  const hour = await httpRequest(h.url, apiKey, 'GET', '/jobsvc/v1/metrics/throughput?percentiles=window')
+  for (const key of ['p50_ms', 'p95_ms', 'p99_ms']) {
+    t.equal(
+      await page.locator(`[data-percentile=${key}]`).getAttribute('data-ms'),
+      String(hour.body.window_percentiles[key] ?? ''),
+      `the hour's ${key.slice(0, 3)}, of every attempt it finished (not the worst minute's)`,
+    )
+  }
   const latency = page.locator('svg[aria-label^="Attempt durations"]')
   t.ok((await latency.locator('.line-p50_ms, .line-p99_ms').count()) > 0, 'the failed attempts plot p50 and p99 durations')
   await page.screenshot({ path: join(screenshots, 'overview.png'), fullPage: true })

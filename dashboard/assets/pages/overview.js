@@ -89,18 +89,12 @@ function LatencyChart({ buckets }) {
   </svg>`
 }
 
-/** The worst (highest) percentile among buckets that had finished attempts. */
-const worst = (buckets, key) => {
-  const values = buckets.map((b) => b[key]).filter((v) => v !== null)
-  return values.length === 0 ? null : Math.max(...values)
-}
-
 export function OverviewPage({ project }) {
   const { data, error, loading } = useLoad(async () => {
     const q = { project: project.id }
     const [summary, throughput, queues] = await Promise.all([
       call('GET', '/jobsvc/v1/metrics/summary', q),
-      call('GET', '/jobsvc/v1/metrics/throughput', q),
+      call('GET', '/jobsvc/v1/metrics/throughput', { ...q, query: { percentiles: 'window' } }),
       call('GET', '/jobsvc/v1/metrics/queues', q),
     ])
     return { summary, throughput, queues }
@@ -135,18 +129,15 @@ export function OverviewPage({ project }) {
         <dt>Failed attempts</dt>
         <dd>${totals.failed}</dd>
       </div>
-      <div>
-        <dt>p50</dt>
-        <dd>${formatDuration(worst(buckets, 'p50_ms'))}</dd>
-      </div>
-      <div>
-        <dt>p95</dt>
-        <dd>${formatDuration(worst(buckets, 'p95_ms'))}</dd>
-      </div>
-      <div>
-        <dt>p99</dt>
-        <dd>${formatDuration(worst(buckets, 'p99_ms'))}</dd>
-      </div>
+      ${['p50_ms', 'p95_ms', 'p99_ms'].map(
+        (key) =>
+          html`<div>
+            <dt>${key.slice(0, 3)} of the hour's attempts</dt>
+            <dd data-percentile=${key} data-ms=${throughput.window_percentiles?.[key] ?? ''}>
+              ${formatDuration(throughput.window_percentiles?.[key] ?? null)}
+            </dd>
+          </div>`,
+      )}
     </dl>
     <${ThroughputChart} buckets=${buckets} />
     <p class="legend small">

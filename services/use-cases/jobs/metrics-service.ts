@@ -77,6 +77,21 @@ export interface ThroughputBucket extends ThroughputCounts {
 
 const valueAt = (index: number | null | undefined): number | null => (index === null || index === undefined ? null : histogramValue(index))
 
+/** The durations of every attempt finished in the window, as one set: what no bucket's percentiles can give. */
+export async function windowPercentiles(
+  deps: Deps,
+  projectId: string,
+  window: { from: Date; until: Date; interval: Resolution; queue: string | null },
+): Promise<{ p50_ms: number | null; p95_ms: number | null; p99_ms: number | null }> {
+  const i = await jobMetrics.windowPercentileIndexes(deps.sql, projectId, {
+    resolution: window.interval,
+    queue: window.queue,
+    first: new Date(bucketStart(window.from.getTime(), window.interval)),
+    last: new Date(bucketStart(window.until.getTime(), window.interval)),
+  })
+  return { p50_ms: valueAt(i.p50), p95_ms: valueAt(i.p95), p99_ms: valueAt(i.p99) }
+}
+
 /** Contiguous buckets from the one holding `from` to the one holding `until`, empty ones included. */
 export async function throughput(
   deps: Deps,

@@ -11,7 +11,7 @@ import { clampLimit } from '../pagination.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 import { limitText, minSeq, queueFilter, windowBoundText } from '../query-fields.ts'
 import { boundedString } from '../text-fields.ts'
-import { queueDepths, summary, throughput, topJobTypes } from '../../../use-cases/jobs/metrics-service.ts'
+import { queueDepths, summary, throughput, topJobTypes, windowPercentiles } from '../../../use-cases/jobs/metrics-service.ts'
 
 const hourMs = 3_600_000
 const dayMs = 24 * hourMs
@@ -59,7 +59,15 @@ const summaryQuery = z.object({
   min_seq: minSeq,
 })
 const queuesQuery = z.object({ limit: limitText, min_seq: minSeq })
-const throughputQuery = z.object({ ...windowQuery, interval: boundedString(100).optional(), queue: queueFilter })
+const throughputQuery = z.object({
+  ...windowQuery,
+  interval: boundedString(100).optional(),
+  queue: queueFilter,
+  percentiles: z
+    .enum(['window'])
+    .optional()
+    .describe('extension: `window` adds `window_percentiles`, of every attempt finished in the window (the buckets merged), not the worst bucket'),
+})
 const jobTypesQuery = z.object({ ...windowQuery, limit: limitText })
 
 const stateCounts = z
@@ -95,6 +103,10 @@ export const throughputResponse = z.strictObject({
   from: instant,
   until: instant,
   queue: z.string().nullable(),
+  window_percentiles: z
+    .strictObject({ p50_ms: z.number().int().nullable(), p95_ms: z.number().int().nullable(), p99_ms: z.number().int().nullable() })
+    .optional()
+    .describe('with percentiles=window: the durations of every attempt finished in the window, within 5%; null when none finished'),
   buckets: z.array(
     z.strictObject({
       start: instant.describe('UTC start of the bucket'),
@@ -198,12 +210,14 @@ export function metricsRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' 
           throw rangeTooLarge(`a ${resolution} interval serves windows of at most ${limit}`)
         }
         await awaitOwnWrites(ctx, projectId, q.min_seq)
+        const asked = { ...window, interval: resolution, queue: nonEmpty(q.queue) }
         return {
           interval: resolution,
           from: window.from.toISOString(),
           until: window.until.toISOString(),
           queue: nonEmpty(q.queue),
-          buckets: await throughput(deps, projectId, { ...window, interval: resolution, queue: nonEmpty(q.queue) }),
+          ...(q.percentiles === 'window' ? { window_percentiles: await windowPercentiles(deps, projectId, asked) } : {}),
+          buckets: await throughput(deps, projectId, asked),
         }
       },
     )
