@@ -72,6 +72,11 @@ t.test('sign up, verify through the e-mailed link, log in with TOTP', async (t) 
   await page.getByRole('button', { name: 'Log in' }).click()
   await page.getByRole('heading', { name: 'Overview' }).waitFor()
   t.match(page.url(), new RegExp(`/dashboard/projects/${projectId}$`))
+  // An empty project's overview: which key is current, and a worker and a job to copy.
+  await page.locator('.first-steps').waitFor()
+  t.ok(apiKey.startsWith((await page.locator('.first-steps [data-key-prefix]').textContent())!.replace('…', '')), 'the current key, by its prefix')
+  t.match(await page.locator('[data-snippet=worker]').textContent(), new RegExp(`baseUrl: '${h.url}'`), 'a worker pointed at this service')
+  t.match(await page.locator('[data-snippet=job]').textContent(), /\/jobsvc\/v1\/jobs/, 'and a job to create')
 })
 
 const api = () => projectJobsApi(h, apiKey, { jobType: 'email.send' })

@@ -89,6 +89,41 @@ function LatencyChart({ buckets }) {
   </svg>`
 }
 
+/**
+ * What a project with no job yet shows instead of empty charts: where its key is, and a worker
+ * and a job to copy. The key itself is shown once, when it is made (sign-up, rotation): here its
+ * prefix says which one is current.
+ */
+function FirstSteps({ project }) {
+  const origin = location.origin
+  const worker = `// npm install ./jobsvc-sdk-0.1.0.tgz   (packed from the service's repository: npm pack -w @jobsvc/sdk)
+import { JobsvcClient, Worker } from '@jobsvc/sdk'
+
+const client = new JobsvcClient({ baseUrl: '${origin}', apiKey: process.env.JOBSVC_API_KEY })
+const worker = new Worker({ client, queues: ['default'], handlers: { hello: async (job) => ({ greeted: job.payload.name }) } })
+await worker.start()
+process.once('SIGTERM', () => void worker.stop())`
+  const job = `curl -s -X POST ${origin}/jobsvc/v1/jobs -H "Authorization: Bearer $JOBSVC_API_KEY" \\
+  -H 'content-type: application/json' -d '{"job_type":"hello","payload":{"name":"Ada"}}'`
+  return html`<section class="first-steps" aria-labelledby="first-steps-title">
+    <h2 id="first-steps-title">No jobs yet: run your first one</h2>
+    <ol>
+      <li>
+        Your API key is the one starting <code data-key-prefix>${project.api_key_prefix ?? ''}…</code>, shown once when it was made. Lost it?
+        <${Link} to=${`/projects/${project.id}/api-key`}>Rotate it</${Link}> to see a new one (the old one keeps working for 24 hours).
+      </li>
+      <li>
+        Start a worker with it (<code>JOBSVC_API_KEY=… node worker.mjs</code>):
+        <pre class="snippet" data-snippet="worker">${worker}</pre>
+      </li>
+      <li>
+        Create a job; it appears here, and the worker runs it:
+        <pre class="snippet" data-snippet="job">${job}</pre>
+      </li>
+    </ol>
+  </section>`
+}
+
 export function OverviewPage({ project }) {
   const { data, error, loading } = useLoad(async () => {
     const q = { project: project.id }
@@ -113,6 +148,7 @@ export function OverviewPage({ project }) {
   )
   return html`<section aria-labelledby="overview-title">
     <h1 id="overview-title">Overview</h1>
+    ${summary.total === 0 ? html`<${FirstSteps} project=${project} />` : null}
     <h2>Jobs by state <span class="muted small">(${summary.total} in all)</span></h2>
     <${StateCounts} project=${project.id} counts=${summary.counts} />
     <h2>Last hour</h2>
