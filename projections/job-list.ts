@@ -400,13 +400,16 @@ export interface ExportedJobRow {
   tags: string | null
   error: string | null
   payload: string
+  /** JSON text; null: no result. */
+  result: string | null
 }
 
 /** A project's jobs created within `window` (both ends included), oldest first: a query to stream with a cursor. */
 function exportRows(db: Queryable, projectId: string, window: { from: Date; until: Date }) {
   return db<ExportedJobRow[]>`
     SELECT id, created_at, job_type, queue, state, attempt, max_attempts, timeout_seconds, run_at, started_at, completed_at,
-      duration_ms, worker_id, progress, parent_job_id, idempotency_key, tags::text AS tags, error::text AS error, payload::text AS payload
+      duration_ms, worker_id, progress, parent_job_id, idempotency_key, tags::text AS tags, error::text AS error, payload::text AS payload,
+      result::text AS result
     FROM jobs WHERE project_id = ${projectId} AND created_at >= ${window.from} AND created_at <= ${window.until}
     ORDER BY created_at, id`
 }

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { eventually, startHarness } from '../support/harness.ts'
+import { eventually, startHarness, withClockShifted } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
 
 // Issue 26, item 2: job results. A worker's handler returns a value; the ack carries it as
@@ -101,4 +101,38 @@ t.test('a continuation attached after its parent succeeded leaves the parent’s
     return job.state === 'succeeded' ? job : null
   })
   t.same(parent.result, { parent: 'output' }, 'read back from the message that recorded the success')
+})
+
+t.test('the export carries results only when asked (include=result), as the last field or column', async (t) => {
+  const { id, res } = await runToAck('r-export', { status: 'succeeded', result: { rows: 7 } })
+  await listed('r-export', res.headers.get('x-event-seq')!)
+  const from = new Date(Date.now() - 3_600_000).toISOString()
+  const until = new Date(Date.now() + 60_000).toISOString()
+  const lines = await h.request('GET', `/jobsvc/v1/jobs/export?from=${from}&until=${until}&include=result`)
+  t.equal(lines.status, 200)
+  const rows = (lines.body as string)
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l))
+  const mine = rows.find((r) => r.id === id)
+  t.same(mine.result, { rows: 7 })
+  t.equal(Object.keys(mine).at(-1), 'result', 'after the spec’s fields')
+  t.ok(
+    rows.filter((r) => r.id !== id && r.state !== 'succeeded').every((r) => r.result === null),
+    'null without one',
+  )
+  await withClockShifted(h.runtime, 61_000, async () => {
+    const csv = await h.request('GET', `/jobsvc/v1/jobs/export?from=${from}&until=${until}&format=csv&include=result`)
+    t.equal(csv.status, 200)
+    const [header, ...records] = (csv.body as string).trim().split('\r\n')
+    t.match(header, /,Payload,Result$/, 'Result is the last column')
+    t.ok(
+      records.some((r) => r.startsWith(id) && r.endsWith('"{""rows"":7}"')),
+      'the result as JSON text',
+    )
+  })
+  await withClockShifted(h.runtime, 122_000, async () => {
+    const plain = await h.request('GET', `/jobsvc/v1/jobs/export?from=${from}&until=${until}`)
+    t.notOk('result' in JSON.parse((plain.body as string).trim().split('\n')[0]!), 'without include, the spec’s fields only')
+  })
 })

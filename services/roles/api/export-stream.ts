@@ -214,7 +214,25 @@ function csvRecord(row: ExportRow): unknown[] {
 
 const jobsLayout: ExportLayout<ExportRow> = { name: 'jobs', jsonLine, csvColumns, csvRecord }
 
+/**
+ * The spec's layout with each job's result last (`include=result`, an extension): raw JSON in
+ * JSONL (null without one), JSON text in a `Result` column. Without it an export is the spec's.
+ */
+const jobsWithResultLayout: ExportLayout<ExportRow> = {
+  name: 'jobs',
+  jsonLine: (row) => `${jsonLine(row).slice(0, -2)},"result":${row.result ?? 'null'}}\n`,
+  csvColumns: [...csvColumns, 'Result'],
+  csvRecord: (row) => [...csvRecord(row), row.result],
+}
+
 /** A project's jobs in the window, oldest first, as JSONL or CSV (spec, Jobs export). */
-export function sendJobsExport(deps: Deps, reply: FastifyReply, projectId: string, window: ExportWindow): FastifyReply {
-  return sendExport(deps, reply, jobsLayout, { projectId, window, query: jobList.exportRows(deps.sql, projectId, window) })
+export function sendJobsExport(
+  deps: Deps,
+  reply: FastifyReply,
+  projectId: string,
+  window: ExportWindow,
+  options = { withResult: false },
+): FastifyReply {
+  const layout = options.withResult ? jobsWithResultLayout : jobsLayout
+  return sendExport(deps, reply, layout, { projectId, window, query: jobList.exportRows(deps.sql, projectId, window) })
 }

@@ -229,6 +229,10 @@ const exportSchema = {
     from: windowBoundText.describe('ISO 8601 date-time, start of the window (required)'),
     until: windowBoundText.describe('ISO 8601 date-time, end of the window (required)'),
     format: formatText.describe('`jsonl` (default) or `csv`'),
+    include: z
+      .enum(['result'])
+      .optional()
+      .describe('extension: `result` adds each job’s result (the last JSONL field, raw JSON or null; a last CSV column `Result`, JSON text)'),
   }),
   response: {
     200: mediaResponse('The jobs, streamed', {
@@ -541,7 +545,7 @@ export function jobRoutes(
         data: { from: window.from.toISOString(), until: window.until.toISOString(), format: window.format },
         meta: { now: deps.now().toISOString(), actor: request.principal.actor },
       })
-      return sendJobsExport(deps, reply, projectId, window)
+      return sendJobsExport(deps, reply, projectId, window, { withResult: request.query.include === 'result' })
     })
 
     app.get('/:jobId', { schema: readSchema, config: { role: 'viewer' } }, async (request, reply) => {
