@@ -1,6 +1,6 @@
 import { call } from '../api.js'
 import { formatDuration, formatTime, jobStates } from '../format.js'
-import { ErrorNotice, html, Link, Loading, Table, useLoad } from '../ui.js'
+import { ErrorNotice, html, Link, Loading, Table, useEvery, useLoad } from '../ui.js'
 
 const stateLabel = (state) => state.replace('_', ' ')
 
@@ -124,8 +124,11 @@ process.once('SIGTERM', () => void worker.stop())`
   </section>`
 }
 
+/** How often the overview is read again while open (four requests of the project's hourly limit each time). */
+const overviewRefreshMs = 15000
+
 export function OverviewPage({ project }) {
-  const { data, error, loading } = useLoad(async () => {
+  const { data, error, loading, reload } = useLoad(async () => {
     const q = { project: project.id }
     const [summary, throughput, queues] = await Promise.all([
       call('GET', '/jobsvc/v1/metrics/summary', q),
@@ -134,6 +137,7 @@ export function OverviewPage({ project }) {
     ])
     return { summary, throughput, queues }
   }, [project.id])
+  useEvery(overviewRefreshMs, true, reload)
   if (error) return html`<${ErrorNotice} error=${error} />`
   if (loading && !data) return html`<${Loading} />`
   const { summary, throughput, queues } = data

@@ -7,6 +7,8 @@ const deliveryStatuses = ['pending', 'delivered', 'failed']
 
 /** How often a page showing pending deliveries reads them again (each read is a request of the hourly limit). */
 const pendingPollMs = 5000
+/** How often the newest page is read again when nothing is pending: new deliveries show up by themselves. */
+const idlePollMs = 15000
 
 const noFilters = { status: '', event_type: '', since: '', until: '' }
 
@@ -66,7 +68,9 @@ export function Deliveries({ project, webhookId, active, refreshKey }) {
     () => call('GET', path, { project: project.id, query: { limit: 25, cursor, ...toQuery(filters) } }),
     [project.id, path, filters, cursor, refreshKey],
   )
-  useEvery(pendingPollMs, data?.data.some((d) => d.status === 'pending') ?? false, reload)
+  // Pending attempts are followed closely; otherwise the newest page still picks up new deliveries.
+  const hasPending = data?.data.some((d) => d.status === 'pending') ?? false
+  useEvery(hasPending ? pendingPollMs : idlePollMs, hasPending || cursor === null, reload)
   const redeliver = useSubmit(async (delivery) => {
     const fresh = await call('POST', `${path}/${encodeURIComponent(delivery.id)}/redeliver`, { project: project.id })
     setRedelivered(fresh)
