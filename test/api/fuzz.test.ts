@@ -11,6 +11,7 @@ import {
 } from '../support/hostile-requests.ts'
 import { asAnswered, asStoredErrorText, readJobsBack, roundTripMismatches, type JobView } from '../support/round-trip.ts'
 import { newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
+import { AccountService } from '../../services/use-cases/platform/accounts.ts'
 
 // Issue 13, "Every answer in the envelope": a seeded run of hostile requests over every route
 // the OpenAPI document lists gets no 5xx, and every answer carries X-Request-Id; every error
@@ -40,7 +41,12 @@ const schedule = await httpRequest(h.url, owner.apiKey, 'PUT', '/jobsvc/v1/recur
 if (schedule.status === 200 || schedule.status === 201) ids.push('rjob_fuzz')
 ids.push(owner.userId)
 
-const doc = (await httpRequest(h.url, null, 'GET', '/jobsvc/v1/openapi.json')).body
+// Every route, the staff routes too: they are left out of the public document and described to
+// staff alone. A staff member reads the whole one; the requests go with the owner's credentials,
+// as before, so a staff route answers them as it answers anyone who is not staff.
+const staffer = await newVerifiedUser(h)
+await new AccountService(h.runtime).setAdmin(staffer.email, true)
+const doc = (await httpRequest(h.url, null, 'GET', '/platform/v1/admin/openapi.json', undefined, { authorization: `Bearer ${staffer.jwt}` })).body
 const operations = operationsOf(doc)
 const creds: Credentials = { apiKey: owner.apiKey, otherApiKey: other.apiKey, jwt: owner.jwt, projectId: owner.projectId, ids }
 

@@ -26,7 +26,13 @@ interface Document {
 }
 
 const described = await httpRequest<Document>(h.url, null, 'GET', '/jobsvc/v1/openapi.json')
-const doc = described.body
+const publicDoc = described.body
+// The whole description, staff routes included (served to staff at /platform/v1/admin/openapi.json):
+// what the checks below hold every route to.
+const built = await buildApp(h.runtime, new AbortController().signal)
+t.teardown(() => built.app.close())
+await built.app.ready()
+const doc = built.app.swagger() as unknown as Document
 const methods = ['get', 'put', 'post', 'delete', 'patch']
 const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
   Object.entries(item)
@@ -68,10 +74,28 @@ function registeredRoutes(tree: string): Array<{ method: string; path: string }>
   return routes
 }
 
+t.test('the public document is the whole one without the staff routes', async (t) => {
+  const staffPaths = Object.keys(doc.paths).filter((p) => p.startsWith('/platform/v1/admin'))
+  t.ok(staffPaths.length >= 5, `the whole one has the staff routes (${staffPaths.length})`)
+  t.same(
+    Object.keys(publicDoc.paths).filter((p) => p.startsWith('/platform/v1/admin')),
+    [],
+    'the public one has none',
+  )
+  t.same(
+    Object.keys(publicDoc.paths).sort(),
+    Object.keys(doc.paths)
+      .filter((p) => !staffPaths.includes(p))
+      .sort(),
+    'and every other route',
+  )
+  t.notOk(JSON.stringify(publicDoc).includes('StaffProject'), "nor the staff routes' own schemas")
+  const page = await httpRequest<Document>(h.url, null, 'GET', '/docs/json')
+  t.same(Object.keys(page.body.paths).sort(), Object.keys(publicDoc.paths).sort(), 'the reference page at /docs shows the public one')
+})
+
 t.test('every registered route is in the document', async (t) => {
-  const { app } = await buildApp(h.runtime, new AbortController().signal)
-  t.teardown(() => app.close())
-  await app.ready()
+  const app = built.app
   const routes = registeredRoutes(app.printRoutes({ commonPrefix: false }))
   t.ok(routes.length > 100, `${routes.length} method and path pairs registered`)
   t.ok(

@@ -253,6 +253,27 @@ function tidy(value: unknown, key = ''): void {
 const transformObject: SwaggerTransformObject = (document) => {
   const full = jsonSchemaTransformObject(document) as ReturnType<SwaggerTransformObject> & { components?: { schemas?: Record<string, object> } }
   tidy(full)
+  return withUsedSchemasOnly(full)
+}
+
+/** The staff routes' prefix: documented to staff only (`GET /platform/v1/admin/openapi.json`), not in the public document. */
+export const staffRoutesPrefix = '/platform/v1/admin'
+
+/**
+ * The public API description: the whole document without the staff routes, nor the schemas only
+ * they use. Staff read the whole one from their own route.
+ */
+export function publicDocument<D extends Record<string, unknown>>(whole: D): D {
+  const paths = Object.fromEntries(
+    Object.entries((whole.paths ?? {}) as Record<string, unknown>).filter(([path]) => !path.startsWith(staffRoutesPrefix)),
+  )
+  return withUsedSchemasOnly({ ...whole, paths } as never) as unknown as D
+}
+
+/** The document with only the component schemas its paths (and those schemas) refer to. */
+function withUsedSchemasOnly(
+  full: ReturnType<SwaggerTransformObject> & { components?: { schemas?: Record<string, object> } },
+): ReturnType<SwaggerTransformObject> {
   const schemas: Record<string, object> = full.components?.schemas ?? {}
   const prefix = '#/components/schemas/'
   const pending = [...refsIn({ ...full, components: { ...full.components, schemas: {} } }, new Set())]
@@ -277,7 +298,7 @@ function documentedSchema(schema: z.ZodType): Record<string, unknown> {
   return rest
 }
 
-const openApiDocument = z
+export const openApiDocument = z
   .looseObject({ openapi: z.string(), info: z.looseObject({ title: z.string(), version: z.string() }), paths: z.record(z.string(), z.unknown()) })
   .describe('The OpenAPI document')
 
@@ -368,8 +389,13 @@ export async function registerApiDescription(app: FastifyInstance, publicUrl: st
     transform,
     transformObject,
   })
-  // Serves swagger-ui's own files from node_modules: the page works without a network.
-  await app.register(swaggerUi, { routePrefix: docsPrefix, uiConfig: { deepLinking: true } })
+  // Serves swagger-ui's own files from node_modules: the page works without a network. It shows
+  // the public document, as the route below serves it.
+  await app.register(swaggerUi, {
+    routePrefix: docsPrefix,
+    uiConfig: { deepLinking: true },
+    transformSpecification: (whole) => publicDocument(whole as Record<string, unknown>),
+  })
 
   app.withTypeProvider<ZodTypeProvider>().get(
     apiDescriptionPath,
@@ -377,7 +403,7 @@ export async function registerApiDescription(app: FastifyInstance, publicUrl: st
       schema: {
         summary: 'This API description',
         description:
-          'The OpenAPI 3.1 document of every route, generated from the schemas the routes validate with. The reference page at /docs renders it.',
+          'The OpenAPI 3.1 document of every route but the staff routes (documented to staff at `GET /platform/v1/admin/openapi.json`), generated from the schemas the routes validate with. The reference page at /docs renders it.',
         tags: ['Meta'],
         response: {
           200: openApiDocument,
@@ -385,6 +411,6 @@ export async function registerApiDescription(app: FastifyInstance, publicUrl: st
         },
       },
     },
-    async () => app.swagger() as z.output<typeof openApiDocument>,
+    async () => publicDocument(app.swagger() as unknown as Record<string, unknown>) as z.output<typeof openApiDocument>,
   )
 }

@@ -6,7 +6,7 @@ import { maxPromoUses, promoCodePattern, promoKinds } from '../../../../domain/p
 import type { User } from '../../../../domain/user.ts'
 import type { ApiContext } from '../context.ts'
 import { renderError, routeNotFound } from '../errors.ts'
-import { bodyCodes, instant, sessionErrorResponses } from '../openapi.ts'
+import { bodyCodes, instant, openApiDocument, sessionErrorResponses } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
 import { boundedString, patternText, storableText } from '../text-fields.ts'
 import { billingView } from './platform-billing.ts'
@@ -99,6 +99,13 @@ const projectSchema = {
   response: { 200: staffProject, ...sessionErrorResponses('route_not_found', 'project_not_found') },
 }
 
+const wholeDocumentSchema = {
+  summary: 'The whole API description, staff routes included',
+  description: `${staffOnly} The public document (\`GET /jobsvc/v1/openapi.json\`) leaves the staff routes out.`,
+  tags,
+  response: { 200: openApiDocument, ...sessionErrorResponses('route_not_found') },
+}
+
 const userSchema = {
   summary: 'Look a user up by id or e-mail address',
   description: staffOnly,
@@ -171,6 +178,8 @@ export function adminRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'staff' 
     })
     const r = app.withTypeProvider<ZodTypeProvider>()
     const staff = (request: FastifyRequest) => staffOf.get(request)!
+
+    r.get('/openapi.json', { schema: wholeDocumentSchema }, async () => app.swagger() as unknown as z.output<typeof openApiDocument>)
 
     r.get('/projects/:projectId', { schema: projectSchema }, async (request) => ctx.staff.project(request.params.projectId))
 
