@@ -74,6 +74,7 @@ t.test('sign up, verify through the e-mailed link, log in with TOTP', async (t) 
   t.match(page.url(), new RegExp(`/dashboard/projects/${projectId}$`))
   // An empty project's overview: which key is current, and a worker and a job to copy.
   await page.locator('.first-steps').waitFor()
+  t.equal(await page.locator('p[data-chart=latency]').textContent(), 'No attempt finished in the last hour.', 'an empty chart says so')
   t.ok(apiKey.startsWith((await page.locator('.first-steps [data-key-prefix]').textContent())!.replace('…', '')), 'the current key, by its prefix')
   t.match(await page.locator('[data-snippet=worker]').textContent(), new RegExp(`baseUrl: '${h.url}'`), 'a worker pointed at this service')
   t.match(await page.locator('[data-snippet=job]').textContent(), /\/jobsvc\/v1\/jobs/, 'and a job to create')
@@ -150,8 +151,20 @@ t.test('the overview counts jobs by state (screenshot)', async (t) => {
       `the hour's ${key.slice(0, 3)}, of every attempt it finished (not the worst minute's)`,
     )
   }
-  const latency = page.locator('svg[aria-label^="Attempt durations"]')
-  t.ok((await latency.locator('.line-p50_ms, .line-p99_ms').count()) > 0, 'the failed attempts plot p50 and p99 durations')
+  // Charts drawn by uPlot: axes with ticks, and a legend that reads the bucket under the cursor.
+  const latency = page.locator('[data-chart=latency]')
+  await latency.locator('canvas').waitFor()
+  t.ok((await latency.locator('.u-axis').count()) >= 2, 'the latency chart has its time and value axes')
+  t.same(await latency.locator('.u-legend .u-series .u-label').allTextContents(), ['Time', 'p50', 'p95', 'p99'], 'a legend of its series')
+  await latency.scrollIntoViewIfNeeded()
+  const box = (await latency.locator('.u-over').boundingBox())!
+  for (let x = box.x + box.width - 2; x > box.x; x -= 4) {
+    await page.mouse.move(x, box.y + box.height / 2)
+    if (((await latency.locator('.u-legend .u-series').nth(1).locator('.u-value').textContent()) ?? '—') !== '—') break
+  }
+  const legendText = await latency.locator('.u-legend').textContent()
+  t.match(legendText, /p50\s*\d/, `hovering a bucket reads its p50 (the tooltip): ${legendText} at ${JSON.stringify(box)}`)
+  t.ok((await page.locator('[data-chart=throughput] canvas').count()) === 1, 'the throughput chart is drawn')
   await page.screenshot({ path: join(screenshots, 'overview.png'), fullPage: true })
 })
 

@@ -1,5 +1,6 @@
 import { call } from '../api.js'
 import { formatDuration, formatTime, jobStates } from '../format.js'
+import { TimeChart } from '../chart.js'
 import { ErrorNotice, html, Link, Loading, Table, useEvery, useLoad } from '../ui.js'
 
 const stateLabel = (state) => state.replace('_', ' ')
@@ -18,76 +19,18 @@ function StateCounts({ project, counts }) {
   </ul>`
 }
 
-/** Bars for created / succeeded / failed per bucket; heights are set through the DOM, not style attributes (CSP). */
-function ThroughputChart({ buckets }) {
-  const peak = Math.max(1, ...buckets.map((b) => Math.max(b.created, b.succeeded, b.failed)))
-  const width = 100 / Math.max(1, buckets.length)
-  return html`<svg
-    class="chart"
-    viewBox="0 0 100 40"
-    preserveAspectRatio="none"
-    role="img"
-    aria-label="Jobs created, succeeded and failed per minute"
-  >
-    ${buckets.map(
-      (b, i) =>
-        html`<g>
-          <title>${formatTime(b.start)}: ${b.created} created, ${b.succeeded} succeeded, ${b.failed} failed</title>
-          <rect class="bar-created" x=${i * width} width=${width / 3} y=${40 - (b.created / peak) * 40} height=${(b.created / peak) * 40} />
-          <rect
-            class="bar-succeeded"
-            x=${i * width + width / 3}
-            width=${width / 3}
-            y=${40 - (b.succeeded / peak) * 40}
-            height=${(b.succeeded / peak) * 40}
-          />
-          <rect
-            class="bar-failed"
-            x=${i * width + (2 * width) / 3}
-            width=${width / 3}
-            y=${40 - (b.failed / peak) * 40}
-            height=${(b.failed / peak) * 40}
-          />
-        </g>`,
-    )}
-  </svg>`
-}
+const throughputSeries = [
+  { key: 'created', label: 'created', color: '#6b8fc7' },
+  { key: 'succeeded', label: 'succeeded', color: '#3a9a58' },
+  { key: 'failed', label: 'failed', color: '#c94a4a' },
+]
 
-const percentiles = ['p50_ms', 'p95_ms', 'p99_ms']
-
-/**
- * Attempt durations per bucket as three lines (p50, p95, p99); a bucket with no finished attempt
- * leaves a gap rather than a drop to zero.
- */
-function LatencyChart({ buckets }) {
-  const peak = Math.max(1, ...buckets.flatMap((b) => percentiles.map((key) => b[key] ?? 0)))
-  // 2 units of margin each side, so the first and last buckets' marks are not cut by the frame.
-  const step = 96 / Math.max(1, buckets.length - 1)
-  const runsOf = (key) => {
-    const runs = [[]]
-    buckets.forEach((b, i) => {
-      if (b[key] === null) runs.push([])
-      else runs.at(-1).push(`${(2 + i * step).toFixed(2)},${(40 - (b[key] / peak) * 38).toFixed(2)}`)
-    })
-    return runs.filter((run) => run.length > 0)
-  }
-  return html`<svg
-    class="chart"
-    viewBox="0 0 100 40"
-    preserveAspectRatio="none"
-    role="img"
-    aria-label="Attempt durations per minute: p50, p95 and p99"
-  >
-    <title>Attempt durations per minute, highest ${formatDuration(peak)}</title>
-    ${percentiles.map((key) =>
-      runsOf(key).map((run) =>
-        run.length === 1
-          ? html`<circle class=${`line-${key}`} cx=${run[0].split(',')[0]} cy=${run[0].split(',')[1]} r="0.8" />`
-          : html`<polyline class=${`line-${key}`} points=${run.join(' ')} vector-effect="non-scaling-stroke" />`,
-      ),
-    )}
-  </svg>`
-}
+/** p50, p95 and p99 of the attempts finished in each bucket; a bucket with none leaves a gap. */
+const latencySeries = [
+  { key: 'p50_ms', label: 'p50', color: '#3a9a58' },
+  { key: 'p95_ms', label: 'p95', color: '#d08b2c' },
+  { key: 'p99_ms', label: 'p99', color: '#c94a4a' },
+]
 
 /**
  * What a project with no job yet shows instead of empty charts: where its key is, and a worker
@@ -179,14 +122,24 @@ export function OverviewPage({ project }) {
           </div>`,
       )}
     </dl>
-    <${ThroughputChart} buckets=${buckets} />
-    <p class="legend small">
-      <span class="key-created">created</span> <span class="key-succeeded">succeeded</span> <span class="key-failed">failed</span>
-    </p>
-    <${LatencyChart} buckets=${buckets} />
-    <p class="legend small">
-      <span class="key-p50_ms">p50</span> <span class="key-p95_ms">p95</span> <span class="key-p99_ms">p99</span> of attempt durations
-    </p>
+    <h3>Jobs per minute</h3>
+    <${TimeChart}
+      name="throughput"
+      label="Jobs created, succeeded and failed per minute"
+      buckets=${buckets}
+      series=${throughputSeries}
+      bars=${true}
+      empty="Nothing was created or finished in the last hour."
+    />
+    <h3>Attempt durations per minute</h3>
+    <${TimeChart}
+      name="latency"
+      label="Attempt durations per minute: p50, p95 and p99"
+      buckets=${buckets}
+      series=${latencySeries}
+      format=${formatDuration}
+      empty="No attempt finished in the last hour."
+    />
     <h2>Queues</h2>
     ${
       queues.data.length === 0

@@ -11,7 +11,17 @@ const dashboardRoot = fileURLToPath(new URL('../../../dashboard/', import.meta.u
  * The packages the dashboard imports by bare name, resolved from node_modules (installed by
  * `npm ci` from the lock file) so that nothing comes from a CDN and the page works offline.
  */
-const vendorModules = ['preact', 'preact/hooks', 'htm', 'uqr'] as const
+const vendorModules: ReadonlyArray<readonly [specifier: string, file: string]> = [
+  ['preact', 'preact'],
+  ['preact/hooks', 'preact/hooks'],
+  ['htm', 'htm'],
+  ['uqr', 'uqr'],
+  // uPlot (the charts) names its CommonJS build as its main: the browser takes its ES module.
+  ['uplot', 'uplot/dist/uPlot.esm.js'],
+]
+
+/** Stylesheets of the vendored packages, linked from the page. */
+const vendorStyles = ['uplot/dist/uPlot.min.css'] as const
 
 /** The e-mailed links (mailer.ts, under PUBLIC_URL) that land on dashboard pages. */
 export const mailedPaths = ['/verify', '/reset-password', '/accept-invite'] as const
@@ -64,12 +74,20 @@ interface DashboardFiles {
 function loadDashboardFiles(): DashboardFiles {
   const byPath = new Map<string, Asset>()
   const imports: Record<string, string> = {}
-  for (const specifier of vendorModules) {
-    const file = fileURLToPath(import.meta.resolve(specifier))
+  for (const [specifier, resolvable] of vendorModules) {
+    const file = fileURLToPath(import.meta.resolve(resolvable))
     const body = readFileSync(file)
     const name = `${specifier.replace('/', '-')}.${digestOf(body).toString('hex').slice(0, 12)}${extname(file)}`
     byPath.set(`/vendor/${name}`, asset(body, file, 'public, max-age=31536000, immutable'))
     imports[specifier] = `/dashboard/vendor/${name}`
+  }
+  const styleLinks: string[] = []
+  for (const resolvable of vendorStyles) {
+    const file = fileURLToPath(import.meta.resolve(resolvable))
+    const body = readFileSync(file)
+    const name = `${resolvable.split('/')[0]}.${digestOf(body).toString('hex').slice(0, 12)}${extname(file)}`
+    byPath.set(`/vendor/${name}`, asset(body, file, 'public, max-age=31536000, immutable'))
+    styleLinks.push(`<link rel="stylesheet" href="/dashboard/vendor/${name}" />`)
   }
   for (const file of filesUnder(join(dashboardRoot, 'assets'))) {
     const urlPath = `/${relative(dashboardRoot, file).split(sep).join('/')}`
@@ -77,10 +95,9 @@ function loadDashboardFiles(): DashboardFiles {
   }
   // An inline import map is the only way to name bare specifiers; the CSP admits it by its hash.
   const importMap = JSON.stringify({ imports })
-  const html = readFileSync(join(dashboardRoot, 'index.html'), 'utf8').replace(
-    '<!-- import map -->',
-    `<script type="importmap">${importMap}</script>`,
-  )
+  const html = readFileSync(join(dashboardRoot, 'index.html'), 'utf8')
+    .replace('<!-- import map -->', `<script type="importmap">${importMap}</script>`)
+    .replace('<!-- vendor styles -->', styleLinks.join('\n    '))
   const contentSecurityPolicy = [
     "default-src 'self'",
     `script-src 'self' 'sha256-${digestOf(importMap).toString('base64')}'`,
