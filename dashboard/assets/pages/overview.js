@@ -32,6 +32,26 @@ const latencySeries = [
   { key: 'p99_ms', label: 'p99', color: '#c94a4a' },
 ]
 
+/** The overview's two charts of the last hour, by minute. */
+const overviewCharts = [
+  {
+    name: 'throughput',
+    title: 'Jobs per minute',
+    label: 'Jobs created, succeeded and failed per minute',
+    series: throughputSeries,
+    bars: true,
+    empty: 'Nothing was created or finished in the last hour.',
+  },
+  {
+    name: 'latency',
+    title: 'Attempt durations per minute',
+    label: 'Attempt durations per minute: p50, p95 and p99',
+    series: latencySeries,
+    format: formatDuration,
+    empty: 'No attempt finished in the last hour.',
+  },
+]
+
 /**
  * What a project with no job yet shows instead of empty charts: where its key is, and a worker
  * and a job to copy. The key itself is shown once, when it is made (sign-up, rotation): here its
@@ -122,24 +142,11 @@ export function OverviewPage({ project }) {
           </div>`,
       )}
     </dl>
-    <h3>Jobs per minute</h3>
-    <${TimeChart}
-      name="throughput"
-      label="Jobs created, succeeded and failed per minute"
-      buckets=${buckets}
-      series=${throughputSeries}
-      bars=${true}
-      empty="Nothing was created or finished in the last hour."
-    />
-    <h3>Attempt durations per minute</h3>
-    <${TimeChart}
-      name="latency"
-      label="Attempt durations per minute: p50, p95 and p99"
-      buckets=${buckets}
-      series=${latencySeries}
-      format=${formatDuration}
-      empty="No attempt finished in the last hour."
-    />
+    ${overviewCharts.map(
+      (chart) =>
+        html`<h3>${chart.title}</h3>
+          <${TimeChart} ...${chart} buckets=${buckets} />`,
+    )}
     <h2>Queues</h2>
     ${
       queues.data.length === 0
