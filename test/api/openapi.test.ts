@@ -94,6 +94,34 @@ t.test('the public document is the whole one without the staff routes', async (t
   t.same(Object.keys(page.body.paths).sort(), Object.keys(publicDoc.paths).sort(), 'the reference page at /docs shows the public one')
 })
 
+t.test('every operation has an example of its JSON request body and of each JSON answer, valid against its schema', async (t) => {
+  const ajv = new Ajv2020({ strict: false, allErrors: true })
+  addFormats.default(ajv)
+  type Media = { schema: object; example?: unknown }
+  let checked = 0
+  for (const { path, method, op } of operations) {
+    const media: Array<[string, Media | undefined]> = [
+      ['request', (op as { requestBody?: { content?: Record<string, Media> } }).requestBody?.content?.['application/json']],
+      ...Object.entries(op.responses).map(
+        ([status, r]) => [status, r.content?.['application/json'] as Media | undefined] as [string, Media | undefined],
+      ),
+    ]
+    for (const [what, m] of media) {
+      if (m === undefined) continue
+      const where = `${method.toUpperCase()} ${path} ${what}`
+      if (m.example === undefined) {
+        t.fail(`${where} has no example`)
+        continue
+      }
+      const validate = ajv.compile({ ...m.schema, components: doc.components })
+      if (!validate(m.example)) t.fail(`${where}: ${ajv.errorsText(validate.errors)}`)
+      checked++
+    }
+  }
+  t.ok(checked > 300, `${checked} examples, each valid`)
+  t.ok(JSON.stringify(publicDoc).includes('"example"'), 'the public document carries them too')
+})
+
 t.test('every registered route is in the document', async (t) => {
   const app = built.app
   const routes = registeredRoutes(app.printRoutes({ commonPrefix: false }))

@@ -1,4 +1,5 @@
 import { STATUS_CODES } from 'node:http'
+import { sample as sampleSchema } from 'openapi-sampler'
 import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance, FastifySerializerCompiler } from 'fastify'
@@ -253,7 +254,32 @@ function tidy(value: unknown, key = ''): void {
 const transformObject: SwaggerTransformObject = (document) => {
   const full = jsonSchemaTransformObject(document) as ReturnType<SwaggerTransformObject> & { components?: { schemas?: Record<string, object> } }
   tidy(full)
-  return withUsedSchemasOnly(full)
+  return withExamples(withUsedSchemasOnly(full))
+}
+
+const httpMethods = ['get', 'put', 'post', 'delete', 'patch']
+
+/**
+ * Every operation's JSON request body and JSON answers (success and error) get an `example`,
+ * generated from their schema by openapi-sampler (Redocly's sampler: enums take their first value,
+ * formats a typical one, objects their properties): an example cannot drift from the schema it
+ * illustrates, and the reference page shows one for every route.
+ */
+function withExamples(doc: ReturnType<SwaggerTransformObject>): ReturnType<SwaggerTransformObject> {
+  type Media = { schema?: object; example?: unknown }
+  type Op = { requestBody?: { content?: Record<string, Media> }; responses?: Record<string, { content?: Record<string, Media> }> }
+  const exampleOf = (media: Media | undefined) => {
+    if (media?.schema === undefined || media.example !== undefined) return
+    media.example = sampleSchema(media.schema as never, { skipReadOnly: true, quiet: true }, doc)
+  }
+  for (const item of Object.values((doc as { paths?: Record<string, Record<string, Op>> }).paths ?? {})) {
+    for (const [method, op] of Object.entries(item)) {
+      if (!httpMethods.includes(method)) continue
+      exampleOf(op.requestBody?.content?.['application/json'])
+      for (const answer of Object.values(op.responses ?? {})) exampleOf(answer.content?.['application/json'])
+    }
+  }
+  return doc
 }
 
 /** The staff routes' prefix: documented to staff only (`GET /platform/v1/admin/openapi.json`), not in the public document. */

@@ -76,7 +76,10 @@ const newPromoCode = z.discriminatedUnion('kind', [
 
 const promoCode = z
   .strictObject({
-    code: z.string().regex(promoCodePattern),
+    code: z
+      .string()
+      .regex(promoCodePattern)
+      .meta({ examples: ['SPRING25'] }),
     kind: z.enum(promoKinds),
     amount: z.number().int(),
     periods: z.number().int(),

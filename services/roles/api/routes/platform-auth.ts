@@ -16,7 +16,8 @@ import { InvalidTimezone } from '../../../../domain/errors.ts'
 /** Shape is checked by the route: the spec's 422 `invalid_email` is for a string that is present but malformed. */
 const emailText = boundedString(maxEmailLength).trim().min(1)
 const newPassword = boundedString(128, 10)
-const sixDigits = patternText(6, /^\d{6}$/, 'must be a 6-digit string')
+// Examples for the API description: a generated one would not match the pattern.
+const sixDigits = patternText(6, /^\d{6}$/, 'must be a 6-digit string').meta({ examples: ['492039'] })
 
 const signupBody = z.object({
   email: emailText,
@@ -30,7 +31,9 @@ const loginBody = z.object({
   email: emailText,
   password: boundedString(1024, 1),
   totp_code: sixDigits.optional(),
-  recovery_code: patternText(9, recoveryCodePattern, 'must be in the form xxxx-xxxx').optional(),
+  recovery_code: patternText(9, recoveryCodePattern, 'must be in the form xxxx-xxxx')
+    .meta({ examples: ['k3f9-2mzq'] })
+    .optional(),
 })
 const resetBody = z.object({ token: boundedString(1000, 1), new_password: newPassword })
 const changePasswordBody = z.object({ current_password: boundedString(1024, 1), new_password: newPassword })
