@@ -8,7 +8,8 @@ import { storableText } from './text-fields.ts'
  * recurring routes, and a worker's polls and registrations take the same fields.
  */
 
-export const jobTypeText = storableText(1, maxJobTypeLength)
-export const queueNameText = storableText(1, maxQueueNameLength)
+// `examples`: what the API description shows for them (openapi.ts generates the rest).
+export const jobTypeText = storableText(1, maxJobTypeLength).meta({ examples: ['send-email'] })
+export const queueNameText = storableText(1, maxQueueNameLength).meta({ examples: ['emails'] })
 export const maxAttemptsNumber = z.number().int().min(maxAttemptsRange.min).max(maxAttemptsRange.max)
 export const timeoutSecondsNumber = z.number().int().min(timeoutSecondsRange.min).max(timeoutSecondsRange.max)

@@ -42,7 +42,7 @@ const text = storableText
 
 export const createJobBody = z.object({
   job_type: jobTypeText,
-  payload: jobPayload,
+  payload: jobPayload.meta({ examples: [{ to: 'ada@example.com' }] }),
   queue: queueNameText.nullish(),
   run_at: isoInstant.nullish(),
   max_attempts: maxAttemptsNumber.nullish().describe("default: the `max_attempts` of the queue's retry policy (3 unless the project set one)"),
@@ -64,11 +64,11 @@ const jobError = z.strictObject({ type: z.string(), message: z.string(), stack_t
 /** The job detail object of the spec plus run_at, timeout_seconds, parent_job_id, worker_id, traceparent and result (job-views.ts). */
 export const jobDetail = z
   .strictObject({
-    id: z.string(),
+    id: z.string().meta({ examples: ['job_01j9z3k8q4x7v2m5n6p8r0s1t2'] }),
     state: z.enum(jobStates),
-    job_type: z.string(),
-    queue: z.string(),
-    payload: z.record(z.string(), z.unknown()),
+    job_type: z.string().meta({ examples: ['send-email'] }),
+    queue: z.string().meta({ examples: ['emails'] }),
+    payload: z.record(z.string(), z.unknown()).meta({ examples: [{ to: 'ada@example.com' }] }),
     created_at: instant,
     run_at: instant.nullable().describe('when the job may run; null for immediate'),
     started_at: instant.nullable(),

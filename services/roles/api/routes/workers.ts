@@ -29,7 +29,7 @@ const maxStackTrace = 65_536
 const pollRetryAfterMs = 2_000
 
 /** Goes into a `text` column of the read model. */
-const workerId = storableText(1, 200)
+const workerId = storableText(1, 200).meta({ examples: ['wrk_web-1_4711'] })
 
 export const pollBody = z.object({
   worker_id: workerId,
@@ -54,7 +54,7 @@ const errorDetail = z.object({
 })
 
 /** Any job id is looked up; one this service could not have issued is simply not found. */
-const jobId = boundedString(2048, 1)
+const jobId = boundedString(2048, 1).meta({ examples: ['job_01j9z3k8q4x7v2m5n6p8r0s1t2'] })
 
 export const ackBody = z.object({
   job_id: jobId,
