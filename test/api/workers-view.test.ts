@@ -1,5 +1,6 @@
+import { spawn } from 'node:child_process'
 import t from 'tap'
-import { eventually, httpRequest, startHarness, withClockShifted } from '../support/harness.ts'
+import { eventually, httpRequest, repoRoot, startHarness, withClockShifted } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
 
 // Issue 26, item 4: GET /jobsvc/v1/workers. Every worker seen in the last hour (registered or
@@ -88,4 +89,36 @@ t.test('one worker by id; an unknown id is 404; another project sees none of the
   t.equal(theirs.status, 200)
   t.same(theirs.body.data, [])
   isError(t, await httpRequest(h.url, other.apiKey, 'GET', '/jobsvc/v1/workers/w-busy'), 404, 'worker_not_found')
+})
+
+t.test('a worker process killed mid-job: listed with its job, then gone, its job still shown as running until reaped', async (t) => {
+  // A real Python SDK worker, SIGKILLed while its handler runs: nothing says goodbye.
+  const job = await api.create({ job_type: 'hang', queue: 'kill-me' })
+  const script = [
+    'import os, threading, jobsvc',
+    'client = jobsvc.Client(os.environ["JOBSVC_URL"], os.environ["JOBSVC_API_KEY"])',
+    'worker = jobsvc.Worker(client, queues=["kill-me"], handlers={"hang": lambda job, ctx: threading.Event().wait(600)}, worker_id="w-doomed")',
+    'worker.run()',
+  ].join('\n')
+  const child = spawn('python3', ['-c', script], {
+    env: { ...process.env, JOBSVC_URL: h.url, JOBSVC_API_KEY: h.apiKey, PYTHONPATH: `${repoRoot}sdk/python` },
+    stdio: 'ignore',
+  })
+  t.teardown(() => void child.kill('SIGKILL'))
+  const seen = await eventually(
+    async () => {
+      const one = await h.request('GET', '/jobsvc/v1/workers/w-doomed')
+      return one.status === 200 && one.body.running.length === 1 ? one.body : null
+    },
+    20_000,
+    'the worker listed, running its job',
+  )
+  t.match(seen, { status: 'active', queues: ['kill-me'], running: [{ job_id: job.id, job_type: 'hang' }] })
+  child.kill('SIGKILL')
+  await new Promise((resolve) => child.once('exit', resolve))
+  await withClockShifted(h.runtime, 91_000, async () => {
+    const gone = await h.request('GET', '/jobsvc/v1/workers/w-doomed')
+    t.equal(gone.body.status, 'gone', 'silent past 90 s: gone')
+    t.equal(gone.body.running[0]?.job_id, job.id, 'its job is still processing (the reaper retries it once its heartbeats are missed)')
+  })
 })
