@@ -1,4 +1,5 @@
 import type { AlertEvent } from './alert.ts'
+import type { AuditTrailEventType } from './audit-checkpoint.ts'
 import type { DeliveryEvent } from './delivery.ts'
 import type { JobEventType } from './job.ts'
 import type { ProjectEventType } from './project/index.ts'
@@ -11,7 +12,8 @@ import type { WebhookEvent } from './webhook.ts'
  * read, and which events a filter keeps. Pure; the reading is services/use-cases/events/.
  *
  * The feed holds the project's own aggregates: its jobs (and their progress reports), recurring
- * schedules, alerts, webhooks and their deliveries, and the project itself (team, keys, billing).
+ * schedules, alerts, webhooks and their deliveries, the project itself (team, keys, billing) and
+ * the signed checkpoints of its audit log (domain/audit-checkpoint.ts).
  * Users, e-mail claims and promotion codes belong to no project and are never in it.
  */
 
@@ -38,7 +40,7 @@ export function isAfter(a: FeedPosition, b: FeedPosition): boolean {
 }
 
 /** The aggregates of a project's feed, as its subjects name them (streams/names.ts). */
-export const feedAggregates = ['job', 'progress', 'project', 'recurring', 'alert', 'webhook', 'delivery'] as const
+export const feedAggregates = ['job', 'progress', 'project', 'recurring', 'alert', 'webhook', 'delivery', 'audit'] as const
 export type FeedAggregate = (typeof feedAggregates)[number]
 
 /**
@@ -115,6 +117,7 @@ const webhookTypes: Record<WebhookEvent['type'], true> = {
   webhook_deleted: true,
 }
 const deliveryTypes: Record<DeliveryEvent['type'], true> = { delivery_scheduled: true, delivery_attempted: true }
+const auditTypes: Record<AuditTrailEventType, true> = { checkpoint_issued: true }
 
 /** The event types each aggregate of the feed appends. */
 export const feedEventTypes: Readonly<Record<FeedAggregate, readonly string[]>> = {
@@ -125,6 +128,7 @@ export const feedEventTypes: Readonly<Record<FeedAggregate, readonly string[]>> 
   alert: Object.keys(alertTypes),
   webhook: Object.keys(webhookTypes),
   delivery: Object.keys(deliveryTypes),
+  audit: Object.keys(auditTypes),
 }
 
 /** The aggregate that appends each event type (logs of schema 1 also hold `job_progressed` on a job's own subject). */
@@ -149,6 +153,11 @@ export interface FeedEvent {
   data: unknown
   /** The aggregate after this event, as the log holds it (null: a progress report's job is in `data`). */
   state: unknown
+  /**
+   * Its place in the project's Merkle log (docs/audit.md); null only while the audit log has not
+   * taken it in (a reader at the log's very end, when the projector lags past the feed's wait).
+   */
+  leaf_index: number | null
 }
 
 /** What a reader asked the feed for (all optional; together they must all hold). */

@@ -1,4 +1,5 @@
 import type { Alert, AlertEvent } from './alert.ts'
+import type { Checkpoint } from './audit-checkpoint.ts'
 import type { Job, JobEvent } from './job.ts'
 import type { WebhookEventType } from './webhook.ts'
 
@@ -58,6 +59,41 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
 /** The fields a finished job's webhook event opens with, in the order the signed body has them. */
 function finishedJobFields(job: Job, state: 'succeeded' | 'dead_letter') {
   return { schema_version: 1, job_id: job.id, project_id: job.project_id, job_type: job.job_type, queue: job.queue, state }
+}
+
+/** The webhook event of a checkpoint of the project's audit log: the signed checkpoint as it is (docs/audit.md). */
+export function auditWebhookEventOf(event: { type: string; data: unknown }): WebhookEventContent | null {
+  if (event.type !== 'checkpoint_issued') return null
+  const c = event.data as Checkpoint
+  return {
+    type: 'audit.checkpoint',
+    data: {
+      schema_version: 1,
+      project_id: c.project_id,
+      tree_size: c.tree_size,
+      root_hash: c.root_hash,
+      issued_at: c.issued_at,
+      key_id: c.key_id,
+      signature: c.signature,
+    },
+  }
+}
+
+/** The webhook event of any message's event, by its aggregate (null: its aggregate sends none, or this event is not one). */
+export function webhookEventOfMessage(
+  message: { aggregate: string; state: unknown },
+  event: { type: string; data: unknown },
+): WebhookEventContent | null {
+  switch (message.aggregate) {
+    case 'job':
+      return webhookEventOf(event, message.state as Job | null)
+    case 'alert':
+      return alertWebhookEventOf(event, message.state as Alert | null)
+    case 'audit':
+      return auditWebhookEventOf(event)
+    default:
+      return null
+  }
 }
 
 /** The webhook event of an alert event, given the alert after it; null unless the alert asks for webhooks. */

@@ -6,10 +6,19 @@ import { WebhookAlreadyExists, WebhookNotFound } from './errors.ts'
  * edge); after a rotation the previous secret stays valid for 24 hours.
  */
 
-/** The spec's job events, and (an extension) the alert notifications of alerts with `webhook: true`. */
-export const webhookEventTypes = ['job.created', 'job.succeeded', 'job.failed', 'alert.triggered', 'alert.resolved'] as const
+/**
+ * The spec's job events, and (extensions) the alert notifications of alerts with `webhook: true`
+ * and the signed checkpoints of the project's audit log (docs/audit.md).
+ */
+export const webhookEventTypes = ['job.created', 'job.succeeded', 'job.failed', 'alert.triggered', 'alert.resolved', 'audit.checkpoint'] as const
 export type WebhookEventType = (typeof webhookEventTypes)[number]
 export type EventFilter = '*' | WebhookEventType[]
+
+/**
+ * Types a subscription receives only when it names them: `*` keeps meaning what it meant before
+ * they existed, so a receiver written for the spec's events never meets one.
+ */
+const namedOnly: ReadonlySet<string> = new Set<WebhookEventType>(['audit.checkpoint'])
 
 export const secretGraceMs = 24 * 60 * 60 * 1000
 
@@ -65,7 +74,7 @@ export type WebhookCommand =
 
 /** Does the filter let `type` through? `*` matches every type. */
 export function matchesFilter(filter: EventFilter, type: string): boolean {
-  return filter === '*' || (filter as readonly string[]).includes(type)
+  return filter === '*' ? !namedOnly.has(type) : (filter as readonly string[]).includes(type)
 }
 
 function requireWebhook(state: WebhookAggregate): Webhook {

@@ -1,5 +1,6 @@
 import { activityFeed } from './activity.ts'
 import { alertSettings } from './alerts.ts'
+import { auditLog } from './audit-log.ts'
 import { webhookSubscriptions } from './webhooks.ts'
 import { webhookDeliveries } from './deliveries.ts'
 import { eventConsumers } from './event-consumers.ts'
@@ -22,4 +23,5 @@ export const projections: readonly Projection[] = [
   operationList,
   eventConsumers,
   activityFeed,
+  auditLog,
 ]

@@ -4,6 +4,8 @@
  * which the lint rule `jobsvc-aggregates/no-untyped-store` (tools/lint/no-untyped-store.js) enforces.
  */
 import { alertDecider } from '../domain/alert.ts'
+import { auditTrailDecider } from '../domain/audit-checkpoint.ts'
+import { auditSigningKeyDecider } from '../domain/audit-signing-key.ts'
 import { deliveryDecider } from '../domain/delivery.ts'
 import { emailRegistryDecider } from '../domain/email-registry.ts'
 import { eventConsumerDecider } from '../domain/event-consumer.ts'
@@ -56,3 +58,13 @@ export const eventConsumerHandler = aggregateHandler({ kind: 'consumer', decider
 
 /** A long-running action of a project (a webhook replay; later bulk job actions): `ref(projectId, operationId)`. */
 export const operationHandler = aggregateHandler({ kind: 'operation', decider: operationDecider, address: inProject })
+
+/** A project's signed checkpoints: `ref(projectId)` (domain/audit-checkpoint.ts). */
+export const auditTrailHandler = aggregateHandler({
+  kind: 'audit',
+  decider: auditTrailDecider,
+  address: (projectId: string) => ({ projectId, id: projectId }),
+})
+
+/** A key that signs checkpoints, of the platform: `ref(keyId)` (domain/audit-signing-key.ts). */
+export const auditSigningKeyHandler = aggregateHandler({ kind: 'audit_key', decider: auditSigningKeyDecider, address: onPlatform })

@@ -20,6 +20,10 @@ export type AggregateKind =
   | 'consumer'
   /** A long-running action of a project (a webhook replay; later bulk job actions), domain/operation.ts. */
   | 'operation'
+  /** A project's signed checkpoints of its Merkle log (domain/audit-checkpoint.ts), keyed by the project's id. */
+  | 'audit'
+  /** A key that signs audit checkpoints (domain/audit-signing-key.ts), of the platform, keyed by its key id. */
+  | 'audit_key'
 
 /**
  * The project token of aggregates that belong to no project (users, e-mail claims, promotion codes). Project
@@ -182,6 +186,11 @@ export function mailerConsumerName(ns: string): string {
 /** The dispatcher's durable consumer of job events. */
 export function dispatcherConsumerName(ns: string): string {
   return `${ns}_dispatcher`
+}
+
+/** The dispatcher's durable consumer of the projects' audit checkpoints (`audit.checkpoint` webhooks). */
+export function auditDispatcherConsumerName(ns: string): string {
+  return `${ns}_dispatcher_audit`
 }
 
 /** The dispatcher's durable consumer of alert events (webhooks and e-mails of alerts). */

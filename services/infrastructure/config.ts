@@ -80,6 +80,14 @@ export const environmentSchema = z.object({
     .min(16)
     .optional()
     .describe('key material for JWT signing and encryption at rest, the same in every process of an install; required outside the development mode'),
+  JOBSVC_AUDIT_SIGNING_KEY: z
+    .string()
+    .refine(
+      (v) => Buffer.from(v, 'base64').length === 32 && /^[A-Za-z0-9+/]+={0,2}$/.test(v),
+      'JOBSVC_AUDIT_SIGNING_KEY must be 32 bytes in base64 (an Ed25519 seed)',
+    )
+    .optional()
+    .describe('the Ed25519 seed (32 bytes, base64) that signs audit checkpoints; unset: derived from JOBSVC_SECRET (docs/audit.md, "Keys")'),
   SMTP_URL: z.string().optional().describe('e-mail transport; unset: e-mails are logged'),
   PUBLIC_URL: z.url().optional().describe('base of links in e-mails and the dashboard origin allowed by CORS; default http://HOST:PORT'),
   TRUST_PROXY: trustProxyValue
@@ -160,6 +168,8 @@ export const tunablesSchema = z
     alert_interval_ms: z.number().int().min(50).default(30_000),
     /** How often the scheduler looks for terminal jobs past their plan's retention; while a pass finds a full batch (1,000 jobs) the next follows at once. */
     retention_interval_ms: z.number().int().min(50).default(60_000),
+    /** How often the scheduler signs a checkpoint of each project's audit log that grew since its last one (docs/audit.md). */
+    audit_checkpoint_interval_ms: z.number().int().min(50).default(3_600_000),
     /** How often the scheduler checks whether a new billing period (UTC month) began. */
     billing_period_check_interval_ms: z.number().int().min(50).default(60_000),
     /**
@@ -254,6 +264,8 @@ export interface Config {
   secret: string
   /** The development mode's secret file the secret came from; null when JOBSVC_SECRET gave it. */
   devSecretFile: string | null
+  /** JOBSVC_AUDIT_SIGNING_KEY (base64 Ed25519 seed); null: derived from `secret`. */
+  auditSigningKey: string | null
   smtpUrl: string | null
   publicUrl: string | null
   /** Fastify's `trustProxy`: false, every hop (true), a number of hops, or the proxies' addresses. */
@@ -391,6 +403,7 @@ export function loadConfig(
     namespace: e.JOBSVC_NAMESPACE,
     secret,
     devSecretFile,
+    auditSigningKey: e.JOBSVC_AUDIT_SIGNING_KEY ?? null,
     smtpUrl: e.SMTP_URL ?? null,
     publicUrl: e.PUBLIC_URL ?? null,
     trustProxy: e.TRUST_PROXY,

@@ -37,8 +37,8 @@ function registeredRoles(): Map<string, ProjectRole | undefined> {
   const found = new Map<string, ProjectRole | undefined>()
   for (const route of api.routes) {
     if (!route.url.startsWith('/jobsvc/v1/')) continue
-    // Public (the API description) or answering 410 to everyone (removed compatibility routes).
-    if (route.url === apiDescriptionPath || isRemovedWrapperPath(route.url)) continue
+    // Public (the API description, the audit log's signing keys) or answering 410 to everyone (removed compatibility routes).
+    if (route.url === apiDescriptionPath || route.url.startsWith('/jobsvc/v1/audit/keys') || isRemovedWrapperPath(route.url)) continue
     const path = route.url.replace(/:([A-Za-z]+)/g, '{$1}').replace(/\/$/, '')
     for (const method of ([] as string[]).concat(route.method)) if (method !== 'HEAD') found.set(`${method} ${path}`, route.role)
   }

@@ -67,6 +67,7 @@ t.test('a batch advances every projection to its last sequence', async (t) => {
       event_consumers: last,
       operations: last,
       activity: last,
+      audit_log: last,
     },
     'even the projections that handled none of it',
   )
@@ -104,6 +105,7 @@ t.test('each projection keeps its own checkpoint', async (t) => {
     event_consumers: project.seq,
     operations: project.seq,
     activity: project.seq,
+    audit_log: project.seq,
   })
   t.same(await jobIds(), [], 'the job list skipped the job it had already applied')
   const [directory] = await sql`SELECT count(*)::int AS n FROM projects WHERE id = ${idOf(project)}`
@@ -151,6 +153,7 @@ t.test('resetReadModels empties the given read models and their checkpoints only
     event_consumers: project.seq,
     operations: project.seq,
     activity: project.seq,
+    audit_log: project.seq,
   })
   const [count] = await sql`SELECT count(*)::int AS n FROM projects`
   t.equal(count!.n, 1, 'the project directory is untouched')

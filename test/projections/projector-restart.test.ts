@@ -1,3 +1,4 @@
+import { auditLog } from '../../projections/audit-log.ts'
 import t from 'tap'
 import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
@@ -125,6 +126,8 @@ t.test('a projector killed mid-stream and restarted ends where an uninterrupted 
 
   projector = await startProjector()
   await eventually(async () => (await through(h)) > frozenAt && created.length >= 200, 30_000, 'the restarted projector to make progress')
+  // A signed checkpoint of the Merkle log as this projector built it, killed right after.
+  const checkpoint = await req('POST', '/jobsvc/v1/audit/checkpoints', undefined, 201)
   await kill()
   await eventually(async () => created.length >= 240, 30_000, 'more jobs to be created')
   projector = await startProjector()
@@ -166,8 +169,14 @@ t.test('a projector killed mid-stream and restarted ends where an uninterrupted 
   await h.runtime.sql`DELETE FROM jobs WHERE id = ${created[0]!}`
   await h.runtime.sql`UPDATE jobs SET state = 'cancelled' WHERE id = ${created[1]!}`
   await h.runtime.sql`DELETE FROM api_keys WHERE project_id = ${other.projectId}`
+  await h.runtime.sql`DELETE FROM audit_tiles WHERE project_id = ${h.projectId} AND level = 0 AND idx = 0`
   const rebuilt = await rebuildReadModels(h.runtime, () => undefined)
   t.equal(rebuilt.through, last, 'the rebuild read the whole log')
   t.equal(await h.runtime.store.lastSequence(), last, 'nothing was appended meanwhile')
   t.same(await readModels(h.runtime.sql), live, 'the read models equal an uninterrupted projection row by row')
+  t.equal(
+    await auditLog.root(h.runtime.sql, h.projectId, checkpoint.tree_size),
+    checkpoint.root_hash,
+    'the Merkle log rebuilt from the log has the root the checkpoint signed while projectors were killed',
+  )
 })

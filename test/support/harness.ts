@@ -52,6 +52,7 @@ export function testConfig(overrides: Partial<Config> & { namespace: string; dat
     otlpEndpoint: null,
     secret: testSecret,
     devSecretFile: null,
+    auditSigningKey: null,
     smtpUrl: null,
     publicUrl: null,
     trustProxy: false,

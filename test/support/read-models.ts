@@ -23,6 +23,12 @@ export async function readModels(sql: Sql) {
     deliveries: await rows(sql`SELECT r::text AS row FROM deliveries r ORDER BY id`),
     event_consumers: await rows(sql`SELECT r::text AS row FROM event_consumers r ORDER BY project_id, name`),
     operations: await rows(sql`SELECT r::text AS row FROM operations r ORDER BY id`),
+    // The Merkle logs: every tile's hashes, so equal tables mean equal roots at every size.
+    audit_trees: await rows(sql`SELECT r::text AS row FROM audit_trees r ORDER BY project_id`),
+    audit_tiles: await rows(sql`SELECT r::text AS row FROM audit_tiles r ORDER BY project_id, level, idx`),
+    audit_positions: await rows(sql`SELECT r::text AS row FROM audit_positions r ORDER BY project_id, seq`),
+    audit_checkpoints: await rows(sql`SELECT r::text AS row FROM audit_checkpoints r ORDER BY project_id, tree_size`),
+    audit_signing_keys: await rows(sql`SELECT r::text AS row FROM audit_signing_keys r ORDER BY key_id`),
     projection_checkpoints: await rows(sql`SELECT name || ' ' || last_seq AS row FROM projection_checkpoints ORDER BY name`),
     projection_failures: await rows(sql`SELECT concat_ws(' ', seq, subject, error_code, error_message) AS row FROM projection_failures ORDER BY seq`),
   }

@@ -59,6 +59,7 @@ const catalogue = {
   alert: ['alert_created', 'alert_updated', 'alert_deleted', 'alert_triggered', 'alert_resolved'],
   webhook: ['webhook_created', 'webhook_updated', 'webhook_secret_rotated', 'webhook_deleted'],
   delivery: ['delivery_scheduled', 'delivery_attempted'],
+  audit: ['checkpoint_issued'],
 }
 
 /** What a session below admin reads of the feed (the service leaves the rest out). */

@@ -1,4 +1,5 @@
 import type { Deps } from '../../infrastructure/runtime.ts'
+import { AuditCheckpoints } from '../../use-cases/audit/checkpoints.ts'
 import { EventFeed } from '../../use-cases/events/event-feed.ts'
 import { ClaimLine } from '../../use-cases/jobs/claim-line.ts'
 import { claimForPolls } from '../../use-cases/jobs/claimer.ts'
@@ -69,7 +70,8 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
       jobsPerTransaction: maxJobsPerClaimTransaction,
     }),
     logHead: new LogHead(() => deps.store.lastSequence()),
-    feed: new EventFeed(deps),
+    feed: new EventFeed(deps, (seq, maxWaitMs) => watcher.waitFor(seq, maxWaitMs)),
+    audit: new AuditCheckpoints(deps),
     stopping,
   }
   context.keys.start()

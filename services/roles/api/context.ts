@@ -1,4 +1,5 @@
 import type { Deps } from '../../infrastructure/runtime.ts'
+import type { AuditCheckpoints } from '../../use-cases/audit/checkpoints.ts'
 import type { EventFeed } from '../../use-cases/events/event-feed.ts'
 import type { ClaimLine } from '../../use-cases/jobs/claim-line.ts'
 import type { ClaimedJob } from '../../use-cases/jobs/claimer.ts'
@@ -48,6 +49,8 @@ export interface ApiContext {
   logHead: LogHead
   /** The projects' event feeds, and the readers kept between their pages (services/use-cases/events/). */
   feed: EventFeed
+  /** Signed checkpoints of the projects' Merkle logs, and the keys that sign them (docs/audit.md). */
+  audit: AuditCheckpoints
   /** Aborted when the process begins to stop: waiting long polls answer 503 then. */
   stopping: AbortSignal
 }

@@ -9,6 +9,7 @@ import { activityRoutes } from './routes/activity.ts'
 import { adminRoutes } from './routes/admin.ts'
 import { alertRoutes } from './routes/alerts.ts'
 import { eventRoutes } from './routes/events.ts'
+import { auditKeyRoutes, auditRoutes } from './routes/audit.ts'
 import { eventConsumerRoutes } from './routes/event-consumers.ts'
 import { auditLogExportRoutes } from './routes/audit-log-export.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -81,6 +82,7 @@ const projectRoutes: Record<string, RouteEntry['routes']> = {
   '/operations': operationRoutes,
   '/events': eventRoutes,
   '/event-consumers': eventConsumerRoutes,
+  '/audit': auditRoutes,
   // `/retry-policy` and `/queues/:queue/retry-policy`, at the version's root.
   '': apiKeyRetryPolicyRoutes,
 }
@@ -106,6 +108,8 @@ const routeTable: readonly RouteEntry[] = [
   { routes: projectRouteGroup, prefix: '/jobsvc/v1' },
   // Under /jobsvc/v1 but outside the key hook above: it authenticates by dashboard session.
   { routes: auditLogExportRoutes, prefix: '/jobsvc/v1/projects' },
+  // Public: a verifier needs the signing keys and nothing else (docs/audit.md).
+  { routes: auditKeyRoutes, prefix: '/jobsvc/v1/audit/keys' },
   { routes: anonymousAuthRoutes, prefix: '/platform/v1/auth' },
   { routes: sessionAuthRoutes, prefix: '/platform/v1/auth' },
   { routes: platformProjectRoutes, prefix: '/platform/v1' },

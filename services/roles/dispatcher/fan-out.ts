@@ -1,8 +1,6 @@
 import { createHash } from 'node:crypto'
-import type { Alert } from '../../../domain/alert.ts'
-import type { Job } from '../../../domain/job.ts'
 import { matchesFilter, maxDeliveriesPerEvent } from '../../../domain/webhook.ts'
-import { alertWebhookEventOf, jobEventsSent, webhookBody, webhookEventOf, type WebhookEventContent } from '../../../domain/webhook-payload.ts'
+import { jobEventsSent, webhookBody, webhookEventOfMessage, type WebhookEventContent } from '../../../domain/webhook-payload.ts'
 import type { EventRecord } from '../../../streams/event-store.ts'
 import { parseEventSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -50,10 +48,7 @@ export class FanOut {
     const work: Array<() => Promise<void>> = []
     for (const record of records) {
       for (const event of record.message.events) {
-        const content =
-          record.message.aggregate === 'job'
-            ? webhookEventOf(event, record.message.state as Job)
-            : alertWebhookEventOf(event, record.message.state as Alert)
+        const content = webhookEventOfMessage(record.message, event)
         if (content !== null) work.push(() => this.#fanOutEvent(record.message.project_id, record.seq, event, content))
       }
     }

@@ -1,6 +1,12 @@
 import { alertEventsSent } from '../../../domain/webhook-payload.ts'
 import { consumeBatches } from '../../../streams/consume.ts'
-import { aggregateKindFilter, alertDispatcherConsumerName, dispatcherConsumerName, eventsStreamName } from '../../../streams/names.ts'
+import {
+  aggregateKindFilter,
+  alertDispatcherConsumerName,
+  auditDispatcherConsumerName,
+  dispatcherConsumerName,
+  eventsStreamName,
+} from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { ActiveSubscriptions } from './active-subscriptions.ts'
 import { enqueueAlertMails, runMailSender } from './alert-mail.ts'
@@ -60,13 +66,20 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     controller.signal,
     (err) => deps.log.error({ err }, 'dispatcher: alert fan-out failed; retrying'),
   )
+  const checkpointsDone = consumeBatches(
+    deps.nats,
+    { stream: eventsStreamName(ns), durable: auditDispatcherConsumerName(ns), filterSubject: aggregateKindFilter(ns, 'audit'), maxBatch: 200 },
+    (records) => fanOut.handle(records),
+    controller.signal,
+    (err) => deps.log.error({ err }, 'dispatcher: checkpoint fan-out failed; retrying'),
+  )
   const deliverDone = deliverer.run()
   const mailDone = runMailSender(deps, controller.signal)
   const operationsDone = runOperations(deps, controller.signal)
   return async () => {
     controller.abort()
     subscriptions.close()
-    await Promise.all([jobEventsDone, alertEventsDone, deliverDone, mailDone, operationsDone])
+    await Promise.all([jobEventsDone, alertEventsDone, checkpointsDone, deliverDone, mailDone, operationsDone])
     await deliverer.drain()
   }
 }

@@ -11,6 +11,7 @@ import { RecurringPass } from '../../use-cases/jobs/recurring-service.ts'
 import { billingPeriodOf } from '../../use-cases/metering/allowance.ts'
 import { BillingService } from '../../use-cases/metering/billing-service.ts'
 import { pruneMinuteThroughput, Retention } from './retention.ts'
+import { AuditCheckpoints } from '../../use-cases/audit/checkpoints.ts'
 import { evaluateAlerts } from '../../use-cases/alerts/alert-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { IsolatedPass, isOutage } from '../../infrastructure/failing-items.ts'
@@ -19,10 +20,13 @@ import { IsolatedPass, isOutage } from '../../infrastructure/failing-items.ts'
 const passLimit = 500
 const passConcurrency = 16
 
+/** Projects an audit checkpoint pass signs for at most before it yields to the other passes. */
+const checkpointPage = 200
+
 /**
  * The scheduler role: moves due scheduled jobs to pending, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
  * continuation cascades that a crash interrupted, starts billing periods and deletes terminal
- * jobs past their plan's retention. Every move is a command on the job aggregate, so several schedulers may run:
+ * jobs past their plan's retention, and signs the hourly checkpoints of the projects' audit logs. Every move is a command on the job aggregate, so several schedulers may run:
  * the expected-sequence append lets exactly one of them win each move.
  */
 export async function start(deps: Deps): Promise<() => Promise<void>> {
@@ -34,6 +38,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const rolled = { period: '', projects: new Set<string>() }
   const retention = new Retention(deps)
   const recurring = new RecurringPass(deps, jobs, billing)
+  const checkpoints = new AuditCheckpoints(deps)
   let lastThroughputPrune = Number.NEGATIVE_INFINITY
   // Each pass keeps its failing items apart for as long as the role runs (failing-items.ts).
   const promotion = new IsolatedPass(deps.log, 'promotion pass')
@@ -84,6 +89,8 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       }
       return pass.full
     }),
+    // A page of projects per pass, back to back while pages come back full.
+    loop(t.audit_checkpoint_interval_ms, 'audit checkpoint pass', async () => checkpoints.issueDue(checkpointPage)),
     loop(
       t.billing_period_check_interval_ms,
       'billing period pass',

@@ -13,9 +13,11 @@ import {
 } from '../../../domain/event-feed.ts'
 import type { Job } from '../../../domain/job.ts'
 import type { Project } from '../../../domain/project/index.ts'
+import { auditLog } from '../../../projections/audit-log.ts'
 import {
   alertHandler,
   deliveryHandler,
+  auditTrailHandler,
   jobHandler,
   progressHandler,
   projectHandler,
@@ -76,6 +78,29 @@ export class UnknownCursor extends Error {
 /** Where a read starts: after a cursor, at the first event at or after a time, or at the oldest event. */
 export type FeedStart = { after: string } | { fromTime: string } | null
 
+/** Resolves true once the projector has applied the log through `seq`, false after `maxWaitMs`. */
+export type UntilProjected = (seq: number, maxWaitMs: number) => Promise<boolean>
+
+/** Where each event handed out stands in the log, for its leaf index (kept aside: not part of the event). */
+const placeOf = new WeakMap<FeedEvent, { seq: number; index: number }>()
+
+/**
+ * Gives each event its leaf index in the project's Merkle log (audit_positions: a message's first
+ * leaf, its events after it). Events at the log's end may not be taken in yet: the projector is
+ * waited for, as a list waits for the caller's writes, and what it has not reached by then keeps
+ * null.
+ */
+async function withLeafIndexes(deps: Deps, untilProjected: UntilProjected, projectId: string, events: readonly FeedEvent[]): Promise<void> {
+  if (events.length === 0) return
+  const places = events.map((e) => placeOf.get(e)!)
+  await untilProjected(Math.max(...places.map((p) => p.seq)), deps.config.tunables.read_your_writes_wait_ms)
+  const first = await auditLog.leafIndexes(deps.sql, projectId, [...new Set(places.map((p) => p.seq))])
+  events.forEach((event, i) => {
+    const start = first.get(places[i]!.seq)
+    event.leaf_index = start === undefined ? null : start + places[i]!.index
+  })
+}
+
 export interface FeedPage {
   events: FeedEvent[]
   /** Where to resume: after the last event returned, or past everything looked at when the page ended at the log's end. */
@@ -100,6 +125,7 @@ const handlers = {
   alert: alertHandler,
   webhook: webhookHandler,
   delivery: deliveryHandler,
+  audit: { ...auditTrailHandler, ref: (projectId: string) => auditTrailHandler.ref(projectId) },
 } as unknown as Record<FeedAggregate, FeedHandler>
 
 const isFeedAggregate = (kind: string): kind is FeedAggregate => (feedAggregates as readonly string[]).includes(kind)
@@ -120,8 +146,12 @@ export class EventFeed {
    */
   readonly #kept = new Map<string, { reader: FeedReader; projectId: string; timer: NodeJS.Timeout }>()
 
-  constructor(deps: Deps) {
+  readonly #untilProjected: UntilProjected
+
+  /** `untilProjected`: waits (bounded) until the read models hold a sequence, for the events' leaf indexes. */
+  constructor(deps: Deps, untilProjected: UntilProjected) {
     this.#deps = deps
+    this.#untilProjected = untilProjected
   }
 
   /**
@@ -155,7 +185,7 @@ export class EventFeed {
         : { narrowAfter: 0, lastOf: [eventSubject(ns, projectId, 'job', filter.jobId), eventSubject(ns, projectId, 'progress', filter.jobId)] },
     )
     const fromTime = start !== null && 'fromTime' in start ? start.fromTime : null
-    return new FeedReader(deps, projectId, filter, scan, position, end, fromTime)
+    return new FeedReader(deps, projectId, filter, scan, position, end, fromTime, this.#untilProjected)
   }
 
   /**
@@ -302,6 +332,7 @@ export class FeedReader {
   #until: FeedPosition | null = null
   /** Until the first event at or after it is found (`from_time`, an ISO instant), earlier events are passed over. */
   #fromTime: string | null
+  readonly #untilProjected: UntilProjected
 
   constructor(
     deps: Deps,
@@ -311,7 +342,9 @@ export class FeedReader {
     position: FeedPosition,
     endAtOpen: number,
     fromTime: string | null,
+    untilProjected: UntilProjected,
   ) {
+    this.#untilProjected = untilProjected
     this.#deps = deps
     this.#projectId = projectId
     this.#filter = filter
@@ -384,6 +417,7 @@ export class FeedReader {
       if (messages.length === 0) break
       const events: FeedEvent[] = []
       await this.#take(messages, events, Number.POSITIVE_INFINITY)
+      await this.#withLeafIndexes(events)
       if (events.length > 0) yield events
     }
     this.#passEnd()
@@ -393,6 +427,7 @@ export class FeedReader {
       if (signal.aborted) return
       const events: FeedEvent[] = []
       await this.#take(arrived, events, Number.POSITIVE_INFINITY)
+      await this.#withLeafIndexes(events)
       yield events
     }
   }
@@ -413,8 +448,14 @@ export class FeedReader {
     }
   }
 
-  #answer(events: FeedEvent[], hasMore: boolean): FeedPage {
-    return { events, nextCursor: this.cursor, hasMore }
+  async #answer(events: FeedEvent[], hasMore: boolean): Promise<FeedPage> {
+    const nextCursor = this.cursor
+    await this.#withLeafIndexes(events)
+    return { events, nextCursor, hasMore }
+  }
+
+  #withLeafIndexes(events: readonly FeedEvent[]): Promise<void> {
+    return withLeafIndexes(this.#deps, this.#untilProjected, this.#projectId, events)
   }
 
   /**
@@ -471,7 +512,7 @@ export class FeedReader {
       if (count > 1 && states === null) states = await this.#statesOf(scanned, message)
       const state = states === null ? message.state : states[i]
       if (filtersWork(filter) && !keepsWork(filter, await this.#workOf(aggregate, message.aggregate_id, state))) continue
-      events.push({
+      const handedOut: FeedEvent = {
         id: event.id,
         cursor: encodeFeedCursor(this.#projectId, position),
         type: event.type,
@@ -481,7 +522,10 @@ export class FeedReader {
         aggregate_id: message.aggregate_id,
         data: readableByTenant(aggregate, event.data),
         state: readableByTenant(aggregate, state),
-      })
+        leaf_index: null,
+      }
+      placeOf.set(handedOut, { seq: scanned.seq, index: i })
+      events.push(handedOut)
       if (events.length >= limit) return true
     }
     this.#position = { seq: scanned.seq, index: 'all' }

@@ -1,8 +1,6 @@
 import { decodeTime } from 'ulid'
-import type { Alert } from '../../../domain/alert.ts'
-import type { Job } from '../../../domain/job.ts'
 import type { WebhookEventType } from '../../../domain/webhook.ts'
-import { alertWebhookEventOf, webhookEventOf, type WebhookEventContent } from '../../../domain/webhook-payload.ts'
+import { webhookEventOfMessage, type WebhookEventContent } from '../../../domain/webhook-payload.ts'
 import { LogUnavailable } from '../../../streams/errors.ts'
 import { decodeEventMessage, type EventMessage } from '../../../streams/event-store.ts'
 import type { ScannedMessage } from '../../../streams/log-scan.ts'
@@ -32,6 +30,7 @@ const logEventTypeOf: Record<WebhookEventType, string> = {
   'job.failed': 'job_dead_lettered',
   'alert.triggered': 'alert_triggered',
   'alert.resolved': 'alert_resolved',
+  'audit.checkpoint': 'checkpoint_issued',
 }
 
 /**
@@ -53,12 +52,7 @@ const maxMessagesSearched = 50_000
 export function webhookEventsOf(seq: number, message: EventMessage): LoggedWebhookEvent[] {
   const found: LoggedWebhookEvent[] = []
   for (const event of message.events) {
-    const content =
-      message.aggregate === 'job'
-        ? webhookEventOf(event, message.state as Job | null)
-        : message.aggregate === 'alert'
-          ? alertWebhookEventOf(event, message.state as Alert | null)
-          : null
+    const content = webhookEventOfMessage(message, event)
     if (content !== null) found.push({ seq, id: event.id, time: event.time, content })
   }
   return found
@@ -75,7 +69,7 @@ export interface WebhookEventRange {
 /** Opens a scan of the project's messages that may hold events of `types`: one kind of aggregate when every type is of it. */
 async function openScan(deps: Deps, projectId: string, types: readonly WebhookEventType[], start: { seq: number } | { time: string }) {
   const ns = deps.config.namespace
-  const kinds = new Set(types.map((type) => (type.startsWith('job.') ? 'job' : 'alert') as 'job' | 'alert'))
+  const kinds = new Set(types.map((type) => type.split('.')[0] as 'job' | 'alert' | 'audit'))
   const subjects = kinds.size === 1 ? projectKindFilter(ns, projectId, [...kinds][0]!) : projectSubjectsFilter(ns, projectId)
   return NarrowingScan.open(deps.nats.nc, eventsStreamName(ns), subjects, start)
 }

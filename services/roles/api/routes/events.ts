@@ -34,6 +34,11 @@ export const feedEvent = z
     aggregate_id: z.string(),
     data: z.unknown().describe("the event's data, without digests or sealed secrets"),
     state: z.unknown().describe('the aggregate after the event (null for a progress report)'),
+    leaf_index: z
+      .number()
+      .int()
+      .nullable()
+      .describe("its place in the project's Merkle log (docs/audit.md); null only while the audit log has not taken it in yet"),
   })
   .meta({ id: 'FeedEvent' })
 

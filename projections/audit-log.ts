@@ -1,0 +1,290 @@
+import { createHash } from 'node:crypto'
+import type { Checkpoint } from '../domain/audit-checkpoint.ts'
+import {
+  appendLeaf,
+  auditLeafOf,
+  auditLeafText,
+  changedTiles,
+  consistencyRanges,
+  edgeOf,
+  edgeTiles,
+  exportProofRanges,
+  inclusionRanges,
+  isAuditLeafMessage,
+  rangeHash,
+  rootRange,
+  tileName,
+  tilesForRanges,
+  type LeafRange,
+  type MerkleHasher,
+  type TileKey,
+  type Tiles,
+} from '../domain/audit-log.ts'
+import type { AuditSigningKey } from '../domain/audit-signing-key.ts'
+import { feedAggregates, feedEventTypes } from '../domain/event-feed.ts'
+import type { EventRecord } from '../streams/event-store.ts'
+import type { Queryable, Tx } from './database.ts'
+import { readModel, snapshotRows } from './projection.ts'
+
+function sha256(...parts: Uint8Array[]): Uint8Array {
+  const h = createHash('sha256')
+  for (const part of parts) h.update(part)
+  return h.digest()
+}
+
+const leafPrefix = Uint8Array.of(0)
+const nodePrefix = Uint8Array.of(1)
+
+/** RFC 6962's hashes on node:crypto. */
+export const auditHasher: MerkleHasher = {
+  leaf: (bytes) => sha256(leafPrefix, bytes),
+  node: (left, right) => sha256(nodePrefix, left, right),
+  empty: sha256(),
+}
+
+export const toHex = (hash: Uint8Array): string => Buffer.from(hash).toString('hex')
+
+/** A tile's stored bytes: its hashes one after another. */
+function tileBytes(hashes: readonly Uint8Array[]): Buffer {
+  return Buffer.concat(hashes)
+}
+
+function hashesOf(bytes: Uint8Array): Uint8Array[] {
+  const out: Uint8Array[] = []
+  for (let i = 0; i + 32 <= bytes.length; i += 32) out.push(bytes.subarray(i, i + 32))
+  return out
+}
+
+async function readTiles(db: Queryable, projects: readonly string[], keys: readonly TileKey[]): Promise<Map<string, Map<string, Uint8Array[]>>> {
+  const out = new Map<string, Map<string, Uint8Array[]>>()
+  if (keys.length === 0) return out
+  const rows = await db<{ project_id: string; level: number; idx: string; hashes: Buffer }[]>`
+    SELECT t.project_id, t.level, t.idx, t.hashes
+    FROM unnest(${projects as string[]}::text[], ${keys.map((k) => k.level)}::int[], ${keys.map((k) => k.index)}::bigint[]) AS w(project_id, level, idx)
+    JOIN audit_tiles t ON t.project_id = w.project_id AND t.level = w.level AND t.idx = w.idx`
+  for (const row of rows) {
+    let tiles = out.get(row.project_id)
+    if (tiles === undefined) out.set(row.project_id, (tiles = new Map()))
+    tiles.set(tileName({ level: row.level, index: Number(row.idx) }), hashesOf(row.hashes))
+  }
+  return out
+}
+
+/** The leaf hash of each event of a leaf message, in order. */
+function leafHashesOf(record: EventRecord): Uint8Array[] {
+  const encoder = new TextEncoder()
+  return record.message.events.map((event) => auditLeafOf(record.message, event)).map((leaf) => auditHasher.leaf(encoder.encode(auditLeafText(leaf))))
+}
+
+/**
+ * Appends each project's new leaves: reads its tree's size and newest tiles once per batch,
+ * appends every event of its messages after the tree's `last_seq` (so a message applied again
+ * appends nothing), and writes back the tiles that changed, the positions and the size.
+ */
+async function applyLeaves(tx: Tx, records: readonly EventRecord[]): Promise<void> {
+  const byProject = new Map<string, EventRecord[]>()
+  for (const r of records) {
+    if (!isAuditLeafMessage(r.message)) continue
+    const list = byProject.get(r.message.project_id)
+    if (list === undefined) byProject.set(r.message.project_id, [r])
+    else list.push(r)
+  }
+  if (byProject.size === 0) return
+  const projects = [...byProject.keys()]
+  const trees = new Map(
+    (
+      await tx<{ project_id: string; size: string; last_seq: string }[]>`
+      SELECT project_id, size, last_seq FROM audit_trees WHERE project_id = ANY(${projects}) FOR UPDATE`
+    ).map((t) => [t.project_id, { size: Number(t.size), lastSeq: Number(t.last_seq) }]),
+  )
+  const wanted = projects.flatMap((p) =>
+    edgeTiles(trees.get(p)?.size ?? 0)
+      .filter((k) => k.length > 0)
+      .map((k) => ({ p, k })),
+  )
+  const stored = await readTiles(
+    tx,
+    wanted.map((w) => w.p),
+    wanted.map((w) => w.k),
+  )
+  // Hashes travel as hex text: postgres.js sends an array of buffers as one bytea, not bytea[].
+  const tileRows = { project: [] as string[], level: [] as number[], idx: [] as number[], hashes: [] as string[] }
+  const positions = { project: [] as string[], seq: [] as number[], leaf: [] as number[], events: [] as number[] }
+  const treeRows = { project: [] as string[], size: [] as number[], lastSeq: [] as number[] }
+  for (const [projectId, list] of byProject) {
+    const tree = trees.get(projectId) ?? { size: 0, lastSeq: 0 }
+    const edge = edgeOf(tree.size, stored.get(projectId) ?? new Map())
+    let lastSeq = tree.lastSeq
+    for (const record of list) {
+      if (record.seq <= lastSeq) continue
+      positions.project.push(projectId)
+      positions.seq.push(record.seq)
+      positions.leaf.push(edge.size)
+      positions.events.push(record.message.events.length)
+      for (const hash of leafHashesOf(record)) appendLeaf(auditHasher, edge, hash)
+      lastSeq = record.seq
+    }
+    if (lastSeq === tree.lastSeq) continue
+    for (const tile of changedTiles(edge)) {
+      tileRows.project.push(projectId)
+      tileRows.level.push(tile.level)
+      tileRows.idx.push(tile.index)
+      tileRows.hashes.push(tileBytes(tile.hashes).toString('hex'))
+    }
+    treeRows.project.push(projectId)
+    treeRows.size.push(edge.size)
+    treeRows.lastSeq.push(lastSeq)
+  }
+  if (treeRows.project.length === 0) return
+  await tx`
+    INSERT INTO audit_tiles (project_id, level, idx, hashes)
+    SELECT p, l, i, decode(h, 'hex') FROM unnest(${tileRows.project}::text[], ${tileRows.level}::smallint[], ${tileRows.idx}::bigint[], ${tileRows.hashes}::text[]) AS w(p, l, i, h)
+    ON CONFLICT (project_id, level, idx) DO UPDATE SET hashes = excluded.hashes`
+  await tx`
+    INSERT INTO audit_positions (project_id, seq, leaf_index, events)
+    SELECT * FROM unnest(${positions.project}::text[], ${positions.seq}::bigint[], ${positions.leaf}::bigint[], ${positions.events}::int[])
+    ON CONFLICT DO NOTHING`
+  await tx`
+    INSERT INTO audit_trees (project_id, size, last_seq)
+    SELECT * FROM unnest(${treeRows.project}::text[], ${treeRows.size}::bigint[], ${treeRows.lastSeq}::bigint[])
+    ON CONFLICT (project_id) DO UPDATE SET size = excluded.size, last_seq = excluded.last_seq`
+}
+
+/** Each checkpoint taken in: listed, and the tree's `checkpointed_size` for the hourly pass. */
+async function applyCheckpoints(tx: Tx, records: readonly EventRecord[]): Promise<void> {
+  for (const record of records) {
+    if (record.message.aggregate !== 'audit') continue
+    for (const event of record.message.events) {
+      if (event.type !== 'checkpoint_issued') continue
+      const c = event.data as Checkpoint
+      await tx`
+        INSERT INTO audit_checkpoints (project_id, tree_size, root_hash, issued_at, key_id, signature, seq)
+        VALUES (${c.project_id}, ${c.tree_size}, ${c.root_hash}, ${c.issued_at}, ${c.key_id}, ${c.signature}, ${record.seq})
+        ON CONFLICT DO NOTHING`
+      await tx`
+        UPDATE audit_trees SET checkpointed_size = ${c.tree_size}
+        WHERE project_id = ${c.project_id} AND (checkpointed_size IS NULL OR checkpointed_size < ${c.tree_size})`
+    }
+  }
+}
+
+const applyKeyRows = snapshotRows<AuditSigningKey>('audit_key', (db, k, seq) => {
+  return db`
+    INSERT INTO audit_signing_keys (key_id, algorithm, public_key, valid_from, valid_until, last_seq)
+    VALUES (${k.key_id}, ${k.algorithm}, ${k.public_key}, ${k.valid_from}, ${k.valid_until}, ${seq})
+    ON CONFLICT (key_id) DO UPDATE SET valid_until = excluded.valid_until, last_seq = excluded.last_seq
+    WHERE audit_signing_keys.last_seq < excluded.last_seq`
+})
+
+/** A tree's size and how far the log it was built from goes, or null before its first leaf. */
+export interface AuditTree {
+  size: number
+  lastSeq: number
+  checkpointedSize: number | null
+}
+
+async function tilesFor(db: Queryable, projectId: string, ranges: readonly LeafRange[]): Promise<Tiles> {
+  const keys = tilesForRanges(ranges)
+  return (
+    (
+      await readTiles(
+        db,
+        keys.map(() => projectId),
+        keys,
+      )
+    ).get(projectId) ?? new Map()
+  )
+}
+
+/** Hashes of ranges of the first `size` leaves: all read in one statement. */
+async function rangeHashes(db: Queryable, projectId: string, ranges: readonly LeafRange[]): Promise<Uint8Array[]> {
+  const tiles = await tilesFor(db, projectId, ranges)
+  return ranges.map((r) => rangeHash(auditHasher, tiles, r))
+}
+
+export interface ExportProofRange {
+  start: number
+  end: number
+  hash: string
+}
+
+/**
+ * The projects' Merkle logs (docs/audit.md): leaves, tiles, positions, checkpoints and signing
+ * keys, and the queries the audit routes and exports answer from. Every query reads a few tiles,
+ * whatever the tree's size.
+ */
+export const auditLog = readModel(
+  {
+    name: 'audit_log',
+    handles: [...new Set([...feedAggregates.flatMap((a) => feedEventTypes[a]), 'job_progressed', 'signing_key_activated', 'signing_key_retired'])],
+    tables: ['audit_trees', 'audit_tiles', 'audit_positions', 'audit_checkpoints', 'audit_signing_keys'],
+    async apply(tx: Tx, records: readonly EventRecord[]) {
+      await applyLeaves(tx, records)
+      await applyCheckpoints(tx, records)
+      await applyKeyRows(tx, records)
+    },
+  },
+  {
+    tree: async (db: Queryable, projectId: string): Promise<AuditTree | null> => {
+      const [row] = await db<{ size: string; last_seq: string; checkpointed_size: string | null }[]>`
+        SELECT size, last_seq, checkpointed_size FROM audit_trees WHERE project_id = ${projectId}`
+      if (row === undefined) return null
+      return {
+        size: Number(row.size),
+        lastSeq: Number(row.last_seq),
+        checkpointedSize: row.checkpointed_size === null ? null : Number(row.checkpointed_size),
+      }
+    },
+    /** MTH of the first `size` leaves (`size` at most the tree's). */
+    root: async (db: Queryable, projectId: string, size: number): Promise<string> => toHex((await rangeHashes(db, projectId, [rootRange(size)]))[0]!),
+    inclusionPath: async (db: Queryable, projectId: string, leafIndex: number, size: number): Promise<string[]> =>
+      (await rangeHashes(db, projectId, inclusionRanges(leafIndex, size))).map(toHex),
+    consistencyPath: async (db: Queryable, projectId: string, first: number, second: number): Promise<string[]> =>
+      (await rangeHashes(db, projectId, consistencyRanges(first, second))).map(toHex),
+    /** The multi-leaf proof of an attested export (sorted, distinct `leaves`, each below `size`). */
+    exportProof: async (db: Queryable, projectId: string, leaves: readonly number[], size: number): Promise<ExportProofRange[]> => {
+      const ranges = exportProofRanges(leaves, size)
+      const hashes = await rangeHashes(db, projectId, ranges)
+      return ranges.map((r, i) => ({ start: r.start, end: r.end, hash: toHex(hashes[i]!) }))
+    },
+    /** The first leaf index of each message of the project at these sequences (a message's events follow it). */
+    leafIndexes: async (db: Queryable, projectId: string, seqs: readonly number[]): Promise<Map<number, number>> => {
+      if (seqs.length === 0) return new Map()
+      const rows = await db<{ seq: string; leaf_index: string }[]>`
+        SELECT seq, leaf_index FROM audit_positions WHERE project_id = ${projectId} AND seq = ANY(${seqs as number[]}::bigint[])`
+      return new Map(rows.map((r) => [Number(r.seq), Number(r.leaf_index)]))
+    },
+    /** Checkpoints issued in `[from, until)`, oldest first, at most `limit`, after tree size `afterSize`. */
+    checkpoints: async (
+      db: Queryable,
+      projectId: string,
+      from: string | null,
+      until: string | null,
+      afterSize: number,
+      limit: number,
+    ): Promise<Checkpoint[]> => {
+      const rows = await db<(Checkpoint & { tree_size: string })[]>`
+        SELECT project_id, tree_size, root_hash, issued_at, key_id, signature FROM audit_checkpoints
+        WHERE project_id = ${projectId} AND tree_size > ${afterSize}
+          AND (${from}::text IS NULL OR issued_at >= ${from}) AND (${until}::text IS NULL OR issued_at < ${until})
+        ORDER BY tree_size LIMIT ${limit}`
+      return rows.map((r) => ({ ...r, tree_size: Number(r.tree_size) }))
+    },
+    latestCheckpoint: async (db: Queryable, projectId: string): Promise<Checkpoint | null> => {
+      const [row] = await db<(Checkpoint & { tree_size: string })[]>`
+        SELECT project_id, tree_size, root_hash, issued_at, key_id, signature FROM audit_checkpoints
+        WHERE project_id = ${projectId} ORDER BY tree_size DESC LIMIT 1`
+      return row === undefined ? null : { ...row, tree_size: Number(row.tree_size) }
+    },
+    /** Projects after `afterProject` whose tree grew by more than their newest checkpoint's own leaf (the hourly pass), at most `limit`. */
+    uncheckpointed: async (db: Queryable, afterProject: string, limit: number): Promise<string[]> =>
+      (
+        await db<{ project_id: string }[]>`
+          SELECT project_id FROM audit_trees
+          WHERE project_id > ${afterProject} AND (checkpointed_size IS NULL OR size > checkpointed_size + 1)
+          ORDER BY project_id LIMIT ${limit}`
+      ).map((r) => r.project_id),
+    keys: async (db: Queryable): Promise<AuditSigningKey[]> =>
+      db<AuditSigningKey[]>`SELECT key_id, algorithm, public_key, valid_from, valid_until FROM audit_signing_keys ORDER BY valid_from, key_id`,
+  },
+)
