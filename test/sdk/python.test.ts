@@ -51,6 +51,8 @@ const runs = {
     'tests.test_typing',
   ]),
   'heartbeats and named consumers': unittest(['tests.test_heartbeat', 'tests.test_consumers']),
+  // Offline: the audit-log verifier needs no service, only files (and node, to compare with).
+  'audit-log verifier': unittest(['tests.test_audit']),
 }
 
 for (const [name, run] of Object.entries(runs)) {
