@@ -491,12 +491,14 @@ export interface AuditRow {
   summary: string
   user_id: string | null
   metadata: string | null
+  /** The sequence of the message the row was made from (an attested export reads its event). */
+  seq: string
 }
 
 /** A project's activity created within `window` (both ends included) and before sequence `beforeSeq`, oldest first: a query to stream with a cursor. */
 function auditRows(db: Queryable, projectId: string, window: { from: Date; until: Date }, beforeSeq: number) {
   return db<AuditRow[]>`
-    SELECT id, created_at, kind, target_type, target_id, summary, user_id, metadata FROM activity
+    SELECT id, created_at, kind, target_type, target_id, summary, user_id, metadata, seq FROM activity
     WHERE project_id = ${projectId} AND created_at >= ${window.from} AND created_at <= ${window.until} AND seq < ${beforeSeq}
     ORDER BY created_at, id`
 }

@@ -402,6 +402,8 @@ export interface ExportedJobRow {
   payload: string
   /** JSON text; null: no result. */
   result: string | null
+  /** The sequence of the message the row holds (an attested export reads its event). */
+  last_seq: string
 }
 
 /** A project's jobs created within `window` (both ends included), oldest first: a query to stream with a cursor. */
@@ -409,7 +411,7 @@ function exportRows(db: Queryable, projectId: string, window: { from: Date; unti
   return db<ExportedJobRow[]>`
     SELECT id, created_at, job_type, queue, state, attempt, max_attempts, timeout_seconds, run_at, started_at, completed_at,
       duration_ms, worker_id, progress, parent_job_id, idempotency_key, tags::text AS tags, error::text AS error, payload::text AS payload,
-      result::text AS result
+      result::text AS result, last_seq
     FROM jobs WHERE project_id = ${projectId} AND created_at >= ${window.from} AND created_at <= ${window.until}
     ORDER BY created_at, id`
 }

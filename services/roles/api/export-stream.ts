@@ -5,7 +5,8 @@ import type { PendingQuery } from 'postgres'
 import type { Sql } from '../../../projections/database.ts'
 import { jobList, type ExportedJobRow } from '../../../projections/job-list.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
-import { invalidFormat, invalidFrom, invalidRange, invalidUntil, rangeTooLarge } from './errors.ts'
+import type { ExportAttestation } from '../../use-cases/audit/export-attestation.ts'
+import { invalidFormat, invalidFrom, invalidRange, invalidRequest, invalidUntil, rangeTooLarge } from './errors.ts'
 
 /** Spec, Exports: windows of at most 90 days, one export per project per 60 s. */
 export const maxWindowMs = 90 * 24 * 60 * 60 * 1000
@@ -55,6 +56,23 @@ export interface ExportLayout<Row> {
 }
 
 /**
+ * An attested JSONL export (`attest=true`, docs/audit.md): each batch of rows becomes its lines
+ * with the leaves behind them (read from the log, so asynchronous), and a manifest line ends it.
+ */
+export interface AttestedLayout<Row> {
+  lines(rows: readonly Row[]): Promise<string[]>
+  manifest(): Promise<string>
+}
+
+/** `attest=true` on an export: JSONL only (a CSV cell has no place for a leaf). */
+export function wantsAttestation(attest: string | undefined, window: ExportWindow): boolean {
+  if (attest === undefined || attest === 'false') return false
+  if (attest !== 'true') throw invalidRequest('attest must be true or false')
+  if (window.format !== 'jsonl') throw invalidFormat()
+  return true
+}
+
+/**
  * OWASP's CSV injection rule: a spreadsheet runs a cell that starts with `=`, `+`, `-`, `@`, a
  * tab or a carriage return as a formula (`=HYPERLINK(…)` in a job type or an error message).
  * Such a text cell gets a leading `'`, which spreadsheets show as text and do not display;
@@ -74,7 +92,12 @@ export function neutralizeFormula(cell: unknown): unknown {
  * generation for a full GC (an export of 200,000 jobs grew the service's RSS by 130 MB); with the
  * callback the rows die young (`npm run bench -- --spawn --export-jobs 200000`).
  */
-function cursorStream<Row extends object>(sql: Sql, query: PendingQuery<Row[]>, render: (row: Row) => unknown): Readable {
+function cursorStream<Row extends object>(
+  sql: Sql,
+  query: PendingQuery<Row[]>,
+  render: (rows: readonly Row[]) => unknown[] | Promise<unknown[]>,
+  trailer?: () => Promise<unknown>,
+): Readable {
   let resume: (() => void) | null = null
   const wake = () => {
     const waiting = resume
@@ -93,15 +116,16 @@ function cursorStream<Row extends object>(sql: Sql, query: PendingQuery<Row[]>, 
   query
     .cursor(cursorRows, async (batch) => {
       let wantsMore = true
-      for (const row of batch) wantsMore = stream.push(render(row))
+      for (const item of await render(batch)) wantsMore = stream.push(item)
       if (!wantsMore && !stream.destroyed) await new Promise<void>((resolve) => (resume = resolve))
       // A reader that went away (the client hung up) closes the cursor instead of reading on.
       return stream.destroyed ? sql.CLOSE : undefined
     })
-    .then(
-      () => stream.push(null),
-      (err: unknown) => stream.destroy(err as Error),
-    )
+    .then(async () => {
+      if (trailer !== undefined && !stream.destroyed) stream.push(await trailer())
+      stream.push(null)
+    })
+    .catch((err: unknown) => stream.destroy(err as Error))
   return stream
 }
 
@@ -114,21 +138,22 @@ export function sendExport<Row extends object>(
   deps: Deps,
   reply: FastifyReply,
   layout: ExportLayout<Row>,
-  exported: { projectId: string; window: ExportWindow; query: PendingQuery<Row[]> },
+  exported: { projectId: string; window: ExportWindow; query: PendingQuery<Row[]>; attested?: AttestedLayout<Row> },
 ): FastifyReply {
-  const { projectId, window, query } = exported
+  const { projectId, window, query, attested } = exported
   const ext = window.format === 'csv' ? 'csv' : 'jsonl'
   void reply
     .header('Content-Disposition', `attachment; filename="svc-${layout.name}-${projectId}-${deps.now().toISOString().slice(0, 10)}.${ext}"`)
     .type(window.format === 'csv' ? 'text/csv; charset=utf-8' : 'application/x-ndjson; charset=utf-8')
-  if (window.format === 'jsonl') return reply.send(cursorStream(deps.sql, query, layout.jsonLine))
+  if (attested !== undefined) return reply.send(cursorStream(deps.sql, query, attested.lines, attested.manifest))
+  if (window.format === 'jsonl') return reply.send(cursorStream(deps.sql, query, (rows) => rows.map(layout.jsonLine)))
   // RFC 4180: CRLF between records, fields quoted when they hold a quote, comma or line break.
   const csv = stringify({ header: true, columns: [...layout.csvColumns], record_delimiter: 'windows' })
   // pipeline, not pipe: a client that hangs up destroys `csv`, and the cursor behind it must be
   // closed too rather than left waiting, holding its database connection. Errors reach Fastify
   // through `csv`, which pipeline destroys with them.
-  const record = (row: Row) => layout.csvRecord(row).map(neutralizeFormula)
-  return reply.send(pipeline(cursorStream(deps.sql, query, record), csv, () => undefined))
+  const records = (rows: readonly Row[]) => rows.map((row) => layout.csvRecord(row).map(neutralizeFormula))
+  return reply.send(pipeline(cursorStream(deps.sql, query, records), csv, () => undefined))
 }
 
 type ExportRow = ExportedJobRow
@@ -231,8 +256,19 @@ export function sendJobsExport(
   reply: FastifyReply,
   projectId: string,
   window: ExportWindow,
-  options = { withResult: false },
+  options: { withResult: boolean; attestation?: ExportAttestation } = { withResult: false },
 ): FastifyReply {
   const layout = options.withResult ? jobsWithResultLayout : jobsLayout
-  return sendExport(deps, reply, layout, { projectId, window, query: jobList.exportRows(deps.sql, projectId, window) })
+  const attestation = options.attestation
+  const attested: AttestedLayout<ExportRow> | undefined =
+    attestation === undefined
+      ? undefined
+      : {
+          lines: async (rows) => {
+            const leaves = await attestation.ofJobs(rows.map((r) => ({ id: r.id, lastSeq: Number(r.last_seq) })))
+            return rows.map((row, i) => `${layout.jsonLine(row).slice(0, -2)},"attestation":${JSON.stringify(leaves[i])}}\n`)
+          },
+          manifest: async () => `${JSON.stringify({ manifest: await attestation.manifest('jobs', window) })}\n`,
+        }
+  return sendExport(deps, reply, layout, { projectId, window, query: jobList.exportRows(deps.sql, projectId, window), attested })
 }

@@ -8,7 +8,16 @@ import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
 import { admitProjectRequest } from '../request-limit.ts'
 import { rateLimitExceeded } from '../errors.ts'
-import { exportCooldownMs, parseExportWindow, sendExport, type ExportLayout } from '../export-stream.ts'
+import {
+  exportCooldownMs,
+  parseExportWindow,
+  sendExport,
+  wantsAttestation,
+  type AttestedLayout,
+  type ExportLayout,
+  type ExportWindow,
+} from '../export-stream.ts'
+import { ExportAttestation } from '../../../use-cases/audit/export-attestation.ts'
 import { mediaResponse, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
 import { formatText, windowBoundText } from '../query-fields.ts'
@@ -25,6 +34,12 @@ const exportSchema = {
     from: windowBoundText.describe('ISO 8601 date-time, start of the window (required)'),
     until: windowBoundText.describe('ISO 8601 date-time, end of the window (required)'),
     format: formatText.describe('`jsonl` (default) or `csv`'),
+    attest: z
+      .string()
+      .optional()
+      .describe(
+        'extension: `true` adds to each line its event in the Merkle log (`leaf_index`, `leaf`) and ends the export with a manifest line (a checkpoint and the proof that ties every leaf to its root; docs/audit.md). JSONL only',
+      ),
   }),
   response: {
     200: mediaResponse('The audit log, streamed', {
@@ -66,13 +81,27 @@ const auditLayout: ExportLayout<AuditRow> = {
   csvRecord: (row) => [row.id, row.created_at.toISOString(), row.kind, row.target_type, row.target_id, row.summary, row.user_id, row.metadata],
 }
 
+/** Each line with the event behind its row (`leaf_index`, `leaf`; null for a row the tree has no event of), and the manifest last. */
+function attestedAuditLayout(attestation: ExportAttestation, window: ExportWindow): AttestedLayout<AuditRow> {
+  return {
+    lines: async (rows) => {
+      const leaves = await attestation.ofEvents(rows.map((r) => ({ eventId: `evt_${r.id}`, seq: Number(r.seq) })))
+      return rows.map(
+        (row, i) =>
+          `${jsonLine(row).slice(0, -2)},"leaf_index":${leaves[i]?.leaf_index ?? null},"leaf":${JSON.stringify(leaves[i]?.leaf ?? null)}}\n`,
+      )
+    },
+    manifest: async () => `${JSON.stringify({ manifest: await attestation.manifest('audit_log', window) })}\n`,
+  }
+}
+
 /**
  * `GET /jobsvc/v1/projects/{projectId}/audit-log/export`: the project's activity rows in a window,
  * oldest first, for a dashboard session with the role admin or owner (spec, Endpoints and Exports;
  * docs/api-notes.md, "Audit-log export"). It authenticates by session, not API key, so it is registered
  * outside the `/jobsvc/v1` key hook.
  */
-export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'watcher' | 'requestRate'>): FastifyPluginAsync {
+export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' | 'team' | 'watcher' | 'requestRate' | 'audit'>): FastifyPluginAsync {
   const { deps } = ctx
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
@@ -84,6 +113,7 @@ export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' |
       const needed = request.routeOptions.config.role ?? 'owner'
       if (!hasRoleAtLeast(role, needed)) throw new Forbidden(`exporting the audit log needs the project role ${needed} or above; yours is ${role}`)
       const window = parseExportWindow(request.query)
+      const attest = wantsAttestation(request.query.attest, window)
       const verdict = await ctx.accounts.limits.takeCooldown('audit-log-export', project.id, exportCooldownMs, deps.now())
       if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'one audit-log export per project per 60 seconds')
       const recorded = await commandProject(deps, project.id, {
@@ -96,7 +126,12 @@ export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' |
       // row belongs to the next export whose window covers it.
       await ctx.watcher.waitFor(recorded.seq, deps.config.tunables.read_your_writes_wait_ms)
       const query = activityFeed.auditRows(deps.sql, project.id, window, recorded.seq)
-      return sendExport(deps, reply, auditLayout, { projectId: project.id, window, query })
+      return sendExport(deps, reply, auditLayout, {
+        projectId: project.id,
+        window,
+        query,
+        attested: attest ? attestedAuditLayout(new ExportAttestation(deps, ctx.audit, project.id), window) : undefined,
+      })
     })
   }
 }

@@ -1,11 +1,14 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
+import { Forbidden } from '../../../../domain/errors.ts'
 import { jobStates, type Job } from '../../../../domain/job.ts'
+import { hasRoleAtLeast } from '../../../../domain/project/index.ts'
 import { maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
 import type { ApiContext } from '../context.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
-import { exportCooldownMs, parseExportWindow, sendJobsExport } from '../export-stream.ts'
+import { exportCooldownMs, parseExportWindow, sendJobsExport, wantsAttestation } from '../export-stream.ts'
+import { ExportAttestation } from '../../../use-cases/audit/export-attestation.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import { quotaHeaders } from '../../../use-cases/metering/allowance.ts'
 import { createJobs } from '../../../use-cases/jobs/create-jobs.ts'
@@ -233,6 +236,12 @@ const exportSchema = {
       .enum(['result'])
       .optional()
       .describe('extension: `result` adds each job’s result (the last JSONL field, raw JSON or null; a last CSV column `Result`, JSON text)'),
+    attest: z
+      .string()
+      .optional()
+      .describe(
+        'extension: `true` adds to each line its job’s `job_created` and latest event in the Merkle log (`attestation`) and ends the export with a manifest line (a checkpoint and its proof; docs/audit.md). JSONL only; needs `admin`',
+      ),
   }),
   response: {
     200: mediaResponse('The jobs, streamed', {
@@ -476,7 +485,7 @@ async function createBatch(
 }
 
 export function jobRoutes(
-  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'billing' | 'accounts' | 'idempotency' | 'streams' | 'watcher' | 'logHead' | 'stopping'>,
+  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'billing' | 'accounts' | 'idempotency' | 'streams' | 'watcher' | 'logHead' | 'stopping' | 'audit'>,
 ): FastifyPluginAsync {
   const { deps, jobs } = ctx
   return async (plugin) => {
@@ -538,6 +547,9 @@ export function jobRoutes(
     app.get('/export', { schema: exportSchema, config: { role: 'member' } }, async (request, reply) => {
       const window = parseExportWindow(request.query)
       const projectId = request.principal.projectId
+      const attest = wantsAttestation(request.query.attest, window)
+      if (attest && !hasRoleAtLeast(request.principal.role, 'admin'))
+        throw new Forbidden('an attested export signs a checkpoint: it needs the project role admin or above')
       const verdict = await ctx.accounts.limits.takeCooldown('jobs-export', projectId, exportCooldownMs, deps.now())
       if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'one jobs export per project per 60 seconds')
       await commandProject(deps, projectId, {
@@ -545,7 +557,10 @@ export function jobRoutes(
         data: { from: window.from.toISOString(), until: window.until.toISOString(), format: window.format },
         meta: { now: deps.now().toISOString(), actor: request.principal.actor },
       })
-      return sendJobsExport(deps, reply, projectId, window, { withResult: request.query.include === 'result' })
+      return sendJobsExport(deps, reply, projectId, window, {
+        withResult: request.query.include === 'result',
+        attestation: attest ? new ExportAttestation(deps, ctx.audit, projectId) : undefined,
+      })
     })
 
     app.get('/:jobId', { schema: readSchema, config: { role: 'viewer' } }, async (request, reply) => {
