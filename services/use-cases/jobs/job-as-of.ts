@@ -2,8 +2,7 @@ import { decodeTime } from 'ulid'
 import { JobNotFound } from '../../../domain/errors.ts'
 import { foldJobAsOf, isThrough, type JobMessage, type JobMoment } from '../../../domain/job-as-of.ts'
 import { toJobView, type JobEvent, type JobView } from '../../../domain/job.ts'
-import { progressOf, type JobProgress } from '../../../domain/job-progress.ts'
-import type { Project } from '../../../domain/project/index.ts'
+import { progressOf } from '../../../domain/job-progress.ts'
 import { jobHandler, progressHandler, projectHandler } from '../../../streams/aggregates.ts'
 import type { EventRecord, EventStore } from '../../../streams/event-store.ts'
 import { projectSubjectsFilter } from '../../../streams/names.ts'
@@ -53,6 +52,7 @@ export async function readJobAsOf(deps: Pick<Deps, 'store' | 'config'>, projectI
     progressHandler.last(store, progressRef),
   ])
   if (first === null || last === null) {
+    // Nothing of it: never created, or removed by retention (which removes a job's messages together).
     if (await mayHaveBeenRemoved(deps, projectId, jobId, moment)) throw new HistoryExpired(jobId)
     throw new JobNotFound(jobId)
   }
@@ -89,7 +89,7 @@ export async function readJobAsOf(deps: Pick<Deps, 'store' | 'config'>, projectI
   }
 }
 
-type ProgressRecord = EventRecord<JobEvent, JobProgress | null>
+type ProgressRecord = NonNullable<Awaited<ReturnType<typeof progressHandler.last>>>
 
 /**
  * The last report with a sequence in [from, to] that is through the moment, by bisection: the
@@ -126,7 +126,7 @@ async function lastReportThrough(
  * time of a position is that of the project's first message stored at it or after).
  */
 async function mayHaveBeenRemoved(deps: Pick<Deps, 'store' | 'config'>, projectId: string, jobId: string, moment: JobMoment): Promise<boolean> {
-  const project = (await projectHandler.load(deps.store, projectHandler.ref(projectId))).state as Project | null
+  const project = (await projectHandler.load(deps.store, projectHandler.ref(projectId))).state
   if (project === null || project.history_expired_through === 0) return false
   let momentTime: number
   if ('time' in moment) momentTime = Date.parse(moment.time)
