@@ -5,6 +5,7 @@ import * as domainErrors from '../../domain/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../services/use-cases/platform/accounts.ts'
 import { WindowFull } from '../../services/use-cases/platform/auth-limits.ts'
 import { CursorExpired, UnknownCursor } from '../../services/use-cases/events/event-feed.ts'
+import { HistoryExpired } from '../../services/use-cases/jobs/job-as-of.ts'
 import { PasswordWorkBusy } from '../../services/use-cases/platform/passwords.ts'
 import { repoRoot } from '../support/harness.ts'
 import { specErrorCodes } from '../support/spec-error-codes.ts'
@@ -49,6 +50,7 @@ const useCaseSamples: Error[] = [
   new PasswordWorkBusy(8),
   new CursorExpired('c1.1.x.aaaaaaaaaa'),
   new UnknownCursor(),
+  new HistoryExpired('job_01ARZ3NDEKTSV4RRFFQ69G5FAV'),
 ]
 
 t.test('the error registry and the error reference (docs/api-notes.md) list the same codes', async (t) => {

@@ -8,6 +8,8 @@ import * as api from '../../services/roles/api/index.ts'
 import * as projector from '../../services/roles/projector/index.ts'
 import { rebuildReadModels } from '../../services/roles/projector/rebuild.ts'
 import { openRuntime } from '../../services/infrastructure/runtime.ts'
+import { encodeFeedCursor } from '../../services/use-cases/events/feed-cursor.ts'
+import { decode } from '../../streams/codec.ts'
 import { JetStreamPublisher } from '../../streams/publisher.ts'
 import type { FixtureMessage } from '../support/write-log-v1-fixture.ts'
 import { eventually, httpRequest, isolatedNames, removeIsolated, testConfig } from '../support/harness.ts'
@@ -28,6 +30,7 @@ const messages = readFileSync(new URL('messages.jsonl', fixtureDir), 'utf8')
   .map((line) => JSON.parse(line) as FixtureMessage)
 const recorded = JSON.parse(readFileSync(new URL('answers.json', fixtureDir), 'utf8')) as {
   namespace: string
+  project_id: string
   api_key: string
   jobs: Record<string, string>
   job: Record<string, Record<string, unknown>>
@@ -83,10 +86,32 @@ await eventually(caughtUp, 30_000, 'the projector to read the old log')
  */
 const withNewFields = (job: object) => ({ ...job, result: null })
 
+type HistoryEntry = { sequence: number; cursor?: string }
+
+/**
+ * A recorded history page with the field added since: each event's `cursor` in the event feed
+ * (issue 27), its message's sequence and its index there, the last event of a message naming the
+ * whole message.
+ */
+function withCursors(page: { data: HistoryEntry[] }): object {
+  return {
+    ...page,
+    data: page.data.map((e, i, all) => {
+      const index = all.slice(0, i).filter((o) => o.sequence === e.sequence).length
+      const last = all[i + 1]?.sequence !== e.sequence
+      return { ...e, cursor: encodeFeedCursor(recorded.project_id, { seq: e.sequence, index: last ? 'all' : index }) }
+    }),
+  }
+}
+
 t.test('every job, its history and the list read as the code that wrote them answered', async (t) => {
   for (const name of Object.keys(jobs)) {
     t.strictSame(await getJob(name), withNewFields(recorded.job[name]!), `GET ${name}`)
-    t.strictSame(await ok('GET', `/jobsvc/v1/jobs/${jobs[name]}/history?limit=500`), recorded.history[name], `history of ${name}`)
+    t.strictSame(
+      await ok('GET', `/jobsvc/v1/jobs/${jobs[name]}/history?limit=500`),
+      withCursors(recorded.history[name] as { data: HistoryEntry[] }),
+      `history of ${name}`,
+    )
   }
   const list = recorded.list as { data: object[] }
   t.strictSame(
@@ -94,6 +119,39 @@ t.test('every job, its history and the list read as the code that wrote them ans
     { ...list, data: list.data.map(withNewFields) },
     'the list, from the read model built from the old log',
   )
+})
+
+/** The whole job each message of the old log carried (schema 1: payload, last error and progress inline), by sequence. */
+const storedStates = new Map(messages.map((m) => [m.seq, (decode(Buffer.from(m.data, 'base64')) as { state: Record<string, unknown> | null }).state]))
+
+t.test('each job of the old log reads, as of each of its events, as the message of that event stored it', async (t) => {
+  const compared = [
+    'state',
+    'attempt',
+    'max_attempts',
+    'run_at',
+    'started_at',
+    'completed_at',
+    'worker_id',
+    'duration_ms',
+    'payload',
+    'error',
+    'progress',
+    'tags',
+  ]
+  for (const name of Object.keys(jobs)) {
+    const history = (await ok('GET', `/jobsvc/v1/jobs/${jobs[name]}/history?limit=500`)) as {
+      data: Array<{ sequence: number; cursor: string; type: string }>
+    }
+    for (const event of history.data) {
+      const answer = await ok('GET', `/jobsvc/v1/jobs/${jobs[name]}?as_of=${encodeURIComponent(event.cursor)}`)
+      const stored = storedStates.get(event.sequence)
+      if (event.type === 'job_progressed' || stored === null || stored === undefined) continue
+      for (const field of compared) t.strictSame(answer[field], stored[field], `${name} as of ${event.type} (${event.sequence}): ${field}`)
+    }
+    const { as_of: _point, ...latest } = await ok('GET', `/jobsvc/v1/jobs/${jobs[name]}?as_of=${encodeURIComponent(history.data.at(-1)!.cursor)}`)
+    t.strictSame(latest, await getJob(name), `${name} as of its last event is ${name} now`)
+  }
 })
 
 t.test('jobs of the old log are claimed, reported on and acknowledged', async (t) => {

@@ -264,6 +264,16 @@ async function answersMatchTheDocument(t: Test, h: Harness): Promise<void> {
   )
   const history = await h.request('GET', `/jobsvc/v1/jobs/${created.body.id}/history`)
   check('get', '/jobsvc/v1/jobs/{jobId}/history', history.status, history.body)
+  const asOf = await h.request('GET', `/jobsvc/v1/jobs/${created.body.id}?as_of=${encodeURIComponent(history.body.data[1].cursor)}`)
+  check('get', '/jobsvc/v1/jobs/{jobId}', asOf.status, asOf.body)
+  t.match(asOf.body, { state: 'processing', as_of: { sequence: history.body.data[1].sequence } }, 'the job as of its claim, with its as_of to check')
+  const byTime = await h.request('GET', `/jobsvc/v1/jobs/${created.body.id}?as_of=${encodeURIComponent(history.body.data[0].time)}`)
+  check('get', '/jobsvc/v1/jobs/{jobId}', byTime.status, byTime.body)
+  const filtered = await h.request(
+    'GET',
+    `/jobsvc/v1/jobs/${created.body.id}/history?types=job_claimed&since=${encodeURIComponent(history.body.data[0].time)}`,
+  )
+  check('get', '/jobsvc/v1/jobs/{jobId}/history', filtered.status, filtered.body)
   const activity = await h.request('GET', `/jobsvc/v1/activity?min_seq=${created.headers.get('x-event-seq')}`)
   check('get', '/jobsvc/v1/activity', activity.status, activity.body)
   t.ok(activity.body.data.length > 0, 'the activity page has items to check')

@@ -98,6 +98,51 @@ t.test('jobs: create, batch, get, list and listAll, cancel, retry, history; batc
   )
 })
 
+t.test('jobs: the job as of each event of its history (asOf), and the history filtered by types, since and until', async (t) => {
+  const created = await client.jobs.create({ job_type: 'as-of', queue: 'sdk-as-of', payload: { n: 7 }, max_attempts: 1 })
+  const [polled] = (await client.workers.poll({ worker_id: 'wrk_asof', queues: ['sdk-as-of'], wait_seconds: 5 })).jobs
+  t.equal(polled?.id, created.id)
+  await client.workers.heartbeat({ job_id: created.id, worker_id: 'wrk_asof', progress: 0.5 })
+  await client.workers.ack({ job_id: created.id, worker_id: 'wrk_asof', status: 'failed', error: { type: 'Nope', message: 'no', stack_trace: '' } })
+  const events = (await client.jobs.history(created.id)).data
+  t.strictSame(
+    events.map((e) => e.type),
+    ['job_created', 'job_claimed', 'job_progressed', 'job_dead_lettered'],
+  )
+
+  const states = []
+  for (const event of events) {
+    const then = await client.jobs.get(created.id, { asOf: event.cursor })
+    t.equal(then.as_of.sequence, event.sequence, `as of ${event.type}: where the read stopped`)
+    states.push([then.state, then.progress, then.error?.type ?? null])
+  }
+  t.strictSame(states, [
+    ['pending', null, null],
+    ['processing', null, null],
+    ['processing', 0.5, null],
+    ['dead_letter', 0.5, 'Nope'],
+  ])
+  const byTime = await client.jobs.get(created.id, { asOf: new Date(Date.parse(events[0]!.time)) })
+  t.match(byTime, { state: 'pending', payload: { n: 7 }, as_of: { time: events[0]!.time } }, 'a Date is sent as its instant')
+  const now = await client.jobs.get(created.id)
+  t.equal('as_of' in now, false, 'without asOf: the job now, as before')
+  t.match(await thrown(client.jobs.get(created.id, { asOf: new Date(Date.parse(events[0]!.time) - 1) })), { code: 'job_not_found', status: 404 })
+  t.match(await thrown(client.jobs.get(created.id, { asOf: 'last tuesday' })), { code: 'invalid_request', status: 400 })
+
+  t.strictSame(
+    (await client.jobs.history(created.id, { types: ['job_claimed', 'job_dead_lettered'] })).data,
+    events.filter((e) => e.type === 'job_claimed' || e.type === 'job_dead_lettered'),
+  )
+  t.strictSame((await client.jobs.history(created.id, { types: 'job_progressed' })).data, [events[2]])
+  const window = await client.jobs.history(created.id, { since: new Date(Date.parse(events[1]!.time)), until: events[2]!.time, limit: 5 })
+  t.strictSame(
+    window.data,
+    events.filter((e) => e.time >= events[1]!.time && e.time <= events[2]!.time),
+  )
+  await t.rejects(client.jobs.history(created.id, { types: [] }), TypeError, 'an empty list of types is refused before it widens to every type')
+  t.match(await thrown(client.jobs.history(created.id, { types: ['job_exploded'] })), { code: 'invalid_request', status: 400 })
+})
+
 t.test('recurring, alerts, activity and metrics', async (t) => {
   const schedule = await client.recurring.upsert('rjob_nightly-report', { job_type: 'nightly-report', cron_expression: '0 3 * * *' })
   t.match(schedule, { id: 'rjob_nightly-report', queue: 'default', timezone: 'UTC' })

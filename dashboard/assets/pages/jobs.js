@@ -82,13 +82,15 @@ export function JobsPage({ project }) {
   </section>`
 }
 
-function Timeline({ events }) {
+const eventLabel = (type) => type.replace(/^job_/, '').replaceAll('_', ' ')
+
+function Timeline({ events, at }) {
   if (events.length === 0) return html`<p class="empty">No events yet.</p>`
   return html`<ol class="timeline">
     ${events.map(
-      (event) =>
-        html`<li data-event=${event.type}>
-          <span class="event-type">${event.type.replace(/^job_/, '').replaceAll('_', ' ')}</span>
+      (event, i) =>
+        html`<li data-event=${event.type} class=${i === at ? 'as-of-selected' : undefined} aria-current=${i === at ? 'step' : undefined}>
+          <span class="event-type">${eventLabel(event.type)}</span>
           <time datetime=${event.time}>${formatTime(event.time)}</time>
           ${
             event.data?.error
@@ -112,6 +114,56 @@ function Timeline({ events }) {
 
 const isFinal = (state) => ['succeeded', 'cancelled', 'dead_letter', 'failed'].includes(state)
 
+/**
+ * A slider over the job's history: one stop per event the page holds, then "now". The page shows
+ * the job as of the selected event, read with `as_of=<its cursor>` (each history event carries the
+ * cursor the route takes). Moving the thumb names the event under it; the job is read when it
+ * stops (the change event: on release, or at each key press), so a drag costs one request.
+ */
+function AsOfSlider({ events, at, asOf, onPick }) {
+  const [pointing, setPointing] = useState(null)
+  const now = events.length
+  const value = pointing ?? at ?? now
+  const nameOf = (i) => (i === now ? 'now' : `${eventLabel(events[i].type)}, ${formatTime(events[i].time)}`)
+  const pick = (event) => {
+    const i = Number(event.target.value)
+    setPointing(null)
+    onPick(i === now ? null : i)
+  }
+  return html`<div class="as-of">
+    <label class="field"
+      ><span>As of</span>
+      <input
+        type="range"
+        name="as_of"
+        min="0"
+        max=${now}
+        step="1"
+        value=${value}
+        aria-valuetext=${nameOf(value)}
+        onInput=${(event) => setPointing(Number(event.target.value))}
+        onChange=${pick}
+    /></label>
+    <p class="as-of-point" aria-live="polite" data-as-of=${at === null ? 'now' : events[at].cursor}>
+      ${
+        at === null
+          ? html`<span>Now${pointing !== null && pointing !== now ? html`: release to show the job as of ${nameOf(pointing)}` : null}</span>`
+          : html`<span
+                >As of <strong>${eventLabel(events[at].type)}</strong>, <time datetime=${events[at].time}>${formatTime(events[at].time)}</time></span
+              >
+              ${
+                asOf?.as_of
+                  ? html` <span class="muted small" data-field="as-of-sequence"
+                      >log sequence ${asOf.as_of.sequence} of ${asOf.as_of.latest_sequence}</span
+                    >`
+                  : null
+              }
+              <button type="button" onClick=${() => onPick(null)}>Back to now</button>`
+      }
+    </p>
+  </div>`
+}
+
 export function JobPage({ project, jobId }) {
   const { data, error, loading, reload } = useLoad(async () => {
     const [job, history] = await Promise.all([
@@ -123,6 +175,16 @@ export function JobPage({ project, jobId }) {
   const [live, setLive] = useState(null)
   // Bumped after a retry: the previous stream ended with the job's final state, a new one follows the new run.
   const [run, setRun] = useState(0)
+  // The history event the slider selected (its index), or null: the job now.
+  const [at, setAt] = useState(null)
+  const atCursor = at === null ? null : (data?.history.data[at]?.cursor ?? null)
+  const past = useLoad(
+    () =>
+      atCursor === null
+        ? Promise.resolve(null)
+        : call('GET', `/jobsvc/v1/jobs/${encodeURIComponent(jobId)}`, { project: project.id, query: { as_of: atCursor } }),
+    [project.id, jobId, atCursor],
+  )
   useEffect(() => {
     if (!data || (isFinal(data.job.state) && run === 0)) return
     const controller = new AbortController()
@@ -134,15 +196,19 @@ export function JobPage({ project, jobId }) {
   const act = useSubmit(async (action) => {
     await call('POST', `/jobsvc/v1/jobs/${encodeURIComponent(jobId)}/${action}`, { project: project.id })
     setLive(null)
+    setAt(null)
     setRun((n) => n + 1)
     reload()
   })
   if (error) return html`<${ErrorNotice} error=${error} />`
   if (!data) return html`<${Loading} what="Loading the job" />`
-  const { job, history } = data
-  const state = live?.state ?? job.state
-  const progress = live ? live.progress : job.progress
-  const mayAct = hasRoleAtLeast(project.role, 'member')
+  const { history } = data
+  // As of a moment the page shows that answer (the last one read while the next loads), never the live stream.
+  const then = at === null ? null : past.data
+  const job = then ?? data.job
+  const state = then ? then.state : (live?.state ?? job.state)
+  const progress = then ? then.progress : live ? live.progress : job.progress
+  const mayAct = hasRoleAtLeast(project.role, 'member') && at === null
   return html`<section aria-labelledby="job-title">
     <p><${Link} to=${`/projects/${project.id}/jobs`}>← Jobs</${Link}></p>
     <h1 id="job-title"><code>${job.id}</code></h1>
@@ -157,10 +223,15 @@ export function JobPage({ project, jobId }) {
       ${mayAct && ['pending', 'scheduled'].includes(state) ? html`<button type="button" class="danger" onClick=${() => act.submit('cancel')} disabled=${act.busy}>Cancel</button>` : null}
     </div>
     <${ErrorNotice} error=${act.error} />
-    <dl class="details">
+    ${history.data.length > 0 ? html`<${AsOfSlider} events=${history.data} at=${at} asOf=${then} onPick=${setAt} />` : null}
+    ${at !== null ? html`<${ErrorNotice} error=${past.error} />` : null}
+    <dl class="details" data-as-of=${at === null ? 'now' : 'past'} aria-busy=${at !== null && past.loading}>
       <div><dt>Type</dt><dd>${job.job_type}</dd></div>
       <div><dt>Queue</dt><dd>${job.queue}</dd></div>
-      <div><dt>Attempt</dt><dd>${live?.attempt ?? job.attempt} of ${live?.max_attempts ?? job.max_attempts}</dd></div>
+      <div>
+        <dt>Attempt</dt>
+        <dd data-field="attempt">${then ? then.attempt : (live?.attempt ?? job.attempt)} of ${then ? then.max_attempts : (live?.max_attempts ?? job.max_attempts)}</dd>
+      </div>
       <div><dt>Created</dt><dd>${formatTime(job.created_at)}</dd></div>
       <div><dt>Started</dt><dd>${formatTime(job.started_at)}</dd></div>
       <div><dt>Completed</dt><dd>${formatTime(job.completed_at)}</dd></div>
@@ -200,6 +271,6 @@ export function JobPage({ project, jobId }) {
     <h2>Payload</h2>
     <pre class="payload">${JSON.stringify(job.payload, null, 2)}</pre>
     <h2>History ${loading ? html`<span class="muted small">(refreshing)</span>` : null}</h2>
-    <${Timeline} events=${history.data} />
+    <${Timeline} events=${history.data} at=${at} />
   </section>`
 }

@@ -339,23 +339,27 @@ def _feed_query(
     limit: Optional[int],
     wait: Optional[float],
 ) -> Dict[str, Any]:
-    if isinstance(types, str):
-        types = [types]
-    if types is not None:
-        types = list(types)
-        # The service reads an empty types as no filter at all: an empty list must not widen to every type.
-        if not types:
-            raise ValueError("types names no event type; pass None to read every type")
     return {
         "after": after,
         "from_time": from_time.isoformat() if hasattr(from_time, "isoformat") else from_time,
-        "types": ",".join(types) if types is not None else None,
+        "types": _types_text(types),
         "queue": queue,
         "job_type": job_type,
         "job_id": job_id,
         "limit": limit,
         "wait": wait,
     }
+
+
+def _types_text(types: Union[str, Iterable[str], None]) -> Optional[str]:
+    """A list of event types (or one) as the comma-separated text the service takes; None for every type."""
+    if types is None:
+        return None
+    listed = [types] if isinstance(types, str) else list(types)
+    # The service reads an empty types as no filter at all: an empty list must not widen to every type.
+    if not listed:
+        raise ValueError("types names no event type; pass None to read every type")
+    return ",".join(listed)
 
 
 def _instant(value: Instant) -> str:
@@ -395,8 +399,13 @@ class Jobs(_Resource):
     def create_batch(self, jobs: Iterable[JsonObject], idempotency_key: Optional[str] = None) -> JsonObject:
         return self._call("POST", "/jobs/batch", body={"jobs": list(jobs)}, repeat="key", idempotency_key=idempotency_key)
 
-    def get(self, job_id: str) -> JsonObject:
-        return self._call("GET", "/jobs/" + _quote(job_id))
+    def get(self, job_id: str, as_of: Optional[Instant] = None) -> JsonObject:
+        """The job now; with as_of (an RFC 3339 string or an aware datetime, or an event's "cursor"
+        from history() or the event feed), the job as it was then, with "as_of": {"sequence",
+        "latest_sequence", "time"?}. Before its creation: job_not_found; a moment whose history
+        retention removed: history_expired (410)."""
+        query = None if as_of is None else {"as_of": _instant(as_of)}
+        return self._call("GET", "/jobs/" + _quote(job_id), query=query)
 
     def list(self, **query: Any) -> JsonObject:
         return self._call("GET", "/jobs", query=query)
@@ -411,8 +420,23 @@ class Jobs(_Resource):
     def retry(self, job_id: str) -> JsonObject:
         return self._call("POST", "/jobs/%s/retry" % _quote(job_id), repeat="key")
 
-    def history(self, job_id: str, **query: Any) -> JsonObject:
-        return self._call("GET", "/jobs/%s/history" % _quote(job_id), query=query)
+    def history(
+        self,
+        job_id: str,
+        types: Union[str, Iterable[str], None] = None,
+        since: Optional[Instant] = None,
+        until: Optional[Instant] = None,
+        **query: Any,
+    ) -> JsonObject:
+        """One page of the job's events, oldest first: {"job_id", "data", "has_more", "next_cursor"};
+        each event's "cursor" is what get(as_of=) takes. types is a list of event types (or one),
+        since and until RFC 3339 strings or aware datetimes (inclusive); limit and cursor page it."""
+        filters = {
+            "types": _types_text(types),
+            "since": None if since is None else _instant(since),
+            "until": None if until is None else _instant(until),
+        }
+        return self._call("GET", "/jobs/%s/history" % _quote(job_id), query=dict(query, **filters))
 
     def events(self, job_id: str) -> Iterator[JsonObject]:
         """The progress stream: yields each snapshot dict until a terminal state."""

@@ -1,3 +1,4 @@
+import datetime
 import json
 import threading
 import unittest
@@ -50,6 +51,46 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(jobsvc.JobsvcError) as caught:
             jobsvc.Client("http://127.0.0.1:9", API_KEY, max_retries=1, retry_base_seconds=0.01).jobs.list()
         self.assertEqual((caught.exception.code, caught.exception.status), ("network_error", 0))
+
+    def test_a_job_as_of_each_event_and_the_history_filtered(self):
+        job = self.client.jobs.create(job_type="py-as-of", payload={"n": 7}, queue="py-as-of", max_attempts=1)
+        polled = self.client.workers.poll(worker_id="py-asof", queues=["py-as-of"], wait_seconds=5)["jobs"]
+        self.assertEqual([j["id"] for j in polled], [job["id"]])
+        self.client.workers.heartbeat(job_id=job["id"], worker_id="py-asof", progress=0.5)
+        error = {"type": "Nope", "message": "no", "stack_trace": ""}
+        self.client.workers.ack(job_id=job["id"], worker_id="py-asof", status="failed", error=error)
+        events = self.client.jobs.history(job["id"])["data"]
+        self.assertEqual([e["type"] for e in events], ["job_created", "job_claimed", "job_progressed", "job_dead_lettered"])
+
+        states = []
+        for event in events:
+            then = self.client.jobs.get(job["id"], as_of=event["cursor"])
+            self.assertEqual(then["as_of"]["sequence"], event["sequence"])
+            states.append((then["state"], then["progress"], (then["error"] or {}).get("type")))
+        self.assertEqual(
+            states,
+            [("pending", None, None), ("processing", None, None), ("processing", 0.5, None), ("dead_letter", 0.5, "Nope")],
+        )
+        created_at = datetime.datetime.fromisoformat(events[0]["time"].replace("Z", "+00:00"))
+        first = self.client.jobs.get(job["id"], as_of=created_at)
+        self.assertEqual((first["state"], first["payload"], first["as_of"]["time"]), ("pending", {"n": 7}, events[0]["time"]))
+        self.assertNotIn("as_of", self.client.jobs.get(job["id"]))
+        with self.assertRaises(jobsvc.JobsvcError) as caught:
+            self.client.jobs.get(job["id"], as_of=created_at - datetime.timedelta(milliseconds=1))
+        self.assertEqual((caught.exception.code, caught.exception.status), ("job_not_found", 404))
+        with self.assertRaises(ValueError):
+            self.client.jobs.get(job["id"], as_of=datetime.datetime(2026, 1, 1))
+
+        claims = self.client.jobs.history(job["id"], types=["job_claimed", "job_dead_lettered"])["data"]
+        self.assertEqual(claims, [events[1], events[3]])
+        self.assertEqual(self.client.jobs.history(job["id"], types="job_progressed")["data"], [events[2]])
+        window = self.client.jobs.history(job["id"], since=events[1]["time"], until=events[2]["time"], limit=5)["data"]
+        self.assertEqual(window, [e for e in events if events[1]["time"] <= e["time"] <= events[2]["time"]])
+        with self.assertRaises(ValueError):
+            self.client.jobs.history(job["id"], types=[])
+        with self.assertRaises(jobsvc.JobsvcError) as caught:
+            self.client.jobs.history(job["id"], types=["job_exploded"])
+        self.assertEqual((caught.exception.code, caught.exception.status), ("invalid_request", 400))
 
     def test_cancel_and_history(self):
         job = self.client.jobs.create(job_type="py-cancel", payload={}, run_at="2999-01-01T00:00:00Z")

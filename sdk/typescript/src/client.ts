@@ -27,8 +27,9 @@ import type {
   HeartbeatRequest,
   HeartbeatResult,
   Job,
+  JobAsOf,
   JobHistory,
-  JobHistoryQuery,
+  JobHistoryFilter,
   JobList,
   JobListQuery,
   JobSnapshot,
@@ -53,6 +54,7 @@ import type {
 } from './types.js'
 
 const v1 = '/jobsvc/v1'
+const instant = (value: string | Date | undefined) => (value instanceof Date ? value.toISOString() : value)
 const terminal = new Set(['succeeded', 'failed', 'cancelled', 'dead_letter'])
 const id = (value: string) => encodeURIComponent(value)
 
@@ -139,8 +141,18 @@ export class JobsApi {
     return this.call({ method: 'POST', path: `${v1}/jobs/batch`, body: { jobs }, options, repeat: 'key' })
   }
 
-  get(jobId: string, options?: RequestOptions): Promise<Job> {
-    return this.call({ method: 'GET', path: `${v1}/jobs/${id(jobId)}`, options, repeat: 'safe' })
+  /**
+   * The job now; with `asOf` (an instant, or an event's `cursor` from `history()` or the event
+   * feed), the job as it was then, with `as_of`: where the read stopped and the job's latest
+   * sequence. Before the job's creation: `job_not_found`; a moment retention removed the history
+   * of: `history_expired` (410).
+   */
+  get(jobId: string, options?: RequestOptions): Promise<Job>
+  get(jobId: string, options: RequestOptions & { asOf: string | Date }): Promise<JobAsOf>
+  get(jobId: string, options: RequestOptions & { asOf?: string | Date } = {}): Promise<Job | JobAsOf> {
+    const { asOf, ...rest } = options
+    const query = asOf === undefined ? undefined : { as_of: instant(asOf) }
+    return this.call({ method: 'GET', path: `${v1}/jobs/${id(jobId)}`, query, options: rest, repeat: 'safe' })
   }
 
   list(query: JobListQuery = {}, options?: RequestOptions): Promise<JobList> {
@@ -160,9 +172,24 @@ export class JobsApi {
     return this.call({ method: 'POST', path: `${v1}/jobs/${id(jobId)}/retry`, options, repeat: 'key' })
   }
 
-  /** One page of the job's events from the log, oldest first. */
-  history(jobId: string, query: JobHistoryQuery = {}, options?: RequestOptions): Promise<JobHistory> {
-    return this.call({ method: 'GET', path: `${v1}/jobs/${id(jobId)}/history`, query: query as QueryValues, options, repeat: 'safe' })
+  /**
+   * One page of the job's events from the log, oldest first: `limit` and `cursor` page it, `types`
+   * (event types), `since` and `until` (inclusive) filter it.
+   */
+  async history(jobId: string, query: JobHistoryFilter = {}, options?: RequestOptions): Promise<JobHistory> {
+    const { types, since, until, ...paging } = query
+    if (types !== undefined && typeof types !== 'string' && types.length === 0) {
+      // The service reads an empty `types` as no filter at all: an empty list must not widen to every type.
+      throw new TypeError('types names no event type; leave it out to read every type')
+    }
+    const filter = { types: typeof types === 'string' || types === undefined ? types : types.join(','), since: instant(since), until: instant(until) }
+    return this.call({
+      method: 'GET',
+      path: `${v1}/jobs/${id(jobId)}/history`,
+      query: { ...paging, ...filter } as QueryValues,
+      options,
+      repeat: 'safe',
+    })
   }
 
   /**

@@ -38,6 +38,19 @@ export type JobListQuery = Query<'/jobsvc/v1/jobs', 'get'>
 export type JobList = ResponseBody<'/jobsvc/v1/jobs', 'get'>
 export type JobHistoryQuery = Query<'/jobsvc/v1/jobs/{jobId}/history', 'get'>
 export type JobHistory = ResponseBody<'/jobsvc/v1/jobs/{jobId}/history', 'get'>
+/** One event of a job's history: its `cursor` is the event feed's, which `jobs.get(id, { asOf })` takes. */
+export type JobHistoryEvent = JobHistory['data'][number]
+/**
+ * `jobs.history()`'s query: `limit` and `cursor` as the route takes them; `types` a list of event
+ * types (or the comma-separated text), `since` and `until` instants (inclusive).
+ */
+export type JobHistoryFilter = Omit<JobHistoryQuery, 'types' | 'since' | 'until'> & {
+  types?: string | readonly string[]
+  since?: string | Date
+  until?: string | Date
+}
+/** The job as it was at a moment of its history (`jobs.get(id, { asOf })`), with `as_of`: where the read stopped. */
+export type JobAsOf = components['schemas']['JobAsOf']
 export type BatchCreateRequest = RequestBody<'/jobsvc/v1/jobs/batch', 'post'>
 export type BatchCreateResult = ResponseBody<'/jobsvc/v1/jobs/batch', 'post'>
 export type ExportQuery = Query<'/jobsvc/v1/jobs/export', 'get'>

@@ -61,6 +61,7 @@ import { isDatabaseUnavailable } from '../../../projections/database.ts'
 import { ConcurrencyConflict, isLogUnavailable, LogBudgetExceeded, LogFull } from '../../../streams/errors.ts'
 import { LoginRefused, TotpSecretUnreadable, WrongPassword } from '../../use-cases/platform/accounts.ts'
 import { CursorExpired, UnknownCursor } from '../../use-cases/events/event-feed.ts'
+import { HistoryExpired } from '../../use-cases/jobs/job-as-of.ts'
 import { WindowFull } from '../../use-cases/platform/auth-limits.ts'
 import { PasswordWorkBusy } from '../../use-cases/platform/passwords.ts'
 
@@ -121,6 +122,8 @@ const cursorExpired = edgeError(410, 'cursor_expired', (err: CursorExpired) => (
   message: err.message,
   fields: { oldest_cursor: err.oldestCursor },
 }))
+/** A job read as of a moment whose history retention removed (services/use-cases/jobs/job-as-of.ts). */
+const historyExpired = edgeError(410, 'history_expired', (err: HistoryExpired) => err.message)
 export const serviceUnavailable = edgeError(503, 'service_unavailable', (message: string, retryAfterSeconds?: number) =>
   retryAfterSeconds === undefined ? message : { message, headers: { 'Retry-After': String(retryAfterSeconds) } },
 )
@@ -206,7 +209,7 @@ const loginRefusals: Record<LoginRefused['reason'], (err: LoginRefused) => ApiEr
 /**
  * The use cases' refusals that are not the domain's: a login's, a wrong current password, an
  * unreadable TOTP secret, a full window of the auth limits, no room for another scrypt run in
- * this process.
+ * this process, an event feed cursor, a job's history that retention removed.
  */
 function useCaseRefusal(err: unknown): ApiError | null {
   if (err instanceof LoginRefused) return loginRefusals[err.reason](err)
@@ -216,6 +219,7 @@ function useCaseRefusal(err: unknown): ApiError | null {
   if (err instanceof WindowFull) return rateLimitExceeded(err.retryAfterMs, err.message)
   if (err instanceof CursorExpired) return cursorExpired(err)
   if (err instanceof UnknownCursor) return invalidCursor(err.message)
+  if (err instanceof HistoryExpired) return historyExpired(err)
   return null
 }
 
@@ -353,6 +357,7 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 410, code: 'version_sunset' },
   { status: 410, code: 'route_removed' },
   { status: 410, code: 'cursor_expired' },
+  { status: 410, code: 'history_expired' },
   { status: 408, code: 'invalid_request' },
   { status: 413, code: 'invalid_request' },
   { status: 414, code: 'invalid_request' },

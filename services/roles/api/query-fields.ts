@@ -28,3 +28,14 @@ export const queueFilter = storableText(0, maxQueueNameLength).optional()
 
 /** A job type used as a filter. */
 export const jobTypeFilter = storableText(0, maxJobTypeLength).optional()
+
+/** A comma-separated list of event types (`types` of the feed and of a job's history), trimmed, empty items dropped; null when absent or empty. */
+export function typeList(text: string | undefined): Set<string> | null {
+  if (text === undefined || text === '') return null
+  return new Set(
+    text
+      .split(',')
+      .map((t) => t.trim())
+      .filter((t) => t !== ''),
+  )
+}

@@ -1,4 +1,5 @@
 import type { Actor, CommandMeta } from '../../../domain/decider.ts'
+import type { FeedPosition } from '../../../domain/event-feed.ts'
 import { JobNotFound, ParentNotFound } from '../../../domain/errors.ts'
 import {
   assertHeartbeatAllowed,
@@ -23,7 +24,7 @@ import { upsertJobRows } from '../../../projections/job-list.ts'
 import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { jobHandler, progressHandler } from '../../../streams/aggregates.ts'
 import type { EventRecord, Loaded, StoredEvent } from '../../../streams/event-store.ts'
-import { isSubjectToken, jobSubjectsFilter } from '../../../streams/names.ts'
+import { eventSubject, isSubjectToken, jobSubjectsFilter } from '../../../streams/names.ts'
 import { recordJobEvents } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
@@ -62,10 +63,30 @@ export interface HistoryPosition {
 }
 
 export interface HistoryPage {
-  events: Array<{ seq: number; event: StoredEvent<JobEvent> }>
+  /** Each event with its message's sequence and its place in the log as the event feed names it (its cursor). */
+  events: Array<{ seq: number; event: StoredEvent<JobEvent>; position: FeedPosition }>
   /** Where the next page starts; null when this one reached the job's last event. */
   next: HistoryPosition | null
 }
+
+/** Which events a page of a job's history keeps: its types, and times within inclusive bounds (ISO instants); null: any. */
+export interface HistoryFilter {
+  types: ReadonlySet<string> | null
+  since: string | null
+  until: string | null
+}
+
+const everyEvent: HistoryFilter = { types: null, since: null, until: null }
+
+/** Messages a filtered page of a job's history looks at before it ends short, with `has_more`. */
+const maxExaminedPerHistoryPage = 1000
+
+/**
+ * How far past `until` a filtered history reads before it stops: an event's time is the clock of
+ * the process that decided it, and the log may hold a later decision of another process whose
+ * clock is a little behind.
+ */
+const historyClockMarginMs = 10_000
 
 export interface Written {
   job: Job
@@ -253,22 +274,38 @@ export class JobService {
    * event). Reads one message per event (a message almost always holds one) on both of the job's
    * subjects at once, plus one to learn whether more follow, so a job with thousands of progress
    * reports costs a page, not its whole history.
+   *
+   * A `filter` keeps some events: without `job_progressed` among its types only the job's own
+   * subject is read; a page looks at most at 1,000 messages (then it ends, short, with a `next`
+   * past them), and stops once the log reaches events well after `until`.
    */
-  async history(projectId: string, jobId: string, from: HistoryPosition | null, limit: number): Promise<HistoryPage> {
+  async history(projectId: string, jobId: string, from: HistoryPosition | null, limit: number, filter = everyEvent): Promise<HistoryPage> {
     assertJobAddress(projectId, jobId)
     const ref = jobHandler.ref(projectId, jobId)
     const store = this.#deps.store
-    const subjects = jobSubjectsFilter(this.#deps.config.namespace, projectId, jobId)
+    const ns = this.#deps.config.namespace
+    const ownOnly = filter.types !== null && !filter.types.has('job_progressed')
+    const subjects = ownOnly ? eventSubject(ns, projectId, 'job', jobId) : jobSubjectsFilter(ns, projectId, jobId)
+    const since = filter.since === null ? Number.NEGATIVE_INFINITY : Date.parse(filter.since)
+    const until = filter.until === null ? Number.POSITIVE_INFINITY : Date.parse(filter.until)
+    const keeps = (e: StoredEvent<JobEvent>) => {
+      const time = Date.parse(e.time)
+      return (filter.types === null || filter.types.has(e.type)) && time >= since && time <= until
+    }
     const events: HistoryPage['events'] = []
     let record = await store.nextOn<JobEvent, unknown>(subjects, from?.seq ?? 1)
     if (record === null && (from === null || (await jobHandler.load(store, ref)).state === null)) throw new JobNotFound(jobId)
-    for (; record !== null; record = await store.nextOn<JobEvent, unknown>(subjects, record.seq + 1)) {
+    for (let examined = 0; record !== null; record = await store.nextOn<JobEvent, unknown>(subjects, record.seq + 1)) {
+      if (++examined > maxExaminedPerHistoryPage) return { events, next: { seq: record.seq, index: 0 } }
       // A cursor names the message it stopped in; a message that is not there any more starts the next one whole.
       const all = record.message.events
       const first = from !== null && record.seq === from.seq ? from.index : 0
       for (let i = first; i < all.length; i++) {
+        const event = all[i]!
+        if (Date.parse(event.time) > until + historyClockMarginMs) return { events, next: null }
+        if (!keeps(event)) continue
         if (events.length === limit) return { events, next: { seq: record.seq, index: i } }
-        events.push({ seq: record.seq, event: all[i]! })
+        events.push({ seq: record.seq, event, position: { seq: record.seq, index: i === all.length - 1 ? 'all' : i } })
       }
       if (events.length === limit) {
         const after = await store.nextOn<JobEvent, unknown>(subjects, record.seq + 1)

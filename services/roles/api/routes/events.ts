@@ -11,7 +11,7 @@ import { invalidRequest, rateLimitExceeded } from '../errors.ts'
 import { feedFormatOf, streamFeed, feedKeepAliveMs } from '../event-feed-stream.ts'
 import { errorResponses, instant } from '../openapi.ts'
 import { parseLimit } from '../pagination.ts'
-import { cursorText, jobTypeFilter, limitText, queueFilter } from '../query-fields.ts'
+import { cursorText, jobTypeFilter, limitText, queueFilter, typeList } from '../query-fields.ts'
 import { boundedString } from '../text-fields.ts'
 
 /** A page of the feed: 1–1,000 events, 100 unless asked. */
@@ -78,14 +78,8 @@ type FeedQuery = z.infer<typeof feedQuery>
 
 /** The query's filter, for a caller of this role: each value checked, with the envelope's codes. */
 function filterOf(q: FeedQuery, readsEverything: boolean): FeedFilter {
-  let types: Set<string> | null = null
-  if (q.types !== undefined && q.types !== '') {
-    types = new Set(
-      q.types
-        .split(',')
-        .map((t) => t.trim())
-        .filter((t) => t !== ''),
-    )
+  const types = typeList(q.types)
+  if (types !== null) {
     const unknown = [...types].filter((t) => !isFeedEventType(t))
     if (unknown.length > 0)
       throw invalidRequest(

@@ -33,6 +33,9 @@ import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
 import { jobTypeText, maxAttemptsNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
 import { cursorText, formatText, jobTypeFilter, limitText, minSeq, queueFilter, windowBoundText } from '../query-fields.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
+import { historyEventTypes, toHistoryFilter, toJobMoment } from '../job-moments.ts'
+import { encodeFeedCursor } from '../../../use-cases/events/feed-cursor.ts'
+import { readJobAsOf } from '../../../use-cases/jobs/job-as-of.ts'
 
 /** ISO 8601 with an offset, at most 64 characters (bounded before the format's pattern runs). */
 const isoInstant = boundedString(64)
@@ -252,12 +255,39 @@ const exportSchema = {
   },
 }
 
+/** Where an `as_of` read stopped, and how far the log goes past it. */
+const asOfPoint = z
+  .strictObject({
+    sequence: z
+      .number()
+      .int()
+      .describe('the stream sequence the read stopped at: the last message of the job (or of its progress reports) through the moment'),
+    latest_sequence: z
+      .number()
+      .int()
+      .describe("the job's latest sequence now, as `X-Event-Seq` says it: the answer is behind by the messages between the two"),
+    time: instant.optional().describe('the instant `as_of` named (UTC); absent when it named a cursor'),
+  })
+  .describe('extension: where the job was read to')
+
+/** The job detail object as it was at a moment of its history, with where the read stopped. */
+const jobAsOfDetail = jobDetail.extend({ as_of: asOfPoint }).meta({ id: 'JobAsOf' })
+
 const readSchema = {
   summary: 'Read a job',
-  description: 'The answer carries `X-Event-Seq`. A job of another project is `job_not_found` too.',
+  description: [
+    'The answer carries `X-Event-Seq`. A job of another project is `job_not_found` too.',
+    "Extension: `as_of` (an RFC 3339 date-time, or an event's `cursor` from the event feed or the job's history) answers the job as it was then, folded from its events up to that moment (those whose time is at or before the instant; up to and including the event the cursor names), with `as_of` added. Before its creation: `job_not_found`; a moment whose history retention removed: 410 `history_expired`; a cursor this project was not given: `invalid_cursor`; other text: `invalid_request`. Without `as_of` the answer is the job detail object.",
+  ].join('\n\n'),
   tags: ['Jobs'],
   params: jobIdParams,
-  response: { 200: jobDetail, ...errorResponses('job_not_found') },
+  querystring: z.object({
+    as_of: boundedString(200).optional().describe("extension: an RFC 3339 date-time or an event's cursor; the job as it was then"),
+  }),
+  response: {
+    200: z.union([jobDetail, jobAsOfDetail]).describe('The job detail object; with `as_of`, as it was then and with `as_of` added'),
+    ...errorResponses('job_not_found', 'invalid_request', 'invalid_cursor', 'history_expired'),
+  },
 }
 
 /** A page of a job's history: a job can hold thousands of events (progress reports). */
@@ -265,10 +295,21 @@ const historyLimit = { fallback: 100, max: 500 }
 
 const historySchema = {
   summary: "A job's events, oldest first",
-  description: `Paged: \`limit\` 1–${historyLimit.max} (default ${historyLimit.fallback}; outside: \`invalid_limit\`), \`cursor\` the \`next_cursor\` of the previous page.`,
+  description: [
+    `Paged: \`limit\` 1–${historyLimit.max} (default ${historyLimit.fallback}; outside: \`invalid_limit\`), \`cursor\` the \`next_cursor\` of the previous page.`,
+    "Extension: `types` (comma-separated event types of a job's history; another value: `invalid_request`), `since` and `until` (RFC 3339, inclusive) keep some events, with the same paging. A filtered page looks at no more than 1,000 of the job's messages: it may then hold fewer events than `limit` and still say `has_more`.",
+  ].join('\n\n'),
   tags: ['Jobs'],
   params: jobIdParams,
-  querystring: z.object({ limit: boundedString(20).optional(), cursor: boundedString(200).optional() }),
+  querystring: z.object({
+    limit: boundedString(20).optional(),
+    cursor: boundedString(200).optional(),
+    types: boundedString(1000)
+      .optional()
+      .describe(`extension: comma-separated event types, of ${historyEventTypes.map((t) => `\`${t}\``).join(', ')}`),
+    since: boundedString(100).optional().describe('extension: RFC 3339; events at or after it'),
+    until: boundedString(100).optional().describe('extension: RFC 3339; events at or before it'),
+  }),
   response: {
     200: z.strictObject({
       job_id: z.string(),
@@ -279,12 +320,17 @@ const historySchema = {
           type: z.string().describe('event type, e.g. job_created, job_claimed, job_succeeded'),
           time: instant,
           data: z.record(z.string(), z.unknown()),
+          cursor: z
+            .string()
+            .describe(
+              "extension: the event's cursor in the event feed: `after` there, or `as_of` of `GET /jobs/{jobId}` for the job as of this event",
+            ),
         }),
       ),
       has_more: z.boolean(),
       next_cursor: z.string().nullable().describe('pass back as `cursor` for the next page; null when has_more is false'),
     }),
-    ...errorResponses('job_not_found', 'invalid_limit', 'invalid_cursor'),
+    ...errorResponses('job_not_found', 'invalid_request', 'invalid_limit', 'invalid_cursor'),
   },
 }
 
@@ -564,22 +610,32 @@ export function jobRoutes(
     })
 
     app.get('/:jobId', { schema: readSchema, config: { role: 'viewer' } }, async (request, reply) => {
-      const { job, seq } = await jobs.get(request.principal.projectId, request.params.jobId)
+      const projectId = request.principal.projectId
+      if (request.query.as_of !== undefined) {
+        const moment = toJobMoment(request.query.as_of, projectId)
+        const read = await readJobAsOf(deps, projectId, request.params.jobId, moment)
+        const point = { sequence: read.seq, latest_sequence: read.latestSeq, ...('time' in moment ? { time: moment.time } : {}) }
+        return reply.header('X-Event-Seq', String(read.latestSeq)).send({ ...toJobDetail(read.job), as_of: point })
+      }
+      const { job, seq } = await jobs.get(projectId, request.params.jobId)
       return reply.header('X-Event-Seq', String(seq)).send(toJobDetail(job))
     })
 
     app.get('/:jobId/history', { schema: historySchema, config: { role: 'viewer' } }, async (request) => {
-      const limit = parseLimit(request.query.limit, historyLimit.fallback, 1, historyLimit.max)
-      const from = request.query.cursor === undefined ? null : decodeHistoryCursor(request.query.cursor)
-      const page = await jobs.history(request.principal.projectId, request.params.jobId, from, limit)
+      const q = request.query
+      const projectId = request.principal.projectId
+      const limit = parseLimit(q.limit, historyLimit.fallback, 1, historyLimit.max)
+      const from = q.cursor === undefined ? null : decodeHistoryCursor(q.cursor)
+      const page = await jobs.history(projectId, request.params.jobId, from, limit, toHistoryFilter(q))
       return {
         job_id: request.params.jobId,
-        data: page.events.map(({ seq, event: e }) => ({
+        data: page.events.map(({ seq, event: e, position }) => ({
           sequence: seq,
           id: e.id,
           type: e.type,
           time: e.time,
           data: e.data as Record<string, unknown>,
+          cursor: encodeFeedCursor(projectId, position),
         })),
         has_more: page.next !== null,
         next_cursor: page.next === null ? null : encodeHistoryCursor(page.next),
