@@ -113,15 +113,22 @@ function cursorStream<Row extends object>(
       callback(err)
     },
   })
+  // postgres.js awaits the callback of every batch but the last: the query resolves as soon as
+  // that one is handed over, so its rendering (asynchronous for an attested export) is awaited here.
+  let lastBatch: Promise<unknown> = Promise.resolve()
   query
-    .cursor(cursorRows, async (batch) => {
-      let wantsMore = true
-      for (const item of await render(batch)) wantsMore = stream.push(item)
-      if (!wantsMore && !stream.destroyed) await new Promise<void>((resolve) => (resume = resolve))
-      // A reader that went away (the client hung up) closes the cursor instead of reading on.
-      return stream.destroyed ? sql.CLOSE : undefined
+    .cursor(cursorRows, (batch) => {
+      lastBatch = (async () => {
+        let wantsMore = true
+        for (const item of await render(batch)) wantsMore = stream.push(item)
+        if (!wantsMore && !stream.destroyed) await new Promise<void>((resolve) => (resume = resolve))
+        // A reader that went away (the client hung up) closes the cursor instead of reading on.
+        return stream.destroyed ? sql.CLOSE : undefined
+      })()
+      return lastBatch
     })
     .then(async () => {
+      await lastBatch
       if (trailer !== undefined && !stream.destroyed) stream.push(await trailer())
       stream.push(null)
     })

@@ -603,6 +603,8 @@ export function jobRoutes(
         data: { from: window.from.toISOString(), until: window.until.toISOString(), format: window.format },
         meta: { now: deps.now().toISOString(), actor: request.principal.actor },
       })
+      // An attested export is evidence: it holds what this process wrote before it.
+      if (attest) await awaitOwnWrites(ctx, projectId, undefined)
       return sendJobsExport(deps, reply, projectId, window, {
         withResult: request.query.include === 'result',
         attestation: attest ? new ExportAttestation(deps, ctx.audit, projectId) : undefined,
