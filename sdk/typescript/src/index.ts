@@ -19,6 +19,33 @@ export { ExportDownload } from './streams.js'
 export type { ClientOptions, RequestOptions } from './transport.js'
 export { Worker, WorkerStopped, JobTimeout, type WorkerOptions, type Handler, type JobContext, type Logger } from './worker.js'
 export { SDK_VERSION } from './version.js'
+export {
+  AuditVerificationError,
+  canonicalJson,
+  checkpointMessage,
+  EMPTY_TREE_HASH,
+  keyIdOf,
+  leafHash,
+  leafHashOfBytes,
+  manifestMessage,
+  nodeHash,
+  toLeafObject,
+  verifyCheckpoint,
+  verifyConsistency,
+  verifyInclusion,
+  verifyMultiInclusion,
+  type AuditFailureCode,
+  type AuditKey,
+  type AuditKeys,
+  type Checkpoint,
+  type ConsistencyProof,
+  type InclusionProof,
+  type LeafObject,
+  type ProofRange,
+  type TreeHead,
+  type VerifiedCheckpoint,
+} from './audit.js'
+export { verifyExport, type ExportVerification, type VerifyExportOptions } from './audit-export.js'
 export { verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookEvent } from './webhook.js'
 export type * from './types.js'
 export type { paths, components } from './openapi.js'
