@@ -29,6 +29,12 @@ export function checkpointSignedText(c: Omit<Checkpoint, 'signature'>): string {
   return 'jobsvc-audit-checkpoint-v1\n' + canonicalJson({ issued_at, key_id, project_id, root_hash, tree_size })
 }
 
+/** The text an attested export's manifest signature covers: a fixed prefix, then the manifest's canonical JSON without its signature. */
+export function exportManifestSignedText(manifest: Record<string, unknown>): string {
+  const { signature: _signature, ...signed } = manifest
+  return 'jobsvc-audit-export-v1\n' + canonicalJson(signed)
+}
+
 export interface AuditTrail {
   project_id: string
   latest: Checkpoint

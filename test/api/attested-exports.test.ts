@@ -9,8 +9,9 @@ import { newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
 
 /**
  * Attested exports (issue 27, docs/audit.md "Attested exports"): the jobs and audit-log exports
- * with `attest=true`, checked by the Python SDK's offline verifier (python3 -m jobsvc.audit, run
- * as a customer would run it, with nothing but the published keys), and refused once edited.
+ * with `attest=true`, checked by both SDKs' offline verifiers (python3 -m jobsvc.audit and
+ * jobsvc-verify, run as a customer would run them, with nothing but the published keys), and
+ * refused once edited.
  */
 const run = promisify(execFile)
 const h = await startPlatformHarness(t, import.meta.filename)
@@ -20,14 +21,24 @@ t.teardown(() => rm(dir, { recursive: true, force: true }))
 
 const asOwner = (method: string, path: string, body?: unknown) => httpRequest(h.url, owner.apiKey, method, path, body)
 
-async function verify(...args: string[]): Promise<{ code: number; out: string }> {
+/** Runs a verifier's command line; the answer of both SDKs' verifiers, which must agree. */
+async function runVerifier(command: string, args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string }> {
   try {
-    const { stdout } = await run('python3', ['-m', 'jobsvc.audit', ...args], { env: { ...process.env, PYTHONPATH: `${repoRoot}sdk/python` } })
+    const { stdout } = await run(command, args, { env: { ...process.env, ...env } })
     return { code: 0, out: stdout.trim() }
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string }
     return { code: e.code, out: `${e.stdout}${e.stderr}`.trim() }
   }
+}
+
+/** `python -m jobsvc.audit …` and `jobsvc-verify …`: the same exit code, or the answer says which differs. */
+async function verify(...args: string[]): Promise<{ code: number; out: string }> {
+  const python = await runVerifier('python3', ['-m', 'jobsvc.audit', ...args], { PYTHONPATH: `${repoRoot}sdk/python` })
+  const typescript = await runVerifier(process.execPath, [`${repoRoot}sdk/typescript/dist/verify-cli.js`, ...args])
+  if (python.code !== typescript.code)
+    return { code: -1, out: `the verifiers disagree: python ${python.code} ${python.out}; typescript ${typescript.code} ${typescript.out}` }
+  return { code: python.code, out: `python: ${python.out}; typescript: ${typescript.out}` }
 }
 
 const from = new Date(Date.now() - 3_600_000).toISOString()
@@ -67,12 +78,15 @@ t.test('an attested jobs export verifies offline, and extends a checkpoint kept 
   t.equal(first.attestation.created.leaf.type, 'job_created')
   t.equal(first.attestation.created.leaf.aggregate_id, first.id)
   await writeFile(join(dir, 'jobs.ndjson'), text)
-  const consistency = await asOwner('GET', `/jobsvc/v1/audit/proofs/consistency?first=${stored.body.tree_size}&second=${manifest.checkpoint.tree_size}`)
+  const consistency = await asOwner(
+    'GET',
+    `/jobsvc/v1/audit/proofs/consistency?first=${stored.body.tree_size}&second=${manifest.checkpoint.tree_size}`,
+  )
   await writeFile(join(dir, 'consistency.json'), JSON.stringify(consistency.body))
 
   const plain = await verify('export', join(dir, 'jobs.ndjson'), '--keys', join(dir, 'keys.json'))
   t.equal(plain.code, 0, plain.out)
-  t.match(plain.out, /^OK/)
+  t.match(plain.out, /^python: OK.*; typescript: OK/)
   const extended = await verify(
     'export',
     join(dir, 'jobs.ndjson'),
@@ -93,7 +107,7 @@ t.test('an attested jobs export verifies offline, and extends a checkpoint kept 
   await writeFile(join(dir, 'jobs-edited.ndjson'), edited.join('\n') + '\n')
   const refused = await verify('export', join(dir, 'jobs-edited.ndjson'), '--keys', join(dir, 'keys.json'))
   t.equal(refused.code, 1, refused.out)
-  t.match(refused.out, /^FAILED/)
+  t.match(refused.out, /^python: FAILED.*; typescript: FAILED/)
 })
 
 t.test('an attested audit-log export gives each row its event and verifies offline', async (t) => {

@@ -1,5 +1,5 @@
 import { createHash, createPrivateKey, createPublicKey, hkdfSync, sign, type KeyObject } from 'node:crypto'
-import { checkpointSignedText, type Checkpoint } from '../../../domain/audit-checkpoint.ts'
+import { checkpointSignedText, exportManifestSignedText, type Checkpoint } from '../../../domain/audit-checkpoint.ts'
 import type { Config } from '../../infrastructure/config.ts'
 
 /** DER of an Ed25519 PKCS #8 private key up to its 32-byte seed (RFC 8410). */
@@ -31,6 +31,16 @@ export class AuditSigner {
 
   sign(unsigned: Omit<Checkpoint, 'signature' | 'key_id'>): Checkpoint {
     const body = { ...unsigned, key_id: this.keyId }
-    return { ...body, signature: sign(null, Buffer.from(checkpointSignedText(body)), this.#privateKey).toString('base64') }
+    return { ...body, signature: this.#signText(checkpointSignedText(body)) }
+  }
+
+  /** An export's manifest, signed with `signed_at` (docs/audit.md, "Attested exports"). */
+  signManifest<M extends object>(manifest: M, signedAt: string): M & { signed_at: string; key_id: string; signature: string } {
+    const body = { ...manifest, signed_at: signedAt, key_id: this.keyId }
+    return { ...body, signature: this.#signText(exportManifestSignedText(body)) }
+  }
+
+  #signText(text: string): string {
+    return sign(null, Buffer.from(text), this.#privateKey).toString('base64')
   }
 }

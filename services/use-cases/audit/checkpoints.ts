@@ -63,6 +63,16 @@ export class AuditCheckpoints {
     return result.state!
   }
 
+  /** Activates this process's key, and refuses it (SigningKeyRetired) if a process with a newer key retired it since. */
+  async #currentKey(): Promise<void> {
+    await this.activate()
+    const key = await auditSigningKeyHandler.load(this.#deps.store, auditSigningKeyHandler.ref(this.#signer.keyId))
+    if (key.state?.valid_until !== null) {
+      this.#activated = null
+      await this.activate()
+    }
+  }
+
   /**
    * Every key that ever signed, oldest first: the read model's, with this process's own key even
    * before the projector has taken its activation in (a checkpoint it signs is answered at once).
@@ -80,13 +90,7 @@ export class AuditCheckpoints {
    */
   async issue(projectId: string): Promise<{ checkpoint: Checkpoint; issued: boolean; seq: number }> {
     const deps = this.#deps
-    await this.activate()
-    // The key may have been retired by a process started with a newer one since this one activated.
-    const key = await auditSigningKeyHandler.load(deps.store, auditSigningKeyHandler.ref(this.#signer.keyId))
-    if (key.state?.valid_until !== null) {
-      this.#activated = null
-      await this.activate()
-    }
+    await this.#currentKey()
     const size = (await auditLog.tree(deps.sql, projectId))?.size ?? 0
     const root = await auditLog.root(deps.sql, projectId, size)
     const now = deps.now().toISOString()
@@ -97,6 +101,12 @@ export class AuditCheckpoints {
       meta: { now },
     })
     return { checkpoint: result.appended ? checkpoint : result.state!.latest, issued: result.appended, seq: result.seq }
+  }
+
+  /** Signs an export's manifest with the current key (activated, and not retired by a newer one). */
+  async signManifest<M extends object>(manifest: M): Promise<M & { signed_at: string; key_id: string; signature: string }> {
+    await this.#currentKey()
+    return this.#signer.signManifest(manifest, this.#deps.now().toISOString())
   }
 
   /**

@@ -21,8 +21,14 @@ export interface ExportManifest {
   from: string
   until: string
   checkpoint: Checkpoint
+  /** The lines before the manifest. */
+  lines: number
   leaves: number[]
   proof: ExportProofRange[]
+  signed_at: string
+  key_id: string
+  /** Ed25519 over the manifest's canonical JSON without it: a deleted line cannot pass (docs/audit.md). */
+  signature: string
 }
 
 /** Messages read from the log at once while a batch of rows is attested. */
@@ -51,6 +57,7 @@ export class ExportAttestation {
   readonly #checkpoints: AuditCheckpoints
   readonly #projectId: string
   readonly #leaves = new Set<number>()
+  #lines = 0
 
   constructor(deps: Deps, checkpoints: AuditCheckpoints, projectId: string) {
     this.#deps = deps
@@ -60,6 +67,7 @@ export class ExportAttestation {
 
   /** The leaf of each event (`evt_…` id, the sequence of its message), or null where the tree has none. */
   async ofEvents(events: readonly { eventId: string; seq: number }[]): Promise<(AttestedLeaf | null)[]> {
+    this.#lines += events.length
     const seqs = [...new Set(events.map((e) => e.seq))]
     const [first, records] = await Promise.all([auditLog.leafIndexes(this.#deps.sql, this.#projectId, seqs), this.#messagesAt(seqs)])
     return events.map((e) => this.#leafOf(records.get(e.seq) ?? null, first.get(e.seq), (events) => events.findIndex((x) => x.id === e.eventId)))
@@ -67,6 +75,7 @@ export class ExportAttestation {
 
   /** Each job's `job_created` and the event of its row's message (`last_seq`, the newest the row holds). */
   async ofJobs(jobs: readonly { id: string; lastSeq: number }[]): Promise<{ created: AttestedLeaf | null; latest: AttestedLeaf | null }[]> {
+    this.#lines += jobs.length
     const store = this.#deps.store
     const created = await eachConcurrently(jobs, (job) => jobHandler.next(store, jobHandler.ref(this.#projectId, job.id), 1))
     const latest = await eachConcurrently(jobs, (job) => jobHandler.at(store, jobHandler.ref(this.#projectId, job.id), job.lastSeq))
@@ -82,23 +91,25 @@ export class ExportAttestation {
 
   /**
    * The manifest: the newest checkpoint when it covers every leaf handed out, else a new one
-   * (signed now, over the tree as projected), and the proof of those leaves against it.
+   * (signed now, over the tree as projected), the proof of those leaves against it, and the count
+   * of lines, all signed.
    */
   async manifest(kind: ExportManifest['kind'], window: { from: Date; until: Date }): Promise<ExportManifest> {
     const leaves = [...this.#leaves].sort((a, b) => a - b)
     const needed = leaves.length === 0 ? 0 : leaves[leaves.length - 1]! + 1
     let checkpoint = await auditLog.latestCheckpoint(this.#deps.sql, this.#projectId)
     if (checkpoint === null || checkpoint.tree_size < needed) checkpoint = (await this.#checkpoints.issue(this.#projectId)).checkpoint
-    return {
-      version: 1,
+    return this.#checkpoints.signManifest({
+      version: 1 as const,
       project_id: this.#projectId,
       kind,
       from: window.from.toISOString(),
       until: window.until.toISOString(),
       checkpoint,
+      lines: this.#lines,
       leaves,
       proof: await auditLog.exportProof(this.#deps.sql, this.#projectId, leaves, checkpoint.tree_size),
-    }
+    })
   }
 
   #leafOf(
