@@ -21,7 +21,6 @@ interface FeedEvent {
   leaf_index: number | null
 }
 
-
 const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'] })
 
 async function feed(apiKey = h.apiKey): Promise<FeedEvent[]> {
