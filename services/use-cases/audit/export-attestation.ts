@@ -65,12 +65,15 @@ export class ExportAttestation {
     this.#projectId = projectId
   }
 
-  /** The leaf of each event (`evt_…` id, the sequence of its message), or null where the tree has none. */
-  async ofEvents(events: readonly { eventId: string; seq: number }[]): Promise<(AttestedLeaf | null)[]> {
+  /**
+   * The leaf of the event behind each activity row (its id is the event's ULID, projections/activity.ts;
+   * `seq` the sequence of its message), or null where the tree has none.
+   */
+  async ofEvents(events: readonly { activityId: string; seq: number }[]): Promise<(AttestedLeaf | null)[]> {
     this.#lines += events.length
     const seqs = [...new Set(events.map((e) => e.seq))]
     const [first, records] = await Promise.all([auditLog.leafIndexes(this.#deps.sql, this.#projectId, seqs), this.#messagesAt(seqs)])
-    return events.map((e) => this.#leafOf(records.get(e.seq) ?? null, first.get(e.seq), (events) => events.findIndex((x) => x.id === e.eventId)))
+    return events.map((e) => this.#leafOf(records.get(e.seq) ?? null, first.get(e.seq), (events) => events.findIndex((x) => x.id.replace(/^evt_/, '') === e.activityId)))
   }
 
   /** Each job's `job_created` and the event of its row's message (`last_seq`, the newest the row holds). */

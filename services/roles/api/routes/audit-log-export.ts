@@ -85,7 +85,7 @@ const auditLayout: ExportLayout<AuditRow> = {
 function attestedAuditLayout(attestation: ExportAttestation, window: ExportWindow): AttestedLayout<AuditRow> {
   return {
     lines: async (rows) => {
-      const leaves = await attestation.ofEvents(rows.map((r) => ({ eventId: `evt_${r.id}`, seq: Number(r.seq) })))
+      const leaves = await attestation.ofEvents(rows.map((r) => ({ activityId: r.id, seq: Number(r.seq) })))
       return rows.map(
         (row, i) =>
           `${jsonLine(row).slice(0, -2)},"leaf_index":${leaves[i]?.leaf_index ?? null},"leaf":${JSON.stringify(leaves[i]?.leaf ?? null)}}\n`,
