@@ -73,7 +73,9 @@ export class ExportAttestation {
     this.#lines += events.length
     const seqs = [...new Set(events.map((e) => e.seq))]
     const [first, records] = await Promise.all([auditLog.leafIndexes(this.#deps.sql, this.#projectId, seqs), this.#messagesAt(seqs)])
-    return events.map((e) => this.#leafOf(records.get(e.seq) ?? null, first.get(e.seq), (events) => events.findIndex((x) => x.id.replace(/^evt_/, '') === e.activityId)))
+    return events.map((e) =>
+      this.#leafOf(records.get(e.seq) ?? null, first.get(e.seq), (events) => events.findIndex((x) => x.id.replace(/^evt_/, '') === e.activityId)),
+    )
   }
 
   /** Each job's `job_created` and the event of its row's message (`last_seq`, the newest the row holds). */
