@@ -532,13 +532,18 @@ def write_export(kind, count=60, size=None, indices=None, signer=NEW, issued_at=
     tree = Tree.of_leaves(canonical_json(leaf).encode() for leaf in leaves)
     checkpoint = signer.checkpoint(tree, size or count, issued_at=issued_at)
     chosen = indices if indices is not None else [i for i in range(0, size or count, 3)][3:12]
-    return fx.export_lines(kind, leaves, chosen, checkpoint, tree, unattested=unattested), tree, leaves
+    return fx.export_lines(kind, leaves, chosen, checkpoint, tree, signer, unattested=unattested), tree, leaves
 
 
-def with_manifest(lines, **changes):
-    manifest = json.loads(lines[-1])["manifest"]
+def with_manifest(export, /, signer=NEW, **changes):
+    """The export's lines with the manifest's members changed (lines among them) and the manifest
+    signed again by signer (as the service, or whoever holds its key, would), or with its old
+    signature kept (signer None: as whoever holds the file would)."""
+    manifest = json.loads(export[-1])["manifest"]
     manifest.update(changes)
-    return lines[:-1] + [json.dumps({"manifest": manifest})]
+    if signer is not None:
+        manifest = fx.sign_manifest(signer, manifest)
+    return export[:-1] + [json.dumps({"manifest": manifest})]
 
 
 class ExportTest(unittest.TestCase):
@@ -571,7 +576,7 @@ class ExportTest(unittest.TestCase):
         self.refused("the manifest lists leaf %d, but no line holds it: a line was deleted" % deleted, lines[:4] + lines[5:])
         # And with the manifest's list edited to match:
         leaves = [i for i in json.loads(lines[-1])["manifest"]["leaves"] if i != deleted]
-        self.refused("leaf %d is neither in the export nor covered by the proof" % deleted, with_manifest(lines[:4] + lines[5:-1] + lines[-1:], leaves=leaves))
+        self.refused("leaf %d is neither in the export nor covered by the proof" % deleted, with_manifest(lines[:4] + lines[5:-1] + lines[-1:], leaves=leaves, lines=8))
 
     def test_the_newest_events_truncated_against_a_stored_checkpoint(self):
         # The checkpoint kept earlier covered 120 leaves; the log now signs 100 of them.
@@ -579,7 +584,7 @@ class ExportTest(unittest.TestCase):
         tree = Tree.of_leaves(canonical_json(leaf).encode() for leaf in leaves)
         stored = NEW.checkpoint(tree, 120, issued_at="2026-07-01T00:00:00.000Z")
         later = NEW.checkpoint(tree, 100, issued_at="2026-07-02T00:00:00.000Z")
-        lines = fx.export_lines("audit_log", leaves, range(90, 100), later, tree)
+        lines = fx.export_lines("audit_log", leaves, range(90, 100), later, tree, NEW)
         self.assertEqual(audit.verify_export(lines, KEYS).leaves, 10)  # fine on its own...
         self.refused("tree shrank from 120 to 100 leaves: the newest events were truncated", lines, stored_checkpoint=stored)
         self.refused("tree shrank from 120 to 100 leaves", lines, stored_checkpoint=stored, consistency_proof={"first": 100, "second": 120, "consistency_path": [p.hex() for p in tree.consistency_path(100, 120)]})
@@ -589,7 +594,7 @@ class ExportTest(unittest.TestCase):
         tree = Tree.of_leaves(canonical_json(leaf).encode() for leaf in leaves)
         stored = OLD.checkpoint(tree, 50, issued_at="2026-05-20T10:00:00.000Z")
         current = NEW.checkpoint(tree, 90, issued_at="2026-06-10T10:00:00.000Z")
-        lines = fx.export_lines("jobs", leaves, [30, 45, 60, 87], current, tree)
+        lines = fx.export_lines("jobs", leaves, [30, 45, 60, 87], current, tree, NEW)
         proof = {"first": 50, "second": 90, "consistency_path": [p.hex() for p in tree.consistency_path(50, 90)]}
         report = audit.verify_export(lines, KEYS, stored_checkpoint=stored, consistency_proof=proof)
         self.assertEqual(report.stored_checkpoint, stored)
@@ -615,7 +620,7 @@ class ExportTest(unittest.TestCase):
         self.refused("holds exported leaf %d: it would hide that leaf" % hidden, with_manifest(lines, proof=manifest["proof"] + [{"start": hidden, "end": hidden + 1, "hash": tree.hashes[hidden].hex()}]))
         self.refused("is not a range the tree's recursion visits", with_manifest(lines, proof=manifest["proof"] + [{"start": 0, "end": 1, "hash": tree.hashes[0].hex()}]))
         beyond = lines[:-1] + [json.dumps({"leaf_index": 60, "leaf": fx.events(61)[60]})] + lines[-1:]
-        self.refused("leaf 60 is at or beyond the checkpoint's tree_size 60", with_manifest(beyond, leaves=manifest["leaves"] + [60]))
+        self.refused("leaf 60 is at or beyond the checkpoint's tree_size 60", with_manifest(beyond, leaves=manifest["leaves"] + [60], lines=10))
         self.refused("is of project prj_other", with_manifest(lines, project_id="prj_other"))
         self.refused("version is 2", with_manifest(lines, version=2))
         self.refused("line 1 is a row of a audit_log export, the manifest says jobs", with_manifest(lines, kind="jobs"))
@@ -626,7 +631,7 @@ class ExportTest(unittest.TestCase):
         row = json.loads(lines[2])
         twin = dict(row, leaf=dict(row["leaf"], type="job_cancelled"))
         self.refused("lines 3 and 4 name leaf %d with different objects" % row["leaf_index"], lines[:3] + [json.dumps(twin)] + lines[3:])
-        self.assertEqual(audit.verify_export(lines[:3] + lines[2:], KEYS).rows, 10)  # the same leaf twice is one leaf
+        self.assertEqual(audit.verify_export(with_manifest(lines[:3] + lines[2:], lines=10), KEYS).rows, 10)  # the same leaf twice is one leaf
         self.refused("line 10 names leaf 0, which the manifest's leaves do not list", lines[:-1] + [json.dumps({"leaf_index": 0, "leaf": leaves[0]})] + lines[-1:])
         self.refused("line 11 comes after the manifest \\(line 10\\)", lines + lines[:1])
         self.refused("no manifest line at its end: it was cut short", lines[:-1])
@@ -697,7 +702,7 @@ class CommandLineTest(unittest.TestCase):
         self.write("inclusion.json", {"leaf_index": 33, "tree_size": 80, "inclusion_path": [p.hex() for p in self.tree.inclusion_path(33, 80)]})
         self.write("consistency.json", {"first": 50, "second": 80, "consistency_path": [p.hex() for p in self.tree.consistency_path(50, 80)]})
         with open(self.path("export.ndjson"), "w", encoding="utf-8") as file:
-            file.write("\n".join(fx.export_lines("audit_log", leaves, [3, 33, 79], self.new, self.tree, unattested=1)) + "\n")
+            file.write("\n".join(fx.export_lines("audit_log", leaves, [3, 33, 79], self.new, self.tree, NEW, unattested=1)) + "\n")
 
     def path(self, name):
         return os.path.join(self.dir, name)
