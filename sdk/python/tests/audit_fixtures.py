@@ -134,7 +134,9 @@ def sign_manifest(signer, manifest, signed_at=None):
     else its checkpoint's issued_at), as the service signs it: what an attacker holding the key
     could make too."""
     unsigned = {name: value for name, value in manifest.items() if name != "signature"}
-    unsigned.update(signed_at=signed_at or manifest.get("signed_at") or manifest["checkpoint"]["issued_at"], key_id=signer.key_id)
+    if signed_at is None:
+        signed_at = manifest["signed_at"] if "signed_at" in manifest else manifest["checkpoint"]["issued_at"]
+    unsigned.update(signed_at=signed_at, key_id=signer.key_id)
     return dict(unsigned, signature=base64.b64encode(sign(signer.seed, manifest_message(unsigned))).decode())
 
 
