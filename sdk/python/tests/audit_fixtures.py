@@ -1,13 +1,13 @@
 """What test_audit.py verifies, made here the way the service makes it (docs/audit.md): Merkle
 trees and their proofs straight from RFC 9162's definitions (MTH, PATH, SUBPROOF), Ed25519
 signing from RFC 8032 section 5.1.6 (for tests only: it is not constant-time, and the SDK never
-signs), signed checkpoints, keys documents and attested exports."""
+signs), signed checkpoints, keys documents and attested exports with their signed manifests."""
 
 import base64
 import hashlib
 import json
 
-from jobsvc.audit import _ed25519, checkpoint_message, leaf_hash, node_hash
+from jobsvc.audit import _ed25519, checkpoint_message, leaf_hash, manifest_message, node_hash
 from jobsvc.audit._merkle import EMPTY_ROOT, largest_power_of_two_below
 
 PROJECT = "prj_01HAUDITTEST"
@@ -102,7 +102,7 @@ def sign(seed, message):
 
 
 class Signer:
-    """A checkpoint signing key with its entry in the keys document."""
+    """A signing key of the log (checkpoints, export manifests) with its entry in the keys document."""
 
     def __init__(self, label, valid_from="2026-01-01T00:00:00.000Z", valid_until=None):
         self.seed = hashlib.sha256(("jobsvc-audit-test:" + label).encode()).digest()
@@ -127,6 +127,17 @@ def resign(signer, checkpoint):
     signed = dict(checkpoint, key_id=signer.key_id)
     signed["signature"] = base64.b64encode(sign(signer.seed, checkpoint_message(signed))).decode()
     return signed
+
+
+def sign_manifest(signer, manifest, signed_at=None):
+    """The manifest (altered or not) signed by signer at signed_at (by default the time it says,
+    else its checkpoint's issued_at), as the service signs it: what an attacker holding the key
+    could make too."""
+    unsigned = {name: value for name, value in manifest.items() if name != "signature"}
+    if signed_at is None:
+        signed_at = manifest["signed_at"] if "signed_at" in manifest else manifest["checkpoint"]["issued_at"]
+    unsigned.update(signed_at=signed_at, key_id=signer.key_id)
+    return dict(unsigned, signature=base64.b64encode(sign(signer.seed, manifest_message(unsigned))).decode())
 
 
 def keys_document(*signers):
@@ -156,10 +167,11 @@ def events(count, project_id=PROJECT):
     return made
 
 
-def export_lines(kind, leaves, indices, checkpoint, tree, unattested=0):
+def export_lines(kind, leaves, indices, checkpoint, tree, signer, unattested=0, signed_at=None):
     """An attested export's NDJSON lines: one row per chosen leaf (audit_log) or per job whose
     job_created is chosen (jobs, with its created and latest leaves below the checkpoint's size),
-    unattested rows with null leaves, then the manifest."""
+    unattested rows with null leaves, then the manifest, signed by signer at signed_at (by default
+    when the checkpoint was issued)."""
     size = checkpoint["tree_size"]
     rows, named = [], set()
     if kind == "audit_log":
@@ -187,7 +199,9 @@ def export_lines(kind, leaves, indices, checkpoint, tree, unattested=0):
         "from": "2026-05-01T00:00:00.000Z",
         "until": "2026-05-02T00:00:00.000Z",
         "checkpoint": checkpoint,
+        "lines": len(rows),
         "leaves": sorted(named),
         "proof": proof,
     }
+    manifest = sign_manifest(signer, manifest, signed_at)
     return [json.dumps(row, ensure_ascii=False) for row in rows] + [json.dumps({"manifest": manifest})]

@@ -532,13 +532,18 @@ def write_export(kind, count=60, size=None, indices=None, signer=NEW, issued_at=
     tree = Tree.of_leaves(canonical_json(leaf).encode() for leaf in leaves)
     checkpoint = signer.checkpoint(tree, size or count, issued_at=issued_at)
     chosen = indices if indices is not None else [i for i in range(0, size or count, 3)][3:12]
-    return fx.export_lines(kind, leaves, chosen, checkpoint, tree, unattested=unattested), tree, leaves
+    return fx.export_lines(kind, leaves, chosen, checkpoint, tree, signer, unattested=unattested), tree, leaves
 
 
-def with_manifest(lines, **changes):
-    manifest = json.loads(lines[-1])["manifest"]
+def with_manifest(export, /, signer=NEW, **changes):
+    """The export's lines with the manifest's members changed (lines among them) and the manifest
+    signed again by signer (as the service, or whoever holds its key, would), or with its old
+    signature kept (signer None: as whoever holds the file would)."""
+    manifest = json.loads(export[-1])["manifest"]
     manifest.update(changes)
-    return lines[:-1] + [json.dumps({"manifest": manifest})]
+    if signer is not None:
+        manifest = fx.sign_manifest(signer, manifest)
+    return export[:-1] + [json.dumps({"manifest": manifest})]
 
 
 class ExportTest(unittest.TestCase):
@@ -571,7 +576,103 @@ class ExportTest(unittest.TestCase):
         self.refused("the manifest lists leaf %d, but no line holds it: a line was deleted" % deleted, lines[:4] + lines[5:])
         # And with the manifest's list edited to match:
         leaves = [i for i in json.loads(lines[-1])["manifest"]["leaves"] if i != deleted]
-        self.refused("leaf %d is neither in the export nor covered by the proof" % deleted, with_manifest(lines[:4] + lines[5:-1] + lines[-1:], leaves=leaves))
+        self.refused("leaf %d is neither in the export nor covered by the proof" % deleted, with_manifest(lines[:4] + lines[5:-1] + lines[-1:], leaves=leaves, lines=8))
+
+    def test_a_deleted_line_is_refused_however_the_manifest_is_rewritten_without_its_key(self):
+        lines, tree, _ = write_export("audit_log")
+        manifest = json.loads(lines[-1])["manifest"]
+        deleted = json.loads(lines[4])["leaf_index"]
+        kept = [i for i in manifest["leaves"] if i != deleted]
+        cut = lines[:4] + lines[5:]
+        # What the proof alone let through (docs/audit.md): the line gone, its index dropped from
+        # leaves, its leaf's hash added to the proof as a range of one, and the count fixed.
+        rewritten = {"lines": 8, "leaves": kept, "proof": manifest["proof"] + [{"start": deleted, "end": deleted + 1, "hash": tree.hashes[deleted].hex()}]}
+        self.refused("^the manifest's signature does not verify with key %s: the manifest was altered, or that key did not sign it$" % NEW.key_id,
+                     with_manifest(cut, signer=None, **rewritten))  # fmt: skip
+        # Only the signing key makes it pass: signed again, the same rewrite verifies.
+        self.assertEqual(audit.verify_export(with_manifest(cut, **rewritten), KEYS).rows, 8)
+        # Signed again with its old count, or the proof rewritten but the count not: the count tells.
+        self.refused("^the manifest counts 9 lines before it, the export has 8: lines were deleted or added$", with_manifest(cut, **dict(rewritten, lines=9)))
+        self.refused("^the manifest counts 8 lines before it, the export has 9: lines were deleted or added$", with_manifest(lines, lines=8))
+
+    def test_a_row_without_a_leaf_deleted_or_added_is_refused_by_the_count(self):
+        lines, _, _ = write_export("audit_log", unattested=2)
+        account = next(i for i, line in enumerate(lines) if json.loads(line).get("leaf") is None)
+        self.refused("^the manifest counts 11 lines before it, the export has 10", lines[:account] + lines[account + 1 :])
+        self.refused("^the manifest counts 11 lines before it, the export has 12", lines[: account + 1] + lines[account:])
+        self.refused("signature does not verify", with_manifest(lines[:account] + lines[account + 1 :], signer=None, lines=10))
+
+    def test_the_manifest_must_be_signed_by_a_listed_key_inside_its_window(self):
+        lines, tree, _ = write_export("audit_log")
+        manifest = json.loads(lines[-1])["manifest"]
+        self.refused("^manifest signed by unknown key %s: the keys document lists %s$" % (STRANGER.key_id, ", ".join(sorted([OLD.key_id, NEW.key_id]))),
+                     with_manifest(lines, signer=STRANGER))  # fmt: skip
+        # Claiming a listed key's id does not make the stranger's signature that key's.
+        forged = dict(fx.sign_manifest(STRANGER, manifest), key_id=NEW.key_id)
+        self.refused("^the manifest's signature does not verify with key %s" % NEW.key_id, lines[:-1] + [json.dumps({"manifest": forged})])
+        self.refused("^manifest signed at 2026-07-01T00:00:00.000Z, outside the window of key %s \\(valid from 2026-01-01T00:00:00.000Z until 2026-06-01T00:00:00.000Z\\)$" % OLD.key_id,
+                     with_manifest(lines, signer=OLD))  # fmt: skip
+        self.refused("^manifest signed at 2026-05-31T23:59:59.999Z, outside the window of key %s" % NEW.key_id, with_manifest(lines, signed_at="2026-05-31T23:59:59.999Z"))
+        # Any member changed after signing: the window, the time it says, its checkpoint.
+        for name, value in [("from", "2026-04-01T00:00:00.000Z"), ("signed_at", "2026-07-01T00:00:00.001Z"), ("kind", "jobs"),
+                            ("checkpoint", NEW.checkpoint(tree, 60, issued_at="2026-07-01T00:00:00.001Z"))]:  # fmt: skip
+            with self.subTest(name):
+                self.refused("^the manifest's signature does not verify with key %s" % NEW.key_id, with_manifest(lines, signer=None, **{name: value}))
+        unsigned = {name: value for name, value in manifest.items() if name != "signature"}
+        self.refused("^the manifest's signature is not standard base64 of 64 bytes$", lines[:-1] + [json.dumps({"manifest": unsigned})])
+        self.refused("^the manifest's key_id is not 16 lower-case hex characters: null$", with_manifest(lines, signer=None, key_id=None))
+        for signed_at in ("2026-07-01T00:00:00Z", "2026-07-01T02:00:00.000+02:00", "2026-07-01T00:00:00.000000Z", None):
+            with self.subTest(signed_at):
+                self.refused("^the manifest's signed_at is not an RFC 3339 UTC time with milliseconds", with_manifest(lines, signed_at=signed_at))
+        self.refused("^the manifest's signed_at is not an RFC 3339 time", with_manifest(lines, signed_at="2026-13-01T00:00:00.000Z"))
+        self.refused("^the manifest's lines is not a whole number", with_manifest(lines, lines="9"))
+        infinite = with_manifest(lines, signer=None, until="INFINITE")
+        self.refused("^the manifest has no JCS form", infinite[:-1] + [infinite[-1].replace('"INFINITE"', "1e999")])  # parses as Infinity
+
+    def test_a_key_rotated_between_the_checkpoint_and_the_manifest_is_accepted(self):
+        # The checkpoint signed by the old key a second before the rotation, the manifest by the new one at it.
+        lines, _, _ = write_export("jobs", signer=OLD, issued_at="2026-05-31T23:59:59.000Z")
+        lines = with_manifest(lines, signer=NEW, signed_at="2026-06-01T00:00:00.000Z")
+        report = audit.verify_export(lines, KEYS)
+        self.assertEqual((report.checkpoint["key_id"], report.manifest_key, report.signed_at), (OLD.key_id, NEW.entry, "2026-06-01T00:00:00.000Z"))
+        self.refused("^manifest signed at 2026-06-01T00:00:00.000Z, outside the window of key %s" % OLD.key_id, with_manifest(lines, signer=OLD))
+
+    def test_a_line_whose_leaf_is_not_a_leaf_object_of_the_project_is_refused(self):
+        lines, tree, leaves = write_export("audit_log")
+        row = json.loads(lines[1])
+        with_leaf = lambda leaf: lines[:1] + [json.dumps(dict(row, leaf=leaf))] + lines[2:]  # noqa: E731
+        # The members a feed event adds beside the leaf object are left out before hashing.
+        self.assertEqual(audit.verify_export(with_leaf(dict(row["leaf"], cursor="c_9", state={"state": "running"}, leaf_index=row["leaf_index"])), KEYS).leaves, 9)
+        self.refused("^line 2's leaf has note, which no leaf object has$", with_leaf(dict(row["leaf"], note="x")))
+        self.refused("^line 2's leaf lacks data, occurred_at: it is not an event of the feed$", with_leaf({k: v for k, v in row["leaf"].items() if k not in ("data", "occurred_at")}))
+        jobs, _, _ = write_export("jobs")
+        job = json.loads(jobs[0])
+        latest = dict(job["attestation"]["latest"], leaf=dict(job["attestation"]["latest"]["leaf"], digest="x"))
+        self.refused("^line 1's attestation.latest's leaf has digest, which no leaf object has$",
+                     [json.dumps(dict(job, attestation=dict(job["attestation"], latest=latest)))] + jobs[1:])  # fmt: skip
+        # A leaf of another project at an index of this one: refused before the root is computed.
+        self.refused("^line 2's leaf is of project prj_other, the manifest of project %s$" % PROJECT, with_leaf(dict(row["leaf"], project_id="prj_other")))
+        self.refused('^line 2\'s leaf is of project \\[1\\], the manifest of project', with_leaf(dict(row["leaf"], project_id=[1])))
+
+    @unittest.skipUnless(NODE, "node:crypto signs as the service does")
+    def test_a_manifest_signed_by_node_crypto_verifies(self):
+        # The service's signer: JSON.stringify with sorted keys (JCS for these values) and node:crypto.
+        lines, _, _ = write_export("audit_log", unattested=1)
+        manifest = {name: value for name, value in json.loads(lines[-1])["manifest"].items() if name != "signature"}
+        script = (
+            "const c = require('node:crypto');"
+            "const canon = (v) => v === null || typeof v !== 'object' ? JSON.stringify(v)"
+            " : Array.isArray(v) ? '[' + v.map(canon).join(',') + ']'"
+            " : '{' + Object.keys(v).sort().map((k) => JSON.stringify(k) + ':' + canon(v[k])).join(',') + '}';"
+            "const {seed, manifest} = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+            "const key = c.createPrivateKey({key: Buffer.concat([Buffer.from('302e020100300506032b657004220420', 'hex'), Buffer.from(seed, 'hex')]), format: 'der', type: 'pkcs8'});"
+            "const bytes = Buffer.from('jobsvc-audit-export-v1\\n' + canon(manifest), 'utf8');"
+            "process.stdout.write(JSON.stringify({bytes: bytes.toString('hex'), signature: c.sign(null, bytes, key).toString('base64')}))"
+        )
+        answer = node(script, {"seed": NEW.seed.hex(), "manifest": manifest})
+        self.assertEqual(h(answer["bytes"]), audit.manifest_message(manifest))
+        signed = lines[:-1] + [json.dumps({"manifest": dict(manifest, signature=answer["signature"])})]
+        self.assertEqual(audit.verify_export(signed, KEYS).manifest_key, NEW.entry)
 
     def test_the_newest_events_truncated_against_a_stored_checkpoint(self):
         # The checkpoint kept earlier covered 120 leaves; the log now signs 100 of them.
@@ -579,7 +680,7 @@ class ExportTest(unittest.TestCase):
         tree = Tree.of_leaves(canonical_json(leaf).encode() for leaf in leaves)
         stored = NEW.checkpoint(tree, 120, issued_at="2026-07-01T00:00:00.000Z")
         later = NEW.checkpoint(tree, 100, issued_at="2026-07-02T00:00:00.000Z")
-        lines = fx.export_lines("audit_log", leaves, range(90, 100), later, tree)
+        lines = fx.export_lines("audit_log", leaves, range(90, 100), later, tree, NEW)
         self.assertEqual(audit.verify_export(lines, KEYS).leaves, 10)  # fine on its own...
         self.refused("tree shrank from 120 to 100 leaves: the newest events were truncated", lines, stored_checkpoint=stored)
         self.refused("tree shrank from 120 to 100 leaves", lines, stored_checkpoint=stored, consistency_proof={"first": 100, "second": 120, "consistency_path": [p.hex() for p in tree.consistency_path(100, 120)]})
@@ -589,7 +690,7 @@ class ExportTest(unittest.TestCase):
         tree = Tree.of_leaves(canonical_json(leaf).encode() for leaf in leaves)
         stored = OLD.checkpoint(tree, 50, issued_at="2026-05-20T10:00:00.000Z")
         current = NEW.checkpoint(tree, 90, issued_at="2026-06-10T10:00:00.000Z")
-        lines = fx.export_lines("jobs", leaves, [30, 45, 60, 87], current, tree)
+        lines = fx.export_lines("jobs", leaves, [30, 45, 60, 87], current, tree, NEW)
         proof = {"first": 50, "second": 90, "consistency_path": [p.hex() for p in tree.consistency_path(50, 90)]}
         report = audit.verify_export(lines, KEYS, stored_checkpoint=stored, consistency_proof=proof)
         self.assertEqual(report.stored_checkpoint, stored)
@@ -615,7 +716,7 @@ class ExportTest(unittest.TestCase):
         self.refused("holds exported leaf %d: it would hide that leaf" % hidden, with_manifest(lines, proof=manifest["proof"] + [{"start": hidden, "end": hidden + 1, "hash": tree.hashes[hidden].hex()}]))
         self.refused("is not a range the tree's recursion visits", with_manifest(lines, proof=manifest["proof"] + [{"start": 0, "end": 1, "hash": tree.hashes[0].hex()}]))
         beyond = lines[:-1] + [json.dumps({"leaf_index": 60, "leaf": fx.events(61)[60]})] + lines[-1:]
-        self.refused("leaf 60 is at or beyond the checkpoint's tree_size 60", with_manifest(beyond, leaves=manifest["leaves"] + [60]))
+        self.refused("leaf 60 is at or beyond the checkpoint's tree_size 60", with_manifest(beyond, leaves=manifest["leaves"] + [60], lines=10))
         self.refused("is of project prj_other", with_manifest(lines, project_id="prj_other"))
         self.refused("version is 2", with_manifest(lines, version=2))
         self.refused("line 1 is a row of a audit_log export, the manifest says jobs", with_manifest(lines, kind="jobs"))
@@ -626,7 +727,7 @@ class ExportTest(unittest.TestCase):
         row = json.loads(lines[2])
         twin = dict(row, leaf=dict(row["leaf"], type="job_cancelled"))
         self.refused("lines 3 and 4 name leaf %d with different objects" % row["leaf_index"], lines[:3] + [json.dumps(twin)] + lines[3:])
-        self.assertEqual(audit.verify_export(lines[:3] + lines[2:], KEYS).rows, 10)  # the same leaf twice is one leaf
+        self.assertEqual(audit.verify_export(with_manifest(lines[:3] + lines[2:], lines=10), KEYS).rows, 10)  # the same leaf twice is one leaf
         self.refused("line 10 names leaf 0, which the manifest's leaves do not list", lines[:-1] + [json.dumps({"leaf_index": 0, "leaf": leaves[0]})] + lines[-1:])
         self.refused("line 11 comes after the manifest \\(line 10\\)", lines + lines[:1])
         self.refused("no manifest line at its end: it was cut short", lines[:-1])
@@ -697,7 +798,7 @@ class CommandLineTest(unittest.TestCase):
         self.write("inclusion.json", {"leaf_index": 33, "tree_size": 80, "inclusion_path": [p.hex() for p in self.tree.inclusion_path(33, 80)]})
         self.write("consistency.json", {"first": 50, "second": 80, "consistency_path": [p.hex() for p in self.tree.consistency_path(50, 80)]})
         with open(self.path("export.ndjson"), "w", encoding="utf-8") as file:
-            file.write("\n".join(fx.export_lines("audit_log", leaves, [3, 33, 79], self.new, self.tree, unattested=1)) + "\n")
+            file.write("\n".join(fx.export_lines("audit_log", leaves, [3, 33, 79], self.new, self.tree, NEW, unattested=1)) + "\n")
 
     def path(self, name):
         return os.path.join(self.dir, name)
@@ -727,6 +828,8 @@ class CommandLineTest(unittest.TestCase):
                            "^OK: the tree of 80 leaves signed at 2026-06-10T10:00:00.000Z extends the tree of 50 leaves signed at 2026-05-20T10:00:00.000Z")  # fmt: skip
         self.assertVerdict(["export", "export.ndjson", "--keys", "keys.json"], 0,
                            "^OK: 4 rows of the audit_log export of %s: 3 leaves, each in the tree of 80 leaves .*; 1 rows have no event in the tree" % PROJECT)  # fmt: skip
+        self.assertVerdict(["export", "export.ndjson", "--keys", "keys.json"], 0,
+                           "by key %s; the manifest, signed at 2026-06-10T10:00:00.000Z by key %s, counts these 4 rows;" % (NEW.key_id, NEW.key_id))  # fmt: skip
         self.assertVerdict(["export", "export.ndjson", "--keys", "keys.json", "--checkpoint", "old.json", "--consistency", "consistency.json"], 0,
                            "consistent with the stored checkpoint of 50 leaves signed at 2026-05-20T10:00:00.000Z\n$")  # fmt: skip
         with open(self.path("export.ndjson"), encoding="utf-8") as file:
@@ -745,6 +848,12 @@ class CommandLineTest(unittest.TestCase):
         with open(self.path("cut.ndjson"), "w", encoding="utf-8") as file:
             file.write("\n".join(lines[:1] + lines[2:]) + "\n")
         self.assertVerdict(["export", "cut.ndjson", "--keys", "keys.json"], 1, "^FAILED: the manifest lists leaf 33, but no line holds it: a line was deleted\n$")
+        # The manifest rewritten to match, as the proof alone allowed: its signature no longer holds.
+        manifest = json.loads(lines[-1])["manifest"]
+        manifest.update(lines=3, leaves=[3, 79], proof=manifest["proof"] + [{"start": 33, "end": 34, "hash": self.tree.hashes[33].hex()}])
+        with open(self.path("rewritten.ndjson"), "w", encoding="utf-8") as file:
+            file.write("\n".join(lines[:1] + lines[2:-1] + [json.dumps({"manifest": manifest})]) + "\n")
+        self.assertVerdict(["export", "rewritten.ndjson", "--keys", "keys.json"], 1, "^FAILED: the manifest's signature does not verify with key %s" % NEW.key_id)
         with open(self.path("broken.json"), "w", encoding="utf-8") as file:
             file.write("{")
         self.assertVerdict(["checkpoint", "broken.json", "--keys", "keys.json"], 1, "^FAILED: broken.json is not JSON")

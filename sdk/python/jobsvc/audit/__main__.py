@@ -87,7 +87,7 @@ def _export(args: argparse.Namespace) -> str:
     with source:
         report = verify_export(source, keys, stored, proof)
     checkpoint = report.checkpoint
-    text = "%d rows of the %s export of %s: %d leaves, each in the tree of %d leaves signed at %s by key %s" % (
+    text = "%d rows of the %s export of %s: %d leaves, each in the tree of %d leaves signed at %s by key %s; the manifest, signed at %s by key %s, counts these %d rows" % (
         report.rows,
         report.kind,
         report.project_id,
@@ -95,9 +95,12 @@ def _export(args: argparse.Namespace) -> str:
         checkpoint["tree_size"],
         checkpoint["issued_at"],
         checkpoint["key_id"],
+        report.signed_at,
+        report.manifest_key["key_id"],
+        report.rows,
     )
     if report.unattested_rows:
-        text += "; %d rows have no event in the tree (account events) and are not covered" % report.unattested_rows
+        text += "; %d rows have no event in the tree (account events): the proof does not cover them, only the count does" % report.unattested_rows
     if report.stored_checkpoint is not None:
         text += "; the tree is consistent with the stored checkpoint of %d leaves signed at %s" % (
             report.stored_checkpoint["tree_size"],
@@ -129,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("old", metavar="old.json")
     sub.add_argument("new", metavar="new.json")
     sub.add_argument("proof", metavar="proof.json", help="GET /jobsvc/v1/audit/proofs/consistency's answer")
-    sub = command("export", "an attested NDJSON export's leaves, manifest proof and checkpoint", _export)
+    sub = command("export", "an attested NDJSON export's manifest signature, leaves, proof and checkpoint", _export)
     sub.add_argument("export", metavar="export.ndjson", help="the export file, or - for standard input")
     sub.add_argument("--checkpoint", metavar="stored.json", help="a checkpoint kept earlier: the export's tree must extend it")
     sub.add_argument("--consistency", metavar="proof.json", help="the consistency proof from the stored checkpoint's size to the export's")

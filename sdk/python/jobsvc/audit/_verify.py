@@ -14,7 +14,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import IO, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
 
 from . import _ed25519
 from ._jcs import canonical_json
@@ -25,12 +25,18 @@ JsonObject = Mapping[str, Any]
 CHECKPOINT_PREFIX = b"jobsvc-audit-checkpoint-v1\n"
 """What the signed bytes of a checkpoint start with, so that they can mean nothing else."""
 
+EXPORT_PREFIX = b"jobsvc-audit-export-v1\n"
+"""What the signed bytes of an export's manifest start with: no checkpoint's bytes can pass for them."""
+
 _HASH = re.compile(r"[0-9a-f]{64}")
 _KEY_ID = re.compile(r"[0-9a-f]{16}")
+_UTC_MILLIS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
 _RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:[Zz]|([+-])(\d{2}):(\d{2}))")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
-# A feed event is the leaf object with these three fields added (docs/audit.md, Leaves).
+# A leaf object's members; a feed event is the leaf object with the three others added
+# (docs/audit.md, Leaves).
+_LEAF_FIELDS = ("aggregate", "aggregate_id", "data", "id", "occurred_at", "project_id", "type")
 _FEED_ONLY_FIELDS = ("cursor", "state", "leaf_index")
 
 
@@ -98,6 +104,14 @@ def checkpoint_message(checkpoint: JsonObject) -> bytes:
     return CHECKPOINT_PREFIX + canonical_json(signed).encode("utf-8")
 
 
+def manifest_message(manifest: JsonObject) -> bytes:
+    """The bytes an export manifest's signature covers: "jobsvc-audit-export-v1\\n" and the JCS of
+    the manifest without its signature (docs/audit.md, Attested exports): its lines count, leaves,
+    proof, checkpoint, window, signed_at and key_id alike."""
+    signed = {name: value for name, value in manifest.items() if name != "signature"}
+    return EXPORT_PREFIX + canonical_json(signed).encode("utf-8")
+
+
 def _keys_by_id(keys: Any) -> Dict[str, JsonObject]:
     entries = keys.get("data") if isinstance(keys, Mapping) else keys
     if not isinstance(entries, list):
@@ -114,6 +128,38 @@ def _describe_window(entry: JsonObject) -> str:
     return "valid from %s %s" % (entry.get("valid_from"), "until %s" % until if until is not None else "on (current)")
 
 
+def _check_signature(what: str, signed: JsonObject, message: Callable[[JsonObject], bytes], time_name: str, verb: str, keys: Any) -> JsonObject:
+    """The checks a signed statement of the log (a checkpoint, an export manifest) passes against
+    the keys document: its key_id is listed, the listed key is the key of that id and an Ed25519
+    key, the signature over message(signed) verifies with it, and the time in time_name (already
+    checked for its form) is in the key's window. Returns the key's entry."""
+    key_id = signed.get("key_id")
+    if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
+        raise _fail("the %s's key_id is not 16 lower-case hex characters: %s" % (what, json.dumps(key_id)))
+    signature = _base64("the %s's signature" % what, signed.get("signature"), 64)
+    listed = _keys_by_id(keys)
+    entry = listed.get(key_id)
+    if entry is None:
+        raise _fail("%s signed by unknown key %s: the keys document lists %s" % (what, key_id, ", ".join(sorted(listed)) or "no key"))
+    if entry.get("algorithm") != "Ed25519":
+        raise _fail("key %s is listed with algorithm %s, not Ed25519" % (key_id, json.dumps(entry.get("algorithm"))))
+    public_key = _base64("key %s's public_key" % key_id, entry.get("public_key"), 32)
+    if hashlib.sha256(public_key).hexdigest()[:16] != key_id:
+        raise _fail("key %s's public_key is not the key of that id (its SHA-256 starts %s)" % (key_id, hashlib.sha256(public_key).hexdigest()[:16]))
+    try:
+        verified = _ed25519.verify(public_key, message(signed), signature)
+    except ValueError:
+        raise _fail("key %s's public_key is not a valid Ed25519 public key" % key_id) from None
+    if not verified:
+        raise _fail("the %s's signature does not verify with key %s: the %s was altered, or that key did not sign it" % (what, key_id, what))
+    at = _instant("the %s's %s" % (what, time_name), signed.get(time_name))
+    valid_from = _instant("key %s's valid_from" % key_id, entry.get("valid_from"))
+    valid_until = entry.get("valid_until")
+    if at < valid_from or (valid_until is not None and at >= _instant("key %s's valid_until" % key_id, valid_until)):
+        raise _fail("%s %s at %s, outside the window of key %s (%s)" % (what, verb, signed[time_name], key_id, _describe_window(entry)))
+    return entry
+
+
 def verify_checkpoint(checkpoint: JsonObject, keys: Any) -> JsonObject:
     """Checks a checkpoint against the keys document (GET /jobsvc/v1/audit/keys's answer, or its
     data list): its key_id is listed, the listed key is the key of that id, the Ed25519 signature
@@ -124,30 +170,8 @@ def verify_checkpoint(checkpoint: JsonObject, keys: Any) -> JsonObject:
     _text("the checkpoint's project_id", checkpoint.get("project_id"))
     tree_size = _count("the checkpoint's tree_size", checkpoint.get("tree_size"))
     root = _hash("the checkpoint's root_hash", checkpoint.get("root_hash"))
-    issued_at = _instant("the checkpoint's issued_at", checkpoint.get("issued_at"))
-    key_id = checkpoint.get("key_id")
-    if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
-        raise _fail("the checkpoint's key_id is not 16 lower-case hex characters: %s" % json.dumps(key_id))
-    signature = _base64("the checkpoint's signature", checkpoint.get("signature"), 64)
-    listed = _keys_by_id(keys)
-    entry = listed.get(key_id)
-    if entry is None:
-        raise _fail("checkpoint signed by unknown key %s: the keys document lists %s" % (key_id, ", ".join(sorted(listed)) or "no key"))
-    if entry.get("algorithm") != "Ed25519":
-        raise _fail("key %s is listed with algorithm %s, not Ed25519" % (key_id, json.dumps(entry.get("algorithm"))))
-    public_key = _base64("key %s's public_key" % key_id, entry.get("public_key"), 32)
-    if hashlib.sha256(public_key).hexdigest()[:16] != key_id:
-        raise _fail("key %s's public_key is not the key of that id (its SHA-256 starts %s)" % (key_id, hashlib.sha256(public_key).hexdigest()[:16]))
-    try:
-        signed = _ed25519.verify(public_key, checkpoint_message(checkpoint), signature)
-    except ValueError:
-        raise _fail("key %s's public_key is not a valid Ed25519 public key" % key_id) from None
-    if not signed:
-        raise _fail("the checkpoint's signature does not verify with key %s: the checkpoint was altered, or that key did not sign it" % key_id)
-    valid_from = _instant("key %s's valid_from" % key_id, entry.get("valid_from"))
-    valid_until = entry.get("valid_until")
-    if issued_at < valid_from or (valid_until is not None and issued_at >= _instant("key %s's valid_until" % key_id, valid_until)):
-        raise _fail("checkpoint issued at %s, outside the window of key %s (%s)" % (checkpoint["issued_at"], key_id, _describe_window(entry)))
+    _instant("the checkpoint's issued_at", checkpoint.get("issued_at"))
+    entry = _check_signature("checkpoint", checkpoint, checkpoint_message, "issued_at", "issued", keys)
     if tree_size == 0 and root != EMPTY_ROOT:
         raise _fail("the checkpoint signs an empty tree with the root %s, not the empty tree's %s" % (root.hex(), EMPTY_ROOT.hex()))
     return entry
@@ -199,17 +223,31 @@ def verify_checkpoint_consistency(old: JsonObject, new: JsonObject, proof: Optio
     return earlier, later
 
 
+def _leaf_members(what: str, value: Any) -> JsonObject:
+    """The leaf object in value: its seven members, without the cursor, state and leaf_index a feed
+    event adds beside them. A member missing, or one no leaf object has, is refused here, so that
+    the reason is not a bare root mismatch (docs/audit.md, Attested exports)."""
+    value = _object(what, value)
+    missing = [name for name in _LEAF_FIELDS if name not in value]
+    if missing:
+        raise _fail("%s lacks %s: it is not an event of the feed" % (what, ", ".join(missing)))
+    foreign = [name for name in value if name not in _LEAF_FIELDS and name not in _FEED_ONLY_FIELDS]
+    if foreign:
+        raise _fail("%s has %s, which no leaf object has" % (what, ", ".join(foreign)))
+    return {name: value[name] for name in _LEAF_FIELDS}
+
+
 def leaf_object(value: JsonObject) -> Tuple[JsonObject, Optional[int]]:
     """The leaf object of what a user holds of an event, and the leaf_index it names if any: the
-    leaf object itself, a feed event (the leaf object with cursor, state and leaf_index) or a line
-    of an attested audit-log export ({..., "leaf_index", "leaf"})."""
+    leaf object itself, a feed event (the leaf object with cursor, state and leaf_index, which are
+    left out) or a line of an attested audit-log export ({..., "leaf_index", "leaf"}). A leaf with
+    a member missing or one no leaf object has is refused."""
     value = _object("the leaf", value)
     if isinstance(value.get("leaf"), Mapping):
         index = value.get("leaf_index")
-        return value["leaf"], None if index is None else _count("the line's leaf_index", index)
+        return _leaf_members("the line's leaf", value["leaf"]), None if index is None else _count("the line's leaf_index", index)
     index = value.get("leaf_index")
-    leaf = {name: item for name, item in value.items() if name not in _FEED_ONLY_FIELDS}
-    return leaf, None if index is None else _count("the event's leaf_index", index)
+    return _leaf_members("the leaf", value), None if index is None else _count("the event's leaf_index", index)
 
 
 def verify_leaf_inclusion(leaf: JsonObject, proof: JsonObject, checkpoint: JsonObject, keys: Any) -> int:
@@ -251,16 +289,21 @@ class ExportReport:
     """"audit_log" or "jobs", as the manifest says."""
     project_id: str
     rows: int
-    """Lines before the manifest."""
+    """Lines before the manifest: as many as its signed lines count says."""
     leaves: int
     """Distinct leaves the rows hold, each proven to be in the checkpoint's tree at its index."""
     unattested_rows: int
     """Rows with no event in the tree (leaf_index and leaf null: a user's account events in the
-    audit log): nothing vouches for them."""
+    audit log): no proof covers what they say; only the manifest's signed lines count tells that
+    one was added or taken out."""
     checkpoint: JsonObject
     """The manifest's checkpoint, verified."""
     stored_checkpoint: Optional[JsonObject]
     """The checkpoint kept earlier that the export's tree was shown to be consistent with."""
+    signed_at: str
+    """When the manifest was signed, as it says."""
+    manifest_key: JsonObject
+    """The keys document's entry of the key that signed the manifest."""
 
 
 def _parse_line(number: int, text: str) -> JsonObject:
@@ -285,7 +328,7 @@ def _parse_line(number: int, text: str) -> JsonObject:
 def _attested(what: str, value: Any) -> Tuple[int, JsonObject]:
     value = _object(what, value)
     index = _count("%s's leaf_index" % what, value.get("leaf_index"))
-    return index, _object("%s's leaf" % what, value.get("leaf"))
+    return index, _leaf_members("%s's leaf" % what, value.get("leaf"))
 
 
 def _row_leaves(number: int, row: JsonObject) -> Tuple[str, List[Tuple[int, JsonObject]]]:
@@ -327,14 +370,18 @@ def verify_export(
     """Checks an attested NDJSON export (GET .../jobs/export or .../audit-log/export with
     attest=true): a file opened for reading, a path (os.PathLike), an iterable of lines, or the
     whole text as one str or bytes. Every row's leaves (one leaf is the same object wherever it
-    appears), the trailing manifest, its checkpoint (verify_checkpoint), and that the exported
-    leaves with the manifest's multi-leaf proof give the checkpoint's root. With stored_checkpoint
-    (one kept earlier), also that the export's tree extends it (verify_checkpoint_consistency,
-    consistency_proof between the two sizes). Returns an ExportReport; raises
-    AuditVerificationError."""
+    appears, and of the manifest's project), the trailing manifest and its signature (by a listed
+    key, signed_at in its window), that its leaves are the ones the rows name and its lines count
+    the rows, its checkpoint (verify_checkpoint), and that the exported leaves with the manifest's
+    multi-leaf proof give the checkpoint's root. The signature over leaves and lines is what shows
+    that no row was taken out: the proof alone would pass with a row's leaf moved into it. With
+    stored_checkpoint (one kept earlier), also that the export's tree extends it
+    (verify_checkpoint_consistency, consistency_proof between the two sizes). Returns an
+    ExportReport; raises AuditVerificationError."""
     if consistency_proof is not None and stored_checkpoint is None:
         raise ValueError("a consistency proof needs the stored checkpoint it starts from")
     digests: Dict[int, Tuple[bytes, int]] = {}  # leaf index: (leaf hash, first line naming it)
+    projects: Dict[Any, int] = {}  # a leaf's project_id: the first line naming it
     forms: Dict[str, int] = {}  # row form: the first line of that form
     manifest: Optional[JsonObject] = None
     manifest_line = 0
@@ -361,6 +408,8 @@ def verify_export(
             seen = digests.setdefault(index, (digest, number))
             if seen[0] != digest:
                 raise _fail("lines %d and %d name leaf %d with different objects" % (seen[1], number, index))
+            project = leaf["project_id"]
+            projects.setdefault(project if isinstance(project, str) else (json.dumps(project),), number)
     if manifest is None:
         raise _fail("the export has no manifest line at its end: it was cut short, or was not exported with attest=true")
     if manifest.get("version") != 1:
@@ -368,15 +417,23 @@ def verify_export(
     kind = manifest.get("kind")
     if kind not in ("audit_log", "jobs"):
         raise _fail("the manifest's kind is %s, not audit_log or jobs" % json.dumps(kind))
+    project_id = _text("the manifest's project_id", manifest.get("project_id"))
+    counted = _count("the manifest's lines", manifest.get("lines"))
+    key = _check_manifest_signature(manifest, keys)
     for form, number in sorted(forms.items()):
         if form != kind:
             raise _fail("line %d is a row of a %s export, the manifest says %s" % (number, form, kind))
-    project_id = _text("the manifest's project_id", manifest.get("project_id"))
     checkpoint = _object("the manifest's checkpoint", manifest.get("checkpoint"))
     verify_checkpoint(checkpoint, keys)
     if checkpoint["project_id"] != project_id:
         raise _fail("the manifest is of project %s, its checkpoint of project %s" % (project_id, checkpoint["project_id"]))
+    for project, number in sorted(projects.items(), key=lambda item: item[1]):
+        if project != project_id:
+            shown = project if isinstance(project, str) else project[0]
+            raise _fail("line %d's leaf is of project %s, the manifest of project %s" % (number, shown, project_id))
     _check_manifest_leaves(manifest.get("leaves"), digests)
+    if counted != rows:
+        raise _fail("the manifest counts %d lines before it, the export has %d: lines were deleted or added" % (counted, rows))
     proof = _proof_ranges(manifest.get("proof"))
     root = root_from_multi_leaf_proof(checkpoint["tree_size"], {index: digest for index, (digest, _) in digests.items()}, proof)
     if root.hex() != checkpoint["root_hash"]:
@@ -385,7 +442,23 @@ def verify_export(
         )
     if stored_checkpoint is not None:
         verify_checkpoint_consistency(stored_checkpoint, checkpoint, consistency_proof, keys)
-    return ExportReport(kind, project_id, rows, len(digests), unattested, checkpoint, stored_checkpoint)
+    return ExportReport(kind, project_id, rows, len(digests), unattested, checkpoint, stored_checkpoint, manifest["signed_at"], key)
+
+
+def _check_manifest_signature(manifest: JsonObject, keys: Any) -> JsonObject:
+    """The manifest's signature (docs/audit.md, Attested exports), checked as a checkpoint's is,
+    signed_at in the key's window. Returns the key's entry."""
+    signed_at = manifest.get("signed_at")
+    if not isinstance(signed_at, str) or not _UTC_MILLIS.fullmatch(signed_at):
+        raise _fail("the manifest's signed_at is not an RFC 3339 UTC time with milliseconds (YYYY-MM-DDTHH:MM:SS.sssZ): %s" % json.dumps(signed_at))
+
+    def message(manifest: JsonObject) -> bytes:
+        try:
+            return manifest_message(manifest)
+        except (TypeError, ValueError) as error:
+            raise _fail("the manifest has no JCS form: %s" % error) from None
+
+    return _check_signature("manifest", manifest, message, "signed_at", "signed", keys)
 
 
 def _check_manifest_leaves(leaves: Any, digests: Mapping[int, Tuple[bytes, int]]) -> None:
