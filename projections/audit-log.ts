@@ -15,12 +15,15 @@ import {
   rootRange,
   tileName,
   tilesForRanges,
+  tileWidth,
   type LeafRange,
   type MerkleHasher,
   type TileKey,
+  type TreeEdge,
   type Tiles,
 } from '../domain/audit-log.ts'
 import type { AuditSigningKey } from '../domain/audit-signing-key.ts'
+import { maxLeavesPerRecord, type AuditExpiryEvent, type ExpiredLeafRun } from '../domain/audit-expiry.ts'
 import { feedAggregates, feedEventTypes } from '../domain/event-feed.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable, Tx } from './database.ts'
@@ -108,20 +111,26 @@ async function applyLeaves(tx: Tx, records: readonly EventRecord[]): Promise<voi
     wanted.map((w) => w.k),
   )
   // Hashes travel as hex text: postgres.js sends an array of buffers as one bytea, not bytea[].
+  const expired = await expiredAhead(tx, projects)
   const tileRows = { project: [] as string[], level: [] as number[], idx: [] as number[], hashes: [] as string[] }
-  const positions = { project: [] as string[], seq: [] as number[], leaf: [] as number[], events: [] as number[] }
+  const positions = { project: [] as string[], seq: [] as number[], leaf: [] as number[], events: [] as number[], aggregate: [] as string[] }
   const treeRows = { project: [] as string[], size: [] as number[], lastSeq: [] as number[] }
   for (const [projectId, list] of byProject) {
     const tree = trees.get(projectId) ?? { size: 0, lastSeq: 0 }
     const edge = edgeOf(tree.size, stored.get(projectId) ?? new Map())
+    const gaps = expired.get(projectId)
     let lastSeq = tree.lastSeq
     for (const record of list) {
       if (record.seq <= lastSeq) continue
+      const hashes = leafHashesOf(record)
+      // Rebuilding from a log that retention thinned: the leaves it removed go back in their places.
+      if (gaps !== undefined) fillExpired(edge, gaps, hashes[0]!)
       positions.project.push(projectId)
       positions.seq.push(record.seq)
       positions.leaf.push(edge.size)
       positions.events.push(record.message.events.length)
-      for (const hash of leafHashesOf(record)) appendLeaf(auditHasher, edge, hash)
+      positions.aggregate.push(record.message.aggregate_id)
+      for (const hash of hashes) appendLeaf(auditHasher, edge, hash)
       lastSeq = record.seq
     }
     if (lastSeq === tree.lastSeq) continue
@@ -141,13 +150,67 @@ async function applyLeaves(tx: Tx, records: readonly EventRecord[]): Promise<voi
     SELECT p, l, i, decode(h, 'hex') FROM unnest(${tileRows.project}::text[], ${tileRows.level}::smallint[], ${tileRows.idx}::bigint[], ${tileRows.hashes}::text[]) AS w(p, l, i, h)
     ON CONFLICT (project_id, level, idx) DO UPDATE SET hashes = excluded.hashes`
   await tx`
-    INSERT INTO audit_positions (project_id, seq, leaf_index, events)
-    SELECT * FROM unnest(${positions.project}::text[], ${positions.seq}::bigint[], ${positions.leaf}::bigint[], ${positions.events}::int[])
+    INSERT INTO audit_positions (project_id, seq, leaf_index, events, aggregate_id)
+    SELECT * FROM unnest(${positions.project}::text[], ${positions.seq}::bigint[], ${positions.leaf}::bigint[], ${positions.events}::int[],
+      ${positions.aggregate}::text[])
     ON CONFLICT DO NOTHING`
   await tx`
     INSERT INTO audit_trees (project_id, size, last_seq)
     SELECT * FROM unnest(${treeRows.project}::text[], ${treeRows.size}::bigint[], ${treeRows.lastSeq}::bigint[])
     ON CONFLICT (project_id) DO UPDATE SET size = excluded.size, last_seq = excluded.last_seq`
+}
+
+/**
+ * The expired leaves (retention's records) at or past each project's tree size: none while the
+ * tree is the one retention read them from; when the tree is rebuilt from the log, those whose
+ * messages are gone.
+ */
+async function expiredAhead(tx: Tx, projects: readonly string[]): Promise<Map<string, Map<number, Uint8Array>>> {
+  const rows = await tx<{ project_id: string; leaf_index: string; hash: Buffer }[]>`
+    SELECT e.project_id, e.leaf_index, e.hash FROM audit_expired_leaves e LEFT JOIN audit_trees t ON t.project_id = e.project_id
+    WHERE e.project_id = ANY(${projects as string[]}) AND e.leaf_index >= coalesce(t.size, 0)`
+  const out = new Map<string, Map<number, Uint8Array>>()
+  for (const row of rows) {
+    let gaps = out.get(row.project_id)
+    if (gaps === undefined) out.set(row.project_id, (gaps = new Map()))
+    gaps.set(Number(row.leaf_index), row.hash)
+  }
+  return out
+}
+
+/**
+ * Appends the expired leaves that stand where the tree is now, up to the next message's first
+ * leaf. A recorded leaf equal to that leaf is the message itself (recorded, then not removed: a
+ * job whose removal failed): it is appended as the message's.
+ */
+function fillExpired(edge: TreeEdge, gaps: ReadonlyMap<number, Uint8Array>, next: Uint8Array): void {
+  for (let gap = gaps.get(edge.size); gap !== undefined && !Buffer.from(gap).equals(next); gap = gaps.get(edge.size)) {
+    appendLeaf(auditHasher, edge, gap)
+  }
+}
+
+/** Retention's records of the leaves it removes: kept for a rebuild (`expiredAhead`). */
+async function applyExpiredLeaves(tx: Tx, records: readonly EventRecord[]): Promise<void> {
+  const rows = { project: [] as string[], index: [] as number[], hash: [] as string[] }
+  for (const record of records) {
+    if (record.message.aggregate !== 'audit_expiry') continue
+    for (const event of record.message.events) {
+      if (event.type !== 'leaves_expired') continue
+      for (const run of (event.data as AuditExpiryEvent['data']).runs) {
+        const bytes = Buffer.from(run.hashes, 'base64')
+        for (let i = 0; i * 32 < bytes.length; i++) {
+          rows.project.push(record.message.project_id)
+          rows.index.push(run.from + i)
+          rows.hash.push(bytes.subarray(i * 32, i * 32 + 32).toString('hex'))
+        }
+      }
+    }
+  }
+  if (rows.project.length === 0) return
+  await tx`
+    INSERT INTO audit_expired_leaves (project_id, leaf_index, hash)
+    SELECT p, i, decode(h, 'hex') FROM unnest(${rows.project}::text[], ${rows.index}::bigint[], ${rows.hash}::text[]) AS w(p, i, h)
+    ON CONFLICT DO NOTHING`
 }
 
 /** Each checkpoint taken in: listed, and the tree's `checkpointed_size` for the hourly pass. */
@@ -216,9 +279,18 @@ export interface ExportProofRange {
 export const auditLog = readModel(
   {
     name: 'audit_log',
-    handles: [...new Set([...feedAggregates.flatMap((a) => feedEventTypes[a]), 'job_progressed', 'signing_key_activated', 'signing_key_retired'])],
-    tables: ['audit_trees', 'audit_tiles', 'audit_positions', 'audit_checkpoints', 'audit_signing_keys'],
+    handles: [
+      ...new Set([
+        ...feedAggregates.flatMap((a) => feedEventTypes[a]),
+        'job_progressed',
+        'signing_key_activated',
+        'signing_key_retired',
+        'leaves_expired',
+      ]),
+    ],
+    tables: ['audit_trees', 'audit_tiles', 'audit_positions', 'audit_checkpoints', 'audit_signing_keys', 'audit_expired_leaves'],
     async apply(tx: Tx, records: readonly EventRecord[]) {
+      await applyExpiredLeaves(tx, records)
       await applyLeaves(tx, records)
       await applyCheckpoints(tx, records)
       await applyKeyRows(tx, records)
@@ -284,6 +356,61 @@ export const auditLog = readModel(
           WHERE project_id > ${afterProject} AND (checkpointed_size IS NULL OR size > checkpointed_size + 1)
           ORDER BY project_id LIMIT ${limit}`
       ).map((r) => r.project_id),
+    /**
+     * The leaves of these aggregates' messages (a job's and its progress reports'), as runs of
+     * consecutive leaves with their hashes, in records of at most `maxLeavesPerRecord`: what
+     * retention records before it removes the messages.
+     */
+    expiringLeaves: async (db: Queryable, projectId: string, aggregateIds: readonly string[]): Promise<ExpiredLeafRun[][]> => {
+      if (aggregateIds.length === 0) return []
+      const messages = await db<{ leaf_index: string; events: number }[]>`
+        SELECT leaf_index, events FROM audit_positions WHERE project_id = ${projectId} AND aggregate_id = ANY(${aggregateIds as string[]})
+        ORDER BY leaf_index`
+      const indices = messages.flatMap((m) => Array.from({ length: m.events }, (_, i) => Number(m.leaf_index) + i))
+      const keys = [...new Set(indices.map((i) => Math.floor(i / tileWidth)))].map((index) => ({ level: 0, index }))
+      const tiles =
+        (
+          await readTiles(
+            db,
+            keys.map(() => projectId),
+            keys,
+          )
+        ).get(projectId) ?? new Map()
+      const records: ExpiredLeafRun[][] = []
+      let record: ExpiredLeafRun[] = []
+      let inRecord = 0
+      let run: { from: number; hashes: Uint8Array[] } | null = null
+      const closeRun = () => {
+        if (run !== null) record.push({ from: run.from, hashes: Buffer.concat(run.hashes).toString('base64') })
+        run = null
+      }
+      for (const index of indices) {
+        const hash = tiles.get(tileName({ level: 0, index: Math.floor(index / tileWidth) }))?.[index % tileWidth]
+        if (hash === undefined) continue
+        if (inRecord === maxLeavesPerRecord) {
+          closeRun()
+          records.push(record)
+          record = []
+          inRecord = 0
+        }
+        if (run === null || run.from + run.hashes.length !== index) {
+          closeRun()
+          run = { from: index, hashes: [] }
+        }
+        run.hashes.push(hash)
+        inRecord++
+      }
+      closeRun()
+      if (record.length > 0) records.push(record)
+      return records
+    },
+    /** Keeps retention's records of expired leaves from these messages (a rebuild reads them first, `restoreExpiredLeaves`). */
+    keepExpiredLeaves: (db: Tx, records: readonly EventRecord[]): Promise<void> => applyExpiredLeaves(db, records),
+    /** Forgets where these aggregates' messages were (retention removed them; their leaves stay in the tree). */
+    forgetPositions: async (db: Queryable, projectId: string, aggregateIds: readonly string[]): Promise<void> => {
+      if (aggregateIds.length > 0)
+        await db`DELETE FROM audit_positions WHERE project_id = ${projectId} AND aggregate_id = ANY(${aggregateIds as string[]})`
+    },
     keys: async (db: Queryable): Promise<AuditSigningKey[]> =>
       db<AuditSigningKey[]>`SELECT key_id, algorithm, public_key, valid_from, valid_until FROM audit_signing_keys ORDER BY valid_from, key_id`,
   },

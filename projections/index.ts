@@ -25,3 +25,12 @@ export const projections: readonly Projection[] = [
   activityFeed,
   auditLog,
 ]
+
+/**
+ * The read models an install keeps: every one, less the projects' Merkle logs where the
+ * `audit_log_enabled` tunable is off (what the benchmark compares its cost against). Turned on
+ * again, the Merkle log catches up from its own checkpoint.
+ */
+export function keptProjections(options: { auditLog: boolean }): readonly Projection[] {
+  return options.auditLog ? projections : projections.filter((p) => p !== auditLog)
+}

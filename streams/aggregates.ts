@@ -6,6 +6,7 @@
 import { alertDecider } from '../domain/alert.ts'
 import { auditTrailDecider } from '../domain/audit-checkpoint.ts'
 import { auditSigningKeyDecider } from '../domain/audit-signing-key.ts'
+import { auditExpiryDecider } from '../domain/audit-expiry.ts'
 import { deliveryDecider } from '../domain/delivery.ts'
 import { emailRegistryDecider } from '../domain/email-registry.ts'
 import { eventConsumerDecider } from '../domain/event-consumer.ts'
@@ -68,3 +69,10 @@ export const auditTrailHandler = aggregateHandler({
 
 /** A key that signs checkpoints, of the platform: `ref(keyId)` (domain/audit-signing-key.ts). */
 export const auditSigningKeyHandler = aggregateHandler({ kind: 'audit_key', decider: auditSigningKeyDecider, address: onPlatform })
+
+/** The leaves of a project's Merkle log whose messages retention removed: `ref(projectId)` (domain/audit-expiry.ts). */
+export const auditExpiryHandler = aggregateHandler({
+  kind: 'audit_expiry',
+  decider: auditExpiryDecider,
+  address: (projectId: string) => ({ projectId, id: projectId }),
+})

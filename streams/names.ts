@@ -24,6 +24,8 @@ export type AggregateKind =
   | 'audit'
   /** A key that signs audit checkpoints (domain/audit-signing-key.ts), of the platform, keyed by its key id. */
   | 'audit_key'
+  /** The leaves of a project's Merkle log whose messages retention removed (domain/audit-expiry.ts), keyed by the project's id. */
+  | 'audit_expiry'
 
 /**
  * The project token of aggregates that belong to no project (users, e-mail claims, promotion codes). Project

@@ -28,7 +28,21 @@ CREATE TABLE audit_positions (
   seq bigint NOT NULL,
   leaf_index bigint NOT NULL,
   events integer NOT NULL,
+  -- The message's aggregate (a job's progress reports carry the job's id): retention finds the
+  -- leaves of the jobs it removes by it.
+  aggregate_id text NOT NULL,
   PRIMARY KEY (project_id, seq)
+);
+CREATE INDEX audit_positions_by_aggregate ON audit_positions (project_id, aggregate_id);
+
+-- Leaves whose messages retention removed, as retention recorded them on the log
+-- (`leaves_expired`, domain/audit-expiry.ts): a tree rebuilt from the log puts them back in their
+-- places, so its roots are those of the tree that held the messages.
+CREATE TABLE audit_expired_leaves (
+  project_id text NOT NULL,
+  leaf_index bigint NOT NULL,
+  hash bytea NOT NULL,
+  PRIMARY KEY (project_id, leaf_index)
 );
 
 CREATE TABLE audit_checkpoints (

@@ -168,6 +168,8 @@ export const tunablesSchema = z
     alert_interval_ms: z.number().int().min(50).default(30_000),
     /** How often the scheduler looks for terminal jobs past their plan's retention; while a pass finds a full batch (1,000 jobs) the next follows at once. */
     retention_interval_ms: z.number().int().min(50).default(60_000),
+    /** Keep the projects' Merkle logs (docs/audit.md); off: no leaves, checkpoints or proofs (503), as the benchmark's comparison runs. */
+    audit_log_enabled: z.boolean().default(true),
     /** How often the scheduler signs a checkpoint of each project's audit log that grew since its last one (docs/audit.md). */
     audit_checkpoint_interval_ms: z.number().int().min(50).default(3_600_000),
     /** How often the scheduler checks whether a new billing period (UTC month) began. */

@@ -1,7 +1,13 @@
 import { verify as verifySignature, createPublicKey } from 'node:crypto'
 import t from 'tap'
 import type { Checkpoint } from '../../domain/audit-checkpoint.ts'
+import { auditLog } from '../../projections/audit-log.ts'
+import { projectedThrough } from '../../projections/checkpoints.ts'
+import { projections } from '../../projections/index.ts'
+import { rebuildReadModels } from '../../services/roles/projector/rebuild.ts'
+import { purgeExpiredJobs } from '../../services/roles/scheduler/retention.ts'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
+import { readModels } from '../support/read-models.ts'
 import { hex, jcs, leafHash, mth, unhex, verifyConsistency, verifyInclusion } from '../support/rfc9162.ts'
 
 /**
@@ -79,11 +85,13 @@ async function workSomeJobs(n: number): Promise<void> {
     wait_seconds: 0,
   })
   for (const [i, job] of (poll.body.jobs ?? []).entries()) {
-    await h.request('POST', `/jobsvc/v1/workers/jobs/${job.id}/ack`, {
+    const ack = await h.request('POST', '/jobsvc/v1/workers/ack', {
+      job_id: job.id,
       worker_id: 'w1',
       status: i % 3 === 0 ? 'failed' : 'succeeded',
-      error: i % 3 === 0 ? { type: 'E', message: 'no' } : undefined,
+      error: i % 3 === 0 ? { type: 'E', message: 'no', stack_trace: '' } : undefined,
     })
+    if (ack.status !== 200) throw new Error(`ack: ${ack.status} ${JSON.stringify(ack.body)}`)
   }
 }
 
@@ -168,4 +176,82 @@ t.test('proof requests outside the tree are 400s; keys need no credentials; anot
   t.equal(cp.body.project_id, other.projectId)
   const events = await feed(other.apiKey)
   t.equal(cp.body.root_hash, hex(mth(events.slice(0, cp.body.tree_size).map(leafOf))))
+})
+
+t.test('retention removes jobs but not their leaves: old checkpoints and proofs hold, and a replay rebuilds the same tree', async (t) => {
+  const p = await h.newProject()
+  const as = (method: string, path: string, body?: unknown) => httpRequest(h.url, p.apiKey, method, path, body)
+  for (let i = 0; i < 4; i++) await as('POST', '/jobsvc/v1/jobs', { job_type: 'old.job', queue: 'old', payload: { i } })
+  for (let done = 0; done < 4;) {
+    const polled = await as('POST', '/jobsvc/v1/workers/poll', { worker_id: 'w', queues: ['old'], capacity: 4, wait_seconds: 1 })
+    for (const job of polled.body.jobs as Array<{ id: string }>) {
+      await as('POST', '/jobsvc/v1/workers/heartbeat', { job_id: job.id, worker_id: 'w', progress: 0.5 })
+      await as('POST', '/jobsvc/v1/workers/ack', { job_id: job.id, worker_id: 'w', status: 'succeeded' })
+      done++
+    }
+  }
+  await as('POST', '/jobsvc/v1/jobs', { job_type: 'kept.job', queue: 'kept', payload: {} })
+  await eventually(
+    async () => (await h.runtime.sql`SELECT count(*)::int AS n FROM jobs WHERE project_id = ${p.projectId} AND state = 'succeeded'`)[0]!.n === 4,
+  )
+  const before = (await as('POST', '/jobsvc/v1/audit/checkpoints')).body as Checkpoint
+  const kept = (await eventually(async () => {
+    const all = await feed(p.apiKey)
+    return all.every((e) => e.leaf_index !== null) && all.some((e) => e.type === 'checkpoint_issued') ? all : undefined
+  })) as FeedEvent[]
+
+  const realNow = h.runtime.now
+  t.teardown(() => void (h.runtime.now = realNow))
+  h.runtime.now = () => new Date(Date.now() + 31 * 24 * 3_600_000)
+  t.equal(await purgeExpiredJobs(h.runtime), 4, 'the four finished jobs are past their retention')
+  h.runtime.now = realNow
+  const after = await eventually(async () => {
+    const res = await as('POST', '/jobsvc/v1/audit/checkpoints')
+    return res.status === 201 && res.body.tree_size > before.tree_size + 1 ? (res.body as Checkpoint) : undefined
+  })
+
+  const remaining = await feed(p.apiKey)
+  t.ok(remaining.length < kept.length, `the feed lost the removed jobs' events (${kept.length} → ${remaining.length})`)
+  t.ok(
+    remaining.some((e) => e.type === 'history_expired'),
+    'the removal itself is an event of the log',
+  )
+  const wasAt = new Map(kept.map((e) => [e.id, e.leaf_index]))
+  t.ok(
+    remaining.filter((e) => wasAt.has(e.id)).every((e) => e.leaf_index === wasAt.get(e.id)),
+    'every remaining event keeps its leaf index',
+  )
+  t.equal(
+    await auditLog.root(h.runtime.sql, p.projectId, before.tree_size),
+    before.root_hash,
+    'the tree still has the root signed before the removal',
+  )
+  const consistency = await as('GET', `/jobsvc/v1/audit/proofs/consistency?first=${before.tree_size}&second=${after.tree_size}`)
+  t.ok(
+    verifyConsistency(
+      before.tree_size,
+      after.tree_size,
+      unhex(before.root_hash),
+      unhex(after.root_hash),
+      consistency.body.consistency_path.map(unhex),
+    ),
+    'the checkpoint after the removal extends the one before it',
+  )
+  const keptEvent = remaining.find((e) => e.type === 'job_created' && (e.data as { job_type: string }).job_type === 'kept.job')!
+  const inclusion = await as('GET', `/jobsvc/v1/audit/proofs/inclusion?leaf_index=${keptEvent.leaf_index}&tree_size=${after.tree_size}`)
+  t.ok(
+    verifyInclusion(keptEvent.leaf_index!, after.tree_size, leafOf(keptEvent), inclusion.body.inclusion_path.map(unhex), unhex(after.root_hash)),
+    'an event that remains is proven in the tree after the removal',
+  )
+
+  await eventually(async () => (await projectedThrough(h.runtime.sql, projections)) === (await h.runtime.store.lastSequence()))
+  const live = await readModels(h.runtime.sql)
+  await h.runtime.sql`DELETE FROM audit_tiles WHERE project_id = ${p.projectId}`
+  await rebuildReadModels(h.runtime, () => undefined)
+  const rebuilt = await readModels(h.runtime.sql)
+  for (const table of ['audit_trees', 'audit_tiles', 'audit_positions', 'audit_checkpoints', 'audit_expired_leaves'] as const) {
+    t.same(rebuilt[table], live[table], `${table}: the replay rebuilds it row by row`)
+  }
+  for (const c of [before, after])
+    t.equal(await auditLog.root(h.runtime.sql, p.projectId, c.tree_size), c.root_hash, `the replayed tree has the root of ${c.tree_size} leaves`)
 })

@@ -29,6 +29,7 @@ export async function readModels(sql: Sql) {
     audit_positions: await rows(sql`SELECT r::text AS row FROM audit_positions r ORDER BY project_id, seq`),
     audit_checkpoints: await rows(sql`SELECT r::text AS row FROM audit_checkpoints r ORDER BY project_id, tree_size`),
     audit_signing_keys: await rows(sql`SELECT r::text AS row FROM audit_signing_keys r ORDER BY key_id`),
+    audit_expired_leaves: await rows(sql`SELECT r::text AS row FROM audit_expired_leaves r ORDER BY project_id, leaf_index`),
     projection_checkpoints: await rows(sql`SELECT name || ' ' || last_seq AS row FROM projection_checkpoints ORDER BY name`),
     projection_failures: await rows(sql`SELECT concat_ws(' ', seq, subject, error_code, error_message) AS row FROM projection_failures ORDER BY seq`),
   }

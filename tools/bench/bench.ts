@@ -13,6 +13,7 @@
  * feed's reading rate, page latency and live-tail lag (event-feed.ts). `--retention-jobs N` adds a
  * backlog of N expired jobs and times retention purging it (retention.ts).
  */
+import { benchAuditProofs } from './audit-proofs.ts'
 import { connectNats, type NatsHandles } from '../../streams/connection.ts'
 import { ConfigError } from '../../services/infrastructure/config.ts'
 import type { CycleResults } from './cycle.ts'
@@ -77,6 +78,18 @@ async function main(argv: string[]): Promise<boolean> {
       })
       const worst = Math.max(...results.map((r) => r.p99_ms))
       process.stdout.write(JSON.stringify({ metrics_jobs: opts.metricsJobs, worst_p99_ms: worst, routes: results }) + '\n')
+      return true
+    }
+    if (opts.auditLeaves !== null) {
+      const result = await benchAuditProofs({
+        baseUrl: url!,
+        apiKey: apiKey!,
+        projectId: projects[0]!.project_id,
+        databaseUrl: environment.databaseUrl,
+        leaves: opts.auditLeaves,
+        log,
+      })
+      process.stdout.write(JSON.stringify(result) + '\n')
       return true
     }
     if (opts.feedJobs !== null) {

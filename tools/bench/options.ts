@@ -8,6 +8,7 @@ const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
        npm run bench -- --spawn --feed-jobs N
+       npm run bench -- --spawn --audit-leaves N
 
 A run measures, one after another: an idle phase (--idle N jobs, default 300, paced at 50/s by 2
 producers for 4 workers: claim latency on an idle system), the single-request cycle (--jobs,
@@ -42,6 +43,14 @@ project's whole feed (events/s, three runs), 300 pages of 100 walked by cursor (
 live SSE tail of job_created while jobs are created at 500/s for 10 s (p50, p99 of the time from
 an event's decision to its arrival); see event-feed.ts.
 
+--no-audit-log runs the spawned service without the projects' Merkle logs (audit_log_enabled off),
+to compare the cycles' rates with and without them.
+
+--audit-leaves seeds a project's Merkle log with N leaves straight into the spawned service's
+database (the tiles the projector's code would write for N events), then times POST
+/jobsvc/v1/audit/checkpoints (a checkpoint over N leaves) and the inclusion and consistency proofs
+at random leaves and sizes (p50, p99 of 300 requests each); see audit-proofs.ts.
+
 --retention-jobs runs N jobs to their end 200 days ago through the job commands (real messages on
 the log, projected by the spawned service), then times the scheduler's retention passes until all
 N are deleted, after the cycles, with nothing else running; it prints the jobs purged per second
@@ -62,6 +71,10 @@ export interface Options {
   databaseUrl: string
   /** False: the spawned service runs with the request limit and allowance off, to measure their cost. */
   metering: boolean
+  /** False: the spawned service keeps no Merkle log (`audit_log_enabled` off), to measure its cost. */
+  auditLog: boolean
+  /** Leaves of a project's Merkle log to seed before timing proofs and checkpoints; null: not this mode. */
+  auditLeaves: number | null
   /** Subscribe a local receiver to job.created and report deliveries per second and delivery lag. */
   webhooks: boolean
   jobs: number
@@ -141,6 +154,8 @@ function toOptions(argv: string[]): Options {
       batch: { type: 'string' },
       idle: { type: 'string' },
       'no-metering': { type: 'boolean', default: false },
+      'no-audit-log': { type: 'boolean', default: false },
+      'audit-leaves': { type: 'string' },
       webhooks: { type: 'boolean', default: false },
       'export-jobs': { type: 'string' },
       'export-read-mbps': { type: 'string' },
@@ -156,6 +171,7 @@ function toOptions(argv: string[]): Options {
   if (values['export-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--export-jobs needs --spawn\n${usage}`)
   if (values['metrics-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--metrics-jobs needs --spawn\n${usage}`)
   if (values['feed-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--feed-jobs needs --spawn\n${usage}`)
+  if (values['audit-leaves'] !== undefined && !values.spawn) throw new ConfigError(`--audit-leaves needs --spawn\n${usage}`)
   if (values['retention-jobs'] !== undefined && values['retention-jobs'] !== '0' && !values.spawn)
     throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
   // --jobs 0: no cycles (retention alone).
@@ -181,6 +197,8 @@ function toOptions(argv: string[]): Options {
     idle: noLoad || values.rate !== undefined ? null : phaseCount('idle', values.idle, 300, 100_000),
     batchCapacity: positiveInt('capacity', values.capacity, batchedCapacity, 50),
     metering: !values['no-metering'],
+    auditLog: !values['no-audit-log'],
+    auditLeaves: values['audit-leaves'] === undefined ? null : positiveInt('audit-leaves', values['audit-leaves'], 0, 100_000_000),
     webhooks: values.webhooks,
     exportJobs: values['export-jobs'] === undefined ? null : positiveInt('export-jobs', values['export-jobs'], 0, 10_000_000),
     exportReadMbps: positiveInt('export-read-mbps', values['export-read-mbps'], 16, 10_000),

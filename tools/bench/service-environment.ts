@@ -35,10 +35,11 @@ export function prepareServiceEnvironment(opts: Options, webhookPort: number | n
   }
   if (webhookPort !== null && opts.spawn) env.WEBHOOK_ALLOW_HOSTS = `127.0.0.1:${webhookPort}`
   let configPath: string | null = null
-  if (opts.spawn && (!opts.metering || opts.retentionJobs !== null)) {
+  if (opts.spawn && (!opts.metering || !opts.auditLog || opts.retentionJobs !== null)) {
     configPath = join(tmpdir(), `jobsvc-bench-${runId}.json`)
     const tunables = {
       ...(opts.metering ? {} : { metering_enabled: false }),
+      ...(opts.auditLog ? {} : { audit_log_enabled: false }),
       // The retention timed is this process's; the service's would share the backlog.
       ...(opts.retentionJobs === null ? {} : { retention_interval_ms: 86_400_000 }),
     }

@@ -1,6 +1,6 @@
 import type { Subscription } from '@nats-io/transport-node'
 import { projectedThrough } from '../../../projections/checkpoints.ts'
-import { projections } from '../../../projections/index.ts'
+import { keptProjections } from '../../../projections/index.ts'
 import { checkpointSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
@@ -59,7 +59,7 @@ export class ProjectionWatcher {
     let nextRead = 0
     while (Date.now() < deadline) {
       if (Date.now() >= nextRead) {
-        this.#advance(await projectedThrough(this.#deps.sql, projections))
+        this.#advance(await projectedThrough(this.#deps.sql, keptProjections({ auditLog: this.#deps.config.tunables.audit_log_enabled })))
         nextRead = Date.now() + recheckMs
       }
       if (seq <= this.#reached) return true

@@ -1,5 +1,7 @@
-import { applyBatchIsolatingFailures, projectedThrough } from '../../../projections/checkpoints.ts'
-import { projections } from '../../../projections/index.ts'
+import { applyBatchIsolatingFailures, projectedThrough, readCheckpoints } from '../../../projections/checkpoints.ts'
+import { auditLog } from '../../../projections/audit-log.ts'
+import { restoreExpiredLeaves } from './rebuild.ts'
+import { keptProjections } from '../../../projections/index.ts'
 import { consumeBatches } from '../../../streams/consume.ts'
 import { checkpointSubject, eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../../streams/names.ts'
 import type { ProjectionFailure } from '../../../projections/projection-failures.ts'
@@ -18,6 +20,7 @@ const maxBatch = 1000
 export async function start(deps: Deps): Promise<() => Promise<void>> {
   const controller = new AbortController()
   const ns = deps.config.namespace
+  const kept = keptProjections({ auditLog: deps.config.tunables.audit_log_enabled })
   let lead: AbortController | undefined
   const yieldRequests = deps.nats.nc.subscribe(projectorYieldSubject(ns), {
     callback: () => {
@@ -42,10 +45,15 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
           durable: projectorConsumerName(ns),
           filterSubject: eventsSubjectFilter(ns),
           maxBatch,
-          resumeFrom: async () => (await projectedThrough(deps.sql, projections)) + 1,
+          resumeFrom: async () => {
+            // An audit log built from nothing (a new database on an old log) needs retention's records first.
+            if (kept.includes(auditLog) && ((await readCheckpoints(deps.sql, [auditLog])).get(auditLog.name) ?? 0) === 0)
+              await restoreExpiredLeaves(deps)
+            return (await projectedThrough(deps.sql, kept)) + 1
+          },
         },
         async (records) => {
-          const seq = await applyBatchIsolatingFailures(deps.sql, projections, records, (failure) => reportFailure(deps, failure), {
+          const seq = await applyBatchIsolatingFailures(deps.sql, kept, records, (failure) => reportFailure(deps, failure), {
             assertLeader: leadership.assert,
           })
           announce(deps, seq)

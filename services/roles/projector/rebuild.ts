@@ -1,7 +1,8 @@
 import { applyBatchIsolatingFailures, resetReadModels } from '../../../projections/checkpoints.ts'
-import { projections } from '../../../projections/index.ts'
+import { auditLog } from '../../../projections/audit-log.ts'
+import { keptProjections } from '../../../projections/index.ts'
 import { decodeEventMessage, type EventRecord } from '../../../streams/event-store.ts'
-import { eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../../streams/names.ts'
+import { aggregateKindFilter, eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { holdLeadership } from '../../infrastructure/leadership.ts'
 
@@ -36,13 +37,15 @@ export async function rebuildReadModels(deps: Deps, say: (message: string) => vo
       clearInterval(asking)
       try {
         await deps.nats.jsm.consumers.delete(eventsStreamName(ns), projectorConsumerName(ns)).catch(() => undefined)
-        await resetReadModels(deps.sql, projections)
+        const kept = keptProjections({ auditLog: deps.config.tunables.audit_log_enabled })
+        await resetReadModels(deps.sql, kept)
+        if (kept.includes(auditLog)) await restoreExpiredLeaves(deps)
         const last = await deps.store.lastSequence()
         let through = 0
         await readStream(deps, last, async (records) => {
           through = await applyBatchIsolatingFailures(
             deps.sql,
-            projections,
+            kept,
             records,
             ({ record, projection, projected }) =>
               say(`replay: ${projection} cannot hold message ${record.seq} (${record.subject}); ${projected}, recorded in projection_failures`),
@@ -67,6 +70,22 @@ export async function rebuildReadModels(deps: Deps, say: (message: string) => vo
   if (failure !== undefined) throw failure
   if (waited) say('replay: lock acquired')
   return result!
+}
+
+/**
+ * Before a Merkle log is built from sequence 1: retention's records of the leaves it removed
+ * (`leaves_expired`, domain/audit-expiry.ts) come after those leaves' places in the log, so they
+ * are read first, and the tree puts each back in its place as it is rebuilt. A few messages (one
+ * per project and retention pass), read one direct get each.
+ */
+export async function restoreExpiredLeaves(deps: Deps): Promise<number> {
+  const filter = aggregateKindFilter(deps.config.namespace, 'audit_expiry')
+  let records = 0
+  for (let r = await deps.store.nextOn(filter, 1); r !== null; r = await deps.store.nextOn(filter, r.seq + 1)) {
+    await deps.sql.begin((tx) => auditLog.keepExpiredLeaves(tx, [r!]))
+    records++
+  }
+  return records
 }
 
 /** Reads the log from sequence 1 to `last` with an ordered consumer, in batches. */

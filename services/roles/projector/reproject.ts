@@ -1,4 +1,4 @@
-import { projections } from '../../../projections/index.ts'
+import { keptProjections } from '../../../projections/index.ts'
 import { reprojectFailures, type FailureScope, type Reprojection } from '../../../projections/projection-failures.ts'
 import { decodeEventMessage, type EventRecord } from '../../../streams/event-store.ts'
 import { eventsStreamName } from '../../../streams/names.ts'
@@ -16,5 +16,5 @@ export async function reprojectFailed(deps: Deps, scope: FailureScope): Promise<
     const stored = await deps.nats.jsm.direct.getMessage(stream, { seq })
     return stored === null ? null : { seq: stored.seq, subject: stored.subject, message: decodeEventMessage(stored.data, stored.seq) }
   }
-  return reprojectFailures(deps.sql, projections, scope, recordAt)
+  return reprojectFailures(deps.sql, keptProjections({ auditLog: deps.config.tunables.audit_log_enabled }), scope, recordAt)
 }

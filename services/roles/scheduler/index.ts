@@ -90,7 +90,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       return pass.full
     }),
     // A page of projects per pass, back to back while pages come back full.
-    loop(t.audit_checkpoint_interval_ms, 'audit checkpoint pass', async () => checkpoints.issueDue(checkpointPage)),
+    loop(t.audit_checkpoint_interval_ms, 'audit checkpoint pass', async () => t.audit_log_enabled && (await checkpoints.issueDue(checkpointPage))),
     loop(
       t.billing_period_check_interval_ms,
       'billing period pass',

@@ -2,7 +2,9 @@ import { jobList, type ExpiredJob } from '../../../projections/job-list.ts'
 import { jobMetrics } from '../../../projections/job-metrics.ts'
 import { heartbeatMaxAgeMs } from '../../../streams/definitions.ts'
 import { LogPruner } from '../../../streams/log-pruner.ts'
-import { projectHandler } from '../../../streams/aggregates.ts'
+import { auditExpiryHandler, projectHandler } from '../../../streams/aggregates.ts'
+import { auditLog } from '../../../projections/audit-log.ts'
+import type { Tx } from '../../../projections/database.ts'
 import { eventSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { eachIsolated, IsolatedPass } from '../../infrastructure/failing-items.ts'
@@ -98,6 +100,9 @@ export class Retention {
       // `history_expired`): its event feed then refuses a cursor that the removal would jump over.
       // Recorded even if this pass rolls back: the next one removes the same messages.
       await this.#recordExpiry(rows)
+      // And the hashes of the leaves those messages are in each project's Merkle log, so that a
+      // tree rebuilt from the log keeps them in their places (domain/audit-expiry.ts).
+      await this.#recordExpiredLeaves(tx, rows)
       // A job whose messages cannot be removed keeps its row (its messages, some perhaps removed
       // already, are removed again by a later pass) and does not stop the others.
       const pruned: ExpiredJob[] = []
@@ -118,6 +123,7 @@ export class Retention {
         pruned.map((j) => j.id),
       )
       await jobMetrics.subtractStateCounts(tx, pruned)
+      for (const [projectId, jobs] of byProject(pruned)) await auditLog.forgetPositions(tx, projectId, jobs)
       return pruned
     })
     if (deleted.length > 0) {
@@ -136,6 +142,20 @@ export class Retention {
 
   close(): void {
     this.#pruner.close()
+  }
+
+  /** Appends, per project, the leaves of the messages the pass may remove (several records for many). */
+  async #recordExpiredLeaves(tx: Tx, rows: readonly ExpiredJob[]): Promise<void> {
+    const now = this.#deps.now().toISOString()
+    for (const [projectId, jobs] of byProject(rows)) {
+      for (const runs of await auditLog.expiringLeaves(tx, projectId, jobs)) {
+        await auditExpiryHandler.decide(this.#deps, auditExpiryHandler.ref(projectId), {
+          type: 'record_expired_leaves',
+          data: { project_id: projectId, runs },
+          meta: { now },
+        })
+      }
+    }
   }
 
   /** Appends each project's `history_expired` through the last message the pass may remove of it. */
@@ -158,6 +178,13 @@ export class Retention {
       ),
     )
   }
+}
+
+/** The jobs' ids by project. */
+function byProject(rows: readonly ExpiredJob[]): Map<string, string[]> {
+  const out = new Map<string, string[]>()
+  for (const job of rows) out.set(job.project_id, [...(out.get(job.project_id) ?? []), job.id])
+  return out
 }
 
 /** The project the next pass starts after: the last one this pass reached in its order. */

@@ -91,7 +91,7 @@ const placeOf = new WeakMap<FeedEvent, { seq: number; index: number }>()
  * null.
  */
 async function withLeafIndexes(deps: Deps, untilProjected: UntilProjected, projectId: string, events: readonly FeedEvent[]): Promise<void> {
-  if (events.length === 0) return
+  if (events.length === 0 || !deps.config.tunables.audit_log_enabled) return
   const places = events.map((e) => placeOf.get(e)!)
   await untilProjected(Math.max(...places.map((p) => p.seq)), deps.config.tunables.read_your_writes_wait_ms)
   const first = await auditLog.leafIndexes(deps.sql, projectId, [...new Set(places.map((p) => p.seq))])

@@ -18,6 +18,7 @@ import {
   type ExportWindow,
 } from '../export-stream.ts'
 import { ExportAttestation } from '../../../use-cases/audit/export-attestation.ts'
+import { assertAuditLogKept } from './audit.ts'
 import { mediaResponse, sessionErrorResponses, sessionSecurity } from '../openapi.ts'
 import { authenticateSession } from '../session-auth.ts'
 import { formatText, windowBoundText } from '../query-fields.ts'
@@ -55,6 +56,7 @@ const exportSchema = {
       'range_too_large',
       'invalid_format',
       'rate_limit_exceeded',
+      'service_unavailable',
     ),
   },
 }
@@ -114,6 +116,7 @@ export function auditLogExportRoutes(ctx: Pick<ApiContext, 'deps' | 'accounts' |
       if (!hasRoleAtLeast(role, needed)) throw new Forbidden(`exporting the audit log needs the project role ${needed} or above; yours is ${role}`)
       const window = parseExportWindow(request.query)
       const attest = wantsAttestation(request.query.attest, window)
+      if (attest) assertAuditLogKept(ctx)
       const verdict = await ctx.accounts.limits.takeCooldown('audit-log-export', project.id, exportCooldownMs, deps.now())
       if (!verdict.admitted) throw rateLimitExceeded(verdict.retryAfterMs, 'one audit-log export per project per 60 seconds')
       const recorded = await commandProject(deps, project.id, {

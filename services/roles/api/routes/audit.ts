@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { auditLog } from '../../../../projections/audit-log.ts'
 import type { ApiContext } from '../context.ts'
-import { invalidRequest } from '../errors.ts'
+import { invalidRequest, serviceUnavailable } from '../errors.ts'
 import { errorResponses, instant, noSecurity, publicErrorResponses, writeCodes } from '../openapi.ts'
 import { parseLimit } from '../pagination.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
@@ -52,7 +52,7 @@ const schemas = {
     description:
       "Signs the root of the project's Merkle log over every event the log has taken in, after this process's own writes (docs/audit.md). 201 with the new checkpoint; 200 with the newest one when the tree has not grown since it. Needs `admin` (or the API key). Each checkpoint is also an event (`checkpoint_issued`) and a webhook (`audit.checkpoint`).",
     tags,
-    response: { 200: checkpointView, 201: checkpointView, ...errorResponses(...writeCodes) },
+    response: { 200: checkpointView, 201: checkpointView, ...errorResponses(...writeCodes, 'service_unavailable') },
   },
   list: {
     summary: "The project's signed checkpoints, oldest first",
@@ -65,7 +65,7 @@ const schemas = {
     }),
     response: {
       200: z.strictObject({ data: z.array(checkpointView), has_more: z.boolean(), next_cursor: z.string().nullable() }),
-      ...errorResponses('invalid_limit'),
+      ...errorResponses('invalid_limit', 'service_unavailable'),
     },
   },
   inclusion: {
@@ -75,7 +75,7 @@ const schemas = {
     querystring: z.object({ leaf_index: z.string().optional(), tree_size: z.string().optional() }),
     response: {
       200: z.strictObject({ leaf_index: z.number().int(), tree_size: z.number().int(), inclusion_path: z.array(hex64) }),
-      ...errorResponses(),
+      ...errorResponses('service_unavailable'),
     },
   },
   consistency: {
@@ -85,7 +85,7 @@ const schemas = {
     querystring: z.object({ first: z.string().optional(), second: z.string().optional() }),
     response: {
       200: z.strictObject({ first: z.number().int(), second: z.number().int(), consistency_path: z.array(hex64) }),
-      ...errorResponses(),
+      ...errorResponses('service_unavailable'),
     },
   },
   keys: {
@@ -95,6 +95,12 @@ const schemas = {
     security: noSecurity,
     response: { 200: z.strictObject({ data: z.array(keyView) }), ...publicErrorResponses() },
   },
+}
+
+/** 503 where the install keeps no Merkle log (`audit_log_enabled` off): nothing to sign or prove. */
+export function assertAuditLogKept(ctx: Pick<ApiContext, 'deps'>): void {
+  if (!ctx.deps.config.tunables.audit_log_enabled)
+    throw serviceUnavailable('this installation keeps no audit log (the audit_log_enabled tunable is off)')
 }
 
 /** The tree's size as projected, and a 400 for a size beyond it. */
@@ -107,6 +113,7 @@ async function treeSizeAtLeast(ctx: Pick<ApiContext, 'deps'>, projectId: string,
 export function auditRoutes(ctx: Pick<ApiContext, 'deps' | 'audit' | 'jobs' | 'watcher' | 'logHead'>): FastifyPluginAsync {
   return async (plugin) => {
     const app = plugin.withTypeProvider<ZodTypeProvider>()
+    app.addHook('onRequest', async () => assertAuditLogKept(ctx))
     app.post('/checkpoints', { schema: schemas.issue, config: { role: 'admin' } }, async (request, reply) => {
       const projectId = request.principal.projectId
       await awaitOwnWrites(ctx, projectId, undefined)

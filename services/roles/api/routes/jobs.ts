@@ -9,6 +9,7 @@ import type { ApiContext } from '../context.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendJobsExport, wantsAttestation } from '../export-stream.ts'
 import { ExportAttestation } from '../../../use-cases/audit/export-attestation.ts'
+import { assertAuditLogKept } from './audit.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import { quotaHeaders } from '../../../use-cases/metering/allowance.ts'
 import { createJobs } from '../../../use-cases/jobs/create-jobs.ts'
@@ -251,7 +252,7 @@ const exportSchema = {
       'application/x-ndjson': 'one flat JSON object per line (format=jsonl)',
       'text/csv': 'RFC 4180 with a header row (format=csv)',
     }),
-    ...errorResponses('forbidden', 'invalid_from', 'invalid_until', 'invalid_range', 'range_too_large', 'invalid_format'),
+    ...errorResponses('forbidden', 'invalid_from', 'invalid_until', 'invalid_range', 'range_too_large', 'invalid_format', 'service_unavailable'),
   },
 }
 
@@ -594,6 +595,7 @@ export function jobRoutes(
       const window = parseExportWindow(request.query)
       const projectId = request.principal.projectId
       const attest = wantsAttestation(request.query.attest, window)
+      if (attest) assertAuditLogKept(ctx)
       if (attest && !hasRoleAtLeast(request.principal.role, 'admin'))
         throw new Forbidden('an attested export signs a checkpoint: it needs the project role admin or above')
       const verdict = await ctx.accounts.limits.takeCooldown('jobs-export', projectId, exportCooldownMs, deps.now())
