@@ -1,4 +1,5 @@
 import { verify as verifySignature, createPublicKey } from 'node:crypto'
+import http from 'node:http'
 import t from 'tap'
 import type { Checkpoint } from '../../domain/audit-checkpoint.ts'
 import { auditLog } from '../../projections/audit-log.ts'
@@ -27,7 +28,7 @@ interface FeedEvent {
   leaf_index: number | null
 }
 
-const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'] })
+const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'], config: { webhookAllowLoopback: true } })
 
 async function feed(apiKey = h.apiKey): Promise<FeedEvent[]> {
   const events: FeedEvent[] = []
@@ -254,4 +255,36 @@ t.test('retention removes jobs but not their leaves: old checkpoints and proofs 
   }
   for (const c of [before, after])
     t.equal(await auditLog.root(h.runtime.sql, p.projectId, c.tree_size), c.root_hash, `the replayed tree has the root of ${c.tree_size} leaves`)
+})
+
+t.test('a checkpoint is delivered to the webhooks that name audit.checkpoint, and to no other', async (t) => {
+  const bodies: Array<{ path: string; body: { type: string; data: Record<string, unknown> } }> = []
+  const server = http.createServer((req, res) => {
+    let body = ''
+    req.on('data', (c) => (body += c))
+    req.on('end', () => {
+      bodies.push({ path: req.url ?? '', body: JSON.parse(body) })
+      res.writeHead(200).end('ok')
+    })
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())))
+  const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`
+  const p = await h.newProject()
+  const as = (method: string, path: string, body?: unknown) => httpRequest(h.url, p.apiKey, method, path, body)
+  t.equal((await as('POST', '/jobsvc/v1/webhooks', { url: `${base}/audit`, events: ['audit.checkpoint'] })).status, 201)
+  t.equal((await as('POST', '/jobsvc/v1/webhooks', { url: `${base}/all`, events: '*' })).status, 201)
+  await h.startRole('dispatcher')
+  t.teardown(() => h.stopRole('dispatcher'))
+  await as('POST', '/jobsvc/v1/jobs', { job_type: 'hooked', payload: {} })
+  const issued = (await as('POST', '/jobsvc/v1/audit/checkpoints')).body as Checkpoint
+  const delivered = await eventually(async () => bodies.find((b) => b.path === '/audit'))
+  t.equal(delivered.body.type, 'audit.checkpoint')
+  t.same(delivered.body.data, { schema_version: 1, ...issued }, 'the signed checkpoint as it is, to keep elsewhere')
+  t.ok(await checkSignature(delivered.body.data as unknown as Checkpoint), 'it verifies from the webhook alone and the published keys')
+  await eventually(async () => bodies.some((b) => b.path === '/all' && b.body.type === 'job.created'))
+  t.notOk(
+    bodies.some((b) => b.path === '/all' && b.body.type === 'audit.checkpoint'),
+    '`*` means the types it meant before: no checkpoint',
+  )
 })

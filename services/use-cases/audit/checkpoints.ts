@@ -63,6 +63,18 @@ export class AuditCheckpoints {
     return result.state!
   }
 
+  /**
+   * The newest checkpoint when the tree has grown by nothing but that checkpoint's own leaf: a new
+   * one would sign nothing new (the hourly pass skips such a tree as well), so it stands.
+   */
+  async #unchangedSince(projectId: string, size: number): Promise<{ checkpoint: Checkpoint; seq: number } | null> {
+    const trail = await auditTrailHandler.load(this.#deps.store, auditTrailHandler.ref(projectId))
+    const latest = trail.state?.latest
+    if (latest === undefined || size !== latest.tree_size + 1) return null
+    const own = (await auditLog.leafIndexes(this.#deps.sql, projectId, [trail.seq])).get(trail.seq)
+    return own === latest.tree_size ? { checkpoint: latest, seq: trail.seq } : null
+  }
+
   /** Activates this process's key, and refuses it (SigningKeyRetired) if a process with a newer key retired it since. */
   async #currentKey(): Promise<void> {
     await this.activate()
@@ -85,13 +97,15 @@ export class AuditCheckpoints {
 
   /**
    * Signs the project's tree as projected now and appends the checkpoint; when the tree has not
-   * grown since the newest checkpoint (its own leaf not yet taken in), that one stands and is
-   * answered with `issued: false`.
+   * grown since the newest checkpoint (by nothing, or by nothing but that checkpoint's own leaf),
+   * that one stands and is answered with `issued: false`.
    */
   async issue(projectId: string): Promise<{ checkpoint: Checkpoint; issued: boolean; seq: number }> {
     const deps = this.#deps
     await this.#currentKey()
     const size = (await auditLog.tree(deps.sql, projectId))?.size ?? 0
+    const unchanged = await this.#unchangedSince(projectId, size)
+    if (unchanged !== null) return { checkpoint: unchanged.checkpoint, issued: false, seq: unchanged.seq }
     const root = await auditLog.root(deps.sql, projectId, size)
     const now = deps.now().toISOString()
     const checkpoint = this.#signer.sign({ project_id: projectId, tree_size: size, root_hash: root, issued_at: now })
