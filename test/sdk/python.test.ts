@@ -8,7 +8,8 @@ import { freePort } from './support.ts'
 // started here: the address, a key and a port the dispatcher may deliver webhooks to go in the
 // environment. The heartbeat module waits out a 30 s timeout and the named consumers' a 5 s lease,
 // so they run beside the others. The replay test counts every job.created of a time range, so it
-// gets a project of its own, where the other process creates no job meanwhile.
+// gets a project of its own, where the other process creates no job meanwhile; so does the audit
+// client's, whose checkpoints and attested export hold only its own work.
 const receiverPort = await freePort()
 const h = await startHarness(t, import.meta.filename, {
   roles: ['api', 'projector', 'scheduler', 'dispatcher'],
@@ -16,6 +17,7 @@ const h = await startHarness(t, import.meta.filename, {
   config: { webhookAllowHosts: [`127.0.0.1:${receiverPort}`] },
 })
 const replayProject = await h.newProject()
+const auditProject = await h.newProject()
 const sdkDir = fileURLToPath(new URL('../../sdk/python/', import.meta.url))
 
 function unittest(modules: string[]): Promise<{ code: number; output: string }> {
@@ -30,6 +32,7 @@ function unittest(modules: string[]): Promise<{ code: number; output: string }> 
           JOBSVC_URL: h.url,
           JOBSVC_API_KEY: h.apiKey,
           JOBSVC_REPLAY_API_KEY: replayProject.apiKey,
+          JOBSVC_AUDIT_API_KEY: auditProject.apiKey,
           JOBSVC_TEST_RECEIVER_PORT: String(receiverPort),
           PYTHONDONTWRITEBYTECODE: '1',
         },
@@ -41,12 +44,13 @@ function unittest(modules: string[]): Promise<{ code: number; output: string }> 
 }
 
 const runs = {
-  'client, event feed, worker, webhook verification and replay': unittest([
+  'client, event feed, worker, webhook verification, replay and the audit client': unittest([
     'tests.test_client',
     'tests.test_events',
     'tests.test_worker',
     'tests.test_webhook',
     'tests.test_replay',
+    'tests.test_audit_client',
     'tests.test_outage',
     'tests.test_typing',
   ]),

@@ -1,7 +1,7 @@
 """jobsvc: a client, a worker and webhook verification, on the standard library alone."""
 
 from ._version import __version__
-from .client import Client, CursorExpiredError, Interrupt, JobsvcError, JsonObject, StaleCommitError
+from .client import Client, CursorExpiredError, EventVerdict, Interrupt, JobsvcError, JsonObject, StaleCommitError
 from .webhook import WebhookVerificationError, verify_webhook
 from .worker import Handler, JobContext, JobTimeout, Worker, WorkerStopped
 
@@ -13,6 +13,7 @@ __all__ = [
     "JobsvcError",
     "CursorExpiredError",
     "StaleCommitError",
+    "EventVerdict",
     "Worker",
     "Handler",
     "JobContext",

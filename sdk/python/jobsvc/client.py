@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import http.client
 import json
@@ -228,6 +229,7 @@ class Client:
         self.metrics = Metrics(self)
         self.event_consumers = EventConsumers(self)
         self.operations = Operations(self)
+        self.audit = Audit(self)
 
     def request(
         self,
@@ -371,6 +373,11 @@ def _instant(value: Instant) -> str:
     return value
 
 
+def _window(from_: Optional[Instant], until: Optional[Instant]) -> Dict[str, Optional[str]]:
+    """A time window's query: "from" is a Python keyword, so the calls take it as from_."""
+    return {"from": None if from_ is None else _instant(from_), "until": None if until is None else _instant(until)}
+
+
 def _every_item(fetch_page: Callable[[Dict[str, Any]], JsonObject], query: Dict[str, Any]) -> Iterator[JsonObject]:
     cursor = query.pop("cursor", None)
     while True:
@@ -462,14 +469,28 @@ class Jobs(_Resource):
                     elif line.startswith("data:"):
                         data.append(line[5:].lstrip(" "))
 
-    def export(self, **query: Any) -> Iterator[Union[JsonObject, str]]:
-        """GET /jobs/export, streamed: yields the JSONL rows as dicts (or CSV lines as text)."""
+    def export(
+        self,
+        from_: Optional[Instant] = None,
+        until: Optional[Instant] = None,
+        attest: bool = False,
+        as_text: bool = False,
+        **query: Any,
+    ) -> Iterator[Union[JsonObject, str]]:
+        """GET /jobs/export of the window from_ to until (RFC 3339 strings or aware datetimes),
+        streamed: yields the JSONL rows as dicts (or CSV lines as text). attest=True (JSONL only,
+        admin) gives each row its job's events in the Merkle log ("attestation") and ends the export
+        with a signed {"manifest": ...} row (docs/audit.md, Attested exports). as_text=True yields
+        the JSONL lines as the text they came in, to store or to hand to jobsvc.audit.verify_export."""
+        query = dict(query, **{k: v for k, v in _window(from_, until).items() if v is not None})
+        if attest:
+            query["attest"] = True
         res = self._call("GET", "/jobs/export", query=query, repeat="once", raw=True)
         csv = "csv" in (res.headers.get("Content-Type") or "")
         with res:
             for raw_line in res:
                 line = raw_line.decode("utf-8")
-                if csv:
+                if csv or as_text:
                     yield line
                 elif line.strip():
                     yield json.loads(line)
@@ -635,6 +656,93 @@ class Operations(_Resource):
         """Stops a running operation (what it did stays done) and returns it "cancelled"; again on a
         cancelled one returns it as it is; one that ended otherwise is 409 invalid_state."""
         return self._call("DELETE", "/operations/" + _quote(operation_id), repeat="key")
+
+
+@dataclasses.dataclass(frozen=True)
+class EventVerdict:
+    """What client.audit.verify_event() found. verified: the event's leaf, recomputed here, is at
+    leaf_index in the tree of checkpoint (by proof), whose signature verifies with key (its entry
+    in the keys document). Otherwise reason says why it was refused."""
+
+    verified: bool
+    leaf_index: int
+    reason: Optional[str] = None
+    checkpoint: Optional[JsonObject] = None
+    key: Optional[JsonObject] = None
+    proof: Optional[JsonObject] = None
+
+
+class Audit(_Resource):
+    """The project's Merkle log (docs/audit.md): signed checkpoints, inclusion and consistency
+    proofs, the signing keys, and verify_event(), which proves a feed event with them. Checkpoints
+    and proofs need admin (or the API key); keys() needs no credentials."""
+
+    def issue_checkpoint(self, idempotency_key: Optional[str] = None) -> JsonObject:
+        """A checkpoint signed now over every event the log has taken in, or the newest one when the
+        tree has not grown since it. Keep it outside the service: a checkpoint you hold is what makes
+        a log that lost its newest events detectable."""
+        return self._call("POST", "/audit/checkpoints", repeat="key", idempotency_key=idempotency_key)
+
+    def checkpoints(
+        self, from_: Optional[Instant] = None, until: Optional[Instant] = None, after: Optional[Union[str, int]] = None, limit: Optional[int] = None
+    ) -> JsonObject:
+        """One page of the project's checkpoints, smallest tree first: {"data", "has_more",
+        "next_cursor"}; pass next_cursor as after for the next. from_ (issued at or after) and until
+        (before) are RFC 3339 strings or aware datetimes."""
+        query = {"after": after, "limit": limit, **_window(from_, until)}
+        return self._call("GET", "/audit/checkpoints", query=query)
+
+    def all_checkpoints(self, from_: Optional[Instant] = None, until: Optional[Instant] = None, limit: Optional[int] = None) -> Iterator[JsonObject]:
+        """Every checkpoint the filter matches, smallest tree first, page after page."""
+        # The list pages by after (a tree size) where the other lists take cursor.
+        return _every_item(lambda q: self.checkpoints(from_, until, q["cursor"], limit), {})
+
+    def inclusion_proof(self, leaf_index: int, tree_size: int) -> JsonObject:
+        """The hashes from leaf leaf_index to the root of the first tree_size leaves (RFC 9162 2.1.3)."""
+        return self._call("GET", "/audit/proofs/inclusion", query={"leaf_index": leaf_index, "tree_size": tree_size})
+
+    def consistency_proof(self, first: int, second: int) -> JsonObject:
+        """The hashes that prove the tree of first leaves a prefix of the tree of second (RFC 9162 2.1.4)."""
+        return self._call("GET", "/audit/proofs/consistency", query={"first": first, "second": second})
+
+    def keys(self) -> JsonObject:
+        """Every key that ever signed, with its window. Save it beside the checkpoints you keep."""
+        return self._call("GET", "/audit/keys")
+
+    def verify_event(self, event: Mapping[str, Any], keys: Optional[JsonObject] = None, checkpoint: Optional[JsonObject] = None) -> EventVerdict:
+        """Proves that a feed event (from client.events(), events_page() or a named consumer) is in
+        the project's log as the service signed it: the event's leaf, recomputed here, with an
+        inclusion proof, leads to the root of a checkpoint whose signature verifies with the keys
+        (jobsvc.audit's checks). The service is trusted for nothing but the keys, and not for those
+        when you pass keys you saved. The checkpoint is checkpoint when given, else the oldest one
+        whose tree holds the event, or one issued now when none does yet. A refusal is a verdict
+        (verified False, with the reason); a failed request raises its JobsvcError, and an event
+        without a leaf_index (the log had not taken it in when it was read) a ValueError."""
+        from . import audit  # the offline verifier, loaded when first needed
+
+        index = event.get("leaf_index")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ValueError("the event has no leaf_index: the audit log had not taken it in when it was read; read it from the feed again")
+        try:
+            trusted = keys if keys is not None else self.keys()
+            head = checkpoint if checkpoint is not None else self._checkpoint_holding(index)
+            key = audit.verify_checkpoint(head, trusted)
+            if event.get("project_id") != head["project_id"]:
+                reason = "the event is of project %s, the checkpoint of %s" % (event.get("project_id"), head["project_id"])
+                return EventVerdict(False, index, reason=reason)
+            if index >= head["tree_size"]:
+                reason = "leaf %d is beyond the checkpoint's tree of %d leaves: the event is newer" % (index, head["tree_size"])
+                return EventVerdict(False, index, reason=reason)
+            proof = self.inclusion_proof(index, head["tree_size"])
+            audit.verify_leaf_inclusion(event, proof, head, trusted)
+        except audit.AuditVerificationError as error:
+            return EventVerdict(False, index, reason=error.reason)
+        return EventVerdict(True, index, checkpoint=head, key=dict(key), proof=proof)
+
+    def _checkpoint_holding(self, index: int) -> JsonObject:
+        """The oldest checkpoint whose tree holds leaf index (the list's after is a tree size), or one issued now."""
+        listed = self.checkpoints(after=index, limit=1)["data"]
+        return listed[0] if listed else self.issue_checkpoint()
 
 
 class EventConsumers(_Resource):

@@ -1,3 +1,15 @@
+import {
+  AuditVerificationError,
+  fail,
+  toLeafObject,
+  verifyCheckpoint,
+  verifyInclusion,
+  type AuditFailureCode,
+  type AuditKey,
+  type AuditKeys,
+  type Checkpoint,
+  type InclusionProof,
+} from './audit.js'
 import { JobsvcError } from './errors.js'
 import { EventConsumersApi } from './event-consumers.js'
 import { fetchEventsPage, followEvents, type EventFeedOptions, type EventsPage } from './event-feed.js'
@@ -9,6 +21,12 @@ import type {
   ActivityPage,
   ActivityQuery,
   Alert,
+  AuditCheckpoint,
+  AuditCheckpointPage,
+  AuditCheckpointQuery,
+  AuditConsistencyProof,
+  AuditInclusionProof,
+  AuditKeysDocument,
   AlertRequest,
   BatchAckResult,
   BatchCreateRequest,
@@ -84,6 +102,7 @@ export class JobsvcClient {
   readonly activity: ActivityApi
   readonly metrics: MetricsApi
   readonly auditLog: AuditLogApi
+  readonly audit: AuditApi
   readonly eventConsumers: EventConsumersApi
   readonly operations: OperationsApi
 
@@ -100,6 +119,7 @@ export class JobsvcClient {
     this.activity = new ActivityApi(call)
     this.metrics = new MetricsApi(call)
     this.auditLog = new AuditLogApi(send)
+    this.audit = new AuditApi(call)
     this.eventConsumers = new EventConsumersApi(this.#http)
     this.operations = new OperationsApi(call)
   }
@@ -214,7 +234,10 @@ export class JobsApi {
     }
   }
 
-  /** `GET /jobs/export`, streamed: read `records()` (JSONL), `body` or `text()`. */
+  /**
+   * `GET /jobs/export`, streamed: read `records()` (JSONL), `body` or `text()`. With `attest: true`
+   * the last line is the signed manifest: hand the `text()` to `verifyExport`.
+   */
   async export(query: ExportQuery, options?: RequestOptions): Promise<ExportDownload> {
     const res = await this.send({ method: 'GET', path: `${v1}/jobs/export`, query: query as QueryValues, options, repeat: 'once' })
     return new ExportDownload(res)
@@ -496,3 +519,102 @@ export class AuditLogApi {
     return new ExportDownload(res)
   }
 }
+
+/**
+ * The project's Merkle log (docs/audit.md): signed checkpoints, inclusion and consistency proofs and
+ * the signing keys, and {@link AuditApi.verifyEvent}, which proves a feed event with them.
+ * Checkpoints and proofs need `admin` (or the API key); the keys need no credentials.
+ */
+export class AuditApi {
+  constructor(private readonly call: CallJson) {}
+
+  /**
+   * `POST /audit/checkpoints`: a checkpoint signed now over every event the log has taken in, or
+   * the newest one when the tree has not grown since it. Keep it outside the service: a checkpoint
+   * you hold is what makes a log that lost its newest events detectable.
+   */
+  issueCheckpoint(options?: RequestOptions): Promise<AuditCheckpoint> {
+    return this.call({ method: 'POST', path: `${v1}/audit/checkpoints`, options, repeat: 'key' })
+  }
+
+  /** One page of the project's checkpoints, smallest tree first; pass its `next_cursor` as `after` for the next. */
+  checkpoints(query: AuditCheckpointQuery = {}, options?: RequestOptions): Promise<AuditCheckpointPage> {
+    const { from, until, ...paging } = query
+    const filter = { from: instant(from), until: instant(until) }
+    return this.call({ method: 'GET', path: `${v1}/audit/checkpoints`, query: { ...paging, ...filter } as QueryValues, options, repeat: 'safe' })
+  }
+
+  /** Every checkpoint the filter matches, smallest tree first, page after page. */
+  allCheckpoints(filter: Omit<AuditCheckpointQuery, 'after'> = {}, options?: RequestOptions): AsyncGenerator<AuditCheckpoint> {
+    // The list pages by `after` (a tree size) where the other lists take `cursor`.
+    return everyItem<AuditCheckpoint, { cursor?: string }>(({ cursor }) => this.checkpoints({ ...filter, after: cursor }, options), {})
+  }
+
+  /** The hashes from leaf `leafIndex` to the root of the first `treeSize` leaves (RFC 9162 §2.1.3). */
+  inclusionProof(leafIndex: number, treeSize: number, options?: RequestOptions): Promise<AuditInclusionProof> {
+    const query = { leaf_index: leafIndex, tree_size: treeSize }
+    return this.call({ method: 'GET', path: `${v1}/audit/proofs/inclusion`, query, options, repeat: 'safe' })
+  }
+
+  /** The hashes that prove the tree of `first` leaves a prefix of the tree of `second` (RFC 9162 §2.1.4). */
+  consistencyProof(first: number, second: number, options?: RequestOptions): Promise<AuditConsistencyProof> {
+    return this.call({ method: 'GET', path: `${v1}/audit/proofs/consistency`, query: { first, second }, options, repeat: 'safe' })
+  }
+
+  /** `GET /audit/keys`: every key that ever signed, with its window. Save it beside the checkpoints you keep. */
+  keys(options?: RequestOptions): Promise<AuditKeysDocument> {
+    return this.call({ method: 'GET', path: `${v1}/audit/keys`, options, repeat: 'safe' })
+  }
+
+  /**
+   * Proves that a feed event (from `client.events()`, `eventsPage()` or a named consumer) is in the
+   * project's log as the service signed it: the event's leaf, recomputed here, with an inclusion
+   * proof, leads to the root of a checkpoint whose signature verifies with the keys. The service is
+   * trusted for nothing but the keys, and not for those when you pass `keys` you saved. The
+   * checkpoint is `checkpoint` when given, else the oldest one whose tree holds the event, or one
+   * issued now when none does yet. A refusal is a verdict (`verified: false`, with the verifier's
+   * `code` and `reason`); a failed request throws its {@link JobsvcError}.
+   */
+  async verifyEvent(event: FeedEvent, options: VerifyEventOptions = {}): Promise<EventVerdict> {
+    const { keys, checkpoint, ...request } = options
+    const index = event.leaf_index
+    if (index === null || !Number.isSafeInteger(index) || index < 0) {
+      throw new TypeError('the event has no leaf_index: the audit log had not taken it in when it was read; read it from the feed again')
+    }
+    try {
+      const leaf = toLeafObject(event, 'the event')
+      const trusted = keys ?? (await this.keys(request))
+      const signed = verifyCheckpoint(checkpoint ?? (await this.#checkpointHolding(index, request)), trusted)
+      const head = signed.checkpoint
+      if (leaf.project_id !== head.project_id)
+        fail('project_mismatch', `the event is of project ${leaf.project_id}, the checkpoint of ${head.project_id}`)
+      if (index >= head.tree_size)
+        fail('leaf_out_of_range', `leaf ${index} is beyond the checkpoint's tree of ${head.tree_size} leaves: the event is newer`)
+      const proof = await this.inclusionProof(index, head.tree_size, request)
+      if (proof.leaf_index !== index) fail('inclusion_failed', `the service answered a proof for leaf ${proof.leaf_index}, not ${index}`)
+      verifyInclusion(leaf, proof, head)
+      return { verified: true, leafIndex: index, checkpoint: head, key: signed.key, proof }
+    } catch (error) {
+      if (error instanceof AuditVerificationError) return { verified: false, leafIndex: index, code: error.code, reason: error.message }
+      throw error
+    }
+  }
+
+  /** The oldest checkpoint whose tree holds leaf `index` (the list's `after` is a tree size), or one issued now. */
+  async #checkpointHolding(index: number, options: RequestOptions): Promise<AuditCheckpoint> {
+    const { data } = await this.checkpoints({ after: index, limit: 1 }, options)
+    return data[0] ?? (await this.issueCheckpoint(options))
+  }
+}
+
+export interface VerifyEventOptions extends RequestOptions {
+  /** The keys document to trust, one you saved (default: `GET /audit/keys` now). */
+  keys?: AuditKeys
+  /** A checkpoint you hold whose tree holds the event (default: the oldest the service lists that does, or one issued now). */
+  checkpoint?: Checkpoint
+}
+
+/** What `audit.verifyEvent` found: the checkpoint, key and proof that prove the event, or why it is refused. */
+export type EventVerdict =
+  | { verified: true; leafIndex: number; checkpoint: Checkpoint; key: AuditKey; proof: InclusionProof }
+  | { verified: false; leafIndex: number; code: AuditFailureCode; reason: string }

@@ -9,7 +9,10 @@ export {
   ActivityApi,
   MetricsApi,
   AuditLogApi,
+  AuditApi,
   OperationsApi,
+  type EventVerdict,
+  type VerifyEventOptions,
   type WebhookReplay,
 } from './client.js'
 export { JobsvcError, CursorExpiredError, StaleCommitError } from './errors.js'

@@ -53,7 +53,12 @@ export type JobHistoryFilter = Omit<JobHistoryQuery, 'types' | 'since' | 'until'
 export type JobAsOf = components['schemas']['JobAsOf']
 export type BatchCreateRequest = RequestBody<'/jobsvc/v1/jobs/batch', 'post'>
 export type BatchCreateResult = ResponseBody<'/jobsvc/v1/jobs/batch', 'post'>
-export type ExportQuery = Query<'/jobsvc/v1/jobs/export', 'get'>
+/**
+ * An export's query: the route's, with `attest` also as a boolean. `attest: true` (JSONL only;
+ * `admin`) gives each line its events in the Merkle log and ends the export with a signed manifest
+ * line, for `verifyExport` (docs/audit.md, "Attested exports").
+ */
+export type ExportQuery = Omit<Query<'/jobsvc/v1/jobs/export', 'get'>, 'attest'> & { attest?: boolean | 'true' | 'false' }
 
 export type PollRequest = RequestBody<'/jobsvc/v1/workers/poll', 'post'>
 export type PolledJob = ResponseBody<'/jobsvc/v1/workers/poll', 'post'>['jobs'][number]
@@ -106,6 +111,19 @@ export type EventConsumerPollRequest = RequestBody<'/jobsvc/v1/event-consumers/{
 /** A poll's events, leased to it: commit `ack_cursor` once they are handled. */
 export type EventConsumerPoll = ResponseBody<'/jobsvc/v1/event-consumers/{name}/poll', 'post'>
 export type EventConsumerSeekRequest = RequestBody<'/jobsvc/v1/event-consumers/{name}/seek', 'post'>
+
+/** A signed checkpoint of the project's Merkle log, as the service gives it (docs/audit.md, "Checkpoints"). */
+export type AuditCheckpoint = ResponseBody<'/jobsvc/v1/audit/checkpoints', 'post'>
+/** `audit.checkpoints()`'s query: `from` and `until` (issued at or after, before) as instants; `after` a page's `next_cursor`. */
+export type AuditCheckpointQuery = Omit<Query<'/jobsvc/v1/audit/checkpoints', 'get'>, 'from' | 'until'> & {
+  from?: string | Date
+  until?: string | Date
+}
+export type AuditCheckpointPage = ResponseBody<'/jobsvc/v1/audit/checkpoints', 'get'>
+export type AuditInclusionProof = ResponseBody<'/jobsvc/v1/audit/proofs/inclusion', 'get'>
+export type AuditConsistencyProof = ResponseBody<'/jobsvc/v1/audit/proofs/consistency', 'get'>
+/** `GET /jobsvc/v1/audit/keys`: every key that ever signed, with its window. */
+export type AuditKeysDocument = ResponseBody<'/jobsvc/v1/audit/keys', 'get'>
 
 /** One frame of the progress stream (spec, Job progress stream). */
 export interface JobSnapshot {
