@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 import type { Checkpoint } from '../domain/audit-checkpoint.ts'
 import {
   appendLeaf,
@@ -29,10 +29,9 @@ import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable, Tx } from './database.ts'
 import { readModel, snapshotRows } from './projection.ts'
 
+/** One-shot SHA-256 (`crypto.hash`): about twice as fast as a Hash object for inputs this small. */
 function sha256(...parts: Uint8Array[]): Uint8Array {
-  const h = createHash('sha256')
-  for (const part of parts) h.update(part)
-  return h.digest()
+  return hash('sha256', parts.length === 1 ? parts[0]! : Buffer.concat(parts), 'buffer')
 }
 
 const leafPrefix = Uint8Array.of(0)
@@ -75,8 +74,7 @@ async function readTiles(db: Queryable, projects: readonly string[], keys: reado
 
 /** The leaf hash of each event of a leaf message, in order. */
 function leafHashesOf(record: EventRecord): Uint8Array[] {
-  const encoder = new TextEncoder()
-  return record.message.events.map((event) => auditLeafOf(record.message, event)).map((leaf) => auditHasher.leaf(encoder.encode(auditLeafText(leaf))))
+  return record.message.events.map((event) => sha256(leafPrefix, Buffer.from(auditLeafText(auditLeafOf(record.message, event)))))
 }
 
 /**
@@ -265,6 +263,12 @@ async function rangeHashes(db: Queryable, projectId: string, ranges: readonly Le
   return ranges.map((r) => rangeHash(auditHasher, tiles, r))
 }
 
+/** A message of a project: its aggregate's id and its stream sequence. */
+export interface MessageAt {
+  aggregateId: string
+  seq: number
+}
+
 export interface ExportProofRange {
   start: number
   end: number
@@ -319,11 +323,13 @@ export const auditLog = readModel(
       const hashes = await rangeHashes(db, projectId, ranges)
       return ranges.map((r, i) => ({ start: r.start, end: r.end, hash: toHex(hashes[i]!) }))
     },
-    /** The first leaf index of each message of the project at these sequences (a message's events follow it). */
-    leafIndexes: async (db: Queryable, projectId: string, seqs: readonly number[]): Promise<Map<number, number>> => {
-      if (seqs.length === 0) return new Map()
+    /** The first leaf index of each of the project's messages (its aggregate's id, its sequence), by sequence; a message's events follow it. */
+    leafIndexes: async (db: Queryable, projectId: string, messages: readonly MessageAt[]): Promise<Map<number, number>> => {
+      if (messages.length === 0) return new Map()
       const rows = await db<{ seq: string; leaf_index: string }[]>`
-        SELECT seq, leaf_index FROM audit_positions WHERE project_id = ${projectId} AND seq = ANY(${seqs as number[]}::bigint[])`
+        SELECT p.seq, p.leaf_index
+        FROM unnest(${messages.map((m) => m.aggregateId)}::text[], ${messages.map((m) => m.seq)}::bigint[]) AS w(aggregate_id, seq)
+        JOIN audit_positions p ON p.project_id = ${projectId} AND p.aggregate_id = w.aggregate_id AND p.seq = w.seq`
       return new Map(rows.map((r) => [Number(r.seq), Number(r.leaf_index)]))
     },
     /** Checkpoints issued in `[from, until)`, oldest first, at most `limit`, after tree size `afterSize`. */

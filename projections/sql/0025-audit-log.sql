@@ -29,11 +29,11 @@ CREATE TABLE audit_positions (
   leaf_index bigint NOT NULL,
   events integer NOT NULL,
   -- The message's aggregate (a job's progress reports carry the job's id): retention finds the
-  -- leaves of the jobs it removes by it.
+  -- leaves of the jobs it removes by it, and a reader knows it with the sequence, so one index
+  -- serves both (a second would cost every batch its writes).
   aggregate_id text NOT NULL,
-  PRIMARY KEY (project_id, seq)
+  PRIMARY KEY (project_id, aggregate_id, seq)
 );
-CREATE INDEX audit_positions_by_aggregate ON audit_positions (project_id, aggregate_id);
 
 -- Leaves whose messages retention removed, as retention recorded them on the log
 -- (`leaves_expired`, domain/audit-expiry.ts): a tree rebuilt from the log puts them back in their

@@ -258,7 +258,7 @@ t.test('retention removes jobs but not their leaves: old checkpoints and proofs 
 })
 
 t.test('a checkpoint is delivered to the webhooks that name audit.checkpoint, and to no other', async (t) => {
-  const bodies: Array<{ path: string; body: { type: string; data: Record<string, unknown> } }> = []
+  const bodies: Array<{ path: string; body: { event_type: string; data: Record<string, unknown> } }> = []
   const server = http.createServer((req, res) => {
     let body = ''
     req.on('data', (c) => (body += c))
@@ -279,12 +279,12 @@ t.test('a checkpoint is delivered to the webhooks that name audit.checkpoint, an
   await as('POST', '/jobsvc/v1/jobs', { job_type: 'hooked', payload: {} })
   const issued = (await as('POST', '/jobsvc/v1/audit/checkpoints')).body as Checkpoint
   const delivered = await eventually(async () => bodies.find((b) => b.path === '/audit'))
-  t.equal(delivered.body.type, 'audit.checkpoint')
+  t.equal(delivered.body.event_type, 'audit.checkpoint')
   t.same(delivered.body.data, { schema_version: 1, ...issued }, 'the signed checkpoint as it is, to keep elsewhere')
   t.ok(await checkSignature(delivered.body.data as unknown as Checkpoint), 'it verifies from the webhook alone and the published keys')
-  await eventually(async () => bodies.some((b) => b.path === '/all' && b.body.type === 'job.created'))
+  await eventually(async () => bodies.some((b) => b.path === '/all' && b.body.event_type === 'job.created'))
   t.notOk(
-    bodies.some((b) => b.path === '/all' && b.body.type === 'audit.checkpoint'),
+    bodies.some((b) => b.path === '/all' && b.body.event_type === 'audit.checkpoint'),
     '`*` means the types it meant before: no checkpoint',
   )
 })

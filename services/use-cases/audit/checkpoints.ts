@@ -71,7 +71,7 @@ export class AuditCheckpoints {
     const trail = await auditTrailHandler.load(this.#deps.store, auditTrailHandler.ref(projectId))
     const latest = trail.state?.latest
     if (latest === undefined || size !== latest.tree_size + 1) return null
-    const own = (await auditLog.leafIndexes(this.#deps.sql, projectId, [trail.seq])).get(trail.seq)
+    const own = (await auditLog.leafIndexes(this.#deps.sql, projectId, [{ aggregateId: projectId, seq: trail.seq }])).get(trail.seq)
     return own === latest.tree_size ? { checkpoint: latest, seq: trail.seq } : null
   }
 

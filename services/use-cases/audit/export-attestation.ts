@@ -72,7 +72,12 @@ export class ExportAttestation {
   async ofEvents(events: readonly { activityId: string; seq: number }[]): Promise<(AttestedLeaf | null)[]> {
     this.#lines += events.length
     const seqs = [...new Set(events.map((e) => e.seq))]
-    const [first, records] = await Promise.all([auditLog.leafIndexes(this.#deps.sql, this.#projectId, seqs), this.#messagesAt(seqs)])
+    const records = await this.#messagesAt(seqs)
+    const first = await auditLog.leafIndexes(
+      this.#deps.sql,
+      this.#projectId,
+      [...records.values()].map((r) => ({ aggregateId: r.message.aggregate_id, seq: r.seq })),
+    )
     return events.map((e) =>
       this.#leafOf(records.get(e.seq) ?? null, first.get(e.seq), (events) => events.findIndex((x) => x.id.replace(/^evt_/, '') === e.activityId)),
     )
@@ -84,8 +89,8 @@ export class ExportAttestation {
     const store = this.#deps.store
     const created = await eachConcurrently(jobs, (job) => jobHandler.next(store, jobHandler.ref(this.#projectId, job.id), 1))
     const latest = await eachConcurrently(jobs, (job) => jobHandler.at(store, jobHandler.ref(this.#projectId, job.id), job.lastSeq))
-    const seqs = [...new Set([...created, ...latest].flatMap((r) => (r === null ? [] : [r.seq])))]
-    const first = await auditLog.leafIndexes(this.#deps.sql, this.#projectId, seqs)
+    const messages = [...created, ...latest].flatMap((r) => (r === null ? [] : [{ aggregateId: r.message.aggregate_id, seq: r.seq }]))
+    const first = await auditLog.leafIndexes(this.#deps.sql, this.#projectId, messages)
     return jobs.map((_, i) => ({
       created: this.#leafOf(created[i] ?? null, created[i] ? first.get(created[i]!.seq) : undefined, (events) =>
         events.findIndex((e) => e.type === 'job_created'),

@@ -94,7 +94,8 @@ async function withLeafIndexes(deps: Deps, untilProjected: UntilProjected, proje
   if (events.length === 0 || !deps.config.tunables.audit_log_enabled) return
   const places = events.map((e) => placeOf.get(e)!)
   await untilProjected(Math.max(...places.map((p) => p.seq)), deps.config.tunables.read_your_writes_wait_ms)
-  const first = await auditLog.leafIndexes(deps.sql, projectId, [...new Set(places.map((p) => p.seq))])
+  const messages = new Map(events.map((e, i) => [places[i]!.seq, { aggregateId: e.aggregate_id, seq: places[i]!.seq }]))
+  const first = await auditLog.leafIndexes(deps.sql, projectId, [...messages.values()])
   events.forEach((event, i) => {
     const start = first.get(places[i]!.seq)
     event.leaf_index = start === undefined ? null : start + places[i]!.index
