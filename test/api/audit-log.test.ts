@@ -1,4 +1,4 @@
-import { verify as verifySignature, createPublicKey } from 'node:crypto'
+import { verify as verifySignature, createPublicKey, randomBytes } from 'node:crypto'
 import http from 'node:http'
 import t from 'tap'
 import type { Checkpoint } from '../../domain/audit-checkpoint.ts'
@@ -6,6 +6,7 @@ import { auditLog } from '../../projections/audit-log.ts'
 import { projectedThrough } from '../../projections/checkpoints.ts'
 import { projections } from '../../projections/index.ts'
 import { rebuildReadModels } from '../../services/roles/projector/rebuild.ts'
+import { AuditCheckpoints } from '../../services/use-cases/audit/checkpoints.ts'
 import { purgeExpiredJobs } from '../../services/roles/scheduler/retention.ts'
 import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 import { readModels } from '../support/read-models.ts'
@@ -287,4 +288,43 @@ t.test('a checkpoint is delivered to the webhooks that name audit.checkpoint, an
     bodies.some((b) => b.path === '/all' && b.body.event_type === 'audit.checkpoint'),
     '`*` means the types it meant before: no checkpoint',
   )
+})
+
+t.test('a key rotation closes the old key’s window; what it signed stays verifiable, and a process left on it signs nothing more', async (t) => {
+  const p = await h.newProject()
+  const as = (method: string, path: string, body?: unknown) => httpRequest(h.url, p.apiKey, method, path, body)
+  const old = await eventually(async () => {
+    const res = await as('POST', '/jobsvc/v1/audit/checkpoints')
+    return res.body.tree_size > 0 ? (res.body as Checkpoint) : undefined
+  })
+  // Another process of the install, started with a new key.
+  const rotated = new AuditCheckpoints({ ...h.runtime, config: { ...h.config, auditSigningKey: randomBytes(32).toString('base64') } })
+  await as('POST', '/jobsvc/v1/jobs', { job_type: 'after.rotation', payload: {} })
+  const renewed = await eventually(async () => {
+    const issued = await rotated.issue(p.projectId)
+    return issued.issued ? issued.checkpoint : undefined
+  })
+  t.not(renewed.key_id, old.key_id)
+  const keys = (await eventually(async () => {
+    const res = await httpRequest(h.url, null, 'GET', '/jobsvc/v1/audit/keys')
+    return res.body.data.length === 2 && res.body.data.every((k: { valid_until: string | null }, i: number) => (i === 0) === (k.valid_until !== null))
+      ? res.body
+      : undefined
+  })) as { data: Array<{ key_id: string; valid_from: string; valid_until: string | null }> }
+  t.equal(keys.data[0]!.key_id, old.key_id, 'the old key stays published')
+  t.equal(keys.data[0]!.valid_until, keys.data[1]!.valid_from, 'its window closes where the new one opens')
+  t.ok(await checkSignature(old), 'a checkpoint of the old key still verifies')
+  t.ok(await checkSignature(renewed), 'one of the new key verifies')
+  const consistency = await as('GET', `/jobsvc/v1/audit/proofs/consistency?first=${old.tree_size}&second=${renewed.tree_size}`)
+  t.ok(
+    verifyConsistency(old.tree_size, renewed.tree_size, unhex(old.root_hash), unhex(renewed.root_hash), consistency.body.consistency_path.map(unhex)),
+    'the log signed by the new key extends the one signed by the old',
+  )
+  await as('POST', '/jobsvc/v1/jobs', { job_type: 'after.rotation', payload: {} })
+  const refused = await eventually(async () => {
+    const res = await as('POST', '/jobsvc/v1/audit/checkpoints')
+    return res.status !== 200 ? res : undefined
+  })
+  t.equal(refused.status, 409, 'the process still on the retired key refuses to sign')
+  t.equal(refused.body.error.code, 'invalid_state')
 })

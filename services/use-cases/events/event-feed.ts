@@ -85,17 +85,30 @@ export type UntilProjected = (seq: number, maxWaitMs: number) => Promise<boolean
 const placeOf = new WeakMap<FeedEvent, { seq: number; index: number }>()
 
 /**
+ * How long a page or a stream's batch waits for the projector to take its events into the Merkle
+ * log: about ten times its usual lag under load, and short enough that a projector that is down
+ * slows the feed's tail by no more than this (its events then go out with `leaf_index: null`).
+ */
+const leafIndexWaitMs = 500
+
+/**
  * Gives each event its leaf index in the project's Merkle log (audit_positions: a message's first
  * leaf, its events after it). Events at the log's end may not be taken in yet: the projector is
- * waited for, as a list waits for the caller's writes, and what it has not reached by then keeps
- * null.
+ * waited for, boundedly, and what it has not reached by then keeps null. The feed reads the log,
+ * not Postgres: an outage of Postgres leaves the indexes null rather than failing the page.
  */
 async function withLeafIndexes(deps: Deps, untilProjected: UntilProjected, projectId: string, events: readonly FeedEvent[]): Promise<void> {
   if (events.length === 0 || !deps.config.tunables.audit_log_enabled) return
   const places = events.map((e) => placeOf.get(e)!)
-  await untilProjected(Math.max(...places.map((p) => p.seq)), deps.config.tunables.read_your_writes_wait_ms)
   const messages = new Map(events.map((e, i) => [places[i]!.seq, { aggregateId: e.aggregate_id, seq: places[i]!.seq }]))
-  const first = await auditLog.leafIndexes(deps.sql, projectId, [...messages.values()])
+  let first: Map<number, number>
+  try {
+    await untilProjected(Math.max(...places.map((p) => p.seq)), Math.min(leafIndexWaitMs, deps.config.tunables.read_your_writes_wait_ms))
+    first = await auditLog.leafIndexes(deps.sql, projectId, [...messages.values()])
+  } catch (err) {
+    deps.log.warn({ err, project_id: projectId }, 'event feed: leaf indexes unavailable; events go out with leaf_index null')
+    return
+  }
   events.forEach((event, i) => {
     const start = first.get(places[i]!.seq)
     event.leaf_index = start === undefined ? null : start + places[i]!.index
