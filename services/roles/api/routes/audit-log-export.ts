@@ -35,8 +35,7 @@ const exportSchema = {
     from: windowBoundText.describe('ISO 8601 date-time, start of the window (required)'),
     until: windowBoundText.describe('ISO 8601 date-time, end of the window (required)'),
     format: formatText.describe('`jsonl` (default) or `csv`'),
-    attest: z
-      .string()
+    attest: boundedString(8)
       .optional()
       .describe(
         'extension: `true` adds to each line its event in the Merkle log (`leaf_index`, `leaf`) and ends the export with a manifest line (a checkpoint and the proof that ties every leaf to its root; docs/audit.md). JSONL only',

@@ -6,6 +6,8 @@ import type { ApiContext } from '../context.ts'
 import { invalidRequest, serviceUnavailable } from '../errors.ts'
 import { errorResponses, instant, noSecurity, publicErrorResponses, writeCodes } from '../openapi.ts'
 import { parseLimit } from '../pagination.ts'
+import { limitText, windowBoundText } from '../query-fields.ts'
+import { boundedString } from '../text-fields.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 
 const hex64 = z.string().meta({ examples: ['a3f1c2d4e5b6978812345678909abcdefa3f1c2d4e5b6978812345678909abcd'] })
@@ -30,6 +32,9 @@ const keyView = z.strictObject({
 })
 
 const tags = ['Audit']
+
+/** A count in a query (a leaf index, a tree size, a cursor): bounded before it is parsed. */
+const countText = boundedString(32).optional()
 
 /** A non-negative integer query value; anything else is 400 `invalid_request` naming the field. */
 function count(raw: string | undefined, field: string): number {
@@ -58,10 +63,10 @@ const schemas = {
     summary: "The project's signed checkpoints, oldest first",
     tags,
     querystring: z.object({
-      from: z.string().optional().describe('RFC 3339: issued at or after'),
-      until: z.string().optional().describe('RFC 3339: issued before'),
-      after: z.string().optional().describe('a `next_cursor`: the checkpoints after it'),
-      limit: z.string().optional().describe('1–1,000 (default 100)'),
+      from: windowBoundText.describe('RFC 3339: issued at or after'),
+      until: windowBoundText.describe('RFC 3339: issued before'),
+      after: countText.describe('a `next_cursor`: the checkpoints after it'),
+      limit: limitText.describe('1–1,000 (default 100)'),
     }),
     response: {
       200: z.strictObject({ data: z.array(checkpointView), has_more: z.boolean(), next_cursor: z.string().nullable() }),
@@ -72,7 +77,7 @@ const schemas = {
     summary: 'An inclusion proof (RFC 9162 §2.1.3)',
     description: 'The hashes that lead from leaf `leaf_index` to the root of the first `tree_size` leaves. Needs `admin` (or the API key).',
     tags,
-    querystring: z.object({ leaf_index: z.string().optional(), tree_size: z.string().optional() }),
+    querystring: z.object({ leaf_index: countText.describe('the leaf, from 0'), tree_size: countText.describe('the size of the tree proven') }),
     response: {
       200: z.strictObject({ leaf_index: z.number().int(), tree_size: z.number().int(), inclusion_path: z.array(hex64) }),
       ...errorResponses('service_unavailable'),
@@ -82,7 +87,7 @@ const schemas = {
     summary: 'A consistency proof (RFC 9162 §2.1.4)',
     description: 'The hashes that prove the tree of `first` leaves is a prefix of the tree of `second`. Needs `admin` (or the API key).',
     tags,
-    querystring: z.object({ first: z.string().optional(), second: z.string().optional() }),
+    querystring: z.object({ first: countText.describe('the smaller tree size, at least 1'), second: countText.describe('the larger tree size') }),
     response: {
       200: z.strictObject({ first: z.number().int(), second: z.number().int(), consistency_path: z.array(hex64) }),
       ...errorResponses('service_unavailable'),

@@ -240,8 +240,7 @@ const exportSchema = {
       .enum(['result'])
       .optional()
       .describe('extension: `result` adds each job’s result (the last JSONL field, raw JSON or null; a last CSV column `Result`, JSON text)'),
-    attest: z
-      .string()
+    attest: boundedString(8)
       .optional()
       .describe(
         'extension: `true` adds to each line its job’s `job_created` and latest event in the Merkle log (`attestation`) and ends the export with a manifest line (a checkpoint and its proof; docs/audit.md). JSONL only; needs `admin`',
