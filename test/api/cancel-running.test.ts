@@ -1,5 +1,6 @@
 import t from 'tap'
-import { eventually, startHarness } from '../support/harness.ts'
+import { startApiProcess } from '../support/api-process.ts'
+import { eventually, httpRequest, startHarness } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
 
 // Issue 28 over HTTP, against the real NATS and Postgres with the scheduler running: a cancel of a
@@ -65,6 +66,24 @@ t.test('opted in: 202, the heartbeat and the signal poll say cancel, the failure
     'the log holds the request and the end',
   )
   await eventually(async () => (await h.request('GET', '/jobsvc/v1/jobs?queue=c-run&state=cancelled')).body.data.length === 1, 5_000, 'the list')
+})
+
+t.test('a cancel asked of one API process wakes a signal poll waiting in another, within 1 s', async (t) => {
+  const other = await startApiProcess(t, h.runtime)
+  const job = await create({ queue: 'c-cross' })
+  await claimOne('c-cross', 'wrk_cross')
+  const waiting = httpRequest(other.url, h.apiKey, 'POST', '/jobsvc/v1/workers/signals', {
+    worker_id: 'wrk_cross',
+    job_ids: [job.id],
+    wait_seconds: 20,
+  })
+  await new Promise((r) => setTimeout(r, 200))
+  const askedAt = Date.now()
+  t.equal((await cancel(job.id, { include_running: true })).status, 202)
+  const heard = await waiting
+  const latency = Date.now() - askedAt
+  t.strictSame(heard.body, { cancel: [job.id] })
+  t.ok(latency < 1000, `through the log's follower of the other process (${latency} ms)`)
 })
 
 t.test('with no ack within the grace period the job ends cancelled, and a late ack is refused', async (t) => {
