@@ -66,6 +66,8 @@ const jobTypes: Record<JobEventType, true> = {
   job_dead_lettered: true,
   job_cancelled: true,
   job_retried: true,
+  job_cancel_requested: true,
+  job_released: true,
 }
 const projectTypes: Record<ProjectEventType, true> = {
   project_created: true,

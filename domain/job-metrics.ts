@@ -118,8 +118,11 @@ export function metricsOfJobEvent(event: JobEvent): JobEventMetrics {
       return { ...none, states: move(event.data.previous_state, 'cancelled'), counts: { cancelled: 1 } }
     case 'job_retried':
       return { ...none, states: move(event.data.previous_state, 'pending'), counts: { retried: 1 } }
+    case 'job_released':
+      return { ...none, states: move('processing', event.data.state) }
     case 'job_child_attached':
     case 'job_progressed':
+    case 'job_cancel_requested':
       return none
   }
 }

@@ -67,6 +67,11 @@ export interface Job {
   /** The W3C `traceparent` the job was created with (domain/trace-context.ts); handed to its workers. */
   traceparent: string | null
   updated_at: string
+  /**
+   * When a cancel of the running attempt was asked for (`include_running`); present only from
+   * then on, so a job that never had one keeps the shape of every older message.
+   */
+  cancel_requested_at?: string
 }
 
 /**
@@ -98,6 +103,9 @@ export const ackStatuses = ['succeeded', 'failed'] as const
 export type AckStatus = (typeof ackStatuses)[number]
 
 export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered'
+
+/** The error type of the failure ack by which a worker says it stopped a job whose cancel it was told of. */
+export const cancelledErrorType = 'Cancelled'
 
 /** What a job is created with: on the `create_job` command, and as decided on its `job_created`. */
 export interface JobDefinition {
@@ -162,7 +170,24 @@ export type JobEvent =
     }
   // `previous_state` says which state the job left, so a consumer of the log (the metrics
   // rollups, an analytics pipeline) can count transitions without holding every job's state.
-  | { type: 'job_cancelled'; data: { reason: CancelReason; previous_state: 'pending' | 'scheduled'; cancelled_at: string } }
+  // From `processing` (a cancel of the running attempt, issue 28) it also names the attempt and
+  // whether its worker acknowledged the cancel (false: the grace period ran out, or the worker was lost).
+  | {
+      type: 'job_cancelled'
+      data: {
+        reason: CancelReason
+        previous_state: 'pending' | 'scheduled' | 'processing'
+        cancelled_at: string
+        attempt?: number
+        acknowledged?: boolean
+      }
+    }
+  | { type: 'job_cancel_requested'; data: { worker_id: string | null; attempt: number; requested_at: string } }
+  // The worker handed the attempt back: the next claim gets the same attempt number.
+  | {
+      type: 'job_released'
+      data: { worker_id: string; attempt: number; state: 'pending' | 'scheduled'; run_at: string | null; released_at: string }
+    }
   | { type: 'job_retried'; data: { attempt: number; max_attempts: number; previous_state: 'failed' | 'dead_letter'; retried_at: string } }
 
 export type JobEventType = JobEvent['type']
@@ -198,7 +223,12 @@ export type JobCommand =
       meta: CommandMeta
     }
   | { type: 'reap_job'; data: { attempt: number; error: JobError; retry_policies?: RetryPolicies }; meta: CommandMeta }
-  | { type: 'cancel_job'; data: Record<string, never>; meta: CommandMeta }
+  /** `include_running`: a processing job is asked to stop (job_cancel_requested) instead of refused. */
+  | { type: 'cancel_job'; data: { include_running?: boolean }; meta: CommandMeta }
+  /** The end of a cancel's grace period: the attempt named ends cancelled if it is still running. */
+  | { type: 'expire_cancel'; data: { attempt: number }; meta: CommandMeta }
+  /** `run_at`: when the job may be claimed again (null: at once). */
+  | { type: 'release_job'; data: { worker_id: string; run_at: string | null }; meta: CommandMeta }
   | { type: 'retry_job'; data: Record<string, never>; meta: CommandMeta }
 
 function addMs(iso: string, ms: number): string {
@@ -278,6 +308,16 @@ const cascadeByEndState: Partial<Record<JobState, CascadeStep>> = {
   succeeded: { kind: 'activate' },
   dead_letter: { kind: 'cancel', reason: 'parent_dead_lettered' },
   cancelled: { kind: 'cancel', reason: 'parent_cancelled' },
+}
+
+/** A running attempt ends cancelled: acknowledged by its worker or not. */
+function cancelledAttempt(job: Job, now: string, acknowledged: boolean): JobEvent {
+  return { type: 'job_cancelled', data: { reason: 'requested', previous_state: 'processing', cancelled_at: now, attempt: job.attempt, acknowledged } }
+}
+
+/** True when a cancel of the job's running attempt was asked for. */
+export function isCancelRequested(job: Job): boolean {
+  return job.state === 'processing' && job.cancel_requested_at !== undefined
 }
 
 const endStateOf: Partial<Record<JobEventType, JobState>> = {
@@ -369,6 +409,9 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       const job = requireJob(state)
       requireProcessingBy(job, command.data.worker_id, 'acknowledge')
       const durationMs = command.data.duration_ms ?? elapsedMs(job.started_at, now)
+      // A failure after a cancel was asked for is the worker stopping: the job ends, never retried.
+      // A success still counts: the work was done before the worker heard of the cancel.
+      if (command.data.status === 'failed' && isCancelRequested(job)) return [cancelledAttempt(job, now, true)]
       if (command.data.status === 'succeeded') {
         return [
           {
@@ -388,14 +431,42 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
     }
     case 'reap_job': {
       if (state === null || state.state !== 'processing' || state.attempt !== command.data.attempt) return []
+      if (isCancelRequested(state)) return [cancelledAttempt(state, now, false)]
       return [failedAttempt(state, state.worker_id, command.data.error, elapsedMs(state.started_at, now), now, retryAt(state, command), true)]
     }
     case 'cancel_job': {
       const job = requireJob(state)
+      if (job.state === 'processing' && command.data.include_running === true) {
+        if (isCancelRequested(job)) return []
+        return [{ type: 'job_cancel_requested', data: { worker_id: job.worker_id, attempt: job.attempt, requested_at: now } }]
+      }
       if (job.state !== 'pending' && job.state !== 'scheduled') {
         throw new InvalidState(`job ${job.id} is ${job.state}; only pending or scheduled jobs can be cancelled`)
       }
       return [{ type: 'job_cancelled', data: { reason: 'requested', previous_state: job.state, cancelled_at: now } }]
+    }
+    case 'expire_cancel': {
+      if (state === null || !isCancelRequested(state) || state.attempt !== command.data.attempt) return []
+      return [cancelledAttempt(state, now, false)]
+    }
+    case 'release_job': {
+      const job = requireJob(state)
+      requireProcessingBy(job, command.data.worker_id, 'release')
+      // Handing back a job whose cancel was asked for is the worker stopping it.
+      if (isCancelRequested(job)) return [cancelledAttempt(job, now, true)]
+      const runAt = command.data.run_at
+      return [
+        {
+          type: 'job_released',
+          data: {
+            worker_id: command.data.worker_id,
+            attempt: job.attempt,
+            state: isDue(runAt, now) ? 'pending' : 'scheduled',
+            run_at: runAt,
+            released_at: now,
+          },
+        },
+      ]
     }
     case 'retry_job': {
       const job = requireJob(state)
@@ -545,6 +616,21 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       return ended(state, 'dead_letter', event.data, recordedHere)
     case 'job_cancelled':
       return { ...state, state: 'cancelled', waiting_for_parent: false, updated_at: event.data.cancelled_at }
+    case 'job_cancel_requested':
+      return { ...state, cancel_requested_at: event.data.requested_at, updated_at: event.data.requested_at }
+    case 'job_released':
+      // The attempt is not spent: the next claim numbers itself as this one was.
+      return {
+        ...state,
+        state: event.data.state,
+        run_at: event.data.run_at,
+        attempt: event.data.attempt - 1,
+        started_at: null,
+        duration_ms: null,
+        progress: null,
+        worker_id: null,
+        updated_at: event.data.released_at,
+      }
     case 'job_retried':
       return {
         ...withoutInlineError(state),

@@ -286,8 +286,18 @@ function describeJobEvent(e: JobEvent, jobId: string): Described | null {
         summary: `Job ${e.data.job_type} created in queue ${e.data.queue}`,
         metadata: { job_type: e.data.job_type, queue: e.data.queue },
       }
+    // A running job's cancel is recorded when it is asked for, with whoever asked (its end is the
+    // worker's ack or the grace period, which no member performs): one row per cancel.
     case 'job_cancelled':
+      if (e.data.previous_state === 'processing') return null
       return { kind: 'job_cancelled', ...target, summary: `Job cancelled (${e.data.reason.replace(/_/g, ' ')})`, metadata: { reason: e.data.reason } }
+    case 'job_cancel_requested':
+      return {
+        kind: 'job_cancelled',
+        ...target,
+        summary: `Job cancelled while running (attempt ${e.data.attempt}); its worker is told to stop`,
+        metadata: { reason: 'requested', running: true },
+      }
     case 'job_retried':
       return {
         kind: 'job_retried',
@@ -392,6 +402,7 @@ const projection: Projection = {
   handles: [
     'job_created',
     'job_cancelled',
+    'job_cancel_requested',
     'job_retried',
     'terms_accepted',
     'password_reset',

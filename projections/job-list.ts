@@ -17,6 +17,8 @@ const handledTypes: readonly JobEventType[] = [
   'job_dead_lettered',
   'job_cancelled',
   'job_retried',
+  'job_cancel_requested',
+  'job_released',
 ]
 
 /** Rows per statement, so one statement's document stays a few megabytes at most. */
@@ -50,6 +52,7 @@ const columns = [
   'updated_at',
   'children',
   'last_seq',
+  'cancel_requested_at',
 ] as const
 
 /** What a row holds that the job's state only refers to, as far as the batch that writes it knows. */
@@ -93,6 +96,7 @@ function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[
     updated_at: job.updated_at,
     children: job.children,
     last_seq: seq,
+    cancel_requested_at: job.cancel_requested_at ?? null,
   }
 }
 
@@ -131,6 +135,8 @@ export function jobFromRow(r: Record<string, unknown>): Job {
     traceparent: (r.traceparent as string | null) ?? null,
     updated_at: toIso(r.updated_at)!,
   }
+  const cancelRequestedAt = toIso(r.cancel_requested_at)
+  if (cancelRequestedAt !== null) job.cancel_requested_at = cancelRequestedAt
   const error = (r.error as JobError | null) ?? null
   return job.error_seq === null && error !== null ? { ...job, error } : job
 }
@@ -210,7 +216,8 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
         error_seq = excluded.error_seq, tags = excluded.tags,
         parent_job_id = excluded.parent_job_id, waiting_for_parent = excluded.waiting_for_parent,
         worker_id = excluded.worker_id, idempotency_key = excluded.idempotency_key, traceparent = excluded.traceparent,
-        updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq
+        updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq,
+        cancel_requested_at = excluded.cancel_requested_at
       WHERE jobs.last_seq < excluded.last_seq
         AND (excluded.error IS NOT NULL OR excluded.error_seq IS NULL OR excluded.error_seq = jobs.error_seq)`
   }
@@ -370,6 +377,15 @@ async function staleProcessing(db: Queryable, now: Date, graceMs: number, heldBa
     ORDER BY started_at LIMIT ${limit}`
 }
 
+/** Running jobs whose cancel was asked for before `before` (the grace period has passed), except `heldBack`. */
+async function cancelsPastGrace(db: Queryable, before: Date, heldBack: readonly string[], limit: number) {
+  return db<{ project_id: string; id: string; attempt: number }[]>`
+    SELECT project_id, id, attempt FROM jobs
+    WHERE state = 'processing' AND cancel_requested_at < ${before}
+      AND id <> ALL(${heldBack as string[]}::text[])
+    ORDER BY cancel_requested_at LIMIT ${limit}`
+}
+
 /** Parents that have ended while children still wait on them (a continuation cascade a crash interrupted), except `heldBack`. */
 async function parentsOfWaitingChildren(db: Queryable, heldBack: readonly string[], limit: number) {
   return db<{ project_id: string; id: string }[]>`
@@ -518,6 +534,7 @@ export const jobList = readModel(
     claimCandidates,
     dueScheduled,
     staleProcessing,
+    cancelsPastGrace,
     runningOf,
     parentsOfWaitingChildren,
     exportRows,

@@ -24,6 +24,7 @@ const handledTypes: readonly JobEventType[] = [
   'job_dead_lettered',
   'job_cancelled',
   'job_retried',
+  'job_released',
 ]
 
 interface ThroughputRow extends ThroughputCounts {

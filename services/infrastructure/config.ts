@@ -139,6 +139,11 @@ export const tunablesSchema = z
     /** Extra time a processing attempt gets beyond its heartbeat window or timeout before the reaper takes it. */
     reaper_grace_ms: z.number().int().min(0).default(30_000),
     reaper_interval_ms: z.number().int().min(50).default(5_000),
+    /**
+     * How long a running job whose cancel was asked for (`include_running`, issue 28) waits for its
+     * worker's ack; past it the scheduler's reaper pass ends it cancelled and a late ack gets 409.
+     */
+    cancel_grace_ms: z.number().int().min(0).default(30_000),
     /** How often the scheduler looks for continuations left waiting on a parent that has ended. */
     cascade_sweep_interval_ms: z.number().int().min(50).default(1_000),
     /** How often the scheduler moves due scheduled jobs to pending. */

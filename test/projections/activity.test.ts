@@ -86,6 +86,29 @@ t.test('a change a member asked for through their session names them: the actor 
   )
 })
 
+t.test('a running job cancelled (issue 28): one job_cancelled row when it is asked for, naming the member; none at its end', async (t) => {
+  const projectId = `prj_${ulid().toLowerCase()}`
+  const ref = jobHandler.ref(projectId, `job_${ulid().toLowerCase()}`)
+  const actor = { user_id: `usr_${ulid().toLowerCase()}`, email: 'member@example.com' }
+  const decide = (command: JobCommand) => bench.decide(jobHandler, ref, command)
+  const created = await decide({ type: 'create_job', data: createJobData({ job_id: ref.id, project_id: projectId, queue: 'mail' }), meta: meta(0) })
+  const claimed = await decide({ type: 'claim_job', data: { worker_id: 'w1' }, meta: meta(1) })
+  const asked = await decide({ type: 'cancel_job', data: { include_running: true }, meta: { ...meta(2), actor } })
+  const ended = await decide({
+    type: 'ack_job',
+    data: { worker_id: 'w1', status: 'failed', duration_ms: 10, error: null },
+    meta: meta(3),
+  })
+  t.equal((ended.message.state as { state: string } | null)?.state, 'cancelled')
+  await bench.project([created, claimed, asked, ended])
+  const rows = await rowsOf([claimed, asked, ended])
+  t.same(
+    rows.map((r) => [r.kind, r.user_id, JSON.parse(r.metadata)]),
+    [['job_cancelled', actor.user_id, { reason: 'requested', running: true, actor }]],
+  )
+  t.equal(rows[0]!.summary, 'Job cancelled while running (attempt 1); its worker is told to stop')
+})
+
 t.test('a project: its own id is the project; events that are no activity kind give no row', async (t) => {
   const id = `prj_${ulid().toLowerCase()}`
   const ref = projectHandler.ref(id)

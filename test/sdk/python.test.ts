@@ -48,6 +48,7 @@ const runs = {
     'tests.test_client',
     'tests.test_events',
     'tests.test_worker',
+    'tests.test_cancel',
     'tests.test_webhook',
     'tests.test_replay',
     'tests.test_audit_client',

@@ -23,6 +23,8 @@ const catalogue = {
     'job_dead_lettered',
     'job_cancelled',
     'job_retried',
+    'job_cancel_requested',
+    'job_released',
   ],
   progress: ['job_progressed'],
   project: [

@@ -3,7 +3,7 @@
 from ._version import __version__
 from .client import Client, CursorExpiredError, EventVerdict, Interrupt, JobsvcError, JsonObject, StaleCommitError
 from .webhook import WebhookVerificationError, verify_webhook
-from .worker import Handler, JobContext, JobTimeout, Worker, WorkerStopped
+from .worker import Handler, JobCancelled, JobContext, JobTimeout, Worker, WorkerStopped
 
 __all__ = [
     "__version__",
@@ -18,6 +18,7 @@ __all__ = [
     "Handler",
     "JobContext",
     "JobTimeout",
+    "JobCancelled",
     "WorkerStopped",
     "verify_webhook",
     "WebhookVerificationError",

@@ -421,8 +421,13 @@ class Jobs(_Resource):
         """Every job the filter matches, newest first, following next_cursor."""
         return _every_item(lambda q: self.list(**q), query)
 
-    def cancel(self, job_id: str) -> JsonObject:
-        return self._call("POST", "/jobs/%s/cancel" % _quote(job_id), repeat="key")
+    def cancel(self, job_id: str, include_running: bool = False) -> JsonObject:
+        """Cancels a pending or scheduled job: {id, state: "cancelled"}. With include_running (an
+        extension) a processing job is asked to stop instead of refused: {id, state: "processing",
+        cancel_requested: True}; its worker's ctx.cancelled is set within a second and the job
+        ends cancelled."""
+        body = {"include_running": True} if include_running else None
+        return self._call("POST", "/jobs/%s/cancel" % _quote(job_id), body=body, repeat="key")
 
     def retry(self, job_id: str) -> JsonObject:
         return self._call("POST", "/jobs/%s/retry" % _quote(job_id), repeat="key")
@@ -510,6 +515,16 @@ class Workers(_Resource):
 
     def ack(self, **fields: Any) -> JsonObject:
         return self._call("POST", "/workers/ack", body=fields, repeat="once")
+
+    def release(self, **fields: Any) -> JsonObject:
+        """POST /workers/release (an extension): {job_id, worker_id, delay_seconds?} hands a running
+        job back, pending again (or scheduled for delay_seconds) without spending its attempt."""
+        return self._call("POST", "/workers/release", body=fields, repeat="once")
+
+    def signals(self, interrupt: Optional[Interrupt] = None, **fields: Any) -> JsonObject:
+        """POST /workers/signals (an extension): {worker_id, job_ids, wait_seconds?} waits for one of
+        job_ids to be cancelled and answers {"cancel": [...]}, the jobs to stop; interrupt cuts it short."""
+        return self._call("POST", "/workers/signals", body=fields, repeat="once", timeout=fields.get("wait_seconds", 25) + 30, interrupt=interrupt)
 
     def ack_batch(self, acks: Iterable[JsonObject]) -> JsonObject:
         return self._call("POST", "/workers/ack/batch", body={"acks": list(acks)}, repeat="once")

@@ -27,12 +27,23 @@ job's ``result`` (None: no result); an exception acks it failed."""
 _LOST_ATTEMPT_CODES = {"invalid_state", "worker_mismatch", "job_not_found"}
 _MAX_POLL_CAPACITY = 50
 _MAX_ACKS_PER_BATCH = 1000
+# A job is watched for a cancel (the signal poll) once it has run this long, as in the TypeScript
+# worker: shorter jobs cost no request, and a cancel still reaches the handler within a second.
+_SIGNAL_WATCH_DELAY = 0.2
+_SIGNAL_WAIT_SECONDS = 25
+_MAX_SIGNAL_JOBS = 100
 # How long acks the service cannot take are sent again before they are left to its reaper.
 _ACK_RETRY_SECONDS = 300
 
 
 class WorkerStopped(Exception):
-    """The error an attempt is acked with when its handler still runs at the end of stop()'s grace."""
+    """Why ctx.cancelled is set when the handler still runs at the end of stop()'s grace; the job is
+    then handed back (POST /workers/release), its attempt not spent."""
+
+
+class JobCancelled(Exception):
+    """Why ctx.cancelled is set when the job was cancelled while it ran (cancel with
+    include_running); the attempt is acked failed at once and the job ends cancelled."""
 
 
 class JobTimeout(Exception):
@@ -41,8 +52,9 @@ class JobTimeout(Exception):
 
 class JobContext:
     """What a handler gets beside the job. `cancelled` is a threading.Event set when the job's
-    timeout passes, the service stops the attempt, or the worker stops and its grace ends;
-    `cancel_reason` says which. Long handlers should check it. `traceparent` is the W3C trace
+    timeout passes (JobTimeout), the service stops the attempt (JobCancelled when the job was
+    cancelled while it ran, within about a second), or the worker stops and its grace ends
+    (WorkerStopped); `cancel_reason` says which. Long handlers should check it. `traceparent` is the W3C trace
     context the job was created with, or None: a handler that traces continues the creator's
     trace from it (with OpenTelemetry, `TraceContextTextMapPropagator().extract({"traceparent":
     ctx.traceparent})`)."""
@@ -135,6 +147,10 @@ class Worker:
         self._acks_cond = threading.Condition()
         self._poll_interrupt = Interrupt()
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="jobsvc-handler")
+        # The signal poll in flight (restarted when a job starts or the last one ends), and whether
+        # the service has the route (an older one does not: heartbeats still carry "cancel").
+        self._signal_interrupt: Optional[Interrupt] = None
+        self._has_signals = True
         self._threads: List[threading.Thread] = []
 
     @property
@@ -152,7 +168,7 @@ class Worker:
             sdk_version=SDK_VERSION,
             recurring_schedules=self.recurring_schedules,
         )
-        for target, name in ((self._poll_loop, "poll"), (self._tick_loop, "heartbeat"), (self._ack_loop, "ack")):
+        for target, name in ((self._poll_loop, "poll"), (self._tick_loop, "heartbeat"), (self._ack_loop, "ack"), (self._signal_loop, "signals")):
             thread = threading.Thread(target=target, name="jobsvc-" + name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -173,7 +189,9 @@ class Worker:
 
     def stop(self) -> None:
         """Stops polling, lets running handlers finish for up to shutdown_grace_seconds, then sets
-        their ctx.cancelled and acks them failed with WorkerStopped; returns once acks are sent."""
+        their ctx.cancelled (WorkerStopped) and hands their jobs back (POST /workers/release:
+        pending again, the attempt not spent; acked failed where the service cannot take them
+        back); returns once acks and releases are sent."""
         if self._stopping.is_set():
             self._stopped.wait()
             return
@@ -190,9 +208,9 @@ class Worker:
                 self._lock.wait(deadline - time.monotonic())
             left = list(self._running.values())
         for running in left:
-            running.cancel(WorkerStopped("the worker stopped before the handler finished"))
-            self._finish(running, "failed", running.cancel_reason)
+            self._release(running)
         self._drained.set()
+        self._interrupt_signals()
         with self._acks_cond:
             self._acks_cond.notify_all()
         for thread in self._threads[1:]:
@@ -201,12 +219,83 @@ class Worker:
         self._stopped.set()
         self.log.info("jobsvc worker %s stopped", self.worker_id)
 
-    def _backoff(self, what: str, err: BaseException, failures: int, interruptible: bool = True) -> None:
+    def _release(self, running: _Running) -> None:
+        running.cancel(WorkerStopped("the worker stopped before the handler finished"))
+        with running.lock:
+            if running.settled:
+                return
+            running.settled = True
+        with self._lock:
+            self._running.pop(running.job["id"], None)
+            self._lock.notify_all()
+        try:
+            self.client.workers.release(job_id=running.job["id"], worker_id=self.worker_id)
+            self.log.info("jobsvc worker: job %s handed back", running.job["id"])
+            return
+        except JobsvcError as err:
+            if err.code in _LOST_ATTEMPT_CODES:
+                return
+            self.log.warning("jobsvc worker: release of %s failed; acking the attempt failed: %r", running.job["id"], err)
+        running.settled = False
+        self._finish(running, "failed", running.cancel_reason)
+
+    def _cancelled(self, running: _Running) -> None:
+        """The service cancelled the job: the handler is told and the attempt acked failed at once,
+        which ends the job cancelled."""
+        if running.settled:
+            return
+        self.log.info("jobsvc worker: job %s was cancelled; stopping it", running.job["id"])
+        running.cancel(JobCancelled("job %s was cancelled" % running.job["id"]))
+        self._finish(running, "failed", running.cancel_reason)
+
+    def _interrupt_signals(self) -> None:
+        """Ends the signal poll in flight, so that it starts again with the jobs running now."""
+        interrupt = self._signal_interrupt
+        if interrupt is not None:
+            interrupt.set()
+
+    def _signal_loop(self) -> None:
+        """Keeps one signal poll open while jobs run (POST /workers/signals), so that a cancel
+        reaches the handler within about a second rather than at the next heartbeat."""
+        failures = 0
+        while self._has_signals and not self._drained.is_set():
+            with self._lock:
+                while not self._running and not self._drained.is_set():
+                    self._lock.wait(0.5)
+            time.sleep(_SIGNAL_WATCH_DELAY)
+            interrupt = Interrupt()
+            with self._lock:
+                job_ids = list(self._running)[:_MAX_SIGNAL_JOBS]
+                self._signal_interrupt = interrupt
+            if not job_ids:
+                continue
+            try:
+                answer = self.client.workers.signals(worker_id=self.worker_id, job_ids=job_ids, wait_seconds=_SIGNAL_WAIT_SECONDS, interrupt=interrupt)
+                failures = 0
+            except Exception as err:  # noqa: BLE001 - a worker never dies of a failed signal poll
+                if interrupt.is_set():
+                    continue
+                if isinstance(err, JobsvcError) and err.code == "route_not_found":
+                    self._has_signals = False
+                    return
+                # Cut short only when the worker has drained: cancels still matter during stop()'s grace.
+                self._backoff("signal poll", err, failures, until=self._drained)
+                failures += 1
+                continue
+            for job_id in answer.get("cancel", []):
+                with self._lock:
+                    running = self._running.get(job_id)
+                if running is not None:
+                    self._cancelled(running)
+
+    def _backoff(self, what: str, err: BaseException, failures: int, interruptible: bool = True, until: Optional[threading.Event] = None) -> None:
         level = logging.WARNING if isinstance(err, JobsvcError) and err.is_transient else logging.ERROR
         self.log.log(level, "jobsvc worker: %s failed, retrying: %r", what, err)
         retry_after = getattr(err, "retry_after", None)
         delay = retry_after if retry_after is not None else random.uniform(0, min(self.backoff_max_seconds, self.backoff_base_seconds * 2 ** failures))
-        if interruptible:
+        if until is not None:
+            until.wait(delay)
+        elif interruptible:
             self._stopping.wait(delay)
         else:
             time.sleep(delay)
@@ -244,6 +333,8 @@ class Worker:
         running = _Running(job, max(job["timeout_seconds"] / 3.0, 10.0))
         with self._lock:
             self._running[job["id"]] = running
+            self._lock.notify_all()
+        self._interrupt_signals()
         self._pool.submit(self._execute, running)
 
     def _execute(self, running: _Running) -> None:
@@ -278,7 +369,10 @@ class Worker:
             self._acks_cond.notify_all()
         with self._lock:
             self._running.pop(running.job["id"], None)
+            idle = not self._running
             self._lock.notify_all()
+        if idle:
+            self._interrupt_signals()
 
     def _tick_loop(self) -> None:
         while not self._drained.is_set():
@@ -304,7 +398,7 @@ class Worker:
             body["progress"] = running.progress
         try:
             if self.client.workers.heartbeat(**body).get("status") == "cancel":
-                running.cancel(Exception("the service asked to cancel this attempt"))
+                self._cancelled(running)
         except JobsvcError as err:
             if err.code in _LOST_ATTEMPT_CODES:
                 self.log.warning("jobsvc worker: the service no longer gives this worker job %s (%s)", running.job["id"], err.code)

@@ -152,7 +152,7 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(sent, [30])
         self.assertEqual(records.messages("WARNING") + records.messages("ERROR"), [], "a poll stop() cut short is no failure")
 
-    def test_stop_drains_running_handlers_and_acks_the_rest_failed_after_the_grace(self):
+    def test_stop_drains_running_handlers_and_hands_the_rest_back_after_the_grace(self):
         release, started = threading.Event(), threading.Semaphore(0)
 
         def slow(job, ctx):
@@ -186,4 +186,5 @@ class WorkerTest(unittest.TestCase):
         grace.stop()
         self.assertIsInstance(stubborn.reason, jobsvc.WorkerStopped)
         after = self.client.jobs.get(job["id"])
-        self.assertEqual((after["state"], after["error"]["type"]), ("pending", "WorkerStopped"))
+        # Handed back (issue 28): pending again, the attempt not spent.
+        self.assertEqual((after["state"], after["attempt"], after["error"]), ("pending", 0, None))

@@ -31,6 +31,7 @@ import type {
   BatchAckResult,
   BatchCreateRequest,
   BatchCreateResult,
+  CancelResult,
   CreatedJob,
   CreatedWebhook,
   CreateJobRequest,
@@ -69,6 +70,10 @@ import type {
   Webhook,
   WebhookDelivery,
   WebhookEventType,
+  ReleaseRequest,
+  ReleaseResult,
+  SignalsRequest,
+  SignalsResult,
 } from './types.js'
 
 const v1 = '/jobsvc/v1'
@@ -184,8 +189,15 @@ export class JobsApi {
     return everyItem((query) => this.list(query, options), filter as JobListQuery)
   }
 
-  cancel(jobId: string, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/jobs/{jobId}/cancel', 'post'>> {
-    return this.call({ method: 'POST', path: `${v1}/jobs/${id(jobId)}/cancel`, options, repeat: 'key' })
+  /**
+   * Cancels a pending or scheduled job. With `includeRunning` (an extension) a processing job is
+   * asked to stop instead of refused: `{id, state: 'processing', cancel_requested: true}`; its
+   * worker's `ctx.signal` fires within a second and the job ends `cancelled`.
+   */
+  cancel(jobId: string, options: RequestOptions & { includeRunning?: boolean } = {}): Promise<CancelResult> {
+    const { includeRunning, ...rest } = options
+    const body = includeRunning === true ? { include_running: true } : undefined
+    return this.call({ method: 'POST', path: `${v1}/jobs/${id(jobId)}/cancel`, body, options: rest, repeat: 'key' })
   }
 
   retry(jobId: string, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/jobs/{jobId}/retry', 'post'>> {
@@ -262,6 +274,22 @@ export class WorkersApi {
 
   ack(body: AckRequest, options?: RequestOptions): Promise<AckResult> {
     return this.call({ method: 'POST', path: `${v1}/workers/ack`, body, options, repeat: 'once' })
+  }
+
+  /**
+   * `POST /workers/release` (an extension): hands a running job back, pending again (or after
+   * `delay_seconds`) without spending its attempt.
+   */
+  release(body: ReleaseRequest, options?: RequestOptions): Promise<ReleaseResult> {
+    return this.call({ method: 'POST', path: `${v1}/workers/release`, body, options, repeat: 'once' })
+  }
+
+  /**
+   * `POST /workers/signals` (an extension): waits up to `wait_seconds` for one of `job_ids` to be
+   * cancelled, and answers those to stop.
+   */
+  signals(body: SignalsRequest, options?: RequestOptions): Promise<SignalsResult> {
+    return this.call({ method: 'POST', path: `${v1}/workers/signals`, body, options, repeat: 'once' })
   }
 
   /** `POST /workers/ack/batch`: 1 to 1,000 acks, one result per item. */

@@ -68,6 +68,12 @@ export type BatchAckResult = ResponseBody<'/jobsvc/v1/workers/ack/batch', 'post'
 export type HeartbeatRequest = RequestBody<'/jobsvc/v1/workers/heartbeat', 'post'>
 export type HeartbeatResult = ResponseBody<'/jobsvc/v1/workers/heartbeat', 'post'>
 export type RegisterRequest = RequestBody<'/jobsvc/v1/workers/register', 'post'>
+export type ReleaseRequest = RequestBody<'/jobsvc/v1/workers/release', 'post'>
+export type ReleaseResult = ResponseBody<'/jobsvc/v1/workers/release', 'post'>
+export type SignalsRequest = RequestBody<'/jobsvc/v1/workers/signals', 'post'>
+export type SignalsResult = ResponseBody<'/jobsvc/v1/workers/signals', 'post'>
+/** What a cancel answers: 200 `cancelled`, or (with `includeRunning`) 202 for a running job asked to stop. */
+export type CancelResult = { id: string; state: JobState } | { id: string; state: 'processing'; cancel_requested: true }
 export type RecurringScheduleRegistration = NonNullable<RegisterRequest['recurring_schedules']>[number]
 
 export type Webhook = components['schemas']['Webhook']

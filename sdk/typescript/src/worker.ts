@@ -9,8 +9,9 @@ export interface JobContext {
   readonly workerId: string
   /**
    * Fires when the job's `timeout_seconds` pass, when the service stops the attempt (the job was
-   * reaped, or a heartbeat answered `cancel`), or when the worker stops and its grace period ends.
-   * Pass it to fetch and the like; after it fires the attempt is over, whatever the handler does.
+   * reaped, or cancelled while running: {@link JobCancelled}, within about a second of the cancel),
+   * or when the worker stops and its grace period ends ({@link WorkerStopped}). Pass it to fetch
+   * and the like; after it fires the attempt is over, whatever the handler does.
    */
   readonly signal: AbortSignal
   /**
@@ -48,7 +49,10 @@ export interface WorkerOptions {
   workerId?: string
   /** Upserted when the worker registers (spec, POST /workers/register). */
   recurringSchedules?: RecurringScheduleRegistration[]
-  /** How long stop() lets running handlers finish before it acks them failed. Default 30 s. */
+  /**
+   * How long stop() lets running handlers finish before it hands the rest back to the service
+   * (`POST /workers/release`: pending again, their attempts not spent). Default 30 s.
+   */
   shutdownGraceMs?: number
   /** How long one poll may wait for work (0 to 30 s). Default 30. */
   pollWaitSeconds?: number
@@ -65,6 +69,14 @@ export interface WorkerOptions {
 /** The error an attempt is acked with when its handler is still running at the end of stop()'s grace. */
 export class WorkerStopped extends Error {
   override name = 'WorkerStopped'
+}
+
+/**
+ * The reason `ctx.signal` carries when the job was cancelled while it ran (a cancel with
+ * `includeRunning`); the attempt is acked failed at once and the job ends `cancelled`.
+ */
+export class JobCancelled extends Error {
+  override name = 'JobCancelled'
 }
 
 /** The reason `ctx.signal` carries when the job's timeout passes. */
@@ -87,6 +99,15 @@ interface Running {
 const lostAttemptCodes = new Set(['invalid_state', 'worker_mismatch', 'job_not_found'])
 const maxAcksPerBatch = 1_000
 const maxPollCapacity = 50
+/**
+ * A job is watched for a cancel (the signal poll) once it has run this long: shorter jobs cost no
+ * request, and a cancel still reaches a handler well within a second.
+ */
+const signalWatchDelayMs = 200
+/** How long one signal poll waits for a cancel; it is sent again at once while jobs run. */
+const signalWaitSeconds = 25
+/** Job ids one signal poll may name (the route's bound). */
+const maxSignalJobs = 100
 /**
  * How long acks the service cannot take are sent again before they are given up (and their
  * attempts left to its reaper): long enough to ride out a restart or an upgrade.
@@ -113,6 +134,12 @@ export class Worker {
   #stopping = false
   readonly #pollAbort = new AbortController()
   #slotFreed: (() => void) | null = null
+  /** The signal poll in flight, and what restarts it with the jobs running now. */
+  #signals: Promise<void> | null = null
+  #signalRestart: AbortController | null = null
+  #signalTimer: NodeJS.Timeout | null = null
+  /** False once the service answered that it has no signal route (an older one): heartbeats still carry `cancel`. */
+  #hasSignals = true
 
   constructor(options: WorkerOptions) {
     if (options.queues.length === 0) throw new TypeError('queues must name at least one queue')
@@ -148,8 +175,9 @@ export class Worker {
 
   /**
    * Stops polling, lets running handlers finish for up to `shutdownGraceMs`, then aborts the rest
-   * (their `ctx.signal`) and acks them failed with {@link WorkerStopped}; resolves once every ack
-   * has been delivered or given up.
+   * (their `ctx.signal`, with {@link WorkerStopped}) and hands them back to the service
+   * (`POST /workers/release`: pending again, the attempt not spent; a service without that route
+   * gets them acked failed); resolves once every ack and release has been delivered or given up.
    */
   async stop(): Promise<void> {
     if (this.#stopping) return this.#drained()
@@ -166,12 +194,87 @@ export class Worker {
       graceOver.abort()
     }
     await Promise.race([allDone(), sleep(this.#options.shutdownGraceMs ?? 30_000, graceOver.signal).then(() => graceOver.abort())])
-    for (const running of [...this.#running.values()]) {
-      running.controller.abort(new WorkerStopped('the worker stopped before the handler finished'))
-      this.#finish(running, 'failed', running.controller.signal.reason)
-    }
+    await Promise.all([...this.#running.values()].map((running) => this.#release(running)))
+    this.#stopWatching()
     await this.#drained()
     this.#log.info('jobsvc worker stopped', { worker_id: this.workerId })
+  }
+
+  /** Ends the attempt on this side and hands the job back; acks it failed where the service cannot take it back. */
+  async #release(running: Running): Promise<void> {
+    running.controller.abort(new WorkerStopped('the worker stopped before the handler finished'))
+    if (running.settled) return
+    running.settled = true
+    clearInterval(running.heartbeat)
+    clearTimeout(running.timeout)
+    this.#running.delete(running.job.id)
+    try {
+      await this.#client.workers.release({ job_id: running.job.id, worker_id: this.workerId })
+      this.#log.info('jobsvc worker: job handed back', { job_id: running.job.id })
+      return
+    } catch (err) {
+      if (err instanceof JobsvcError && lostAttemptCodes.has(err.code)) return
+      this.#log.warn('jobsvc worker: release failed; acking the attempt failed', { job_id: running.job.id, error: String(err) })
+    }
+    running.settled = false
+    this.#finish(running, 'failed', running.controller.signal.reason)
+  }
+
+  /**
+   * Keeps one signal poll open while jobs run (`POST /workers/signals`), so a cancel reaches the
+   * handler within about a second rather than at the next heartbeat. A job that starts restarts the
+   * poll with the new list after {@link signalWatchDelayMs}; the last one to end stops it.
+   */
+  #watchSignals(): void {
+    if (!this.#hasSignals || this.#signalTimer !== null) return
+    this.#signalTimer = setTimeout(() => {
+      this.#signalTimer = null
+      if (this.#running.size === 0) return
+      this.#signalRestart?.abort()
+      this.#signals ??= this.#signalLoop().finally(() => (this.#signals = null))
+    }, signalWatchDelayMs)
+    this.#signalTimer.unref?.()
+  }
+
+  #stopWatching(): void {
+    if (this.#signalTimer !== null) clearTimeout(this.#signalTimer)
+    this.#signalTimer = null
+    this.#signalRestart?.abort()
+  }
+
+  async #signalLoop(): Promise<void> {
+    let failures = 0
+    while (this.#running.size > 0 && this.#hasSignals) {
+      const restart = new AbortController()
+      this.#signalRestart = restart
+      const jobIds = [...this.#running.keys()].slice(0, maxSignalJobs)
+      try {
+        const { cancel } = await this.#client.workers.signals(
+          { worker_id: this.workerId, job_ids: jobIds, wait_seconds: signalWaitSeconds },
+          { signal: restart.signal },
+        )
+        failures = 0
+        for (const id of cancel) {
+          const running = this.#running.get(id)
+          if (running !== undefined) this.#cancelled(running)
+        }
+      } catch (err) {
+        if (restart.signal.aborted) continue
+        if (err instanceof JobsvcError && err.code === 'route_not_found') {
+          this.#hasSignals = false
+          return
+        }
+        await this.#backOff('signal poll', err, failures++, restart.signal)
+      }
+    }
+  }
+
+  /** The service cancelled the job: the handler is told and the attempt acked failed at once, which ends the job `cancelled`. */
+  #cancelled(running: Running): void {
+    if (running.settled) return
+    this.#log.info('jobsvc worker: the job was cancelled; stopping it', { job_id: running.job.id })
+    running.controller.abort(new JobCancelled(`job ${running.job.id} was cancelled`))
+    this.#finish(running, 'failed', running.controller.signal.reason)
   }
 
   async #drained(): Promise<void> {
@@ -243,6 +346,7 @@ export class Worker {
       timeout: setTimeout(() => this.#timeOut(running), job.timeout_seconds * 1000),
     }
     this.#running.set(job.id, running)
+    this.#watchSignals()
     const ctx: JobContext = {
       workerId: this.workerId,
       signal: running.controller.signal,
@@ -278,7 +382,7 @@ export class Worker {
       try {
         const body = { job_id: running.job.id, worker_id: this.workerId, ...(running.progress === null ? {} : { progress: running.progress }) }
         const answer = await this.#client.workers.heartbeat(body)
-        if (answer.status === 'cancel') running.controller.abort(new Error('the service asked to cancel this attempt'))
+        if (answer.status === 'cancel') this.#cancelled(running)
       } catch (err) {
         if (err instanceof JobsvcError && lostAttemptCodes.has(err.code)) {
           this.#log.warn('jobsvc worker: the service no longer gives this worker the job', { job_id: running.job.id, code: err.code })
@@ -298,6 +402,7 @@ export class Worker {
     clearInterval(running.heartbeat)
     clearTimeout(running.timeout)
     this.#running.delete(running.job.id)
+    if (this.#running.size === 0) this.#stopWatching()
     const ack: AckRequest = { job_id: running.job.id, worker_id: this.workerId, status, duration_ms: Date.now() - running.startedAt }
     if (status === 'failed') ack.error = toErrorDetail(err)
     else this.#attachResult(ack, value)

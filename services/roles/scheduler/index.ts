@@ -75,7 +75,10 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     loop(t.scheduler_interval_ms, 'promotion pass', async () => void (await promoteDueJobs(deps, jobs, promotion))),
     // Back to back while due schedules wait for room among the firings (RecurringPass).
     loop(t.scheduler_interval_ms, 'recurring pass', async () => (await recurring.run()).more),
-    loop(t.reaper_interval_ms, 'reaper pass', async () => void (await reapStaleAttempts(deps, jobs, reaper))),
+    loop(t.reaper_interval_ms, 'reaper pass', async () => {
+      await expireCancelGraces(deps, jobs, reaper)
+      await reapStaleAttempts(deps, jobs, reaper)
+    }),
     loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => void (await healInterruptedCascades(deps, jobs, cascades))),
     loop(t.alert_interval_ms, 'alert pass', async () => void (await evaluateAlerts(deps, alerts))),
     loop(t.retention_interval_ms, 'retention pass', async () => {
@@ -183,6 +186,27 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService, pass = new
     }
   })
   return reaped
+}
+
+/**
+ * Running jobs whose cancel was asked for (`include_running`) and whose worker did not ack within
+ * `cancel_grace_ms` end cancelled. The command names the attempt, so an ack that landed first
+ * turns it into a no-op, and an ack that comes after it is refused (409).
+ */
+export async function expireCancelGraces(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'reaper pass')): Promise<number> {
+  const before = new Date(deps.now().getTime() - deps.config.tunables.cancel_grace_ms)
+  const due = await jobList.cancelsPastGrace(deps.sql, before, pass.heldBack(), passLimit)
+  let cancelled = 0
+  await pass.each(due, passConcurrency, async (c) => {
+    const result = await jobs.expireCancel(c.project_id, c.id, c.attempt)
+    if (result.state === null) throw new JobNotFound(c.id)
+    await jobs.writeRows([result.record])
+    if (result.appended) {
+      cancelled++
+      deps.log.info({ job_id: c.id, attempt: c.attempt }, 'scheduler: a cancelled job was not acknowledged within its grace period')
+    }
+  })
+  return cancelled
 }
 
 /**

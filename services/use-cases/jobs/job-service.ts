@@ -8,6 +8,7 @@ import {
   cascadeOfState,
   type CascadeStep,
   errorOf,
+  isCancelRequested,
   isTerminal,
   resultOf,
   toJobView,
@@ -349,8 +350,31 @@ export class JobService {
     return { job: created.state!, seq: created.seq }
   }
 
-  async cancel(projectId: string, jobId: string, actor?: Actor): Promise<Written> {
-    const result = await this.#run(projectId, jobId, { type: 'cancel_job', data: {}, meta: this.#meta(actor) })
+  /**
+   * `includeRunning`: a processing job is asked to stop (its worker hears `cancel`) instead of
+   * refused; it ends cancelled when its worker acknowledges, or when the grace period runs out
+   * (the scheduler's `expireCancel`).
+   */
+  async cancel(projectId: string, jobId: string, actor?: Actor, includeRunning = false): Promise<Written> {
+    const data = includeRunning ? { include_running: true } : {}
+    const result = await this.#run(projectId, jobId, { type: 'cancel_job', data, meta: this.#meta(actor) })
+    await this.cascade(projectId, result.events, result.state)
+    return { job: result.state!, seq: result.seq }
+  }
+
+  /** The end of a cancel's grace period: a no-op unless `attempt` is still running with its cancel asked for. */
+  async expireCancel(projectId: string, jobId: string, attempt: number): Promise<CommandResult<JobEvent, Job>> {
+    const result = await this.#run(projectId, jobId, { type: 'expire_cancel', data: { attempt }, meta: this.#meta() })
+    await this.cascade(projectId, result.events, result.state)
+    return result
+  }
+
+  /**
+   * The worker hands its attempt back: the job is pending again (scheduled until `runAt`) and the
+   * attempt is not spent. A job whose cancel was asked for ends cancelled instead.
+   */
+  async release(projectId: string, jobId: string, workerId: string, runAt: string | null): Promise<Written> {
+    const result = await this.#run(projectId, jobId, { type: 'release_job', data: { worker_id: workerId, run_at: runAt }, meta: this.#meta() })
     await this.cascade(projectId, result.events, result.state)
     return { job: result.state!, seq: result.seq }
   }
@@ -380,7 +404,7 @@ export class JobService {
    * a small message on the job's progress subject (the job's own subject, which claims and acks
    * load, is not touched). The job and its last report are read at once.
    */
-  async heartbeat(projectId: string, jobId: string, workerId: string, progress: number | null): Promise<void> {
+  async heartbeat(projectId: string, jobId: string, workerId: string, progress: number | null): Promise<'ok' | 'cancel'> {
     assertJobAddress(projectId, jobId)
     const progressRef = progressHandler.ref(projectId, jobId)
     const [{ job }, report] = await Promise.all([
@@ -388,19 +412,44 @@ export class JobService {
       progress === null ? null : progressHandler.load(this.#deps.store, progressRef),
     ])
     assertHeartbeatAllowed(job, workerId)
+    const status = isCancelRequested(job) ? 'cancel' : 'ok'
     const beat: Heartbeat = { worker_id: workerId, attempt: job.attempt, at: this.#deps.now().toISOString() }
     await this.#deps.heartbeats.put(jobId, JSON.stringify(beat))
-    if (progress === null || report === null) return
+    if (progress === null || report === null) return status
     const command: JobProgressCommand = {
       type: 'report_progress',
       data: { worker_id: workerId, attempt: job.attempt, job_progress: job.progress, progress },
       meta: this.#meta(),
     }
     // Unchanged on what was just read: nothing to append (a hint's no-op would be read again).
-    if (jobProgressDecider.decide(command, report.state).length === 0) return
+    if (jobProgressDecider.decide(command, report.state).length === 0) return status
     const reported = await progressHandler.decide(this.#deps, progressRef, command, { hint: report })
     // A list that follows waits for the projector to reach the report, as for any other write.
     this.#noteWrite(projectId, reported.seq)
+    return status
+  }
+
+  /**
+   * Which of `jobIds` the worker should stop: those still its own with a cancel asked for, and
+   * those already cancelled. One direct get per job; an id of no job of the project is left out.
+   */
+  async cancelSignals(projectId: string, workerId: string, jobIds: readonly string[]): Promise<string[]> {
+    const states = await Promise.all(
+      jobIds.map((id) =>
+        this.load(projectId, id).then(
+          ({ job }) => job,
+          (err: unknown) => {
+            if (err instanceof JobNotFound) return null
+            throw err
+          },
+        ),
+      ),
+    )
+    return jobIds.filter((_, i) => {
+      const job = states[i]
+      if (job === null || job === undefined) return false
+      return job.state === 'cancelled' || (isCancelRequested(job) && job.worker_id === workerId)
+    })
   }
 
   async lastHeartbeat(jobId: string, attempt: number): Promise<Heartbeat | null> {

@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { ackStatuses } from '../../../../domain/job.ts'
@@ -78,6 +78,67 @@ export const heartbeatBody = z.object({
   worker_id: workerId,
   /** Extension: the job's progress, 0.0 to 1.0; a change is recorded as an event. */
   progress: z.number().min(0).max(1).nullish(),
+})
+
+/** Extension (issue 28): a worker hands a running job back, without spending its attempt. */
+export const releaseBody = z.object({
+  job_id: jobId,
+  worker_id: workerId,
+  delay_seconds: z
+    .number()
+    .int()
+    .min(0)
+    .max(86_400)
+    .optional()
+    .describe('the job waits this long (`scheduled`) before it can be claimed again; 0 or absent: `pending` at once'),
+})
+
+/** How long a signal poll waits by default: under the spec's 30 s, so that a proxy's idle limit fits. */
+const defaultSignalWaitMs = 25_000
+
+/**
+ * Takes one of the project's poll slots for a long poll (429 with Retry-After past
+ * `max_polls_per_project`) and gives the signal that ends its wait on a disconnect or on shutdown.
+ * The request's own `close` fires as soon as its body has been read (Node >= 16), which ended
+ * every long poll at once; the response closes before it ends only on a disconnect. `end()`, in
+ * the poll's `finally` whichever way it ends, removes the shutdown listener (one left per poll
+ * would pile up on the process-wide signal) and frees the slot.
+ */
+function holdLongPoll(
+  ctx: Pick<ApiContext, 'polls' | 'stopping'>,
+  projectId: string,
+  reply: Pick<FastifyReply, 'raw'>,
+): { gone: AbortSignal; end(): void } {
+  const release = ctx.polls.tryAcquire(projectId)
+  if (release === null) {
+    throw rateLimitExceeded(
+      pollRetryAfterMs,
+      `this project already has ${ctx.polls.max} polls in flight on this server; poll again after Retry-After`,
+    )
+  }
+  const gone = new AbortController()
+  const abort = () => gone.abort()
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableEnded) abort()
+  })
+  ctx.stopping.addEventListener('abort', abort, { once: true })
+  return {
+    gone: gone.signal,
+    end: () => {
+      ctx.stopping.removeEventListener('abort', abort)
+      release()
+    },
+  }
+}
+
+/** Jobs one signal poll may watch: a worker's capacity is at most 50 per poll. */
+const maxSignalJobs = 100
+
+/** Extension (issue 28): a worker waits to hear that jobs it runs must stop. */
+export const signalsBody = z.object({
+  worker_id: workerId,
+  job_ids: z.array(jobId).min(1).max(maxSignalJobs).describe('the jobs the worker is running'),
+  wait_seconds: z.number().min(0).max(30).optional().describe('how long to hold the request when no job has to stop (default 25, at most 30)'),
 })
 
 /** A registered schedule has the recurring route's fields, but no payload (spec, Worker registration). */
@@ -189,8 +250,42 @@ const heartbeatSchema = {
   tags: ['Workers'],
   body: heartbeatBody,
   response: {
-    200: z.strictObject({ status: z.enum(['ok', 'cancel']).describe('`ok`: continue (`cancel` is reserved, not produced today)') }),
+    200: z.strictObject({
+      status: z
+        .enum(['ok', 'cancel'])
+        .describe(
+          '`ok`: continue; `cancel` (only after a cancel with `include_running`, an extension): stop the job and ack it as `failed`; it then ends `cancelled`, never retried',
+        ),
+    }),
     ...errorResponses(...writeCodes, 'job_not_found', 'invalid_state', 'worker_mismatch', 'log_budget_exceeded'),
+  },
+}
+
+const releaseSchema = {
+  summary: 'Hand a running job back',
+  description:
+    'An extension (issue 28). The job held by this worker is `pending` again (or `scheduled` for `delay_seconds`), and the attempt is not spent: the next claim gets the same attempt number, within the same `max_attempts`. An ack or heartbeat of the released attempt afterwards answers 409. A job whose cancel was asked for (`include_running`) ends `cancelled` instead. The answer carries `X-Event-Seq`.',
+  tags: ['Workers'],
+  body: releaseBody,
+  response: {
+    200: z.strictObject({
+      id: z.string(),
+      state: z.enum(['pending', 'scheduled', 'cancelled']),
+      attempt: z.number().int().describe('attempts spent: the next claim is attempt + 1'),
+      run_at: instant.nullable().describe('when it can be claimed again; null: now'),
+    }),
+    ...errorResponses(...writeCodes, 'job_not_found', 'worker_mismatch', 'invalid_state'),
+  },
+}
+
+const signalsSchema = {
+  summary: 'Wait for the jobs a worker must stop (long poll)',
+  description: `An extension (issue 28). Answers as soon as one of \`job_ids\` must stop, or after \`wait_seconds\` with \`{cancel: []}\`: \`cancel\` lists the jobs of the list this worker runs whose cancel was asked for (\`POST /jobsvc/v1/jobs/{jobId}/cancel\` with \`include_running\`) and those already cancelled. Every API process follows the log, so a cancel asked of any process reaches the poll within milliseconds; the SDKs keep one such poll open while they run jobs (at most ${maxSignalJobs} ids). Ids of no job of the project are ignored. A poll that waited its full time for nothing does not count against the hourly request limit, and it takes one of the project's \`max_polls_per_project\` slots while it waits.`,
+  tags: ['Workers'],
+  body: signalsBody,
+  response: {
+    200: z.strictObject({ cancel: z.array(z.string()).describe('jobs to stop now; ack each as `failed`') }),
+    ...errorResponses(...writeCodes),
   },
 }
 
@@ -277,13 +372,7 @@ export function workerRoutes(
      */
     app.post('/poll', { schema: pollSchema, config: { role: 'member', longPoll: true } }, async (request, reply) => {
       const b = request.body
-      const release = ctx.polls.tryAcquire(request.principal.projectId)
-      if (release === null) {
-        throw rateLimitExceeded(
-          pollRetryAfterMs,
-          `this project already has ${ctx.polls.max} polls in flight on this server; poll again after Retry-After`,
-        )
-      }
+      const held = holdLongPoll(ctx, request.principal.projectId, reply)
       const claim = {
         projectId: request.principal.projectId,
         workerId: b.worker_id,
@@ -297,23 +386,11 @@ export function workerRoutes(
       const deadline = Date.now() + waitMs
       // A poll that asked to wait and waited its full time for nothing costs nothing.
       const waited = waitMs > 0
-      // Ends the wait on a disconnect or on shutdown. The request's own `close` fires as soon as
-      // its body has been read (Node >= 16), which ended every long poll at once; the response
-      // closes before it ends only on a disconnect. The shutdown listener is removed when the
-      // poll ends: one left per poll would pile up on the process-wide signal. The poll's slot is
-      // freed in the same `finally`, whichever way the poll ends (claim, deadline, disconnect,
-      // shutdown, error).
-      const gone = new AbortController()
-      const end = () => gone.abort()
-      reply.raw.once('close', () => {
-        if (!reply.raw.writableEnded) end()
-      })
-      ctx.stopping.addEventListener('abort', end, { once: true })
+      const gone = held.gone
       try {
         return await pollUntilClaimedOrDeadline()
       } finally {
-        ctx.stopping.removeEventListener('abort', end)
-        release()
+        held.end()
       }
 
       async function pollUntilClaimedOrDeadline() {
@@ -325,16 +402,16 @@ export function workerRoutes(
           let recheck = false
           for (;;) {
             if (ctx.stopping.aborted) throw restarting()
-            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone.signal, recheck, catchUp, deadline)
+            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone, recheck, catchUp, deadline)
             // A claim still waiting for its turn when shutdown began was withdrawn, not run.
             if (claimed.length === 0 && ctx.stopping.aborted) throw restarting()
             const remaining = deadline - Date.now()
-            if (claimed.length > 0 || gone.signal.aborted) return { jobs: claimed.map(toPolledJob) }
+            if (claimed.length > 0 || gone.aborted) return { jobs: claimed.map(toPolledJob) }
             if (remaining <= 0) {
               if (waited) refundProjectRequest(ctx, request, reply)
               return { jobs: [] }
             }
-            recheck = (await session.wait(Math.min(remaining, t.poll_tick_ms), gone.signal)) === 'timeout'
+            recheck = (await session.wait(Math.min(remaining, t.poll_tick_ms), gone)) === 'timeout'
           }
         } finally {
           session.close()
@@ -403,9 +480,64 @@ export function workerRoutes(
 
     app.post('/heartbeat', { schema: heartbeatSchema, config: { role: 'member' } }, async (request) => {
       const b = request.body
-      await jobs.heartbeat(request.principal.projectId, b.job_id, b.worker_id, b.progress ?? null)
+      const status = await jobs.heartbeat(request.principal.projectId, b.job_id, b.worker_id, b.progress ?? null)
       ctx.presence.beat(request.principal.projectId, b.worker_id, deps.now())
-      return { status: 'ok' as const }
+      return { status }
+    })
+
+    app.post('/release', { schema: releaseSchema, config: { role: 'member' } }, async (request, reply) => {
+      const b = request.body
+      const delayMs = (b.delay_seconds ?? 0) * 1000
+      const runAt = delayMs > 0 ? new Date(deps.now().getTime() + delayMs).toISOString() : null
+      const { job, seq } = await jobs.release(request.principal.projectId, b.job_id, b.worker_id, runAt)
+      ctx.presence.beat(request.principal.projectId, b.worker_id, deps.now())
+      const state = job.state as 'pending' | 'scheduled' | 'cancelled'
+      return reply
+        .header('X-Event-Seq', String(seq))
+        .send({ id: job.id, state, attempt: job.attempt, run_at: state === 'cancelled' ? null : job.run_at })
+    })
+
+    /**
+     * Watches the jobs before it reads their states, so a cancel appended between the read and the
+     * wait still wakes it; re-reads them every tick as a safety net (the follower may stall).
+     */
+    app.post('/signals', { schema: signalsSchema, config: { role: 'member', longPoll: true } }, async (request, reply) => {
+      const b = request.body
+      const projectId = request.principal.projectId
+      const held = holdLongPoll(ctx, projectId, reply)
+      const gone = held.gone
+      const t = deps.config.tunables
+      const ids = [...new Set(b.job_ids)]
+      const waitMs = Math.min(b.wait_seconds === undefined ? defaultSignalWaitMs : b.wait_seconds * 1000, t.poll_max_wait_ms)
+      const deadline = Date.now() + waitMs
+      let signalled: () => void = () => undefined
+      const unwatch = ctx.ready.watchSignals(ids, () => signalled())
+      ctx.presence.beat(projectId, b.worker_id, deps.now())
+      try {
+        for (;;) {
+          const woken = new Promise<void>((resolve) => (signalled = resolve))
+          const cancel = await jobs.cancelSignals(projectId, b.worker_id, ids)
+          const remaining = deadline - Date.now()
+          if (cancel.length > 0 || gone.aborted) return { cancel }
+          if (remaining <= 0) {
+            if (waitMs > 0) refundProjectRequest(ctx, request, reply)
+            return { cancel }
+          }
+          await new Promise<void>((resolve) => {
+            const done = () => {
+              clearTimeout(timer)
+              gone.removeEventListener('abort', done)
+              resolve()
+            }
+            const timer = setTimeout(done, Math.min(remaining, t.poll_tick_ms))
+            gone.addEventListener('abort', done, { once: true })
+            void woken.then(done)
+          })
+        }
+      } finally {
+        unwatch()
+        held.end()
+      }
     })
 
     app.post('/register', { schema: registerSchema, config: { role: 'member' } }, async (request) => {

@@ -56,6 +56,8 @@ export class ReadyIndex {
   readonly #ownPendingThrough: (projectId: string) => number
   #unwatch: (() => void) | undefined
   #sweeper: NodeJS.Timeout | undefined
+  /** Per job, the waits of workers' signal polls (`watchSignals`). */
+  readonly #signalWatchers = new Map<string, Set<() => void>>()
 
   /**
    * `ownPendingThrough` tells the last sequence at which this process left a job of the project
@@ -71,6 +73,9 @@ export class ReadyIndex {
     this.#follower = new LogFollower(deps, this.#lanes, {
       offer: (lane, candidates) => this.#wakeups.offer(lane, candidates),
       followed: (position) => this.#forgetPassedRemovals(position),
+      signalled: (jobId) => {
+        for (const wake of this.#signalWatchers.get(jobId) ?? []) wake()
+      },
     })
     this.#scope = { lanes: this.#lanes, wakeups: this.#wakeups, isLive: () => this.isLive, idleNow: housekeepingNow }
   }
@@ -145,6 +150,27 @@ export class ReadyIndex {
       if (lane.gapSeq !== null) this.#warmUp.warm(lane)
     }
     return session
+  }
+
+  /**
+   * Calls `wake` when the log stores a message that asks one of the jobs' workers to stop (a
+   * cancel asked for, or the job cancelled), whichever API process appended it. Returns the
+   * function that stops watching. A worker's signal poll watches first and reads the jobs' states
+   * after, so nothing appended in between is missed.
+   */
+  watchSignals(jobIds: readonly string[], wake: () => void): () => void {
+    for (const id of jobIds) {
+      let set = this.#signalWatchers.get(id)
+      if (set === undefined) this.#signalWatchers.set(id, (set = new Set()))
+      set.add(wake)
+    }
+    return () => {
+      for (const id of jobIds) {
+        const set = this.#signalWatchers.get(id)
+        set?.delete(wake)
+        if (set?.size === 0) this.#signalWatchers.delete(id)
+      }
+    }
   }
 
   /**

@@ -14,7 +14,10 @@ const mayMakeClaimable: ReadonlySet<string> = new Set<JobEventType>([
   'job_activated',
   'job_attempt_failed',
   'job_retried',
+  'job_released',
 ])
+/** Event types a running job's worker must hear of at once (FollowerHooks.signalled). */
+const signalsWorker: ReadonlySet<string> = new Set<JobEventType>(['job_cancel_requested', 'job_cancelled'])
 /** Moves a held job to a new sequence (and state) without changing whether it is claimable. */
 const keepsClaimability: JobEventType = 'job_child_attached'
 
@@ -28,6 +31,8 @@ export interface FollowerHooks<X> {
   offer(lane: Lane<X>, candidates: readonly HeldCandidate<X>[]): void
   /** After each message followed, at `position`. */
   followed(position: number): void
+  /** A message that asks the job's worker to stop (a cancel asked for, or the job cancelled), by its subject and header alone. */
+  signalled(jobId: string): void
 }
 
 /**
@@ -125,7 +130,10 @@ export class LogFollower<X> {
   #onFollowed(event: FollowedEvent): void {
     this.#position = event.seq
     const where = parseEventSubject(this.#deps.config.namespace, event.subject)
-    if (where !== null) this.#onJobMessage(where.projectId, where.aggregateId, event)
+    if (where !== null) {
+      if (types(event).some((t) => signalsWorker.has(t))) this.#hooks.signalled(where.aggregateId)
+      this.#onJobMessage(where.projectId, where.aggregateId, event)
+    }
     this.#hooks.followed(this.#position)
   }
 
