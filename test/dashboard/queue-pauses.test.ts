@@ -8,7 +8,8 @@ import { eventually, httpRequest } from '../support/harness.ts'
 // resumes from it; a viewer sees the state and no button. Headless Chromium against the whole service.
 if (!hasChromium()) throw new Error('chromium is missing: apt-get install -y chromium (.ci/run does it)')
 
-const h = await startPlatformHarness(t, import.meta.filename)
+// The polls' safety-net re-check is far beyond the waits below: a poll that answers soon after a resume was woken by it.
+const h = await startPlatformHarness(t, import.meta.filename, { tunables: { poll_tick_ms: 20_000 } })
 const browser = await launchChromium(t)
 
 const newPage = () => newBrowserPage(t, browser)
@@ -53,4 +54,28 @@ t.test('a viewer sees a pause with its reason, and no button', async (t) => {
   await cell.waitFor()
   t.match(await cell.textContent(), /provider outage/)
   t.equal(await page.getByRole('button', { name: /the queue mails/ }).count(), 0, 'no Pause or Resume for a viewer')
+})
+
+t.test("a dashboard session's poll parked on a paused queue is woken by the resume at once", async (t) => {
+  t.equal((await api('POST', '/jobsvc/v1/queues/session-q/pause', {})).status, 200)
+  const created = await api('POST', '/jobsvc/v1/jobs', { job_type: 'send', payload: {}, queue: 'session-q' })
+  const asSession = { authorization: `Bearer ${owner.jwt}`, 'x-jobsvc-project': owner.projectId }
+  const parked = httpRequest(
+    h.url,
+    null,
+    'POST',
+    '/jobsvc/v1/workers/poll',
+    { worker_id: 'session-w', queues: ['session-q'], wait_seconds: 15 },
+    asSession,
+  )
+  const early = await Promise.race([parked, new Promise((r) => setTimeout(() => r('parked'), 1_000))])
+  t.equal(early, 'parked', 'nothing while paused')
+  const resumedAt = Date.now()
+  t.equal((await api('POST', '/jobsvc/v1/queues/session-q/resume')).status, 200)
+  const answer = await parked
+  t.ok(Date.now() - resumedAt < 3_000, `woken at once (${Date.now() - resumedAt} ms; the re-check is 20 s)`)
+  t.same(
+    answer.body.jobs.map((j: { id: string }) => j.id),
+    [created.body.id],
+  )
 })

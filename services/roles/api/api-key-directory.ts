@@ -109,6 +109,15 @@ export class ApiKeyDirectory {
     return this.#projects.get(projectId)?.project
   }
 
+  /**
+   * Keeps `project` (as a request loaded it: a dashboard session's project is not loaded through
+   * this directory) when this process holds none, so the project's next event has a state to be
+   * compared with; a state held already is newer or as new, and stays.
+   */
+  remember(project: Project): void {
+    if (!this.#projects.has(project.id)) this.#projects.set(project.id, { project, loadedAt: Date.now() })
+  }
+
   /** Calls `listener` with the project before and after each change this process sees (events and its own appends). */
   onChange(listener: (before: Project | undefined, after: Project) => void): () => void {
     this.#listeners.add(listener)

@@ -37,7 +37,13 @@ export class PausedQueues {
 
   /** The pauses of `queues` now; `fallback` is the project as the request found it, where this process holds none newer. */
   of(projectId: string, queues: readonly string[], fallback: Project): PollPauses {
-    const project = this.#keys.current(projectId) ?? fallback
+    let project = this.#keys.current(projectId)
+    if (project === undefined) {
+      // A dashboard session's poll of a project no event, key or append has brought to this process
+      // since it started: kept, so that a resume's event has a state to compare with and wakes the poll.
+      this.#keys.remember(fallback)
+      project = fallback
+    }
     if (project.queue_pauses.length === 0) return none
     const paused = new Set<string>()
     let endsAt: number | null = null
