@@ -102,10 +102,18 @@ export function queueWebhookEventOf(event: { type: string; data: unknown }, proj
     }
   }
   if (event.type === 'queue_resumed') {
-    const d = event.data as { queue: string; paused_at: string; resumed_by: string | null; resumed_at: string }
+    const d = event.data as { queue: string; paused_at: string; resumed_by: string | null; resumed_at: string; automatic?: true }
     return {
       type: 'queue.resumed',
-      data: { schema_version: 1, project_id: project.id, queue: d.queue, paused_at: d.paused_at, resumed_by: d.resumed_by, resumed_at: d.resumed_at },
+      data: {
+        schema_version: 1,
+        project_id: project.id,
+        queue: d.queue,
+        paused_at: d.paused_at,
+        resumed_by: d.resumed_by,
+        resumed_at: d.resumed_at,
+        automatic: d.automatic === true,
+      },
     }
   }
   return null

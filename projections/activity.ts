@@ -212,8 +212,8 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         kind: 'queue_resumed',
         target_type: 'queue',
         target_id: e.data.queue,
-        summary: `Queue ${e.data.queue} resumed`,
-        metadata: { queue: e.data.queue, paused_at: e.data.paused_at },
+        summary: e.data.automatic ? `Queue ${e.data.queue} resumed: its pause ended at ${e.data.resumed_at}` : `Queue ${e.data.queue} resumed`,
+        metadata: { queue: e.data.queue, paused_at: e.data.paused_at, automatic: e.data.automatic === true },
         user_id: e.data.resumed_by,
       }
     case 'plan_changed':

@@ -88,6 +88,7 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       return decideRetryPolicy(command, state)
     case 'pause_queue':
     case 'resume_queue':
+    case 'end_queue_pauses':
       return decideQueuePause(command, state)
     default:
       return unreachable(command)

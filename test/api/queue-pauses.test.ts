@@ -170,6 +170,16 @@ t.test('until: the queue resumes by itself, in every process, and waiting polls 
   t.ok(waited < 6_000, `woken at until, not at the poll's deadline (${waited} ms)`)
   const list = await on(1, 'GET', '/jobsvc/v1/queues')
   t.match(list.body.data.find((q: { queue: string }) => q.queue === 'timed') ?? { paused: false }, { paused: false })
+  const ended = await eventually(
+    async () => {
+      const page = await on(0, 'GET', '/jobsvc/v1/activity?limit=100&kinds=queue_resumed')
+      return (page.body.data ?? []).find((r: { target_id: string }) => r.target_id === 'timed')
+    },
+    10_000,
+    'the scheduler to record the end',
+  )
+  t.match(ended, { kind: 'queue_resumed', summary: `Queue timed resumed: its pause ended at ${until}` })
+  t.match(JSON.parse(ended.metadata), { automatic: true })
 })
 
 t.test('refusals: an until not in the future, a body of the wrong shape', async (t) => {

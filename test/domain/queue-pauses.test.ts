@@ -140,3 +140,23 @@ t.test('a project stored before queue pauses reads as having none', async (t) =>
   const { queue_pauses: _, ...stored } = folded
   t.strictSame(upgradeProject(stored as StoredProject).queue_pauses, [])
 })
+
+t.test('end_queue_pauses: the scheduler records the end of each pause whose until has passed', async (t) => {
+  const spec = deciderSpec(t, projectDecider)
+  const soon = '2025-03-01T12:30:00.000Z'
+  const history = [...project, paused('a', null, soon), paused('b', null, later), paused('c')]
+  const end: ProjectCommand = { type: 'end_queue_pauses', data: {}, meta: { now: '2025-03-01T12:45:00.000Z' } }
+  const state = spec
+    .given(history)
+    .when(end)
+    .then([{ type: 'queue_resumed', data: { queue: 'a', paused_at: now, resumed_by: null, resumed_at: soon, automatic: true } }])
+  t.same(
+    state?.queue_pauses.map((p) => p.queue),
+    ['b', 'c'],
+    'the others hold',
+  )
+  spec
+    .given([...project, paused('c')])
+    .when(end)
+    .then([], 'nothing has ended')
+})
