@@ -137,3 +137,7 @@ export class WorkerNotFound extends refusal('worker_not_found') {}
 export class InviteLimitReached extends refusal('invite_limit_reached') {}
 /** A project holds at most maxQueueRetryPolicies queue overrides. */
 export class RetryPolicyLimitReached extends refusal('retry_policy_limit_reached') {}
+/** A project holds at most maxPausedQueues paused queues (domain/project/queue-pauses.ts). */
+export class QueuePauseLimitReached extends refusal('queue_pause_limit_reached') {}
+/** A queue pause whose `until` is not in the future. */
+export class InvalidPauseUntil extends refusal('invalid_request') {}

@@ -98,6 +98,8 @@ const projectTypes: Record<ProjectEventType, true> = {
   overage_charged: true,
   rate_limit_overridden: true,
   retry_policy_updated: true,
+  queue_paused: true,
+  queue_resumed: true,
 }
 const recurringTypes: Record<RecurringJobEvent['type'], true> = {
   recurring_upserted: true,

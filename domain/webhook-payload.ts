@@ -1,6 +1,7 @@
 import type { Alert, AlertEvent } from './alert.ts'
 import type { Checkpoint } from './audit-checkpoint.ts'
 import type { Job, JobEvent } from './job.ts'
+import type { ProjectEventType, QueuePause } from './project/index.ts'
 import type { WebhookEventType } from './webhook.ts'
 
 /**
@@ -79,6 +80,45 @@ export function auditWebhookEventOf(event: { type: string; data: unknown }): Web
   }
 }
 
+/** The project events that become webhook events (`queue.paused`, `queue.resumed`); the project's others send none. */
+export const projectEventsSent = ['queue_paused', 'queue_resumed'] as const satisfies readonly ProjectEventType[]
+
+/** The webhook event of a queue's pause or resume. */
+export function queueWebhookEventOf(event: { type: string; data: unknown }, project: { id: string } | null): WebhookEventContent | null {
+  if (project === null) return null
+  if (event.type === 'queue_paused') {
+    const d = event.data as QueuePause
+    return {
+      type: 'queue.paused',
+      data: {
+        schema_version: 1,
+        project_id: project.id,
+        queue: d.queue,
+        reason: d.reason,
+        until: d.until,
+        paused_by: d.paused_by,
+        paused_at: d.paused_at,
+      },
+    }
+  }
+  if (event.type === 'queue_resumed') {
+    const d = event.data as { queue: string; paused_at: string; resumed_by: string | null; resumed_at: string; automatic?: true }
+    return {
+      type: 'queue.resumed',
+      data: {
+        schema_version: 1,
+        project_id: project.id,
+        queue: d.queue,
+        paused_at: d.paused_at,
+        resumed_by: d.resumed_by,
+        resumed_at: d.resumed_at,
+        automatic: d.automatic === true,
+      },
+    }
+  }
+  return null
+}
+
 /** The webhook event of any message's event, by its aggregate (null: its aggregate sends none, or this event is not one). */
 export function webhookEventOfMessage(
   message: { aggregate: string; state: unknown },
@@ -91,6 +131,8 @@ export function webhookEventOfMessage(
       return alertWebhookEventOf(event, message.state as Alert | null)
     case 'audit':
       return auditWebhookEventOf(event)
+    case 'project':
+      return queueWebhookEventOf(event, message.state as { id: string } | null)
     default:
       return null
   }

@@ -8,9 +8,18 @@ import { WebhookAlreadyExists, WebhookNotFound } from './errors.ts'
 
 /**
  * The spec's job events, and (extensions) the alert notifications of alerts with `webhook: true`
- * and the signed checkpoints of the project's audit log (docs/audit.md).
+ * the signed checkpoints of the project's audit log (docs/audit.md), and queue pauses and resumes.
  */
-export const webhookEventTypes = ['job.created', 'job.succeeded', 'job.failed', 'alert.triggered', 'alert.resolved', 'audit.checkpoint'] as const
+export const webhookEventTypes = [
+  'job.created',
+  'job.succeeded',
+  'job.failed',
+  'alert.triggered',
+  'alert.resolved',
+  'audit.checkpoint',
+  'queue.paused',
+  'queue.resumed',
+] as const
 export type WebhookEventType = (typeof webhookEventTypes)[number]
 export type EventFilter = '*' | WebhookEventType[]
 
@@ -18,7 +27,7 @@ export type EventFilter = '*' | WebhookEventType[]
  * Types a subscription receives only when it names them: `*` keeps meaning what it meant before
  * they existed, so a receiver written for the spec's events never meets one.
  */
-const namedOnly: ReadonlySet<string> = new Set<WebhookEventType>(['audit.checkpoint'])
+const namedOnly: ReadonlySet<string> = new Set<WebhookEventType>(['audit.checkpoint', 'queue.paused', 'queue.resumed'])
 
 export const secretGraceMs = 24 * 60 * 60 * 1000
 

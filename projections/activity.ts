@@ -195,6 +195,27 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         user_id: e.data.updated_by,
       }
     }
+    case 'queue_paused': {
+      const { queue, reason, until } = e.data
+      const how = until === null ? 'until resumed' : `until ${until}`
+      return {
+        kind: 'queue_paused',
+        target_type: 'queue',
+        target_id: queue,
+        summary: `Queue ${queue} paused ${how}${reason === null ? '' : `: ${reason}`}`,
+        metadata: { queue, reason, until },
+        user_id: e.data.paused_by,
+      }
+    }
+    case 'queue_resumed':
+      return {
+        kind: 'queue_resumed',
+        target_type: 'queue',
+        target_id: e.data.queue,
+        summary: e.data.automatic ? `Queue ${e.data.queue} resumed: its pause ended at ${e.data.resumed_at}` : `Queue ${e.data.queue} resumed`,
+        metadata: { queue: e.data.queue, paused_at: e.data.paused_at, automatic: e.data.automatic === true },
+        user_id: e.data.resumed_by,
+      }
     case 'plan_changed':
       // The owner's own plan changes have no kind in the spec's list; a staff member's is an admin action.
       if (e.data.changed_by_staff === undefined) return null
@@ -442,6 +463,8 @@ const projection: Projection = {
     'jobs_exported',
     'audit_log_exported',
     'retry_policy_updated',
+    'queue_paused',
+    'queue_resumed',
     'recurring_upserted',
     'recurring_deleted',
     'alert_created',

@@ -3,7 +3,7 @@ import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable, Sql } from './database.ts'
 import { readModel, snapshotRows } from './projection.ts'
 
-/** Every project event: each can change the name, plan, status, owner or keys. */
+/** The project events that can change the name, plan, status, owner, keys or when a queue pause ends. */
 const handledTypes: readonly ProjectEventType[] = [
   'project_created',
   'api_key_issued',
@@ -18,6 +18,8 @@ const handledTypes: readonly ProjectEventType[] = [
   'member_removed',
   'ownership_transferred',
   'plan_changed',
+  'queue_paused',
+  'queue_resumed',
 ]
 
 /**
@@ -26,11 +28,14 @@ const handledTypes: readonly ProjectEventType[] = [
  * project is usable the moment it is created, before any projector runs.
  */
 export const upsertProjectRows = snapshotRows<Project>('project', async (db, p, seq) => {
+  const ends = (p.queue_pauses ?? []).flatMap((q) => (q.until === null ? [] : [q.until])).sort()
+  const pauseEndsAt = ends[0] ?? null
   const updated = await db`
-    INSERT INTO projects (id, name, plan, owner_email, status, created_at, updated_at, last_seq)
-    VALUES (${p.id}, ${p.name}, ${p.plan}, ${p.owner_email}, ${p.status ?? 'active'}, ${p.created_at}, ${p.updated_at}, ${seq})
+    INSERT INTO projects (id, name, plan, owner_email, status, created_at, updated_at, last_seq, queue_pause_ends_at)
+    VALUES (${p.id}, ${p.name}, ${p.plan}, ${p.owner_email}, ${p.status ?? 'active'}, ${p.created_at}, ${p.updated_at}, ${seq}, ${pauseEndsAt})
     ON CONFLICT (id) DO UPDATE SET name = excluded.name, plan = excluded.plan, owner_email = excluded.owner_email,
-      status = excluded.status, updated_at = excluded.updated_at, last_seq = excluded.last_seq
+      status = excluded.status, updated_at = excluded.updated_at, last_seq = excluded.last_seq,
+      queue_pause_ends_at = excluded.queue_pause_ends_at
     WHERE projects.last_seq < excluded.last_seq
     RETURNING id`
   if (updated.length === 0) return
@@ -76,7 +81,15 @@ async function projectOfKeyPrefix(db: Queryable, prefix: string): Promise<string
   return rows[0]?.project_id
 }
 
+/** Active projects with a queue pause whose `until` has passed by `now`, at most `limit`, earliest first. */
+async function projectsWithEndedPauses(db: Queryable, now: Date, limit: number): Promise<string[]> {
+  const rows = await db<{ id: string }[]>`
+    SELECT id FROM projects WHERE queue_pause_ends_at <= ${now} AND status = 'active'
+    ORDER BY queue_pause_ends_at LIMIT ${limit}`
+  return rows.map((r) => r.id)
+}
+
 export const projectDirectory = readModel(
   { name: 'project-directory', handles: handledTypes, tables: ['api_keys', 'projects'], apply: upsertProjectRows },
-  { plansOf, activeProjectIds, projectOfKeyPrefix },
+  { plansOf, activeProjectIds, projectOfKeyPrefix, projectsWithEndedPauses },
 )

@@ -195,6 +195,11 @@ export function auditDispatcherConsumerName(ns: string): string {
   return `${ns}_dispatcher_audit`
 }
 
+/** The dispatcher's durable consumer of project events (`queue.paused` and `queue.resumed` webhooks). */
+export function projectDispatcherConsumerName(ns: string): string {
+  return `${ns}_dispatcher_projects`
+}
+
 /** The dispatcher's durable consumer of alert events (webhooks and e-mails of alerts). */
 export function alertDispatcherConsumerName(ns: string): string {
   return `${ns}_dispatcher_alerts`

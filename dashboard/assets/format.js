@@ -22,7 +22,19 @@ export const jobStates = ['pending', 'scheduled', 'processing', 'succeeded', 'fa
  * The webhook event types (domain/webhook.ts): a subscription's filter, a replay's types, a
  * deliveries filter. test/dashboard/webhook-replay.test.ts checks that this copy lists the same.
  */
-export const webhookEventTypes = ['job.created', 'job.succeeded', 'job.failed', 'alert.triggered', 'alert.resolved', 'audit.checkpoint']
+export const webhookEventTypes = [
+  'job.created',
+  'job.succeeded',
+  'job.failed',
+  'alert.triggered',
+  'alert.resolved',
+  'audit.checkpoint',
+  'queue.paused',
+  'queue.resumed',
+]
+
+/** The types a `*` subscription does not receive: only a subscription that names them does (domain/webhook.ts). */
+export const namedOnlyWebhookEventTypes = ['audit.checkpoint', 'queue.paused', 'queue.resumed']
 
 const roleRank = { viewer: 0, member: 1, admin: 2, owner: 3 }
 

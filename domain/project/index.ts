@@ -2,6 +2,7 @@ import { EventBeforeCreation, type Decider } from '../decider.ts'
 import { decideBilling, evolveBilling, type BillingCommand, type BillingEvent } from './billing.ts'
 import { decideKeys, evolveKeys, type KeysCommand, type KeysEvent } from './keys.ts'
 import { createdProject, decideLifecycle, evolveLifecycle, type LifecycleCommand, type LifecycleEvent } from './lifecycle.ts'
+import { decideQueuePause, evolveQueuePause, type QueuePauseCommand, type QueuePauseEvent } from './queue-pauses.ts'
 import { decideRetryPolicy, evolveRetryPolicy, type RetryPolicyCommand, type RetryPolicyEvent } from './retry-policy.ts'
 import { decideStaff, evolveStaff, type StaffCommand, type StaffEvent } from './staff.ts'
 import type { ProjectAggregate } from './state.ts'
@@ -10,7 +11,7 @@ import { decideTeam, evolveTeam, type TeamCommand, type TeamEvent } from './team
 /**
  * The project aggregate: the unit of isolation, the owner of the project's API keys and of its
  * team. One consistency boundary, decided by concern: the project itself (lifecycle.ts), its keys,
- * its team, its billing, what staff change, its retry policy. Each concern has its own commands,
+ * its team, its billing, what staff change, its retry policy, its paused queues. Each concern has its own commands,
  * events, decide and evolve over the one state (state.ts); the switches below route every command
  * and event to its concern, and the compiler checks that none is left out.
  */
@@ -35,6 +36,7 @@ export {
   type Project,
   type ProjectAggregate,
   type ProjectRole,
+  type QueuePause,
   type RateLimitOverride,
   type SignupPlan,
   type StoredProject,
@@ -42,13 +44,14 @@ export {
 export { activeKeyPrefix, apiKeyGraceMs } from './keys.ts'
 export { maxPendingInvites } from './team.ts'
 export { billingOf, hasProviderEvent, lastPeriodOf, promotionTermsOf, providerEventMemory } from './billing.ts'
+export { isQueuePaused, maxPausedQueues, pauseOf, pausesAt } from './queue-pauses.ts'
 export { maxRateLimitOverrideDays, requestsPerHourOf } from './staff.ts'
 
-export type ProjectEvent = LifecycleEvent | KeysEvent | TeamEvent | BillingEvent | StaffEvent | RetryPolicyEvent
+export type ProjectEvent = LifecycleEvent | KeysEvent | TeamEvent | BillingEvent | StaffEvent | RetryPolicyEvent | QueuePauseEvent
 
 export type ProjectEventType = ProjectEvent['type']
 
-export type ProjectCommand = LifecycleCommand | KeysCommand | TeamCommand | BillingCommand | StaffCommand | RetryPolicyCommand
+export type ProjectCommand = LifecycleCommand | KeysCommand | TeamCommand | BillingCommand | StaffCommand | RetryPolicyCommand | QueuePauseCommand
 
 function unreachable(value: never): never {
   throw new Error(`unhandled ${(value as { type: string }).type}`)
@@ -83,6 +86,10 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       return decideStaff(command, state)
     case 'set_retry_policy':
       return decideRetryPolicy(command, state)
+    case 'pause_queue':
+    case 'resume_queue':
+    case 'end_queue_pauses':
+      return decideQueuePause(command, state)
     default:
       return unreachable(command)
   }
@@ -125,6 +132,9 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
       return evolveStaff(state, event)
     case 'retry_policy_updated':
       return evolveRetryPolicy(state, event)
+    case 'queue_paused':
+    case 'queue_resumed':
+      return evolveQueuePause(state, event)
     default:
       return unreachable(event)
   }

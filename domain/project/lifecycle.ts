@@ -116,6 +116,7 @@ export function createdProject(d: Extract<LifecycleEvent, { type: 'project_creat
     rate_limit_override: null,
     promotions: [],
     history_expired_through: 0,
+    queue_pauses: [],
   }
 }
 

@@ -97,6 +97,18 @@ export interface Project {
    * event feed cursor before it may have lost events after it (docs/event-log.md, "Cursors").
    */
   history_expired_through: number
+  /** The queues paused, each until resumed or its `until` (queue-pauses.ts), in the order paused. */
+  queue_pauses: QueuePause[]
+}
+
+export interface QueuePause {
+  queue: string
+  reason: string | null
+  /** When the pause ends by itself; null: until resumed. */
+  until: string | null
+  /** The dashboard user who paused it; null for an API key. */
+  paused_by: string | null
+  paused_at: string
 }
 
 /** The fields added to the project's state after its first release, absent from the states written before each. */
@@ -115,6 +127,7 @@ type AddedField =
   | 'rate_limit_override'
   | 'promotions'
   | 'history_expired_through'
+  | 'queue_pauses'
 
 /** A project's state as any message stored it. */
 export type StoredProject = Omit<Project, AddedField> & Partial<Pick<Project, AddedField>>
@@ -123,7 +136,7 @@ export type StoredProject = Omit<Project, AddedField> & Partial<Pick<Project, Ad
  * The project's state as a message stored it, in today's form: each field added since the first
  * release takes, where a state written before it lacks it, the value that state meant (no team,
  * billing active without overage or cap and never rolled, no provider events, retry policies,
- * override or promotions). Applied wherever a message is decoded (streams/stored-forms.ts).
+ * override, promotions or paused queues). Applied wherever a message is decoded (streams/stored-forms.ts).
  */
 export function upgradeProject(stored: StoredProject): Project {
   return {
@@ -142,6 +155,7 @@ export function upgradeProject(stored: StoredProject): Project {
     rate_limit_override: stored.rate_limit_override ?? null,
     promotions: stored.promotions ?? [],
     history_expired_through: stored.history_expired_through ?? 0,
+    queue_pauses: stored.queue_pauses ?? [],
   }
 }
 

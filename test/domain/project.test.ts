@@ -85,6 +85,7 @@ t.test('create project: the project and its first API key', async (t) => {
     rate_limit_override: null,
     promotions: [],
     history_expired_through: 0,
+    queue_pauses: [],
   })
 })
 

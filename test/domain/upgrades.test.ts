@@ -48,6 +48,7 @@ const noneYet = {
   rate_limit_override: null,
   promotions: [],
   history_expired_through: 0,
+  queue_pauses: [],
 }
 const defaultsOfOldProjects = { ...noTeam, ...billingNeverSet, ...noneYet }
 

@@ -191,6 +191,18 @@ t.test('retry policy: the project default and a queue override, set, read back a
   t.equal((await client.retryPolicy.get()).source, 'service')
 })
 
+t.test('queues: paused with a reason and an until, listed, resumed', async (t) => {
+  const until = new Date(Date.now() + 3_600_000).toISOString()
+  t.match(await client.queues.pause('sdk-held', { reason: 'deploy', until }), { queue: 'sdk-held', paused: true, reason: 'deploy', until })
+  const listed = await client.queues.list()
+  t.match(listed.data[0], { queue: 'sdk-held', paused: true, reason: 'deploy', total: 0 }, 'a paused queue is listed, first, even without jobs')
+  t.match(await client.queues.resume('sdk-held'), { queue: 'sdk-held', paused: false, reason: null })
+  t.notOk(
+    (await client.queues.list()).data.some((q) => q.queue === 'sdk-held'),
+    'resumed and empty: no longer listed',
+  )
+})
+
 t.test('the jobs export streams JSONL records', async (t) => {
   // A project of its own, so that its export cooldown is not the one the error test used.
   const other = await h.newProject()

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { chromium, type Browser } from 'playwright-core'
+import { chromium, type Browser, type Page } from 'playwright-core'
 import { repoRoot, type TestLike } from './harness.ts'
 
 /** Debian's chromium package (`.ci/run` installs it when missing). */
@@ -17,6 +17,15 @@ export async function launchChromium(t: TestLike): Promise<Browser> {
   })
   t.teardown(() => browser.close())
   return browser
+}
+
+/** A page in a context of its own (a desktop viewport, Paris time, British English), closed by the teardown. */
+export async function newBrowserPage(t: TestLike, browser: Browser): Promise<Page> {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, timezoneId: 'Europe/Paris', locale: 'en-GB' })
+  t.teardown(() => context.close())
+  const page = await context.newPage()
+  page.setDefaultTimeout(15_000)
+  return page
 }
 
 /**

@@ -56,6 +56,8 @@ const catalogue = {
     'overage_charged',
     'rate_limit_overridden',
     'retry_policy_updated',
+    'queue_paused',
+    'queue_resumed',
   ],
   recurring: ['recurring_upserted', 'recurring_deleted', 'recurring_rescheduled', 'recurring_fired'],
   alert: ['alert_created', 'alert_updated', 'alert_deleted', 'alert_triggered', 'alert_resolved'],

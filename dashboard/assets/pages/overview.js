@@ -1,7 +1,7 @@
 import { call } from '../api.js'
-import { formatDuration, formatTime, jobStates } from '../format.js'
+import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
 import { TimeChart } from '../chart.js'
-import { ErrorNotice, html, Link, Loading, Table, useEvery, useLoad } from '../ui.js'
+import { ErrorNotice, html, Link, Loading, Table, useEvery, useLoad, useSubmit } from '../ui.js'
 
 const stateLabel = (state) => state.replace('_', ' ')
 
@@ -87,18 +87,62 @@ process.once('SIGTERM', () => void worker.stop())`
   </section>`
 }
 
-/** How often the overview is read again while open (four requests of the project's hourly limit each time). */
+/** A queue's pause, and for an admin the button that pauses or resumes it (docs/api-notes.md, "Queue pauses"). */
+function PauseCell({ project, queue, state, onChanged }) {
+  const change = useSubmit(async () => {
+    const action = state?.paused ? 'resume' : 'pause'
+    await call('POST', `/jobsvc/v1/queues/${encodeURIComponent(queue)}/${action}`, { project: project.id, body: {} })
+    onChanged()
+  })
+  const mayChange = hasRoleAtLeast(project.role, 'admin')
+  const paused = state?.paused === true
+  return html`<td data-queue-state=${paused ? 'paused' : 'running'}>
+    ${
+      paused
+        ? html`<span class="badge state-cancelled" title=${state.reason ?? ''}>paused</span>
+            <span class="muted small">${state.reason ? ` ${state.reason}` : ''}${state.until ? ` until ${formatTime(state.until)}` : ''}</span>`
+        : html`<span class="muted small">running</span>`
+    }
+    ${
+      mayChange
+        ? html` <button
+            type="button"
+            class="small"
+            disabled=${change.busy}
+            aria-label=${`${paused ? 'Resume' : 'Pause'} the queue ${queue}`}
+            onClick=${change.submit}
+          >
+            ${paused ? 'Resume' : 'Pause'}
+          </button>`
+        : null
+    }
+    ${change.error ? html`<${ErrorNotice} error=${change.error} />` : null}
+  </td>`
+}
+
+/** The depth rows, and a row for each paused queue that has none (nothing pending, scheduled or running). */
+function queueRows(depths, states) {
+  const rows = depths.data.map((q) => ({ ...q, state: states.get(q.queue) }))
+  for (const [queue, state] of states) {
+    if (state.paused && !rows.some((r) => r.queue === queue))
+      rows.push({ queue, pending: 0, scheduled: 0, processing: 0, oldest_pending_at: null, state })
+  }
+  return rows
+}
+
+/** How often the overview is read again while open (five requests of the project's hourly limit each time). */
 const overviewRefreshMs = 15000
 
 export function OverviewPage({ project }) {
   const { data, error, loading, reload } = useLoad(async () => {
     const q = { project: project.id }
-    const [summary, throughput, queues] = await Promise.all([
+    const [summary, throughput, depths, states] = await Promise.all([
       call('GET', '/jobsvc/v1/metrics/summary', q),
       call('GET', '/jobsvc/v1/metrics/throughput', { ...q, query: { percentiles: 'window' } }),
       call('GET', '/jobsvc/v1/metrics/queues', q),
+      call('GET', '/jobsvc/v1/queues', q),
     ])
-    return { summary, throughput, queues }
+    return { summary, throughput, queues: queueRows(depths, new Map(states.data.map((s) => [s.queue, s]))) }
   }, [project.id])
   useEvery(overviewRefreshMs, true, reload)
   if (error) return html`<${ErrorNotice} error=${error} />`
@@ -149,16 +193,17 @@ export function OverviewPage({ project }) {
     )}
     <h2>Queues</h2>
     ${
-      queues.data.length === 0
+      queues.length === 0
         ? html`<p class="empty">No queue has jobs waiting.</p>`
-        : html`<${Table} columns=${['Queue', 'Pending', 'Scheduled', 'Processing', 'Oldest waiting']}>
-                ${queues.data.map(
-                  (q) => html`<tr>
+        : html`<${Table} columns=${['Queue', 'Pending', 'Scheduled', 'Processing', 'Oldest waiting', 'State']}>
+                ${queues.map(
+                  (q) => html`<tr data-queue=${q.queue}>
                   <td><${Link} to=${`/projects/${project.id}/jobs?queue=${encodeURIComponent(q.queue)}`}>${q.queue}</${Link}></td>
                   <td>${q.pending}</td>
                   <td>${q.scheduled}</td>
                   <td>${q.processing}</td>
                   <td>${q.oldest_pending_at ? html`${formatDuration(q.oldest_pending_age_ms)} <span class="muted small">(since ${formatTime(q.oldest_pending_at)})</span>` : '—'}</td>
+                  <${PauseCell} project=${project} queue=${q.queue} state=${q.state} onChanged=${reload} />
                 </tr>`,
                 )}
           </${Table}>`

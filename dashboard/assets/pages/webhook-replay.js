@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks'
 import { call } from '../api.js'
-import { toInstant, toLocalInput, webhookEventTypes } from '../format.js'
+import { namedOnlyWebhookEventTypes, toInstant, toLocalInput, webhookEventTypes } from '../format.js'
 import { ErrorNotice, html, useSubmit } from '../ui.js'
 import { Field } from './account.js'
 import { OperationProgress } from './operations.js'
@@ -28,7 +28,7 @@ const events = (n) => `${n} event${n === 1 ? '' : 's'}`
  */
 export function Replay({ project, webhook, onProgress }) {
   const path = `/jobsvc/v1/webhooks/${encodeURIComponent(webhook.id)}/replay`
-  const types = webhook.events === '*' ? webhookEventTypes : webhook.events
+  const types = webhook.events === '*' ? webhookEventTypes.filter((type) => !namedOnlyWebhookEventTypes.includes(type)) : webhook.events
   const [form, setForm] = useState(() => ({ since: toLocalInput(new Date(Date.now() - 3_600_000)), until: '', event_types: [], mode: 'missing' }))
   const [counted, setCounted] = useState(null)
   const [started, setStarted] = useState(null)

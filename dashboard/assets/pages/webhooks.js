@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks'
 import { call } from '../api.js'
-import { formatTime, hasRoleAtLeast, webhookEventTypes } from '../format.js'
+import { formatTime, hasRoleAtLeast, namedOnlyWebhookEventTypes, webhookEventTypes } from '../format.js'
 import { ErrorNotice, Facts, html, Link, ListStatus, Loading, navigate, RowsTable, useLoad, useSubmit } from '../ui.js'
 import { Field, SecretOnce } from './account.js'
 import { OperationList } from './operations.js'
@@ -26,7 +26,7 @@ function NewWebhook({ project, onCreated }) {
     <h2 id="new-webhook-title">New webhook</h2>
     <${Field} label="URL" type="url" name="url" placeholder="https://example.com/jobsvc" maxlength="2048" required value=${url} onValue=${setUrl} />
     <fieldset>
-      <legend>Events (none ticked: every event)</legend>
+      <legend>Events (none ticked: every event but ${namedOnlyWebhookEventTypes.join(', ')})</legend>
       ${webhookEventTypes.map((type) => html`<label class="check"><input type="checkbox" name="events" value=${type} checked=${events.includes(type)} onChange=${toggle(type)} /> ${type}</label>`)}
     </fieldset>
     <${ErrorNotice} error=${create.error} />

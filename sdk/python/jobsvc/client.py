@@ -225,6 +225,7 @@ class Client:
         self.recurring = Recurring(self)
         self.alerts = Alerts(self)
         self.retry_policy = RetryPolicy(self)
+        self.queues = Queues(self)
         self.activity = Activity(self)
         self.metrics = Metrics(self)
         self.event_consumers = EventConsumers(self)
@@ -630,6 +631,29 @@ class RetryPolicy(_Resource):
 
     def _path(self, queue: Optional[str]) -> str:
         return "/retry-policy" if queue is None else "/queues/%s/retry-policy" % _quote(queue)
+
+
+class Queues(_Resource):
+    """Pausing and resuming queues: a paused queue's jobs are created but handed to no poll until
+    it is resumed or its until passes. Pausing and resuming need the project role admin."""
+
+    def list(self, **query: Any) -> JsonObject:
+        """The paused queues, then every queue holding jobs: {data: [{queue, paused, reason, until,
+        paused_at, paused_by, counts, total}], has_more}."""
+        return self._call("GET", "/queues", query=query)
+
+    def pause(self, queue: str, reason: Optional[str] = None, until: Optional[Instant] = None) -> JsonObject:
+        """until: when the queue resumes by itself (RFC 3339 text or an aware datetime); None: until resumed."""
+        body: Dict[str, Any] = {}
+        if reason is not None:
+            body["reason"] = reason
+        if until is not None:
+            body["until"] = _instant(until)
+        return self._call("POST", "/queues/%s/pause" % _quote(queue), body=body)
+
+    def resume(self, queue: str) -> JsonObject:
+        """Wakes the queue's waiting polls at once; a queue that is not paused is answered as it is."""
+        return self._call("POST", "/queues/%s/resume" % _quote(queue), body={})
 
 
 class Activity(_Resource):

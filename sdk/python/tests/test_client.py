@@ -36,6 +36,16 @@ class ClientTest(unittest.TestCase):
         self.client.retry_policy.remove(queue="py-retry")
         self.assertNotEqual(self.client.retry_policy.get(queue="py-retry")["source"], "queue")
 
+    def test_pause_and_resume_a_queue(self):
+        until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+        paused = self.client.queues.pause("py-held", reason="deploy", until=until)
+        self.addCleanup(self.client.queues.resume, "py-held")
+        self.assertEqual((paused["queue"], paused["paused"], paused["reason"]), ("py-held", True, "deploy"))
+        listed = {q["queue"]: q for q in self.client.queues.list()["data"]}
+        self.assertTrue(listed["py-held"]["paused"])
+        resumed = self.client.queues.resume("py-held")
+        self.assertEqual((resumed["paused"], resumed["reason"]), (False, None))
+
     def test_list_all_follows_the_cursor(self):
         made = {self.client.jobs.create(job_type="py-page", payload={}, queue="py-page")["id"] for _ in range(5)}
         self.assertEqual({j["id"] for j in self.client.jobs.list_all(queue="py-page", limit=2)}, made)

@@ -41,6 +41,9 @@ import type {
   ProjectRetryPolicy,
   QueueRetryPolicy,
   RetryPolicyRequest,
+  PauseQueueRequest,
+  QueueList,
+  QueueState,
   ExportQuery,
   FeedEvent,
   HeartbeatRequest,
@@ -104,6 +107,7 @@ export class JobsvcClient {
   readonly recurring: RecurringApi
   readonly alerts: AlertsApi
   readonly retryPolicy: RetryPolicyApi
+  readonly queues: QueuesApi
   readonly activity: ActivityApi
   readonly metrics: MetricsApi
   readonly auditLog: AuditLogApi
@@ -121,6 +125,7 @@ export class JobsvcClient {
     this.recurring = new RecurringApi(call)
     this.alerts = new AlertsApi(call)
     this.retryPolicy = new RetryPolicyApi(call)
+    this.queues = new QueuesApi(call)
     this.activity = new ActivityApi(call)
     this.metrics = new MetricsApi(call)
     this.auditLog = new AuditLogApi(send)
@@ -487,6 +492,29 @@ export class RetryPolicyApi {
   /** The queue follows the project's policy again. */
   removeForQueue(queue: string, options?: RequestOptions): Promise<void> {
     return this.call({ method: 'DELETE', path: `${v1}/queues/${id(queue)}/retry-policy`, options, repeat: 'safe' })
+  }
+}
+
+/**
+ * Pausing and resuming queues (docs/api-notes.md, "Queue pauses"): a paused queue's jobs are
+ * created but handed to no poll until it is resumed or its `until` passes.
+ */
+export class QueuesApi {
+  constructor(private readonly call: CallJson) {}
+
+  /** The paused queues, then every queue holding jobs, with their counts per state. */
+  list(query: { min_seq?: number } = {}, options?: RequestOptions): Promise<QueueList> {
+    return this.call({ method: 'GET', path: `${v1}/queues`, query: query as QueryValues, options, repeat: 'safe' })
+  }
+
+  /** Needs `admin`. Pausing again replaces the reason and `until`. */
+  pause(queue: string, pause: PauseQueueRequest = {}, options?: RequestOptions): Promise<QueueState> {
+    return this.call({ method: 'POST', path: `${v1}/queues/${id(queue)}/pause`, body: pause, options, repeat: 'safe' })
+  }
+
+  /** Wakes the queue's waiting polls at once. A queue that is not paused is answered as it is. */
+  resume(queue: string, options?: RequestOptions): Promise<QueueState> {
+    return this.call({ method: 'POST', path: `${v1}/queues/${id(queue)}/resume`, body: {}, options, repeat: 'safe' })
   }
 }
 

@@ -101,6 +101,9 @@ export type AlertRequest = RequestBody<'/jobsvc/v1/alerts', 'post'>
 export type ProjectRetryPolicy = ResponseBody<'/jobsvc/v1/retry-policy', 'get'>
 export type QueueRetryPolicy = ResponseBody<'/jobsvc/v1/queues/{queue}/retry-policy', 'get'>
 export type RetryPolicyRequest = RequestBody<'/jobsvc/v1/retry-policy', 'put'>
+export type QueueList = ResponseBody<'/jobsvc/v1/queues', 'get'>
+export type QueueState = ResponseBody<'/jobsvc/v1/queues/{queue}/pause', 'post'>
+export type PauseQueueRequest = NonNullable<RequestBody<'/jobsvc/v1/queues/{queue}/pause', 'post'>>
 export type ActivityQuery = Query<'/jobsvc/v1/activity', 'get'>
 export type ActivityPage = ResponseBody<'/jobsvc/v1/activity', 'get'>
 

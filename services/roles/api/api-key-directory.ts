@@ -39,6 +39,7 @@ export class ApiKeyDirectory {
   readonly #loading = new Map<string, Set<{ stale: boolean }>>()
   readonly #prefixes = new Map<string, string>()
   readonly #hashes = new Map<string, string>()
+  readonly #listeners = new Set<(before: Project | undefined, after: Project) => void>()
   #subscription: Subscription | undefined
 
   constructor(deps: Deps) {
@@ -52,7 +53,7 @@ export class ApiKeyDirectory {
         try {
           const message = decodeEventMessage<{ type: string; data: unknown }, Project | null>(msg.data, null)
           if (message.state === null) this.#projects.delete(message.project_id)
-          else this.#projects.set(message.project_id, { project: message.state, loadedAt: Date.now() })
+          else this.#replace(message.state)
           for (const load of this.#loading.get(message.project_id) ?? []) load.stale = true
         } catch (e) {
           this.#deps.log.warn({ err: e }, 'api keys: undecodable project event')
@@ -95,8 +96,38 @@ export class ApiKeyDirectory {
    * own event follows that one on the log and restores it.
    */
   note(project: Project): void {
-    this.#projects.set(project.id, { project, loadedAt: Date.now() })
+    this.#replace(project)
     for (const load of this.#loading.get(project.id) ?? []) load.stale = true
+  }
+
+  /**
+   * The project as this process last saw it (an event, a load, its own append), however long
+   * ago; undefined when it holds none. Polls read the queues' pauses here on every claim, so a
+   * pause or resume appended by any process applies to a poll that is already waiting.
+   */
+  current(projectId: string): Project | undefined {
+    return this.#projects.get(projectId)?.project
+  }
+
+  /**
+   * Keeps `project` (as a request loaded it: a dashboard session's project is not loaded through
+   * this directory) when this process holds none, so the project's next event has a state to be
+   * compared with; a state held already is newer or as new, and stays.
+   */
+  remember(project: Project): void {
+    if (!this.#projects.has(project.id)) this.#projects.set(project.id, { project, loadedAt: Date.now() })
+  }
+
+  /** Calls `listener` with the project before and after each change this process sees (events and its own appends). */
+  onChange(listener: (before: Project | undefined, after: Project) => void): () => void {
+    this.#listeners.add(listener)
+    return () => this.#listeners.delete(listener)
+  }
+
+  #replace(project: Project): void {
+    const before = this.#projects.get(project.id)?.project
+    this.#projects.set(project.id, { project, loadedAt: Date.now() })
+    for (const listener of this.#listeners) listener(before, project)
   }
 
   /**

@@ -14,6 +14,7 @@ import { AccountService } from '../../use-cases/platform/accounts.ts'
 import { TeamService } from '../../use-cases/platform/team-service.ts'
 import { StaffService } from '../../use-cases/staff/staff-service.ts'
 import { ApiKeyDirectory } from './api-key-directory.ts'
+import { PausedQueues } from './paused-queues.ts'
 import type { ApiContext } from './context.ts'
 import { openIdempotencyStore } from './idempotency-hooks.ts'
 import { LogHead } from './log-head.ts'
@@ -47,10 +48,12 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
     (projectId) => jobs.lastPendingSeq.get(projectId) ?? 0,
   )
   jobs.observer = ready.observer
+  const keys = new ApiKeyDirectory(deps)
   const context: ApiContext = {
     deps,
     jobs,
-    keys: new ApiKeyDirectory(deps),
+    keys,
+    pauses: new PausedQueues(keys, ready, deps.now),
     ready,
     watcher,
     accounts,
@@ -83,6 +86,7 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
 /** Stops what `composeContext` started, when the app closes. */
 export async function stopContext(context: ApiContext): Promise<void> {
   context.keys.stop()
+  context.pauses.stop()
   context.feed.close()
   await context.ready.stop()
   context.watcher.stop()

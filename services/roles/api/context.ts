@@ -16,6 +16,7 @@ import type { TeamService } from '../../use-cases/platform/team-service.ts'
 import type { WorkerPresence } from '../../use-cases/workers/worker-presence.ts'
 import type { ApiKeyDirectory } from './api-key-directory.ts'
 import type { LogHead } from './log-head.ts'
+import type { PausedQueues } from './paused-queues.ts'
 import type { ProjectSlots } from './project-slots.ts'
 import type { ProjectionWatcher } from './projection-watcher.ts'
 
@@ -24,6 +25,8 @@ export interface ApiContext {
   deps: Deps
   jobs: JobService
   keys: ApiKeyDirectory
+  /** The queues paused now, as the project's events say, for the polls (paused-queues.ts). */
+  pauses: PausedQueues
   /** The claimable jobs of this process's polls, followed from the log: where claims come from. */
   ready: ReadyIndex
   watcher: ProjectionWatcher

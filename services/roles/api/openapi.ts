@@ -363,6 +363,7 @@ export async function registerApiDescription(app: FastifyInstance, publicUrl: st
         { name: 'Alerts', description: 'Alert notification settings' },
         { name: 'Webhooks', description: 'Outbound webhook subscriptions and their deliveries' },
         { name: 'Retry policy', description: 'How failed attempts are retried, per project and per queue' },
+        { name: 'Queues', description: "The project's queues, and pausing and resuming them" },
         { name: 'Activity', description: "The project's audit trail" },
         { name: 'Metrics', description: 'Job counts, throughput, queue depth and job types' },
         { name: 'Auth', description: 'Sign-up, login, sessions, profile and two-factor authentication' },

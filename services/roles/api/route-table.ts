@@ -22,6 +22,7 @@ import { emailProviderWebhookRoutes, notificationRoutes } from './routes/platfor
 import { platformProjectRoutes } from './routes/platform-projects.ts'
 import { recurringRoutes } from './routes/recurring.ts'
 import { removedWrapperRoutes } from './routes/removed-wrappers.ts'
+import { queueRoutes } from './routes/queues.ts'
 import { apiKeyRetryPolicyRoutes, sessionRetryPolicyRoutes } from './routes/retry-policy.ts'
 import { webhookRoutes } from './routes/webhooks.ts'
 import { workerRoutes } from './routes/workers.ts'
@@ -83,6 +84,7 @@ const projectRoutes: Record<string, RouteEntry['routes']> = {
   '/events': eventRoutes,
   '/event-consumers': eventConsumerRoutes,
   '/audit': auditRoutes,
+  '/queues': queueRoutes,
   // `/retry-policy` and `/queues/:queue/retry-policy`, at the version's root.
   '': apiKeyRetryPolicyRoutes,
 }

@@ -1,4 +1,4 @@
-import { alertEventsSent } from '../../../domain/webhook-payload.ts'
+import { alertEventsSent, projectEventsSent } from '../../../domain/webhook-payload.ts'
 import { consumeBatches } from '../../../streams/consume.ts'
 import {
   aggregateKindFilter,
@@ -6,6 +6,7 @@ import {
   auditDispatcherConsumerName,
   dispatcherConsumerName,
   eventsStreamName,
+  projectDispatcherConsumerName,
 } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { ActiveSubscriptions } from './active-subscriptions.ts'
@@ -18,9 +19,10 @@ import { WebhookSender } from './webhook-sender.ts'
 
 /** The alert events that send webhooks are also those that send e-mails (alert-mail.ts). */
 const mentionsAlertEventSent = new RegExp(alertEventsSent.join('|'))
+const mentionsProjectEventSent = new RegExp(projectEventsSent.join('|'))
 
 /**
- * The dispatcher role. Fan-out (fan-out.ts): durable consumers of the job and alert events turn
+ * The dispatcher role. Fan-out (fan-out.ts): durable consumers of the job, alert, audit and project events turn
  * each webhook event and each matching active subscription into a scheduled delivery and a work
  * item on the deliveries queue (delivery-queue.ts). The deliverer (deliverer.ts) takes the items
  * off the queue and attempts them (delivery-attempt.ts) with the sender (webhook-sender.ts).
@@ -73,13 +75,26 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     controller.signal,
     (err) => deps.log.error({ err }, 'dispatcher: checkpoint fan-out failed; retrying'),
   )
+  const queueEventsDone = consumeBatches(
+    deps.nats,
+    {
+      stream: eventsStreamName(ns),
+      durable: projectDispatcherConsumerName(ns),
+      filterSubject: aggregateKindFilter(ns, 'project'),
+      maxBatch: 200,
+      accept: ({ eventTypes }) => mentionsProjectEventSent.test(eventTypes),
+    },
+    (records) => fanOut.handle(records),
+    controller.signal,
+    (err) => deps.log.error({ err }, 'dispatcher: queue pause fan-out failed; retrying'),
+  )
   const deliverDone = deliverer.run()
   const mailDone = runMailSender(deps, controller.signal)
   const operationsDone = runOperations(deps, controller.signal)
   return async () => {
     controller.abort()
     subscriptions.close()
-    await Promise.all([jobEventsDone, alertEventsDone, checkpointsDone, deliverDone, mailDone, operationsDone])
+    await Promise.all([jobEventsDone, alertEventsDone, checkpointsDone, queueEventsDone, deliverDone, mailDone, operationsDone])
     await deliverer.drain()
   }
 }

@@ -15,6 +15,7 @@ import { AuditCheckpoints } from '../../use-cases/audit/checkpoints.ts'
 import { evaluateAlerts } from '../../use-cases/alerts/alert-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { IsolatedPass, isOutage } from '../../infrastructure/failing-items.ts'
+import { commandProject } from '../../use-cases/projects/project-service.ts'
 
 /** Rows handled per promotion or reaping pass; the next pass takes the rest. */
 const passLimit = 500
@@ -22,6 +23,8 @@ const passConcurrency = 16
 
 /** Projects an audit checkpoint pass signs for at most before it yields to the other passes. */
 const checkpointPage = 200
+/** Projects whose queue pauses one pass records the end of, at most; a full page is followed at once. */
+const endedPausesPage = 100
 
 /**
  * The scheduler role: moves due scheduled jobs to pending, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
@@ -94,6 +97,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     }),
     // A page of projects per pass, back to back while pages come back full.
     loop(t.audit_checkpoint_interval_ms, 'audit checkpoint pass', async () => t.audit_log_enabled && (await checkpoints.issueDue(checkpointPage))),
+    loop(t.scheduler_interval_ms, 'queue pause pass', async () => (await recordEndedQueuePauses(deps)) === endedPausesPage),
     loop(
       t.billing_period_check_interval_ms,
       'billing period pass',
@@ -258,4 +262,24 @@ export async function rollBillingPeriods(
     },
   )
   return moved
+}
+
+/**
+ * Records the end of the queue pauses whose `until` has passed (an automatic `queue_resumed` at
+ * that instant), for the activity feed and the webhooks: the pauses stopped holding at `until`
+ * already, since every poll compares `until` with the clock. Resolves to how many projects it
+ * looked at; a project that fails is logged and tried again on the next pass.
+ */
+async function recordEndedQueuePauses(deps: Deps): Promise<number> {
+  const now = deps.now()
+  const projectIds = await projectDirectory.projectsWithEndedPauses(deps.sql, now, endedPausesPage)
+  for (const projectId of projectIds) {
+    try {
+      await commandProject(deps, projectId, { type: 'end_queue_pauses', data: {}, meta: { now: now.toISOString() } })
+    } catch (err) {
+      if (isOutage(err)) throw err
+      deps.log.error({ err, project_id: projectId }, 'scheduler: recording the end of queue pauses failed')
+    }
+  }
+  return projectIds.length
 }

@@ -62,18 +62,24 @@ export interface CatchUp {
  * they are answered. Jobs appended by other processes reach a cold queue through the read model
  * only, so a poll may answer short of those while the projector lags (docs/architecture.md,
  * "Cold queues, bounds and stalls"); the index wakes a waiting poll once it holds them.
+ *
+ * Nothing is claimed from the `paused` queues of the poll, neither from the index nor from the
+ * read model.
  */
 export async function claimForPoll(
   jobs: JobService,
   line: ClaimLine<ClaimedJob>,
   session: PollSession,
-  request: ClaimRequest,
+  polled: ClaimRequest,
   signal: AbortSignal,
   recheck: boolean,
   catchUp: CatchUp,
   deadline: number,
+  paused: ReadonlySet<string> = new Set(),
 ): Promise<ClaimedJob[]> {
-  const claimed = await claimFromIndex(jobs, session, request.workerId, request.capacity)
+  const request = paused.size === 0 ? polled : { ...polled, queues: polled.queues.filter((q) => !paused.has(q)) }
+  if (request.queues.length === 0) return []
+  const claimed = await claimFromIndex(jobs, session, request.workerId, request.capacity, paused)
   if (claimed.length === request.capacity) return claimed
   const vouched = session.isComplete()
   if (vouched && !recheck) return claimed
@@ -85,7 +91,7 @@ export async function claimForPoll(
   // The read model holds this process's jobs now; the index may hold them too, if its warm-up
   // (which follows the projector) has read the queue meanwhile. The query runs either way: one
   // more query on this rare path, and no reliance on which of the two caught up first.
-  claimed.push(...(await claimFromIndex(jobs, session, request.workerId, request.capacity - claimed.length)))
+  claimed.push(...(await claimFromIndex(jobs, session, request.workerId, request.capacity - claimed.length, paused)))
   if (claimed.length < request.capacity) claimed.push(...(await line.claim({ ...request, capacity: request.capacity - claimed.length }, signal)))
   return claimed
 }
@@ -94,13 +100,19 @@ export async function claimForPoll(
  * Claims up to `capacity` of the session's candidates, each an append at the sequence the index
  * holds for it. A candidate whose append conflicts is dropped without a reload (the follower
  * brings the job's newer state anyway), and the next ones are tried. A candidate held without its
- * payload has it read once, after its claim won.
+ * payload has it read once, after its claim won. None of the `paused` queues' candidates is taken.
  */
-export async function claimFromIndex(jobs: JobService, session: PollSession, workerId: string, capacity: number): Promise<ClaimedJob[]> {
+export async function claimFromIndex(
+  jobs: JobService,
+  session: PollSession,
+  workerId: string,
+  capacity: number,
+  paused?: ReadonlySet<string>,
+): Promise<ClaimedJob[]> {
   const claimed: ClaimedJob[] = []
   let failure: unknown
   for (let round = 0; round < indexRounds && claimed.length < capacity; round++) {
-    const candidates = session.take(capacity - claimed.length)
+    const candidates = session.take(capacity - claimed.length, paused)
     if (candidates.length === 0) break
     const outcomes = await Promise.all(candidates.map((c) => claimCandidate(jobs, session, c, workerId)))
     let lost = 0

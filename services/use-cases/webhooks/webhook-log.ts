@@ -31,6 +31,14 @@ const logEventTypeOf: Record<WebhookEventType, string> = {
   'alert.triggered': 'alert_triggered',
   'alert.resolved': 'alert_resolved',
   'audit.checkpoint': 'checkpoint_issued',
+  'queue.paused': 'queue_paused',
+  'queue.resumed': 'queue_resumed',
+}
+
+/** The aggregate each webhook event type's log events are on. */
+const aggregateOf = (type: WebhookEventType): 'job' | 'alert' | 'audit' | 'project' => {
+  const prefix = type.split('.')[0]!
+  return prefix === 'queue' ? 'project' : (prefix as 'job' | 'alert' | 'audit')
 }
 
 /**
@@ -69,7 +77,7 @@ export interface WebhookEventRange {
 /** Opens a scan of the project's messages that may hold events of `types`: one kind of aggregate when every type is of it. */
 async function openScan(deps: Deps, projectId: string, types: readonly WebhookEventType[], start: { seq: number } | { time: string }) {
   const ns = deps.config.namespace
-  const kinds = new Set(types.map((type) => type.split('.')[0] as 'job' | 'alert' | 'audit'))
+  const kinds = new Set(types.map(aggregateOf))
   const subjects = kinds.size === 1 ? projectKindFilter(ns, projectId, [...kinds][0]!) : projectSubjectsFilter(ns, projectId)
   return NarrowingScan.open(deps.nats.nc, eventsStreamName(ns), subjects, start)
 }

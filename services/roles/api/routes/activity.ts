@@ -48,7 +48,7 @@ export const activityItem = z
   .strictObject({
     id: z.string().describe('ULID'),
     kind: z.string().describe('one of the activity kinds of the spec, e.g. job_created'),
-    target_type: z.string().describe('`job`, `recurring`, `alert`, `project`, `api_key` or `member`'),
+    target_type: z.string().describe('`job`, `recurring`, `alert`, `project`, `api_key`, `member` or (extension) `queue`'),
     target_id: z.string().nullable(),
     summary: z.string(),
     metadata: z.string().nullable().describe('JSON text with extra context'),

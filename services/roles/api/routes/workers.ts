@@ -356,7 +356,7 @@ function toPolledJob({ job, payload }: ClaimedJob) {
 }
 
 export function workerRoutes(
-  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'watcher' | 'polls' | 'stopping' | 'requestRate' | 'presence'>,
+  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'watcher' | 'polls' | 'stopping' | 'requestRate' | 'presence' | 'pauses'>,
 ): FastifyPluginAsync {
   const { deps, jobs } = ctx
   const catchUp: CatchUp = { projection: ctx.watcher, maxWaitMs: deps.config.tunables.read_your_writes_wait_ms }
@@ -402,7 +402,9 @@ export function workerRoutes(
           let recheck = false
           for (;;) {
             if (ctx.stopping.aborted) throw restarting()
-            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone, recheck, catchUp, deadline)
+            // Read on every round: a pause or resume through any process applies to a waiting poll.
+            const pauses = ctx.pauses.of(claim.projectId, claim.queues, request.principal.project)
+            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone, recheck, catchUp, deadline, pauses.paused)
             // A claim still waiting for its turn when shutdown began was withdrawn, not run.
             if (claimed.length === 0 && ctx.stopping.aborted) throw restarting()
             const remaining = deadline - Date.now()
@@ -411,7 +413,9 @@ export function workerRoutes(
               if (waited) refundProjectRequest(ctx, request, reply)
               return { jobs: [] }
             }
-            recheck = (await session.wait(Math.min(remaining, t.poll_tick_ms), gone)) === 'timeout'
+            // A pause that ends by itself wakes the poll when it ends (a resume wakes it through the index).
+            const pauseEndsIn = pauses.endsAt === null ? Infinity : Math.max(1, pauses.endsAt - deps.now().getTime())
+            recheck = (await session.wait(Math.min(remaining, t.poll_tick_ms, pauseEndsIn), gone)) === 'timeout'
           }
         } finally {
           session.close()

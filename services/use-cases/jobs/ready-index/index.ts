@@ -174,6 +174,15 @@ export class ReadyIndex {
   }
 
   /**
+   * Wakes every poll of this process waiting on the queue (it was resumed): each claims what it
+   * can, from the index or, where the index cannot vouch for the queue, from the read model.
+   */
+  wakeQueue(projectId: string, queue: string): void {
+    const lane = this.#lanes.laneOf(projectId, queue)
+    for (const session of lane?.parts.wakeups.sessions ?? []) session.wake()
+  }
+
+  /**
    * Forgets removals both the follower and the read model have passed. Not while a warm-up reads
    * the read model: its rows may predate a removal the projector has since committed.
    */

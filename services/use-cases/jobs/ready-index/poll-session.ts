@@ -21,6 +21,8 @@ export interface HasWakeups {
 
 type WakingLane = Lane<HasWakeups>
 
+const noQueues: ReadonlySet<string> = new Set()
+
 /** Longest timer Node keeps exact (about 24.8 days); a later due time re-arms when it fires. */
 const maxTimerMs = 2 ** 31 - 1
 
@@ -131,14 +133,15 @@ export class PollSession {
 
   /**
    * Takes up to `max` claimable candidates of the poll's queues and job types, earliest due first,
-   * out of every other poll's reach until `settle`d. Also counts as the poll having seen what it
-   * was woken for.
+   * out of every other poll's reach until `settle`d, none of the `paused` queues. Also counts as
+   * the poll having seen what it was woken for.
    */
-  take(max: number): Candidate[] {
+  take(max: number, paused: ReadonlySet<string> = noQueues): Candidate[] {
     this.#offered = 0
     this.#fired = false
     const now = this.#scope.wakeups.now()
-    const picked = this.#scope.lanes.take(this.#lanes, this.#jobTypes, max, now)
+    const lanes = paused.size === 0 ? this.#lanes : this.#lanes.filter((l) => !paused.has(l.queue))
+    const picked = this.#scope.lanes.take(lanes, this.#jobTypes, max, now)
     // The clock may have moved since the lanes' timers were set (and tests shift it).
     for (const lane of this.#lanes) this.#scope.wakeups.arm(lane, now)
     return picked
@@ -179,6 +182,12 @@ export class PollSession {
     this.#fired = true
     this.#wake?.()
     return true
+  }
+
+  /** Wakes the poll whatever it takes: a queue of it was resumed, and its jobs may be claimable now. */
+  wake(): void {
+    this.#fired = true
+    this.#wake?.()
   }
 
   /** Resolves when a job becomes claimable for this poll (or did since its last take), after `ms`, or on abort. */

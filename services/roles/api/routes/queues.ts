@@ -1,0 +1,154 @@
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import type { ZodTypeProvider } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import { jobStates } from '../../../../domain/job.ts'
+import { maxPausedQueues, pauseOf, type Project, type ProjectCommand, type QueuePause } from '../../../../domain/project/index.ts'
+import { projectHandler } from '../../../../streams/aggregates.ts'
+import { summary } from '../../../use-cases/jobs/metrics-service.ts'
+import { commandProject } from '../../../use-cases/projects/project-service.ts'
+import type { ApiContext } from '../context.ts'
+import { queueNameText } from '../job-fields.ts'
+import { errorResponses, instant, writeCodes } from '../openapi.ts'
+import { minSeq } from '../query-fields.ts'
+import { awaitOwnWrites } from '../read-your-writes.ts'
+import { isStorableInstant, unstorableInstantMessage } from '../storable.ts'
+import { storableText } from '../text-fields.ts'
+
+/** Queues one list answers at most: the paused ones first, then those with jobs, by name. */
+const maxQueuesListed = 1000
+
+const pauseBody = z
+  .object({
+    reason: storableText(0, 500).nullish().describe('why, shown with the queue (at most 500 characters)'),
+    until: z
+      .string()
+      .max(64)
+      .pipe(z.iso.datetime({ offset: true }))
+      .refine((s) => isStorableInstant(Date.parse(s)), unstorableInstantMessage)
+      .transform((s) => new Date(s).toISOString())
+      .nullish()
+      .describe('when the queue resumes by itself (ISO 8601, in the future); absent or null: until resumed'),
+  })
+  .default({})
+
+const queueState = z
+  .strictObject({
+    queue: z.string(),
+    paused: z.boolean(),
+    reason: z.string().nullable().describe('the pause’s reason; null when not paused or none was given'),
+    until: instant.nullable().describe('when the pause ends by itself; null when not paused or until resumed'),
+    paused_at: instant.nullable(),
+    paused_by: z.string().nullable().describe('the dashboard user who paused it; null for an API key, or when not paused'),
+  })
+  .meta({ id: 'QueueState' })
+
+const counts = z.strictObject(Object.fromEntries(jobStates.map((s) => [s, z.number().int()])) as Record<(typeof jobStates)[number], z.ZodNumber>)
+
+const queueListItem = queueState
+  .extend({
+    counts: counts.describe('jobs per state, from the same rollups as `GET /metrics/summary`'),
+    total: z.number().int(),
+  })
+  .meta({ id: 'QueueListItem' })
+
+const tags = ['Queues']
+
+const pauseSchema = {
+  summary: 'Pause a queue',
+  description: `Polls get no job of a paused queue, in every API process, until it is resumed or its \`until\` passes; a poll on several queues still gets the others'. Creating jobs in it still works, its running jobs still heartbeat and ack, and the reaper still retries their stale attempts. Pausing a paused queue replaces its reason and \`until\`. A project holds at most ${maxPausedQueues} paused queues; one more is 409 \`queue_pause_limit_reached\`. Needs \`admin\` (an API key acts as the owner). Recorded as a \`queue_paused\` event, an activity row and a \`queue.paused\` webhook (sent only to subscriptions that name it). Extension.`,
+  tags,
+  params: z.object({ queue: queueNameText }),
+  body: pauseBody,
+  response: { 200: queueState, ...errorResponses(...writeCodes, 'queue_pause_limit_reached') },
+}
+
+const resumeSchema = {
+  summary: 'Resume a paused queue',
+  description:
+    'Waiting polls of the queue are woken at once, in every API process. Resuming a queue that is not paused changes nothing (200). Needs `admin`. Recorded as a `queue_resumed` event, an activity row and a `queue.resumed` webhook (sent only to subscriptions that name it). Extension.',
+  tags,
+  params: z.object({ queue: queueNameText }),
+  response: { 200: queueState, ...errorResponses(...writeCodes) },
+}
+
+const listSchema = {
+  summary: "The project's queues and whether each is paused",
+  description: `Every queue that holds jobs, and every paused queue, paused first then by name, at most ${maxQueuesListed}, each with its jobs per state. \`min_seq\` (an \`X-Event-Seq\` value) makes the counts wait until they include that write. Extension.`,
+  tags,
+  querystring: z.object({ min_seq: minSeq }),
+  response: {
+    200: z.strictObject({ data: z.array(queueListItem), has_more: z.boolean().describe('more queues than listed') }),
+    ...errorResponses(),
+  },
+}
+
+function stateOf(queue: string, pause: QueuePause | null) {
+  return {
+    queue,
+    paused: pause !== null,
+    reason: pause?.reason ?? null,
+    until: pause?.until ?? null,
+    paused_at: pause?.paused_at ?? null,
+    paused_by: pause?.paused_by ?? null,
+  }
+}
+
+/**
+ * Pausing and resuming queues (state on the project aggregate, domain/project/queue-pauses.ts),
+ * and the list of the project's queues with their pauses and counts.
+ */
+export function queueRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys' | 'watcher' | 'logHead'>): FastifyPluginAsync {
+  const { deps } = ctx
+
+  /** The project from the log, so a read follows a change made through another API process at once. */
+  async function projectOf(request: FastifyRequest): Promise<Project> {
+    const loaded = await projectHandler.load(deps.store, projectHandler.ref(request.principal.projectId))
+    return loaded.state ?? request.principal.project
+  }
+
+  /** Appends the pause or resume; this process's polls see it at once, the others when its event reaches them. */
+  async function change(request: FastifyRequest, reply: FastifyReply, pause: { reason: string | null; until: string | null } | null) {
+    const queue = (request.params as { queue: string }).queue
+    const actor = request.principal.actor ?? null
+    const acting = { actor_user_id: actor?.user_id ?? null, queue }
+    const meta = { now: deps.now().toISOString(), actor: actor ?? undefined }
+    const command: ProjectCommand =
+      pause === null ? { type: 'resume_queue', data: acting, meta } : { type: 'pause_queue', data: { ...acting, ...pause }, meta }
+    const result = await commandProject(deps, request.principal.projectId, command)
+    if (result.appended) {
+      ctx.keys.note(result.state!)
+      ctx.jobs.noteWritten(request.principal.projectId, result.seq)
+    }
+    void reply.header('X-Event-Seq', String(result.seq))
+    return stateOf(queue, pauseOf(result.state!, queue, deps.now()))
+  }
+
+  return async (plugin) => {
+    const app = plugin.withTypeProvider<ZodTypeProvider>()
+
+    app.get('/', { schema: listSchema, config: { role: 'viewer' } }, async (request) => {
+      const projectId = request.principal.projectId
+      await awaitOwnWrites(ctx, projectId, request.query.min_seq)
+      const [project, counted] = await Promise.all([projectOf(request), summary(deps, projectId, { queue: null, byQueue: true })])
+      const now = deps.now()
+      const byQueue = new Map((counted.queues ?? []).map((q) => [q.queue, q]))
+      const names = new Set([...project.queue_pauses.map((p) => p.queue), ...byQueue.keys()])
+      const zero = Object.fromEntries(jobStates.map((s) => [s, 0])) as Record<(typeof jobStates)[number], number>
+      const listed = [...names]
+        .map((queue) => ({
+          ...stateOf(queue, pauseOf(project, queue, now)),
+          counts: byQueue.get(queue)?.counts ?? zero,
+          total: byQueue.get(queue)?.total ?? 0,
+        }))
+        .filter((q) => q.paused || q.total > 0)
+        .sort((a, b) => (a.paused !== b.paused ? (a.paused ? -1 : 1) : a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0))
+      return { data: listed.slice(0, maxQueuesListed), has_more: listed.length > maxQueuesListed }
+    })
+
+    app.post('/:queue/pause', { schema: pauseSchema, config: { role: 'admin' } }, async (request, reply) =>
+      change(request, reply, { reason: request.body.reason ?? null, until: request.body.until ?? null }),
+    )
+
+    app.post('/:queue/resume', { schema: resumeSchema, config: { role: 'admin' } }, async (request, reply) => change(request, reply, null))
+  }
+}
