@@ -12,7 +12,7 @@ import { errorResponses, instant, writeCodes } from '../openapi.ts'
 import { minSeq } from '../query-fields.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 import { isStorableInstant, unstorableInstantMessage } from '../storable.ts'
-import { storableText } from '../text-fields.ts'
+import { boundedString, storableText } from '../text-fields.ts'
 
 /** Queues one list answers at most: the paused ones first, then those with jobs, by name. */
 const maxQueuesListed = 1000
@@ -20,9 +20,7 @@ const maxQueuesListed = 1000
 const pauseBody = z
   .object({
     reason: storableText(0, 500).nullish().describe('why, shown with the queue (at most 500 characters)'),
-    until: z
-      .string()
-      .max(64)
+    until: boundedString(64)
       .pipe(z.iso.datetime({ offset: true }))
       .refine((s) => isStorableInstant(Date.parse(s)), unstorableInstantMessage)
       .transform((s) => new Date(s).toISOString())
