@@ -27,7 +27,9 @@ t.test("the spec's cancel still answers 409 invalid_state for a processing job w
   isError(t, await cancel(job.id, { include_running: false }), 409, 'invalid_state', 'include_running false')
   isError(t, await cancel(job.id, { include_running: 'yes' }), 400, 'invalid_request', 'a value that is not a boolean')
   t.equal((await heartbeat(job.id, 'wrk_spec')).body.status, 'ok', 'the heartbeat answers ok')
-  t.equal((await getJob(job.id)).state, 'processing')
+  const running = await getJob(job.id)
+  t.equal(running.state, 'processing')
+  t.notOk('cancel_requested_at' in running, "the detail has the spec's fields only while nobody asked the job to stop")
   const pending = await create({ queue: 'c-spec-pending' })
   const res = await cancel(pending.id)
   t.equal(res.status, 200)
@@ -51,6 +53,14 @@ t.test('opted in: 202, the heartbeat and the signal poll say cancel, the failure
   t.strictSame(heard.body, { cancel: [job.id] }, 'the signal poll answers the job to stop')
   t.ok(latency < 1000, `the signal poll answered within 1 s of the cancel (${latency} ms)`)
   t.strictSame((await heartbeat(job.id, 'wrk_run')).body, { status: 'cancel' }, 'the heartbeat answers cancel')
+  const stopping = await getJob(job.id)
+  t.equal(stopping.state, 'processing', 'still processing until the worker stops')
+  t.ok(Date.parse(stopping.cancel_requested_at) >= askedAt - 1000, 'the detail says when the cancel was asked for')
+  await eventually(
+    async () => (await h.request('GET', '/jobsvc/v1/jobs?queue=c-run')).body.data[0]?.cancel_requested_at === stopping.cancel_requested_at,
+    5_000,
+    'the list item too',
+  )
   t.equal((await cancel(job.id, { include_running: true })).status, 202, 'asked again: 202 again')
   const acked = await failedAck(job.id, 'wrk_run')
   t.equal(acked.status, 200)

@@ -194,7 +194,9 @@ export function JobPage({ project, jobId }) {
     return () => controller.abort()
   }, [data?.job.id, run])
   const act = useSubmit(async (action) => {
-    await call('POST', `/jobsvc/v1/jobs/${encodeURIComponent(jobId)}/${action}`, { project: project.id })
+    // Stopping a running job opts into include_running (issue 28); the spec's own cancel and retry have no body.
+    const [route, body] = action === 'cancel-running' ? ['cancel', { include_running: true }] : [action, undefined]
+    await call('POST', `/jobsvc/v1/jobs/${encodeURIComponent(jobId)}/${route}`, { project: project.id, body })
     setLive(null)
     setAt(null)
     setRun((n) => n + 1)
@@ -221,6 +223,23 @@ export function JobPage({ project, jobId }) {
           : null
       }
       ${mayAct && ['pending', 'scheduled'].includes(state) ? html`<button type="button" class="danger" onClick=${() => act.submit('cancel')} disabled=${act.busy}>Cancel</button>` : null}
+      ${
+        state === 'processing' && job.cancel_requested_at
+          ? html`<span class="muted" data-field="cancel-requested" title=${`asked at ${formatTime(job.cancel_requested_at)}`}
+              >Cancel requested: waiting for the worker to stop</span
+            >`
+          : mayAct && state === 'processing'
+            ? html`<button
+                type="button"
+                class="danger"
+                title="The worker is told at its next heartbeat or signal poll; the job ends cancelled when it stops, or after the grace period"
+                onClick=${() => act.submit('cancel-running')}
+                disabled=${act.busy}
+              >
+                Cancel the running job
+              </button>`
+            : null
+      }
     </div>
     <${ErrorNotice} error=${act.error} />
     ${history.data.length > 0 ? html`<${AsOfSlider} events=${history.data} at=${at} asOf=${then} onPick=${setAt} />` : null}

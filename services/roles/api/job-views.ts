@@ -3,7 +3,8 @@ import type { JobView } from '../../../domain/job.ts'
 /**
  * The job detail object of the spec, plus the fields a user of the list needs to make sense of
  * a job (run_at, timeout_seconds, parent_job_id, worker_id, traceparent, result). Single reads (from the log) and
- * list items (from Postgres) both go through here, so they have one shape.
+ * list items (from Postgres) both go through here, so they have one shape. Fields of the extensions
+ * appear only on jobs that used them, so the spec's answer for every other job stays as it says.
  */
 export function toJobDetail(job: JobView) {
   return {
@@ -27,6 +28,8 @@ export function toJobDetail(job: JobView) {
     worker_id: job.worker_id,
     traceparent: job.traceparent,
     result: job.result ?? null,
+    // A cancel of the running attempt was asked for (issue 28): the job is stopping.
+    ...(job.cancel_requested_at !== undefined ? { cancel_requested_at: job.cancel_requested_at } : {}),
   }
 }
 

@@ -91,6 +91,11 @@ export const jobDetail = z
     worker_id: z.string().nullable(),
     traceparent: z.string().nullable().describe("the create's valid W3C `traceparent` header; null without one"),
     result: z.unknown().describe("what the handler of the job's successful attempt returned (the ack's `result`); null without one"),
+    cancel_requested_at: instant
+      .optional()
+      .describe(
+        'Extension (issue 28): when a cancel of the running attempt was asked for (`include_running`); absent on jobs never asked to stop while running',
+      ),
   })
   .meta({ id: 'Job' })
 
