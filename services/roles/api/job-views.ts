@@ -27,6 +27,8 @@ export function toJobDetail(job: JobView) {
     worker_id: job.worker_id,
     traceparent: job.traceparent,
     result: job.result ?? null,
+    // Extension (issue 28): only a job that uses priorities shows one.
+    ...(job.priority === undefined ? {} : { priority: job.priority }),
   }
 }
 
