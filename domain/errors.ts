@@ -141,3 +141,5 @@ export class RetryPolicyLimitReached extends refusal('retry_policy_limit_reached
 export class QueuePauseLimitReached extends refusal('queue_pause_limit_reached') {}
 /** A queue pause whose `until` is not in the future. */
 export class InvalidPauseUntil extends refusal('invalid_request') {}
+/** A job priority that is not an integer from −600 to 600 (domain/job.ts, priorityRange). */
+export class InvalidPriority extends refusal('invalid_request') {}

@@ -68,6 +68,7 @@ const jobTypes: Record<JobEventType, true> = {
   job_retried: true,
   job_cancel_requested: true,
   job_released: true,
+  job_priority_changed: true,
 }
 const projectTypes: Record<ProjectEventType, true> = {
   project_created: true,

@@ -123,6 +123,7 @@ export function metricsOfJobEvent(event: JobEvent): JobEventMetrics {
     case 'job_child_attached':
     case 'job_progressed':
     case 'job_cancel_requested':
+    case 'job_priority_changed':
       return none
   }
 }

@@ -1,5 +1,5 @@
 import { EventBeforeCreation, type CommandMeta, type Decider } from './decider.ts'
-import { InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './errors.ts'
+import { InvalidPriority, InvalidState, JobNotFound, ParentTerminal, WorkerMismatch } from './errors.ts'
 import { retryDelayMs, retryPolicyFor, type RetryPolicies } from './retry-policy.ts'
 import { toTraceparent } from './trace-context.ts'
 
@@ -72,6 +72,11 @@ export interface Job {
    * then on, so a job that never had one keeps the shape of every older message.
    */
   cancel_requested_at?: string
+  /**
+   * Claim order offset in seconds (issue 28, item 5): present only for a job created with a
+   * non-zero priority or changed since, so every other job keeps the shape of older messages.
+   */
+  priority?: number
 }
 
 /**
@@ -120,6 +125,8 @@ export interface JobDefinition {
   tags: Record<string, string> | null
   parent_job_id: string | null
   idempotency_key: string | null
+  /** Absent or 0: no offset (and none is recorded on the `job_created`). */
+  priority?: number
 }
 
 export type JobEvent =
@@ -189,6 +196,11 @@ export type JobEvent =
       data: { worker_id: string; attempt: number; state: 'pending' | 'scheduled'; run_at: string | null; released_at: string }
     }
   | { type: 'job_retried'; data: { attempt: number; max_attempts: number; previous_state: 'failed' | 'dead_letter'; retried_at: string } }
+  // `operation_id`: the bulk operation that changed it, when one did.
+  | {
+      type: 'job_priority_changed'
+      data: { priority: number; previous_priority: number; state: 'pending' | 'scheduled'; changed_at: string; operation_id?: string }
+    }
 
 export type JobEventType = JobEvent['type']
 
@@ -230,6 +242,8 @@ export type JobCommand =
   /** `run_at`: when the job may be claimed again (null: at once). */
   | { type: 'release_job'; data: { worker_id: string; run_at: string | null }; meta: CommandMeta }
   | { type: 'retry_job'; data: Record<string, never>; meta: CommandMeta }
+  /** A waiting job's claim order offset; `operation_id`: the bulk operation asking, if any. */
+  | { type: 'set_priority'; data: { priority: number; operation_id?: string }; meta: CommandMeta }
 
 function addMs(iso: string, ms: number): string {
   return new Date(Date.parse(iso) + ms).toISOString()
@@ -237,6 +251,33 @@ function addMs(iso: string, ms: number): string {
 
 function isDue(runAt: string | null, now: string): boolean {
   return runAt === null || Date.parse(runAt) <= Date.parse(now)
+}
+
+/**
+ * A job's claim order offset, in seconds: an integer from −600 to 600, higher sooner. Claims take
+ * due jobs by `due time − priority` (`claimRankAt`), so a priority moves a job ahead of jobs due
+ * up to that many seconds before it, never ahead of its own due time, and an old low-priority job
+ * still overtakes newer high-priority ones once it has waited 2 × 600 s longer.
+ */
+export const priorityRange = { min: -600, max: 600 } as const
+
+export function isPriority(value: number): boolean {
+  return Number.isInteger(value) && value >= priorityRange.min && value <= priorityRange.max
+}
+
+/** The job's priority, 0 when it has none. */
+export function priorityOf(job: Pick<Job, 'priority'>): number {
+  return job.priority ?? 0
+}
+
+/** When the job is due, in ms since the epoch: its `run_at`, or its creation when it has none (the read model's `available_at`). */
+export function dueAtMs(job: Pick<Job, 'run_at' | 'created_at'>): number {
+  return Date.parse(job.run_at ?? job.created_at)
+}
+
+/** Where the job stands in its queue's claim order, in ms since the epoch: due time − priority (the read model's `claim_rank_at`). */
+export function claimRankAtMs(job: Pick<Job, 'run_at' | 'created_at' | 'priority'>): number {
+  return dueAtMs(job) - priorityOf(job) * 1000
 }
 
 /** True when a worker may claim the job at `now`. */
@@ -365,6 +406,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
             waiting_for_parent: d.waits_for_parent,
             idempotency_key: d.idempotency_key,
             traceparent: toTraceparent(d.traceparent),
+            ...(d.priority === undefined || d.priority === 0 ? {} : { priority: d.priority }),
             created_at: now,
           },
         },
@@ -464,6 +506,28 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
             state: isDue(runAt, now) ? 'pending' : 'scheduled',
             run_at: runAt,
             released_at: now,
+          },
+        },
+      ]
+    }
+    case 'set_priority': {
+      const job = requireJob(state)
+      if (!isPriority(command.data.priority))
+        throw new InvalidPriority(`priority must be an integer from ${priorityRange.min} to ${priorityRange.max}`)
+      if (job.state !== 'pending' && job.state !== 'scheduled') {
+        throw new InvalidState(`job ${job.id} is ${job.state}; only pending or scheduled jobs can change priority`)
+      }
+      if (job.priority === command.data.priority) return []
+      const { operation_id: operationId } = command.data
+      return [
+        {
+          type: 'job_priority_changed',
+          data: {
+            priority: command.data.priority,
+            previous_priority: priorityOf(job),
+            state: job.state,
+            changed_at: now,
+            ...(operationId === undefined ? {} : { operation_id: operationId }),
           },
         },
       ]
@@ -575,6 +639,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       idempotency_key: d.idempotency_key,
       traceparent: d.traceparent ?? null,
       updated_at: d.created_at,
+      ...(d.priority === undefined ? {} : { priority: d.priority }),
     }
   }
   if (state === null) throw new EventBeforeCreation(event.type, 'job_created')
@@ -640,6 +705,8 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
         max_attempts: event.data.max_attempts,
         updated_at: event.data.retried_at,
       }
+    case 'job_priority_changed':
+      return { ...state, priority: event.data.priority, updated_at: event.data.changed_at }
   }
 }
 

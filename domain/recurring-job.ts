@@ -18,6 +18,8 @@ export interface RecurringSchedule {
   timeout_seconds: number
   /** Payload of every job the schedule creates (absent in schedules registered before it existed). */
   payload?: Record<string, unknown>
+  /** The priority of every job it creates (issue 28); absent for none (0). */
+  priority?: number
 }
 
 export interface RecurringJob extends RecurringSchedule {
@@ -109,7 +111,8 @@ function isSameSchedule(a: RecurringJob, b: RecurringSchedule): boolean {
     a.timezone === b.timezone &&
     a.max_attempts === b.max_attempts &&
     a.timeout_seconds === b.timeout_seconds &&
-    canonicalJson(a.payload) === canonicalJson(b.payload ?? {})
+    canonicalJson(a.payload) === canonicalJson(b.payload ?? {}) &&
+    (a.priority ?? 0) === (b.priority ?? 0)
   )
 }
 

@@ -1,5 +1,5 @@
 import type { JobProgress } from '../domain/job-progress.ts'
-import { errorOf, staleAttemptRule, toJobView, type Job, type JobError, type JobEventType, type JobView } from '../domain/job.ts'
+import { claimRankAtMs, errorOf, staleAttemptRule, toJobView, type Job, type JobError, type JobEventType, type JobView } from '../domain/job.ts'
 import type { EventRecord } from '../streams/event-store.ts'
 import type { Queryable, Sql, Tx } from './database.ts'
 import { isStorableCopyRow, removeStorableJobRow, writeStorableJobRow } from './job-list-copies.ts'
@@ -19,6 +19,7 @@ const handledTypes: readonly JobEventType[] = [
   'job_retried',
   'job_cancel_requested',
   'job_released',
+  'job_priority_changed',
 ]
 
 /** Rows per statement, so one statement's document stays a few megabytes at most. */
@@ -53,6 +54,8 @@ const columns = [
   'children',
   'last_seq',
   'cancel_requested_at',
+  'priority',
+  'claim_rank_at',
 ] as const
 
 /** What a row holds that the job's state only refers to, as far as the batch that writes it knows. */
@@ -97,6 +100,8 @@ function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[
     children: job.children,
     last_seq: seq,
     cancel_requested_at: job.cancel_requested_at ?? null,
+    priority: job.priority ?? null,
+    claim_rank_at: new Date(claimRankAtMs(job)).toISOString(),
   }
 }
 
@@ -137,6 +142,7 @@ export function jobFromRow(r: Record<string, unknown>): Job {
   }
   const cancelRequestedAt = toIso(r.cancel_requested_at)
   if (cancelRequestedAt !== null) job.cancel_requested_at = cancelRequestedAt
+  if (r.priority !== null && r.priority !== undefined) job.priority = r.priority as number
   const error = (r.error as JobError | null) ?? null
   return job.error_seq === null && error !== null ? { ...job, error } : job
 }
@@ -217,7 +223,7 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
         parent_job_id = excluded.parent_job_id, waiting_for_parent = excluded.waiting_for_parent,
         worker_id = excluded.worker_id, idempotency_key = excluded.idempotency_key, traceparent = excluded.traceparent,
         updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq,
-        cancel_requested_at = excluded.cancel_requested_at
+        cancel_requested_at = excluded.cancel_requested_at, priority = excluded.priority, claim_rank_at = excluded.claim_rank_at
       WHERE jobs.last_seq < excluded.last_seq
         AND (excluded.error IS NOT NULL OR excluded.error_seq IS NULL OR excluded.error_seq = jobs.error_seq)`
   }
@@ -248,6 +254,8 @@ export interface PendingRow {
   jobType: string
   /** available_at: when the job may be claimed. */
   dueAt: Date
+  /** claim_rank_at: where the job stands in its queue's claim order (due time − priority). */
+  rankAt: Date
   /** The stream sequence the row is at. */
   seq: number
   /** The job at `seq` and its payload, or both null past the payload allowance (the row was read without its payload) or for a storable copy (job-list-copies.ts). */
@@ -260,7 +268,7 @@ export interface PendingRow {
 const columnsButPayload = columns.filter((c) => c !== 'payload')
 
 /**
- * The pending jobs of one project and queue, earliest due first, at most `limit`, and the stream
+ * The pending jobs of one project and queue in claim order (due time − priority), at most `limit`, and the stream
  * sequence the job list had been applied through when they were read. Both come from one
  * snapshot (repeatable read), so every job pending at `through` is in `rows` unless `complete`
  * is false (more than `limit` were pending). Payloads are read only while their running total
@@ -277,20 +285,21 @@ async function readPendingQueue(
     const [checkpoint] = await tx<{ last_seq: number }[]>`SELECT last_seq FROM projection_checkpoints WHERE name = ${jobList.name}`
     const rows = await tx`
       SELECT ${tx(columnsButPayload as string[])}, available_at, payload_bytes, sanitised_seq,
-        CASE WHEN sum(payload_bytes) OVER (ORDER BY available_at, id) <= ${payloadBytes} THEN payload END AS payload
+        CASE WHEN sum(payload_bytes) OVER (ORDER BY claim_rank_at, id) <= ${payloadBytes} THEN payload END AS payload
       FROM (
         SELECT *, coalesce(octet_length(payload::text), 0) AS payload_bytes FROM jobs
         WHERE project_id = ${projectId} AND queue = ${queue} AND state = 'pending'
-        ORDER BY available_at, id
+        ORDER BY claim_rank_at, id
         LIMIT ${limit + 1}
       ) pending
-      ORDER BY available_at, id`
+      ORDER BY claim_rank_at, id`
     return {
       through: checkpoint?.last_seq ?? 0,
       rows: rows.slice(0, limit).map((r) => ({
         id: r.id as string,
         jobType: r.job_type as string,
         dueAt: r.available_at as Date,
+        rankAt: r.claim_rank_at as Date,
         seq: r.last_seq as number,
         job: r.payload === null || isStorableCopyRow(r) ? null : jobFromRow(r),
         payload: isStorableCopyRow(r) ? null : ((r.payload as Record<string, unknown> | null) ?? null),
@@ -335,7 +344,7 @@ export interface ClaimTarget {
 }
 
 /**
- * Due pending jobs of `target`, earliest due first, at most `limit`, locked for the transaction
+ * Due pending jobs of `target` in claim order (due time − priority, as the ready index takes them), at most `limit`, locked for the transaction
  * `tx` (`FOR UPDATE SKIP LOCKED`: rows another claim holds are passed over, not waited for).
  * `seen` are left out: rows an earlier round of the same claim already had.
  */
@@ -346,7 +355,7 @@ async function claimCandidates(tx: Tx, target: ClaimTarget, now: Date, seen: rea
       AND available_at <= ${now}
       ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
       ${seen.length === 0 ? tx`` : tx`AND id <> ALL(${seen as string[]})`}
-    ORDER BY available_at, id
+    ORDER BY claim_rank_at, id
     LIMIT ${limit}
     FOR UPDATE SKIP LOCKED`
 }

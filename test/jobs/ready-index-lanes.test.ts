@@ -30,11 +30,13 @@ function lanesWith(limits: Partial<ReadyIndexLimits> = {}) {
   return { lanes, roomFor, open }
 }
 
-function view(id: string, dueAt = t0, jobType = 'email', payloadBytes = 0): JobView {
-  return { id, jobType, dueAt, job: someState, payload: payloadBytes === 0 ? null : { value: { id }, bytes: payloadBytes } }
+/** `priority`: the job's, in seconds; it ranks the job `priority` seconds before its due time. */
+function view(id: string, dueAt = t0, jobType = 'email', payloadBytes = 0, priority = 0): JobView {
+  const payload = payloadBytes === 0 ? null : { value: { id }, bytes: payloadBytes }
+  return { id, jobType, dueAt, rankAt: dueAt - priority * 1000, job: someState, payload }
 }
 
-function snapshot(through: number, rows: Array<{ id: string; seq: number; dueAt?: number }>, complete = true): QueueSnapshot {
+function snapshot(through: number, rows: Array<{ id: string; seq: number; dueAt?: number; priority?: number }>, complete = true): QueueSnapshot {
   return {
     through,
     complete,
@@ -42,6 +44,7 @@ function snapshot(through: number, rows: Array<{ id: string; seq: number; dueAt?
       id: r.id,
       jobType: 'email',
       dueAt: new Date(r.dueAt ?? t0),
+      rankAt: new Date((r.dueAt ?? t0) - (r.priority ?? 0) * 1000),
       seq: r.seq,
       job: someState,
       payload: null,
@@ -294,4 +297,58 @@ t.test('a waiting poll ends at its deadline or on abort, and is complete only wh
   t.equal(await s.wait(10, never), 'timeout')
   s.close()
   t.equal(q!.parts.wakeups.sessions.size, 0, 'a closed session leaves its lanes')
+})
+
+t.test('priorities: a lane takes due jobs by due time − priority, never one before it is due', async (t) => {
+  const { lanes, open } = lanesWith()
+  const [q] = open('p1', ['q'])
+  lanes.hold(q!, view('plain', t0), 1, 10)
+  lanes.hold(q!, view('high', t0 + 5_000, 'email', 0, 60), 2, 10)
+  lanes.hold(q!, view('low', t0 - 5_000, 'email', 0, -60), 3, 10)
+  t.same(ids(q!.queued), ['high', 'plain', 'low'], 'ranked at t0 − 55 s, t0 and t0 + 55 s')
+  t.same(ids(lanes.take([q!], null, 10, t0)), ['plain', 'low'], 'high ranks first but is not due until t0 + 5 s')
+  t.same(ids(lanes.take([q!], null, 10, t0 + 5_000)), ['high'])
+})
+
+t.test('priorities: equal due times are taken highest priority first, across the lanes of a poll', async (t) => {
+  const { lanes, open } = lanesWith()
+  const [a, b] = open('p1', ['a', 'b'])
+  lanes.hold(a!, view('a0', t0), 1, 10)
+  lanes.hold(a!, view('a600', t0, 'email', 0, 600), 2, 10)
+  lanes.hold(b!, view('b-600', t0, 'email', 0, -600), 3, 10)
+  lanes.hold(b!, view('b30', t0, 'email', 0, 30), 4, 10)
+  t.same(ids(lanes.take([a!, b!], null, 10, t0)), ['a600', 'b30', 'a0', 'b-600'])
+})
+
+t.test('no starvation: an old low-priority job beats high-priority ones due 1,200 s after it', async (t) => {
+  const { lanes, open } = lanesWith({ jobsPerProject: 10_000, jobs: 10_000 })
+  const [q] = open('p1', ['q'])
+  lanes.hold(q!, view('aged-low', t0, 'email', 0, -600), 1, 10)
+  // A steady stream of priority-600 jobs, one per second, from t0 on: each ranks 600 s before its due time.
+  for (let s = 0; s <= 1_300; s++) lanes.hold(q!, view(`high-${String(s).padStart(4, '0')}`, t0 + s * 1000, 'email', 0, 600), s + 2, 10)
+  const order: string[] = []
+  // A worker taking one job a second keeps up with the stream; the old job waits its turn.
+  for (let s = 0; s <= 1_300; s++) order.push(...ids(lanes.take([q!], null, 1, t0 + s * 1000)))
+  const at = order.indexOf('aged-low')
+  t.ok(at >= 0, 'the low-priority job is claimed while the stream goes on')
+  t.equal(order[at - 1], 'high-1199', 'after the high jobs due up to 1,199 s after it (ranked before t0 + 600 s)')
+  t.equal(order[at + 1], 'high-1200', 'and before those due from 1,200 s after it (a tie of ranks goes by id)')
+})
+
+t.test('priorities: a poll is woken at the earliest due time, whatever the ranks, and a re-ranked job moves', async (t) => {
+  const { lanes, open, wakeups, session } = sessionsWith(() => Date.now())
+  const [q] = open('p1', ['q'])
+  const s = session([q!])
+  const soon = Date.now() + 40
+  // Ranked first, due last; then ranked last, due first: the timer follows the due times.
+  wakeups.offer(q!, [lanes.hold(q!, view('late-high', soon + 60_000, 'email', 0, 600), 1, 10)!])
+  wakeups.offer(q!, [lanes.hold(q!, view('soon-low', soon, 'email', 0, -600), 2, 10)!])
+  t.same(ids(q!.queued), ['late-high', 'soon-low'])
+  t.equal(await s.wait(5_000, never), 'woken', 'woken when soon-low is due')
+  t.ok(Date.now() >= soon)
+  t.same(ids(s.take(5)), ['soon-low'], 'late-high is still not due')
+  lanes.hold(q!, view('late-high', soon + 60_000, 'email', 0, -600), 3, 10)
+  t.same(ids(q!.queued), ['late-high'], 'held again at its new sequence, once')
+  t.equal(q!.queued[0]!.rankAt, soon + 660_000, 'ranked by its new priority')
+  s.close()
 })

@@ -216,3 +216,14 @@ t.test('the jobs export streams JSONL records', async (t) => {
   for await (const row of download.records()) rows.push(row)
   t.match(rows, [{ id: created.id, job_type: 'exported', payload: { keep: true } }])
 })
+
+t.test('priorities: given at creation, changed with setPriority, refused once the job runs', async (t) => {
+  const job = await client.jobs.create({ job_type: 'sdk-prio', payload: {}, queue: 'sdk-prio', priority: 30 })
+  t.equal((await client.jobs.get(job.id)).priority, 30)
+  t.match(await client.jobs.setPriority(job.id, -600), { id: job.id, state: 'pending', priority: -600 })
+  t.match(await thrown(client.jobs.setPriority(job.id, 601)), { code: 'invalid_request', status: 400 })
+  const plain = await client.jobs.create({ job_type: 'sdk-prio', payload: {}, queue: 'sdk-prio-plain' })
+  t.notOk('priority' in (await client.jobs.get(plain.id)), 'a job without one has no priority field')
+  await client.jobs.cancel(plain.id)
+  t.match(await thrown(client.jobs.setPriority(plain.id, 5)), { code: 'invalid_state', status: 409 })
+})

@@ -20,7 +20,15 @@ import type { ProjectionTracker } from './projection-trackers.ts'
 const pollWaitSeconds = 1
 
 /** How many jobs a cycle runs, by how many producers and workers, at what pace. */
-export type Load = Pick<Options, 'jobs' | 'producers' | 'workers' | 'rate'>
+export type Load = Pick<Options, 'jobs' | 'producers' | 'workers' | 'rate' | 'priorities' | 'pausedQueue'>
+
+/** Creates sent to the paused queue (--paused-queue): one after every this many jobs of the run. */
+const pausedQueueEvery = 10
+
+/** A job priority from -600 to 600, uniformly. */
+function randomPriority(): number {
+  return Math.floor(Math.random() * 1201) - 600
+}
 
 export interface CycleResults {
   complete: boolean
@@ -61,6 +69,8 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
   const runId = randomBytes(4).toString('hex')
   // A queue of its own, so that against a shared project the workers claim only this run's jobs.
   const queue = `bench_${runId}`
+  const pausedQueue = load.pausedQueue ? `bench_${runId}_paused` : null
+  const jobBody = (i: number) => ({ job_type: 'bench', queue, payload: { i }, ...(load.priorities ? { priority: randomPriority() } : {}) })
   const createLatencies: number[] = []
   const claimLatencies: number[] = []
   const createdAt = new Map<string, number>()
@@ -128,12 +138,7 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
     while ((next < load.jobs || again.length > 0) && !stop.aborted) {
       const items = again.splice(0, cycle.batch!)
       while (items.length < cycle.batch! && next < load.jobs) items.push({ i: next++, tries: 0 })
-      const reply = await timedCreate(
-        'batch create',
-        '/jobsvc/v1/jobs/batch',
-        { jobs: items.map(({ i }) => ({ job_type: 'bench', queue, payload: { i } })) },
-        200,
-      )
+      const reply = await timedCreate('batch create', '/jobsvc/v1/jobs/batch', { jobs: items.map(({ i }) => jobBody(i)) }, 200)
       const results = reply.body.results as BatchItemReply[]
       results.forEach((result, k) => {
         if (result.status === 201) return noteCreated(String(result.body!.id), reply.at)
@@ -153,9 +158,13 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
         const due = firstCreateAt + (i * 1000) / load.rate - performance.now()
         if (due > 0) await sleep(due, undefined, { signal: stop })
       }
-      const reply = await timedCreate('create', '/jobsvc/v1/jobs', { job_type: 'bench', queue, payload: { i } }, 201)
+      const reply = await timedCreate('create', '/jobsvc/v1/jobs', jobBody(i), 201)
       noteWrite(reply)
       noteCreated(String(reply.body.id), reply.at)
+      if (pausedQueue !== null && i % pausedQueueEvery === 0) {
+        const held = { ...jobBody(i), queue: pausedQueue }
+        noteWrite(await withRetries('create (paused queue)', stop, () => client.request('POST', '/jobsvc/v1/jobs', held), 201))
+      }
     }
   }
   const producer = cycle.batch === null ? singleProducer : batchProducer
@@ -199,7 +208,8 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
 
   const worker = async (w: number) => {
     const workerId = `bench-${runId}-w${w}`
-    const body = { worker_id: workerId, queues: [queue], capacity: cycle.capacity, wait_seconds: pollWaitSeconds }
+    const queues = pausedQueue === null ? [queue] : [queue, pausedQueue]
+    const body = { worker_id: workerId, queues, capacity: cycle.capacity, wait_seconds: pollWaitSeconds }
     while (!stop.aborted) {
       const reply = await withRetries('poll', stop, () => client.request('POST', '/jobsvc/v1/workers/poll', body), 200)
       const jobs = reply.body.jobs as Array<{ id: string }>
@@ -265,6 +275,10 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
       p.catch((err) => {
         if (!stop.aborted) halt.abort(err)
       })
+    if (pausedQueue !== null) {
+      const path = `/jobsvc/v1/queues/${pausedQueue}/pause`
+      await withRetries('pause', stop, () => client.request('POST', path, { reason: 'bench' }), 200)
+    }
     await Promise.all([
       ...Array.from({ length: load.producers }, () => guard(producer())),
       ...Array.from({ length: load.workers }, (_, w) => guard(worker(w))),

@@ -4,7 +4,7 @@ import { ConfigError, devSecretFileName, loadConfig, type Config } from '../../s
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
   [--nats-url URL] [--service-log FILE] [--service-cpu-prof DIR] [--no-metering] [--webhooks]
-  [--idle N] [--batch B] [--retention-jobs N]
+  [--idle N] [--batch B] [--retention-jobs N] [--priorities] [--paused-queue]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
        npm run bench -- --spawn --feed-jobs N
@@ -25,6 +25,13 @@ latency at a load the service keeps up with.
 producers create B jobs per POST /jobsvc/v1/jobs/batch and workers (capacity 50 unless --capacity
 says otherwise) acknowledge each poll's jobs in one POST /jobsvc/v1/workers/ack/batch. Its rate is
 printed on its own line and added to the JSON line as batch_jobs_per_s.
+
+--priorities gives every created job a random priority from -600 to 600 (issue 28), so claims
+take due jobs by due time minus priority instead of by due time alone.
+
+--paused-queue pauses one more queue of the run before it starts and sends it a create after every
+tenth job of the single-request cycles; the workers poll it beside the run's queue, so every poll
+leaves a paused queue out (its jobs are never claimed and not counted).
 
 --service-cpu-prof writes a V8 CPU profile of the spawned service into DIR when it stops (node
 --cpu-prof), to see where the service's share of the CPU per job goes.
@@ -77,6 +84,10 @@ export interface Options {
   auditLeaves: number | null
   /** Subscribe a local receiver to job.created and report deliveries per second and delivery lag. */
   webhooks: boolean
+  /** Each created job gets a random priority from -600 to 600. */
+  priorities: boolean
+  /** A paused queue beside the run's, polled and sent creates, whose jobs are never claimed. */
+  pausedQueue: boolean
   jobs: number
   producers: number
   workers: number
@@ -157,6 +168,8 @@ function toOptions(argv: string[]): Options {
       'no-audit-log': { type: 'boolean', default: false },
       'audit-leaves': { type: 'string' },
       webhooks: { type: 'boolean', default: false },
+      priorities: { type: 'boolean', default: false },
+      'paused-queue': { type: 'boolean', default: false },
       'export-jobs': { type: 'string' },
       'export-read-mbps': { type: 'string' },
       'metrics-jobs': { type: 'string' },
@@ -200,6 +213,8 @@ function toOptions(argv: string[]): Options {
     auditLog: !values['no-audit-log'],
     auditLeaves: values['audit-leaves'] === undefined ? null : positiveInt('audit-leaves', values['audit-leaves'], 0, 100_000_000),
     webhooks: values.webhooks,
+    priorities: values.priorities,
+    pausedQueue: values['paused-queue'],
     exportJobs: values['export-jobs'] === undefined ? null : positiveInt('export-jobs', values['export-jobs'], 0, 10_000_000),
     exportReadMbps: positiveInt('export-read-mbps', values['export-read-mbps'], 16, 10_000),
     metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),

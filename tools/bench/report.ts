@@ -98,7 +98,7 @@ export function report(
           `  idle claim: created -> claimed ${describePercentiles(idle.claimLatencies)}; create p50 ${ms(percentileMs(idle.createLatencies, 50))}`,
         ]),
     '',
-    `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers${opts.rate === null ? '' : ` paced at ${opts.rate}/s`}, ${opts.workers} workers x capacity ${opts.capacity}${r.complete ? '' : ' (INCOMPLETE)'}`,
+    `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers${opts.rate === null ? '' : ` paced at ${opts.rate}/s`}, ${opts.workers} workers x capacity ${opts.capacity}${opts.priorities ? ', random priorities' : ''}${opts.pausedQueue ? ', a paused queue polled beside' : ''}${r.complete ? '' : ' (INCOMPLETE)'}`,
     ...describeCycle(r, 'creates'),
     ...(webhooks
       ? [

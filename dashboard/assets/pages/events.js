@@ -25,6 +25,7 @@ const catalogue = {
     'job_retried',
     'job_cancel_requested',
     'job_released',
+    'job_priority_changed',
   ],
   progress: ['job_progressed'],
   project: [

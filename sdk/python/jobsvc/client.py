@@ -430,6 +430,12 @@ class Jobs(_Resource):
         body = {"include_running": True} if include_running else None
         return self._call("POST", "/jobs/%s/cancel" % _quote(job_id), body=body, repeat="key")
 
+    def set_priority(self, job_id: str, priority: int) -> JsonObject:
+        """Changes a pending or scheduled job's priority (an extension: -600 to 600 seconds, higher
+        sooner; claims take due jobs by due time minus priority) and returns the job. Another state
+        is invalid_state. The same priority again changes nothing."""
+        return self._call("PATCH", "/jobs/" + _quote(job_id), body={"priority": priority}, repeat="key")
+
     def retry(self, job_id: str) -> JsonObject:
         return self._call("POST", "/jobs/%s/retry" % _quote(job_id), repeat="key")
 

@@ -110,6 +110,17 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(caught.exception.code, "invalid_state")
         self.assertEqual([e["type"] for e in self.client.jobs.history(job["id"])["data"]], ["job_created", "job_cancelled"])
 
+    def test_priority(self):
+        job = self.client.jobs.create(job_type="py-prio", payload={}, queue="py-prio", priority=45)
+        self.assertEqual(self.client.jobs.get(job["id"])["priority"], 45)
+        changed = self.client.jobs.set_priority(job["id"], -600)
+        self.assertEqual((changed["state"], changed["priority"]), ("pending", -600))
+        with self.assertRaises(jobsvc.JobsvcError) as caught:
+            self.client.jobs.set_priority(job["id"], 601)
+        self.assertEqual((caught.exception.code, caught.exception.status), ("invalid_request", 400))
+        plain = self.client.jobs.create(job_type="py-prio", payload={}, queue="py-prio-plain")
+        self.assertNotIn("priority", self.client.jobs.get(plain["id"]))
+
 
 class _Recorder(BaseHTTPRequestHandler):
     """Answers /to/<url> with a redirect to <url>, anything else with the Authorization it got."""

@@ -205,6 +205,15 @@ export class JobsApi {
     return this.call({ method: 'POST', path: `${v1}/jobs/${id(jobId)}/cancel`, body, options: rest, repeat: 'key' })
   }
 
+  /**
+   * Changes a pending or scheduled job's priority (an extension: -600 to 600 seconds, higher
+   * sooner; claims take due jobs by due time minus priority) and answers the job. Another state is
+   * `invalid_state`. Setting the same priority again changes nothing.
+   */
+  setPriority(jobId: string, priority: number, options?: RequestOptions): Promise<Job> {
+    return this.call({ method: 'PATCH', path: `${v1}/jobs/${id(jobId)}`, body: { priority }, options, repeat: 'key' })
+  }
+
   retry(jobId: string, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/jobs/{jobId}/retry', 'post'>> {
     return this.call({ method: 'POST', path: `${v1}/jobs/${id(jobId)}/retry`, options, repeat: 'key' })
   }

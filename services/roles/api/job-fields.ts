@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import { priorityRange } from '../../../domain/job.ts'
 import { maxJobTypeLength, maxQueueNameLength, timeoutSecondsRange } from '../../../domain/job-options.ts'
 import { maxAttemptsRange } from '../../../domain/retry-policy.ts'
 import { storableText } from './text-fields.ts'
@@ -13,3 +14,12 @@ export const jobTypeText = storableText(1, maxJobTypeLength).meta({ examples: ['
 export const queueNameText = storableText(1, maxQueueNameLength).meta({ examples: ['emails'] })
 export const maxAttemptsNumber = z.number().int().min(maxAttemptsRange.min).max(maxAttemptsRange.max)
 export const timeoutSecondsNumber = z.number().int().min(timeoutSecondsRange.min).max(timeoutSecondsRange.max)
+/** Extension (issue 28): a job's claim order offset in seconds, higher sooner (domain/job.ts). */
+export const priorityNumber = z
+  .number()
+  .int()
+  .min(priorityRange.min)
+  .max(priorityRange.max)
+  .describe(
+    'extension: claim order offset in seconds, -600 to 600 (default 0), higher sooner: due jobs of a queue are claimed by due time minus priority, so an old low-priority job still runs before newer high-priority ones; never before its own due time',
+  )

@@ -30,6 +30,8 @@ export function toJobDetail(job: JobView) {
     result: job.result ?? null,
     // A cancel of the running attempt was asked for (issue 28): the job is stopping.
     ...(job.cancel_requested_at !== undefined ? { cancel_requested_at: job.cancel_requested_at } : {}),
+    // Extension (issue 28): only a job that uses priorities shows one.
+    ...(job.priority === undefined ? {} : { priority: job.priority }),
   }
 }
 

@@ -21,6 +21,7 @@ export interface JobRequest {
   tags?: Record<string, string> | null | undefined
   parent_job_id?: string | null | undefined
   idempotency_key?: string | null | undefined
+  priority?: number | null | undefined
 }
 
 export interface CreationItem {
@@ -71,6 +72,7 @@ export function toNewJob(request: JobRequest, retryPolicies: RetryPolicies | und
     parent_job_id: request.parent_job_id ?? null,
     idempotency_key: request.idempotency_key ?? null,
     traceparent,
+    ...(request.priority === undefined || request.priority === null ? {} : { priority: request.priority }),
   }
 }
 

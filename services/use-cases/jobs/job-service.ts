@@ -379,6 +379,17 @@ export class JobService {
     return { job: result.state!, seq: result.seq }
   }
 
+  /**
+   * A waiting job's claim order offset (InvalidState unless it is pending or scheduled; the same
+   * priority again appends nothing). `meta.operationId`: the bulk operation asking, recorded on
+   * the event; `meta.actor`: the dashboard member.
+   */
+  async setPriority(projectId: string, jobId: string, priority: number, meta: { actor?: Actor; operationId?: string } = {}): Promise<Written> {
+    const data = meta.operationId === undefined ? { priority } : { priority, operation_id: meta.operationId }
+    const result = await this.#run(projectId, jobId, { type: 'set_priority', data, meta: this.#meta(meta.actor) })
+    return { job: result.state!, seq: result.seq }
+  }
+
   async retry(projectId: string, jobId: string, actor?: Actor): Promise<Written> {
     const result = await this.#run(projectId, jobId, { type: 'retry_job', data: {}, meta: this.#meta(actor) })
     return { job: result.state!, seq: result.seq }

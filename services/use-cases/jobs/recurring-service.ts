@@ -53,6 +53,7 @@ export interface ScheduleInput {
   max_attempts?: number | null | undefined
   timeout_seconds?: number | null | undefined
   payload?: Record<string, unknown> | null | undefined
+  priority?: number | null | undefined
 }
 
 async function onSchedule(
@@ -107,6 +108,7 @@ export async function upsertSchedule(
       max_attempts: input.max_attempts ?? jobDefaults.max_attempts,
       timeout_seconds: input.timeout_seconds ?? jobDefaults.timeout_seconds,
       payload: input.payload ?? {},
+      ...(input.priority === undefined || input.priority === null || input.priority === 0 ? {} : { priority: input.priority }),
       next_run_at: nextOccurrence(expression, timezone, now)?.toISOString() ?? null,
     },
     meta: { now: now.toISOString(), actor },
@@ -354,6 +356,7 @@ async function createOccurrenceJob(
     max_attempts: schedule.max_attempts,
     timeout_seconds: schedule.timeout_seconds,
     tags: { recurring_id: schedule.id },
+    priority: schedule.priority ?? null,
   }
   let creation: Creation
   try {

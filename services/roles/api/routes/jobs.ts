@@ -31,7 +31,7 @@ import { decodeCursor, decodeHistoryCursor, encodeCursor, encodeHistoryCursor, p
 import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
-import { jobTypeText, maxAttemptsNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
+import { jobTypeText, maxAttemptsNumber, priorityNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
 import { cursorText, formatText, jobTypeFilter, limitText, minSeq, queueFilter, windowBoundText } from '../query-fields.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 import { historyEventTypes, toHistoryFilter, toJobMoment } from '../job-moments.ts'
@@ -61,6 +61,7 @@ export const createJobBody = z.object({
     .refine((t) => Object.keys(t).every(isStorableText), `a key ${unstorableTextMessage}`)
     .nullish(),
   parent_job_id: text(1, 36).nullish(),
+  priority: priorityNumber.nullish(),
 })
 
 /** Longer ids are unknown, like any other id this service did not issue (404 `job_not_found`). */
@@ -96,6 +97,11 @@ export const jobDetail = z
       .describe(
         'Extension (issue 28): when a cancel of the running attempt was asked for (`include_running`); absent on jobs never asked to stop while running',
       ),
+    priority: z
+      .number()
+      .int()
+      .optional()
+      .describe('extension: the claim order offset in seconds; present only for a job created with a non-zero priority or changed since'),
   })
   .meta({ id: 'Job' })
 
@@ -408,6 +414,19 @@ const retrySchema = {
   },
 }
 
+const patchSchema = {
+  summary: "Change a waiting job's priority",
+  description:
+    "Extension (issue 28): `priority` (-600 to 600) re-ranks a `pending` or `scheduled` job in its queue's claim order (due time minus priority); another state answers 409 `invalid_state`. Needs the project role member or above. The same priority again changes nothing. The answer is the job detail object, which shows `priority` from then on.",
+  tags: ['Jobs'],
+  params: jobIdParams,
+  body: z.strictObject({ priority: priorityNumber }),
+  response: {
+    200: jobDetail.describe('The job, re-ranked'),
+    ...errorResponses(...writeCodes, 'forbidden', 'job_not_found', 'invalid_state'),
+  },
+}
+
 type CreatedItem = { status: 201; body: z.output<typeof createdJob>; idempotent_replay?: true }
 type BatchItem = CreatedItem | ItemFailure
 type ReservedKey = Extract<ItemKey, { outcome: 'reserved' }>
@@ -698,6 +717,13 @@ export function jobRoutes(
       void reply.header('X-Event-Seq', String(seq))
       if (job.state === 'processing') return reply.code(202).send({ id: job.id, state: 'processing' as const, cancel_requested: true as const })
       return reply.send({ id: job.id, state: job.state })
+    })
+
+    app.patch('/:jobId', { schema: patchSchema, config: { role: 'member' } }, async (request, reply) => {
+      const projectId = request.principal.projectId
+      const { seq } = await jobs.setPriority(projectId, request.params.jobId, request.body.priority, { actor: request.principal.actor })
+      const { job } = await jobs.get(projectId, request.params.jobId)
+      return reply.header('X-Event-Seq', String(seq)).send(toJobDetail(job))
     })
 
     app.post('/:jobId/retry', { schema: retrySchema, config: { role: 'member' } }, async (request, reply) => {

@@ -10,7 +10,7 @@ import type { ApiContext } from '../context.ts'
 import { invalidRequest } from '../errors.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
-import { jobTypeText, maxAttemptsNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
+import { jobTypeText, maxAttemptsNumber, priorityNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
 import { minSeq } from '../query-fields.ts'
 import { boundedString, storableText } from '../text-fields.ts'
 import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
@@ -26,6 +26,8 @@ export const scheduleBody = z.object({
   timeout_seconds: timeoutSecondsNumber.nullish(),
   /** Every fired job carries it: the same limits as a job's payload. */
   payload: jobPayload.nullish(),
+  /** Extension (issue 28): the priority of every job it creates. */
+  priority: priorityNumber.nullish(),
 })
 
 const idParams = z.object({ id: boundedString(600, 1) })
@@ -47,6 +49,7 @@ export const recurringSchedule = z
     last_job_id: z.string().nullable(),
     created_at: instant,
     updated_at: instant,
+    priority: z.number().int().optional().describe('extension: the priority of every job it creates; present only when it is not 0'),
   })
   .meta({ id: 'RecurringSchedule' })
 
@@ -68,6 +71,7 @@ export function scheduleView(s: RecurringJob | Record<string, unknown>): z.outpu
     last_job_id: (r.last_job_id ?? null) as string | null,
     created_at: iso(r.created_at)!,
     updated_at: iso(r.updated_at)!,
+    ...(r.priority === undefined || r.priority === null ? {} : { priority: r.priority as number }),
   }
 }
 

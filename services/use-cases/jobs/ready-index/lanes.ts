@@ -1,4 +1,4 @@
-import type { Job, JobEvent } from '../../../../domain/job.ts'
+import { claimRankAtMs, dueAtMs, type Job, type JobEvent } from '../../../../domain/job.ts'
 import type { PendingRow } from '../../../../projections/job-list.ts'
 import type { StoredEvent } from '../../../../streams/event-store.ts'
 
@@ -48,6 +48,8 @@ export interface JobView {
   jobType: string
   /** available_at, in ms since the epoch. */
   dueAt: number
+  /** claim_rank_at (due time − priority), in ms since the epoch: the claim order. */
+  rankAt: number
   job: Job | null
   payload: Payload | null
 }
@@ -59,7 +61,7 @@ export interface Payload {
 }
 
 export function viewOf(job: Job, payload: Payload | null): JobView {
-  return { id: job.id, jobType: job.job_type, dueAt: Date.parse(job.run_at ?? job.created_at), job, payload }
+  return { id: job.id, jobType: job.job_type, dueAt: dueAtMs(job), rankAt: claimRankAtMs(job), job, payload }
 }
 
 /** The payload a message's `job_created` holds (counted as the message's `bytes`, most of which it is), or null. */
@@ -72,7 +74,7 @@ export function createdPayloadOf(events: readonly StoredEvent<JobEvent>[], bytes
 export interface QueueSnapshot {
   /** The job list's checkpoint: every job event up to it is in the rows. */
   readonly through: number
-  /** The pending jobs, by (dueAt, id), at most a project's bound of them. */
+  /** The pending jobs, by (rankAt, id), at most a project's bound of them. */
   readonly rows: readonly PendingRow[]
   /** False when the queue holds more pending jobs than the rows. */
   readonly complete: boolean
@@ -83,6 +85,8 @@ export interface HeldCandidate<X = unknown> extends Candidate {
   readonly jobType: string
   /** available_at: when the job may be claimed, in ms since the epoch. */
   readonly dueAt: number
+  /** Due time − priority, in ms since the epoch: where the job stands in its lane. */
+  readonly rankAt: number
   bytes: number
   /** The payload held with the job (its bytes are part of `bytes`), carried to the job's later messages. */
   heldPayload: Payload | null
@@ -103,8 +107,15 @@ export interface Lane<X = unknown> {
   readonly projectId: string
   readonly queue: string
   readonly project: ProjectLanes<X>
-  /** Candidates not taken, by (dueAt, jobId): the read model's claim order. */
+  /** Candidates not taken, by (rankAt, jobId): the read model's claim order. */
   readonly queued: HeldCandidate<X>[]
+  /**
+   * Bounds of the priorities (as ms: dueAt − rankAt) of the queued candidates: 0 and 0 while none
+   * has one. A candidate's due time lies within them around its rank, which is how the scans by
+   * due time (`take`, `dueBetween`, `nextDueAfter`) know where to stop in a lane ordered by rank.
+   * Widened by every candidate queued, reset when the lane empties.
+   */
+  spread: PrioritySpread
   /**
    * null: complete, every job of the queue claimable by the last message followed is here.
    * Otherwise the sequence up to which pending jobs may be missing (not followed yet, or dropped
@@ -117,8 +128,18 @@ export interface Lane<X = unknown> {
   readonly parts: X
 }
 
+/** The lowest and the highest priority of a lane's candidates, in ms; never above 0 and never below 0 respectively. */
+export interface PrioritySpread {
+  lowestMs: number
+  highestMs: number
+}
+
+function noSpread(): PrioritySpread {
+  return { lowestMs: 0, highestMs: 0 }
+}
+
 export function isBefore(a: HeldCandidate, b: HeldCandidate): boolean {
-  return a.dueAt < b.dueAt || (a.dueAt === b.dueAt && a.jobId < b.jobId)
+  return a.rankAt < b.rankAt || (a.rankAt === b.rankAt && a.jobId < b.jobId)
 }
 
 /** Index of the first candidate of `list` that does not come before `c`. */
@@ -133,16 +154,46 @@ function positionOf(list: readonly HeldCandidate[], c: HeldCandidate): number {
   return lo
 }
 
-/** Index of the first candidate of `list` due after `at`. */
-export function firstDueAfter(list: readonly HeldCandidate[], at: number): number {
+/** Index of the first candidate of `list` ranked after `at`. */
+function firstRankedAfter(list: readonly HeldCandidate[], at: number): number {
   let lo = 0
   let hi = list.length
   while (lo < hi) {
     const mid = (lo + hi) >> 1
-    if (list[mid]!.dueAt <= at) lo = mid + 1
+    if (list[mid]!.rankAt <= at) lo = mid + 1
     else hi = mid
   }
   return lo
+}
+
+/**
+ * The lane's queued candidates due after `after` and by `through`, in claim order, at most `max`.
+ * A due time is the rank plus the priority, so only ranks after `after − highest` and up to
+ * `through − lowest` can hold them; without priorities that is exactly the due ones.
+ */
+export function dueBetween(lane: Lane, after: number, through: number, max = Number.POSITIVE_INFINITY): HeldCandidate[] {
+  const { queued, spread } = lane
+  const found: HeldCandidate[] = []
+  const lastRank = through - spread.lowestMs
+  for (let i = firstRankedAfter(queued, after - spread.highestMs); i < queued.length && found.length < max; i++) {
+    const c = queued[i]!
+    if (c.rankAt > lastRank) break
+    if (c.dueAt > after && c.dueAt <= through) found.push(c)
+  }
+  return found
+}
+
+/** The earliest due time after `at` of the lane's queued candidates; undefined when none is due after it. */
+export function nextDueAfter(lane: Lane, at: number): number | undefined {
+  const { queued, spread } = lane
+  let next: number | undefined
+  for (let i = firstRankedAfter(queued, at - spread.highestMs); i < queued.length; i++) {
+    const c = queued[i]!
+    // Every later candidate is due at its rank plus at least the lowest priority.
+    if (next !== undefined && c.rankAt + spread.lowestMs >= next) break
+    if (c.dueAt > at && (next === undefined || c.dueAt < next)) next = c.dueAt
+  }
+  return next
 }
 
 export interface LanesHooks<X> {
@@ -259,6 +310,7 @@ export class Lanes<X> {
       queue,
       project,
       queued: [],
+      spread: noSpread(),
       // Nothing of this queue has been kept so far: jobs up to the last message followed may be missing.
       gapSeq: followed ? position : Number.POSITIVE_INFINITY,
       idleSince: idleNow,
@@ -299,6 +351,7 @@ export class Lanes<X> {
       lane,
       jobType: view.jobType,
       dueAt: view.dueAt,
+      rankAt: view.rankAt,
       bytes: withState ? bytes : 0,
       heldPayload,
       taken: false,
@@ -307,8 +360,17 @@ export class Lanes<X> {
     lane.project.count++
     this.#count++
     this.#stateBytes += c.bytes
-    lane.queued.splice(positionOf(lane.queued, c), 0, c)
+    this.#enqueue(c)
     return c
+  }
+
+  /** Puts a candidate in its place in its lane's queue, widening the lane's spread to its priority. */
+  #enqueue(c: HeldCandidate<X>): void {
+    const { lane } = c
+    const priorityMs = c.dueAt - c.rankAt
+    if (priorityMs < lane.spread.lowestMs) lane.spread.lowestMs = priorityMs
+    if (priorityMs > lane.spread.highestMs) lane.spread.highestMs = priorityMs
+    lane.queued.splice(positionOf(lane.queued, c), 0, c)
   }
 
   /** Counts a held candidate at its message's real size, once the log tells it. */
@@ -327,6 +389,7 @@ export class Lanes<X> {
     if (!c.taken) {
       const at = positionOf(c.lane.queued, c)
       if (c.lane.queued[at] === c) c.lane.queued.splice(at, 1)
+      if (c.lane.queued.length === 0) c.lane.spread = noSpread()
     }
     const lane = c.lane
     if (lane.gapSeq !== null && this.hasRoomFor(lane)) this.#hooks.hasRoom(lane)
@@ -378,7 +441,9 @@ export class Lanes<X> {
 
   /**
    * Takes up to `max` candidates of `lanes` due by `now` whose job type `jobTypes` (null: any)
-   * holds, earliest due first; they leave their lanes' queues until settled.
+   * holds, in claim order (due time − priority); they leave their lanes' queues until settled.
+   * A lane's scan passes over candidates ranked early but not due yet (a high priority does not
+   * make a job due sooner) and stops past the last rank a due candidate can have.
    */
   take(lanes: readonly Lane<X>[], jobTypes: ReadonlySet<string> | null, max: number, now: number): HeldCandidate<X>[] {
     const picked: HeldCandidate<X>[] = []
@@ -387,9 +452,11 @@ export class Lanes<X> {
     for (const lane of lanes) {
       let n = 0
       let i = 0
+      const lastRank = now - lane.spread.lowestMs
       for (; i < lane.queued.length && n < max; i++) {
         const c = lane.queued[i]!
-        if (c.dueAt > now) break
+        if (c.rankAt > lastRank) break
+        if (c.dueAt > now) continue
         if (jobTypes !== null && !jobTypes.has(c.jobType)) continue
         picked.push(c)
         n++
@@ -399,7 +466,10 @@ export class Lanes<X> {
     if (lanes.length > 1) picked.sort((a, b) => (isBefore(a, b) ? -1 : 1))
     picked.length = Math.min(picked.length, max)
     for (const c of picked) c.taken = true
-    for (const [lane, end] of scanned) lane.queued.splice(0, end, ...lane.queued.slice(0, end).filter((c) => !c.taken))
+    for (const [lane, end] of scanned) {
+      lane.queued.splice(0, end, ...lane.queued.slice(0, end).filter((c) => !c.taken))
+      if (lane.queued.length === 0) lane.spread = noSpread()
+    }
     return picked
   }
 
@@ -421,7 +491,7 @@ export class Lanes<X> {
       return false
     }
     c.taken = false
-    c.lane.queued.splice(positionOf(c.lane.queued, c), 0, c)
+    this.#enqueue(c)
     return true
   }
 
@@ -444,7 +514,7 @@ export class Lanes<X> {
         break
       }
       const payload = row.payload === null ? null : { value: row.payload, bytes: row.payloadBytes }
-      const view = { id: row.id, jobType: row.jobType, dueAt: row.dueAt.getTime(), job: row.job, payload }
+      const view = { id: row.id, jobType: row.jobType, dueAt: row.dueAt.getTime(), rankAt: row.rankAt.getTime(), job: row.job, payload }
       const c = this.hold(lane, view, row.seq, row.payloadBytes + provisionalStateBytes)
       if (c !== null) added.push(c)
     }

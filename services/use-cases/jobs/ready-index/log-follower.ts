@@ -15,6 +15,8 @@ const mayMakeClaimable: ReadonlySet<string> = new Set<JobEventType>([
   'job_attempt_failed',
   'job_retried',
   'job_released',
+  // A pending job's new rank: held again at its new place in the lane.
+  'job_priority_changed',
 ])
 /** Event types a running job's worker must hear of at once (FollowerHooks.signalled). */
 const signalsWorker: ReadonlySet<string> = new Set<JobEventType>(['job_cancel_requested', 'job_cancelled'])

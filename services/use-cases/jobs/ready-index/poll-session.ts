@@ -1,4 +1,4 @@
-import { firstDueAfter, type Candidate, type HeldCandidate, type Lane, type Lanes, type Settlement } from './lanes.ts'
+import { dueBetween, nextDueAfter, type Candidate, type HeldCandidate, type Lane, type Lanes, type Settlement } from './lanes.ts'
 
 /** What the wake-ups keep per lane: the polls waiting on it, and the timer of its next due candidate. */
 export interface LaneWakeups {
@@ -75,12 +75,12 @@ export class Wakeups {
   /** Sets the lane's timer to its earliest candidate due after `now`, while polls wait on it. */
   arm(lane: WakingLane, now: number): void {
     const w = lane.parts.wakeups
-    const next = w.sessions.size === 0 ? undefined : lane.queued[firstDueAfter(lane.queued, now)]
-    if (next === undefined) return this.clear(lane)
-    if (w.timer !== null && w.timerAt <= next.dueAt && w.timerAt > now) return
+    const nextAt = w.sessions.size === 0 ? undefined : nextDueAfter(lane, now)
+    if (nextAt === undefined) return this.clear(lane)
+    if (w.timer !== null && w.timerAt <= nextAt && w.timerAt > now) return
     this.clear(lane)
-    w.timerAt = next.dueAt
-    w.timer = setTimeout(() => this.#onDue(lane), Math.min(next.dueAt - now, maxTimerMs))
+    w.timerAt = nextAt
+    w.timer = setTimeout(() => this.#onDue(lane), Math.min(nextAt - now, maxTimerMs))
     w.timer.unref()
   }
 
@@ -95,10 +95,9 @@ export class Wakeups {
     const w = lane.parts.wakeups
     w.timer = null
     const now = this.#now()
-    const from = firstDueAfter(lane.queued, w.offeredThrough)
-    const to = firstDueAfter(lane.queued, now)
+    const due = dueBetween(lane, w.offeredThrough, now)
     w.offeredThrough = Math.max(w.offeredThrough, now)
-    this.wakeFor(lane, lane.queued.slice(from, to))
+    this.wakeFor(lane, due)
     this.arm(lane, now)
   }
 
@@ -132,7 +131,7 @@ export class PollSession {
   }
 
   /**
-   * Takes up to `max` claimable candidates of the poll's queues and job types, earliest due first,
+   * Takes up to `max` claimable candidates of the poll's queues and job types, in claim order (due time − priority),
    * out of every other poll's reach until `settle`d, none of the `paused` queues. Also counts as
    * the poll having seen what it was woken for.
    */
@@ -226,6 +225,6 @@ export class PollSession {
     if (this.#offered === 0) return
     // Woken for jobs it never took (it answered or gave up first): they go to the next polls.
     const now = wakeups.now()
-    for (const lane of this.#lanes) wakeups.wakeFor(lane, lane.queued.slice(0, Math.min(firstDueAfter(lane.queued, now), this.#offered)))
+    for (const lane of this.#lanes) wakeups.wakeFor(lane, dueBetween(lane, Number.NEGATIVE_INFINITY, now, this.#offered))
   }
 }
