@@ -164,6 +164,36 @@ function AsOfSlider({ events, at, asOf, onPick }) {
   </div>`
 }
 
+/** The job's claim-order offset (issue 28): shown always, changed by a member while the job waits. */
+function PriorityField({ project, job, state, mayChange, onChanged }) {
+  const [value, setValue] = useState(String(job.priority ?? 0))
+  useEffect(() => setValue(String(job.priority ?? 0)), [job.priority])
+  const change = useSubmit(async (event) => {
+    event?.preventDefault?.()
+    await call('PATCH', `/jobsvc/v1/jobs/${encodeURIComponent(job.id)}`, { project: project.id, body: { priority: Number(value) } })
+    onChanged()
+  })
+  const shown = job.priority === undefined ? '0 (default)' : `${job.priority > 0 ? '+' : ''}${job.priority} s`
+  if (!mayChange || !['pending', 'scheduled'].includes(state)) return html`<dd data-field="priority">${shown}</dd>`
+  return html`<dd data-field="priority">
+    <form class="inline" onSubmit=${change.submit}>
+      <input
+        type="number"
+        min="-600"
+        max="600"
+        step="1"
+        required
+        aria-label="Priority in seconds"
+        title="Claimed as if due this many seconds earlier (−600 to 600)"
+        value=${value}
+        onInput=${(e) => setValue(e.currentTarget.value)}
+      />
+      <button type="submit" disabled=${change.busy || value === String(job.priority ?? 0)}>Set priority</button>
+    </form>
+    <${ErrorNotice} error=${change.error} />
+  </dd>`
+}
+
 export function JobPage({ project, jobId }) {
   const { data, error, loading, reload } = useLoad(async () => {
     const [job, history] = await Promise.all([
@@ -256,6 +286,7 @@ export function JobPage({ project, jobId }) {
       <div><dt>Completed</dt><dd>${formatTime(job.completed_at)}</dd></div>
       <div><dt>Duration</dt><dd>${formatDuration(job.duration_ms)}</dd></div>
       <div><dt>Timeout</dt><dd data-field="timeout">${job.timeout_seconds} s</dd></div>
+      <div><dt>Priority</dt><${PriorityField} project=${project} job=${job} state=${state} mayChange=${mayAct} onChanged=${reload} /></div>
       <div><dt>Run at</dt><dd>${job.run_at ? formatTime(job.run_at) : 'immediately'}</dd></div>
       <div><dt>Worker</dt><dd data-field="worker">${job.worker_id ?? '—'}</dd></div>
       <div>
