@@ -141,3 +141,5 @@ export class RetryPolicyLimitReached extends refusal('retry_policy_limit_reached
 export class QueuePauseLimitReached extends refusal('queue_pause_limit_reached') {}
 /** A queue pause whose `until` is not in the future. */
 export class InvalidPauseUntil extends refusal('invalid_request') {}
+/** A project holds settings for at most maxQueueSettings queues (domain/project/queue-settings.ts). */
+export class QueueSettingsLimitReached extends refusal('queue_settings_limit_reached') {}

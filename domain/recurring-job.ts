@@ -18,6 +18,8 @@ export interface RecurringSchedule {
   timeout_seconds: number
   /** Payload of every job the schedule creates (absent in schedules registered before it existed). */
   payload?: Record<string, unknown>
+  /** The ttl every occurrence is created with (issue 28, expiry); absent: none given (the queue's default applies). */
+  ttl_seconds?: number
 }
 
 export interface RecurringJob extends RecurringSchedule {
@@ -109,6 +111,7 @@ function isSameSchedule(a: RecurringJob, b: RecurringSchedule): boolean {
     a.timezone === b.timezone &&
     a.max_attempts === b.max_attempts &&
     a.timeout_seconds === b.timeout_seconds &&
+    a.ttl_seconds === b.ttl_seconds &&
     canonicalJson(a.payload) === canonicalJson(b.payload ?? {})
   )
 }

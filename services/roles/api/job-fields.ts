@@ -1,5 +1,5 @@
 import { z } from 'zod'
-import { maxJobTypeLength, maxQueueNameLength, timeoutSecondsRange } from '../../../domain/job-options.ts'
+import { maxJobTypeLength, maxQueueNameLength, timeoutSecondsRange, ttlSecondsRange } from '../../../domain/job-options.ts'
 import { maxAttemptsRange } from '../../../domain/retry-policy.ts'
 import { storableText } from './text-fields.ts'
 
@@ -13,3 +13,5 @@ export const jobTypeText = storableText(1, maxJobTypeLength).meta({ examples: ['
 export const queueNameText = storableText(1, maxQueueNameLength).meta({ examples: ['emails'] })
 export const maxAttemptsNumber = z.number().int().min(maxAttemptsRange.min).max(maxAttemptsRange.max)
 export const timeoutSecondsNumber = z.number().int().min(timeoutSecondsRange.min).max(timeoutSecondsRange.max)
+/** Extension (issue 28): how long a job may wait to be claimed once due. */
+export const ttlSecondsNumber = z.number().int().min(ttlSecondsRange.min).max(ttlSecondsRange.max)

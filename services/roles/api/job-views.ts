@@ -27,6 +27,9 @@ export function toJobDetail(job: JobView) {
     worker_id: job.worker_id,
     traceparent: job.traceparent,
     result: job.result ?? null,
+    // Extension (issue 28, expiry): only for a job with a ttl, so every other job keeps the spec's shape.
+    ...(job.ttl_seconds === undefined ? {} : { ttl_seconds: job.ttl_seconds, expires_at: job.expires_at ?? null }),
+    ...(job.cancel_reason === undefined ? {} : { cancel_reason: job.cancel_reason }),
   }
 }
 

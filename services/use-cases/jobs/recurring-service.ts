@@ -53,6 +53,7 @@ export interface ScheduleInput {
   max_attempts?: number | null | undefined
   timeout_seconds?: number | null | undefined
   payload?: Record<string, unknown> | null | undefined
+  ttl_seconds?: number | null | undefined
 }
 
 async function onSchedule(
@@ -107,6 +108,8 @@ export async function upsertSchedule(
       max_attempts: input.max_attempts ?? jobDefaults.max_attempts,
       timeout_seconds: input.timeout_seconds ?? jobDefaults.timeout_seconds,
       payload: input.payload ?? {},
+      // Only when given, so a schedule without one keeps the shape of every older upsert.
+      ...(input.ttl_seconds === undefined || input.ttl_seconds === null ? {} : { ttl_seconds: input.ttl_seconds }),
       next_run_at: nextOccurrence(expression, timezone, now)?.toISOString() ?? null,
     },
     meta: { now: now.toISOString(), actor },
@@ -353,6 +356,7 @@ async function createOccurrenceJob(
     queue: schedule.queue,
     max_attempts: schedule.max_attempts,
     timeout_seconds: schedule.timeout_seconds,
+    ttl_seconds: schedule.ttl_seconds ?? null,
     tags: { recurring_id: schedule.id },
   }
   let creation: Creation

@@ -391,6 +391,8 @@ export class Lanes<X> {
         const c = lane.queued[i]!
         if (c.dueAt > now) break
         if (jobTypes !== null && !jobTypes.has(c.jobType)) continue
+        // Past its ttl: the claim would refuse it; it stays until its expiry's event removes it.
+        if (c.job?.expires_at !== undefined && Date.parse(c.job.expires_at) <= now) continue
         picked.push(c)
         n++
       }
