@@ -143,3 +143,5 @@ export class QueuePauseLimitReached extends refusal('queue_pause_limit_reached')
 export class InvalidPauseUntil extends refusal('invalid_request') {}
 /** A job priority that is not an integer from −600 to 600 (domain/job.ts, priorityRange). */
 export class InvalidPriority extends refusal('invalid_request') {}
+/** A project holds settings for at most maxQueueSettings queues (domain/project/queue-settings.ts). */
+export class QueueSettingsLimitReached extends refusal('queue_settings_limit_reached') {}

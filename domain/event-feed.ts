@@ -101,6 +101,7 @@ const projectTypes: Record<ProjectEventType, true> = {
   retry_policy_updated: true,
   queue_paused: true,
   queue_resumed: true,
+  queue_settings_updated: true,
 }
 const recurringTypes: Record<RecurringJobEvent['type'], true> = {
   recurring_upserted: true,

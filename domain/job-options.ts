@@ -26,3 +26,9 @@ export const maxTagKeyLength = 100
 export const maxTagValueLength = 500
 
 export const jobDefaults = { queue: 'default', max_attempts: defaultMaxAttempts, timeout_seconds: 1800 } as const
+
+/**
+ * How long a job may wait to be claimed once due, in seconds (issue 28, expiry): a second to 30
+ * days, a bound well past any wait a job with a deadline means to allow.
+ */
+export const ttlSecondsRange = { min: 1, max: 2_592_000 } as const

@@ -77,6 +77,15 @@ export interface Job {
    * non-zero priority or changed since, so every other job keeps the shape of older messages.
    */
   priority?: number
+  /**
+   * How long the job may wait to be claimed each time it becomes due (issue 28, expiry), with
+   * `expires_at` the end of its current wait (absent while it runs or waits for its parent) and
+   * `cancel_reason` set once the wait ran out. All three are present only for a job created with
+   * a ttl, so every other job keeps the shape of every older message.
+   */
+  ttl_seconds?: number
+  expires_at?: string
+  cancel_reason?: 'expired'
 }
 
 /**
@@ -107,7 +116,8 @@ export type JobAggregate = Job | null
 export const ackStatuses = ['succeeded', 'failed'] as const
 export type AckStatus = (typeof ackStatuses)[number]
 
-export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered'
+/** `expired`: not claimed within its ttl of becoming due (expire_job). */
+export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered' | 'expired'
 
 /** The error type of the failure ack by which a worker says it stopped a job whose cancel it was told of. */
 export const cancelledErrorType = 'Cancelled'
@@ -127,6 +137,8 @@ export interface JobDefinition {
   idempotency_key: string | null
   /** Absent or 0: no offset (and none is recorded on the `job_created`). */
   priority?: number
+  /** Seconds the job may wait to be claimed once due (domain/job-options.ts, ttlSecondsRange); absent or null: no limit. */
+  ttl_seconds?: number | null
 }
 
 export type JobEvent =
@@ -218,7 +230,7 @@ export type JobCommand =
   | { type: 'attach_child'; data: { child_job_id: string }; meta: CommandMeta }
   | { type: 'promote_job'; data: Record<string, never>; meta: CommandMeta }
   | { type: 'activate_child'; data: { parent_job_id: string }; meta: CommandMeta }
-  | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested'> }; meta: CommandMeta }
+  | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested' | 'expired'> }; meta: CommandMeta }
   | { type: 'claim_job'; data: { worker_id: string }; meta: CommandMeta }
   | {
       type: 'ack_job'
@@ -244,6 +256,8 @@ export type JobCommand =
   | { type: 'retry_job'; data: Record<string, never>; meta: CommandMeta }
   /** A waiting job's claim order offset; `operation_id`: the bulk operation asking, if any. */
   | { type: 'set_priority'; data: { priority: number; operation_id?: string }; meta: CommandMeta }
+  /** The expiry sweep's: a job still waiting past its `expires_at` ends cancelled (reason `expired`). */
+  | { type: 'expire_job'; data: Record<string, never>; meta: CommandMeta }
 
 function addMs(iso: string, ms: number): string {
   return new Date(Date.parse(iso) + ms).toISOString()
@@ -280,9 +294,17 @@ export function claimRankAtMs(job: Pick<Job, 'run_at' | 'created_at' | 'priority
   return dueAtMs(job) - priorityOf(job) * 1000
 }
 
+/**
+ * True when the job's current wait has run out at `now` (it has a ttl, and was not claimed
+ * within it of becoming due). Such a job is never claimed, even before the sweep records it.
+ */
+export function isExpired(job: Pick<Job, 'expires_at'>, now: string): boolean {
+  return job.expires_at !== undefined && Date.parse(job.expires_at) <= Date.parse(now)
+}
+
 /** True when a worker may claim the job at `now`. */
 export function isClaimable(job: Job, now: string): boolean {
-  return job.state === 'pending' && isDue(job.run_at, now)
+  return job.state === 'pending' && isDue(job.run_at, now) && !isExpired(job, now)
 }
 
 /** True when the scheduler should move a scheduled job to pending at `now`. */
@@ -342,7 +364,7 @@ export function isAttemptStale(
   return Date.parse(now) - lastSeen > windowMs + graceMs
 }
 
-export type CascadeStep = { kind: 'activate' } | { kind: 'cancel'; reason: Exclude<CancelReason, 'requested'> }
+export type CascadeStep = { kind: 'activate' } | { kind: 'cancel'; reason: Exclude<CancelReason, 'requested' | 'expired'> }
 
 /** What a parent ending in each state does to the continuations still waiting on it. */
 const cascadeByEndState: Partial<Record<JobState, CascadeStep>> = {
@@ -407,6 +429,8 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
             idempotency_key: d.idempotency_key,
             traceparent: toTraceparent(d.traceparent),
             ...(d.priority === undefined || d.priority === 0 ? {} : { priority: d.priority }),
+            // Only when given: a job without a ttl is created as before expiry existed.
+            ...(d.ttl_seconds === undefined || d.ttl_seconds === null ? {} : { ttl_seconds: d.ttl_seconds }),
             created_at: now,
           },
         },
@@ -422,7 +446,8 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       return [{ type: 'job_child_attached', data: { child_job_id: command.data.child_job_id, attached_at: now } }]
     }
     case 'promote_job': {
-      if (state === null || !isDueForPromotion(state, now)) return []
+      // An expired job is left to the expiry sweep, which cancels it instead.
+      if (state === null || !isDueForPromotion(state, now) || isExpired(state, now)) return []
       return [{ type: 'job_promoted', data: { promoted_at: now } }]
     }
     case 'activate_child': {
@@ -532,6 +557,10 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
         },
       ]
     }
+    case 'expire_job': {
+      if (state === null || !isWaitingToExpire(state) || !isExpired(state, now)) return []
+      return [{ type: 'job_cancelled', data: { reason: 'expired', previous_state: state.state as 'pending' | 'scheduled', cancelled_at: now } }]
+    }
     case 'retry_job': {
       const job = requireJob(state)
       if (job.state !== 'failed' && job.state !== 'dead_letter') {
@@ -550,6 +579,30 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       ]
     }
   }
+}
+
+/** A job whose wait for a claim can run out: due or to be due, with a deadline, not waiting for its parent. */
+function isWaitingToExpire(job: Job): boolean {
+  return (job.state === 'pending' || job.state === 'scheduled') && !job.waiting_for_parent && job.expires_at !== undefined
+}
+
+/**
+ * The state with the deadline of a wait that starts now: the job is due at `runAt` (null, or
+ * before `now`: at once) and must be claimed within its ttl of that. Each time a job becomes due
+ * again (a retry's backoff, a release, a retry by hand) its wait starts over. Without a ttl, the
+ * state as it was.
+ */
+function waitingFrom(job: Job, runAt: string | null, now: string): Job {
+  if (job.ttl_seconds === undefined) return job
+  const dueAt = Math.max(runAt === null ? 0 : Date.parse(runAt), Date.parse(now))
+  return { ...job, expires_at: new Date(dueAt + job.ttl_seconds * 1000).toISOString() }
+}
+
+/** The state without a wait's deadline (the job runs, or waits for its parent). */
+function notWaiting(job: Job): Job {
+  if (job.expires_at === undefined) return job
+  const { expires_at: _deadline, ...rest } = job
+  return rest
 }
 
 /** When the failed attempt's job is tried again, under the retry policy of its queue. */
@@ -615,7 +668,7 @@ const noAttemptTraces = { started_at: null, completed_at: null, duration_ms: nul
 function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
   if (event.type === 'job_created') {
     const d = event.data
-    return {
+    const created: Job = {
       id: d.job_id,
       project_id: d.project_id,
       state: d.state,
@@ -641,6 +694,10 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       updated_at: d.created_at,
       ...(d.priority === undefined ? {} : { priority: d.priority }),
     }
+    if (d.ttl_seconds === undefined || d.ttl_seconds === null) return created
+    const withTtl = { ...created, ttl_seconds: d.ttl_seconds }
+    // A continuation's wait starts when its parent activates it.
+    return d.waiting_for_parent ? withTtl : waitingFrom(withTtl, d.run_at, d.created_at)
   }
   if (state === null) throw new EventBeforeCreation(event.type, 'job_created')
   switch (event.type) {
@@ -649,10 +706,14 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
     case 'job_promoted':
       return { ...state, state: 'pending', updated_at: event.data.promoted_at }
     case 'job_activated':
-      return { ...state, state: event.data.state, waiting_for_parent: false, updated_at: event.data.activated_at }
+      return waitingFrom(
+        { ...state, state: event.data.state, waiting_for_parent: false, updated_at: event.data.activated_at },
+        state.run_at,
+        event.data.activated_at,
+      )
     case 'job_claimed':
       return {
-        ...state,
+        ...notWaiting(state),
         state: 'processing',
         attempt: event.data.attempt,
         worker_id: event.data.worker_id,
@@ -668,43 +729,59 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
     case 'job_succeeded':
       return ended(state, 'succeeded', event.data, null)
     case 'job_attempt_failed':
-      return {
-        ...withoutInlineError(state),
-        state: 'pending',
-        run_at: event.data.retry_at,
-        worker_id: null,
-        duration_ms: event.data.duration_ms,
-        error_seq: recordedHere,
-        updated_at: event.data.failed_at,
-      }
+      return waitingFrom(
+        {
+          ...withoutInlineError(state),
+          state: 'pending',
+          run_at: event.data.retry_at,
+          worker_id: null,
+          duration_ms: event.data.duration_ms,
+          error_seq: recordedHere,
+          updated_at: event.data.failed_at,
+        },
+        event.data.retry_at,
+        event.data.failed_at,
+      )
     case 'job_dead_lettered':
       return ended(state, 'dead_letter', event.data, recordedHere)
-    case 'job_cancelled':
-      return { ...state, state: 'cancelled', waiting_for_parent: false, updated_at: event.data.cancelled_at }
+    case 'job_cancelled': {
+      const cancelled: Job = { ...state, state: 'cancelled', waiting_for_parent: false, updated_at: event.data.cancelled_at }
+      // An expired job keeps the deadline it missed; any other cancel ends the wait.
+      return event.data.reason === 'expired' ? { ...cancelled, cancel_reason: 'expired' } : notWaiting(cancelled)
+    }
     case 'job_cancel_requested':
       return { ...state, cancel_requested_at: event.data.requested_at, updated_at: event.data.requested_at }
     case 'job_released':
       // The attempt is not spent: the next claim numbers itself as this one was.
-      return {
-        ...state,
-        state: event.data.state,
-        run_at: event.data.run_at,
-        attempt: event.data.attempt - 1,
-        started_at: null,
-        duration_ms: null,
-        progress: null,
-        worker_id: null,
-        updated_at: event.data.released_at,
-      }
-    case 'job_retried':
-      return {
-        ...withoutInlineError(state),
-        state: 'pending',
-        run_at: null,
-        ...noAttemptTraces,
-        max_attempts: event.data.max_attempts,
-        updated_at: event.data.retried_at,
-      }
+      return waitingFrom(
+        {
+          ...state,
+          state: event.data.state,
+          run_at: event.data.run_at,
+          attempt: event.data.attempt - 1,
+          started_at: null,
+          duration_ms: null,
+          progress: null,
+          worker_id: null,
+          updated_at: event.data.released_at,
+        },
+        event.data.run_at,
+        event.data.released_at,
+      )
+    case 'job_retried': {
+      return waitingFrom(
+        {
+          ...withoutInlineError(state),
+          state: 'pending',
+          run_at: null,
+          ...noAttemptTraces,
+          max_attempts: event.data.max_attempts,
+          updated_at: event.data.retried_at,
+        },
+        null,
+        event.data.retried_at,
+      )
+    }
     case 'job_priority_changed':
       return { ...state, priority: event.data.priority, updated_at: event.data.changed_at }
   }

@@ -20,6 +20,8 @@ export interface RecurringSchedule {
   payload?: Record<string, unknown>
   /** The priority of every job it creates (issue 28); absent for none (0). */
   priority?: number
+  /** The ttl every occurrence is created with (issue 28, expiry); absent: none given (the queue's default applies). */
+  ttl_seconds?: number
 }
 
 export interface RecurringJob extends RecurringSchedule {
@@ -111,6 +113,7 @@ function isSameSchedule(a: RecurringJob, b: RecurringSchedule): boolean {
     a.timezone === b.timezone &&
     a.max_attempts === b.max_attempts &&
     a.timeout_seconds === b.timeout_seconds &&
+    a.ttl_seconds === b.ttl_seconds &&
     canonicalJson(a.payload) === canonicalJson(b.payload ?? {}) &&
     (a.priority ?? 0) === (b.priority ?? 0)
   )

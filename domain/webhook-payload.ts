@@ -17,7 +17,7 @@ export interface WebhookEventContent {
 }
 
 /** The job events that become webhook events; the rest of a job's history is not sent. */
-export const jobEventsSent = ['job_created', 'job_succeeded', 'job_dead_lettered'] as const satisfies readonly JobEvent['type'][]
+export const jobEventsSent = ['job_created', 'job_succeeded', 'job_dead_lettered', 'job_cancelled'] as const satisfies readonly JobEvent['type'][]
 
 /** The alert events that become webhook events, for alerts that ask for them (`webhook: true`). */
 export const alertEventsSent = ['alert_triggered', 'alert_resolved'] as const satisfies readonly AlertEvent['type'][]
@@ -52,13 +52,29 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
         },
       }
     }
+    case 'job_cancelled': {
+      // Only an expiry sends one (issue 28); a cancel asked for sends none, as the spec has it.
+      const d = event.data as Extract<JobEvent, { type: 'job_cancelled' }>['data']
+      if (d.reason !== 'expired') return null
+      return {
+        type: 'job.expired',
+        data: {
+          ...finishedJobFields(job, 'cancelled'),
+          reason: 'expired',
+          previous_state: d.previous_state,
+          ttl_seconds: job.ttl_seconds ?? null,
+          expires_at: job.expires_at ?? null,
+          cancelled_at: d.cancelled_at,
+        },
+      }
+    }
     default:
       return null
   }
 }
 
 /** The fields a finished job's webhook event opens with, in the order the signed body has them. */
-function finishedJobFields(job: Job, state: 'succeeded' | 'dead_letter') {
+function finishedJobFields(job: Job, state: 'succeeded' | 'dead_letter' | 'cancelled') {
   return { schema_version: 1, job_id: job.id, project_id: job.project_id, job_type: job.job_type, queue: job.queue, state }
 }
 

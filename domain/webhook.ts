@@ -8,7 +8,8 @@ import { WebhookAlreadyExists, WebhookNotFound } from './errors.ts'
 
 /**
  * The spec's job events, and (extensions) the alert notifications of alerts with `webhook: true`
- * the signed checkpoints of the project's audit log (docs/audit.md), and queue pauses and resumes.
+ * the signed checkpoints of the project's audit log (docs/audit.md), queue pauses and resumes, and
+ * jobs cancelled because they were not claimed within their ttl (`job.expired`).
  */
 export const webhookEventTypes = [
   'job.created',
@@ -19,6 +20,7 @@ export const webhookEventTypes = [
   'audit.checkpoint',
   'queue.paused',
   'queue.resumed',
+  'job.expired',
 ] as const
 export type WebhookEventType = (typeof webhookEventTypes)[number]
 export type EventFilter = '*' | WebhookEventType[]
@@ -27,7 +29,7 @@ export type EventFilter = '*' | WebhookEventType[]
  * Types a subscription receives only when it names them: `*` keeps meaning what it meant before
  * they existed, so a receiver written for the spec's events never meets one.
  */
-const namedOnly: ReadonlySet<string> = new Set<WebhookEventType>(['audit.checkpoint', 'queue.paused', 'queue.resumed'])
+const namedOnly: ReadonlySet<string> = new Set<WebhookEventType>(['audit.checkpoint', 'queue.paused', 'queue.resumed', 'job.expired'])
 
 export const secretGraceMs = 24 * 60 * 60 * 1000
 

@@ -207,6 +207,20 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         user_id: e.data.paused_by,
       }
     }
+    case 'queue_settings_updated': {
+      const { queue, default_ttl_seconds: ttl } = e.data
+      return {
+        kind: 'queue_settings_updated',
+        target_type: 'queue',
+        target_id: queue,
+        summary:
+          ttl === null
+            ? `Queue ${queue}: default ttl removed`
+            : `Queue ${queue}: jobs expire ${ttl} s after becoming due unless they set their own ttl`,
+        metadata: { queue, default_ttl_seconds: ttl },
+        user_id: e.data.updated_by,
+      }
+    }
     case 'queue_resumed':
       return {
         kind: 'queue_resumed',
@@ -465,6 +479,7 @@ const projection: Projection = {
     'retry_policy_updated',
     'queue_paused',
     'queue_resumed',
+    'queue_settings_updated',
     'recurring_upserted',
     'recurring_deleted',
     'alert_created',

@@ -56,6 +56,9 @@ const columns = [
   'cancel_requested_at',
   'priority',
   'claim_rank_at',
+  'ttl_seconds',
+  'expires_at',
+  'cancel_reason',
 ] as const
 
 /** What a row holds that the job's state only refers to, as far as the batch that writes it knows. */
@@ -102,6 +105,9 @@ function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[
     cancel_requested_at: job.cancel_requested_at ?? null,
     priority: job.priority ?? null,
     claim_rank_at: new Date(claimRankAtMs(job)).toISOString(),
+    ttl_seconds: job.ttl_seconds ?? null,
+    expires_at: job.expires_at ?? null,
+    cancel_reason: job.cancel_reason ?? null,
   }
 }
 
@@ -143,6 +149,10 @@ export function jobFromRow(r: Record<string, unknown>): Job {
   const cancelRequestedAt = toIso(r.cancel_requested_at)
   if (cancelRequestedAt !== null) job.cancel_requested_at = cancelRequestedAt
   if (r.priority !== null && r.priority !== undefined) job.priority = r.priority as number
+  if (r.ttl_seconds !== null && r.ttl_seconds !== undefined) job.ttl_seconds = r.ttl_seconds as number
+  const expiresAt = toIso(r.expires_at)
+  if (expiresAt !== null) job.expires_at = expiresAt
+  if (r.cancel_reason === 'expired') job.cancel_reason = 'expired'
   const error = (r.error as JobError | null) ?? null
   return job.error_seq === null && error !== null ? { ...job, error } : job
 }
@@ -223,7 +233,8 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
         parent_job_id = excluded.parent_job_id, waiting_for_parent = excluded.waiting_for_parent,
         worker_id = excluded.worker_id, idempotency_key = excluded.idempotency_key, traceparent = excluded.traceparent,
         updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq,
-        cancel_requested_at = excluded.cancel_requested_at, priority = excluded.priority, claim_rank_at = excluded.claim_rank_at
+        cancel_requested_at = excluded.cancel_requested_at, priority = excluded.priority, claim_rank_at = excluded.claim_rank_at,
+        ttl_seconds = excluded.ttl_seconds, expires_at = excluded.expires_at, cancel_reason = excluded.cancel_reason
       WHERE jobs.last_seq < excluded.last_seq
         AND (excluded.error IS NOT NULL OR excluded.error_seq IS NULL OR excluded.error_seq = jobs.error_seq)`
   }
@@ -352,7 +363,7 @@ async function claimCandidates(tx: Tx, target: ClaimTarget, now: Date, seen: rea
   return tx`
     SELECT * FROM jobs
     WHERE project_id = ${target.projectId} AND state = 'pending' AND queue = ANY(${target.queues})
-      AND available_at <= ${now}
+      AND available_at <= ${now} AND (expires_at IS NULL OR expires_at > ${now})
       ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
       ${seen.length === 0 ? tx`` : tx`AND id <> ALL(${seen as string[]})`}
     ORDER BY claim_rank_at, id
@@ -365,6 +376,7 @@ async function dueScheduled(db: Queryable, now: Date, heldBack: readonly string[
   return db<{ project_id: string; id: string }[]>`
     SELECT project_id, id FROM jobs
     WHERE state = 'scheduled' AND NOT waiting_for_parent AND available_at <= ${now} AND id <> ALL(${heldBack as string[]}::text[])
+      AND (expires_at IS NULL OR expires_at > ${now})
     ORDER BY available_at LIMIT ${limit}`
 }
 
@@ -393,6 +405,35 @@ async function cancelsPastGrace(db: Queryable, before: Date, heldBack: readonly 
     WHERE state = 'processing' AND cancel_requested_at < ${before}
       AND id <> ALL(${heldBack as string[]}::text[])
     ORDER BY cancel_requested_at LIMIT ${limit}`
+}
+
+/**
+ * Jobs still waiting to be claimed past their `expires_at` (not waiting for a parent), at most
+ * `limit`, except `heldBack`, taken round-robin across projects so that no project's backlog can
+ * hold back another's: each project's earliest first, at most `perProject` of each, and a
+ * project's n-th only after every other project's (n−1)-th. The projects are found by a loose
+ * scan of the `jobs_waiting_expiry` index (one probe per project holding waiting jobs with a ttl),
+ * each project's overdue jobs by a range of it.
+ */
+async function expiredWaiting(db: Queryable, now: Date, heldBack: readonly string[], limit: number, perProject: number) {
+  return db<{ project_id: string; id: string }[]>`
+    WITH RECURSIVE projects AS (
+      (SELECT project_id FROM jobs
+        WHERE state IN ('pending', 'scheduled') AND expires_at IS NOT NULL AND NOT waiting_for_parent
+        ORDER BY project_id LIMIT 1)
+      UNION ALL
+      SELECT (SELECT j.project_id FROM jobs j
+        WHERE j.state IN ('pending', 'scheduled') AND j.expires_at IS NOT NULL AND NOT j.waiting_for_parent AND j.project_id > p.project_id
+        ORDER BY j.project_id LIMIT 1)
+      FROM projects p WHERE p.project_id IS NOT NULL
+    )
+    SELECT overdue.project_id, overdue.id FROM projects p CROSS JOIN LATERAL (
+      SELECT j.project_id, j.id, j.expires_at, row_number() OVER (ORDER BY j.expires_at, j.id) AS turn FROM jobs j
+      WHERE j.project_id = p.project_id AND j.state IN ('pending', 'scheduled') AND j.expires_at IS NOT NULL
+        AND NOT j.waiting_for_parent AND j.expires_at <= ${now} AND j.id <> ALL(${heldBack as string[]}::text[])
+      ORDER BY j.expires_at, j.id LIMIT ${perProject}
+    ) overdue
+    ORDER BY overdue.turn, overdue.expires_at LIMIT ${limit}`
 }
 
 /** Parents that have ended while children still wait on them (a continuation cascade a crash interrupted), except `heldBack`. */
@@ -544,6 +585,7 @@ export const jobList = readModel(
     dueScheduled,
     staleProcessing,
     cancelsPastGrace,
+    expiredWaiting,
     runningOf,
     parentsOfWaitingChildren,
     exportRows,

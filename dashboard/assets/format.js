@@ -31,10 +31,11 @@ export const webhookEventTypes = [
   'audit.checkpoint',
   'queue.paused',
   'queue.resumed',
+  'job.expired',
 ]
 
 /** The types a `*` subscription does not receive: only a subscription that names them does (domain/webhook.ts). */
-export const namedOnlyWebhookEventTypes = ['audit.checkpoint', 'queue.paused', 'queue.resumed']
+export const namedOnlyWebhookEventTypes = ['audit.checkpoint', 'queue.paused', 'queue.resumed', 'job.expired']
 
 const roleRank = { viewer: 0, member: 1, admin: 2, owner: 3 }
 

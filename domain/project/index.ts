@@ -3,6 +3,7 @@ import { decideBilling, evolveBilling, type BillingCommand, type BillingEvent } 
 import { decideKeys, evolveKeys, type KeysCommand, type KeysEvent } from './keys.ts'
 import { createdProject, decideLifecycle, evolveLifecycle, type LifecycleCommand, type LifecycleEvent } from './lifecycle.ts'
 import { decideQueuePause, evolveQueuePause, type QueuePauseCommand, type QueuePauseEvent } from './queue-pauses.ts'
+import { decideQueueSettings, evolveQueueSettings, type QueueSettingsCommand, type QueueSettingsEvent } from './queue-settings.ts'
 import { decideRetryPolicy, evolveRetryPolicy, type RetryPolicyCommand, type RetryPolicyEvent } from './retry-policy.ts'
 import { decideStaff, evolveStaff, type StaffCommand, type StaffEvent } from './staff.ts'
 import type { ProjectAggregate } from './state.ts'
@@ -11,7 +12,7 @@ import { decideTeam, evolveTeam, type TeamCommand, type TeamEvent } from './team
 /**
  * The project aggregate: the unit of isolation, the owner of the project's API keys and of its
  * team. One consistency boundary, decided by concern: the project itself (lifecycle.ts), its keys,
- * its team, its billing, what staff change, its retry policy, its paused queues. Each concern has its own commands,
+ * its team, its billing, what staff change, its retry policy, its paused queues, its queue settings. Each concern has its own commands,
  * events, decide and evolve over the one state (state.ts); the switches below route every command
  * and event to its concern, and the compiler checks that none is left out.
  */
@@ -37,6 +38,7 @@ export {
   type ProjectAggregate,
   type ProjectRole,
   type QueuePause,
+  type QueueSettings,
   type RateLimitOverride,
   type SignupPlan,
   type StoredProject,
@@ -45,13 +47,16 @@ export { activeKeyPrefix, apiKeyGraceMs } from './keys.ts'
 export { maxPendingInvites } from './team.ts'
 export { billingOf, hasProviderEvent, lastPeriodOf, promotionTermsOf, providerEventMemory } from './billing.ts'
 export { isQueuePaused, maxPausedQueues, pauseOf, pausesAt } from './queue-pauses.ts'
+export { defaultTtlOf, maxQueueSettings, queueSettingsOf } from './queue-settings.ts'
 export { maxRateLimitOverrideDays, requestsPerHourOf } from './staff.ts'
 
-export type ProjectEvent = LifecycleEvent | KeysEvent | TeamEvent | BillingEvent | StaffEvent | RetryPolicyEvent | QueuePauseEvent
+export type ProjectEvent =
+  LifecycleEvent | KeysEvent | TeamEvent | BillingEvent | StaffEvent | RetryPolicyEvent | QueuePauseEvent | QueueSettingsEvent
 
 export type ProjectEventType = ProjectEvent['type']
 
-export type ProjectCommand = LifecycleCommand | KeysCommand | TeamCommand | BillingCommand | StaffCommand | RetryPolicyCommand | QueuePauseCommand
+export type ProjectCommand =
+  LifecycleCommand | KeysCommand | TeamCommand | BillingCommand | StaffCommand | RetryPolicyCommand | QueuePauseCommand | QueueSettingsCommand
 
 function unreachable(value: never): never {
   throw new Error(`unhandled ${(value as { type: string }).type}`)
@@ -90,6 +95,8 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
     case 'resume_queue':
     case 'end_queue_pauses':
       return decideQueuePause(command, state)
+    case 'set_queue_settings':
+      return decideQueueSettings(command, state)
     default:
       return unreachable(command)
   }
@@ -135,6 +142,8 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
     case 'queue_paused':
     case 'queue_resumed':
       return evolveQueuePause(state, event)
+    case 'queue_settings_updated':
+      return evolveQueueSettings(state, event)
     default:
       return unreachable(event)
   }

@@ -117,6 +117,7 @@ export function createdProject(d: Extract<LifecycleEvent, { type: 'project_creat
     promotions: [],
     history_expired_through: 0,
     queue_pauses: [],
+    queue_settings: [],
   }
 }
 

@@ -99,6 +99,17 @@ export interface Project {
   history_expired_through: number
   /** The queues paused, each until resumed or its `until` (queue-pauses.ts), in the order paused. */
   queue_pauses: QueuePause[]
+  /** Per-queue settings (queue-settings.ts): a queue's default ttl. */
+  queue_settings: QueueSettings[]
+}
+
+export interface QueueSettings {
+  queue: string
+  /** The ttl of jobs created in the queue without one (domain/job.ts, expiry). */
+  default_ttl_seconds: number
+  /** The dashboard user who set it; null for an API key. */
+  updated_by: string | null
+  updated_at: string
 }
 
 export interface QueuePause {
@@ -128,6 +139,7 @@ type AddedField =
   | 'promotions'
   | 'history_expired_through'
   | 'queue_pauses'
+  | 'queue_settings'
 
 /** A project's state as any message stored it. */
 export type StoredProject = Omit<Project, AddedField> & Partial<Pick<Project, AddedField>>
@@ -136,7 +148,7 @@ export type StoredProject = Omit<Project, AddedField> & Partial<Pick<Project, Ad
  * The project's state as a message stored it, in today's form: each field added since the first
  * release takes, where a state written before it lacks it, the value that state meant (no team,
  * billing active without overage or cap and never rolled, no provider events, retry policies,
- * override, promotions or paused queues). Applied wherever a message is decoded (streams/stored-forms.ts).
+ * override, promotions, paused queues or queue settings). Applied wherever a message is decoded (streams/stored-forms.ts).
  */
 export function upgradeProject(stored: StoredProject): Project {
   return {
@@ -156,6 +168,7 @@ export function upgradeProject(stored: StoredProject): Project {
     promotions: stored.promotions ?? [],
     history_expired_through: stored.history_expired_through ?? 0,
     queue_pauses: stored.queue_pauses ?? [],
+    queue_settings: stored.queue_settings ?? [],
   }
 }
 

@@ -86,6 +86,7 @@ t.test('create project: the project and its first API key', async (t) => {
     promotions: [],
     history_expired_through: 0,
     queue_pauses: [],
+    queue_settings: [],
   })
 })
 

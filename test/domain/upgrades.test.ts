@@ -49,6 +49,7 @@ const noneYet = {
   promotions: [],
   history_expired_through: 0,
   queue_pauses: [],
+  queue_settings: [],
 }
 const defaultsOfOldProjects = { ...noTeam, ...billingNeverSet, ...noneYet }
 

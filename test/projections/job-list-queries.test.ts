@@ -136,3 +136,32 @@ t.test('claimCandidates, dueScheduled and the alert measures read the pending an
   t.same(await jobList.oldestDueAt(sql, projectId, null, now), new Date(t0))
   t.equal(await jobList.oldestDueAt(sql, projectId, null, new Date(t0 - 1)), null)
 })
+
+t.test('expiredWaiting: overdue waiting jobs round-robin across projects; claimCandidates and dueScheduled skip them', async (t) => {
+  // prj_big has a backlog of 6 overdue jobs, all older than prj_small's 2: the small one still
+  // gets its turn in the first pass.
+  for (let i = 0; i < 6; i++) await create('prj_exp_big', `job_exp_big_${i}`, t0 + i, { ttl_seconds: 10 })
+  for (let i = 0; i < 2; i++) await create('prj_exp_small', `job_exp_small_${i}`, t0 + 1000 + i, { ttl_seconds: 10 })
+  await create('prj_exp_small', 'job_exp_later', t0, { ttl_seconds: 3600 })
+  await create('prj_exp_small', 'job_exp_child', t0, { ttl_seconds: 1, parent_job_id: 'job_exp_big_0', waits_for_parent: true })
+  await create('prj_exp_small', 'job_exp_sched', t0, { ttl_seconds: 1, run_at: at(t0 + 5_000) })
+  await create('prj_exp_small', 'job_exp_claimed', t0, { ttl_seconds: 1 })
+  await claim('prj_exp_small', 'job_exp_claimed', t0 + 10)
+  const now = new Date(t0 + 20_000)
+  const ids = (rows: { id: string }[]) => rows.map((r) => r.id)
+  // prj_small's first is its scheduled job (run_at + 1 s), its second the first of its pending ones.
+  const roundRobin = ['job_exp_sched', 'job_exp_big_0', 'job_exp_big_1', 'job_exp_small_0']
+  t.same(ids(await jobList.expiredWaiting(sql, now, [], 4, 50)), roundRobin, "each project's first (earliest first), then each project's second")
+  t.same(ids(await jobList.expiredWaiting(sql, now, [], 100, 2)), roundRobin, 'at most perProject of each project')
+  const all = ids(await jobList.expiredWaiting(sql, now, ['job_exp_big_2'], 100, 50))
+  t.notOk(all.includes('job_exp_later'), 'a job within its ttl')
+  t.notOk(all.includes('job_exp_child'), 'a child waiting for its parent')
+  t.notOk(all.includes('job_exp_claimed'), 'a claimed job')
+  t.notOk(all.includes('job_exp_big_2'), 'a held-back job')
+  t.ok(all.includes('job_exp_sched'), 'a scheduled job past run_at + ttl')
+  const target = { projectId: 'prj_exp_small', queues: ['default'], jobTypes: null }
+  const candidates = await sql.begin((tx) => jobList.claimCandidates(tx, target, now, [], 100))
+  t.same(ids(candidates as unknown as { id: string }[]), ['job_exp_later'], 'the claim query skips the expired')
+  const due = await jobList.dueScheduled(sql, now, [], 100)
+  t.notOk(ids(due).includes('job_exp_sched'), 'promotion skips the expired')
+})

@@ -203,6 +203,21 @@ t.test('queues: paused with a reason and an until, listed, resumed', async (t) =
   )
 })
 
+t.test('expiry: ttl_seconds on a create, a batch item and a schedule; a queue default set and removed', async (t) => {
+  const own = await client.jobs.create({ job_type: 'sdk-ttl', payload: {}, queue: 'sdk-ttl', ttl_seconds: 600 })
+  t.match(await client.jobs.get(own.id), { ttl_seconds: 600, expires_at: String })
+  t.same(await client.queues.setSettings('sdk-ttl', { default_ttl_seconds: 120 }), { queue: 'sdk-ttl', default_ttl_seconds: 120 })
+  const batch = await client.jobs.createBatch([{ job_type: 'sdk-ttl', payload: {}, queue: 'sdk-ttl' }])
+  const created = batch.results[0]!
+  t.equal('body' in created && (await client.jobs.get(created.body.id)).ttl_seconds, 120, "the queue's default")
+  const listed = await client.queues.list()
+  t.equal(listed.data.find((q) => q.queue === 'sdk-ttl')?.default_ttl_seconds, 120)
+  t.same(await client.queues.setSettings('sdk-ttl', { default_ttl_seconds: null }), { queue: 'sdk-ttl', default_ttl_seconds: null })
+  const schedule = await client.recurring.upsert('rjob_sdk-ttl-tick', { job_type: 'sdk-ttl-tick', cron_expression: '0 * * * *', ttl_seconds: 30 })
+  t.equal(schedule.ttl_seconds, 30)
+  await client.recurring.delete('rjob_sdk-ttl-tick')
+})
+
 t.test('the jobs export streams JSONL records', async (t) => {
   // A project of its own, so that its export cooldown is not the one the error test used.
   const other = await h.newProject()

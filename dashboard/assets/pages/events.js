@@ -59,6 +59,7 @@ const catalogue = {
     'retry_policy_updated',
     'queue_paused',
     'queue_resumed',
+    'queue_settings_updated',
   ],
   recurring: ['recurring_upserted', 'recurring_deleted', 'recurring_rescheduled', 'recurring_fired'],
   alert: ['alert_created', 'alert_updated', 'alert_deleted', 'alert_triggered', 'alert_resolved'],

@@ -400,11 +400,14 @@ class _Resource:
 
 class Jobs(_Resource):
     def create(self, idempotency_key: Optional[str] = None, **fields: Any) -> JsonObject:
-        """POST /jobs with the API's field names (job_type, payload, queue, run_at, ...). An
-        Idempotency-Key is generated unless given, and reused on retries: never two jobs."""
+        """POST /jobs with the API's field names (job_type, payload, queue, run_at, ttl_seconds,
+        ...). ttl_seconds (extension): a job not claimed within it of becoming due ends cancelled
+        with cancel_reason "expired"; left out, the queue's default applies. An Idempotency-Key is
+        generated unless given, and reused on retries: never two jobs."""
         return self._call("POST", "/jobs", body=fields, repeat="key", idempotency_key=idempotency_key)
 
     def create_batch(self, jobs: Iterable[JsonObject], idempotency_key: Optional[str] = None) -> JsonObject:
+        """Each item is a create's body (ttl_seconds included)."""
         return self._call("POST", "/jobs/batch", body={"jobs": list(jobs)}, repeat="key", idempotency_key=idempotency_key)
 
     def get(self, job_id: str, as_of: Optional[Instant] = None) -> JsonObject:
@@ -610,6 +613,7 @@ class Recurring(_Resource):
         return self._call("GET", "/recurring", query=query)
 
     def upsert(self, schedule_id: str, **fields: Any) -> JsonObject:
+        """fields as the API names them; ttl_seconds (extension) is given to every occurrence."""
         return self._call("PUT", "/recurring/" + _quote(schedule_id), body=fields)
 
     def delete(self, schedule_id: str) -> None:
@@ -660,6 +664,12 @@ class Queues(_Resource):
     def resume(self, queue: str) -> JsonObject:
         """Wakes the queue's waiting polls at once; a queue that is not paused is answered as it is."""
         return self._call("POST", "/queues/%s/resume" % _quote(queue), body={})
+
+    def set_settings(self, queue: str, default_ttl_seconds: Optional[int]) -> JsonObject:
+        """default_ttl_seconds: the ttl_seconds of jobs created in the queue without their own (1 to
+        2,592,000; None removes it); a job not claimed within it of becoming due ends cancelled with
+        cancel_reason "expired". Needs the project role admin. Answers {queue, default_ttl_seconds}."""
+        return self._call("PUT", "/queues/%s/settings" % _quote(queue), body={"default_ttl_seconds": default_ttl_seconds})
 
 
 class Activity(_Resource):

@@ -46,6 +46,17 @@ class ClientTest(unittest.TestCase):
         resumed = self.client.queues.resume("py-held")
         self.assertEqual((resumed["paused"], resumed["reason"]), (False, None))
 
+    def test_ttl_and_a_queue_default(self):
+        own = self.client.jobs.create(job_type="py-ttl", payload={}, queue="py-ttl", ttl_seconds=600)
+        self.assertEqual(self.client.jobs.get(own["id"])["ttl_seconds"], 600)
+        self.assertEqual(self.client.queues.set_settings("py-ttl", 90), {"queue": "py-ttl", "default_ttl_seconds": 90})
+        self.addCleanup(self.client.queues.set_settings, "py-ttl", None)
+        item = self.client.jobs.create_batch([{"job_type": "py-ttl", "payload": {}, "queue": "py-ttl"}])["results"][0]
+        self.assertEqual(self.client.jobs.get(item["body"]["id"])["ttl_seconds"], 90)
+        schedule = self.client.recurring.upsert("rjob_py-ttl-tick", job_type="py-ttl-tick", cron_expression="0 * * * *", ttl_seconds=30)
+        self.addCleanup(self.client.recurring.delete, "rjob_py-ttl-tick")
+        self.assertEqual(schedule["ttl_seconds"], 30)
+
     def test_list_all_follows_the_cursor(self):
         made = {self.client.jobs.create(job_type="py-page", payload={}, queue="py-page")["id"] for _ in range(5)}
         self.assertEqual({j["id"] for j in self.client.jobs.list_all(queue="py-page", limit=2)}, made)

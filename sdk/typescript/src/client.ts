@@ -44,6 +44,8 @@ import type {
   PauseQueueRequest,
   QueueList,
   QueueState,
+  QueueSettings,
+  QueueSettingsRequest,
   ExportQuery,
   FeedEvent,
   HeartbeatRequest,
@@ -524,6 +526,15 @@ export class QueuesApi {
   /** Wakes the queue's waiting polls at once. A queue that is not paused is answered as it is. */
   resume(queue: string, options?: RequestOptions): Promise<QueueState> {
     return this.call({ method: 'POST', path: `${v1}/queues/${id(queue)}/resume`, body: {}, options, repeat: 'safe' })
+  }
+
+  /**
+   * Needs `admin`. `default_ttl_seconds`: the `ttl_seconds` of jobs created in the queue without
+   * their own (null removes it); a job not claimed within it of becoming due ends `cancelled`
+   * with `cancel_reason: 'expired'`.
+   */
+  setSettings(queue: string, settings: QueueSettingsRequest, options?: RequestOptions): Promise<QueueSettings> {
+    return this.call({ method: 'PUT', path: `${v1}/queues/${id(queue)}/settings`, body: settings, options, repeat: 'safe' })
   }
 }
 

@@ -104,6 +104,8 @@ export type RetryPolicyRequest = RequestBody<'/jobsvc/v1/retry-policy', 'put'>
 export type QueueList = ResponseBody<'/jobsvc/v1/queues', 'get'>
 export type QueueState = ResponseBody<'/jobsvc/v1/queues/{queue}/pause', 'post'>
 export type PauseQueueRequest = NonNullable<RequestBody<'/jobsvc/v1/queues/{queue}/pause', 'post'>>
+export type QueueSettings = ResponseBody<'/jobsvc/v1/queues/{queue}/settings', 'put'>
+export type QueueSettingsRequest = RequestBody<'/jobsvc/v1/queues/{queue}/settings', 'put'>
 export type ActivityQuery = Query<'/jobsvc/v1/activity', 'get'>
 export type ActivityPage = ResponseBody<'/jobsvc/v1/activity', 'get'>
 

@@ -1,6 +1,6 @@
 import { z } from 'zod'
 import { priorityRange } from '../../../domain/job.ts'
-import { maxJobTypeLength, maxQueueNameLength, timeoutSecondsRange } from '../../../domain/job-options.ts'
+import { maxJobTypeLength, maxQueueNameLength, timeoutSecondsRange, ttlSecondsRange } from '../../../domain/job-options.ts'
 import { maxAttemptsRange } from '../../../domain/retry-policy.ts'
 import { storableText } from './text-fields.ts'
 
@@ -23,3 +23,5 @@ export const priorityNumber = z
   .describe(
     'extension: claim order offset in seconds, -600 to 600 (default 0), higher sooner: due jobs of a queue are claimed by due time minus priority, so an old low-priority job still runs before newer high-priority ones; never before its own due time',
   )
+/** Extension (issue 28): how long a job may wait to be claimed once due. */
+export const ttlSecondsNumber = z.number().int().min(ttlSecondsRange.min).max(ttlSecondsRange.max)

@@ -32,6 +32,9 @@ export function toJobDetail(job: JobView) {
     ...(job.cancel_requested_at !== undefined ? { cancel_requested_at: job.cancel_requested_at } : {}),
     // Extension (issue 28): only a job that uses priorities shows one.
     ...(job.priority === undefined ? {} : { priority: job.priority }),
+    // Extension (issue 28, expiry): only for a job with a ttl, so every other job keeps the spec's shape.
+    ...(job.ttl_seconds === undefined ? {} : { ttl_seconds: job.ttl_seconds, expires_at: job.expires_at ?? null }),
+    ...(job.cancel_reason === undefined ? {} : { cancel_reason: job.cancel_reason }),
   }
 }
 

@@ -21,13 +21,16 @@ import { commandProject } from '../../use-cases/projects/project-service.ts'
 const passLimit = 500
 const passConcurrency = 16
 
+/** Overdue jobs of one project an expiry pass takes at most (the pass takes them round-robin across projects). */
+const expiryPerProject = 50
+
 /** Projects an audit checkpoint pass signs for at most before it yields to the other passes. */
 const checkpointPage = 200
 /** Projects whose queue pauses one pass records the end of, at most; a full page is followed at once. */
 const endedPausesPage = 100
 
 /**
- * The scheduler role: moves due scheduled jobs to pending, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
+ * The scheduler role: moves due scheduled jobs to pending, expires jobs not claimed within their ttl, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
  * continuation cascades that a crash interrupted, starts billing periods and deletes terminal
  * jobs past their plan's retention, and signs the hourly checkpoints of the projects' audit logs. Every move is a command on the job aggregate, so several schedulers may run:
  * the expected-sequence append lets exactly one of them win each move.
@@ -45,6 +48,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   let lastThroughputPrune = Number.NEGATIVE_INFINITY
   // Each pass keeps its failing items apart for as long as the role runs (failing-items.ts).
   const promotion = new IsolatedPass(deps.log, 'promotion pass')
+  const expiry = new IsolatedPass(deps.log, 'expiry sweep')
   const reaper = new IsolatedPass(deps.log, 'reaper pass')
   const cascades = new IsolatedPass(deps.log, 'cascade sweep')
   const alerts = new IsolatedPass(deps.log, 'alert pass')
@@ -76,6 +80,8 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   }
   const loops = [
     loop(t.scheduler_interval_ms, 'promotion pass', async () => void (await promoteDueJobs(deps, jobs, promotion))),
+    // Back to back while passes come back full, so a backlog of overdue jobs drains at once.
+    loop(t.scheduler_interval_ms, 'expiry sweep', async () => (await expireOverdueJobs(deps, jobs, expiry)) === passLimit),
     // Back to back while due schedules wait for room among the firings (RecurringPass).
     loop(t.scheduler_interval_ms, 'recurring pass', async () => (await recurring.run()).more),
     loop(t.reaper_interval_ms, 'reaper pass', async () => {
@@ -145,6 +151,24 @@ export async function promoteDueJobs(deps: Deps, jobs: JobService, pass = new Is
     if (result.appended) promoted++
   })
   return promoted
+}
+
+/**
+ * Jobs that waited past their ttl to be claimed end cancelled (reason `expired`), their waiting
+ * continuations with them. Claims refuse such a job already (the claim's decision compares
+ * `expires_at` with its own clock); this records the end, for the job's state, its webhook and the
+ * activity feed. Rows are taken round-robin across projects (`expiredWaiting`), so one project's
+ * backlog never holds back another's, and an item that fails is held back (IsolatedPass).
+ * Resolves to the rows looked at.
+ */
+export async function expireOverdueJobs(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'expiry sweep')): Promise<number> {
+  const overdue = await jobList.expiredWaiting(deps.sql, deps.now(), pass.heldBack(), passLimit, expiryPerProject)
+  await pass.each(overdue, passConcurrency, async (row) => {
+    const result = await jobs.expire(row.project_id, row.id)
+    if (result.state === null) throw new JobNotFound(row.id)
+    await jobs.writeRows([result.record])
+  })
+  return overdue.length
 }
 
 /**

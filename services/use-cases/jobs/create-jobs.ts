@@ -2,7 +2,7 @@ import type { Actor } from '../../../domain/decider.ts'
 import { BillingStateBlocked, MonthlyAllowanceExceeded, SpendCapReached } from '../../../domain/errors.ts'
 import type { Job } from '../../../domain/job.ts'
 import { jobDefaults } from '../../../domain/job-options.ts'
-import { billingOf, type Project } from '../../../domain/project/index.ts'
+import { billingOf, defaultTtlOf, type Project } from '../../../domain/project/index.ts'
 import { retryPolicyFor, type RetryPolicies } from '../../../domain/retry-policy.ts'
 import type { AllowanceRefusal, Grant, QuotaReading, QuotaTerms } from '../metering/allowance.ts'
 import { allowanceMarksOf, type BillingService } from '../metering/billing-service.ts'
@@ -22,6 +22,8 @@ export interface JobRequest {
   parent_job_id?: string | null | undefined
   idempotency_key?: string | null | undefined
   priority?: number | null | undefined
+  /** Extension (issue 28): absent or null, the queue's default ttl if it has one. */
+  ttl_seconds?: number | null | undefined
 }
 
 export interface CreationItem {
@@ -58,8 +60,16 @@ export interface CreationPorts {
  */
 const appendsInFlight = 64
 
-/** `max_attempts` left out is the one of the retry policy of the job's queue in its project. */
-export function toNewJob(request: JobRequest, retryPolicies: RetryPolicies | undefined, traceparent: string | null = null): NewJob {
+/**
+ * `max_attempts` left out is the one of the retry policy of the job's queue in its project;
+ * `ttl_seconds` left out, the queue's default ttl (`queueTtl`), if it has one.
+ */
+export function toNewJob(
+  request: JobRequest,
+  retryPolicies: RetryPolicies | undefined,
+  traceparent: string | null = null,
+  queueTtl: (queue: string) => number | null = () => null,
+): NewJob {
   const queue = request.queue ?? jobDefaults.queue
   return {
     job_type: request.job_type,
@@ -73,6 +83,7 @@ export function toNewJob(request: JobRequest, retryPolicies: RetryPolicies | und
     idempotency_key: request.idempotency_key ?? null,
     traceparent,
     ...(request.priority === undefined || request.priority === null ? {} : { priority: request.priority }),
+    ttl_seconds: request.ttl_seconds ?? queueTtl(queue),
   }
 }
 
@@ -109,7 +120,8 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
   await runSerialPerKey(aggregateKeys, appendsInFlight, async (i) => {
     const item = items[i]!
     try {
-      const { job, seq } = await jobs.create(project.id, toNewJob(item.request, project.retry_policies, item.traceparent ?? null), {
+      const newJob = toNewJob(item.request, project.retry_policies, item.traceparent ?? null, (queue) => defaultTtlOf(project, queue))
+      const { job, seq } = await jobs.create(project.id, newJob, {
         ...(item.jobId === undefined ? {} : { jobId: item.jobId }),
         actor: item.actor,
       })

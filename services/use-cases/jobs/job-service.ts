@@ -493,6 +493,17 @@ export class JobService {
     return this.#run(projectId, jobId, { type: 'claim_job', data: { worker_id: workerId }, meta: this.#meta() }, known, trustKnown)
   }
 
+  /**
+   * The expiry sweep's move: a job still waiting past its `expires_at` ends cancelled (reason
+   * `expired`), its waiting continuations with it; a no-op when a claim, a cancel or a new wait
+   * came first.
+   */
+  async expire(projectId: string, jobId: string): Promise<CommandResult<JobEvent, Job>> {
+    const result = await this.#run(projectId, jobId, { type: 'expire_job', data: {}, meta: this.#meta() })
+    await this.cascade(projectId, result.events, result.state)
+    return result
+  }
+
   async promote(projectId: string, jobId: string): Promise<CommandResult<JobEvent, Job>> {
     return this.#run(projectId, jobId, { type: 'promote_job', data: {}, meta: this.#meta() })
   }

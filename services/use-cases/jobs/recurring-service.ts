@@ -54,6 +54,7 @@ export interface ScheduleInput {
   timeout_seconds?: number | null | undefined
   payload?: Record<string, unknown> | null | undefined
   priority?: number | null | undefined
+  ttl_seconds?: number | null | undefined
 }
 
 async function onSchedule(
@@ -109,6 +110,8 @@ export async function upsertSchedule(
       timeout_seconds: input.timeout_seconds ?? jobDefaults.timeout_seconds,
       payload: input.payload ?? {},
       ...(input.priority === undefined || input.priority === null || input.priority === 0 ? {} : { priority: input.priority }),
+      // Only when given, so a schedule without one keeps the shape of every older upsert.
+      ...(input.ttl_seconds === undefined || input.ttl_seconds === null ? {} : { ttl_seconds: input.ttl_seconds }),
       next_run_at: nextOccurrence(expression, timezone, now)?.toISOString() ?? null,
     },
     meta: { now: now.toISOString(), actor },
@@ -355,6 +358,7 @@ async function createOccurrenceJob(
     queue: schedule.queue,
     max_attempts: schedule.max_attempts,
     timeout_seconds: schedule.timeout_seconds,
+    ttl_seconds: schedule.ttl_seconds ?? null,
     tags: { recurring_id: schedule.id },
     priority: schedule.priority ?? null,
   }

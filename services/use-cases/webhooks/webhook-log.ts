@@ -33,6 +33,7 @@ const logEventTypeOf: Record<WebhookEventType, string> = {
   'audit.checkpoint': 'checkpoint_issued',
   'queue.paused': 'queue_paused',
   'queue.resumed': 'queue_resumed',
+  'job.expired': 'job_cancelled',
 }
 
 /** The aggregate each webhook event type's log events are on. */

@@ -31,7 +31,7 @@ import { decodeCursor, decodeHistoryCursor, encodeCursor, encodeHistoryCursor, p
 import { isStorableInstant, isStorableText, unstorableInstantMessage, unstorableTextMessage } from '../storable.ts'
 import { anyText, boundedString, storableText } from '../text-fields.ts'
 import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
-import { jobTypeText, maxAttemptsNumber, priorityNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
+import { jobTypeText, maxAttemptsNumber, priorityNumber, queueNameText, timeoutSecondsNumber, ttlSecondsNumber } from '../job-fields.ts'
 import { cursorText, formatText, jobTypeFilter, limitText, minSeq, queueFilter, windowBoundText } from '../query-fields.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 import { historyEventTypes, toHistoryFilter, toJobMoment } from '../job-moments.ts'
@@ -62,6 +62,11 @@ export const createJobBody = z.object({
     .nullish(),
   parent_job_id: text(1, 36).nullish(),
   priority: priorityNumber.nullish(),
+  ttl_seconds: ttlSecondsNumber
+    .nullish()
+    .describe(
+      'extension (issue 28): seconds the job may wait to be claimed once due (1–2,592,000); not claimed by then, it ends `cancelled` with `cancel_reason: "expired"`. Absent or null: the queue\'s default ttl, if it has one',
+    ),
 })
 
 /** Longer ids are unknown, like any other id this service did not issue (404 `job_not_found`). */
@@ -102,6 +107,18 @@ export const jobDetail = z
       .int()
       .optional()
       .describe('extension: the claim order offset in seconds; present only for a job created with a non-zero priority or changed since'),
+    ttl_seconds: z
+      .number()
+      .int()
+      .optional()
+      .describe('extension (issue 28): present only for a job created with a ttl (its own or its queue’s default)'),
+    expires_at: instant
+      .nullable()
+      .optional()
+      .describe(
+        'extension: present only with `ttl_seconds`: when its current wait to be claimed runs out; null while it runs, waits for its parent, or has ended after running',
+      ),
+    cancel_reason: z.literal('expired').optional().describe('extension: present only on a job cancelled because it was not claimed within its ttl'),
   })
   .meta({ id: 'Job' })
 

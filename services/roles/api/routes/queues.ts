@@ -2,12 +2,20 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { jobStates } from '../../../../domain/job.ts'
-import { maxPausedQueues, pauseOf, type Project, type ProjectCommand, type QueuePause } from '../../../../domain/project/index.ts'
+import {
+  defaultTtlOf,
+  maxPausedQueues,
+  maxQueueSettings,
+  pauseOf,
+  type Project,
+  type ProjectCommand,
+  type QueuePause,
+} from '../../../../domain/project/index.ts'
 import { projectHandler } from '../../../../streams/aggregates.ts'
 import { summary } from '../../../use-cases/jobs/metrics-service.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
-import { queueNameText } from '../job-fields.ts'
+import { queueNameText, ttlSecondsNumber } from '../job-fields.ts'
 import { errorResponses, instant, writeCodes } from '../openapi.ts'
 import { minSeq } from '../query-fields.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
@@ -44,12 +52,30 @@ const counts = z.strictObject(Object.fromEntries(jobStates.map((s) => [s, z.numb
 
 const queueListItem = queueState
   .extend({
+    default_ttl_seconds: z.number().int().nullable().describe('extension: the ttl of jobs created in the queue without one; null: none'),
     counts: counts.describe('jobs per state, from the same rollups as `GET /metrics/summary`'),
     total: z.number().int(),
   })
   .meta({ id: 'QueueListItem' })
 
 const tags = ['Queues']
+
+const settingsBody = z.object({
+  default_ttl_seconds: ttlSecondsNumber
+    .nullable()
+    .describe('seconds a job created in the queue without `ttl_seconds` may wait to be claimed once due (1–2,592,000); null removes the default'),
+})
+
+const queueSettings = z.strictObject({ queue: z.string(), default_ttl_seconds: z.number().int().nullable() }).meta({ id: 'QueueSettings' })
+
+const settingsSchema = {
+  summary: "Set a queue's settings",
+  description: `Extension (issue 28). \`default_ttl_seconds\`: the \`ttl_seconds\` of every job created in the queue (single, batch, recurring occurrence) without its own; a job's own value wins. Jobs already created keep theirs. A project holds settings for at most ${maxQueueSettings} queues; one more is 409 \`queue_settings_limit_reached\`. Needs \`admin\` (an API key acts as the owner). Recorded as a \`queue_settings_updated\` event and activity row. The answer carries \`X-Event-Seq\`.`,
+  tags,
+  params: z.object({ queue: queueNameText }),
+  body: settingsBody,
+  response: { 200: queueSettings, ...errorResponses(...writeCodes, 'queue_settings_limit_reached') },
+}
 
 const pauseSchema = {
   summary: 'Pause a queue',
@@ -93,7 +119,7 @@ function stateOf(queue: string, pause: QueuePause | null) {
 
 /**
  * Pausing and resuming queues (state on the project aggregate, domain/project/queue-pauses.ts),
- * and the list of the project's queues with their pauses and counts.
+ * their settings (domain/project/queue-settings.ts), and the list of the project's queues with their pauses and counts.
  */
 export function queueRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys' | 'watcher' | 'logHead'>): FastifyPluginAsync {
   const { deps } = ctx
@@ -130,15 +156,16 @@ export function queueRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys' | 'wa
       const [project, counted] = await Promise.all([projectOf(request), summary(deps, projectId, { queue: null, byQueue: true })])
       const now = deps.now()
       const byQueue = new Map((counted.queues ?? []).map((q) => [q.queue, q]))
-      const names = new Set([...project.queue_pauses.map((p) => p.queue), ...byQueue.keys()])
+      const names = new Set([...project.queue_pauses.map((p) => p.queue), ...project.queue_settings.map((s) => s.queue), ...byQueue.keys()])
       const zero = Object.fromEntries(jobStates.map((s) => [s, 0])) as Record<(typeof jobStates)[number], number>
       const listed = [...names]
         .map((queue) => ({
           ...stateOf(queue, pauseOf(project, queue, now)),
+          default_ttl_seconds: defaultTtlOf(project, queue),
           counts: byQueue.get(queue)?.counts ?? zero,
           total: byQueue.get(queue)?.total ?? 0,
         }))
-        .filter((q) => q.paused || q.total > 0)
+        .filter((q) => q.paused || q.total > 0 || q.default_ttl_seconds !== null)
         .sort((a, b) => (a.paused !== b.paused ? (a.paused ? -1 : 1) : a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0))
       return { data: listed.slice(0, maxQueuesListed), has_more: listed.length > maxQueuesListed }
     })
@@ -148,5 +175,23 @@ export function queueRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys' | 'wa
     )
 
     app.post('/:queue/resume', { schema: resumeSchema, config: { role: 'admin' } }, async (request, reply) => change(request, reply, null))
+
+    app.put('/:queue/settings', { schema: settingsSchema, config: { role: 'admin' } }, async (request, reply) => {
+      const { queue } = request.params
+      const actor = request.principal.actor ?? null
+      const command: ProjectCommand = {
+        type: 'set_queue_settings',
+        data: { actor_user_id: actor?.user_id ?? null, queue, default_ttl_seconds: request.body.default_ttl_seconds },
+        meta: { now: deps.now().toISOString(), actor: actor ?? undefined },
+      }
+      const result = await commandProject(deps, request.principal.projectId, command)
+      // This process's creates use the new default at once; the others when its event reaches them.
+      if (result.appended) {
+        ctx.keys.note(result.state!)
+        ctx.jobs.noteWritten(request.principal.projectId, result.seq)
+      }
+      void reply.header('X-Event-Seq', String(result.seq))
+      return { queue, default_ttl_seconds: defaultTtlOf(result.state!, queue) }
+    })
   }
 }

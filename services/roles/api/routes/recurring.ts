@@ -10,7 +10,7 @@ import type { ApiContext } from '../context.ts'
 import { invalidRequest } from '../errors.ts'
 import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { assertPayloadSize, bodyBytesOf, jobPayload } from '../payload-field.ts'
-import { jobTypeText, maxAttemptsNumber, priorityNumber, queueNameText, timeoutSecondsNumber } from '../job-fields.ts'
+import { jobTypeText, maxAttemptsNumber, priorityNumber, queueNameText, timeoutSecondsNumber, ttlSecondsNumber } from '../job-fields.ts'
 import { minSeq } from '../query-fields.ts'
 import { boundedString, storableText } from '../text-fields.ts'
 import { awaitOwnWrites, isoOrNull } from '../read-your-writes.ts'
@@ -28,6 +28,9 @@ export const scheduleBody = z.object({
   payload: jobPayload.nullish(),
   /** Extension (issue 28): the priority of every job it creates. */
   priority: priorityNumber.nullish(),
+  ttl_seconds: ttlSecondsNumber
+    .nullish()
+    .describe("extension: every occurrence's `ttl_seconds` (1–2,592,000); absent or null: the queue's default, if it has one"),
 })
 
 const idParams = z.object({ id: boundedString(600, 1) })
@@ -44,6 +47,7 @@ export const recurringSchedule = z
     max_attempts: z.number().int(),
     timeout_seconds: z.number().int(),
     payload: z.record(z.string(), z.unknown()),
+    ttl_seconds: z.number().int().optional().describe("extension: every occurrence's ttl; present only when the schedule has one"),
     next_run_at: instant.nullable(),
     last_run_at: instant.nullable(),
     last_job_id: z.string().nullable(),
@@ -66,6 +70,7 @@ export function scheduleView(s: RecurringJob | Record<string, unknown>): z.outpu
     max_attempts: r.max_attempts as number,
     timeout_seconds: r.timeout_seconds as number,
     payload: (r.payload ?? {}) as Record<string, unknown>,
+    ...(r.ttl_seconds === undefined || r.ttl_seconds === null ? {} : { ttl_seconds: r.ttl_seconds as number }),
     next_run_at: iso(r.next_run_at),
     last_run_at: iso(r.last_run_at),
     last_job_id: (r.last_job_id ?? null) as string | null,

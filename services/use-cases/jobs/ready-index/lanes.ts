@@ -458,6 +458,8 @@ export class Lanes<X> {
         if (c.rankAt > lastRank) break
         if (c.dueAt > now) continue
         if (jobTypes !== null && !jobTypes.has(c.jobType)) continue
+        // Past its ttl: the claim would refuse it; it stays until its expiry's event removes it.
+        if (c.job?.expires_at !== undefined && Date.parse(c.job.expires_at) <= now) continue
         picked.push(c)
         n++
       }
