@@ -62,7 +62,13 @@ export async function benchBulkRetry(options: {
     await sleep(1_000, undefined, { signal })
   }
   const steady = (seconds: number) =>
-    drive(client, { ...opts, jobs: steadyRate * seconds, rate: steadyRate, producers: 4, workers: 4 }, { batch: null, capacity: 10 }, trackers.next(), signal)
+    drive(
+      client,
+      { ...opts, jobs: steadyRate * seconds, rate: steadyRate, producers: 4, workers: 4 },
+      { batch: null, capacity: 10 },
+      trackers.next(),
+      signal,
+    )
   log(`bench: steady workload at ${steadyRate}/s alone for ${baselineSeconds} s`)
   const baseline = await steady(baselineSeconds)
   const steadySeconds = Math.max(minSteadySeconds, Math.ceil(jobs / targetJobsPerSecond))
