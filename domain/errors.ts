@@ -139,6 +139,8 @@ export class InviteLimitReached extends refusal('invite_limit_reached') {}
 export class RetryPolicyLimitReached extends refusal('retry_policy_limit_reached') {}
 /** A project holds at most maxPausedQueues paused queues (domain/project/queue-pauses.ts). */
 export class QueuePauseLimitReached extends refusal('queue_pause_limit_reached') {}
+/** A bulk action matching more jobs than the project's plan lets one operation change (domain/plans.ts, `bulk_operation_max_jobs`). */
+export class BulkLimitExceeded extends refusal('bulk_limit_exceeded') {}
 /** A queue pause whose `until` is not in the future. */
 export class InvalidPauseUntil extends refusal('invalid_request') {}
 /** A job priority that is not an integer from −600 to 600 (domain/job.ts, priorityRange). */

@@ -199,6 +199,8 @@ export type JobEvent =
         cancelled_at: string
         attempt?: number
         acknowledged?: boolean
+        /** The bulk operation (`op_…`, domain/job-bulk.ts) that cancelled it; absent otherwise. */
+        operation_id?: string
       }
     }
   | { type: 'job_cancel_requested'; data: { worker_id: string | null; attempt: number; requested_at: string } }
@@ -207,7 +209,11 @@ export type JobEvent =
       type: 'job_released'
       data: { worker_id: string; attempt: number; state: 'pending' | 'scheduled'; run_at: string | null; released_at: string }
     }
-  | { type: 'job_retried'; data: { attempt: number; max_attempts: number; previous_state: 'failed' | 'dead_letter'; retried_at: string } }
+  | {
+      type: 'job_retried'
+      /** `operation_id`: the bulk operation (`op_…`, domain/job-bulk.ts) that retried it; absent otherwise. */
+      data: { attempt: number; max_attempts: number; previous_state: 'failed' | 'dead_letter'; retried_at: string; operation_id?: string }
+    }
   // `operation_id`: the bulk operation that changed it, when one did.
   | {
       type: 'job_priority_changed'
@@ -247,13 +253,17 @@ export type JobCommand =
       meta: CommandMeta
     }
   | { type: 'reap_job'; data: { attempt: number; error: JobError; retry_policies?: RetryPolicies }; meta: CommandMeta }
-  /** `include_running`: a processing job is asked to stop (job_cancel_requested) instead of refused. */
-  | { type: 'cancel_job'; data: { include_running?: boolean }; meta: CommandMeta }
+  /**
+   * `include_running`: a processing job is asked to stop (job_cancel_requested) instead of refused.
+   * `operation_id`: the bulk operation asking, recorded on the event.
+   */
+  | { type: 'cancel_job'; data: { include_running?: boolean; operation_id?: string }; meta: CommandMeta }
   /** The end of a cancel's grace period: the attempt named ends cancelled if it is still running. */
   | { type: 'expire_cancel'; data: { attempt: number }; meta: CommandMeta }
   /** `run_at`: when the job may be claimed again (null: at once). */
   | { type: 'release_job'; data: { worker_id: string; run_at: string | null }; meta: CommandMeta }
-  | { type: 'retry_job'; data: Record<string, never>; meta: CommandMeta }
+  /** `operation_id`: the bulk operation asking, recorded on the event. */
+  | { type: 'retry_job'; data: { operation_id?: string }; meta: CommandMeta }
   /** A waiting job's claim order offset; `operation_id`: the bulk operation asking, if any. */
   | { type: 'set_priority'; data: { priority: number; operation_id?: string }; meta: CommandMeta }
   /** The expiry sweep's: a job still waiting past its `expires_at` ends cancelled (reason `expired`). */
@@ -510,7 +520,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       if (job.state !== 'pending' && job.state !== 'scheduled') {
         throw new InvalidState(`job ${job.id} is ${job.state}; only pending or scheduled jobs can be cancelled`)
       }
-      return [{ type: 'job_cancelled', data: { reason: 'requested', previous_state: job.state, cancelled_at: now } }]
+      return [{ type: 'job_cancelled', data: { reason: 'requested', previous_state: job.state, cancelled_at: now, ...byOperation(command.data) } }]
     }
     case 'expire_cancel': {
       if (state === null || !isCancelRequested(state) || state.attempt !== command.data.attempt) return []
@@ -574,6 +584,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
             max_attempts: job.attempt >= job.max_attempts ? job.attempt + 1 : job.max_attempts,
             previous_state: job.state,
             retried_at: now,
+            ...byOperation(command.data),
           },
         },
       ]
@@ -603,6 +614,11 @@ function notWaiting(job: Job): Job {
   if (job.expires_at === undefined) return job
   const { expires_at: _deadline, ...rest } = job
   return rest
+}
+
+/** The bulk operation a command names, for its event; nothing when it names none, so other events keep their shape. */
+function byOperation(data: { operation_id?: string }): { operation_id?: string } {
+  return data.operation_id === undefined ? {} : { operation_id: data.operation_id }
 }
 
 /** When the failed attempt's job is tried again, under the retry policy of its queue. */

@@ -62,6 +62,12 @@ export type OperationCommand =
     }
   /** Counts are totals, not increments: a record older than the state's (a stale run) decides nothing. */
   | { type: 'record_progress'; data: { cursor: string | null; processed: number; succeeded: number; failed: number }; meta: CommandMeta }
+  /**
+   * The outcomes (totals) of items already counted as processed, also once the operation was
+   * stopped: a run that had handed items on before the stop records how they ended, so that a
+   * cancelled operation's counts add up. Refused once it has ended otherwise.
+   */
+  | { type: 'record_outcomes'; data: { succeeded: number; failed: number }; meta: CommandMeta }
   /** `matched`: what the run found in the end, when it differs from the count it was started with. */
   | { type: 'finish_operation'; data: { matched: number; succeeded: number; failed: number }; meta: CommandMeta }
   | { type: 'cancel_operation'; data: Record<string, never>; meta: CommandMeta }
@@ -90,6 +96,13 @@ function decide(command: OperationCommand, state: OperationAggregate): Operation
       if (d.processed < op.processed) return []
       if (d.processed === op.processed && d.cursor === op.cursor && d.succeeded === op.succeeded && d.failed === op.failed) return []
       return [{ type: 'operation_progressed', data: { ...d, progressed_at: now } }]
+    }
+    case 'record_outcomes': {
+      const op = requireOperation(state)
+      if (op.status !== 'running' && op.status !== 'cancelled') throw new InvalidState(`the operation has already ended (${op.status})`)
+      const { succeeded, failed } = command.data
+      if (succeeded === op.succeeded && failed === op.failed) return []
+      return [{ type: 'operation_progressed', data: { cursor: op.cursor, processed: op.processed, succeeded, failed, progressed_at: now } }]
     }
     case 'finish_operation': {
       const op = requireRunning(state)

@@ -19,6 +19,8 @@ export interface PlanLimits {
   min_cron_interval_seconds: number
   /** Named consumers of the event feed a project may have; one more is refused (409 `event_consumer_limit_reached`). */
   max_event_consumers: number
+  /** Jobs one bulk action (`POST /jobsvc/v1/jobs/bulk`) may match; a filter matching more is refused (409 `bulk_limit_exceeded`). */
+  bulk_operation_max_jobs: number
 }
 
 const mib = 2 ** 20
@@ -32,6 +34,7 @@ const businessLimits: PlanLimits = {
   max_recurring_schedules: 1_000,
   min_cron_interval_seconds: 1,
   max_event_consumers: 100,
+  bulk_operation_max_jobs: 1_000_000,
 }
 
 /**
@@ -49,6 +52,7 @@ export const defaultPlanLimits: Readonly<Record<Plan, PlanLimits>> = {
     max_recurring_schedules: 10,
     min_cron_interval_seconds: 60,
     max_event_consumers: 3,
+    bulk_operation_max_jobs: 10_000,
   },
   starter: {
     requests_per_hour: 5_000,
@@ -59,6 +63,7 @@ export const defaultPlanLimits: Readonly<Record<Plan, PlanLimits>> = {
     max_recurring_schedules: 50,
     min_cron_interval_seconds: 15,
     max_event_consumers: 10,
+    bulk_operation_max_jobs: 50_000,
   },
   pro: {
     requests_per_hour: 50_000,
@@ -69,6 +74,7 @@ export const defaultPlanLimits: Readonly<Record<Plan, PlanLimits>> = {
     max_recurring_schedules: 200,
     min_cron_interval_seconds: 5,
     max_event_consumers: 25,
+    bulk_operation_max_jobs: 250_000,
   },
   business: businessLimits,
   enterprise: businessLimits,

@@ -1,3 +1,4 @@
+import type { BulkPosition, JobBulkParams } from '../domain/job-bulk.ts'
 import type { JobProgress } from '../domain/job-progress.ts'
 import { claimRankAtMs, errorOf, staleAttemptRule, toJobView, type Job, type JobError, type JobEventType, type JobView } from '../domain/job.ts'
 import type { EventRecord } from '../streams/event-store.ts'
@@ -346,6 +347,92 @@ async function page(db: Queryable, projectId: string, filter: JobListFilter, aft
   return pageOf(rows, limit, jobViewFromRow)
 }
 
+/** A job a bulk walk takes: where it stands, and its state as the row has it. */
+export interface BulkJobRow extends BulkPosition {
+  state: string
+}
+
+/**
+ * A bulk filter's conditions on one state's jobs (domain/job-bulk.ts), after `after` and up to
+ * `through` (both in (created_at, id) order; null: no bound). One state at a time, so that every
+ * walk is a range of jobs_by_project_state_newest, read backwards: no index of its own to keep up
+ * on every job write.
+ */
+function bulkMatch(
+  db: Queryable,
+  projectId: string,
+  state: string,
+  filter: JobBulkParams['filter'],
+  after: BulkPosition | null,
+  through: BulkPosition | null,
+) {
+  const f = filter
+  return db`project_id = ${projectId} AND state = ${state}
+    ${after === null ? db`` : db`AND (created_at, id) > (${after.created_at}, ${after.id})`}
+    ${through === null ? db`` : db`AND (created_at, id) <= (${through.created_at}, ${through.id})`}
+    ${f.ids === undefined ? db`` : db`AND id = ANY(${f.ids}::text[])`}
+    ${f.queues === undefined ? db`` : db`AND queue = ANY(${f.queues}::text[])`}
+    ${f.job_types === undefined ? db`` : db`AND job_type = ANY(${f.job_types}::text[])`}
+    ${f.tags === undefined ? db`` : db`AND tags::jsonb @> ${JSON.stringify(f.tags)}::text::jsonb`}
+    ${f.error_type === undefined ? db`` : db`AND error->>'type' = ${f.error_type}`}
+    ${f.created_from === undefined ? db`` : db`AND created_at >= ${f.created_from}`}
+    ${f.created_until === undefined ? db`` : db`AND created_at <= ${f.created_until}`}
+    ${f.finished_from === undefined ? db`` : db`AND completed_at >= ${f.finished_from}`}
+    ${f.finished_until === undefined ? db`` : db`AND completed_at <= ${f.finished_until}`}`
+}
+
+/** How many jobs match a bulk filter up to `through`, counted up to `atMost` (a count past it is `atMost`). */
+async function bulkCount(db: Queryable, projectId: string, filter: JobBulkParams['filter'], through: BulkPosition, atMost: number): Promise<number> {
+  let total = 0
+  for (const state of filter.states) {
+    const [row] = await db<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM (SELECT 1 FROM jobs WHERE ${bulkMatch(db, projectId, state, filter, null, through)} LIMIT ${atMost - total}) m`
+    total += row!.n
+    if (total >= atMost) break
+  }
+  return total
+}
+
+/** The last job (in the walk's order) matching a bulk filter now; null when none does. */
+async function bulkLast(db: Queryable, projectId: string, filter: JobBulkParams['filter']): Promise<BulkPosition | null> {
+  let last: BulkPosition | null = null
+  for (const state of filter.states) {
+    const [row] = await db<{ created_at: Date; id: string }[]>`
+      SELECT created_at, id FROM jobs WHERE ${bulkMatch(db, projectId, state, filter, null, null)} ORDER BY created_at DESC, id DESC LIMIT 1`
+    if (row === undefined) continue
+    const at = { created_at: row.created_at.toISOString(), id: row.id }
+    if (last === null || isAfter(at, last)) last = at
+  }
+  return last
+}
+
+function isAfter(a: BulkPosition, b: BulkPosition): boolean {
+  return a.created_at > b.created_at || (a.created_at === b.created_at && a.id > b.id)
+}
+
+/**
+ * The next `limit` jobs of a bulk walk after `after`, up to `through`, oldest first: each state's
+ * own range, merged. A job the walk changed (a retried job is pending now) is behind it and
+ * never met again; a job that left the filter meanwhile is not met at all.
+ */
+async function bulkPage(
+  db: Queryable,
+  projectId: string,
+  filter: JobBulkParams['filter'],
+  after: BulkPosition | null,
+  through: BulkPosition | null,
+  limit: number,
+): Promise<BulkJobRow[]> {
+  const rows: BulkJobRow[] = []
+  for (const state of filter.states) {
+    const found = await db<{ created_at: Date; id: string; state: string }[]>`
+      SELECT created_at, id, state FROM jobs WHERE ${bulkMatch(db, projectId, state, filter, after, through)}
+      ORDER BY created_at, id LIMIT ${limit}`
+    for (const r of found) rows.push({ created_at: r.created_at.toISOString(), id: r.id, state: r.state })
+  }
+  return rows.sort((a, b) => (isAfter(a, b) ? 1 : isAfter(b, a) ? -1 : 0)).slice(0, limit)
+}
+
 /** What a claim asks the job list for: a project's due pending jobs of some queues (and job types). */
 export interface ClaimTarget {
   projectId: string
@@ -580,6 +667,9 @@ export const jobList = readModel(
   },
   {
     page,
+    bulkCount,
+    bulkLast,
+    bulkPage,
     pendingQueue: readPendingQueue,
     claimCandidates,
     dueScheduled,

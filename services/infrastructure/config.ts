@@ -19,6 +19,7 @@ const planOverridesSchema = z
     max_recurring_schedules: z.number().int().min(0),
     min_cron_interval_seconds: z.number().int().min(1).max(60),
     max_event_consumers: z.number().int().min(0),
+    bulk_operation_max_jobs: z.number().int().min(0),
   })
   .partial()
   .strict()
@@ -169,6 +170,13 @@ export const tunablesSchema = z
     webhook_timeout_ms: z.number().int().min(1).default(deliveryAttemptTimeoutMs),
     /** Requests a webhook replay sends to one endpoint (a URL origin) per second at most, all replays together. */
     webhook_replay_requests_per_second: z.number().positive().max(1_000).default(10),
+    /**
+     * Jobs one bulk action (`POST /jobsvc/v1/jobs/bulk`) changes per second at most, and the job
+     * appends it keeps in flight at once: bounded per operation so that one tenant's bulk retry
+     * leaves the log and the projector to everyone else's work too.
+     */
+    bulk_jobs_per_second: z.number().positive().max(100_000).default(5_000),
+    bulk_jobs_in_flight: z.number().int().min(1).max(1_024).default(256),
     /** How often the scheduler evaluates the alert settings. */
     alert_interval_ms: z.number().int().min(50).default(30_000),
     /** How often the scheduler looks for terminal jobs past their plan's retention; while a pass finds a full batch (1,000 jobs) the next follows at once. */

@@ -100,6 +100,29 @@ t.test('cancel: the run stops at its next record; what it did stays counted', as
   spec(t).given([]).when(cancel()).thenThrows(OperationNotFound, 'operation_not_found')
 })
 
+t.test('outcomes: recorded on a running or cancelled operation, counts only; refused once it ended otherwise', async (t) => {
+  const outcomes = (succeeded: number, failed: number, s = 35): OperationCommand => ({
+    type: 'record_outcomes',
+    data: { succeeded, failed },
+    meta: { now: at(s) },
+  })
+  spec(t)
+    .given([started(), progressed(2)])
+    .when(outcomes(1, 1))
+    .then([progressed(2, '20', { succeeded: 1, failed: 1 }, 35)])
+  const op = spec(t)
+    .given([started(), progressed(2), cancelled()])
+    .when(outcomes(2, 0))
+    .then([progressed(2, '20', { succeeded: 2, failed: 0 }, 35)], 'a stopped run still records how what it handed on ended')
+  t.match(op, { status: 'cancelled', processed: 2, succeeded: 2, failed: 0, finished_at: at(30) })
+  spec(t)
+    .given([started(), progressed(2, '20', { succeeded: 2, failed: 0 }), cancelled()])
+    .when(outcomes(2, 0))
+    .then([], 'unchanged: nothing')
+  const failed: OperationEvent = { type: 'operation_failed', data: { error: { code: 'x', message: 'y' }, failed_at: at(40) } }
+  spec(t).given([started(), failed]).when(outcomes(1, 0)).thenThrows(InvalidState, 'invalid_state')
+})
+
 t.test('finish: succeeded with what the run found; an ended operation cannot be stopped or failed', async (t) => {
   const op = spec(t)
     .given([started(3), progressed(2)])

@@ -49,6 +49,7 @@ const runs = {
     'tests.test_events',
     'tests.test_worker',
     'tests.test_cancel',
+    'tests.test_bulk',
     'tests.test_webhook',
     'tests.test_replay',
     'tests.test_audit_client',

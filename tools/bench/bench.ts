@@ -17,6 +17,7 @@ import { benchAuditProofs } from './audit-proofs.ts'
 import { connectNats, type NatsHandles } from '../../streams/connection.ts'
 import { ConfigError } from '../../services/infrastructure/config.ts'
 import type { CycleResults } from './cycle.ts'
+import { benchBulkRetry } from './bulk-retry.ts'
 import { benchEventFeed } from './event-feed.ts'
 import { benchExport } from './export-memory.ts'
 import { awaitAccess, Client, HttpError } from './http-client.ts'
@@ -98,6 +99,21 @@ async function main(argv: string[]): Promise<boolean> {
         baseUrl: url!,
         project: projects[0]!,
         jobs: opts.feedJobs,
+        signal: run.signal,
+        log,
+      })
+      process.stdout.write(JSON.stringify(result) + '\n')
+      return true
+    }
+    if (opts.bulkRetry !== null) {
+      trackers = new PhaseTrackers(nats, namespace, client, run.signal)
+      const result = await benchBulkRetry({
+        config: loadServiceConfig(env, opts.dev),
+        client,
+        opts,
+        projectId: projects[0]!.project_id,
+        jobs: opts.bulkRetry,
+        trackers,
         signal: run.signal,
         log,
       })

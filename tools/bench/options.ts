@@ -8,6 +8,7 @@ const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
        npm run bench -- --spawn --feed-jobs N
+       npm run bench -- --spawn --bulk-retry N
        npm run bench -- --spawn --audit-leaves N
 
 A run measures, one after another: an idle phase (--idle N jobs, default 300, paced at 50/s by 2
@@ -49,6 +50,10 @@ over ten others, then measures the event feed (GET /jobsvc/v1/events): one NDJSO
 project's whole feed (events/s, three runs), 300 pages of 100 walked by cursor (p50, p99), and a
 live SSE tail of job_created while jobs are created at 500/s for 10 s (p50, p99 of the time from
 an event's decision to its arrival); see event-feed.ts.
+
+--bulk-retry dead-letters N jobs through the job commands, runs a steady workload (500 jobs/s,
+one request each) alone for 10 s, then again while POST /jobsvc/v1/jobs/bulk retries the N jobs:
+the operation's jobs/s and the workload's claim latency alone and beside it; see bulk-retry.ts.
 
 --no-audit-log runs the spawned service without the projects' Merkle logs (audit_log_enabled off),
 to compare the cycles' rates with and without them.
@@ -105,6 +110,8 @@ export interface Options {
   batchCapacity: number
   /** Jobs to run to their end before measuring the event feed instead of the throughput run; null: the throughput run. */
   feedJobs: number | null
+  /** Dead-lettered jobs to retry in bulk beside a steady workload instead of the throughput run; null: the throughput run. */
+  bulkRetry: number | null
   /** Jobs to seed and export instead of the throughput run; null: the throughput run. */
   exportJobs: number | null
   /** How fast the export client reads, in MB/s: slower than the service writes, so back-pressure holds. */
@@ -176,6 +183,7 @@ function toOptions(argv: string[]): Options {
       'metrics-requests': { type: 'string' },
       'retention-jobs': { type: 'string' },
       'feed-jobs': { type: 'string' },
+      'bulk-retry': { type: 'string' },
     },
   })
   if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
@@ -184,6 +192,7 @@ function toOptions(argv: string[]): Options {
   if (values['export-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--export-jobs needs --spawn\n${usage}`)
   if (values['metrics-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--metrics-jobs needs --spawn\n${usage}`)
   if (values['feed-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--feed-jobs needs --spawn\n${usage}`)
+  if (values['bulk-retry'] !== undefined && !values.spawn) throw new ConfigError(`--bulk-retry needs --spawn\n${usage}`)
   if (values['audit-leaves'] !== undefined && !values.spawn) throw new ConfigError(`--audit-leaves needs --spawn\n${usage}`)
   if (values['retention-jobs'] !== undefined && values['retention-jobs'] !== '0' && !values.spawn)
     throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
@@ -220,6 +229,7 @@ function toOptions(argv: string[]): Options {
     metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),
     metricsRequests: positiveInt('metrics-requests', values['metrics-requests'], 200, 100_000),
     feedJobs: values['feed-jobs'] === undefined ? null : positiveInt('feed-jobs', values['feed-jobs'], 0, 10_000_000),
+    bulkRetry: values['bulk-retry'] === undefined ? null : positiveInt('bulk-retry', values['bulk-retry'], 0, 1_000_000),
     retentionJobs: phaseCount('retention-jobs', values['retention-jobs'], values.spawn ? 20_000 : 0, 10_000_000),
     dev: values.dev,
   }

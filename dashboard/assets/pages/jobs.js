@@ -1,6 +1,7 @@
 import { useEffect, useState } from 'preact/hooks'
 import { call, followJob } from '../api.js'
 import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
+import { BulkActions } from './bulk-actions.js'
 import { ErrorNotice, html, Link, ListStatus, Loading, navigate, Pager, Table, useCursorPages, useEvery, useLoad, useSubmit } from '../ui.js'
 
 /** How often the first page of the list is read again (each read is a request of the project's hourly limit). */
@@ -26,9 +27,10 @@ export function JobsPage({ project }) {
   const [draft, setDraft] = useState(filters)
   const pages = useCursorPages()
   const cursor = pages.cursor
+  const createdAfter = () => (filters.window ? new Date(Date.now() - windowMs[filters.window]).toISOString() : null)
   const { data, error, loading, reload } = useLoad(() => {
     const query = { state: filters.state, queue: filters.queue, job_type: filters.job_type, limit: 25, cursor }
-    if (filters.window) query.created_after = new Date(Date.now() - windowMs[filters.window]).toISOString()
+    if (filters.window) query.created_after = createdAfter()
     return call('GET', '/jobsvc/v1/jobs', { project: project.id, query })
   }, [project.id, filters, cursor])
   // The newest page follows new jobs and state changes by itself; an older page stays put while read.
@@ -61,6 +63,7 @@ export function JobsPage({ project }) {
       </label>
       <button type="submit">Apply</button>
     </form>
+    ${hasRoleAtLeast(project.role, 'admin') ? html`<${BulkActions} key=${JSON.stringify(filters)} project=${project} filters=${filters} createdAfter=${createdAfter()} onProgress=${reload} />` : null}
     <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading jobs" empty="No jobs match these filters." />
     ${
       data && data.data.length > 0

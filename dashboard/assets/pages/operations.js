@@ -8,7 +8,7 @@ const pollMs = 2000
 
 const statusClass = { running: 'state-processing', succeeded: 'state-succeeded', cancelled: 'state-cancelled', failed: 'state-failed' }
 
-const kindLabel = { webhook_replay: 'Webhook replay' }
+const kindLabel = { webhook_replay: 'Webhook replay', job_bulk: 'Bulk job action' }
 
 const OperationStatus = ({ status }) => html`<span class=${`badge ${statusClass[status] ?? ''}`} data-status=${status}>${status}</span>`
 
@@ -16,7 +16,18 @@ const operationPath = (id) => `/jobsvc/v1/operations/${encodeURIComponent(id)}`
 
 const Count = ({ op, name }) => html`<span data-count=${name}>${op[name]}</span>`
 
+/** A bulk job action's counts: `succeeded` are the jobs changed, `failed` those skipped (their state no longer allowed it). */
+function bulkSummaryOf(op) {
+  if (op.status === 'running')
+    return `Running: ${op.processed} of ${op.matched} jobs reached; ${op.succeeded} changed and ${op.failed} skipped so far.`
+  if (op.status === 'succeeded') return `Done: ${op.succeeded} jobs changed, ${op.failed} skipped.`
+  if (op.status === 'cancelled')
+    return `Stopped after ${op.processed} of ${op.matched}: ${op.succeeded} changed, ${op.failed} skipped; the rest untouched.`
+  return `Failed: ${op.error?.message ?? 'the operation stopped'}${op.error ? ` (${op.error.code})` : ''}.`
+}
+
 function summaryOf(op) {
+  if (op.kind === 'job_bulk') return bulkSummaryOf(op)
   if (op.status === 'running') return `Sending: ${op.processed} of ${op.matched} handed on; ${op.succeeded} delivered and ${op.failed} failed so far.`
   if (op.status === 'succeeded') return `Done: of ${op.matched}, ${op.succeeded} delivered and ${op.failed} failed.`
   if (op.status === 'cancelled') return `Stopped after ${op.processed} of ${op.matched}; the deliveries it had made still go out.`
@@ -90,7 +101,9 @@ export function OperationProgress({ project, operationId, onChange }) {
               op.status === 'running'
                 ? html`<div class="actions">
                     <button type="button" class="danger" onClick=${stop.submit} disabled=${stop.busy}>Stop</button>
-                    <span class="muted small">Stopping sends nothing more; deliveries already made still go out.</span>
+                    <span class="muted small"
+                      >${op.kind === 'job_bulk' ? 'Stopping changes no more jobs; those changed stay so.' : 'Stopping sends nothing more; deliveries already made still go out.'}</span
+                    >
                   </div>`
                 : null
             }`
@@ -115,7 +128,9 @@ export function OperationList({ project }) {
   })
   return html`<section aria-labelledby="operations-title">
     <h2 id="operations-title">Operations</h2>
-    <p class="muted">The project's long-running actions, newest first: today the replays started on a webhook's page.</p>
+    <p class="muted">
+      The project's long-running actions, newest first: the replays started on a webhook's page and the bulk actions of the jobs list.
+    </p>
     <${ListStatus} error=${error} loading=${loading} rows=${data?.data} what="Loading operations" empty="No operations yet." />
     <${RowsTable}
       className="operations"

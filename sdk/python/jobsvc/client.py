@@ -442,6 +442,27 @@ class Jobs(_Resource):
     def retry(self, job_id: str) -> JsonObject:
         return self._call("POST", "/jobs/%s/retry" % _quote(job_id), repeat="key")
 
+    def bulk(
+        self,
+        action: str,
+        filter: Mapping[str, Any],
+        priority: Optional[int] = None,
+        dry_run: bool = False,
+        idempotency_key: Optional[str] = None,
+    ) -> JsonObject:
+        """POST /jobs/bulk (an extension, admins only): action "retry" or "cancel" on every job the
+        filter matches (ids, states, queues, job_types, tags, error_type, created_from/created_until,
+        finished_from/finished_until; at least one; instants as RFC 3339 strings or aware datetimes).
+        Returns {"operation_id", "matched"} (client.operations.wait follows it), or {"matched",
+        "sample_ids"} with dry_run. More jobs than the plan allows: 409 bulk_limit_exceeded."""
+        fields = {k: (_instant(v) if k.endswith(("_from", "_until")) else v) for k, v in filter.items()}
+        body: Dict[str, Any] = {"action": action, "filter": fields}
+        if priority is not None:
+            body["priority"] = priority
+        if dry_run:
+            body["dry_run"] = True
+        return self._call("POST", "/jobs/bulk", body=body, repeat="key", idempotency_key=idempotency_key)
+
     def history(
         self,
         job_id: str,
@@ -695,7 +716,7 @@ class Metrics(_Resource):
 
 
 class Operations(_Resource):
-    """The project's long-running actions, today webhook replays."""
+    """The project's long-running actions: webhook replays and bulk job actions."""
 
     def get(self, operation_id: str) -> JsonObject:
         return self._call("GET", "/operations/" + _quote(operation_id))
@@ -706,6 +727,27 @@ class Operations(_Resource):
 
     def list_all(self, **query: Any) -> Iterator[JsonObject]:
         return _every_item(lambda q: self.list(**q), query)
+
+    def wait(
+        self,
+        operation_id: str,
+        interval: float = 1.0,
+        timeout: Optional[float] = None,
+        on_progress: Optional[Callable[[JsonObject], None]] = None,
+    ) -> JsonObject:
+        """Polls the operation every interval seconds until it is no longer "running", calling
+        on_progress with each reading; returns it as it ended. Past timeout (seconds) raises
+        TimeoutError; the operation runs on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            op = self.get(operation_id)
+            if on_progress is not None:
+                on_progress(op)
+            if op["status"] != "running":
+                return op
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("operation %s still running after %s s" % (operation_id, timeout))
+            time.sleep(interval)
 
     def cancel(self, operation_id: str) -> JsonObject:
         """Stops a running operation (what it did stays done) and returns it "cancelled"; again on a

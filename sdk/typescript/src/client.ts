@@ -10,6 +10,7 @@ import {
   type Checkpoint,
   type InclusionProof,
 } from './audit.js'
+import { sleep } from './backoff.js'
 import { JobsvcError } from './errors.js'
 import { EventConsumersApi } from './event-consumers.js'
 import { fetchEventsPage, followEvents, type EventFeedOptions, type EventsPage } from './event-feed.js'
@@ -57,6 +58,9 @@ import type {
   JobList,
   JobListQuery,
   JobSnapshot,
+  BulkCount,
+  BulkRequest,
+  BulkStarted,
   Operation,
   OperationList,
   OperationListQuery,
@@ -218,6 +222,19 @@ export class JobsApi {
 
   retry(jobId: string, options?: RequestOptions): Promise<ResponseBody<'/jobsvc/v1/jobs/{jobId}/retry', 'post'>> {
     return this.call({ method: 'POST', path: `${v1}/jobs/${id(jobId)}/retry`, options, repeat: 'key' })
+  }
+
+  /**
+   * `POST /jobs/bulk` (an extension, admins only): retries or cancels every job `filter` matches.
+   * With `dry_run: true`, `{matched, sample_ids}`; otherwise `{operation_id, matched}`, an operation
+   * to follow with `client.operations.get()` or `client.operations.wait()`. A filter matching more
+   * than the plan allows is 409 `bulk_limit_exceeded`.
+   */
+  bulk(request: BulkRequest & { dry_run: true }, options?: RequestOptions): Promise<BulkCount>
+  bulk(request: BulkRequest & { dry_run?: false }, options?: RequestOptions): Promise<BulkStarted>
+  bulk(request: BulkRequest, options?: RequestOptions): Promise<BulkCount | BulkStarted>
+  bulk(request: BulkRequest, options?: RequestOptions): Promise<BulkCount | BulkStarted> {
+    return this.call({ method: 'POST', path: `${v1}/jobs/bulk`, body: request, options, repeat: 'key' })
   }
 
   /**
@@ -437,6 +454,22 @@ export class OperationsApi {
 
   listAll(query: Omit<OperationListQuery, 'cursor'> = {}, options?: RequestOptions): AsyncGenerator<Operation> {
     return everyItem((q) => this.list(q, options), query as OperationListQuery)
+  }
+
+  /**
+   * Polls the operation every `intervalMs` (default 1 s) until it is no longer `running`, calling
+   * `onProgress` with each reading; resolves to it as it ended. `signal` stops the wait (it rejects
+   * with the signal's reason); the operation runs on.
+   */
+  async wait(operationId: string, options: RequestOptions & { intervalMs?: number; onProgress?: (op: Operation) => void } = {}): Promise<Operation> {
+    const { intervalMs = 1_000, onProgress, ...rest } = options
+    for (;;) {
+      const op = await this.get(operationId, rest)
+      onProgress?.(op)
+      if (op.status !== 'running') return op
+      await sleep(intervalMs, rest.signal)
+      rest.signal?.throwIfAborted()
+    }
   }
 
   /**

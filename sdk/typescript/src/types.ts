@@ -89,7 +89,14 @@ export type WebhookEventType = NonNullable<RequestBody<'/jobsvc/v1/webhooks/{id}
 export type ReplayCount = ResponseBody<'/jobsvc/v1/webhooks/{id}/replay', 'post'>
 export type ReplayStarted = AcceptedBody<'/jobsvc/v1/webhooks/{id}/replay', 'post'>
 
-/** A long-running action of the project (today a webhook replay), as it stands now. */
+/** A bulk action on the jobs a filter matches (docs/api-notes.md, "Bulk actions by filter"). */
+export type BulkRequest = RequestBody<'/jobsvc/v1/jobs/bulk', 'post'>
+export type BulkFilter = BulkRequest['filter']
+export type BulkAction = BulkRequest['action']
+export type BulkCount = ResponseBody<'/jobsvc/v1/jobs/bulk', 'post'>
+export type BulkStarted = AcceptedBody<'/jobsvc/v1/jobs/bulk', 'post'>
+
+/** A long-running action of the project (a webhook replay, a bulk job action), as it stands now. */
 export type Operation = components['schemas']['Operation']
 export type OperationListQuery = Query<'/jobsvc/v1/operations', 'get'>
 export type OperationList = ResponseBody<'/jobsvc/v1/operations', 'get'>

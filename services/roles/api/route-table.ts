@@ -14,6 +14,7 @@ import { eventConsumerRoutes } from './routes/event-consumers.ts'
 import { auditLogExportRoutes } from './routes/audit-log-export.ts'
 import { healthRoutes } from './routes/health.ts'
 import { jobRoutes } from './routes/jobs.ts'
+import { jobBulkRoutes } from './routes/jobs-bulk.ts'
 import { metricsRoutes } from './routes/metrics.ts'
 import { operationRoutes } from './routes/operations.ts'
 import { anonymousAuthRoutes, sessionAuthRoutes } from './routes/platform-auth.ts'
@@ -74,6 +75,7 @@ interface RouteEntry {
  */
 const projectRoutes: Record<string, RouteEntry['routes']> = {
   '/jobs': jobRoutes,
+  '/jobs/bulk': jobBulkRoutes,
   '/workers': workerRoutes,
   '/recurring': recurringRoutes,
   '/alerts': alertRoutes,

@@ -1,10 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises'
+import { jobBulkKind } from '../../../domain/job-bulk.ts'
 import type { Operation } from '../../../domain/operation.ts'
 import { webhookReplayKind } from '../../../domain/webhook-replay.ts'
 import { operationList } from '../../../projections/operations.ts'
 import { operationHandler } from '../../../streams/aggregates.ts'
 import { holdLeadership, LeadershipLost } from '../../infrastructure/leadership.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
+import { runJobBulk } from '../../use-cases/jobs/bulk-run.ts'
 import { runWebhookReplay, type ReplayPace } from '../../use-cases/webhooks/replay-run.ts'
 import { EndpointPace } from './endpoint-pace.ts'
 
@@ -18,6 +20,8 @@ const retryAfterMs = 2_000
 /** How each kind of operation is run; a kind this version does not know is left to one that does. */
 const runners: Record<string, (deps: Deps, op: Operation, pace: ReplayPace, signal: AbortSignal) => Promise<void>> = {
   [webhookReplayKind]: runWebhookReplay,
+  // Paced per operation by its own tunables (bulk_jobs_per_second), not per endpoint.
+  [jobBulkKind]: (deps, op, _pace, signal) => runJobBulk(deps, op, signal),
 }
 
 /**

@@ -353,10 +353,10 @@ export class JobService {
   /**
    * `includeRunning`: a processing job is asked to stop (its worker hears `cancel`) instead of
    * refused; it ends cancelled when its worker acknowledges, or when the grace period runs out
-   * (the scheduler's `expireCancel`).
+   * (the scheduler's `expireCancel`). `operationId`: the bulk operation asking (domain/job-bulk.ts), named on the event.
    */
-  async cancel(projectId: string, jobId: string, actor?: Actor, includeRunning = false): Promise<Written> {
-    const data = includeRunning ? { include_running: true } : {}
+  async cancel(projectId: string, jobId: string, actor?: Actor, includeRunning = false, operationId?: string): Promise<Written> {
+    const data = { ...(includeRunning ? { include_running: true } : {}), ...(operationId === undefined ? {} : { operation_id: operationId }) }
     const result = await this.#run(projectId, jobId, { type: 'cancel_job', data, meta: this.#meta(actor) })
     await this.cascade(projectId, result.events, result.state)
     return { job: result.state!, seq: result.seq }
@@ -390,8 +390,10 @@ export class JobService {
     return { job: result.state!, seq: result.seq }
   }
 
-  async retry(projectId: string, jobId: string, actor?: Actor): Promise<Written> {
-    const result = await this.#run(projectId, jobId, { type: 'retry_job', data: {}, meta: this.#meta(actor) })
+  /** `operationId`: the bulk operation asking (domain/job-bulk.ts), named on the event. */
+  async retry(projectId: string, jobId: string, actor?: Actor, operationId?: string): Promise<Written> {
+    const data = operationId === undefined ? {} : { operation_id: operationId }
+    const result = await this.#run(projectId, jobId, { type: 'retry_job', data, meta: this.#meta(actor) })
     return { job: result.state!, seq: result.seq }
   }
 

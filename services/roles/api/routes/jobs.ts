@@ -39,7 +39,7 @@ import { encodeFeedCursor } from '../../../use-cases/events/feed-cursor.ts'
 import { readJobAsOf } from '../../../use-cases/jobs/job-as-of.ts'
 
 /** ISO 8601 with an offset, at most 64 characters (bounded before the format's pattern runs). */
-const isoInstant = boundedString(64)
+export const isoInstant = boundedString(64)
   .pipe(z.iso.datetime({ offset: true }))
   .refine((s) => isStorableInstant(Date.parse(s)), unstorableInstantMessage)
   .transform((s) => new Date(s).toISOString())

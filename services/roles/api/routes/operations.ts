@@ -17,12 +17,19 @@ const idParams = z.object({ id: boundedString(2048, 1) })
 export const operationSchema = z
   .strictObject({
     id: z.string().describe('`op_…`'),
-    kind: z.string().describe('what it does: `webhook_replay` (POST /jobsvc/v1/webhooks/{id}/replay); later kinds may be added'),
+    kind: z
+      .string()
+      .describe(
+        'what it does: `webhook_replay` (POST /jobsvc/v1/webhooks/{id}/replay), `job_bulk` (POST /jobsvc/v1/jobs/bulk); later kinds may be added',
+      ),
     status: z.enum(operationStatuses).describe('`running` until it ends: `succeeded`, `cancelled` (DELETE) or `failed` (see `error`)'),
-    matched: z.number().int().describe('items it found to act on (a replay: the events it sends)'),
-    processed: z.number().int().describe('items acted on so far (a replay: deliveries made)'),
-    succeeded: z.number().int().describe('of those, the ones that ended well (a replay: delivered)'),
-    failed: z.number().int().describe('and the ones that ended badly (a replay: deliveries that failed)'),
+    matched: z.number().int().describe('items it found to act on (a replay: the events it sends; a bulk action: the jobs it changes)'),
+    processed: z.number().int().describe('items acted on so far (a replay: deliveries made; a bulk action: jobs reached)'),
+    succeeded: z.number().int().describe('of those, the ones that ended well (a replay: delivered; a bulk action: jobs changed)'),
+    failed: z
+      .number()
+      .int()
+      .describe('and the ones that ended badly (a replay: deliveries that failed; a bulk action: jobs skipped, their state no longer allowing it)'),
     error: z.strictObject({ code: z.string(), message: z.string() }).nullable().describe('why a failed operation stopped; null otherwise'),
     created_at: instant,
     finished_at: instant.nullable(),
@@ -74,7 +81,7 @@ const cancelSchema = {
 
 /**
  * `GET /jobsvc/v1/operations`, `GET` and `DELETE /jobsvc/v1/operations/{id}`: the project's
- * long-running actions. Every operation today is a webhook replay, which only admins may start, so
+ * long-running actions: webhook replays and bulk job actions, which only admins may start, so
  * reading and stopping one needs the same role.
  */
 export function operationRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' | 'logHead'>): FastifyPluginAsync {
