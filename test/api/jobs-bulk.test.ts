@@ -92,7 +92,6 @@ t.test('validation: the spec’s error envelope, 400 invalid_request, nothing st
     [{ action: 'retry', filter: { queues: ['a'] }, priority: 5 }, /only set_priority/],
     [{ action: 'set_priority', filter: { queues: ['a'] } }, /required for set_priority/],
     [{ action: 'set_priority', filter: { queues: ['a'] }, priority: 601 }, /priority/],
-    [{ action: 'set_priority', filter: { queues: ['a'] }, priority: 10 }, /set_priority is not available/],
     [{ action: 'retry', filter: { queues: ['a'] }, dry_run: 'yes' }, /dry_run/],
   ]
   for (const [body, message] of bad) {
@@ -177,6 +176,28 @@ t.test('bulk cancel: pending and scheduled jobs cancelled, a running one left al
   }
   t.equal((await getJob(running!)).state, 'processing', 'a bulk cancel never stops a running job')
   await eventually(async () => (await getJob(child.body.id)).state === 'cancelled', 15_000, 'the continuation to be cancelled')
+})
+
+t.test('bulk set_priority: waiting jobs re-ranked, each by one event carrying the operation id; claims follow the new order', async (t) => {
+  const early = await createJobs(h, 3, { queue: 'prio-all' })
+  const late = await createJobs(h, 2, { queue: 'prio-all', priority: 30 })
+  await listed(h, 'prio-all', 'pending', 5)
+  const started = await bulk({ action: 'set_priority', filter: { ids: early }, priority: 120 })
+  t.equal(started.status, 202)
+  t.match(started.body, { matched: 3 })
+  const op = await ended(started.body.operation_id)
+  t.match(op, { status: 'succeeded', processed: 3, succeeded: 3, failed: 0 })
+  for (const id of early) {
+    t.equal((await getJob(id)).priority, 120)
+    t.match(await eventsOf(id, op.id), [{ type: 'job_priority_changed', data: { operation_id: op.id, priority: 120, previous_priority: 0 } }])
+  }
+  for (const id of late) t.equal((await getJob(id)).priority, 30, 'jobs outside the filter keep theirs')
+  const polled = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'w-prio', queues: ['prio-all'], capacity: 5, wait_seconds: 5 })
+  t.same(
+    polled.body.jobs.map((j: { id: string }) => j.id),
+    [...early, ...late],
+    'claimed by due time − priority: the raised jobs first',
+  )
 })
 
 t.test('a job whose state no longer allows the action when reached is skipped and counted, not an error', async (t) => {

@@ -20,13 +20,12 @@ function pageSizeFor(jobsPerSecond: number): number {
 /** How one action changes one job, named by its operation; it throws the job's refusal where the action does not apply. */
 type BulkApplier = (jobs: JobService, projectId: string, jobId: string, params: JobBulkParams, operationId: string) => Promise<unknown>
 
-/**
- * Each action this version runs. `set_priority` is not among them yet: job priorities (and
- * `JobService.setPriority`) come with their own change, and its entry is all that runs it here.
- */
-export const bulkAppliers: Partial<Record<BulkAction, BulkApplier>> = {
+/** How each action changes one job: the single-job route's own command, naming the operation. */
+const bulkAppliers: Record<BulkAction, BulkApplier> = {
   retry: (jobs, projectId, jobId, _params, operationId) => jobs.retry(projectId, jobId, undefined, operationId),
   cancel: (jobs, projectId, jobId, _params, operationId) => jobs.cancel(projectId, jobId, undefined, false, operationId),
+  // The same priority again records nothing; the job still counts as done (succeeded).
+  set_priority: (jobs, projectId, jobId, params, operationId) => jobs.setPriority(projectId, jobId, params.priority!, { operationId }),
 }
 
 /** What a page did: jobs changed, jobs skipped (their state no longer allowed the action, or they were gone). */
@@ -59,7 +58,7 @@ class BulkRun {
   readonly #params: JobBulkParams
   readonly #projectId: string
   readonly #jobs: JobService
-  readonly #apply: BulkApplier | undefined
+  readonly #apply: BulkApplier
   readonly #pageSize: number
   #op: Operation
   #opSeq = 0
@@ -83,11 +82,6 @@ class BulkRun {
     this.#op = loaded.state
     this.#opSeq = loaded.seq
     this.#outcomes = { succeeded: this.#op.succeeded, failed: this.#op.failed }
-    if (this.#apply === undefined) {
-      const error = { code: 'invalid_request', message: `${this.#params.action} is not available in this version` }
-      await this.#record({ type: 'fail_operation', data: { error }, meta: this.#meta() })
-      return
-    }
     const cursor = fromBulkCursorText(this.#op.cursor)
     if (cursor !== null && !(await this.#redo(cursor.from, cursor.to))) return
     let after = cursor?.to ?? null
@@ -168,7 +162,7 @@ class BulkRun {
    * next run).
    */
   async #actOn(ids: readonly string[]): Promise<Outcomes | null> {
-    const apply = this.#apply!
+    const apply = this.#apply
     const started = Date.now()
     const outcomes: Outcomes = { succeeded: 0, failed: 0 }
     await this.#inFlight(ids, async (id) => {

@@ -1,10 +1,9 @@
 import type { Actor } from '../../../domain/decider.ts'
 import { BulkLimitExceeded } from '../../../domain/errors.ts'
-import { bulkSampleSize, jobBulkKind, type BulkAction, type JobBulkParams } from '../../../domain/job-bulk.ts'
+import { bulkSampleSize, jobBulkKind, type JobBulkParams } from '../../../domain/job-bulk.ts'
 import { jobList } from '../../../projections/job-list.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import type { OperationService } from '../operations/operation-service.ts'
-import { bulkAppliers } from './bulk-run.ts'
 
 /**
  * Bulk actions on a project's jobs by filter (domain/job-bulk.ts; docs/api-notes.md, "Bulk
@@ -17,14 +16,6 @@ export interface BulkPlan {
   params: JobBulkParams
   matched: number
   sampleIds: string[]
-}
-
-/**
- * Whether this version runs `action`: `set_priority` waits for job priorities, which come with
- * their own change (`JobService.setPriority`); wiring it is one entry of `bulkAppliers`.
- */
-export function isBulkActionAvailable(action: BulkAction): boolean {
-  return bulkAppliers[action] !== undefined
 }
 
 export class JobBulkActions {

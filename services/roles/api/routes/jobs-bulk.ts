@@ -11,7 +11,7 @@ import {
 } from '../../../../domain/job-bulk.ts'
 import { jobStates } from '../../../../domain/job.ts'
 import { maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
-import { isBulkActionAvailable, JobBulkActions } from '../../../use-cases/jobs/bulk.ts'
+import { JobBulkActions } from '../../../use-cases/jobs/bulk.ts'
 import { OperationService } from '../../../use-cases/operations/operation-service.ts'
 import type { ApiContext } from '../context.ts'
 import { invalidRequest } from '../errors.ts'
@@ -51,7 +51,9 @@ const bulkFilter = z
   .describe('every key given must hold; each list matches any of its values; at least one key')
 
 const bulkBody = z.strictObject({
-  action: z.enum(bulkActions).describe('`set_priority` is not available in this version (400 `invalid_request`)'),
+  action: z
+    .enum(bulkActions)
+    .describe('`retry` (failed, dead_letter), `cancel` (pending, scheduled) or `set_priority` (pending, scheduled; with `priority`)'),
   filter: bulkFilter,
   priority: z
     .number()
@@ -101,9 +103,6 @@ export function jobBulkRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'watcher' 
       if ('refused' in resolved) throw invalidRequest(resolved.refused)
       const priority = checkBulkPriority(body.action, body.priority)
       if (priority !== null) throw invalidRequest(priority.refused)
-      if (!isBulkActionAvailable(body.action)) {
-        throw invalidRequest(`body.action: ${body.action} is not available in this version (it comes with job priorities)`)
-      }
       // Counted once the job list holds this project's own writes through this process.
       await awaitOwnWrites(ctx, projectId, undefined)
       const params = { action: body.action, filter: resolved.filter, ...(body.priority === undefined ? {} : { priority: body.priority }) }
