@@ -1,7 +1,7 @@
 import t from 'tap'
 import { hasChromium, launchChromium, newBrowserPage } from '../support/browser.ts'
 import { projectJobsApi } from '../support/dashboard.ts'
-import { httpRequest } from '../support/harness.ts'
+import { eventually, httpRequest } from '../support/harness.ts'
 import { joinProject, newVerifiedUser, startPlatformHarness, type VerifiedUser } from '../support/platform.ts'
 
 // Issue 28, item 1 in the dashboard: the job page of a running job offers a member "Cancel the
@@ -71,7 +71,9 @@ t.test("a member changes a waiting job's priority on its page; a running job's i
   t.equal(await field.inputValue(), '0', 'a job without a priority shows 0')
   await field.fill('120')
   await page.getByRole('button', { name: 'Set priority' }).click()
-  await page.getByRole('button', { name: 'Set priority' }).and(page.locator('[disabled]')).waitFor()
+  // The page reads the job again; only then is its field back in step with the service.
+  await page.locator('[data-field=priority][data-priority="120"]').waitFor()
+  await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(resolve)))
   t.equal((await call('GET', `/jobsvc/v1/jobs/${job.id}`)).body.priority, 120, 'the service holds it')
   await field.fill('601')
   await page.getByRole('button', { name: 'Set priority' }).click()
@@ -84,4 +86,19 @@ t.test("a member changes a waiting job's priority on its page; a running job's i
   await page.locator('#job-state [data-state=processing]').waitFor()
   t.equal(await page.locator('[data-field=priority]').textContent(), '-30 s')
   t.equal(await page.getByLabel('Priority in seconds').count(), 0, 'no change once it runs')
+})
+
+t.test('a job that expired says so on its page, with its ttl', async (t) => {
+  const job = await api.create({ queue: 'renders-stale', ttl_seconds: 1 })
+  await eventually(async () => (await call('GET', `/jobsvc/v1/jobs/${job.id}`)).body.state === 'cancelled', 20_000, 'the expiry sweep')
+  const page = await newBrowserPage(t, browser)
+  await page.goto(`${h.url}/dashboard/login`)
+  await page.getByLabel('E-mail').fill(owner.email)
+  await page.getByLabel('Password').fill(owner.password)
+  await page.getByRole('button', { name: 'Log in' }).click()
+  await page.getByRole('heading', { name: 'Overview' }).waitFor()
+  await page.goto(`${h.url}/dashboard/projects/${owner.projectId}/jobs/${job.id}`)
+  await page.locator('#job-state [data-state=cancelled]').waitFor()
+  t.match(await page.locator('[data-field=cancel-reason]').textContent(), /expired: not claimed within 1\.0 s/)
+  t.match(await page.locator('[data-field=expires]').textContent(), /ttl 1\.0 s/)
 })

@@ -79,3 +79,31 @@ t.test("a dashboard session's poll parked on a paused queue is woken by the resu
     [created.body.id],
   )
 })
+
+t.test("an admin sets and removes a queue's default ttl from the overview; a viewer sees it", async (t) => {
+  const created = await api('POST', '/jobsvc/v1/jobs', { job_type: 'send', payload: {}, queue: 'codes' })
+  t.equal(created.status, 201)
+  await eventually(async () => (await api('GET', `/jobsvc/v1/metrics/queues?min_seq=${created.headers.get('x-event-seq')}`)).body.data.length > 0)
+  const page = await newPage()
+  await logIn(page, owner)
+  const field = page.getByLabel('Default ttl in seconds of the queue codes')
+  t.equal(await field.inputValue(), '', 'none at first')
+  await field.fill('300')
+  await page.locator('tr[data-queue="codes"]').getByRole('button', { name: 'Save' }).click()
+  await page.locator('tr[data-queue="codes"] [data-queue-ttl="300"]').waitFor()
+  const held = (await api('GET', '/jobsvc/v1/queues')).body.data.find((q: { queue: string }) => q.queue === 'codes')
+  t.equal(held.default_ttl_seconds, 300, 'the service holds it')
+
+  const viewer = await joinProject(h, owner, owner.projectId, 'viewer')
+  const seen = await newPage()
+  await logIn(seen, viewer)
+  const cell = seen.locator('tr[data-queue="codes"] [data-queue-ttl="300"]')
+  await cell.waitFor()
+  t.equal(await cell.textContent(), '5 min')
+  t.equal(await seen.getByLabel(/Default ttl/).count(), 0, 'no field for a viewer')
+
+  await field.fill('')
+  await page.locator('tr[data-queue="codes"]').getByRole('button', { name: 'Save' }).click()
+  await page.locator('tr[data-queue="codes"] [data-queue-ttl=""]').waitFor()
+  t.equal((await api('GET', '/jobsvc/v1/queues')).body.data.find((q: { queue: string }) => q.queue === 'codes').default_ttl_seconds, null, 'removed')
+})

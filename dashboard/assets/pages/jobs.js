@@ -177,8 +177,8 @@ function PriorityField({ project, job, state, mayChange, onChanged }) {
     onChanged()
   })
   const shown = job.priority === undefined ? '0 (default)' : `${job.priority > 0 ? '+' : ''}${job.priority} s`
-  if (!mayChange || !['pending', 'scheduled'].includes(state)) return html`<dd data-field="priority">${shown}</dd>`
-  return html`<dd data-field="priority">
+  if (!mayChange || !['pending', 'scheduled'].includes(state)) return html`<dd data-field="priority" data-priority=${job.priority ?? 0}>${shown}</dd>`
+  return html`<dd data-field="priority" data-priority=${job.priority ?? 0}>
     <form class="inline" onSubmit=${change.submit}>
       <input
         type="number"
@@ -249,6 +249,13 @@ export function JobPage({ project, jobId }) {
     <h1 id="job-title"><code>${job.id}</code></h1>
     <div class="job-head">
       <span aria-live="polite" id="job-state"><${StateBadge} state=${state} /></span>
+      ${
+        state === 'cancelled' && job.cancel_reason === 'expired'
+          ? html`<span class="muted" data-field="cancel-reason"
+              >expired: not claimed within ${formatDuration(job.ttl_seconds * 1000)} of becoming due</span
+            >`
+          : null
+      }
       ${progress !== null && progress !== undefined ? html`<progress max="1" value=${progress} aria-label="Progress">${Math.round(progress * 100)}%</progress>` : null}
       ${
         mayAct && ['failed', 'dead_letter'].includes(state)
@@ -289,6 +296,17 @@ export function JobPage({ project, jobId }) {
       <div><dt>Completed</dt><dd>${formatTime(job.completed_at)}</dd></div>
       <div><dt>Duration</dt><dd>${formatDuration(job.duration_ms)}</dd></div>
       <div><dt>Timeout</dt><dd data-field="timeout">${job.timeout_seconds} s</dd></div>
+      ${
+        job.ttl_seconds !== undefined
+          ? html`<div>
+              <dt>Expires</dt>
+              <dd data-field="expires">
+                ${job.expires_at ? formatTime(job.expires_at) : 'not while it runs or waits for its parent'}
+                <span class="muted small">(ttl ${formatDuration(job.ttl_seconds * 1000)})</span>
+              </dd>
+            </div>`
+          : null
+      }
       <div><dt>Priority</dt><${PriorityField} project=${project} job=${job} state=${state} mayChange=${mayAct} onChanged=${reload} /></div>
       <div><dt>Run at</dt><dd>${job.run_at ? formatTime(job.run_at) : 'immediately'}</dd></div>
       <div><dt>Worker</dt><dd data-field="worker">${job.worker_id ?? '—'}</dd></div>

@@ -1,3 +1,4 @@
+import { useEffect, useState } from 'preact/hooks'
 import { call } from '../api.js'
 import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
 import { TimeChart } from '../chart.js'
@@ -120,11 +121,43 @@ function PauseCell({ project, queue, state, onChanged }) {
   </td>`
 }
 
-/** The depth rows, and a row for each paused queue that has none (nothing pending, scheduled or running). */
+/** A queue's default ttl (jobs created without their own expire after it), which an admin sets or removes. */
+function TtlCell({ project, queue, state, onChanged }) {
+  const current = state?.default_ttl_seconds ?? null
+  const [value, setValue] = useState(current === null ? '' : String(current))
+  useEffect(() => setValue(current === null ? '' : String(current)), [current])
+  const save = useSubmit(async (event) => {
+    event?.preventDefault?.()
+    const body = { default_ttl_seconds: value === '' ? null : Number(value) }
+    await call('PUT', `/jobsvc/v1/queues/${encodeURIComponent(queue)}/settings`, { project: project.id, body })
+    onChanged()
+  })
+  if (!hasRoleAtLeast(project.role, 'admin'))
+    return html`<td data-queue-ttl=${current ?? ''}>${current === null ? '—' : formatDuration(current * 1000)}</td>`
+  return html`<td data-queue-ttl=${current ?? ''}>
+    <form class="inline" onSubmit=${save.submit}>
+      <input
+        type="number"
+        min="1"
+        max="2592000"
+        step="1"
+        placeholder="none"
+        aria-label=${`Default ttl in seconds of the queue ${queue}`}
+        title="Jobs created in the queue without their own ttl_seconds are cancelled (expired) when not claimed this long after becoming due; empty: none"
+        value=${value}
+        onInput=${(e) => setValue(e.currentTarget.value)}
+      />
+      <button type="submit" class="small" disabled=${save.busy || value === (current === null ? '' : String(current))}>Save</button>
+    </form>
+    ${save.error ? html`<${ErrorNotice} error=${save.error} />` : null}
+  </td>`
+}
+
+/** The depth rows, and a row for each paused queue or queue with a default ttl that has none (nothing pending, scheduled or running). */
 function queueRows(depths, states) {
   const rows = depths.data.map((q) => ({ ...q, state: states.get(q.queue) }))
   for (const [queue, state] of states) {
-    if (state.paused && !rows.some((r) => r.queue === queue))
+    if ((state.paused || state.default_ttl_seconds != null) && !rows.some((r) => r.queue === queue))
       rows.push({ queue, pending: 0, scheduled: 0, processing: 0, oldest_pending_at: null, state })
   }
   return rows
@@ -195,7 +228,7 @@ export function OverviewPage({ project }) {
     ${
       queues.length === 0
         ? html`<p class="empty">No queue has jobs waiting.</p>`
-        : html`<${Table} columns=${['Queue', 'Pending', 'Scheduled', 'Processing', 'Oldest waiting', 'State']}>
+        : html`<${Table} columns=${['Queue', 'Pending', 'Scheduled', 'Processing', 'Oldest waiting', 'State', 'Expire waiting jobs after']}>
                 ${queues.map(
                   (q) => html`<tr data-queue=${q.queue}>
                   <td><${Link} to=${`/projects/${project.id}/jobs?queue=${encodeURIComponent(q.queue)}`}>${q.queue}</${Link}></td>
@@ -204,6 +237,7 @@ export function OverviewPage({ project }) {
                   <td>${q.processing}</td>
                   <td>${q.oldest_pending_at ? html`${formatDuration(q.oldest_pending_age_ms)} <span class="muted small">(since ${formatTime(q.oldest_pending_at)})</span>` : '—'}</td>
                   <${PauseCell} project=${project} queue=${q.queue} state=${q.state} onChanged=${reload} />
+                  <${TtlCell} project=${project} queue=${q.queue} state=${q.state} onChanged=${reload} />
                 </tr>`,
                 )}
           </${Table}>`
