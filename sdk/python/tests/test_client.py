@@ -57,6 +57,17 @@ class ClientTest(unittest.TestCase):
         self.addCleanup(self.client.recurring.delete, "rjob_py-ttl-tick")
         self.assertEqual(schedule["ttl_seconds"], 30)
 
+    def test_dedup_answers_the_existing_job(self):
+        dedup = {"key": "py-dedup-1", "while": "active"}
+        first = self.client.jobs.create(job_type="py-dedup", payload={"n": 1}, queue="py-dedup", dedup=dedup)
+        self.assertNotIn("deduplicated", first)
+        again = self.client.jobs.create(job_type="py-dedup", payload={"n": 2}, queue="py-dedup", dedup=dedup)
+        self.assertEqual((again["id"], again["deduplicated"], again["payload"]), (first["id"], True, {"n": 1}))
+        batch = self.client.jobs.create_batch([{"job_type": "py-dedup", "payload": {}, "queue": "py-dedup", "dedup": dedup}])
+        self.assertEqual((batch["created"], batch["failed"]), (0, 0))
+        self.assertEqual(batch["results"][0]["status"], 200)
+        self.assertEqual(batch["results"][0]["body"]["id"], first["id"])
+
     def test_list_all_follows_the_cursor(self):
         made = {self.client.jobs.create(job_type="py-page", payload={}, queue="py-page")["id"] for _ in range(5)}
         self.assertEqual({j["id"] for j in self.client.jobs.list_all(queue="py-page", limit=2)}, made)

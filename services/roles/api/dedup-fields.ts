@@ -1,0 +1,40 @@
+import { z } from 'zod'
+import { dedupWindowSecondsRange, maxDedupKeyLength } from '../../../domain/dedup-key.ts'
+import { storableText } from './text-fields.ts'
+
+/**
+ * The creates' `dedup` option (issue 29, item 5; README, "Deduplication"). Only `on_duplicate:
+ * "skip"` is offered so far; the issue's other modes and `debounce` are refused with 400
+ * `invalid_request` rather than ignored, so a client relying on them learns at once.
+ */
+export const dedupField = z
+  .strictObject({
+    key: storableText(1, maxDedupKeyLength).describe('the deduplication key, 1 to 500 characters'),
+    scope: z
+      .enum(['queue', 'project'])
+      .default('queue')
+      .describe("where the key holds: among the jobs of the job's queue (default) or of the whole project"),
+    while: z
+      .union([
+        z.enum(['pending', 'active']),
+        z.strictObject({ window_seconds: z.number().int().min(dedupWindowSecondsRange.min).max(dedupWindowSecondsRange.max) }),
+      ])
+      .default('active')
+      .describe(
+        'when an earlier job with the key makes this create a duplicate: `pending` while it is pending or scheduled; `active` (default) while pending, scheduled or processing; `{window_seconds}` (1–2,592,000) while it was created less than that long ago, whatever its state',
+      ),
+    on_duplicate: z
+      .enum(['skip'], { error: 'only "skip" is offered; "replace_payload" and "keep_latest_queued" are not offered yet' })
+      .default('skip')
+      .describe('`skip` (the only mode offered yet): a duplicate creates nothing and answers the existing job'),
+  })
+  .describe(
+    'extension (issue 29): at most one job per key under the `while` rule; a duplicate answers 200 with the existing job and `deduplicated: true`, never a second job',
+  )
+
+/** Refused with 400 `invalid_request` unless absent or null: `debounce` is not offered yet. */
+export const debounceField = z
+  .unknown()
+  .refine((value) => value === undefined || value === null, 'debounce is not offered yet')
+  .optional()
+  .describe('extension (issue 29): not offered yet; any value but null is refused with 400 `invalid_request`')

@@ -1,0 +1,132 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import { isAbandoned, isDuplicateOf, type DedupKeyAggregate, type DedupScope, type DedupWhile } from '../../../domain/dedup-key.ts'
+import { JobNotFound } from '../../../domain/errors.ts'
+import type { Ref } from '../../../streams/aggregate-handler.ts'
+import { dedupKeyHandler } from '../../../streams/aggregates.ts'
+import { ConcurrencyConflict } from '../../../streams/errors.ts'
+import type { Loaded } from '../../../streams/event-store.ts'
+import { sha256Hex } from '../../infrastructure/secrets.ts'
+import type { Deps } from '../../infrastructure/runtime.ts'
+import type { JobService, Written } from './job-service.ts'
+
+/** A create's `dedup` option (issue 29, item 5), defaults applied. Only `skip` is offered so far. */
+export interface DedupOption {
+  key: string
+  scope: DedupScope
+  while: DedupWhile
+  on_duplicate: 'skip'
+}
+
+/** What a create with `dedup` does: create its job with the id the key now names, or answer the job holding it. */
+export type DedupAdmission = { kind: 'new'; jobId: string; ref: Ref<'dedup'> } | { kind: 'duplicate'; existing: Written }
+
+/** How often a create looks again for a holder's job that is not on the log yet (its create is in flight). */
+const holderLookMs = 20
+
+/**
+ * Rounds of load and append before a create gives up (ConcurrencyConflict). Each lost round means
+ * another create took the key meanwhile, so the bound is only reached by a key taken and freed
+ * over and over during one request.
+ */
+const maxRounds = 50
+
+/**
+ * The key's aggregate: its id is a digest of the scope (with the queue for a queue's key) and
+ * the key's text, which may hold any character a subject token cannot.
+ */
+export function dedupKeyRef(projectId: string, dedup: Pick<DedupOption, 'key' | 'scope'>, queue: string): Ref<'dedup'> {
+  const scoped = dedup.scope === 'queue' ? ['queue', queue, dedup.key] : ['project', dedup.key]
+  return dedupKeyHandler.ref(projectId, `ddk_${sha256Hex(JSON.stringify(scoped)).slice(0, 40)}`)
+}
+
+/**
+ * Decides whether a create with `dedup` is a duplicate, through the log so that every API
+ * process agrees: the key's holder, when it names a job that is still within the rule (`while`),
+ * answers for it; otherwise the create takes the key for a new job id with an append at the
+ * key's sequence, and the caller creates the job with that id. A lost race (another create took
+ * the key) loads the key again and finds the winner.
+ *
+ * A holder whose job is missing is waited for (its create appends the job right after the key),
+ * until the key has been held `abandonedAfterMs` by the clock of this process or of the one that
+ * took it: then its create crashed between the two appends and the key is free.
+ */
+export async function admitDedup(
+  deps: Pick<Deps, 'store' | 'newUlid' | 'now' | 'guard'>,
+  jobs: JobService,
+  projectId: string,
+  queue: string,
+  dedup: DedupOption,
+): Promise<DedupAdmission> {
+  const ref = dedupKeyRef(projectId, dedup, queue)
+  const missingSince = new Map<string, number>()
+  for (let round = 0; round < maxRounds;) {
+    const loaded = await dedupKeyHandler.load(deps.store, ref)
+    const holder = loaded.state?.job_id ?? null
+    const now = deps.now()
+    if (holder !== null) {
+      const existing = await loadHolder(jobs, projectId, holder)
+      if (existing !== null) {
+        if (isDuplicateOf(dedup.while, existing.job, now.toISOString())) return { kind: 'duplicate', existing }
+      } else if (!isGivenUp(loaded.state!, missingSince, holder, now)) {
+        await sleep(holderLookMs)
+        continue
+      }
+    }
+    round++
+    const jobId = jobs.newJobId()
+    try {
+      await take(deps, ref, loaded, dedup, queue, jobId, holder)
+      return { kind: 'new', jobId, ref }
+    } catch (err) {
+      if (!(err instanceof ConcurrencyConflict)) throw err
+    }
+  }
+  throw new ConcurrencyConflict(`the dedup key changed ${maxRounds} times during one create`)
+}
+
+/** The holder's job, or null when the log has none (not appended yet, never appended, or purged by retention). */
+async function loadHolder(jobs: JobService, projectId: string, jobId: string): Promise<Written | null> {
+  try {
+    return await jobs.load(projectId, jobId)
+  } catch (err) {
+    if (err instanceof JobNotFound) return null
+    throw err
+  }
+}
+
+function isGivenUp(key: NonNullable<DedupKeyAggregate>, missingSince: Map<string, number>, holder: string, now: Date): boolean {
+  if (isAbandoned(key, now.toISOString())) return true
+  const since = missingSince.get(holder) ?? now.getTime()
+  missingSince.set(holder, since)
+  return isAbandoned({ taken_at: new Date(since).toISOString() }, now.toISOString())
+}
+
+/**
+ * One append at the sequence loaded (decided on that state alone: a stale one conflicts), under
+ * the write guard so the expected sequence is checked exactly where the log's own check is not.
+ */
+async function take(
+  deps: Pick<Deps, 'store' | 'newUlid' | 'now' | 'guard'>,
+  ref: Ref<'dedup'>,
+  loaded: Loaded<NonNullable<DedupKeyAggregate>>,
+  dedup: DedupOption,
+  queue: string,
+  jobId: string,
+  freeHolder: string | null,
+): Promise<void> {
+  const command = {
+    type: 'take_dedup_key' as const,
+    data: { job_id: jobId, key: dedup.key, scope: dedup.scope, queue: dedup.scope === 'queue' ? queue : null, free_holder: freeHolder },
+    meta: { now: deps.now().toISOString() },
+  }
+  await deps.guard.serialize(deps.store.subjectOf(ref), () => dedupKeyHandler.decide(deps, ref, command, { hint: loaded, trustHint: true }))
+}
+
+/**
+ * Gives the key back after its job could not be created, so the next create need not wait for
+ * it to count as abandoned. Only the holder's release appends anything.
+ */
+export async function releaseDedup(deps: Pick<Deps, 'store' | 'newUlid' | 'now' | 'guard'>, ref: Ref<'dedup'>, jobId: string): Promise<void> {
+  const command = { type: 'release_dedup_key' as const, data: { job_id: jobId }, meta: { now: deps.now().toISOString() } }
+  await deps.guard.serialize(deps.store.subjectOf(ref), () => dedupKeyHandler.decide(deps, ref, command))
+}

@@ -1,0 +1,237 @@
+import t from 'tap'
+import { dedupKeyHandler } from '../../streams/aggregates.ts'
+import { dedupKeyRef } from '../../services/use-cases/jobs/dedup.ts'
+import { startApiProcess } from '../support/api-process.ts'
+import { httpRequest, startHarness, withClockShifted, type HttpResponse } from '../support/harness.ts'
+import { isError } from '../support/jobs-api.ts'
+
+// Deduplication on create (issue 29, item 5; README, "Deduplication"), against the real NATS and
+// Postgres, with two API processes: the key is an aggregate on the log, so creates racing through
+// either process agree on one job.
+const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'] })
+const second = await startApiProcess(t, h.runtime)
+const urls = [h.url, second.url]
+const on = (process: number, method: string, path: string, body?: unknown) => httpRequest(urls[process]!, h.apiKey, method, path, body)
+
+const create = (body: Record<string, unknown>, process = 0) => on(process, 'POST', '/jobsvc/v1/jobs', { job_type: 'dd', payload: {}, ...body })
+
+/** The jobs of `queue` in the read model, once it holds every write up to `seq`. */
+async function jobsIn(queue: string, seq: number): Promise<Array<{ id: string; payload: unknown }>> {
+  const res = await on(0, 'GET', `/jobsvc/v1/jobs?queue=${queue}&limit=100&min_seq=${seq}`)
+  if (res.status !== 200) throw new Error(`list answered ${res.status}: ${JSON.stringify(res.body)}`)
+  return res.body.data
+}
+
+const seqOf = (res: HttpResponse) => Number(res.headers.get('x-event-seq'))
+
+async function claimAll(queue: string, workerId: string): Promise<string[]> {
+  const res = await on(0, 'POST', '/jobsvc/v1/workers/poll', { worker_id: workerId, queues: [queue], capacity: 10, wait_seconds: 1 })
+  if (res.status !== 200) throw new Error(`poll answered ${res.status}: ${JSON.stringify(res.body)}`)
+  return (res.body.jobs as Array<{ id: string }>).map((j) => j.id)
+}
+
+async function ack(jobId: string, workerId: string): Promise<void> {
+  const res = await on(0, 'POST', '/jobsvc/v1/workers/ack', { job_id: jobId, worker_id: workerId, status: 'succeeded', duration_ms: 1 })
+  if (res.status !== 200) throw new Error(`ack answered ${res.status}: ${JSON.stringify(res.body)}`)
+}
+
+t.test('20 concurrent duplicate creates through two processes make exactly one job', async (t) => {
+  for (const rule of ['pending', 'active', { window_seconds: 600 }] as const) {
+    const queue = `dd-race-${typeof rule === 'string' ? rule : 'window'}`
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => create({ queue, payload: { i }, dedup: { key: 'race', while: rule } }, i % 2)),
+    )
+    const created = answers.filter((r) => r.status === 201)
+    const duplicates = answers.filter((r) => r.status === 200)
+    t.equal(created.length, 1, `${JSON.stringify(rule)}: one create answers 201`)
+    t.equal(duplicates.length, 19, `${JSON.stringify(rule)}: the other 19 answer 200`)
+    const id = created[0]!.body.id
+    t.same(new Set(duplicates.map((r) => r.body.id)), new Set([id]), 'every duplicate answers the created job')
+    t.ok(
+      duplicates.every((r) => r.body.deduplicated === true && r.headers.get('location') === `/jobsvc/v1/jobs/${id}`),
+      'each duplicate says so and points at the job',
+    )
+    const listed = await jobsIn(queue, Math.max(...answers.map(seqOf)))
+    t.same(
+      listed.map((j) => j.id),
+      [id],
+      'the queue holds exactly one job',
+    )
+  }
+})
+
+t.test('a duplicate answers 200 with the existing job’s detail; a job without dedup answers as before', async (t) => {
+  const first = await create({ queue: 'dd-shape', payload: { v: 1 }, dedup: { key: 'k' } })
+  t.equal(first.status, 201)
+  t.same(Object.keys(first.body).sort(), ['attempt', 'created_at', 'id', 'job_type', 'max_attempts', 'queue', 'run_at', 'state'])
+  const dup = await create({ queue: 'dd-shape', payload: { v: 2 }, dedup: { key: 'k' } }, 1)
+  t.equal(dup.status, 200)
+  const detail = await on(0, 'GET', `/jobsvc/v1/jobs/${first.body.id}`)
+  t.same(dup.body, { ...detail.body, deduplicated: true }, 'the job as a read shows it, plus `deduplicated`')
+  t.same(dup.body.payload, { v: 1 }, 'skip keeps the first payload')
+
+  const plain = await create({ queue: 'dd-shape', payload: { v: 3 } })
+  t.equal(plain.status, 201)
+  t.same(Object.keys(plain.body).sort(), ['attempt', 'created_at', 'id', 'job_type', 'max_attempts', 'queue', 'run_at', 'state'])
+  const plainDetail = await on(0, 'GET', `/jobsvc/v1/jobs/${plain.body.id}`)
+  t.notOk('deduplicated' in plainDetail.body || 'dedup' in plainDetail.body, 'the detail of a job without dedup is unchanged')
+  t.same(Object.keys(plainDetail.body).sort(), Object.keys(detail.body).sort(), 'and a job with dedup shows no extra field either')
+  const again = await create({ queue: 'dd-shape', payload: { v: 3 } })
+  t.equal(again.status, 201, 'without dedup the same body creates another job')
+})
+
+t.test('while "pending": a running holder lets a new job in', async (t) => {
+  const rule = { key: 'p', while: 'pending' }
+  const a = await create({ queue: 'dd-pending', dedup: rule })
+  t.equal(a.status, 201)
+  const scheduled = await create({ queue: 'dd-pending-s', run_at: new Date(Date.now() + 3_600_000).toISOString(), dedup: rule })
+  t.equal(scheduled.body.state, 'scheduled')
+  t.equal((await create({ queue: 'dd-pending-s', dedup: rule })).status, 200, 'a scheduled job holds a pending key')
+  t.equal((await create({ queue: 'dd-pending', dedup: rule }, 1)).status, 200)
+  t.same(await claimAll('dd-pending', 'w-pending'), [a.body.id])
+  const b = await create({ queue: 'dd-pending', dedup: rule }, 1)
+  t.equal(b.status, 201, 'the holder runs: a new job is created')
+  t.not(b.body.id, a.body.id)
+  const c = await create({ queue: 'dd-pending', dedup: rule })
+  t.equal(c.status, 200)
+  t.equal(c.body.id, b.body.id, 'the new job holds the key now')
+})
+
+t.test('while "active": a running holder answers; an ended one lets a new job in', async (t) => {
+  const rule = { key: 'a' }
+  const a = await create({ queue: 'dd-active', dedup: rule })
+  t.equal(a.status, 201)
+  t.same(await claimAll('dd-active', 'w-active'), [a.body.id])
+  const dup = await create({ queue: 'dd-active', dedup: rule }, 1)
+  t.equal(dup.status, 200, '"active" is the default: a running job holds the key')
+  t.match(dup.body, { id: a.body.id, state: 'processing', deduplicated: true })
+  await ack(a.body.id, 'w-active')
+  const b = await create({ queue: 'dd-active', dedup: rule })
+  t.equal(b.status, 201, 'the holder ended: a new job is created')
+})
+
+t.test('while {window_seconds}: any job created within the window holds the key, whatever its state', async (t) => {
+  const rule = { key: 'w', while: { window_seconds: 60 } }
+  const a = await create({ queue: 'dd-window', dedup: rule })
+  t.equal(a.status, 201)
+  t.same(await claimAll('dd-window', 'w-window'), [a.body.id])
+  await ack(a.body.id, 'w-window')
+  const dup = await create({ queue: 'dd-window', dedup: rule }, 1)
+  t.equal(dup.status, 200)
+  t.match(dup.body, { id: a.body.id, state: 'succeeded' })
+  const later = await withClockShifted(h.runtime, 61_000, () => create({ queue: 'dd-window', dedup: rule }))
+  t.equal(later.status, 201, 'past the window a new job is created')
+})
+
+t.test('scope: a queue key holds in its queue, a project key across queues', async (t) => {
+  const q1 = await create({ queue: 'dd-scope-1', dedup: { key: 'shared', scope: 'queue' } })
+  const q2 = await create({ queue: 'dd-scope-2', dedup: { key: 'shared' } })
+  t.equal(q1.status, 201)
+  t.equal(q2.status, 201, 'the default scope is the queue: another queue has its own key')
+  const p1 = await create({ queue: 'dd-scope-1', dedup: { key: 'shared', scope: 'project' } })
+  t.equal(p1.status, 201, 'a project key is not the queue key of the same text')
+  const p2 = await create({ queue: 'dd-scope-2', dedup: { key: 'shared', scope: 'project' } }, 1)
+  t.equal(p2.status, 200)
+  t.equal(p2.body.id, p1.body.id, 'a project key holds across queues')
+  t.equal(p2.body.queue, 'dd-scope-1')
+
+  const other = await h.newProject()
+  const elsewhere = await httpRequest(h.url, other.apiKey, 'POST', '/jobsvc/v1/jobs', {
+    job_type: 'dd',
+    payload: {},
+    queue: 'dd-scope-1',
+    dedup: { key: 'shared', scope: 'project' },
+  })
+  t.equal(elsewhere.status, 201, "another project's key is its own")
+})
+
+t.test('batch: each item deduplicates; items sharing a key create once, the first in order', async (t) => {
+  const item = (n: number, key: string) => ({ job_type: 'dd', payload: { n }, queue: 'dd-batch', dedup: { key } })
+  const res = await on(1, 'POST', '/jobsvc/v1/jobs/batch', { jobs: [item(0, 'x'), item(1, 'x'), item(2, 'y'), item(3, 'x')] })
+  t.equal(res.status, 200)
+  const [a, b, c, d] = res.body.results
+  t.equal(a.status, 201)
+  t.match(b, { status: 200, body: { id: a.body.id, deduplicated: true, payload: { n: 0 } } })
+  t.equal(c.status, 201)
+  t.match(d, { status: 200, body: { id: a.body.id } })
+  t.equal(res.body.created, 2)
+  t.equal(res.body.failed, 0, 'a duplicate is not a failure')
+
+  const single = await create({ queue: 'dd-batch', dedup: { key: 'y' } })
+  t.equal(single.status, 200, 'a single create meets the batch item’s job')
+  t.equal(single.body.id, c.body.id)
+
+  const batches = await Promise.all(Array.from({ length: 20 }, (_, i) => on(i % 2, 'POST', '/jobsvc/v1/jobs/batch', { jobs: [item(i, 'raced')] })))
+  const items = batches.map((r) => r.body.results[0])
+  t.equal(items.filter((r) => r.status === 201).length, 1, '20 concurrent batches with one key: one job')
+  t.equal(new Set(items.map((r) => r.body.id)).size, 1)
+})
+
+t.test('a key naming a job that never appeared (a crash between the two appends) is free', async (t) => {
+  const queue = 'dd-crash'
+  const dedup = { key: 'orphan', scope: 'queue' as const }
+  const ref = dedupKeyRef(h.projectId, dedup, queue)
+  const ghost = `job_${h.runtime.newUlid()}`
+  await dedupKeyHandler.decide(h.runtime, ref, {
+    type: 'take_dedup_key',
+    data: { job_id: ghost, key: dedup.key, scope: 'queue', queue, free_holder: null },
+    meta: { now: new Date(Date.now() - 60_000).toISOString() },
+  })
+  const res = await create({ queue, dedup })
+  t.equal(res.status, 201, 'the create takes the abandoned key')
+  t.not(res.body.id, ghost)
+  t.equal((await create({ queue, dedup }, 1)).body.id, res.body.id, 'and holds it from then on')
+
+  // Taken just now: the holder's create may still be in flight, so a create waits for it until
+  // the key counts as abandoned, then takes it.
+  const fresh = { key: 'orphan-fresh', scope: 'queue' as const }
+  await dedupKeyHandler.decide(h.runtime, dedupKeyRef(h.projectId, fresh, queue), {
+    type: 'take_dedup_key',
+    data: { job_id: `job_${h.runtime.newUlid()}`, key: fresh.key, scope: 'queue', queue, free_holder: null },
+    meta: { now: new Date().toISOString() },
+  })
+  const late = await create({ queue, dedup: fresh })
+  t.equal(late.status, 201, 'a fresh key naming no job is taken once it counts as abandoned')
+})
+
+t.test('a create that fails gives its key back at once', async (t) => {
+  const missingParent = 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV'
+  const failed = await create({ queue: 'dd-fail', parent_job_id: missingParent, dedup: { key: 'f' } })
+  isError(t, failed, 404, 'parent_not_found')
+  const ok = await create({ queue: 'dd-fail', dedup: { key: 'f' } })
+  t.equal(ok.status, 201)
+})
+
+t.test('bad dedup options answer 400 invalid_request; modes not offered yet are refused, not ignored', async (t) => {
+  const bad: Array<[string, unknown]> = [
+    ['not an object', 'k'],
+    ['no key', {}],
+    ['an empty key', { key: '' }],
+    ['a key longer than a tag value', { key: 'k'.repeat(501) }],
+    ['an unknown scope', { key: 'k', scope: 'tenant' }],
+    ['an unknown rule', { key: 'k', while: 'running' }],
+    ['a zero window', { key: 'k', while: { window_seconds: 0 } }],
+    ['a window beyond 30 days', { key: 'k', while: { window_seconds: 2_592_001 } }],
+    ['a fractional window', { key: 'k', while: { window_seconds: 1.5 } }],
+    ['an unknown field', { key: 'k', keep: true }],
+    ['replace_payload', { key: 'k', on_duplicate: 'replace_payload' }],
+    ['keep_latest_queued', { key: 'k', on_duplicate: 'keep_latest_queued' }],
+  ]
+  for (const [what, dedup] of bad) isError(t, await create({ queue: 'dd-bad', dedup }), 400, 'invalid_request', what)
+  const notYet = await create({ queue: 'dd-bad', dedup: { key: 'k', on_duplicate: 'replace_payload' } })
+  t.match(notYet.body.error.message, /not offered yet/)
+  const debounce = await create({ queue: 'dd-bad', debounce: { key: 'k', seconds: 5, max_wait_seconds: 60 } })
+  isError(t, debounce, 400, 'invalid_request', 'debounce')
+  t.match(debounce.body.error.message, /debounce is not offered yet/)
+  const plain = await create({ queue: 'dd-bad', dedup: null, debounce: null })
+  t.equal(plain.status, 201, 'null options are absent ones')
+
+  const res = await on(0, 'POST', '/jobsvc/v1/jobs/batch', { jobs: [{ job_type: 'dd', payload: {}, dedup: { key: '' } }] })
+  t.match(res.body.results[0], { status: 400, error: { code: 'invalid_request' } })
+  t.match(res.body.results[0].error.message, /^body\.jobs\[0\]\.dedup\.key/)
+  t.same(
+    (await jobsIn('dd-bad', seqOf(plain))).map((j) => j.id),
+    [plain.body.id],
+    'nothing was created for the refusals',
+  )
+})
