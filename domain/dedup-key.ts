@@ -76,6 +76,14 @@ export function isDuplicateOf(rule: DedupWhile, holder: Pick<Job, 'state' | 'cre
   return Date.parse(now) - Date.parse(holder.created_at) < rule.window_seconds * 1000
 }
 
+/**
+ * Whether a duplicate with `on_duplicate: "replace_payload"` replaces the holder's payload: only
+ * while it waits. A running or ended holder is answered as it is (its attempt has its payload).
+ */
+export function isReplaceable(holder: Pick<Job, 'state'>): boolean {
+  return pendingStates.includes(holder.state)
+}
+
 /** Whether a key whose job is missing was taken long enough ago that its create must have crashed. */
 export function isAbandoned(key: Pick<DedupKey, 'taken_at'>, now: string): boolean {
   return key.taken_at === null || Date.parse(now) - Date.parse(key.taken_at) >= abandonedAfterMs

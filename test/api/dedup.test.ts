@@ -202,6 +202,103 @@ t.test('a create that fails gives its key back at once', async (t) => {
   t.equal(ok.status, 201)
 })
 
+t.test('replace_payload: 20 concurrent duplicates through two processes make one job, with the last payload', async (t) => {
+  const queue = 'dd-replace-race'
+  const answers = await Promise.all(
+    Array.from({ length: 20 }, (_, i) => create({ queue, payload: { i }, dedup: { key: 'rr', on_duplicate: 'replace_payload' } }, i % 2)),
+  )
+  t.equal(answers.filter((r) => r.status === 201).length, 1, 'one create answers 201')
+  t.equal(answers.filter((r) => r.status === 200).length, 19)
+  const id = answers.find((r) => r.status === 201)!.body.id
+  t.ok(
+    answers.every((r) => r.body.id === id),
+    'every answer names the one job',
+  )
+  const history = await on(1, 'GET', `/jobsvc/v1/jobs/${id}/history?limit=100`)
+  const replacements = (history.body.data as Array<{ type: string; data: { payload: unknown } }>).filter((e) => e.type === 'job_payload_replaced')
+  t.ok(replacements.length >= 1, 'the history records the replacements')
+  const detail = await on(1, 'GET', `/jobsvc/v1/jobs/${id}`)
+  t.same(detail.body.payload, replacements.at(-1)!.data.payload, 'the job holds the last replacement')
+  t.same(
+    (await jobsIn(queue, Math.max(...answers.map(seqOf)))).map((j) => [j.id, j.payload]),
+    [[id, detail.body.payload]],
+    'so does the list',
+  )
+  const polled = await on(1, 'POST', '/jobsvc/v1/workers/poll', { worker_id: 'w-rr', queues: [queue], capacity: 5, wait_seconds: 1 })
+  t.same(
+    polled.body.jobs.map((j: { id: string; payload: unknown }) => [j.id, j.payload]),
+    [[id, detail.body.payload]],
+    'and the claim hands the worker the last one',
+  )
+})
+
+t.test('replace_payload: a waiting job takes the payload everywhere it is read; a running one is answered as it is', async (t) => {
+  const queue = 'dd-replace'
+  const rule = { key: 'r', on_duplicate: 'replace_payload' }
+  const first = await create({ queue, payload: { v: 1 }, dedup: rule })
+  t.equal(first.status, 201)
+  const id = first.body.id
+  const dup = await create({ queue, payload: { v: 2 }, dedup: rule }, 1)
+  t.equal(dup.status, 200)
+  t.match(dup.body, { id, state: 'pending', payload: { v: 2 }, deduplicated: true }, 'the answer shows the new payload')
+  t.notOk('payload_seq' in dup.body, 'the detail gains no field')
+  t.same((await on(0, 'GET', `/jobsvc/v1/jobs/${id}`)).body.payload, { v: 2 }, 'a read through the other process too')
+  const history = await on(0, 'GET', `/jobsvc/v1/jobs/${id}/history?limit=100`)
+  const events = history.body.data as Array<{ type: string; cursor: string; data: { payload?: unknown } }>
+  t.same(
+    events.map((e) => e.type),
+    ['job_created', 'job_payload_replaced'],
+  )
+  t.same(events[1]!.data.payload, { v: 2 })
+  const asOf = await on(0, 'GET', `/jobsvc/v1/jobs/${id}?as_of=${encodeURIComponent(events[0]!.cursor)}`)
+  t.same(asOf.body.payload, { v: 1 }, 'as of its creation it had the first payload')
+  const asOfNow = await on(0, 'GET', `/jobsvc/v1/jobs/${id}?as_of=${encodeURIComponent(events[1]!.cursor)}`)
+  t.same(asOfNow.body.payload, { v: 2 })
+  t.same(
+    (await jobsIn(queue, seqOf(dup))).map((j) => j.payload),
+    [{ v: 2 }],
+    'the list (read model) shows it',
+  )
+
+  const polled = await on(0, 'POST', '/jobsvc/v1/workers/poll', { worker_id: 'w-r', queues: [queue], capacity: 5, wait_seconds: 1 })
+  t.match(polled.body.jobs, [{ id, payload: { v: 2 } }], 'the worker gets the new payload')
+  const running = await create({ queue, payload: { v: 3 }, dedup: rule })
+  t.equal(running.status, 200, 'under "active" a running job answers')
+  t.match(running.body, { id, state: 'processing', payload: { v: 2 } }, 'and keeps the payload its attempt runs with')
+  const pendingRule = await create({ queue, payload: { v: 4 }, dedup: { ...rule, while: 'pending' } })
+  t.equal(pendingRule.status, 201, 'under "pending" a running job lets a new one in')
+})
+
+t.test('keep_latest_queued: one waits behind the running one, with the latest payload', async (t) => {
+  const queue = 'dd-keep'
+  const rule = { key: 'kl', on_duplicate: 'keep_latest_queued' }
+  const a = await create({ queue, payload: { v: 0 }, dedup: rule })
+  t.equal(a.status, 201)
+  const waiting = await create({ queue, payload: { v: 1 }, dedup: rule }, 1)
+  t.match(waiting, { status: 200, body: { id: a.body.id, payload: { v: 1 }, deduplicated: true } }, 'a waiting job takes the payload')
+  t.same(await claimAll(queue, 'w-keep'), [a.body.id])
+
+  const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => create({ queue, payload: { v: 10 + i }, dedup: rule }, i % 2)))
+  const created = answers.filter((r) => r.status === 201)
+  t.equal(created.length, 1, 'behind the running job, 20 concurrent creates make exactly one waiting job')
+  const b = created[0]!.body.id
+  t.not(b, a.body.id)
+  t.ok(
+    answers.filter((r) => r.status === 200).every((r) => r.body.id === b && r.body.deduplicated === true),
+    'the other 19 answer the waiting one',
+  )
+  const detail = await on(1, 'GET', `/jobsvc/v1/jobs/${b}`)
+  const history = await on(1, 'GET', `/jobsvc/v1/jobs/${b}/history?limit=100`)
+  const last = (history.body.data as Array<{ type: string; data: { payload: unknown } }>).filter((e) => e.type === 'job_payload_replaced').at(-1)
+  t.same(detail.body.payload, last!.data.payload, 'it holds the latest payload')
+  const listed = await jobsIn(queue, Math.max(...answers.map(seqOf)))
+  t.same(listed.map((j) => j.id).sort(), [a.body.id, b].sort(), 'one running and one waiting, nothing more')
+
+  await ack(a.body.id, 'w-keep')
+  const polled = await on(0, 'POST', '/jobsvc/v1/workers/poll', { worker_id: 'w-keep-2', queues: [queue], capacity: 5, wait_seconds: 1 })
+  t.match(polled.body.jobs, [{ id: b, payload: detail.body.payload }], 'the waiting job runs with the latest payload')
+})
+
 t.test('bad dedup options answer 400 invalid_request; modes not offered yet are refused, not ignored', async (t) => {
   const bad: Array<[string, unknown]> = [
     ['not an object', 'k'],
@@ -214,12 +311,10 @@ t.test('bad dedup options answer 400 invalid_request; modes not offered yet are 
     ['a window beyond 30 days', { key: 'k', while: { window_seconds: 2_592_001 } }],
     ['a fractional window', { key: 'k', while: { window_seconds: 1.5 } }],
     ['an unknown field', { key: 'k', keep: true }],
-    ['replace_payload', { key: 'k', on_duplicate: 'replace_payload' }],
-    ['keep_latest_queued', { key: 'k', on_duplicate: 'keep_latest_queued' }],
+    ['an unknown mode', { key: 'k', on_duplicate: 'merge' }],
+    ['keep_latest_queued with a rule other than active', { key: 'k', on_duplicate: 'keep_latest_queued', while: 'pending' }],
   ]
   for (const [what, dedup] of bad) isError(t, await create({ queue: 'dd-bad', dedup }), 400, 'invalid_request', what)
-  const notYet = await create({ queue: 'dd-bad', dedup: { key: 'k', on_duplicate: 'replace_payload' } })
-  t.match(notYet.body.error.message, /not offered yet/)
   const debounce = await create({ queue: 'dd-bad', debounce: { key: 'k', seconds: 5, max_wait_seconds: 60 } })
   isError(t, debounce, 400, 'invalid_request', 'debounce')
   t.match(debounce.body.error.message, /debounce is not offered yet/)

@@ -406,7 +406,7 @@ class Jobs(_Resource):
         generated unless given, and reused on retries: never two jobs.
 
         dedup (extension): {"key", "scope": "queue"|"project", "while": "pending"|"active"|
-        {"window_seconds": n}, "on_duplicate": "skip"}. A create whose key is held creates
+        {"window_seconds": n}, "on_duplicate": "skip"|"replace_payload"|"keep_latest_queued"}. A create whose key is held creates
         nothing and returns the existing job's detail with "deduplicated": True (the API's 200);
         a new job returns the usual 201 body, without "deduplicated"."""
         return self._call("POST", "/jobs", body=fields, repeat="key", idempotency_key=idempotency_key)

@@ -67,6 +67,10 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((batch["created"], batch["failed"]), (0, 0))
         self.assertEqual(batch["results"][0]["status"], 200)
         self.assertEqual(batch["results"][0]["body"]["id"], first["id"])
+        replaced = self.client.jobs.create(
+            job_type="py-dedup", payload={"n": 3}, queue="py-dedup", dedup=dict(dedup, on_duplicate="replace_payload")
+        )
+        self.assertEqual((replaced["id"], replaced["payload"]), (first["id"], {"n": 3}))
 
     def test_list_all_follows_the_cursor(self):
         made = {self.client.jobs.create(job_type="py-page", payload={}, queue="py-page")["id"] for _ in range(5)}

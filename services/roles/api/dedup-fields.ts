@@ -3,9 +3,9 @@ import { dedupWindowSecondsRange, maxDedupKeyLength } from '../../../domain/dedu
 import { storableText } from './text-fields.ts'
 
 /**
- * The creates' `dedup` option (issue 29, item 5; README, "Deduplication"). Only `on_duplicate:
- * "skip"` is offered so far; the issue's other modes and `debounce` are refused with 400
- * `invalid_request` rather than ignored, so a client relying on them learns at once.
+ * The creates' `dedup` option (issue 29, item 5; README, "Deduplication"). `debounce` is not
+ * offered yet: refused with 400 `invalid_request` rather than ignored, so a client relying on it
+ * learns at once.
  */
 export const dedupField = z
   .strictObject({
@@ -24,9 +24,15 @@ export const dedupField = z
         'when an earlier job with the key makes this create a duplicate: `pending` while it is pending or scheduled; `active` (default) while pending, scheduled or processing; `{window_seconds}` (1–2,592,000) while it was created less than that long ago, whatever its state',
       ),
     on_duplicate: z
-      .enum(['skip'], { error: 'only "skip" is offered; "replace_payload" and "keep_latest_queued" are not offered yet' })
+      .enum(['skip', 'replace_payload', 'keep_latest_queued'])
       .default('skip')
-      .describe('`skip` (the only mode offered yet): a duplicate creates nothing and answers the existing job'),
+      .describe(
+        "`skip` (default): a duplicate creates nothing and answers the existing job as it is. `replace_payload`: a waiting (pending or scheduled) existing job takes this create's payload; a running or ended one is answered as it is. `keep_latest_queued`: a waiting job with the key takes the payload (200); while none waits (one runs, or none is left) a new job is created (201), so at most one waits behind the running one; it decides by the waiting job, so `while` must be `active` (or left out)",
+      ),
+  })
+  .refine((d) => d.on_duplicate !== 'keep_latest_queued' || d.while === 'active', {
+    message: 'keep_latest_queued decides by the waiting job: `while` must be "active" or left out',
+    path: ['while'],
   })
   .describe(
     'extension (issue 29): at most one job per key under the `while` rule; a duplicate answers 200 with the existing job and `deduplicated: true`, never a second job',

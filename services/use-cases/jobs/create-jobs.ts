@@ -153,7 +153,7 @@ async function createOne(ports: CreationPorts, project: Project, item: CreationI
   const { deps, jobs } = ports
   const newJob = toNewJob(item.request, project.retry_policies, item.traceparent ?? null, (queue) => defaultTtlOf(project, queue))
   const dedup = item.request.dedup ?? null
-  const admission = dedup === null ? null : await admitDedup(deps, jobs, project.id, newJob.queue, dedup)
+  const admission = dedup === null ? null : await admitDedup(deps, jobs, project.id, newJob.queue, dedup, newJob.payload)
   if (admission?.kind === 'duplicate') return { ok: true, ...admission.existing, deduplicated: true }
   const jobId = admission?.jobId ?? item.jobId
   try {

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
-import { isAbandoned, isDuplicateOf, type DedupKeyAggregate, type DedupScope, type DedupWhile } from '../../../domain/dedup-key.ts'
-import { JobNotFound } from '../../../domain/errors.ts'
+import { isAbandoned, isDuplicateOf, isReplaceable, type DedupKeyAggregate, type DedupScope, type DedupWhile } from '../../../domain/dedup-key.ts'
+import { InvalidState, JobNotFound } from '../../../domain/errors.ts'
 import type { Ref } from '../../../streams/aggregate-handler.ts'
 import { dedupKeyHandler } from '../../../streams/aggregates.ts'
 import { ConcurrencyConflict } from '../../../streams/errors.ts'
@@ -9,12 +9,17 @@ import { sha256Hex } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import type { JobService, Written } from './job-service.ts'
 
-/** A create's `dedup` option (issue 29, item 5), defaults applied. Only `skip` is offered so far. */
+/** A create's `dedup` option (issue 29, item 5), defaults applied. */
 export interface DedupOption {
   key: string
   scope: DedupScope
   while: DedupWhile
-  on_duplicate: 'skip'
+  /**
+   * `replace_payload`: a waiting holder takes the duplicate's payload; a running or ended one is
+   * answered as it is. `keep_latest_queued`: only a waiting holder makes a duplicate (and takes
+   * its payload); behind a running or ended one a new job is created, which then holds the key.
+   */
+  on_duplicate: 'skip' | 'replace_payload' | 'keep_latest_queued'
 }
 
 /** What a create with `dedup` does: create its job with the id the key now names, or answer the job holding it. */
@@ -42,7 +47,8 @@ export function dedupKeyRef(projectId: string, dedup: Pick<DedupOption, 'key' | 
 /**
  * Decides whether a create with `dedup` is a duplicate, through the log so that every API
  * process agrees: the key's holder, when it names a job that is still within the rule (`while`),
- * answers for it; otherwise the create takes the key for a new job id with an append at the
+ * answers for it (with `replace_payload`, a waiting holder first takes `payload`; one claimed
+ * meanwhile refuses it, and the create is decided again on the job's new state); otherwise the create takes the key for a new job id with an append at the
  * key's sequence, and the caller creates the job with that id. A lost race (another create took
  * the key) loads the key again and finds the winner.
  *
@@ -56,6 +62,7 @@ export async function admitDedup(
   projectId: string,
   queue: string,
   dedup: DedupOption,
+  payload: Record<string, unknown>,
 ): Promise<DedupAdmission> {
   const ref = dedupKeyRef(projectId, dedup, queue)
   const missingSince = new Map<string, number>()
@@ -66,7 +73,19 @@ export async function admitDedup(
     if (holder !== null) {
       const existing = await loadHolder(jobs, projectId, holder)
       if (existing !== null) {
-        if (isDuplicateOf(dedup.while, existing.job, now.toISOString())) return { kind: 'duplicate', existing }
+        const isDuplicate =
+          dedup.on_duplicate === 'keep_latest_queued' ? isReplaceable(existing.job) : isDuplicateOf(dedup.while, existing.job, now.toISOString())
+        if (isDuplicate) {
+          if (dedup.on_duplicate === 'skip' || !isReplaceable(existing.job)) return { kind: 'duplicate', existing }
+          round++
+          try {
+            return { kind: 'duplicate', existing: await jobs.replacePayload(projectId, holder, payload) }
+          } catch (err) {
+            // Claimed or ended meanwhile, or outraced by other replacements: decided again on fresh state.
+            if (!(err instanceof InvalidState) && !(err instanceof ConcurrencyConflict)) throw err
+            continue
+          }
+        }
       } else if (!isGivenUp(loaded.state!, missingSince, holder, now)) {
         await sleep(holderLookMs)
         continue
