@@ -20,6 +20,9 @@ import { maxTagValueLength } from './job-options.ts'
 /** Where a key holds: among the jobs of one queue (the job's), or of the whole project. */
 export type DedupScope = 'queue' | 'project'
 
+/** A key's scope as the log records it: a dedup key's, or `debounce` (a debounce key, of the job's queue). */
+export type KeyScope = DedupScope | 'debounce'
+
 /**
  * When an earlier job with the key makes a create a duplicate: while it is `pending` (pending or
  * scheduled), `active` (pending, scheduled or processing), or for `window_seconds` after it was
@@ -29,7 +32,7 @@ export type DedupWhile = 'pending' | 'active' | { window_seconds: number }
 
 export interface DedupKey {
   key: string
-  scope: DedupScope
+  scope: KeyScope
   /** The queue the key holds in; null for a project-wide key. */
   queue: string | null
   /** The job that took the key last; null once a create that took it failed and gave it back. */
@@ -40,7 +43,7 @@ export interface DedupKey {
 export type DedupKeyAggregate = DedupKey | null
 
 export type DedupKeyEvent =
-  | { type: 'dedup_key_taken'; data: { job_id: string; key: string; scope: DedupScope; queue: string | null; taken_at: string } }
+  | { type: 'dedup_key_taken'; data: { job_id: string; key: string; scope: KeyScope; queue: string | null; taken_at: string } }
   /** The create that took the key did not create its job (a missing parent, an outage): the key is free at once. */
   | { type: 'dedup_key_released'; data: { job_id: string; released_at: string } }
 
@@ -52,7 +55,7 @@ export type DedupKeyCommand =
        * window, or never appeared). Naming it rather than passing a flag keeps a re-decision
        * after a conflict from taking the key from a holder nobody looked at.
        */
-      data: { job_id: string; key: string; scope: DedupScope; queue: string | null; free_holder: string | null }
+      data: { job_id: string; key: string; scope: KeyScope; queue: string | null; free_holder: string | null }
       meta: CommandMeta
     }
   | { type: 'release_dedup_key'; data: { job_id: string }; meta: CommandMeta }
@@ -82,6 +85,26 @@ export function isDuplicateOf(rule: DedupWhile, holder: Pick<Job, 'state' | 'cre
  */
 export function isReplaceable(holder: Pick<Job, 'state'>): boolean {
   return pendingStates.includes(holder.state)
+}
+
+/** The bounds of a debounce: a quiet period of 1 s to a day, a longest wait of up to 30 days. */
+export const debounceSecondsRange = { min: 1, max: 86_400 } as const
+export const debounceMaxWaitSecondsRange = { min: 1, max: 2_592_000 } as const
+
+/**
+ * Whether a debounce key's job is still in its quiet period: scheduled (its `run_at` ahead) and
+ * not waiting for a parent. Once due, running or ended, the next create starts a new one.
+ */
+export function isDebouncing(holder: Pick<Job, 'state' | 'waiting_for_parent'>): boolean {
+  return holder.state === 'scheduled' && !holder.waiting_for_parent
+}
+
+/**
+ * The due time a debounced job moves to on a create at `now`: another quiet period from now, but
+ * never later than `max_wait_seconds` after its first create.
+ */
+export function debouncedRunAt(holder: Pick<Job, 'created_at'>, now: string, seconds: number, maxWaitSeconds: number): string {
+  return new Date(Math.min(Date.parse(now) + seconds * 1000, Date.parse(holder.created_at) + maxWaitSeconds * 1000)).toISOString()
 }
 
 /** Whether a key whose job is missing was taken long enough ago that its create must have crashed. */

@@ -228,7 +228,11 @@ export type JobEvent =
     }
   // A create with `dedup: {on_duplicate: "replace_payload"}` met this waiting job (issue 29): from
   // here on its payload is this one (the state's `payload_seq` names the message).
-  | { type: 'job_payload_replaced'; data: { payload: Record<string, unknown>; state: 'pending' | 'scheduled'; replaced_at: string } }
+  // With `run_at` (a debounce's, issue 29): the scheduled job's due time moved too.
+  | {
+      type: 'job_payload_replaced'
+      data: { payload: Record<string, unknown>; state: 'pending' | 'scheduled'; replaced_at: string; run_at?: string }
+    }
 
 export type JobEventType = JobEvent['type']
 
@@ -278,8 +282,12 @@ export type JobCommand =
   | { type: 'set_priority'; data: { priority: number; operation_id?: string }; meta: CommandMeta }
   /** The expiry sweep's: a job still waiting past its `expires_at` ends cancelled (reason `expired`). */
   | { type: 'expire_job'; data: Record<string, never>; meta: CommandMeta }
-  /** A dedup create's newer payload for a waiting job (InvalidState once it runs or has ended). */
-  | { type: 'replace_payload'; data: { payload: Record<string, unknown> }; meta: CommandMeta }
+  /**
+   * A dedup create's newer payload for a waiting job (InvalidState once it runs or has ended);
+   * `run_at`, a debounce's: the scheduled job's new due time (InvalidState unless it is scheduled
+   * and not waiting for its parent).
+   */
+  | { type: 'replace_payload'; data: { payload: Record<string, unknown>; run_at?: string }; meta: CommandMeta }
 
 function addMs(iso: string, ms: number): string {
   return new Date(Date.parse(iso) + ms).toISOString()
@@ -584,7 +592,12 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       if (job.state !== 'pending' && job.state !== 'scheduled') {
         throw new InvalidState(`job ${job.id} is ${job.state}; only a pending or scheduled job's payload can be replaced`)
       }
-      return [{ type: 'job_payload_replaced', data: { payload: command.data.payload, state: job.state, replaced_at: now } }]
+      const { payload, run_at: runAt } = command.data
+      if (runAt === undefined) return [{ type: 'job_payload_replaced', data: { payload, state: job.state, replaced_at: now } }]
+      if (job.state !== 'scheduled' || job.waiting_for_parent) {
+        throw new InvalidState(`job ${job.id} is ${job.state}; only a scheduled job's due time can move`)
+      }
+      return [{ type: 'job_payload_replaced', data: { payload, state: job.state, replaced_at: now, run_at: runAt } }]
     }
     case 'expire_job': {
       if (state === null || !isWaitingToExpire(state) || !isExpired(state, now)) return []
@@ -827,8 +840,11 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
     }
     case 'job_priority_changed':
       return { ...state, priority: event.data.priority, updated_at: event.data.changed_at }
-    case 'job_payload_replaced':
-      return { ...state, payload_seq: recordedHere, updated_at: event.data.replaced_at }
+    case 'job_payload_replaced': {
+      const replaced = { ...state, payload_seq: recordedHere, updated_at: event.data.replaced_at }
+      const runAt = event.data.run_at
+      return runAt === undefined ? replaced : waitingFrom({ ...replaced, run_at: runAt }, runAt, event.data.replaced_at)
+    }
   }
 }
 

@@ -2,13 +2,14 @@ import t from 'tap'
 import { dedupKeyHandler } from '../../streams/aggregates.ts'
 import { dedupKeyRef } from '../../services/use-cases/jobs/dedup.ts'
 import { startApiProcess } from '../support/api-process.ts'
-import { httpRequest, startHarness, withClockShifted, type HttpResponse } from '../support/harness.ts'
+import { eventually, httpRequest, startHarness, withClockShifted, type HttpResponse } from '../support/harness.ts'
 import { isError } from '../support/jobs-api.ts'
 
 // Deduplication on create (issue 29, item 5; README, "Deduplication"), against the real NATS and
 // Postgres, with two API processes: the key is an aggregate on the log, so creates racing through
 // either process agree on one job.
-const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector'] })
+// The scheduler promotes debounced jobs when their quiet period ends.
+const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector', 'scheduler'], tunables: { scheduler_interval_ms: 100 } })
 const second = await startApiProcess(t, h.runtime)
 const urls = [h.url, second.url]
 const on = (process: number, method: string, path: string, body?: unknown) => httpRequest(urls[process]!, h.apiKey, method, path, body)
@@ -197,7 +198,7 @@ t.test('a key naming a job that never appeared (a crash between the two appends)
 t.test('a create that fails gives its key back at once', async (t) => {
   const missingParent = 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV'
   const failed = await create({ queue: 'dd-fail', parent_job_id: missingParent, dedup: { key: 'f' } })
-  isError(t, failed, 404, 'parent_not_found')
+  isError(t, failed, 422, 'parent_not_found')
   const ok = await create({ queue: 'dd-fail', dedup: { key: 'f' } })
   t.equal(ok.status, 201)
 })
@@ -299,6 +300,58 @@ t.test('keep_latest_queued: one waits behind the running one, with the latest pa
   t.match(polled.body.jobs, [{ id: b, payload: detail.body.payload }], 'the waiting job runs with the latest payload')
 })
 
+t.test('debounce: creates within the quiet period make one job that runs once, with the last payload', async (t) => {
+  const queue = 'dd-debounce'
+  const debounce = { key: 'd', seconds: 1, max_wait_seconds: 60 }
+  const sent = Date.now()
+  const first = await create({ queue, payload: { v: 1 }, debounce })
+  t.match(first, { status: 201, body: { state: 'scheduled' } })
+  t.ok(Date.parse(first.body.run_at) >= sent + 1000, 'due a quiet period after the create')
+  const second = await create({ queue, payload: { v: 2 }, debounce }, 1)
+  t.match(second, { status: 200, body: { id: first.body.id, payload: { v: 2 }, state: 'scheduled', deduplicated: true } })
+  t.ok(Date.parse(second.body.run_at) >= Date.parse(first.body.run_at), 'the due time moved on')
+  const third = await create({ queue, payload: { v: 3 }, debounce })
+  t.equal(third.body.id, first.body.id)
+
+  const ran = await eventually(
+    async () => {
+      const polled = await on(1, 'POST', '/jobsvc/v1/workers/poll', { worker_id: 'w-db', queues: [queue], capacity: 5, wait_seconds: 2 })
+      return polled.body.jobs.length > 0 ? polled.body.jobs : null
+    },
+    30_000,
+    'the debounced job to become due',
+  )
+  t.match(ran, [{ id: first.body.id, payload: { v: 3 } }], 'it runs once, with the last payload')
+  t.same(
+    (await jobsIn(queue, seqOf(third))).map((j) => j.id),
+    [first.body.id],
+    'one job',
+  )
+  const next = await create({ queue, payload: { v: 4 }, debounce })
+  t.equal(next.status, 201, 'once it runs, the next create starts a new quiet period')
+})
+
+t.test('debounce: each create moves the due time, never past max_wait_seconds after the first', async (t) => {
+  const queue = 'dd-debounce-wait'
+  const debounce = { key: 'w', seconds: 100, max_wait_seconds: 150 }
+  const first = await create({ queue, payload: { v: 1 }, debounce })
+  t.equal(first.status, 201)
+  const createdAt = Date.parse(first.body.created_at)
+  const soon = await withClockShifted(h.runtime, 10_000, () => create({ queue, payload: { v: 2 }, debounce }))
+  t.equal(soon.status, 200)
+  t.ok(Date.parse(soon.body.run_at) >= createdAt + 110_000, 'a quiet period from the create')
+  t.ok(Date.parse(soon.body.run_at) < createdAt + 150_000)
+  const late = await withClockShifted(h.runtime, 80_000, () => create({ queue, payload: { v: 3 }, debounce }))
+  t.equal(late.body.run_at, new Date(createdAt + 150_000).toISOString(), 'capped at the first create plus max_wait_seconds')
+  t.same(late.body.payload, { v: 3 })
+
+  const raced = await Promise.all(
+    Array.from({ length: 20 }, (_, i) => create({ queue, payload: { i }, debounce: { ...debounce, key: 'raced' } }, i % 2)),
+  )
+  t.equal(raced.filter((r) => r.status === 201).length, 1, '20 concurrent debounced creates make one job')
+  t.equal(new Set(raced.map((r) => r.body.id)).size, 1)
+})
+
 t.test('bad dedup options answer 400 invalid_request; modes not offered yet are refused, not ignored', async (t) => {
   const bad: Array<[string, unknown]> = [
     ['not an object', 'k'],
@@ -315,9 +368,14 @@ t.test('bad dedup options answer 400 invalid_request; modes not offered yet are 
     ['keep_latest_queued with a rule other than active', { key: 'k', on_duplicate: 'keep_latest_queued', while: 'pending' }],
   ]
   for (const [what, dedup] of bad) isError(t, await create({ queue: 'dd-bad', dedup }), 400, 'invalid_request', what)
-  const debounce = await create({ queue: 'dd-bad', debounce: { key: 'k', seconds: 5, max_wait_seconds: 60 } })
-  isError(t, debounce, 400, 'invalid_request', 'debounce')
-  t.match(debounce.body.error.message, /debounce is not offered yet/)
+  const badDebounce: Array<[string, Record<string, unknown>]> = [
+    ['debounce without a key', { debounce: { seconds: 5, max_wait_seconds: 60 } }],
+    ['a zero quiet period', { debounce: { key: 'k', seconds: 0, max_wait_seconds: 60 } }],
+    ['a longest wait shorter than the quiet period', { debounce: { key: 'k', seconds: 60, max_wait_seconds: 5 } }],
+    ['debounce with dedup', { debounce: { key: 'k', seconds: 5, max_wait_seconds: 60 }, dedup: { key: 'k' } }],
+    ['debounce with run_at', { debounce: { key: 'k', seconds: 5, max_wait_seconds: 60 }, run_at: new Date().toISOString() }],
+  ]
+  for (const [what, body] of badDebounce) isError(t, await create({ queue: 'dd-bad', ...body }), 400, 'invalid_request', what)
   const plain = await create({ queue: 'dd-bad', dedup: null, debounce: null })
   t.equal(plain.status, 201, 'null options are absent ones')
 

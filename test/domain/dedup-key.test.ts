@@ -1,5 +1,14 @@
 import t from 'tap'
-import { abandonedAfterMs, dedupKeyDecider, isAbandoned, isDuplicateOf, type DedupKeyCommand, type DedupKeyEvent } from '../../domain/dedup-key.ts'
+import {
+  abandonedAfterMs,
+  debouncedRunAt,
+  dedupKeyDecider,
+  isAbandoned,
+  isDebouncing,
+  isDuplicateOf,
+  type DedupKeyCommand,
+  type DedupKeyEvent,
+} from '../../domain/dedup-key.ts'
 import { InvalidState } from '../../domain/errors.ts'
 import { deciderSpec, evolveOnMissingState } from '../support/decider-spec.ts'
 
@@ -93,4 +102,17 @@ t.test('isAbandoned: a missing holder frees the key only after the grace period'
   t.notOk(isAbandoned({ taken_at: at(0) }, new Date(t0 + abandonedAfterMs - 1).toISOString()))
   t.ok(isAbandoned({ taken_at: at(0) }, new Date(t0 + abandonedAfterMs).toISOString()))
   t.ok(isAbandoned({ taken_at: null }, at(0)), 'a released key holds nothing')
+})
+
+t.test('debounce: only a scheduled job not waiting for a parent is in its quiet period', async (t) => {
+  t.ok(isDebouncing({ state: 'scheduled', waiting_for_parent: false }))
+  t.notOk(isDebouncing({ state: 'scheduled', waiting_for_parent: true }))
+  t.notOk(isDebouncing({ state: 'pending', waiting_for_parent: false }), 'a due job has left it')
+  t.notOk(isDebouncing({ state: 'processing', waiting_for_parent: false }))
+})
+
+t.test('debounce: the due time moves a quiet period on, capped at the longest wait after the first create', async (t) => {
+  const holder = { created_at: at(0) }
+  t.equal(debouncedRunAt(holder, at(10), 30, 120), at(40))
+  t.equal(debouncedRunAt(holder, at(100), 30, 120), at(120), 'never past first create + max_wait_seconds')
 })

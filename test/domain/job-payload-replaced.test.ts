@@ -42,6 +42,27 @@ t.test('a pending or scheduled job takes a new payload and keeps its state', asy
   t.equal(later?.state, 'scheduled')
 })
 
+t.test("a debounce moves a scheduled job's due time with its payload, and its wait deadline with it", async (t) => {
+  const moved: JobCommand = { type: 'replace_payload', data: { payload: { v: 2 }, run_at: at(90) }, meta: { now: at(5) } }
+  const state = deciderSpec(t, jobDecider)
+    .given([created(at(30))])
+    .when(moved)
+    .then([{ type: 'job_payload_replaced', data: { payload: { v: 2 }, state: 'scheduled', replaced_at: at(5), run_at: at(90) } }])
+  t.equal(state?.run_at, at(90))
+  t.equal(state?.state, 'scheduled')
+  deciderSpec(t, jobDecider).given([created()]).when(moved).thenThrows(InvalidState, 'invalid_state', "a due job's time does not move")
+
+  const withTtl: JobCommand = {
+    type: 'create_job',
+    data: { ...createJobData({ job_id: 'job_1', project_id: 'prj_1', run_at: at(30) }), ttl_seconds: 60 },
+    meta: { now: at(0) },
+  }
+  const ttlJob = fold(jobDecider, null, jobDecider.decide(withTtl, null)) as Job
+  t.equal(ttlJob.expires_at, at(90))
+  const movedTtl = fold(jobDecider, ttlJob, jobDecider.decide(moved, ttlJob)) as Job
+  t.equal(movedTtl.expires_at, at(150), 'the wait to be claimed starts at the new due time')
+})
+
 t.test('a running, ended or missing job refuses a new payload', async (t) => {
   deciderSpec(t, jobDecider).given([created(), claimed]).when(replace(2)).thenThrows(InvalidState, 'invalid_state')
   deciderSpec(t, jobDecider).given([created(), claimed, succeeded]).when(replace(2)).thenThrows(InvalidState, 'invalid_state')

@@ -408,7 +408,9 @@ class Jobs(_Resource):
         dedup (extension): {"key", "scope": "queue"|"project", "while": "pending"|"active"|
         {"window_seconds": n}, "on_duplicate": "skip"|"replace_payload"|"keep_latest_queued"}. A create whose key is held creates
         nothing and returns the existing job's detail with "deduplicated": True (the API's 200);
-        a new job returns the usual 201 body, without "deduplicated"."""
+        a new job returns the usual 201 body, without "deduplicated". debounce (extension):
+        {"key", "seconds", "max_wait_seconds"}: runs once, with the last payload, after a quiet
+        period; a create within it returns the scheduled job with "deduplicated": True."""
         return self._call("POST", "/jobs", body=fields, repeat="key", idempotency_key=idempotency_key)
 
     def create_batch(self, jobs: Iterable[JsonObject], idempotency_key: Optional[str] = None) -> JsonObject:

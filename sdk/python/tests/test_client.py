@@ -71,6 +71,11 @@ class ClientTest(unittest.TestCase):
             job_type="py-dedup", payload={"n": 3}, queue="py-dedup", dedup=dict(dedup, on_duplicate="replace_payload")
         )
         self.assertEqual((replaced["id"], replaced["payload"]), (first["id"], {"n": 3}))
+        debounce = {"key": "py-debounce-1", "seconds": 600, "max_wait_seconds": 3600}
+        quiet = self.client.jobs.create(job_type="py-dedup", payload={"n": 1}, queue="py-dedup", debounce=debounce)
+        self.assertEqual(quiet["state"], "scheduled")
+        again = self.client.jobs.create(job_type="py-dedup", payload={"n": 2}, queue="py-dedup", debounce=debounce)
+        self.assertEqual((again["id"], again["payload"], again["deduplicated"]), (quiet["id"], {"n": 2}, True))
 
     def test_list_all_follows_the_cursor(self):
         made = {self.client.jobs.create(job_type="py-page", payload={}, queue="py-page")["id"] for _ in range(5)}

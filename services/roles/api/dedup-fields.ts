@@ -1,12 +1,8 @@
 import { z } from 'zod'
-import { dedupWindowSecondsRange, maxDedupKeyLength } from '../../../domain/dedup-key.ts'
+import { debounceMaxWaitSecondsRange, debounceSecondsRange, dedupWindowSecondsRange, maxDedupKeyLength } from '../../../domain/dedup-key.ts'
 import { storableText } from './text-fields.ts'
 
-/**
- * The creates' `dedup` option (issue 29, item 5; README, "Deduplication"). `debounce` is not
- * offered yet: refused with 400 `invalid_request` rather than ignored, so a client relying on it
- * learns at once.
- */
+/** The creates' `dedup` option (issue 29, item 5; README, "Deduplication"). */
 export const dedupField = z
   .strictObject({
     key: storableText(1, maxDedupKeyLength).describe('the deduplication key, 1 to 500 characters'),
@@ -38,9 +34,27 @@ export const dedupField = z
     'extension (issue 29): at most one job per key under the `while` rule; a duplicate answers 200 with the existing job and `deduplicated: true`, never a second job',
   )
 
-/** Refused with 400 `invalid_request` unless absent or null: `debounce` is not offered yet. */
+/**
+ * The creates' `debounce` option (issue 29, item 5): the job runs once, with the last payload,
+ * after `seconds` without another create with the key, or `max_wait_seconds` after the first.
+ */
 export const debounceField = z
-  .unknown()
-  .refine((value) => value === undefined || value === null, 'debounce is not offered yet')
-  .optional()
-  .describe('extension (issue 29): not offered yet; any value but null is refused with 400 `invalid_request`')
+  .strictObject({
+    key: storableText(1, maxDedupKeyLength).describe("the debounce key, 1 to 500 characters; it holds in the job's queue"),
+    seconds: z
+      .number()
+      .int()
+      .min(debounceSecondsRange.min)
+      .max(debounceSecondsRange.max)
+      .describe('the quiet period (1–86,400): the job is due this long after the last create with the key'),
+    max_wait_seconds: z
+      .number()
+      .int()
+      .min(debounceMaxWaitSecondsRange.min)
+      .max(debounceMaxWaitSecondsRange.max)
+      .describe('the longest the job waits after its first create (1–2,592,000, at least `seconds`), however often creates come'),
+  })
+  .refine((d) => d.max_wait_seconds >= d.seconds, { message: 'max_wait_seconds must be at least seconds', path: ['max_wait_seconds'] })
+  .describe(
+    'extension (issue 29): the first create makes a job scheduled `seconds` ahead (201); a create with the key while it is still scheduled gives it its payload and moves it to min(now + seconds, first create + max_wait_seconds) (200, `deduplicated: true`). Not with `dedup`, `run_at` or `parent_job_id`',
+  )

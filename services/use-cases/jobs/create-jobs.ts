@@ -8,7 +8,7 @@ import type { AllowanceRefusal, Grant, QuotaReading, QuotaTerms } from '../meter
 import { allowanceMarksOf, type BillingService } from '../metering/billing-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import type { JobService, NewJob } from './job-service.ts'
-import { admitDedup, dedupKeyRef, releaseDedup, type DedupOption } from './dedup.ts'
+import { admitDebounce, admitDedup, debounceKeyRef, dedupKeyRef, releaseDedup, type DebounceOption, type DedupOption } from './dedup.ts'
 import { runSerialPerKey } from './serial-per-key.ts'
 
 /** A job as a client asks for it (the single create's validated body); options left out take the defaults. */
@@ -27,6 +27,8 @@ export interface JobRequest {
   ttl_seconds?: number | null | undefined
   /** Extension (issue 29): at most one job per key under its rule; a duplicate answers the existing job (dedup.ts). */
   dedup?: DedupOption | null | undefined
+  /** Extension (issue 29): runs once, with the last payload, after a quiet period (dedup.ts, `admitDebounce`). */
+  debounce?: DebounceOption | null | undefined
 }
 
 export interface CreationItem {
@@ -130,8 +132,11 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
   // Items of one batch with the same dedup key go one after another too, so the first in the
   // batch's order is the one that creates.
   const aggregateKeys = items.slice(0, admitted).map(({ request }) => {
-    if (request.parent_job_id != null || request.dedup == null) return request.parent_job_id ?? null
-    return dedupKeyRef(project.id, request.dedup, request.queue ?? jobDefaults.queue).id
+    const queue = request.queue ?? jobDefaults.queue
+    if (request.parent_job_id != null) return request.parent_job_id
+    if (request.dedup != null) return dedupKeyRef(project.id, request.dedup, queue).id
+    if (request.debounce != null) return debounceKeyRef(project.id, request.debounce, queue).id
+    return null
   })
   await runSerialPerKey(aggregateKeys, appendsInFlight, async (i) => {
     const item = items[i]!
@@ -146,14 +151,21 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
 }
 
 /**
- * One item: with `dedup`, the key decides first (dedup.ts), and a new job takes the id the key
- * names; a job that then cannot be created gives the key back.
+ * One item: with `dedup` or `debounce`, the key decides first (dedup.ts), and a new job takes the
+ * id the key names; a job that then cannot be created gives the key back.
  */
 async function createOne(ports: CreationPorts, project: Project, item: CreationItem): Promise<CreationResult> {
   const { deps, jobs } = ports
-  const newJob = toNewJob(item.request, project.retry_policies, item.traceparent ?? null, (queue) => defaultTtlOf(project, queue))
-  const dedup = item.request.dedup ?? null
-  const admission = dedup === null ? null : await admitDedup(deps, jobs, project.id, newJob.queue, dedup, newJob.payload)
+  const asked = toNewJob(item.request, project.retry_policies, item.traceparent ?? null, (queue) => defaultTtlOf(project, queue))
+  const { dedup = null, debounce = null } = item.request
+  // A debounced job's first create makes it due a quiet period from now.
+  const newJob = debounce === null ? asked : { ...asked, run_at: new Date(deps.now().getTime() + debounce.seconds * 1000).toISOString() }
+  const admission =
+    dedup !== null
+      ? await admitDedup(deps, jobs, project.id, newJob.queue, dedup, newJob.payload)
+      : debounce !== null
+        ? await admitDebounce(deps, jobs, project.id, newJob.queue, debounce, newJob.payload)
+        : null
   if (admission?.kind === 'duplicate') return { ok: true, ...admission.existing, deduplicated: true }
   const jobId = admission?.jobId ?? item.jobId
   try {
@@ -173,8 +185,8 @@ async function createOne(ports: CreationPorts, project: Project, item: CreationI
 }
 
 /**
- * Gives back the units of items that were not created (deduplicated ones included), and records the allowance warnings the
- * created ones reached. Neither may fail the request: its jobs exist. A unit that could not be
+ * Gives back the units of items that were not created (deduplicated ones included), and records
+ * the allowance warnings the created ones reached. Neither may fail the request: its jobs exist. A unit that could not be
  * given back stays counted (the safe side); a warning not recorded is logged.
  */
 async function settleUnits(

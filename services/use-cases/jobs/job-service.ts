@@ -280,10 +280,11 @@ export class JobService {
 
   /**
    * A dedup create's newer payload for a waiting job (`job_payload_replaced`); InvalidState once
-   * the job runs or has ended.
+   * the job runs or has ended. `runAt`: a debounce's new due time for a scheduled job.
    */
-  async replacePayload(projectId: string, jobId: string, payload: Record<string, unknown>): Promise<Written> {
-    const result = await this.#run(projectId, jobId, { type: 'replace_payload', data: { payload }, meta: this.#meta() })
+  async replacePayload(projectId: string, jobId: string, payload: Record<string, unknown>, runAt?: string): Promise<Written> {
+    const data = runAt === undefined ? { payload } : { payload, run_at: runAt }
+    const result = await this.#run(projectId, jobId, { type: 'replace_payload', data, meta: this.#meta() })
     return { job: result.state!, seq: result.seq }
   }
 

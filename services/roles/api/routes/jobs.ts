@@ -48,29 +48,36 @@ export const isoInstant = boundedString(64)
 /** Goes into a `text` column of the read model. */
 const text = storableText
 
-export const createJobBody = z.object({
-  job_type: jobTypeText,
-  payload: jobPayload.meta({ examples: [{ to: 'ada@example.com' }] }),
-  queue: queueNameText.nullish(),
-  run_at: isoInstant.nullish(),
-  max_attempts: maxAttemptsNumber.nullish().describe("default: the `max_attempts` of the queue's retry policy (3 unless the project set one)"),
-  timeout_seconds: timeoutSecondsNumber.nullish(),
-  idempotency_key: text(1, 200).nullish(),
-  tags: z
-    .record(boundedString(maxTagKeyLength, 1), text(0, maxTagValueLength))
-    .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
-    .refine((t) => Object.keys(t).every(isStorableText), `a key ${unstorableTextMessage}`)
-    .nullish(),
-  parent_job_id: text(1, 36).nullish(),
-  priority: priorityNumber.nullish(),
-  ttl_seconds: ttlSecondsNumber
-    .nullish()
-    .describe(
-      'extension (issue 28): seconds the job may wait to be claimed once due (1–2,592,000); not claimed by then, it ends `cancelled` with `cancel_reason: "expired"`. Absent or null: the queue\'s default ttl, if it has one',
-    ),
-  dedup: dedupField.nullish(),
-  debounce: debounceField,
-})
+export const createJobBody = z
+  .object({
+    job_type: jobTypeText,
+    payload: jobPayload.meta({ examples: [{ to: 'ada@example.com' }] }),
+    queue: queueNameText.nullish(),
+    run_at: isoInstant.nullish(),
+    max_attempts: maxAttemptsNumber.nullish().describe("default: the `max_attempts` of the queue's retry policy (3 unless the project set one)"),
+    timeout_seconds: timeoutSecondsNumber.nullish(),
+    idempotency_key: text(1, 200).nullish(),
+    tags: z
+      .record(boundedString(maxTagKeyLength, 1), text(0, maxTagValueLength))
+      .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
+      .refine((t) => Object.keys(t).every(isStorableText), `a key ${unstorableTextMessage}`)
+      .nullish(),
+    parent_job_id: text(1, 36).nullish(),
+    priority: priorityNumber.nullish(),
+    ttl_seconds: ttlSecondsNumber
+      .nullish()
+      .describe(
+        'extension (issue 28): seconds the job may wait to be claimed once due (1–2,592,000); not claimed by then, it ends `cancelled` with `cancel_reason: "expired"`. Absent or null: the queue\'s default ttl, if it has one',
+      ),
+    dedup: dedupField.nullish(),
+    debounce: debounceField.nullish(),
+  })
+  .superRefine((body, ctx) => {
+    // A debounce decides the job's due time and its key; a parent would decide the due time too.
+    if (body.debounce == null) return
+    const clash = body.dedup != null ? 'dedup' : body.run_at != null ? 'run_at' : body.parent_job_id != null ? 'parent_job_id' : null
+    if (clash !== null) ctx.addIssue({ code: 'custom', path: ['debounce'], message: `debounce cannot be combined with ${clash}` })
+  })
 
 /** Longer ids are unknown, like any other id this service did not issue (404 `job_not_found`). */
 const jobIdParams = z.object({ jobId: anyText() })
