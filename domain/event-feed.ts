@@ -69,6 +69,7 @@ const jobTypes: Record<JobEventType, true> = {
   job_cancel_requested: true,
   job_released: true,
   job_priority_changed: true,
+  job_payload_replaced: true,
 }
 const projectTypes: Record<ProjectEventType, true> = {
   project_created: true,

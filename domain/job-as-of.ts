@@ -1,5 +1,5 @@
 import { isAfter, type FeedPosition } from './event-feed.ts'
-import { errorOf, jobDecider, resultOf, upgradeJob, type Job, type JobAggregate, type JobError, type JobEvent } from './job.ts'
+import { errorOf, jobDecider, payloadInEvents, resultOf, upgradeJob, type Job, type JobAggregate, type JobError, type JobEvent } from './job.ts'
 
 /**
  * A job as it was at a moment of its history (`GET /jobsvc/v1/jobs/{id}?as_of=`): folded from its
@@ -36,7 +36,7 @@ export interface JobAsOf {
   job: Job
   /** The sequence of the last message an event was folded from. */
   seq: number
-  /** From its `job_created`. */
+  /** From its `job_created`, or the last `job_payload_replaced` folded. */
   payload: Record<string, unknown>
   /** From the message `error_seq` names, as of the moment. */
   error: JobError | null
@@ -70,8 +70,8 @@ export function foldJobAsOf(messages: readonly JobMessage[], moment: JobMoment):
     if (taken < count) break
   }
   if (job === null) return null
-  const created = messages[0]!.events[0]!
-  const payload = created.type === 'job_created' ? created.data.payload : {}
+  // The payload as of the moment: where the folded state's `payload_seq` points, or else the job_created.
+  const payload = payloadInEvents(job.payload_seq === undefined ? messages[0]!.events.slice(0, 1) : (folded.get(job.payload_seq) ?? [])) ?? {}
   const error = job.error_seq === null ? null : errorOf(folded.get(job.error_seq) ?? [])
   return { job, seq, payload, error, result: job.state === 'succeeded' ? resultOfLastSuccess(folded) : null }
 }

@@ -124,6 +124,7 @@ export function metricsOfJobEvent(event: JobEvent): JobEventMetrics {
     case 'job_progressed':
     case 'job_cancel_requested':
     case 'job_priority_changed':
+    case 'job_payload_replaced':
       return none
   }
 }

@@ -86,6 +86,13 @@ export interface Job {
   ttl_seconds?: number
   expires_at?: string
   cancel_reason?: 'expired'
+  /**
+   * Where the payload is kept once a dedup create replaced it (issue 29, `job_payload_replaced`):
+   * the stream sequence of the message holding the latest one, 0 in that message itself. Absent
+   * while the payload is the one of the job's `job_created`, so every other job keeps the shape of
+   * every older message.
+   */
+  payload_seq?: number
 }
 
 /**
@@ -219,6 +226,13 @@ export type JobEvent =
       type: 'job_priority_changed'
       data: { priority: number; previous_priority: number; state: 'pending' | 'scheduled'; changed_at: string; operation_id?: string }
     }
+  // A create with `dedup: {on_duplicate: "replace_payload"}` met this waiting job (issue 29): from
+  // here on its payload is this one (the state's `payload_seq` names the message).
+  // With `run_at` (a debounce's, issue 29): the scheduled job's due time moved too.
+  | {
+      type: 'job_payload_replaced'
+      data: { payload: Record<string, unknown>; state: 'pending' | 'scheduled'; replaced_at: string; run_at?: string }
+    }
 
 export type JobEventType = JobEvent['type']
 
@@ -268,6 +282,12 @@ export type JobCommand =
   | { type: 'set_priority'; data: { priority: number; operation_id?: string }; meta: CommandMeta }
   /** The expiry sweep's: a job still waiting past its `expires_at` ends cancelled (reason `expired`). */
   | { type: 'expire_job'; data: Record<string, never>; meta: CommandMeta }
+  /**
+   * A dedup create's newer payload for a waiting job (InvalidState once it runs or has ended);
+   * `run_at`, a debounce's: the scheduled job's new due time (InvalidState unless it is scheduled
+   * and not waiting for its parent).
+   */
+  | { type: 'replace_payload'; data: { payload: Record<string, unknown>; run_at?: string }; meta: CommandMeta }
 
 function addMs(iso: string, ms: number): string {
   return new Date(Date.parse(iso) + ms).toISOString()
@@ -567,6 +587,18 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
         },
       ]
     }
+    case 'replace_payload': {
+      const job = requireJob(state)
+      if (job.state !== 'pending' && job.state !== 'scheduled') {
+        throw new InvalidState(`job ${job.id} is ${job.state}; only a pending or scheduled job's payload can be replaced`)
+      }
+      const { payload, run_at: runAt } = command.data
+      if (runAt === undefined) return [{ type: 'job_payload_replaced', data: { payload, state: job.state, replaced_at: now } }]
+      if (job.state !== 'scheduled' || job.waiting_for_parent) {
+        throw new InvalidState(`job ${job.id} is ${job.state}; only a scheduled job's due time can move`)
+      }
+      return [{ type: 'job_payload_replaced', data: { payload, state: job.state, replaced_at: now, run_at: runAt } }]
+    }
     case 'expire_job': {
       if (state === null || !isWaitingToExpire(state) || !isExpired(state, now)) return []
       return [{ type: 'job_cancelled', data: { reason: 'expired', previous_state: state.state as 'pending' | 'scheduled', cancelled_at: now } }]
@@ -658,6 +690,14 @@ function failedAttempt(
 
 /** `error_seq` of the message whose own event records the error: its sequence is not known before it is stored. */
 const recordedHere = 0
+
+/** The references to "this message" (0) of a state stored at `seq`, made its sequence. */
+function placedAt(job: Job, seq: number): Job {
+  const errorHere = job.error_seq === recordedHere
+  const payloadHere = job.payload_seq === recordedHere
+  if (!errorHere && !payloadHere) return job
+  return { ...job, ...(errorHere ? { error_seq: seq } : {}), ...(payloadHere ? { payload_seq: seq } : {}) }
+}
 
 /** The state without an error carried inline from an older log: a new error, or none, replaces it. */
 function withoutInlineError(job: Job): Job {
@@ -800,6 +840,11 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
     }
     case 'job_priority_changed':
       return { ...state, priority: event.data.priority, updated_at: event.data.changed_at }
+    case 'job_payload_replaced': {
+      const replaced = { ...state, payload_seq: recordedHere, updated_at: event.data.replaced_at }
+      const runAt = event.data.run_at
+      return runAt === undefined ? replaced : waitingFrom({ ...replaced, run_at: runAt }, runAt, event.data.replaced_at)
+    }
   }
 }
 
@@ -814,6 +859,19 @@ export function resultOf(events: readonly { type: string; data: unknown }[]): un
   for (let i = events.length - 1; i >= 0; i--) {
     const e = events[i]!
     if (e.type === 'job_succeeded') return (e.data as { result?: unknown }).result ?? null
+  }
+  return null
+}
+
+/**
+ * The payload a message's events hold, if they hold one: its `job_payload_replaced` (the latest)
+ * or its `job_created`. A job's payload is in the message its state's `payload_seq` names, or
+ * else in its first.
+ */
+export function payloadInEvents(events: readonly { type: string; data: unknown }[]): Record<string, unknown> | null {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const e = events[i]!
+    if (e.type === 'job_payload_replaced' || e.type === 'job_created') return (e.data as { payload: Record<string, unknown> }).payload
   }
   return null
 }
@@ -838,7 +896,7 @@ export type StoredJob = Omit<Job, 'traceparent'> & { traceparent?: string | null
  * The job's state as a message stored at `seq` carries it, in today's form (`seq` null: a message
  * seen without its sequence, a plain subscription's). The one upgrade of the job's stored state,
  * applied wherever a message is decoded and to a decision's state once it is stored:
- * - `error_seq` 0 (the error is in this very message) becomes `seq`;
+ * - `error_seq` 0 (the error is in this very message) becomes `seq`, and so does `payload_seq` 0;
  * - a state written before trace context was kept gets `traceparent` null, as a job created
  *   without the header has;
  * - a state written before payloads, errors and progress were kept once (schema 1) holds the
@@ -848,7 +906,7 @@ export type StoredJob = Omit<Job, 'traceparent'> & { traceparent?: string | null
  */
 export function upgradeJob(saved: StoredJob, seq: number | null, events: readonly { type: string; data: unknown }[]): Job {
   const stored: Job & { payload?: unknown } = saved.traceparent === undefined ? { ...saved, traceparent: null } : (saved as Job)
-  if (!('payload' in stored)) return stored.error_seq === recordedHere && seq !== null ? { ...stored, error_seq: seq } : stored
+  if (!('payload' in stored)) return seq === null ? stored : placedAt(stored, seq)
   const { payload: _payload, error, ...rest } = stored
   if (error === null || error === undefined) return { ...rest, error_seq: null }
   if (seq !== null && errorOf(events) !== null) return { ...rest, error_seq: seq }

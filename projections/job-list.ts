@@ -21,6 +21,7 @@ const handledTypes: readonly JobEventType[] = [
   'job_cancel_requested',
   'job_released',
   'job_priority_changed',
+  'job_payload_replaced',
 ]
 
 /** Rows per statement, so one statement's document stays a few megabytes at most. */
@@ -60,6 +61,7 @@ const columns = [
   'ttl_seconds',
   'expires_at',
   'cancel_reason',
+  'payload_seq',
 ] as const
 
 /** What a row holds that the job's state only refers to, as far as the batch that writes it knows. */
@@ -109,6 +111,7 @@ function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[
     ttl_seconds: job.ttl_seconds ?? null,
     expires_at: job.expires_at ?? null,
     cancel_reason: job.cancel_reason ?? null,
+    payload_seq: job.payload_seq ?? null,
   }
 }
 
@@ -154,6 +157,7 @@ export function jobFromRow(r: Record<string, unknown>): Job {
   const expiresAt = toIso(r.expires_at)
   if (expiresAt !== null) job.expires_at = expiresAt
   if (r.cancel_reason === 'expired') job.cancel_reason = 'expired'
+  if (r.payload_seq !== null && r.payload_seq !== undefined) job.payload_seq = Number(r.payload_seq)
   const error = (r.error as JobError | null) ?? null
   return job.error_seq === null && error !== null ? { ...job, error } : job
 }
@@ -178,8 +182,10 @@ function factsOfBatch(records: readonly EventRecord[]) {
     const error = errorOf(r.message.events)
     if (error !== null) errorsAt.set(r.seq, error)
     for (const e of r.message.events) {
-      if (e.type === 'job_created') payloads.set(r.message.aggregate_id, (e.data as { payload: Record<string, unknown> }).payload)
-      else if (e.type === 'job_progressed') reportedOnOwnSubject.add(r.message.aggregate_id)
+      // In log order, so a replacement (a dedup create's) wins over the job_created and earlier replacements.
+      if (e.type === 'job_created' || e.type === 'job_payload_replaced') {
+        payloads.set(r.message.aggregate_id, (e.data as { payload: Record<string, unknown> }).payload)
+      } else if (e.type === 'job_progressed') reportedOnOwnSubject.add(r.message.aggregate_id)
       else if (e.type === 'job_succeeded' && (e.data as { result?: unknown }).result !== undefined) {
         results.set(r.message.aggregate_id, (e.data as { result: unknown }).result)
       }
@@ -195,7 +201,7 @@ function factsOfBatch(records: readonly EventRecord[]) {
  * for the same sequence, so the read model ends the same whichever writes first.
  *
  * A row keeps what the job's state only refers to: the payload (taken from the job's
- * `job_created`), the result (from its `job_succeeded`), the last error (taken from the message that recorded it; a row whose error is
+ * `job_created`, or its latest `job_payload_replaced`), the result (from its `job_succeeded`), the last error (taken from the message that recorded it; a row whose error is
  * in no message at hand is not moved past it, and the projector brings it in order) and the
  * progress (reset when a new attempt starts or the job is retried, set by the reports of the
  * row's current attempt).
@@ -235,7 +241,8 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
         worker_id = excluded.worker_id, idempotency_key = excluded.idempotency_key, traceparent = excluded.traceparent,
         updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq,
         cancel_requested_at = excluded.cancel_requested_at, priority = excluded.priority, claim_rank_at = excluded.claim_rank_at,
-        ttl_seconds = excluded.ttl_seconds, expires_at = excluded.expires_at, cancel_reason = excluded.cancel_reason
+        ttl_seconds = excluded.ttl_seconds, expires_at = excluded.expires_at, cancel_reason = excluded.cancel_reason,
+        payload_seq = excluded.payload_seq
       WHERE jobs.last_seq < excluded.last_seq
         AND (excluded.error IS NOT NULL OR excluded.error_seq IS NULL OR excluded.error_seq = jobs.error_seq)`
   }

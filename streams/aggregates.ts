@@ -7,6 +7,7 @@ import { alertDecider } from '../domain/alert.ts'
 import { auditTrailDecider } from '../domain/audit-checkpoint.ts'
 import { auditSigningKeyDecider } from '../domain/audit-signing-key.ts'
 import { auditExpiryDecider } from '../domain/audit-expiry.ts'
+import { dedupKeyDecider } from '../domain/dedup-key.ts'
 import { deliveryDecider } from '../domain/delivery.ts'
 import { emailRegistryDecider } from '../domain/email-registry.ts'
 import { eventConsumerDecider } from '../domain/event-consumer.ts'
@@ -76,3 +77,10 @@ export const auditExpiryHandler = aggregateHandler({
   decider: auditExpiryDecider,
   address: (projectId: string) => ({ projectId, id: projectId }),
 })
+
+/**
+ * A deduplication key of a project's jobs: `ref(projectId, id)`, the id a digest of the key's
+ * scope and text (services/use-cases/jobs/dedup.ts, `dedupKeyRef`), since a key holds characters
+ * a subject token cannot.
+ */
+export const dedupKeyHandler = aggregateHandler({ kind: 'dedup', decider: dedupKeyDecider, address: inProject })

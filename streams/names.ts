@@ -26,6 +26,8 @@ export type AggregateKind =
   | 'audit_key'
   /** The leaves of a project's Merkle log whose messages retention removed (domain/audit-expiry.ts), keyed by the project's id. */
   | 'audit_expiry'
+  /** A deduplication key of a project's jobs (domain/dedup-key.ts), keyed by a digest of its scope and key. */
+  | 'dedup'
 
 /**
  * The project token of aggregates that belong to no project (users, e-mail claims, promotion codes). Project

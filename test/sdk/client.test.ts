@@ -218,6 +218,33 @@ t.test('expiry: ttl_seconds on a create, a batch item and a schedule; a queue de
   await client.recurring.delete('rjob_sdk-ttl-tick')
 })
 
+t.test('dedup: a held key answers the existing job with `deduplicated`, on a create and a batch item', async (t) => {
+  const dedup = { key: 'sdk-dedup-1', scope: 'queue' as const, while: 'active' as const }
+  const first = await client.jobs.create({ job_type: 'sdk-dedup', payload: { n: 1 }, queue: 'sdk-dedup', dedup })
+  t.notOk('deduplicated' in first, 'a new job answers the 201 body')
+  const again = await client.jobs.create({ job_type: 'sdk-dedup', payload: { n: 2 }, queue: 'sdk-dedup', dedup })
+  t.ok('deduplicated' in again && again.deduplicated)
+  t.match(again, { id: first.id, payload: { n: 1 } })
+  const batch = await client.jobs.createBatch([{ job_type: 'sdk-dedup', payload: {}, queue: 'sdk-dedup', dedup }])
+  t.match(batch, { created: 0, failed: 0 })
+  t.match(batch.results[0], { status: 200, body: { id: first.id, deduplicated: true } })
+  const replaced = await client.jobs.create({
+    job_type: 'sdk-dedup',
+    payload: { n: 3 },
+    queue: 'sdk-dedup',
+    dedup: { ...dedup, on_duplicate: 'replace_payload' },
+  })
+  t.match(replaced, { id: first.id, payload: { n: 3 }, deduplicated: true }, 'replace_payload gives the waiting job the new payload')
+  const debounce = { key: 'sdk-debounce-1', seconds: 600, max_wait_seconds: 3600 }
+  const quiet = await client.jobs.create({ job_type: 'sdk-dedup', payload: { n: 1 }, queue: 'sdk-dedup', debounce })
+  t.match(quiet, { state: 'scheduled' })
+  t.match(await client.jobs.create({ job_type: 'sdk-dedup', payload: { n: 2 }, queue: 'sdk-dedup', debounce }), {
+    id: quiet.id,
+    payload: { n: 2 },
+    deduplicated: true,
+  })
+})
+
 t.test('the jobs export streams JSONL records', async (t) => {
   // A project of its own, so that its export cooldown is not the one the error test used.
   const other = await h.newProject()

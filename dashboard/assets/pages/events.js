@@ -26,6 +26,7 @@ const catalogue = {
     'job_cancel_requested',
     'job_released',
     'job_priority_changed',
+    'job_payload_replaced',
   ],
   progress: ['job_progressed'],
   project: [

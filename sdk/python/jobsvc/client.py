@@ -403,11 +403,19 @@ class Jobs(_Resource):
         """POST /jobs with the API's field names (job_type, payload, queue, run_at, ttl_seconds,
         ...). ttl_seconds (extension): a job not claimed within it of becoming due ends cancelled
         with cancel_reason "expired"; left out, the queue's default applies. An Idempotency-Key is
-        generated unless given, and reused on retries: never two jobs."""
+        generated unless given, and reused on retries: never two jobs.
+
+        dedup (extension): {"key", "scope": "queue"|"project", "while": "pending"|"active"|
+        {"window_seconds": n}, "on_duplicate": "skip"|"replace_payload"|"keep_latest_queued"}. A create whose key is held creates
+        nothing and returns the existing job's detail with "deduplicated": True (the API's 200);
+        a new job returns the usual 201 body, without "deduplicated". debounce (extension):
+        {"key", "seconds", "max_wait_seconds"}: runs once, with the last payload, after a quiet
+        period; a create within it returns the scheduled job with "deduplicated": True."""
         return self._call("POST", "/jobs", body=fields, repeat="key", idempotency_key=idempotency_key)
 
     def create_batch(self, jobs: Iterable[JsonObject], idempotency_key: Optional[str] = None) -> JsonObject:
-        """Each item is a create's body (ttl_seconds included)."""
+        """Each item is a create's body (ttl_seconds and dedup included); a duplicate item's result
+        is {"status": 200, "body": <the existing job, "deduplicated": True>}."""
         return self._call("POST", "/jobs/batch", body={"jobs": list(jobs)}, repeat="key", idempotency_key=idempotency_key)
 
     def get(self, job_id: str, as_of: Optional[Instant] = None) -> JsonObject:

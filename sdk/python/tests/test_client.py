@@ -57,6 +57,26 @@ class ClientTest(unittest.TestCase):
         self.addCleanup(self.client.recurring.delete, "rjob_py-ttl-tick")
         self.assertEqual(schedule["ttl_seconds"], 30)
 
+    def test_dedup_answers_the_existing_job(self):
+        dedup = {"key": "py-dedup-1", "while": "active"}
+        first = self.client.jobs.create(job_type="py-dedup", payload={"n": 1}, queue="py-dedup", dedup=dedup)
+        self.assertNotIn("deduplicated", first)
+        again = self.client.jobs.create(job_type="py-dedup", payload={"n": 2}, queue="py-dedup", dedup=dedup)
+        self.assertEqual((again["id"], again["deduplicated"], again["payload"]), (first["id"], True, {"n": 1}))
+        batch = self.client.jobs.create_batch([{"job_type": "py-dedup", "payload": {}, "queue": "py-dedup", "dedup": dedup}])
+        self.assertEqual((batch["created"], batch["failed"]), (0, 0))
+        self.assertEqual(batch["results"][0]["status"], 200)
+        self.assertEqual(batch["results"][0]["body"]["id"], first["id"])
+        replaced = self.client.jobs.create(
+            job_type="py-dedup", payload={"n": 3}, queue="py-dedup", dedup=dict(dedup, on_duplicate="replace_payload")
+        )
+        self.assertEqual((replaced["id"], replaced["payload"]), (first["id"], {"n": 3}))
+        debounce = {"key": "py-debounce-1", "seconds": 600, "max_wait_seconds": 3600}
+        quiet = self.client.jobs.create(job_type="py-dedup", payload={"n": 1}, queue="py-dedup", debounce=debounce)
+        self.assertEqual(quiet["state"], "scheduled")
+        again = self.client.jobs.create(job_type="py-dedup", payload={"n": 2}, queue="py-dedup", debounce=debounce)
+        self.assertEqual((again["id"], again["payload"], again["deduplicated"]), (quiet["id"], {"n": 2}, True))
+
     def test_list_all_follows_the_cursor(self):
         made = {self.client.jobs.create(job_type="py-page", payload={}, queue="py-page")["id"] for _ in range(5)}
         self.assertEqual({j["id"] for j in self.client.jobs.list_all(queue="py-page", limit=2)}, made)

@@ -34,6 +34,7 @@ import type {
   BatchCreateResult,
   CancelResult,
   CreatedJob,
+  DeduplicatedJob,
   CreatedWebhook,
   CreateJobRequest,
   CreateWebhookRequest,
@@ -167,8 +168,12 @@ export class JobsApi {
     private readonly send: CallRaw,
   ) {}
 
-  /** `POST /jobs`, with an Idempotency-Key so that the SDK's retries never create twice. */
-  create(body: CreateJobRequest, options?: RequestOptions): Promise<CreatedJob> {
+  /**
+   * `POST /jobs`, with an Idempotency-Key so that the SDK's retries never create twice. With
+   * `dedup` (an extension), a create whose key is held answers the existing job with
+   * `deduplicated: true` instead of creating one.
+   */
+  create(body: CreateJobRequest, options?: RequestOptions): Promise<CreatedJob | DeduplicatedJob> {
     return this.call({ method: 'POST', path: `${v1}/jobs`, body, options, repeat: 'key' })
   }
 

@@ -33,7 +33,13 @@ export type AcceptedBody<P extends Path, M extends Method> = Route<P, M>['respon
 export type Job = components['schemas']['Job']
 export type JobState = Job['state']
 export type CreateJobRequest = RequestBody<'/jobsvc/v1/jobs', 'post'>
-export type CreatedJob = ResponseBody<'/jobsvc/v1/jobs', 'post'>
+/** The 201 of a create: a new job. */
+export type CreatedJob = Route<'/jobsvc/v1/jobs', 'post'>['responses'] extends { 201: infer Created } ? JsonOf<Created> : never
+/**
+ * The 200 of a create with `dedup` whose key was held (README, "Deduplication"): no job was
+ * created; this is the existing job's detail with `deduplicated: true`.
+ */
+export type DeduplicatedJob = components['schemas']['DeduplicatedJob']
 export type JobListQuery = Query<'/jobsvc/v1/jobs', 'get'>
 export type JobList = ResponseBody<'/jobsvc/v1/jobs', 'get'>
 export type JobHistoryQuery = Query<'/jobsvc/v1/jobs/{jobId}/history', 'get'>

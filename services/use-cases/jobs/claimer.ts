@@ -144,7 +144,8 @@ async function claimCandidate(jobs: JobService, session: PollSession, c: Candida
   }
   // The claim stands: a failure to read the payload is this poll's, and the reaper retries the attempt.
   try {
-    return { job, payload: c.payload ?? (await jobs.payloadOf(c.projectId, c.jobId)) }
+    // A replaced payload is read from the log, whatever the index held: the claim may have been decided on a newer state than its copy.
+    return { job, payload: c.payload !== null && job.payload_seq === undefined ? c.payload : await jobs.payloadOf(c.projectId, job) }
   } catch (err) {
     return err instanceof Error ? err : new Error(String(err))
   }
@@ -201,7 +202,9 @@ export async function claimForPolls(
               const job = await claimRow(jobs, target.projectId, polls[poll]!.workerId, id, known)
               if (job === null) return
               short[poll]!--
-              const payload = copy ? await jobs.payloadOf(target.projectId, id) : ((row.payload as Record<string, unknown> | null) ?? {})
+              // A replaced payload is read from the log too: the row may predate the replacement the claim was decided on.
+              const fromLog = copy || job.payload_seq !== undefined
+              const payload = fromLog ? await jobs.payloadOf(target.projectId, job) : ((row.payload as Record<string, unknown> | null) ?? {})
               claimed[poll]!.push({ job, payload })
             } catch (err) {
               failure ??= err

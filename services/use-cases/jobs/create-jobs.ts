@@ -8,6 +8,7 @@ import type { AllowanceRefusal, Grant, QuotaReading, QuotaTerms } from '../meter
 import { allowanceMarksOf, type BillingService } from '../metering/billing-service.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import type { JobService, NewJob } from './job-service.ts'
+import { admitDebounce, admitDedup, debounceKeyRef, dedupKeyRef, releaseDedup, type DebounceOption, type DedupOption } from './dedup.ts'
 import { runSerialPerKey } from './serial-per-key.ts'
 
 /** A job as a client asks for it (the single create's validated body); options left out take the defaults. */
@@ -24,6 +25,10 @@ export interface JobRequest {
   priority?: number | null | undefined
   /** Extension (issue 28): absent or null, the queue's default ttl if it has one. */
   ttl_seconds?: number | null | undefined
+  /** Extension (issue 29): at most one job per key under its rule; a duplicate answers the existing job (dedup.ts). */
+  dedup?: DedupOption | null | undefined
+  /** Extension (issue 29): runs once, with the last payload, after a quiet period (dedup.ts, `admitDebounce`). */
+  debounce?: DebounceOption | null | undefined
 }
 
 export interface CreationItem {
@@ -36,8 +41,16 @@ export interface CreationItem {
   actor?: Actor
 }
 
-/** One item's outcome: its job, or why it was not created (a DomainError, or an outage). */
-export type CreationResult = { ok: true; job: Job; seq: number } | { ok: false; error: unknown }
+/**
+ * One item's outcome: its job, or why it was not created (a DomainError, or an outage).
+ * `deduplicated`: no job was created; `job` is the one already holding the item's dedup key.
+ */
+export type CreationResult = { ok: true; job: Job; seq: number; deduplicated?: true } | { ok: false; error: unknown }
+
+/** Whether the item made a new job (and so spent its unit of the allowance). */
+export function isCreated(result: CreationResult): boolean {
+  return result.ok && result.deduplicated !== true
+}
 
 export interface Creation {
   /** In the order of the items. */
@@ -107,7 +120,7 @@ function refusalError(refusal: AllowanceRefusal): SpendCapReached | MonthlyAllow
  * the jobs created beside it stand.
  */
 export async function createJobs(ports: CreationPorts, project: Project, items: readonly CreationItem[]): Promise<Creation> {
-  const { deps, jobs, billing } = ports
+  const { deps, billing } = ports
   const billingState = billingOf(project).state
   if (billingState !== 'active') throw new BillingStateBlocked(`the project's billing state is ${billingState}; job reads still work`)
   if (items.length === 0) return { results: [], reading: null }
@@ -116,16 +129,19 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
   const admitted = grant === null ? items.length : grant.units.length
   const results = new Array<CreationResult>(items.length)
   for (let i = admitted; i < items.length; i++) results[i] = { ok: false, error: refusalError(grant!.refusal!) }
-  const aggregateKeys = items.slice(0, admitted).map((item) => item.request.parent_job_id ?? null)
+  // Items of one batch with the same dedup key go one after another too, so the first in the
+  // batch's order is the one that creates.
+  const aggregateKeys = items.slice(0, admitted).map(({ request }) => {
+    const queue = request.queue ?? jobDefaults.queue
+    if (request.parent_job_id != null) return request.parent_job_id
+    if (request.dedup != null) return dedupKeyRef(project.id, request.dedup, queue).id
+    if (request.debounce != null) return debounceKeyRef(project.id, request.debounce, queue).id
+    return null
+  })
   await runSerialPerKey(aggregateKeys, appendsInFlight, async (i) => {
     const item = items[i]!
     try {
-      const newJob = toNewJob(item.request, project.retry_policies, item.traceparent ?? null, (queue) => defaultTtlOf(project, queue))
-      const { job, seq } = await jobs.create(project.id, newJob, {
-        ...(item.jobId === undefined ? {} : { jobId: item.jobId }),
-        actor: item.actor,
-      })
-      results[i] = { ok: true, job, seq }
+      results[i] = await createOne(ports, project, item)
     } catch (err) {
       results[i] = { ok: false, error: err }
     }
@@ -135,8 +151,42 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
 }
 
 /**
- * Gives back the units of items that were not created, and records the allowance warnings the
- * created ones reached. Neither may fail the request: its jobs exist. A unit that could not be
+ * One item: with `dedup` or `debounce`, the key decides first (dedup.ts), and a new job takes the
+ * id the key names; a job that then cannot be created gives the key back.
+ */
+async function createOne(ports: CreationPorts, project: Project, item: CreationItem): Promise<CreationResult> {
+  const { deps, jobs } = ports
+  const asked = toNewJob(item.request, project.retry_policies, item.traceparent ?? null, (queue) => defaultTtlOf(project, queue))
+  const { dedup = null, debounce = null } = item.request
+  // A debounced job's first create makes it due a quiet period from now.
+  const newJob = debounce === null ? asked : { ...asked, run_at: new Date(deps.now().getTime() + debounce.seconds * 1000).toISOString() }
+  const admission =
+    dedup !== null
+      ? await admitDedup(deps, jobs, project.id, newJob.queue, dedup, newJob.payload)
+      : debounce !== null
+        ? await admitDebounce(deps, jobs, project.id, newJob.queue, debounce, newJob.payload)
+        : null
+  if (admission?.kind === 'duplicate') return { ok: true, ...admission.existing, deduplicated: true }
+  const jobId = admission?.jobId ?? item.jobId
+  try {
+    const { job, seq } = await jobs.create(project.id, newJob, { ...(jobId === undefined ? {} : { jobId }), actor: item.actor })
+    return { ok: true, job, seq }
+  } catch (err) {
+    if (admission !== null) {
+      await releaseDedup(deps, admission.ref, admission.jobId).catch((cause: unknown) => {
+        deps.log.warn(
+          { err: cause, project_id: project.id, job_id: admission.jobId },
+          'a dedup key whose job was not created could not be given back',
+        )
+      })
+    }
+    throw err
+  }
+}
+
+/**
+ * Gives back the units of items that were not created (deduplicated ones included), and records
+ * the allowance warnings the created ones reached. Neither may fail the request: its jobs exist. A unit that could not be
  * given back stays counted (the safe side); a warning not recorded is logged.
  */
 async function settleUnits(
@@ -147,12 +197,12 @@ async function settleUnits(
   results: readonly CreationResult[],
 ): Promise<void> {
   const { deps, billing } = ports
-  const unused = grant.units.filter((_, i) => !results[i]!.ok)
+  const unused = grant.units.filter((_, i) => !isCreated(results[i]!))
   await billing.allowance.release(project.id, grant.period, unused).catch((err) => {
     deps.log.warn({ err, project_id: project.id, units: unused.length }, 'allowance units of jobs not created could not be given back')
   })
   grant.units.forEach((unit, i) => {
-    if (!results[i]!.ok || allowanceMarksOf(terms, unit.used + 1).length === 0) return
+    if (!isCreated(results[i]!) || allowanceMarksOf(terms, unit.used + 1).length === 0) return
     billing.noteUsage(project, terms, unit.used + 1, grant.period).catch((err) => {
       deps.log.warn({ err, project_id: project.id }, 'allowance warning not recorded')
     })

@@ -10,6 +10,7 @@ import {
   errorOf,
   isCancelRequested,
   isTerminal,
+  payloadInEvents,
   resultOf,
   toJobView,
   type Job,
@@ -235,7 +236,10 @@ export class JobService {
       (job.error_seq === null
         ? null
         : errorOf((job.error_seq === last.seq ? last : await jobHandler.at(store, ref, job.error_seq))?.message.events ?? []))
-    const facts = { payload: payloadIn(first), error, progress: progressOf(job, report.state), result: await this.#resultOf(job, last) }
+    const payload = payloadIn(
+      job.payload_seq === undefined ? first : job.payload_seq === last.seq ? last : await jobHandler.at(store, ref, job.payload_seq),
+    )
+    const facts = { payload, error, progress: progressOf(job, report.state), result: await this.#resultOf(job, last) }
     return { job: toJobView(job, facts), seq: Math.max(last.seq, report.seq) }
   }
 
@@ -264,9 +268,24 @@ export class JobService {
     return { job, report: report.state }
   }
 
-  /** The job's payload: one direct get of its first message, its `job_created`. */
-  async payloadOf(projectId: string, jobId: string): Promise<Record<string, unknown>> {
-    return payloadIn(await jobHandler.next(this.#deps.store, jobHandler.ref(projectId, jobId), 1))
+  /**
+   * The job's payload, given its state: one direct get of its first message (its `job_created`),
+   * or of the message its `payload_seq` names once a dedup create replaced it.
+   */
+  async payloadOf(projectId: string, job: Pick<Job, 'id' | 'payload_seq'>): Promise<Record<string, unknown>> {
+    const ref = jobHandler.ref(projectId, job.id)
+    const store = this.#deps.store
+    return payloadIn(job.payload_seq === undefined ? await jobHandler.next(store, ref, 1) : await jobHandler.at(store, ref, job.payload_seq))
+  }
+
+  /**
+   * A dedup create's newer payload for a waiting job (`job_payload_replaced`); InvalidState once
+   * the job runs or has ended. `runAt`: a debounce's new due time for a scheduled job.
+   */
+  async replacePayload(projectId: string, jobId: string, payload: Record<string, unknown>, runAt?: string): Promise<Written> {
+    const data = runAt === undefined ? { payload } : { payload, run_at: runAt }
+    const result = await this.#run(projectId, jobId, { type: 'replace_payload', data, meta: this.#meta() })
+    return { job: result.state!, seq: result.seq }
   }
 
   /**
@@ -561,10 +580,9 @@ function assertJobAddress(projectId: string, jobId: string): void {
   if (!isJobId(jobId) || !isSubjectToken(projectId)) throw new JobNotFound(jobId)
 }
 
-/** The payload a job's first message holds (its `job_created`); `{}` once that message has left the log (retention). */
-function payloadIn(first: EventRecord<JobEvent, unknown> | null): Record<string, unknown> {
-  const created = first?.message.events.find((e) => e.type === 'job_created')
-  return created?.type === 'job_created' ? created.data.payload : {}
+/** The payload a job's message holds (its `job_created`, or a replacement); `{}` once that message has left the log (retention). */
+function payloadIn(record: EventRecord<JobEvent, unknown> | null): Record<string, unknown> {
+  return payloadInEvents(record?.message.events ?? []) ?? {}
 }
 
 function isActivated(child: Job | null): boolean {

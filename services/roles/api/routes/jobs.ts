@@ -37,6 +37,7 @@ import { awaitOwnWrites } from '../read-your-writes.ts'
 import { historyEventTypes, toHistoryFilter, toJobMoment } from '../job-moments.ts'
 import { encodeFeedCursor } from '../../../use-cases/events/feed-cursor.ts'
 import { readJobAsOf } from '../../../use-cases/jobs/job-as-of.ts'
+import { debounceField, dedupField } from '../dedup-fields.ts'
 
 /** ISO 8601 with an offset, at most 64 characters (bounded before the format's pattern runs). */
 export const isoInstant = boundedString(64)
@@ -47,27 +48,36 @@ export const isoInstant = boundedString(64)
 /** Goes into a `text` column of the read model. */
 const text = storableText
 
-export const createJobBody = z.object({
-  job_type: jobTypeText,
-  payload: jobPayload.meta({ examples: [{ to: 'ada@example.com' }] }),
-  queue: queueNameText.nullish(),
-  run_at: isoInstant.nullish(),
-  max_attempts: maxAttemptsNumber.nullish().describe("default: the `max_attempts` of the queue's retry policy (3 unless the project set one)"),
-  timeout_seconds: timeoutSecondsNumber.nullish(),
-  idempotency_key: text(1, 200).nullish(),
-  tags: z
-    .record(boundedString(maxTagKeyLength, 1), text(0, maxTagValueLength))
-    .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
-    .refine((t) => Object.keys(t).every(isStorableText), `a key ${unstorableTextMessage}`)
-    .nullish(),
-  parent_job_id: text(1, 36).nullish(),
-  priority: priorityNumber.nullish(),
-  ttl_seconds: ttlSecondsNumber
-    .nullish()
-    .describe(
-      'extension (issue 28): seconds the job may wait to be claimed once due (1–2,592,000); not claimed by then, it ends `cancelled` with `cancel_reason: "expired"`. Absent or null: the queue\'s default ttl, if it has one',
-    ),
-})
+export const createJobBody = z
+  .object({
+    job_type: jobTypeText,
+    payload: jobPayload.meta({ examples: [{ to: 'ada@example.com' }] }),
+    queue: queueNameText.nullish(),
+    run_at: isoInstant.nullish(),
+    max_attempts: maxAttemptsNumber.nullish().describe("default: the `max_attempts` of the queue's retry policy (3 unless the project set one)"),
+    timeout_seconds: timeoutSecondsNumber.nullish(),
+    idempotency_key: text(1, 200).nullish(),
+    tags: z
+      .record(boundedString(maxTagKeyLength, 1), text(0, maxTagValueLength))
+      .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
+      .refine((t) => Object.keys(t).every(isStorableText), `a key ${unstorableTextMessage}`)
+      .nullish(),
+    parent_job_id: text(1, 36).nullish(),
+    priority: priorityNumber.nullish(),
+    ttl_seconds: ttlSecondsNumber
+      .nullish()
+      .describe(
+        'extension (issue 28): seconds the job may wait to be claimed once due (1–2,592,000); not claimed by then, it ends `cancelled` with `cancel_reason: "expired"`. Absent or null: the queue\'s default ttl, if it has one',
+      ),
+    dedup: dedupField.nullish(),
+    debounce: debounceField.nullish(),
+  })
+  .superRefine((body, ctx) => {
+    // A debounce decides the job's due time and its key; a parent would decide the due time too.
+    if (body.debounce == null) return
+    const clash = body.dedup != null ? 'dedup' : body.run_at != null ? 'run_at' : body.parent_job_id != null ? 'parent_job_id' : null
+    if (clash !== null) ctx.addIssue({ code: 'custom', path: ['debounce'], message: `debounce cannot be combined with ${clash}` })
+  })
 
 /** Longer ids are unknown, like any other id this service did not issue (404 `job_not_found`). */
 const jobIdParams = z.object({ jobId: anyText() })
@@ -121,6 +131,12 @@ export const jobDetail = z
     cancel_reason: z.literal('expired').optional().describe('extension: present only on a job cancelled because it was not claimed within its ttl'),
   })
   .meta({ id: 'Job' })
+
+/** A create that met its dedup key's holder (issue 29): the existing job, as a single read shows it. */
+const deduplicatedJob = jobDetail
+  .extend({ deduplicated: z.literal(true).describe("no job was created: this is the job holding the create's `dedup` key") })
+  .describe("A duplicate under the create's `dedup` option: no job was created, this is the existing one")
+  .meta({ id: 'DeduplicatedJob' })
 
 const listQuery = z.object({
   state: z.enum(jobStates).optional(),
@@ -192,6 +208,7 @@ const createSchema = {
   headers: creationHeaders,
   body: createJobBody,
   response: {
+    200: deduplicatedJob,
     201: createdJob.describe('The job was created (an idempotent replay repeats this answer)'),
     ...errorResponses(...writeCodes, 'billing_state_blocked', ...creationCodes),
   },
@@ -218,6 +235,7 @@ const batchItem = z.union([
     body: createdJob,
     idempotent_replay: z.literal(true).optional().describe("present when the item's body-field `idempotency_key` replayed an earlier create"),
   }),
+  z.strictObject({ status: z.literal(200), body: deduplicatedJob }),
   z.strictObject({
     status: z.number().int().describe('the status a single create of this item would have answered'),
     error: itemErrorObject('invalid_request', 'idempotency_key_reuse', ...creationCodes, 'service_unavailable', 'internal_error'),
@@ -238,7 +256,7 @@ const batchSchema = {
     200: z
       .strictObject({
         created: z.number().int().describe('items answered 201'),
-        failed: z.number().int().describe('items answered with an error'),
+        failed: z.number().int().describe('items answered with an error (a duplicate under `dedup`, answered 200, counts in neither)'),
         results: z.array(batchItem).describe('one per item of `jobs`, in its order'),
       })
       .describe('The batch was processed (an idempotent replay repeats this answer)'),
@@ -445,7 +463,8 @@ const patchSchema = {
 }
 
 type CreatedItem = { status: 201; body: z.output<typeof createdJob>; idempotent_replay?: true }
-type BatchItem = CreatedItem | ItemFailure
+type DeduplicatedItem = { status: 200; body: z.output<typeof deduplicatedJob> }
+type BatchItem = CreatedItem | DeduplicatedItem | ItemFailure
 type ReservedKey = Extract<ItemKey, { outcome: 'reserved' }>
 
 /** A batch item that passed the single create's validation. */
@@ -529,9 +548,11 @@ async function settleItemKeys(
       }
       if (held.outcome === 'reserved') return void (plans[at] = { kind: 'create', held })
       results[index] =
-        held.outcome === 'replay'
-          ? { status: 201, body: held.body as CreatedItem['body'], idempotent_replay: true }
-          : itemFailure(request, held.error)
+        held.outcome !== 'replay'
+          ? itemFailure(request, held.error)
+          : held.status === 200
+            ? { status: 200, body: held.body as DeduplicatedItem['body'] }
+            : { status: 201, body: held.body as CreatedItem['body'], idempotent_replay: true }
       plans[at] = { kind: 'answered' }
     },
   )
@@ -547,6 +568,12 @@ async function settleItemKeys(
 function traceparentOf(request: FastifyRequest): string | null {
   const value = request.headers.traceparent
   return typeof value === 'string' ? value : null
+}
+
+/** A duplicate's answer: the job holding the key as a single read shows it, and the sequence that read covers. */
+async function toDeduplicated(ctx: Pick<ApiContext, 'jobs'>, job: Job): Promise<{ body: z.output<typeof deduplicatedJob>; seq: number }> {
+  const read = await ctx.jobs.get(job.project_id, job.id)
+  return { body: { ...toJobDetail(read.job), deduplicated: true }, seq: read.seq }
 }
 
 async function createBatch(
@@ -581,6 +608,18 @@ async function createBatch(
       if (held !== null) await releaseItemKey(store, held).catch(() => undefined)
       return
     }
+    if (result.deduplicated === true) {
+      // The job is another request's: a body-field key replays created jobs only, so it is freed.
+      if (held !== null) await releaseItemKey(store, held).catch(() => undefined)
+      try {
+        const { body, seq } = await toDeduplicated(ctx, result.job)
+        results[index] = { status: 200, body }
+        lastSeq = Math.max(lastSeq, seq)
+      } catch (err) {
+        results[index] = itemFailure(request, err)
+      }
+      return
+    }
     const body = toCreatedJob(result.job)
     results[index] = { status: 201, body }
     lastSeq = Math.max(lastSeq, result.seq)
@@ -596,7 +635,7 @@ async function createBatch(
     const plan = plans[at]!
     if (plan.kind !== 'repeat') return
     const first = results[plan.of]!
-    results[index] = 'body' in first ? { status: 201, body: first.body, idempotent_replay: true } : first
+    results[index] = first.status === 201 && 'body' in first ? { status: 201, body: first.body, idempotent_replay: true } : first
   })
   return { results, lastSeq }
 }
@@ -632,6 +671,10 @@ export function jobRoutes(
       if (creation.reading !== null) void reply.headers(quotaHeaders(creation.reading))
       const result = creation.results[0]!
       if (!result.ok) throw result.error
+      if (result.deduplicated === true) {
+        const { body, seq } = await toDeduplicated(ctx, result.job)
+        return reply.code(200).header('Location', `/jobsvc/v1/jobs/${result.job.id}`).header('X-Event-Seq', String(seq)).send(body)
+      }
       return reply
         .code(201)
         .header('Location', `/jobsvc/v1/jobs/${result.job.id}`)
@@ -643,7 +686,8 @@ export function jobRoutes(
       const answer = await createBatch(ctx, request, reply, request.body.jobs)
       if (answer.lastSeq > 0) void reply.header('X-Event-Seq', String(answer.lastSeq))
       const created = answer.results.filter((r) => r.status === 201).length
-      return { created, failed: answer.results.length - created, results: answer.results }
+      const failed = answer.results.filter((r) => r.status >= 400).length
+      return { created, failed, results: answer.results }
     })
 
     app.get('/', { schema: listSchema, config: { role: 'viewer' } }, async (request, reply) => {

@@ -1,4 +1,4 @@
-import { claimRankAtMs, dueAtMs, type Job, type JobEvent } from '../../../../domain/job.ts'
+import { claimRankAtMs, dueAtMs, payloadInEvents, type Job, type JobEvent } from '../../../../domain/job.ts'
 import type { PendingRow } from '../../../../projections/job-list.ts'
 import type { StoredEvent } from '../../../../streams/event-store.ts'
 
@@ -64,10 +64,13 @@ export function viewOf(job: Job, payload: Payload | null): JobView {
   return { id: job.id, jobType: job.job_type, dueAt: dueAtMs(job), rankAt: claimRankAtMs(job), job, payload }
 }
 
-/** The payload a message's `job_created` holds (counted as the message's `bytes`, most of which it is), or null. */
+/**
+ * The payload a message holds, its `job_created`'s or a `job_payload_replaced`'s (counted as the
+ * message's `bytes`, most of which it is), or null.
+ */
 export function createdPayloadOf(events: readonly StoredEvent<JobEvent>[], bytes: number): Payload | null {
-  const created = events.find((e) => e.type === 'job_created')
-  return created?.type === 'job_created' ? { value: created.data.payload, bytes } : null
+  const payload = payloadInEvents(events)
+  return payload === null ? null : { value: payload, bytes }
 }
 
 /** A queue's pending jobs as the read model had them at `through` (projections/job-list.ts, jobList.pendingQueue). */

@@ -17,6 +17,8 @@ const mayMakeClaimable: ReadonlySet<string> = new Set<JobEventType>([
   'job_released',
   // A pending job's new rank: held again at its new place in the lane.
   'job_priority_changed',
+  // A pending job's new payload (a dedup create's): held again with it.
+  'job_payload_replaced',
 ])
 /** Event types a running job's worker must hear of at once (FollowerHooks.signalled). */
 const signalsWorker: ReadonlySet<string> = new Set<JobEventType>(['job_cancel_requested', 'job_cancelled'])
@@ -146,8 +148,8 @@ export class LogFollower<X> {
     if (held !== undefined && held.seq === event.seq) {
       // This process's own append, delivered back: now its size is known.
       if (held.job !== null) {
-        // A create's message holds its payload; a later message's size comes on top of the payload carried.
-        const isCreate = types(event).includes('job_created')
+        // A create's message (or a payload replacement's) holds its payload; a later message's size comes on top of the payload carried.
+        const isCreate = types(event).some((t) => t === 'job_created' || t === 'job_payload_replaced')
         const payload = held.heldPayload
         const bytes = isCreate || payload === null ? event.size : event.size + payload.bytes
         this.#lanes.resize(held, bytes)
