@@ -84,6 +84,37 @@ export function useSubmit(action) {
   return { busy, error, submit, setError }
 }
 
+/**
+ * One whole number changed in place (a job's priority, a queue's default ttl): the field starts
+ * at `current` (empty for null), follows it when the service's value changes, and `save` gets the
+ * number (null for an empty field where `required` is off). The button waits for a change.
+ */
+export function NumberForm({ current, save, min, max, label, title, placeholder, required = false, submitLabel = 'Save' }) {
+  const shown = current === null || current === undefined ? '' : String(current)
+  const [value, setValue] = useState(shown)
+  useEffect(() => setValue(shown), [shown])
+  const submit = useSubmit(async (event) => {
+    event?.preventDefault?.()
+    await save(value === '' ? null : Number(value))
+  })
+  return html`<form class="inline" onSubmit=${submit.submit}>
+      <input
+        type="number"
+        min=${min}
+        max=${max}
+        step="1"
+        required=${required}
+        placeholder=${placeholder}
+        aria-label=${label}
+        title=${title}
+        value=${value}
+        onInput=${(e) => setValue(e.currentTarget.value)}
+      />
+      <button type="submit" class="small" disabled=${submit.busy || value === shown}>${submitLabel}</button>
+    </form>
+    ${submit.error ? html`<${ErrorNotice} error=${submit.error} />` : null}`
+}
+
 /** A table that scrolls sideways on narrow screens rather than squeezing its columns. */
 export function Table({ columns, className, busy = false, children }) {
   return html`<div class="table-wrap">

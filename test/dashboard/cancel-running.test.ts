@@ -16,15 +16,21 @@ const owner = await newVerifiedUser(h)
 const api = projectJobsApi(h, owner.apiKey, { jobType: 'render.video' })
 const call = (method: string, path: string, body?: unknown) => httpRequest(h.url, owner.apiKey, method, path, body)
 
-async function openJob(user: Pick<VerifiedUser, 'email' | 'password'>, jobId: string) {
+async function logIn(user: Pick<VerifiedUser, 'email' | 'password'>) {
   const page = await newBrowserPage(t, browser)
   await page.goto(`${h.url}/dashboard/login`)
   await page.getByLabel('E-mail').fill(user.email)
   await page.getByLabel('Password').fill(user.password)
   await page.getByRole('button', { name: 'Log in' }).click()
   await page.getByRole('heading', { name: 'Overview' }).waitFor()
+  return page
+}
+
+/** A logged-in page on the job, once it shows the job in `state`. */
+async function openJob(user: Pick<VerifiedUser, 'email' | 'password'>, jobId: string, state = 'processing') {
+  const page = await logIn(user)
   await page.goto(`${h.url}/dashboard/projects/${owner.projectId}/jobs/${jobId}`)
-  await page.locator('#job-state [data-state=processing]').waitFor()
+  await page.locator(`#job-state [data-state=${state}]`).waitFor()
   return page
 }
 
@@ -59,14 +65,7 @@ t.test('a viewer sees the running job and no cancel', async (t) => {
 
 t.test("a member changes a waiting job's priority on its page; a running job's is shown only", async (t) => {
   const job = await api.create({ queue: 'renders-later', run_at: new Date(Date.now() + 3_600_000).toISOString() })
-  const page = await newBrowserPage(t, browser)
-  await page.goto(`${h.url}/dashboard/login`)
-  await page.getByLabel('E-mail').fill(owner.email)
-  await page.getByLabel('Password').fill(owner.password)
-  await page.getByRole('button', { name: 'Log in' }).click()
-  await page.getByRole('heading', { name: 'Overview' }).waitFor()
-  await page.goto(`${h.url}/dashboard/projects/${owner.projectId}/jobs/${job.id}`)
-  await page.locator('#job-state [data-state=scheduled]').waitFor()
+  const page = await openJob(owner, job.id, 'scheduled')
   const field = page.getByLabel('Priority in seconds')
   t.equal(await field.inputValue(), '0', 'a job without a priority shows 0')
   await field.fill('120')
@@ -91,14 +90,7 @@ t.test("a member changes a waiting job's priority on its page; a running job's i
 t.test('a job that expired says so on its page, with its ttl', async (t) => {
   const job = await api.create({ queue: 'renders-stale', ttl_seconds: 1 })
   await eventually(async () => (await call('GET', `/jobsvc/v1/jobs/${job.id}`)).body.state === 'cancelled', 20_000, 'the expiry sweep')
-  const page = await newBrowserPage(t, browser)
-  await page.goto(`${h.url}/dashboard/login`)
-  await page.getByLabel('E-mail').fill(owner.email)
-  await page.getByLabel('Password').fill(owner.password)
-  await page.getByRole('button', { name: 'Log in' }).click()
-  await page.getByRole('heading', { name: 'Overview' }).waitFor()
-  await page.goto(`${h.url}/dashboard/projects/${owner.projectId}/jobs/${job.id}`)
-  await page.locator('#job-state [data-state=cancelled]').waitFor()
+  const page = await openJob(owner, job.id, 'cancelled')
   t.match(await page.locator('[data-field=cancel-reason]').textContent(), /expired: not claimed within 1\.0 s/)
   t.match(await page.locator('[data-field=expires]').textContent(), /ttl 1\.0 s/)
 })

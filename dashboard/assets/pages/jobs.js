@@ -2,7 +2,21 @@ import { useEffect, useState } from 'preact/hooks'
 import { call, followJob } from '../api.js'
 import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
 import { BulkActions } from './bulk-actions.js'
-import { ErrorNotice, html, Link, ListStatus, Loading, navigate, Pager, Table, useCursorPages, useEvery, useLoad, useSubmit } from '../ui.js'
+import {
+  ErrorNotice,
+  html,
+  Link,
+  ListStatus,
+  Loading,
+  navigate,
+  NumberForm,
+  Pager,
+  Table,
+  useCursorPages,
+  useEvery,
+  useLoad,
+  useSubmit,
+} from '../ui.js'
 
 /** How often the first page of the list is read again (each read is a request of the project's hourly limit). */
 const listRefreshMs = 5000
@@ -169,31 +183,26 @@ function AsOfSlider({ events, at, asOf, onPick }) {
 
 /** The job's claim-order offset (issue 28): shown always, changed by a member while the job waits. */
 function PriorityField({ project, job, state, mayChange, onChanged }) {
-  const [value, setValue] = useState(String(job.priority ?? 0))
-  useEffect(() => setValue(String(job.priority ?? 0)), [job.priority])
-  const change = useSubmit(async (event) => {
-    event?.preventDefault?.()
-    await call('PATCH', `/jobsvc/v1/jobs/${encodeURIComponent(job.id)}`, { project: project.id, body: { priority: Number(value) } })
+  const save = async (priority) => {
+    await call('PATCH', `/jobsvc/v1/jobs/${encodeURIComponent(job.id)}`, { project: project.id, body: { priority } })
     onChanged()
-  })
+  }
   const shown = job.priority === undefined ? '0 (default)' : `${job.priority > 0 ? '+' : ''}${job.priority} s`
-  if (!mayChange || !['pending', 'scheduled'].includes(state)) return html`<dd data-field="priority" data-priority=${job.priority ?? 0}>${shown}</dd>`
   return html`<dd data-field="priority" data-priority=${job.priority ?? 0}>
-    <form class="inline" onSubmit=${change.submit}>
-      <input
-        type="number"
-        min="-600"
-        max="600"
-        step="1"
-        required
-        aria-label="Priority in seconds"
-        title="Claimed as if due this many seconds earlier (−600 to 600)"
-        value=${value}
-        onInput=${(e) => setValue(e.currentTarget.value)}
-      />
-      <button type="submit" disabled=${change.busy || value === String(job.priority ?? 0)}>Set priority</button>
-    </form>
-    <${ErrorNotice} error=${change.error} />
+    ${
+      mayChange && ['pending', 'scheduled'].includes(state)
+        ? html`<${NumberForm}
+            current=${job.priority ?? 0}
+            save=${save}
+            min="-600"
+            max="600"
+            required
+            label="Priority in seconds"
+            title="Claimed as if due this many seconds earlier (−600 to 600)"
+            submitLabel="Set priority"
+          />`
+        : shown
+    }
   </dd>`
 }
 

@@ -1,8 +1,7 @@
-import { useEffect, useState } from 'preact/hooks'
 import { call } from '../api.js'
 import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
 import { TimeChart } from '../chart.js'
-import { ErrorNotice, html, Link, Loading, Table, useEvery, useLoad, useSubmit } from '../ui.js'
+import { ErrorNotice, html, Link, Loading, NumberForm, Table, useEvery, useLoad, useSubmit } from '../ui.js'
 
 const stateLabel = (state) => state.replace('_', ' ')
 
@@ -124,32 +123,26 @@ function PauseCell({ project, queue, state, onChanged }) {
 /** A queue's default ttl (jobs created without their own expire after it), which an admin sets or removes. */
 function TtlCell({ project, queue, state, onChanged }) {
   const current = state?.default_ttl_seconds ?? null
-  const [value, setValue] = useState(current === null ? '' : String(current))
-  useEffect(() => setValue(current === null ? '' : String(current)), [current])
-  const save = useSubmit(async (event) => {
-    event?.preventDefault?.()
-    const body = { default_ttl_seconds: value === '' ? null : Number(value) }
-    await call('PUT', `/jobsvc/v1/queues/${encodeURIComponent(queue)}/settings`, { project: project.id, body })
+  const save = async (seconds) => {
+    await call('PUT', `/jobsvc/v1/queues/${encodeURIComponent(queue)}/settings`, { project: project.id, body: { default_ttl_seconds: seconds } })
     onChanged()
-  })
-  if (!hasRoleAtLeast(project.role, 'admin'))
-    return html`<td data-queue-ttl=${current ?? ''}>${current === null ? '—' : formatDuration(current * 1000)}</td>`
+  }
   return html`<td data-queue-ttl=${current ?? ''}>
-    <form class="inline" onSubmit=${save.submit}>
-      <input
-        type="number"
-        min="1"
-        max="2592000"
-        step="1"
-        placeholder="none"
-        aria-label=${`Default ttl in seconds of the queue ${queue}`}
-        title="Jobs created in the queue without their own ttl_seconds are cancelled (expired) when not claimed this long after becoming due; empty: none"
-        value=${value}
-        onInput=${(e) => setValue(e.currentTarget.value)}
-      />
-      <button type="submit" class="small" disabled=${save.busy || value === (current === null ? '' : String(current))}>Save</button>
-    </form>
-    ${save.error ? html`<${ErrorNotice} error=${save.error} />` : null}
+    ${
+      hasRoleAtLeast(project.role, 'admin')
+        ? html`<${NumberForm}
+            current=${current}
+            save=${save}
+            min="1"
+            max="2592000"
+            placeholder="none"
+            label=${`Default ttl in seconds of the queue ${queue}`}
+            title="Jobs created in the queue without their own ttl_seconds are cancelled (expired) when not claimed this long after becoming due; empty: none"
+          />`
+        : current === null
+          ? '—'
+          : formatDuration(current * 1000)
+    }
   </td>`
 }
 
