@@ -182,9 +182,22 @@ t.test('a three-node cluster loses its event-stream leader: nothing acknowledged
   await sleep(2_000)
   creating = false
   await Promise.all(drivers.slice(0, 2))
-  await eventually(async () => [...created].every((id) => acked.has(id)), 45_000, 'every created job acked').catch((err) =>
+  // An ack whose answer was lost in the outage may still have been appended; its resend then
+  // answers 409, so a job no worker saw a 200 for counts as acked once the log says it succeeded.
+  let ackedUnseen = 0
+  const everyCreatedAcked = async () => {
+    for (const id of [...created].filter((id) => !acked.has(id))) {
+      const res = await call(api2.url, apiKey, 'GET', `/jobsvc/v1/jobs/${id}`)
+      if (res.body?.state !== 'succeeded') return false
+      acked.add(id)
+      ackedUnseen += 1
+    }
+    return true
+  }
+  await eventually(everyCreatedAcked, 45_000, 'every created job acked').catch((err) =>
     t.fail(String(err), { missing: [...created].filter((id) => !acked.has(id)).slice(0, 10) }),
   )
+  t.comment(`${ackedUnseen} jobs acked by an ack whose answer was lost`)
   working = false
   await Promise.all(drivers)
 
