@@ -123,9 +123,25 @@ async function stateOf(
 }
 
 /** Gates holding slots, oldest first, for the reaper's reconciliation: at most `limit`. */
-async function heldSlots(db: Queryable, limit: number): Promise<Array<{ project_id: string; gate_id: string; holders: GateHolder[] }>> {
-  return db<Array<{ project_id: string; gate_id: string; holders: GateHolder[] }>>`
-    SELECT project_id, gate_id, holders FROM flow_gates WHERE running > 0 ORDER BY last_seq LIMIT ${limit}`
+async function heldSlots(
+  db: Queryable,
+  heldBack: readonly string[],
+  limit: number,
+): Promise<Array<{ id: string; project_id: string; gate_id: string; holders: GateHolder[] }>> {
+  // `id` names the item for the pass that isolates failing ones (services/infrastructure/failing-items.ts).
+  return db<Array<{ id: string; project_id: string; gate_id: string; holders: GateHolder[] }>>`
+    SELECT project_id || '/' || gate_id AS id, project_id, gate_id, holders FROM flow_gates
+    WHERE running > 0 AND project_id || '/' || gate_id <> ALL(${heldBack as string[]}::text[])
+    ORDER BY last_seq LIMIT ${limit}`
+}
+
+/** All projects together, for /metrics: attempts holding a slot, pending jobs a gate refused, gates held shut now. */
+async function totals(db: Queryable, now: Date): Promise<{ running: number; waiting: number; held: number }> {
+  const [gates] = await db<{ running: number; held: number }[]>`
+    SELECT (SELECT count(DISTINCT (h ->> 'job_id', h ->> 'attempt'))::int FROM flow_gates, jsonb_array_elements(holders) h WHERE running > 0) AS running,
+      (SELECT count(*)::int FROM flow_gates WHERE held_until > ${now}) AS held`
+  const [jobs] = await db<{ n: number }[]>`SELECT count(*)::int AS n FROM jobs WHERE state = 'pending' AND limit_waiting IS NOT NULL`
+  return { running: gates!.running, waiting: jobs!.n, held: gates!.held }
 }
 
 export const flowGates = readModel(
@@ -135,5 +151,5 @@ export const flowGates = readModel(
     tables: ['flow_gates'],
     apply: applyGateRows,
   },
-  { stateOf, heldSlots },
+  { stateOf, heldSlots, totals },
 )

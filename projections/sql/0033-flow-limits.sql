@@ -5,6 +5,7 @@
 ALTER TABLE jobs ADD COLUMN concurrency_key text;
 -- Since when and why a waiting job was refused a gate, so a claim decided on the row keeps it.
 ALTER TABLE jobs ADD COLUMN limit_waiting jsonb;
+CREATE INDEX jobs_limit_waiting ON jobs (project_id) WHERE state = 'pending' AND limit_waiting IS NOT NULL;
 CREATE INDEX jobs_pending_by_key ON jobs (project_id, queue, concurrency_key) WHERE state = 'pending';
 
 CREATE TABLE flow_gates (
@@ -21,4 +22,4 @@ CREATE TABLE flow_gates (
   last_seq bigint NOT NULL,
   PRIMARY KEY (project_id, gate_id)
 );
-CREATE INDEX flow_gates_held ON flow_gates (project_id, queue) WHERE running > 0;
+CREATE INDEX flow_gates_held ON flow_gates (last_seq) WHERE running > 0;

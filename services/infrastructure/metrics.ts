@@ -152,6 +152,34 @@ export const projectionFailures = new Counter({
   registers: [metricsRegistry],
 })
 
+/**
+ * Flow limits (issue 29): claims a gate refused, by why (concurrency, rate, held: a fixed set), and
+ * slots taken. No per-key or per-queue labels: their number is the users'.
+ */
+export const limitRefusals = new Counter({
+  name: 'jobsvc_limit_refusals_total',
+  help: 'Claims a flow gate refused, by reason: concurrency (the key or queue is full), rate (no token), held (a worker said rate limited)',
+  labelNames: ['reason'] as const,
+  registers: [metricsRegistry],
+})
+
+export const limitSlotsTaken = new Counter({
+  name: 'jobsvc_limit_slots_taken_total',
+  help: 'Claims that took their flow gates (a slot or a token in each)',
+  registers: [metricsRegistry],
+})
+
+/** What the flow limits hold back, all projects together, read at the scrape from the read models. */
+export const limitGauges = {
+  running: new Gauge({ name: 'jobsvc_limit_running_jobs', help: 'Running attempts holding a flow-gate slot', registers: [metricsRegistry] }),
+  waiting: new Gauge({
+    name: 'jobsvc_limit_waiting_jobs',
+    help: 'Pending jobs a flow gate has refused since they last became due (waiting for their key or queue)',
+    registers: [metricsRegistry],
+  }),
+  held: new Gauge({ name: 'jobsvc_limit_held_gates', help: "Flow gates a worker's rate_limited ack holds shut now", registers: [metricsRegistry] }),
+}
+
 /** Items a scheduler pass skipped because handling them threw (services/infrastructure/failing-items.ts), by pass. */
 export const schedulerItemFailures = new Counter({
   name: 'jobsvc_scheduler_item_failures_total',

@@ -9,7 +9,8 @@ import {
   mailStreamName,
   projectorConsumerName,
 } from '../../streams/names.ts'
-import { connectionUp, consumerPending, startMetricsServer, workQueueMessages, type MetricsSnapshot } from '../infrastructure/metrics.ts'
+import { connectionUp, consumerPending, limitGauges, startMetricsServer, workQueueMessages, type MetricsSnapshot } from '../infrastructure/metrics.ts'
+import { flowGates } from '../../projections/flow-gates.ts'
 import type { Deps } from '../infrastructure/runtime.ts'
 
 /**
@@ -85,5 +86,15 @@ async function readQueues(deps: Deps): Promise<void> {
       const info = await deps.nats.jsm.streams.info(stream).catch(() => null)
       if (info !== null) workQueueMessages.set({ queue: label }, info.state.messages)
     }),
+    readLimits(deps),
   ])
+}
+
+/** The flow limits' gauges (issue 29), from the gates' and the jobs' read models; left as they were when Postgres cannot answer. */
+async function readLimits(deps: Deps): Promise<void> {
+  const reading = await flowGates.totals(deps.sql, deps.now()).catch(() => null)
+  if (reading === null) return
+  limitGauges.running.set(reading.running)
+  limitGauges.waiting.set(reading.waiting)
+  limitGauges.held.set(reading.held)
 }

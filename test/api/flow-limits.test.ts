@@ -1,12 +1,18 @@
 import t from 'tap'
 import { startApiProcess } from '../support/api-process.ts'
-import { eventually, httpRequest, startHarness } from '../support/harness.ts'
+import { gatesOf } from '../../domain/flow-gate.ts'
+import { gateRefOf, takeGates } from '../../services/use-cases/jobs/flow-gates.ts'
+import { gateHandler } from '../../streams/aggregates.ts'
+import { eventually, httpRequest, startHarness, withClockShifted } from '../support/harness.ts'
 
 // Queue limits (issue 29, items 1–4): per-key concurrency, fair turns among keys, rate limits,
 // the strategies and a worker's "rate limited" ack, against the real NATS and Postgres with two
 // API processes: every slot is held on the log, so what the workers see running at once is what
 // the limits say, whichever process claimed.
-const h = await startHarness(t, import.meta.filename, { roles: ['api', 'projector', 'scheduler'], tunables: { scheduler_interval_ms: 100 } })
+const h = await startHarness(t, import.meta.filename, {
+  roles: ['api', 'projector', 'scheduler'],
+  tunables: { scheduler_interval_ms: 100, reaper_interval_ms: 200 },
+})
 const second = await startApiProcess(t, h.runtime)
 const urls = [h.url, second.url]
 const on = (process: number, method: string, path: string, body?: unknown) => httpRequest(urls[process]!, h.apiKey, method, path, body)
@@ -250,4 +256,36 @@ t.test('a worker\'s "rate limited" ack spends no attempt and holds its key back'
   )
   const again = later.find((j) => j.id === first)
   if (again !== undefined) t.equal(again.attempt, 1, 'with the same attempt number')
+})
+
+t.test('a slot a crash left held by an attempt that never ran is freed by the reaper', async (t) => {
+  const queue = 'fl-crash'
+  const limits = { concurrency: { limit: null, per_key: { limit: 1, by: 'concurrency_key' as const }, strategy: 'queue' as const }, rate: null }
+  await setLimits(queue, { concurrency: { per_key: { limit: 1, by: 'concurrency_key' } } })
+  const [first] = await createMany(queue, [
+    { key: 'k', i: 1 },
+    { key: 'k', i: 2 },
+  ])
+  // A claim that took its gate and died before the job's append, 30 s ago.
+  const job = (await ok(on(0, 'GET', `/jobsvc/v1/jobs/${first}`))) as { queue: string; job_type: string; tags: null; concurrency_key: string }
+  await withClockShifted(h.runtime, -30_000, () => takeGates(h.runtime, h.projectId, first!, 1, gatesOf(limits, job)))
+  const gate = gateRefOf(h.projectId, gatesOf(limits, job)[0]!)
+  const freed = await eventually(
+    async () => {
+      const history = await gateHandler.history(h.runtime.store, gate)
+      return history.flatMap((m) => m.message.events).find((e) => e.type === 'gate_slot_freed' && e.data.job_id === first) ?? null
+    },
+    15_000,
+    'the reaper frees the slot',
+  )
+  t.equal(freed.type === 'gate_slot_freed' && freed.data.reason, 'reconciled', 'freed by the reconciliation, on the log')
+  const claimed = await eventually(
+    async () => {
+      const jobs = await poll(1, queue, 'c-1', 2)
+      return jobs.length > 0 ? jobs : null
+    },
+    15_000,
+    'a job of the key claimed once the slot is freed',
+  )
+  t.equal(claimed.length, 1, 'one of the key runs, as its limit says')
 })

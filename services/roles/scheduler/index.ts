@@ -2,7 +2,9 @@ import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { JobNotFound } from '../../../domain/errors.ts'
 import { isAttemptStale } from '../../../domain/job.ts'
+import { flowGates } from '../../../projections/flow-gates.ts'
 import { jobList } from '../../../projections/job-list.ts'
+import { reconcileGate } from '../../use-cases/jobs/flow-gates.ts'
 import { projectDirectory } from '../../../projections/project-directory.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { projectHandler } from '../../../streams/aggregates.ts'
@@ -51,6 +53,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const expiry = new IsolatedPass(deps.log, 'expiry sweep')
   const reaper = new IsolatedPass(deps.log, 'reaper pass')
   const cascades = new IsolatedPass(deps.log, 'cascade sweep')
+  const gates = new IsolatedPass(deps.log, 'gate reconciliation')
   const alerts = new IsolatedPass(deps.log, 'alert pass')
   const billingPeriods = new IsolatedPass(deps.log, 'billing period pass')
 
@@ -87,6 +90,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
     loop(t.reaper_interval_ms, 'reaper pass', async () => {
       await expireCancelGraces(deps, jobs, reaper)
       await reapStaleAttempts(deps, jobs, reaper)
+      await reconcileGateSlots(deps, jobs, gates)
     }),
     loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => void (await healInterruptedCascades(deps, jobs, cascades))),
     loop(t.alert_interval_ms, 'alert pass', async () => void (await evaluateAlerts(deps, alerts))),
@@ -214,6 +218,31 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService, pass = new
     }
   })
   return reaped
+}
+
+/**
+ * Frees the flow-gate slots (issue 29) held by attempts that are not running: what a crash between
+ * a gate's append and the job's left behind (services/use-cases/jobs/flow-gates.ts,
+ * reconcileGate). The gates holding slots come from their read model, the least recently changed
+ * first; each holder is checked against the job's state on the log.
+ */
+export async function reconcileGateSlots(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'gate reconciliation')): Promise<number> {
+  const held = await flowGates.heldSlots(deps.sql, pass.heldBack(), passLimit)
+  let freed = 0
+  await pass.each(held, passConcurrency, async (gate) => {
+    const attemptOf = async (jobId: string) => {
+      const job = (await jobs.load(gate.project_id, jobId).catch((err) => (err instanceof JobNotFound ? null : Promise.reject(err))))?.job
+      return job?.state === 'processing' ? job.attempt : null
+    }
+    const n = await reconcileGate(deps, gate.project_id, gate.gate_id, gate.holders, attemptOf)
+    if (n > 0)
+      deps.log.warn(
+        { project_id: gate.project_id, gate_id: gate.gate_id, freed: n },
+        'scheduler: freed flow-gate slots of attempts that are not running',
+      )
+    freed += n
+  })
+  return freed
 }
 
 /**

@@ -1,4 +1,12 @@
-import { gateNameOf, GateRefusal, type BucketRule, type FlowGate, type GateAddress, type GateSpec } from '../../../domain/flow-gate.ts'
+import {
+  gateNameOf,
+  GateRefusal,
+  type BucketRule,
+  type FlowGate,
+  type GateAddress,
+  type GateHolder,
+  type GateSpec,
+} from '../../../domain/flow-gate.ts'
 import type { Ref } from '../../../streams/aggregate-handler.ts'
 import { gateHandler } from '../../../streams/aggregates.ts'
 import { sha256Hex } from '../../infrastructure/secrets.ts'
@@ -73,6 +81,41 @@ export async function freeGate(
   rate: BucketRule | null = null,
 ): Promise<void> {
   await gateHandler.decide(deps, gateRef(projectId, name), { type: 'free_gate', data: { job_id: jobId, attempt, reason, rate }, meta: meta(deps) })
+}
+
+/**
+ * How long a slot may be held by an attempt that is not running before the reconciliation frees
+ * it: well past the milliseconds between a claim's gate append and its job append.
+ */
+export const unclaimedSlotGraceMs = 10_000
+
+/**
+ * The reaper's reconciliation of one gate (issue 29): frees each slot whose attempt is not the
+ * job's running attempt any more and was taken more than `unclaimedSlotGraceMs` ago, the slots a
+ * crash left between a gate's append and the job's (a claim that never happened, or an end whose
+ * free never ran). `attemptOf` is the job's running attempt, null when it is not running.
+ * Resolves to the slots freed.
+ */
+export async function reconcileGate(
+  deps: GateDeps,
+  projectId: string,
+  gateId: string,
+  holders: readonly GateHolder[],
+  attemptOf: (jobId: string) => Promise<number | null>,
+): Promise<number> {
+  const before = deps.now().getTime() - unclaimedSlotGraceMs
+  let freed = 0
+  for (const holder of holders) {
+    if (Date.parse(holder.taken_at) > before) continue
+    if ((await attemptOf(holder.job_id)) === holder.attempt) continue
+    const result = await gateHandler.decide(deps, gateHandler.ref(projectId, gateId), {
+      type: 'free_gate',
+      data: { job_id: holder.job_id, attempt: holder.attempt, reason: 'reconciled' },
+      meta: meta(deps),
+    })
+    if (result.appended) freed++
+  }
+  return freed
 }
 
 /** Holds the gate shut until `until` (a worker's `rate_limited` ack). */

@@ -33,7 +33,7 @@ import type { CommandResult } from '../../../streams/aggregate-handler.ts'
 import { jobHandler, progressHandler } from '../../../streams/aggregates.ts'
 import type { EventRecord, Loaded, StoredEvent } from '../../../streams/event-store.ts'
 import { eventSubject, isSubjectToken, jobSubjectsFilter } from '../../../streams/names.ts'
-import { recordJobEvents } from '../../infrastructure/metrics.ts'
+import { limitRefusals, limitSlotsTaken, recordJobEvents } from '../../infrastructure/metrics.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 /** `job_` and a ULID: anything else cannot name a job, so it is not found without a lookup. */
@@ -572,9 +572,13 @@ export class JobService {
     try {
       taken = await takeGates(this.#deps, projectId, jobId, attempt, gates)
     } catch (err) {
-      if (err instanceof LimitRefused) await this.#refused(projectId, job, err)
+      if (err instanceof LimitRefused) {
+        limitRefusals.inc({ reason: err.refusal.reason })
+        await this.#refused(projectId, job, err)
+      }
       throw err
     }
+    limitSlotsTaken.inc()
     try {
       return await this.#run(projectId, jobId, command(taken), known, trustKnown)
     } catch (err) {
