@@ -147,3 +147,4 @@ export class InvalidPauseUntil extends refusal('invalid_request') {}
 export class InvalidPriority extends refusal('invalid_request') {}
 /** A project holds settings for at most maxQueueSettings queues (domain/project/queue-settings.ts). */
 export class QueueSettingsLimitReached extends refusal('queue_settings_limit_reached') {}
+export class QueueLimitsLimitReached extends refusal('queue_limits_limit_reached') {}

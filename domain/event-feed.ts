@@ -60,6 +60,7 @@ const jobTypes: Record<JobEventType, true> = {
   job_promoted: true,
   job_activated: true,
   job_claimed: true,
+  job_limit_waiting: true,
   job_progressed: true,
   job_succeeded: true,
   job_attempt_failed: true,
@@ -103,6 +104,7 @@ const projectTypes: Record<ProjectEventType, true> = {
   queue_paused: true,
   queue_resumed: true,
   queue_settings_updated: true,
+  queue_limits_updated: true,
 }
 const recurringTypes: Record<RecurringJobEvent['type'], true> = {
   recurring_upserted: true,

@@ -125,6 +125,7 @@ export function metricsOfJobEvent(event: JobEvent): JobEventMetrics {
     case 'job_cancel_requested':
     case 'job_priority_changed':
     case 'job_payload_replaced':
+    case 'job_limit_waiting':
       return none
   }
 }

@@ -24,6 +24,8 @@ export const maxPayloadDepth = 64
 export const maxTags = 50
 export const maxTagKeyLength = 100
 export const maxTagValueLength = 500
+/** A job's `concurrency_key` (issue 29) is bounded like a tag's value. */
+export const maxConcurrencyKeyLength = maxTagValueLength
 
 export const jobDefaults = { queue: 'default', max_attempts: defaultMaxAttempts, timeout_seconds: 1800 } as const
 

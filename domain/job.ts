@@ -85,7 +85,7 @@ export interface Job {
    */
   ttl_seconds?: number
   expires_at?: string
-  cancel_reason?: 'expired'
+  cancel_reason?: 'expired' | 'concurrency_limit'
   /**
    * Where the payload is kept once a dedup create replaced it (issue 29, `job_payload_replaced`):
    * the stream sequence of the message holding the latest one, 0 in that message itself. Absent
@@ -93,6 +93,26 @@ export interface Job {
    * every older message.
    */
   payload_seq?: number
+  /**
+   * The key a queue's per-key limits may count the job by (issue 29, `by: "concurrency_key"`);
+   * present only when the job was created with one, so every other job keeps the shape of older messages.
+   */
+  concurrency_key?: string
+  /**
+   * The flow gates (domain/flow-gate.ts) the last claimed attempt took a slot or a token in, by
+   * their aggregate ids: freed when the attempt ends. Present only once a claim took one.
+   */
+  gates?: string[]
+  /** Since when, and why, the waiting job has been refused a gate (issue 29): cleared by its next claim. */
+  limit_waiting?: LimitWait
+}
+
+/** A job waiting for a gate: a slot of its key or queue (`concurrency`), a token (`rate`), or a worker's hold (`held`). */
+export interface LimitWait {
+  reason: 'concurrency' | 'rate' | 'held'
+  /** The key it waits for (null: its queue). */
+  key: string | null
+  since: string
 }
 
 /**
@@ -123,8 +143,8 @@ export type JobAggregate = Job | null
 export const ackStatuses = ['succeeded', 'failed'] as const
 export type AckStatus = (typeof ackStatuses)[number]
 
-/** `expired`: not claimed within its ttl of becoming due (expire_job). */
-export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered' | 'expired'
+/** `expired`: not claimed within its ttl of becoming due (expire_job); `concurrency_limit`: its key was full under `cancel_newest` (issue 29). */
+export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered' | 'expired' | 'concurrency_limit'
 
 /** The error type of the failure ack by which a worker says it stopped a job whose cancel it was told of. */
 export const cancelledErrorType = 'Cancelled'
@@ -146,6 +166,8 @@ export interface JobDefinition {
   priority?: number
   /** Seconds the job may wait to be claimed once due (domain/job-options.ts, ttlSecondsRange); absent or null: no limit. */
   ttl_seconds?: number | null
+  /** The key per-key limits may count it by (issue 29); absent or null: none. */
+  concurrency_key?: string | null
 }
 
 export type JobEvent =
@@ -162,7 +184,11 @@ export type JobEvent =
   | { type: 'job_child_attached'; data: { child_job_id: string; attached_at: string } }
   | { type: 'job_promoted'; data: { promoted_at: string } }
   | { type: 'job_activated'; data: { parent_job_id: string; state: 'pending' | 'scheduled'; activated_at: string } }
-  | { type: 'job_claimed'; data: { worker_id: string; attempt: number; started_at: string } }
+  // `gates`: the flow gates the attempt holds (issue 29); `limit_wait_ms`: how long the job waited
+  // for them since it was first refused. Both only where there were any.
+  | { type: 'job_claimed'; data: { worker_id: string; attempt: number; started_at: string; gates?: string[]; limit_wait_ms?: number } }
+  // A claim found the job's key (or queue) at its limit, out of tokens or held (issue 29): recorded once per wait.
+  | { type: 'job_limit_waiting'; data: LimitWait }
   // On the job's progress subject (domain/job-progress.ts); `attempt` is absent from the reports that
   // logs written before it kept on the job's own subject.
   | { type: 'job_progressed'; data: { worker_id: string; attempt?: number; progress: number; reported_at: string } }
@@ -214,7 +240,15 @@ export type JobEvent =
   // The worker handed the attempt back: the next claim gets the same attempt number.
   | {
       type: 'job_released'
-      data: { worker_id: string; attempt: number; state: 'pending' | 'scheduled'; run_at: string | null; released_at: string }
+      /** `reason` `rate_limited`: the worker's ack said so (issue 29); absent for a plain release. */
+      data: {
+        worker_id: string
+        attempt: number
+        state: 'pending' | 'scheduled'
+        run_at: string | null
+        released_at: string
+        reason?: 'rate_limited'
+      }
     }
   | {
       type: 'job_retried'
@@ -251,7 +285,10 @@ export type JobCommand =
   | { type: 'promote_job'; data: Record<string, never>; meta: CommandMeta }
   | { type: 'activate_child'; data: { parent_job_id: string }; meta: CommandMeta }
   | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested' | 'expired'> }; meta: CommandMeta }
-  | { type: 'claim_job'; data: { worker_id: string }; meta: CommandMeta }
+  /** `gates`: the flow gates the claimer took for the attempt (issue 29), by aggregate id. */
+  | { type: 'claim_job'; data: { worker_id: string; gates?: string[] }; meta: CommandMeta }
+  /** A claim was refused a gate: the waiting job records why, once per wait. */
+  | { type: 'note_limit_wait'; data: { reason: LimitWait['reason']; key: string | null }; meta: CommandMeta }
   | {
       type: 'ack_job'
       data: {
@@ -271,11 +308,11 @@ export type JobCommand =
    * `include_running`: a processing job is asked to stop (job_cancel_requested) instead of refused.
    * `operation_id`: the bulk operation asking, recorded on the event.
    */
-  | { type: 'cancel_job'; data: { include_running?: boolean; operation_id?: string }; meta: CommandMeta }
+  | { type: 'cancel_job'; data: { include_running?: boolean; operation_id?: string; reason?: 'concurrency_limit' }; meta: CommandMeta }
   /** The end of a cancel's grace period: the attempt named ends cancelled if it is still running. */
   | { type: 'expire_cancel'; data: { attempt: number }; meta: CommandMeta }
   /** `run_at`: when the job may be claimed again (null: at once). */
-  | { type: 'release_job'; data: { worker_id: string; run_at: string | null }; meta: CommandMeta }
+  | { type: 'release_job'; data: { worker_id: string; run_at: string | null; reason?: 'rate_limited' }; meta: CommandMeta }
   /** `operation_id`: the bulk operation asking, recorded on the event. */
   | { type: 'retry_job'; data: { operation_id?: string }; meta: CommandMeta }
   /** A waiting job's claim order offset; `operation_id`: the bulk operation asking, if any. */
@@ -461,6 +498,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
             ...(d.priority === undefined || d.priority === 0 ? {} : { priority: d.priority }),
             // Only when given: a job without a ttl is created as before expiry existed.
             ...(d.ttl_seconds === undefined || d.ttl_seconds === null ? {} : { ttl_seconds: d.ttl_seconds }),
+            ...(d.concurrency_key === undefined || d.concurrency_key === null ? {} : { concurrency_key: d.concurrency_key }),
             created_at: now,
           },
         },
@@ -500,7 +538,19 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
     case 'claim_job': {
       const job = requireJob(state)
       if (!isClaimable(job, now)) throw new InvalidState(`job ${job.id} is ${job.state} and cannot be claimed now`)
-      return [{ type: 'job_claimed', data: { worker_id: command.data.worker_id, attempt: job.attempt + 1, started_at: now } }]
+      const gates = command.data.gates ?? []
+      const waited = job.limit_waiting === undefined ? {} : { limit_wait_ms: elapsedMs(job.limit_waiting.since, now) }
+      return [
+        {
+          type: 'job_claimed',
+          data: { worker_id: command.data.worker_id, attempt: job.attempt + 1, started_at: now, ...(gates.length > 0 ? { gates } : {}), ...waited },
+        },
+      ]
+    }
+    case 'note_limit_wait': {
+      const job = requireJob(state)
+      if (job.state !== 'pending' || job.limit_waiting !== undefined) return []
+      return [{ type: 'job_limit_waiting', data: { reason: command.data.reason, key: command.data.key, since: now } }]
     }
     case 'ack_job': {
       const job = requireJob(state)
@@ -540,7 +590,8 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       if (job.state !== 'pending' && job.state !== 'scheduled') {
         throw new InvalidState(`job ${job.id} is ${job.state}; only pending or scheduled jobs can be cancelled`)
       }
-      return [{ type: 'job_cancelled', data: { reason: 'requested', previous_state: job.state, cancelled_at: now, ...byOperation(command.data) } }]
+      const reason = command.data.reason ?? 'requested'
+      return [{ type: 'job_cancelled', data: { reason, previous_state: job.state, cancelled_at: now, ...byOperation(command.data) } }]
     }
     case 'expire_cancel': {
       if (state === null || !isCancelRequested(state) || state.attempt !== command.data.attempt) return []
@@ -552,15 +603,18 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       // Handing back a job whose cancel was asked for is the worker stopping it.
       if (isCancelRequested(job)) return [cancelledAttempt(job, now, true)]
       const runAt = command.data.run_at
+      // A rate-limited job waits pending, as a retry's backoff does; a release to later is scheduled.
+      const rateLimited = command.data.reason === 'rate_limited'
       return [
         {
           type: 'job_released',
           data: {
             worker_id: command.data.worker_id,
             attempt: job.attempt,
-            state: isDue(runAt, now) ? 'pending' : 'scheduled',
+            state: rateLimited || isDue(runAt, now) ? 'pending' : 'scheduled',
             run_at: runAt,
             released_at: now,
+            ...(rateLimited ? { reason: 'rate_limited' as const } : {}),
           },
         },
       ]
@@ -749,6 +803,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       traceparent: d.traceparent ?? null,
       updated_at: d.created_at,
       ...(d.priority === undefined ? {} : { priority: d.priority }),
+      ...(d.concurrency_key === undefined || d.concurrency_key === null ? {} : { concurrency_key: d.concurrency_key }),
     }
     if (d.ttl_seconds === undefined || d.ttl_seconds === null) return created
     const withTtl = { ...created, ttl_seconds: d.ttl_seconds }
@@ -767,9 +822,11 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
         state.run_at,
         event.data.activated_at,
       )
-    case 'job_claimed':
+    case 'job_claimed': {
+      const { gates: _held, limit_waiting: _wait, ...unlimited } = notWaiting(state)
       return {
-        ...notWaiting(state),
+        ...unlimited,
+        ...(event.data.gates === undefined ? {} : { gates: event.data.gates }),
         state: 'processing',
         attempt: event.data.attempt,
         worker_id: event.data.worker_id,
@@ -780,6 +837,9 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
         progress: null,
         updated_at: event.data.started_at,
       }
+    }
+    case 'job_limit_waiting':
+      return { ...state, limit_waiting: event.data }
     case 'job_progressed':
       return { ...state, progress: event.data.progress, updated_at: event.data.reported_at }
     case 'job_succeeded':
@@ -803,6 +863,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
     case 'job_cancelled': {
       const cancelled: Job = { ...state, state: 'cancelled', waiting_for_parent: false, updated_at: event.data.cancelled_at }
       // An expired job keeps the deadline it missed; any other cancel ends the wait.
+      if (event.data.reason === 'concurrency_limit') return { ...notWaiting(cancelled), cancel_reason: 'concurrency_limit' }
       return event.data.reason === 'expired' ? { ...cancelled, cancel_reason: 'expired' } : notWaiting(cancelled)
     }
     case 'job_cancel_requested':

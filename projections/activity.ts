@@ -207,6 +207,27 @@ function describeProjectEvent(e: ProjectEvent, project: Project | null): Describ
         user_id: e.data.paused_by,
       }
     }
+    case 'queue_limits_updated': {
+      const { queue, limits } = e.data
+      const parts =
+        limits === null
+          ? []
+          : [
+              limits.concurrency?.limit != null ? `at most ${limits.concurrency.limit} running` : null,
+              limits.concurrency?.per_key != null ? `at most ${limits.concurrency.per_key.limit} running per ${limits.concurrency.per_key.by}` : null,
+              limits.rate !== null
+                ? `${limits.rate.limit} starts per ${limits.rate.period_seconds} s${limits.rate.by === null ? '' : ` per ${limits.rate.by}`}`
+                : null,
+            ].filter((p) => p !== null)
+      return {
+        kind: 'queue_limits_updated',
+        target_type: 'queue',
+        target_id: queue,
+        summary: limits === null ? `Queue ${queue}: limits removed` : `Queue ${queue}: ${parts.join(', ')}`,
+        metadata: { queue, limits },
+        user_id: e.data.updated_by,
+      }
+    }
     case 'queue_settings_updated': {
       const { queue, default_ttl_seconds: ttl } = e.data
       return {
@@ -480,6 +501,7 @@ const projection: Projection = {
     'queue_paused',
     'queue_resumed',
     'queue_settings_updated',
+    'queue_limits_updated',
     'recurring_upserted',
     'recurring_deleted',
     'alert_created',

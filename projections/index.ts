@@ -4,6 +4,7 @@ import { auditLog } from './audit-log.ts'
 import { webhookSubscriptions } from './webhooks.ts'
 import { webhookDeliveries } from './deliveries.ts'
 import { eventConsumers } from './event-consumers.ts'
+import { flowGates } from './flow-gates.ts'
 import { jobList } from './job-list.ts'
 import { jobMetrics } from './job-metrics.ts'
 import { operationList } from './operations.ts'
@@ -22,6 +23,7 @@ export const projections: readonly Projection[] = [
   webhookDeliveries,
   operationList,
   eventConsumers,
+  flowGates,
   activityFeed,
   auditLog,
 ]

@@ -62,6 +62,8 @@ const columns = [
   'expires_at',
   'cancel_reason',
   'payload_seq',
+  'concurrency_key',
+  'limit_waiting',
 ] as const
 
 /** What a row holds that the job's state only refers to, as far as the batch that writes it knows. */
@@ -112,6 +114,8 @@ function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[
     expires_at: job.expires_at ?? null,
     cancel_reason: job.cancel_reason ?? null,
     payload_seq: job.payload_seq ?? null,
+    concurrency_key: job.concurrency_key ?? null,
+    limit_waiting: job.limit_waiting ?? null,
   }
 }
 
@@ -158,6 +162,9 @@ export function jobFromRow(r: Record<string, unknown>): Job {
   if (expiresAt !== null) job.expires_at = expiresAt
   if (r.cancel_reason === 'expired') job.cancel_reason = 'expired'
   if (r.payload_seq !== null && r.payload_seq !== undefined) job.payload_seq = Number(r.payload_seq)
+  if (r.cancel_reason === 'concurrency_limit') job.cancel_reason = 'concurrency_limit'
+  if (typeof r.concurrency_key === 'string') job.concurrency_key = r.concurrency_key
+  if (r.limit_waiting !== null && r.limit_waiting !== undefined) job.limit_waiting = r.limit_waiting as Job['limit_waiting']
   const error = (r.error as JobError | null) ?? null
   return job.error_seq === null && error !== null ? { ...job, error } : job
 }
@@ -242,7 +249,7 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
         updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq,
         cancel_requested_at = excluded.cancel_requested_at, priority = excluded.priority, claim_rank_at = excluded.claim_rank_at,
         ttl_seconds = excluded.ttl_seconds, expires_at = excluded.expires_at, cancel_reason = excluded.cancel_reason,
-        payload_seq = excluded.payload_seq
+        payload_seq = excluded.payload_seq, concurrency_key = excluded.concurrency_key, limit_waiting = excluded.limit_waiting
       WHERE jobs.last_seq < excluded.last_seq
         AND (excluded.error IS NOT NULL OR excluded.error_seq IS NULL OR excluded.error_seq = jobs.error_seq)`
   }
@@ -440,6 +447,13 @@ async function bulkPage(
   return rows.sort((a, b) => (isAfter(a, b) ? 1 : isAfter(b, a) ? -1 : 0)).slice(0, limit)
 }
 
+/** Keys of a queue whose jobs a claim passes over (their gate is full, out of tokens or held). */
+export interface KeyPassOver {
+  queue: string
+  by: 'concurrency_key' | 'job_type' | `tag:${string}`
+  keys: string[]
+}
+
 /** What a claim asks the job list for: a project's due pending jobs of some queues (and job types). */
 export interface ClaimTarget {
   projectId: string
@@ -453,13 +467,25 @@ export interface ClaimTarget {
  * `tx` (`FOR UPDATE SKIP LOCKED`: rows another claim holds are passed over, not waited for).
  * `seen` are left out: rows an earlier round of the same claim already had.
  */
-async function claimCandidates(tx: Tx, target: ClaimTarget, now: Date, seen: readonly string[], limit: number) {
+async function claimCandidates(
+  tx: Tx,
+  target: ClaimTarget,
+  now: Date,
+  seen: readonly string[],
+  limit: number,
+  passOver: readonly KeyPassOver[] = [],
+) {
+  // A key at its limit (issue 29) is passed over, so its waiting jobs never fill the page ahead of other keys'.
+  const keyColumn = (by: KeyPassOver['by']) =>
+    by === 'concurrency_key' ? tx`concurrency_key` : by === 'job_type' ? tx`job_type` : tx`(tags ->> ${by.slice('tag:'.length)})`
+  const passed = passOver.map((p) => tx`AND NOT (queue = ${p.queue} AND ${keyColumn(p.by)} = ANY(${p.keys}))`)
   return tx`
     SELECT * FROM jobs
     WHERE project_id = ${target.projectId} AND state = 'pending' AND queue = ANY(${target.queues})
       AND available_at <= ${now} AND (expires_at IS NULL OR expires_at > ${now})
       ${target.jobTypes === null ? tx`` : tx`AND job_type = ANY(${target.jobTypes})`}
       ${seen.length === 0 ? tx`` : tx`AND id <> ALL(${seen as string[]})`}
+      ${passed.reduce((all, p) => tx`${all} ${p}`, tx``)}
     ORDER BY claim_rank_at, id
     LIMIT ${limit}
     FOR UPDATE SKIP LOCKED`

@@ -9,6 +9,7 @@ import { auditSigningKeyDecider } from '../domain/audit-signing-key.ts'
 import { auditExpiryDecider } from '../domain/audit-expiry.ts'
 import { dedupKeyDecider } from '../domain/dedup-key.ts'
 import { deliveryDecider } from '../domain/delivery.ts'
+import { flowGateDecider } from '../domain/flow-gate.ts'
 import { emailRegistryDecider } from '../domain/email-registry.ts'
 import { eventConsumerDecider } from '../domain/event-consumer.ts'
 import { jobDecider } from '../domain/job.ts'
@@ -84,3 +85,6 @@ export const auditExpiryHandler = aggregateHandler({
  * a subject token cannot.
  */
 export const dedupKeyHandler = aggregateHandler({ kind: 'dedup', decider: dedupKeyDecider, address: inProject })
+
+/** A flow gate of a queue or of one of its keys (domain/flow-gate.ts): `ref(projectId, gateId)`, the id a digest of the gate's name. */
+export const gateHandler = aggregateHandler({ kind: 'gate', decider: flowGateDecider, address: inProject })

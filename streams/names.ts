@@ -28,6 +28,8 @@ export type AggregateKind =
   | 'audit_expiry'
   /** A deduplication key of a project's jobs (domain/dedup-key.ts), keyed by a digest of its scope and key. */
   | 'dedup'
+  /** A flow gate of a project's queue or key (domain/flow-gate.ts), keyed by a digest of its name. */
+  | 'gate'
 
 /**
  * The project token of aggregates that belong to no project (users, e-mail claims, promotion codes). Project

@@ -3,6 +3,7 @@ import { decideBilling, evolveBilling, type BillingCommand, type BillingEvent } 
 import { decideKeys, evolveKeys, type KeysCommand, type KeysEvent } from './keys.ts'
 import { createdProject, decideLifecycle, evolveLifecycle, type LifecycleCommand, type LifecycleEvent } from './lifecycle.ts'
 import { decideQueuePause, evolveQueuePause, type QueuePauseCommand, type QueuePauseEvent } from './queue-pauses.ts'
+import { decideQueueLimits, evolveQueueLimits, type QueueLimitsCommand, type QueueLimitsEvent } from './queue-limits.ts'
 import { decideQueueSettings, evolveQueueSettings, type QueueSettingsCommand, type QueueSettingsEvent } from './queue-settings.ts'
 import { decideRetryPolicy, evolveRetryPolicy, type RetryPolicyCommand, type RetryPolicyEvent } from './retry-policy.ts'
 import { decideStaff, evolveStaff, type StaffCommand, type StaffEvent } from './staff.ts'
@@ -12,7 +13,7 @@ import { decideTeam, evolveTeam, type TeamCommand, type TeamEvent } from './team
 /**
  * The project aggregate: the unit of isolation, the owner of the project's API keys and of its
  * team. One consistency boundary, decided by concern: the project itself (lifecycle.ts), its keys,
- * its team, its billing, what staff change, its retry policy, its paused queues, its queue settings. Each concern has its own commands,
+ * its team, its billing, what staff change, its retry policy, its paused queues, its queue settings, its queue limits. Each concern has its own commands,
  * events, decide and evolve over the one state (state.ts); the switches below route every command
  * and event to its concern, and the compiler checks that none is left out.
  */
@@ -48,15 +49,38 @@ export { maxPendingInvites } from './team.ts'
 export { billingOf, hasProviderEvent, lastPeriodOf, promotionTermsOf, providerEventMemory } from './billing.ts'
 export { isQueuePaused, maxPausedQueues, pauseOf, pausesAt } from './queue-pauses.ts'
 export { defaultTtlOf, maxQueueSettings, queueSettingsOf } from './queue-settings.ts'
+export {
+  concurrencyStrategies,
+  keyConcurrencyRange,
+  maxQueueLimits,
+  queueConcurrencyRange,
+  queueLimitsOf,
+  rateLimitRange,
+  ratePeriodSecondsRange,
+  type ConcurrencyLimits,
+  type ConcurrencyStrategy,
+  type FlowLimits,
+  type KeyDimension,
+  type QueueLimits,
+  type RateLimits,
+} from './queue-limits.ts'
 export { maxRateLimitOverrideDays, requestsPerHourOf } from './staff.ts'
 
 export type ProjectEvent =
-  LifecycleEvent | KeysEvent | TeamEvent | BillingEvent | StaffEvent | RetryPolicyEvent | QueuePauseEvent | QueueSettingsEvent
+  LifecycleEvent | KeysEvent | TeamEvent | BillingEvent | StaffEvent | RetryPolicyEvent | QueuePauseEvent | QueueSettingsEvent | QueueLimitsEvent
 
 export type ProjectEventType = ProjectEvent['type']
 
 export type ProjectCommand =
-  LifecycleCommand | KeysCommand | TeamCommand | BillingCommand | StaffCommand | RetryPolicyCommand | QueuePauseCommand | QueueSettingsCommand
+  | LifecycleCommand
+  | KeysCommand
+  | TeamCommand
+  | BillingCommand
+  | StaffCommand
+  | RetryPolicyCommand
+  | QueuePauseCommand
+  | QueueSettingsCommand
+  | QueueLimitsCommand
 
 function unreachable(value: never): never {
   throw new Error(`unhandled ${(value as { type: string }).type}`)
@@ -97,6 +121,8 @@ function decide(command: ProjectCommand, state: ProjectAggregate): ProjectEvent[
       return decideQueuePause(command, state)
     case 'set_queue_settings':
       return decideQueueSettings(command, state)
+    case 'set_queue_limits':
+      return decideQueueLimits(command, state)
     default:
       return unreachable(command)
   }
@@ -144,6 +170,8 @@ function evolve(state: ProjectAggregate, event: ProjectEvent): ProjectAggregate 
       return evolveQueuePause(state, event)
     case 'queue_settings_updated':
       return evolveQueueSettings(state, event)
+    case 'queue_limits_updated':
+      return evolveQueueLimits(state, event)
     default:
       return unreachable(event)
   }

@@ -118,6 +118,7 @@ export function createdProject(d: Extract<LifecycleEvent, { type: 'project_creat
     history_expired_through: 0,
     queue_pauses: [],
     queue_settings: [],
+    queue_limits: [],
   }
 }
 

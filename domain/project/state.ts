@@ -101,6 +101,44 @@ export interface Project {
   queue_pauses: QueuePause[]
   /** Per-queue settings (queue-settings.ts): a queue's default ttl. */
   queue_settings: QueueSettings[]
+  /** Per-queue flow limits (queue-limits.ts): concurrency, per key, and rate of starts. */
+  queue_limits: QueueLimits[]
+}
+
+/* Flow limits of a queue (queue-limits.ts, issue 29). */
+/** Which value of a job makes its key: its `concurrency_key`, its job type, or one of its tags (`tag:<name>`). */
+export type KeyDimension = 'concurrency_key' | 'job_type' | `tag:${string}`
+
+/** What happens to a job whose key (or queue) is full: it waits, it is cancelled, or the oldest running one is asked to stop. */
+export const concurrencyStrategies = ['queue', 'cancel_newest', 'cancel_in_progress'] as const
+export type ConcurrencyStrategy = (typeof concurrencyStrategies)[number]
+
+export interface ConcurrencyLimits {
+  /** The queue's running jobs at most; null: no bound for the queue as a whole. */
+  limit: number | null
+  /** Each key's running jobs at most; null: no bound per key. */
+  per_key: { limit: number; by: KeyDimension } | null
+  strategy: ConcurrencyStrategy
+}
+
+/** A token bucket of starts: `limit` per `period_seconds`, at most `burst` at once; per key with `by`, else the queue's. */
+export interface RateLimits {
+  limit: number
+  period_seconds: number
+  burst: number
+  by: KeyDimension | null
+}
+
+export interface FlowLimits {
+  concurrency: ConcurrencyLimits | null
+  rate: RateLimits | null
+}
+
+export interface QueueLimits extends FlowLimits {
+  queue: string
+  /** The dashboard user who set them; null for an API key. */
+  updated_by: string | null
+  updated_at: string
 }
 
 export interface QueueSettings {
@@ -140,6 +178,7 @@ type AddedField =
   | 'history_expired_through'
   | 'queue_pauses'
   | 'queue_settings'
+  | 'queue_limits'
 
 /** A project's state as any message stored it. */
 export type StoredProject = Omit<Project, AddedField> & Partial<Pick<Project, AddedField>>
@@ -148,7 +187,7 @@ export type StoredProject = Omit<Project, AddedField> & Partial<Pick<Project, Ad
  * The project's state as a message stored it, in today's form: each field added since the first
  * release takes, where a state written before it lacks it, the value that state meant (no team,
  * billing active without overage or cap and never rolled, no provider events, retry policies,
- * override, promotions, paused queues or queue settings). Applied wherever a message is decoded (streams/stored-forms.ts).
+ * override, promotions, paused queues, queue settings or queue limits). Applied wherever a message is decoded (streams/stored-forms.ts).
  */
 export function upgradeProject(stored: StoredProject): Project {
   return {
@@ -169,6 +208,7 @@ export function upgradeProject(stored: StoredProject): Project {
     history_expired_through: stored.history_expired_through ?? 0,
     queue_pauses: stored.queue_pauses ?? [],
     queue_settings: stored.queue_settings ?? [],
+    queue_limits: stored.queue_limits ?? [],
   }
 }
 

@@ -22,6 +22,7 @@ const tables = [
   'webhooks',
   'deliveries',
   'event_consumers',
+  'flow_gates',
   'operations',
   'projection_checkpoints',
   'projection_failures',

@@ -22,6 +22,7 @@ export async function readModels(sql: Sql) {
     webhooks: await rows(sql`SELECT r::text AS row FROM webhooks r ORDER BY project_id, id`),
     deliveries: await rows(sql`SELECT r::text AS row FROM deliveries r ORDER BY id`),
     event_consumers: await rows(sql`SELECT r::text AS row FROM event_consumers r ORDER BY project_id, name`),
+    flow_gates: await rows(sql`SELECT r::text AS row FROM flow_gates r ORDER BY project_id, gate_id`),
     operations: await rows(sql`SELECT r::text AS row FROM operations r ORDER BY id`),
     // The Merkle logs: every tile's hashes, so equal tables mean equal roots at every size.
     audit_trees: await rows(sql`SELECT r::text AS row FROM audit_trees r ORDER BY project_id`),

@@ -15,6 +15,7 @@ import { TeamService } from '../../use-cases/platform/team-service.ts'
 import { StaffService } from '../../use-cases/staff/staff-service.ts'
 import { ApiKeyDirectory } from './api-key-directory.ts'
 import { PausedQueues } from './paused-queues.ts'
+import { FlowControl } from '../../use-cases/jobs/flow-control.ts'
 import type { ApiContext } from './context.ts'
 import { openIdempotencyStore } from './idempotency-hooks.ts'
 import { LogHead } from './log-head.ts'
@@ -49,11 +50,17 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
   )
   jobs.observer = ready.observer
   const keys = new ApiKeyDirectory(deps)
+  // Flow limits (issue 29): the queues' limits from the projects this process follows, and the
+  // gates its claims found full, freed again by this process's acks and by the log's.
+  const flow = new FlowControl((projectId) => keys.current(projectId))
+  jobs.gateFreed = (projectId, gates) => flow.freed(projectId, gates)
+  ready.onAttemptEnded = (projectId, decode) => flow.attemptEnded(projectId, decode)
   const context: ApiContext = {
     deps,
     jobs,
     keys,
     pauses: new PausedQueues(keys, ready, deps.now),
+    flow,
     ready,
     watcher,
     accounts,
@@ -67,7 +74,7 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
     idempotency: openIdempotencyStore(deps),
     polls: new ProjectSlots(t.max_polls_per_project),
     streams: new ProjectSlots(t.max_event_streams_per_project),
-    claims: new ClaimLine((target, polls) => claimForPolls(deps, jobs, target, polls, (jobId, seq) => ready.isStale(jobId, seq)), {
+    claims: new ClaimLine((target, polls) => claimForPolls(deps, jobs, target, polls, (jobId, seq) => ready.isStale(jobId, seq), flow), {
       perProject: t.claim_transactions_per_project,
       total: t.claim_transactions,
       jobsPerTransaction: maxJobsPerClaimTransaction,

@@ -17,6 +17,7 @@ import type { WorkerPresence } from '../../use-cases/workers/worker-presence.ts'
 import type { ApiKeyDirectory } from './api-key-directory.ts'
 import type { LogHead } from './log-head.ts'
 import type { PausedQueues } from './paused-queues.ts'
+import type { FlowControl } from '../../use-cases/jobs/flow-control.ts'
 import type { ProjectSlots } from './project-slots.ts'
 import type { ProjectionWatcher } from './projection-watcher.ts'
 
@@ -27,6 +28,8 @@ export interface ApiContext {
   keys: ApiKeyDirectory
   /** The queues paused now, as the project's events say, for the polls (paused-queues.ts). */
   pauses: PausedQueues
+  /** The queues' flow limits and the gates this process's claims found full (issue 29, flow-control.ts). */
+  flow: FlowControl
   /** The claimable jobs of this process's polls, followed from the log: where claims come from. */
   ready: ReadyIndex
   watcher: ProjectionWatcher

@@ -366,6 +366,7 @@ export const errorCatalogue: ReadonlyArray<{ status: number; code: string }> = [
   { status: 409, code: 'retry_policy_limit_reached' },
   { status: 409, code: 'queue_pause_limit_reached' },
   { status: 409, code: 'queue_settings_limit_reached' },
+  { status: 409, code: 'queue_limits_limit_reached' },
   { status: 409, code: 'bulk_limit_exceeded' },
   { status: 410, code: 'version_sunset' },
   { status: 410, code: 'route_removed' },

@@ -35,6 +35,7 @@ export function toJobDetail(job: JobView) {
     // Extension (issue 28, expiry): only for a job with a ttl, so every other job keeps the spec's shape.
     ...(job.ttl_seconds === undefined ? {} : { ttl_seconds: job.ttl_seconds, expires_at: job.expires_at ?? null }),
     ...(job.cancel_reason === undefined ? {} : { cancel_reason: job.cancel_reason }),
+    ...(job.concurrency_key === undefined ? {} : { concurrency_key: job.concurrency_key }),
   }
 }
 

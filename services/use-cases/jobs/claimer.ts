@@ -7,6 +7,9 @@ import { ConcurrencyConflict } from '../../../streams/errors.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import type { ClaimLine, ClaimRequest, ClaimTarget, PollDemand } from './claim-line.ts'
 import type { JobService } from './job-service.ts'
+import type { FlowLimits } from '../../../domain/project/index.ts'
+import { LimitRefused } from './flow-gates.ts'
+import type { FlowControl } from './flow-control.ts'
 import type { Candidate, PollSession } from './ready-index/index.ts'
 
 /** A job a poll claimed, with the payload its worker is handed (the job's state does not carry it). */
@@ -64,7 +67,9 @@ export interface CatchUp {
  * "Cold queues, bounds and stalls"); the index wakes a waiting poll once it holds them.
  *
  * Nothing is claimed from the `paused` queues of the poll, neither from the index nor from the
- * read model.
+ * read model. Under a queue's flow limits (`flow`, issue 29) each claim first takes its job's
+ * gates; a queue whose own gate is blocked is left alone like a paused one, and a blocked key's
+ * jobs are passed over.
  */
 export async function claimForPoll(
   jobs: JobService,
@@ -75,11 +80,14 @@ export async function claimForPoll(
   recheck: boolean,
   catchUp: CatchUp,
   deadline: number,
-  paused: ReadonlySet<string> = new Set(),
+  pausedQueues: ReadonlySet<string> = new Set(),
+  flow: FlowControl | null = null,
 ): Promise<ClaimedJob[]> {
+  const blocked = flow?.blockedQueues(polled.projectId, polled.queues)
+  const paused = blocked === undefined || blocked.size === 0 ? pausedQueues : new Set([...pausedQueues, ...blocked])
   const request = paused.size === 0 ? polled : { ...polled, queues: polled.queues.filter((q) => !paused.has(q)) }
   if (request.queues.length === 0) return []
-  const claimed = await claimFromIndex(jobs, session, request.workerId, request.capacity, paused)
+  const claimed = await claimFromIndex(jobs, session, request.workerId, request.capacity, paused, flow)
   if (claimed.length === request.capacity) return claimed
   const vouched = session.isComplete()
   if (vouched && !recheck) return claimed
@@ -91,7 +99,7 @@ export async function claimForPoll(
   // The read model holds this process's jobs now; the index may hold them too, if its warm-up
   // (which follows the projector) has read the queue meanwhile. The query runs either way: one
   // more query on this rare path, and no reliance on which of the two caught up first.
-  claimed.push(...(await claimFromIndex(jobs, session, request.workerId, request.capacity - claimed.length, paused)))
+  claimed.push(...(await claimFromIndex(jobs, session, request.workerId, request.capacity - claimed.length, paused, flow)))
   if (claimed.length < request.capacity) claimed.push(...(await line.claim({ ...request, capacity: request.capacity - claimed.length }, signal)))
   return claimed
 }
@@ -108,16 +116,18 @@ export async function claimFromIndex(
   workerId: string,
   capacity: number,
   paused?: ReadonlySet<string>,
+  flow: FlowControl | null = null,
 ): Promise<ClaimedJob[]> {
   const claimed: ClaimedJob[] = []
   let failure: unknown
   for (let round = 0; round < indexRounds && claimed.length < capacity; round++) {
-    const candidates = session.take(capacity - claimed.length, paused)
+    const candidates = session.take(capacity - claimed.length, paused, flow?.fairTake() ?? null)
     if (candidates.length === 0) break
-    const outcomes = await Promise.all(candidates.map((c) => claimCandidate(jobs, session, c, workerId)))
+    const outcomes = await Promise.all(candidates.map((c) => claimCandidate(jobs, session, c, workerId, flow)))
     let lost = 0
     for (const outcome of outcomes) {
-      if (outcome === 'lost') lost++
+      // A refused candidate is back in its lane; its key is passed over from now on, so the next round takes others.
+      if (outcome === 'lost' || outcome === 'refused') lost++
       else if (outcome instanceof Error) failure ??= outcome
       else claimed.push(outcome)
     }
@@ -128,13 +138,27 @@ export async function claimFromIndex(
   return claimed
 }
 
-async function claimCandidate(jobs: JobService, session: PollSession, c: Candidate, workerId: string): Promise<ClaimedJob | 'lost' | Error> {
+async function claimCandidate(
+  jobs: JobService,
+  session: PollSession,
+  c: Candidate,
+  workerId: string,
+  flow: FlowControl | null,
+): Promise<ClaimedJob | 'lost' | 'refused' | Error> {
   let job: Job
   try {
     const known = c.job === null ? undefined : { state: c.job, seq: c.seq }
-    job = (await jobs.claim(c.projectId, c.jobId, workerId, known, true)).state!
+    const limits = flow === null ? null : flow.limitsOf(c.projectId, c.queue)
+    job = (await jobs.claim(c.projectId, c.jobId, workerId, known, true, limits)).state!
     session.settle(c, 'claimed')
   } catch (err) {
+    if (err instanceof LimitRefused) {
+      flow!.refused(c.projectId, err)
+      // Cancelled under `cancel_newest`: gone from the lane; otherwise it waits there for its key's turn.
+      const cancelled = err.refusal.reason === 'concurrency' && err.gate.strategy === 'cancel_newest'
+      session.settle(c, cancelled ? 'lost' : 'unknown')
+      return 'refused'
+    }
     if (err instanceof ConcurrencyConflict || err instanceof InvalidState || err instanceof JobNotFound) {
       session.settle(c, 'lost')
       return 'lost'
@@ -172,6 +196,7 @@ export async function claimForPolls(
   target: ClaimTarget,
   polls: readonly PollDemand[],
   isStale: (jobId: string, seq: number) => boolean = () => false,
+  flow: FlowControl | null = null,
 ): Promise<ClaimedJob[][]> {
   const now = deps.now()
   const claimed: ClaimedJob[][] = polls.map(() => [])
@@ -185,7 +210,8 @@ export async function claimForPolls(
       for (let round = 0; round < rowRounds; round++) {
         const wanted = short.reduce((sum, n) => sum + n, 0)
         if (wanted === 0) break
-        const rows = await jobList.claimCandidates(tx, target, now, seen, wanted)
+        const passOver = flow?.passOver(target.projectId, target.queues) ?? []
+        const rows = await jobList.claimCandidates(tx, target, now, seen, wanted, passOver)
         for (const row of rows) seen.push(row.id as string)
         const candidates = rows.filter((row) => !isStale(row.id as string, row.last_seq as number))
         const dealt: Array<{ poll: number; row: (typeof candidates)[number] }> = []
@@ -199,7 +225,8 @@ export async function claimForPolls(
               const copy = isStorableCopyRow(row)
               const id = row.id as string
               const known = copy ? undefined : { state: jobFromRow(row), seq: row.last_seq as number }
-              const job = await claimRow(jobs, target.projectId, polls[poll]!.workerId, id, known)
+              const limits = flow === null ? null : flow.limitsOf(target.projectId, row.queue as string)
+              const job = await claimRow(jobs, target.projectId, polls[poll]!.workerId, id, known, limits, flow)
               if (job === null) return
               short[poll]!--
               // A replaced payload is read from the log too: the row may predate the replacement the claim was decided on.
@@ -213,6 +240,7 @@ export async function claimForPolls(
         )
         await claiming
         // Fewer rows than asked for: the queue has no more. A failed claim ends the rounds too.
+        // (A refused row is in `seen`, and its key passed over from now on: the next round looks past it.)
         if (rows.length < wanted || failure !== undefined) break
       }
     })
@@ -230,11 +258,23 @@ export async function claimForPolls(
 }
 
 /** Claims one job from its row (`known`); null when the log says it is no longer claimable. */
-async function claimRow(jobs: JobService, projectId: string, workerId: string, jobId: string, known: Loaded<Job> | undefined): Promise<Job | null> {
+async function claimRow(
+  jobs: JobService,
+  projectId: string,
+  workerId: string,
+  jobId: string,
+  known: Loaded<Job> | undefined,
+  limits: FlowLimits | null,
+  flow: FlowControl | null,
+): Promise<Job | null> {
   try {
-    return (await jobs.claim(projectId, jobId, workerId, known)).state
+    return (await jobs.claim(projectId, jobId, workerId, known, false, limits)).state
   } catch (err) {
     if (err instanceof InvalidState) return null
+    if (err instanceof LimitRefused) {
+      flow!.refused(projectId, err)
+      return null
+    }
     throw err
   }
 }

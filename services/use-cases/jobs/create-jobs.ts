@@ -29,6 +29,8 @@ export interface JobRequest {
   dedup?: DedupOption | null | undefined
   /** Extension (issue 29): runs once, with the last payload, after a quiet period (dedup.ts, `admitDebounce`). */
   debounce?: DebounceOption | null | undefined
+  /** Extension (issue 29): the key per-key limits may count the job by. */
+  concurrency_key?: string | null | undefined
 }
 
 export interface CreationItem {
@@ -97,6 +99,7 @@ export function toNewJob(
     traceparent,
     ...(request.priority === undefined || request.priority === null ? {} : { priority: request.priority }),
     ttl_seconds: request.ttl_seconds ?? queueTtl(queue),
+    ...(request.concurrency_key === undefined || request.concurrency_key === null ? {} : { concurrency_key: request.concurrency_key }),
   }
 }
 

@@ -1,6 +1,7 @@
 import type { Actor, CommandMeta } from '../../../domain/decider.ts'
 import type { FeedPosition } from '../../../domain/event-feed.ts'
 import { JobNotFound, ParentNotFound } from '../../../domain/errors.ts'
+
 import {
   assertHeartbeatAllowed,
   type AckStatus,
@@ -19,7 +20,12 @@ import {
   type JobError,
   type JobEvent,
   type JobView,
+  isClaimable,
 } from '../../../domain/job.ts'
+import { InvalidState } from '../../../domain/errors.ts'
+import { freeGate, giveBack, holdGate, LimitRefused, takeGates } from './flow-gates.ts'
+import { gatesOf, holdGateOf, type GateSpec } from '../../../domain/flow-gate.ts'
+import type { FlowLimits } from '../../../domain/project/index.ts'
 import { jobProgressDecider, progressOf, type JobProgress, type JobProgressCommand } from '../../../domain/job-progress.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { upsertJobRows } from '../../../projections/job-list.ts'
@@ -193,6 +199,7 @@ export class JobService {
         this.observer?.appended(result.record)
         recordJobEvents(result.events, result.state)
         if (result.state?.state === 'pending') this.#notePending(projectId, result.seq)
+        await this.#freeEndedAttempt(projectId, jobId, result.events, result.state)
       }
     } finally {
       if (creating) this.observer?.created(jobId)
@@ -205,6 +212,36 @@ export class JobService {
     this.#noteWrite(projectId, result.seq)
     return result as CommandResult<JobEvent, Job>
   }
+
+  /**
+   * After an append that ended a running attempt (an ack, a reap, a cancel, a release), frees the
+   * flow gates the attempt held, so its key's next job can start. A crash before this leaves the
+   * slots held; the reaper's reconciliation frees them (services/use-cases/jobs/flow-gates.ts).
+   */
+  async #freeEndedAttempt(projectId: string, jobId: string, events: readonly JobEvent[], job: Job | null): Promise<void> {
+    const gates = job?.gates
+    if (gates === undefined || gates.length === 0 || job!.state === 'processing') return
+    const ended = events.find(
+      (e) =>
+        e.type === 'job_succeeded' ||
+        e.type === 'job_attempt_failed' ||
+        e.type === 'job_dead_lettered' ||
+        e.type === 'job_released' ||
+        (e.type === 'job_cancelled' && e.data.previous_state === 'processing'),
+    )
+    if (ended === undefined) return
+    const attempt = (ended.data as { attempt?: number }).attempt ?? job!.attempt
+    try {
+      await Promise.all(gates.map((name) => freeGate(this.#deps, projectId, name, jobId, attempt, 'ended')))
+    } catch (err) {
+      // The attempt's end stands; the reaper's reconciliation frees what could not be freed here.
+      this.#deps.log.warn({ err, projectId, jobId, gates }, 'could not free the flow gates of an ended attempt')
+    }
+    this.gateFreed?.(projectId, gates)
+  }
+
+  /** Told of gates this process freed, so its polls stop passing over their keys at once (the API's FlowBlocks). */
+  gateFreed: ((projectId: string, gates: readonly string[]) => void) | null = null
 
   /** The job's state as of its latest event, straight from the log: one direct get. */
   async load(projectId: string, jobId: string): Promise<Written> {
@@ -510,8 +547,91 @@ export class JobService {
    * needs no load. With `trustKnown`, a stale `known` is not reloaded: the claim fails with
    * ConcurrencyConflict (or the refusal decided on it) and the caller moves on.
    */
-  async claim(projectId: string, jobId: string, workerId: string, known?: Loaded<Job>, trustKnown = false): Promise<CommandResult<JobEvent, Job>> {
-    return this.#run(projectId, jobId, { type: 'claim_job', data: { worker_id: workerId }, meta: this.#meta() }, known, trustKnown)
+  async claim(
+    projectId: string,
+    jobId: string,
+    workerId: string,
+    known?: Loaded<Job>,
+    trustKnown = false,
+    limits: FlowLimits | null = null,
+  ): Promise<CommandResult<JobEvent, Job>> {
+    const command = (gates?: string[]): JobCommand => ({
+      type: 'claim_job',
+      data: gates === undefined || gates.length === 0 ? { worker_id: workerId } : { worker_id: workerId, gates },
+      meta: this.#meta(),
+    })
+    if (limits === null) return this.#run(projectId, jobId, command(), known, trustKnown)
+    // Under limits the claim first takes the job's gates, decided on the job as known (its keys,
+    // its next attempt): a stale `known` only costs the claim's conflict, and the gates go back.
+    const job = known?.state ?? (await this.load(projectId, jobId)).job
+    if (!isClaimable(job, this.#meta().now)) throw new InvalidState(`job ${job.id} is ${job.state} and cannot be claimed now`)
+    const gates = gatesOf(limits, job)
+    if (gates.length === 0) return this.#run(projectId, jobId, command(), known, trustKnown)
+    const attempt = job.attempt + 1
+    let taken: string[]
+    try {
+      taken = await takeGates(this.#deps, projectId, jobId, attempt, gates)
+    } catch (err) {
+      if (err instanceof LimitRefused) await this.#refused(projectId, job, err)
+      throw err
+    }
+    try {
+      return await this.#run(projectId, jobId, command(taken), known, trustKnown)
+    } catch (err) {
+      await giveBack(this.#deps, projectId, jobId, attempt, gates).catch(() => undefined)
+      throw err
+    }
+  }
+
+  /**
+   * A claim its gate refused: the waiting job records why (once per wait); under
+   * `cancel_newest` a full key cancels the job instead, under `cancel_in_progress` the key's
+   * oldest running job is asked to stop, to make room.
+   */
+  async #refused(projectId: string, job: Job, refused: LimitRefused): Promise<void> {
+    const { refusal, gate } = refused
+    if (refusal.reason === 'concurrency' && gate.strategy === 'cancel_newest') {
+      await this.#run(projectId, job.id, { type: 'cancel_job', data: { reason: 'concurrency_limit' }, meta: this.#meta() }).then(
+        (result) => this.cascade(projectId, result.events, result.state),
+        () => undefined,
+      )
+      return
+    }
+    if (refusal.reason === 'concurrency' && gate.strategy === 'cancel_in_progress' && refusal.oldestHolder !== null) {
+      await this.cancel(projectId, refusal.oldestHolder.job_id, undefined, true).catch(() => undefined)
+    }
+    if (job.limit_waiting === undefined) {
+      await this.#run(projectId, job.id, { type: 'note_limit_wait', data: { reason: refusal.reason, key: gate.key }, meta: this.#meta() }).catch(
+        () => undefined,
+      )
+    }
+  }
+
+  /**
+   * A worker's `rate_limited` ack (issue 29): the job goes back to pending, due in `retryAfterMs`,
+   * without spending an attempt, and the gate that counts its starts (its key's, else its
+   * queue's) is held shut until then. `limitsOf`: a queue's limits, as the caller knows them.
+   */
+  async rateLimited(
+    projectId: string,
+    jobId: string,
+    workerId: string,
+    retryAfterMs: number,
+    limitsOf: (queue: string) => FlowLimits | null,
+  ): Promise<{ outcome: AckOutcome; seq: number }> {
+    const until = new Date(this.#deps.now().getTime() + retryAfterMs).toISOString()
+    const result = await this.#run(projectId, jobId, {
+      type: 'release_job',
+      data: { worker_id: workerId, run_at: until, reason: 'rate_limited' },
+      meta: this.#meta(),
+    })
+    const job = result.state!
+    await this.cascade(projectId, result.events, job)
+    const limits = limitsOf(job.queue)
+    const hold: GateSpec | null = limits === null ? null : holdGateOf(gatesOf(limits, job))
+    if (hold !== null && job.state === 'pending') await holdGate(this.#deps, projectId, hold, jobId, until)
+    const outcome: AckOutcome = job.state === 'pending' ? { action: 'retry', retry_at: job.run_at! } : { action: 'done' }
+    return { outcome, seq: result.seq }
   }
 
   /**

@@ -4,7 +4,7 @@ import { z } from 'zod'
 import { Forbidden } from '../../../../domain/errors.ts'
 import { jobStates, type Job } from '../../../../domain/job.ts'
 import { hasRoleAtLeast } from '../../../../domain/project/index.ts'
-import { maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
+import { maxConcurrencyKeyLength, maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
 import type { ApiContext } from '../context.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendJobsExport, wantsAttestation } from '../export-stream.ts'
@@ -71,6 +71,11 @@ export const createJobBody = z
       ),
     dedup: dedupField.nullish(),
     debounce: debounceField.nullish(),
+    concurrency_key: text(1, maxConcurrencyKeyLength)
+      .nullish()
+      .describe(
+        'extension (issue 29): the key the queue\'s per-key limits count the job by when they are `by: "concurrency_key"` (`PUT /queues/{queue}/limits`); absent or null: none',
+      ),
   })
   .superRefine((body, ctx) => {
     // A debounce decides the job's due time and its key; a parent would decide the due time too.
@@ -128,7 +133,13 @@ export const jobDetail = z
       .describe(
         'extension: present only with `ttl_seconds`: when its current wait to be claimed runs out; null while it runs, waits for its parent, or has ended after running',
       ),
-    cancel_reason: z.literal('expired').optional().describe('extension: present only on a job cancelled because it was not claimed within its ttl'),
+    cancel_reason: z
+      .enum(['expired', 'concurrency_limit'])
+      .optional()
+      .describe(
+        'extension: present only on a job cancelled because it was not claimed within its ttl (`expired`) or because its key was full under `cancel_newest` (`concurrency_limit`)',
+      ),
+    concurrency_key: z.string().optional().describe('extension (issue 29): present only for a job created with one'),
   })
   .meta({ id: 'Job' })
 

@@ -2,7 +2,18 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { jobStates } from '../../../../domain/job.ts'
+import { flowGates } from '../../../../projections/flow-gates.ts'
 import {
+  concurrencyStrategies,
+  keyConcurrencyRange,
+  maxQueueLimits,
+  queueConcurrencyRange,
+  queueLimitsOf,
+  rateLimitRange,
+  ratePeriodSecondsRange,
+  type FlowLimits,
+  type KeyDimension,
+  type QueueLimits,
   defaultTtlOf,
   maxPausedQueues,
   maxQueueSettings,
@@ -16,11 +27,14 @@ import { summary } from '../../../use-cases/jobs/metrics-service.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import type { ApiContext } from '../context.ts'
 import { queueNameText, ttlSecondsNumber } from '../job-fields.ts'
-import { errorResponses, instant, writeCodes } from '../openapi.ts'
+import { errorResponses, instant, noContent, writeCodes } from '../openapi.ts'
 import { minSeq } from '../query-fields.ts'
 import { awaitOwnWrites } from '../read-your-writes.ts'
 import { isStorableInstant, unstorableInstantMessage } from '../storable.ts'
 import { boundedString, storableText } from '../text-fields.ts'
+
+/** Keys the limits state lists at most. */
+const maxKeysInState = 50
 
 /** Queues one list answers at most: the paused ones first, then those with jobs, by name. */
 const maxQueuesListed = 1000
@@ -59,6 +73,127 @@ const queueListItem = queueState
   .meta({ id: 'QueueListItem' })
 
 const tags = ['Queues']
+
+const keyDimension = boundedString(200)
+  .refine((by) => by === 'concurrency_key' || by === 'job_type' || (by.startsWith('tag:') && by.length > 'tag:'.length), {
+    message: 'must be "concurrency_key", "job_type" or "tag:<name>"',
+  })
+  .transform((by) => by as KeyDimension)
+
+const limitsBody = z
+  .strictObject({
+    concurrency: z
+      .strictObject({
+        limit: z.number().int().min(queueConcurrencyRange.min).max(queueConcurrencyRange.max).nullish().describe("the queue's running jobs at most"),
+        per_key: z
+          .strictObject({
+            limit: z.number().int().min(keyConcurrencyRange.min).max(keyConcurrencyRange.max),
+            by: keyDimension.describe('"concurrency_key", "job_type" or "tag:<name>"'),
+          })
+          .nullish()
+          .describe("each key's running jobs at most"),
+        strategy: z.enum(concurrencyStrategies).default('queue').describe('what a job finds when its key (or queue) is full'),
+      })
+      .refine((c) => c.limit != null || c.per_key != null, { message: 'needs limit or per_key' })
+      .nullish(),
+    rate: z
+      .strictObject({
+        limit: z.number().int().min(rateLimitRange.min).max(rateLimitRange.max).describe('starts per period'),
+        period_seconds: z.number().int().min(ratePeriodSecondsRange.min).max(ratePeriodSecondsRange.max),
+        burst: z.number().int().min(rateLimitRange.min).max(rateLimitRange.max).nullish().describe('starts at once at most; default: limit'),
+        by: keyDimension.nullish().describe("absent or null: the queue's starts; else each key's"),
+      })
+      .nullish(),
+  })
+  .refine((b) => b.concurrency != null || b.rate != null, { message: 'needs concurrency or rate' })
+
+function flowLimitsOf(body: z.output<typeof limitsBody>): FlowLimits {
+  const c = body.concurrency ?? null
+  const r = body.rate ?? null
+  return {
+    concurrency: c === null ? null : { limit: c.limit ?? null, per_key: c.per_key ?? null, strategy: c.strategy },
+    rate: r === null ? null : { limit: r.limit, period_seconds: r.period_seconds, burst: r.burst ?? r.limit, by: r.by ?? null },
+  }
+}
+
+const queueLimits = z
+  .strictObject({
+    queue: z.string(),
+    concurrency: z
+      .strictObject({
+        limit: z.number().int().nullable(),
+        per_key: z.strictObject({ limit: z.number().int(), by: z.string() }).nullable(),
+        strategy: z.enum(concurrencyStrategies),
+      })
+      .nullable(),
+    rate: z
+      .strictObject({ limit: z.number().int(), period_seconds: z.number().int(), burst: z.number().int(), by: z.string().nullable() })
+      .nullable(),
+    updated_at: instant.nullable(),
+  })
+  .meta({ id: 'QueueLimits' })
+
+function limitsView(queue: string, limits: QueueLimits | null) {
+  return { queue, concurrency: limits?.concurrency ?? null, rate: limits?.rate ?? null, updated_at: limits?.updated_at ?? null }
+}
+
+const limitsDescription = `Extension (issue 29). \`concurrency.limit\` bounds the queue's running jobs, \`concurrency.per_key\` each key's (a job's key: its \`concurrency_key\`, its job type, or one of its tags); \`strategy\` \`queue\` keeps the excess pending, \`cancel_newest\` cancels a job that finds its key full (\`cancel_reason: "concurrency_limit"\`), \`cancel_in_progress\` asks the key's oldest running job to stop (as \`include_running\` cancels do) and the new one waits for its slot. \`rate\` is a token bucket of **starts** (claims), \`limit\` per \`period_seconds\`, \`burst\` at once, per key with \`by\`: the excess waits. Slots and tokens are held on the log (one gate aggregate per queue and key), so every API process counts the same; an ended attempt (ack, reap, cancel, release) frees its slots. Keys take turns, and a key at its limit never holds back another key's jobs. A project holds limits for at most ${maxQueueLimits} queues (409 \`queue_limits_limit_reached\`). Needs \`admin\`. The answer carries \`X-Event-Seq\`.`
+
+const putLimitsSchema = {
+  summary: "Set a queue's flow limits",
+  description: limitsDescription,
+  tags,
+  params: z.object({ queue: queueNameText }),
+  body: limitsBody,
+  response: { 200: queueLimits, ...errorResponses(...writeCodes, 'queue_limits_limit_reached') },
+}
+
+const getLimitsSchema = {
+  summary: "A queue's flow limits",
+  description: 'Extension (issue 29). `concurrency` and `rate` null when the queue has none.',
+  tags,
+  params: z.object({ queue: queueNameText }),
+  response: { 200: queueLimits, ...errorResponses() },
+}
+
+const deleteLimitsSchema = {
+  summary: "Remove a queue's flow limits",
+  description:
+    'Extension (issue 29). Jobs running under them keep their slots until they end; new claims take none. 204 also when the queue had none. Needs `admin`.',
+  tags,
+  params: z.object({ queue: queueNameText }),
+  response: { 204: noContent('Removed'), ...errorResponses(...writeCodes) },
+}
+
+const limitsStateSchema = {
+  summary: "What a queue's flow limits hold back now",
+  description: `Extension (issue 29). From the gates' read model and the job list: the jobs holding a slot, the pending jobs due now and since when the oldest waits, the queue's tokens and hold, and the top ${maxKeysInState} keys (most waiting first) with theirs.`,
+  tags,
+  params: z.object({ queue: queueNameText }),
+  response: {
+    200: z.strictObject({
+      queue: z.string(),
+      limits: queueLimits,
+      running: z.number().int(),
+      waiting: z.number().int(),
+      oldest_waiting_since: instant.nullable(),
+      tokens: z.number().nullable(),
+      held_until: instant.nullable(),
+      keys_at_limit: z.number().int(),
+      keys: z.array(
+        z.strictObject({
+          key: z.string(),
+          running: z.number().int(),
+          waiting: z.number().int(),
+          oldest_waiting_since: instant.nullable(),
+          tokens: z.number().nullable(),
+          held_until: instant.nullable(),
+        }),
+      ),
+    }),
+    ...errorResponses(),
+  },
+}
 
 const settingsBody = z.object({
   default_ttl_seconds: ttlSecondsNumber
@@ -175,6 +310,47 @@ export function queueRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys' | 'wa
     )
 
     app.post('/:queue/resume', { schema: resumeSchema, config: { role: 'admin' } }, async (request, reply) => change(request, reply, null))
+
+    /** Appends the limits (null: removed); this process's polls see them at once, the others when the event reaches them. */
+    async function setLimits(request: FastifyRequest, reply: FastifyReply, queue: string, limits: FlowLimits | null) {
+      const actor = request.principal.actor ?? null
+      const command: ProjectCommand = {
+        type: 'set_queue_limits',
+        data: { actor_user_id: actor?.user_id ?? null, queue, limits },
+        meta: { now: deps.now().toISOString(), actor: actor ?? undefined },
+      }
+      const result = await commandProject(deps, request.principal.projectId, command)
+      if (result.appended) {
+        ctx.keys.note(result.state!)
+        ctx.jobs.noteWritten(request.principal.projectId, result.seq)
+      }
+      void reply.header('X-Event-Seq', String(result.seq))
+      return result.state!
+    }
+
+    app.put('/:queue/limits', { schema: putLimitsSchema, config: { role: 'admin' } }, async (request, reply) => {
+      const { queue } = request.params
+      const project = await setLimits(request, reply, queue, flowLimitsOf(request.body))
+      return limitsView(queue, queueLimitsOf(project, queue))
+    })
+
+    app.get('/:queue/limits', { schema: getLimitsSchema, config: { role: 'viewer' } }, async (request) => {
+      const { queue } = request.params
+      return limitsView(queue, queueLimitsOf(await projectOf(request), queue))
+    })
+
+    app.delete('/:queue/limits', { schema: deleteLimitsSchema, config: { role: 'admin' } }, async (request, reply) => {
+      await setLimits(request, reply, request.params.queue, null)
+      return reply.code(204).send()
+    })
+
+    app.get('/:queue/limits/state', { schema: limitsStateSchema, config: { role: 'viewer' } }, async (request) => {
+      const { queue } = request.params
+      const projectId = request.principal.projectId
+      const limits = queueLimitsOf(await projectOf(request), queue)
+      const state = await flowGates.stateOf(deps.sql, projectId, queue, limits, deps.now(), maxKeysInState)
+      return { queue, limits: limitsView(queue, limits), ...state }
+    })
 
     app.put('/:queue/settings', { schema: settingsSchema, config: { role: 'admin' } }, async (request, reply) => {
       const { queue } = request.params

@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync, FastifyReply } from 'fastify'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { ackStatuses } from '../../../../domain/job.ts'
@@ -56,15 +56,37 @@ const errorDetail = z.object({
 /** Any job id is looked up; one this service could not have issued is simply not found. */
 const jobId = boundedString(2048, 1).meta({ examples: ['job_01j9z3k8q4x7v2m5n6p8r0s1t2'] })
 
-export const ackBody = z.object({
-  job_id: jobId,
-  worker_id: workerId,
-  status: z.enum(ackStatuses),
-  duration_ms: z.number().int().min(0).nullish(),
-  error: errorDetail.nullish(),
-  /** Extension: what the handler returned (issue 26). */
-  result: jobResult.optional(),
-})
+/** The longest a `rate_limited` ack may hold its job and key back: a day. */
+export const maxRetryAfterMs = 86_400_000
+
+export const ackBody = z
+  .object({
+    job_id: jobId,
+    worker_id: workerId,
+    status: z
+      .enum([...ackStatuses, 'rate_limited'])
+      .describe(
+        '`succeeded` or `failed`; extension (issue 29): `rate_limited`, with `retry_after_ms`: the job goes back to pending without spending an attempt, and its key (or queue) is held back until then',
+      ),
+    duration_ms: z.number().int().min(0).nullish(),
+    error: errorDetail.nullish(),
+    /** Extension: what the handler returned (issue 26). */
+    result: jobResult.optional(),
+    retry_after_ms: z
+      .number()
+      .int()
+      .min(1)
+      .max(maxRetryAfterMs)
+      .optional()
+      .describe(
+        `extension (issue 29): with \`status: "rate_limited"\` (and only then): how long to hold the job and its key back, 1–${maxRetryAfterMs} ms`,
+      ),
+  })
+  .superRefine((ack, ctx) => {
+    if ((ack.status === 'rate_limited') !== (ack.retry_after_ms !== undefined)) {
+      ctx.addIssue({ code: 'custom', path: ['retry_after_ms'], message: 'retry_after_ms is required with status "rate_limited", and only with it' })
+    }
+  })
 
 /** What an ack answers, alone or as an item of a batch. */
 const ackOutcome = z.strictObject({
@@ -356,7 +378,7 @@ function toPolledJob({ job, payload }: ClaimedJob) {
 }
 
 export function workerRoutes(
-  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'watcher' | 'polls' | 'stopping' | 'requestRate' | 'presence' | 'pauses'>,
+  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'ready' | 'claims' | 'watcher' | 'polls' | 'stopping' | 'requestRate' | 'presence' | 'pauses' | 'flow'>,
 ): FastifyPluginAsync {
   const { deps, jobs } = ctx
   const catchUp: CatchUp = { projection: ctx.watcher, maxWaitMs: deps.config.tunables.read_your_writes_wait_ms }
@@ -404,7 +426,7 @@ export function workerRoutes(
             if (ctx.stopping.aborted) throw restarting()
             // Read on every round: a pause or resume through any process applies to a waiting poll.
             const pauses = ctx.pauses.of(claim.projectId, claim.queues, request.principal.project)
-            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone, recheck, catchUp, deadline, pauses.paused)
+            const claimed = await claimForPoll(jobs, ctx.claims, session, claim, gone, recheck, catchUp, deadline, pauses.paused, ctx.flow)
             // A claim still waiting for its turn when shutdown began was withdrawn, not run.
             if (claimed.length === 0 && ctx.stopping.aborted) throw restarting()
             const remaining = deadline - Date.now()
@@ -423,15 +445,28 @@ export function workerRoutes(
       }
     })
 
-    app.post('/ack', { schema: ackSchema, config: { role: 'member' } }, async (request, reply) => {
-      const b = request.body
-      const { outcome, seq } = await jobs.ack(
-        request.principal.projectId,
-        b.job_id,
-        { worker_id: b.worker_id, status: b.status, duration_ms: b.duration_ms ?? null, error: b.error ?? null, result: b.result ?? null },
+    /** One ack, alone or of a batch: a `rate_limited` one hands the attempt back and holds its gate (issue 29). */
+    async function applyAck(request: FastifyRequest, ack: z.output<typeof ackBody>) {
+      const projectId = request.principal.projectId
+      if (ack.status === 'rate_limited') {
+        const answer = await jobs.rateLimited(projectId, ack.job_id, ack.worker_id, ack.retry_after_ms!, (queue) =>
+          ctx.flow.limitsOf(projectId, queue),
+        )
+        ctx.presence.beat(projectId, ack.worker_id, deps.now())
+        return answer
+      }
+      const answer = await jobs.ack(
+        projectId,
+        ack.job_id,
+        { worker_id: ack.worker_id, status: ack.status, duration_ms: ack.duration_ms ?? null, error: ack.error ?? null, result: ack.result ?? null },
         request.principal.project.retry_policies,
       )
-      ctx.presence.acked(request.principal.projectId, b.worker_id, b.status, deps.now())
+      ctx.presence.acked(projectId, ack.worker_id, ack.status, deps.now())
+      return answer
+    }
+
+    app.post('/ack', { schema: ackSchema, config: { role: 'member' } }, async (request, reply) => {
+      const { outcome, seq } = await applyAck(request, request.body)
       return reply.header('X-Event-Seq', String(seq)).send(outcome)
     })
 
@@ -457,21 +492,9 @@ export function workerRoutes(
         async (k) => {
           const { index, ack } = valid[k]!
           try {
-            const { outcome, seq } = await jobs.ack(
-              request.principal.projectId,
-              ack.job_id,
-              {
-                worker_id: ack.worker_id,
-                status: ack.status,
-                duration_ms: ack.duration_ms ?? null,
-                error: ack.error ?? null,
-                result: ack.result ?? null,
-              },
-              request.principal.project.retry_policies,
-            )
+            const { outcome, seq } = await applyAck(request, ack)
             lastSeq = Math.max(lastSeq, seq)
             results[index] = { job_id: ack.job_id, status: 200, body: outcome }
-            ctx.presence.acked(request.principal.projectId, ack.worker_id, ack.status, deps.now())
           } catch (err) {
             results[index] = { job_id: ack.job_id, ...itemFailure(request, err) }
           }

@@ -1,3 +1,4 @@
+import type { Job } from '../../../../domain/job.ts'
 import type { Deps } from '../../../infrastructure/runtime.ts'
 import type { JobAppendObserver } from '../job-service.ts'
 import { Lanes, type ReadyIndexLimits } from './lanes.ts'
@@ -5,7 +6,7 @@ import { LogFollower } from './log-follower.ts'
 import { newLaneWakeups, PollSession, Wakeups, type HasWakeups, type SessionScope } from './poll-session.ts'
 import { newLaneWarmUp, WarmUp, type HasWarmUp, type ProjectionProgress } from './warm-up.ts'
 
-export { maxLanesPerProject, type Candidate, type ReadyIndexLimits, type Settlement } from './lanes.ts'
+export { maxLanesPerProject, type Candidate, type FairTake, type ReadyIndexLimits, type Settlement } from './lanes.ts'
 export { PollSession } from './poll-session.ts'
 export type { ProjectionProgress } from './warm-up.ts'
 
@@ -58,6 +59,8 @@ export class ReadyIndex {
   #sweeper: NodeJS.Timeout | undefined
   /** Per job, the waits of workers' signal polls (`watchSignals`). */
   readonly #signalWatchers = new Map<string, Set<() => void>>()
+  /** Told of every attempt another process (or this one) ended, for the flow gates it freed (the API's FlowControl). */
+  onAttemptEnded: ((projectId: string, decode: () => Job | null) => void) | null = null
 
   /**
    * `ownPendingThrough` tells the last sequence at which this process left a job of the project
@@ -76,6 +79,7 @@ export class ReadyIndex {
       signalled: (jobId) => {
         for (const wake of this.#signalWatchers.get(jobId) ?? []) wake()
       },
+      attemptEnded: (projectId, decode) => this.onAttemptEnded?.(projectId, decode),
     })
     this.#scope = { lanes: this.#lanes, wakeups: this.#wakeups, isLive: () => this.isLive, idleNow: housekeepingNow }
   }

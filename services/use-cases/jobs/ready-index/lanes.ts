@@ -15,6 +15,8 @@ export interface ReadyIndexLimits {
 export interface Candidate {
   readonly jobId: string
   readonly projectId: string
+  /** The job's queue (its lane's). */
+  readonly queue: string
   /** The stream sequence of the job's last message: the claim's expected sequence. */
   readonly seq: number
   /** The job at `seq`, or null when it is held without its state (past the state budget): the claim loads it. */
@@ -27,6 +29,19 @@ export interface Candidate {
 }
 
 export type Settlement = 'claimed' | 'lost' | 'unknown'
+
+/**
+ * How a take shares a limited queue among its keys (issue 29; the API's FlowControl answers it
+ * from the queue's limits and the gates this process saw refused).
+ */
+export interface FairTake {
+  /** Whether the project's queue has limits that count by key: its keys then take turns. */
+  appliesTo(projectId: string, queue: string): boolean
+  /** The job's key for turns; null: it has none and takes a turn of its own. */
+  keyOf(job: Job): string | null
+  /** How many of the key's jobs one take may pick: its limit, 0 while it is known to be full or held. */
+  room(projectId: string, key: string): number
+}
 
 /**
  * What a candidate's state is counted as until the log delivers its message and tells its size:
@@ -348,6 +363,7 @@ export class Lanes<X> {
     const c: HeldCandidate<X> = {
       jobId: view.id,
       projectId: lane.projectId,
+      queue: lane.queue,
       seq,
       job: withState ? view.job : null,
       payload: heldPayload?.value ?? null,
@@ -448,11 +464,16 @@ export class Lanes<X> {
    * A lane's scan passes over candidates ranked early but not due yet (a high priority does not
    * make a job due sooner) and stops past the last rank a due candidate can have.
    */
-  take(lanes: readonly Lane<X>[], jobTypes: ReadonlySet<string> | null, max: number, now: number): HeldCandidate<X>[] {
+  take(lanes: readonly Lane<X>[], jobTypes: ReadonlySet<string> | null, max: number, now: number, fair: FairTake | null = null): HeldCandidate<X>[] {
     const picked: HeldCandidate<X>[] = []
     /** Per lane, how far its scan went: whatever is taken from it lies before that. */
     const scanned = new Map<Lane<X>, number>()
     for (const lane of lanes) {
+      if (fair?.appliesTo(lane.projectId, lane.queue)) {
+        const end = this.#takeByTurns(lane, jobTypes, max, now, fair, picked)
+        if (end > 0) scanned.set(lane, end)
+        continue
+      }
       let n = 0
       let i = 0
       const lastRank = now - lane.spread.lowestMs
@@ -468,14 +489,64 @@ export class Lanes<X> {
       }
       if (n > 0) scanned.set(lane, i)
     }
-    if (lanes.length > 1) picked.sort((a, b) => (isBefore(a, b) ? -1 : 1))
-    picked.length = Math.min(picked.length, max)
+    // Across queues, claim order; a limited queue's turns are kept as dealt (a stable sort of lanes apart).
+    if (lanes.length > 1 && fair === null) picked.sort((a, b) => (isBefore(a, b) ? -1 : 1))
+    for (const c of picked.splice(max)) c.taken = false
     for (const c of picked) c.taken = true
     for (const [lane, end] of scanned) {
       lane.queued.splice(0, end, ...lane.queued.slice(0, end).filter((c) => !c.taken))
       if (lane.queued.length === 0) lane.spread = noSpread()
     }
     return picked
+  }
+
+  /**
+   * A limited queue's take (issue 29): its keys take turns. The lane is scanned in claim order,
+   * each key collecting up to its room (none while it is at its limit, so a key with thousands
+   * of waiting jobs is passed over, never blocking the keys behind it), then the keys' candidates
+   * are dealt one per key per round, the key with the earliest candidate first. The scan stops
+   * once `max` keys have a candidate: a later key could not get a turn in this take anyway.
+   * Returns where the scan ended (0: nothing picked).
+   */
+  #takeByTurns(lane: Lane<X>, jobTypes: ReadonlySet<string> | null, max: number, now: number, fair: FairTake, picked: HeldCandidate<X>[]): number {
+    const turns: HeldCandidate<X>[][] = []
+    const byKey = new Map<string, { room: number; queue: HeldCandidate<X>[] | null }>()
+    const lastRank = now - lane.spread.lowestMs
+    let i = 0
+    for (; i < lane.queued.length && turns.length < max; i++) {
+      const c = lane.queued[i]!
+      if (c.rankAt > lastRank) break
+      if (c.dueAt > now) continue
+      if (jobTypes !== null && !jobTypes.has(c.jobType)) continue
+      if (c.job?.expires_at !== undefined && Date.parse(c.job.expires_at) <= now) continue
+      const key = c.job === null ? null : fair.keyOf(c.job)
+      if (key === null) {
+        turns.push([c])
+        continue
+      }
+      let entry = byKey.get(key)
+      if (entry === undefined) {
+        const room = Math.min(fair.room(lane.projectId, key), max)
+        entry = { room, queue: room > 0 ? [] : null }
+        byKey.set(key, entry)
+        if (entry.queue !== null) turns.push(entry.queue)
+      }
+      if (entry.queue !== null && entry.queue.length < entry.room) entry.queue.push(c)
+    }
+    const before = picked.length
+    for (let round = 0; picked.length - before < max; round++) {
+      let dealt = false
+      for (const turn of turns) {
+        const c = turn[round]
+        if (c === undefined) continue
+        dealt = true
+        picked.push(c)
+        if (picked.length - before === max) break
+      }
+      if (!dealt) break
+    }
+    for (let k = before; k < picked.length; k++) picked[k]!.taken = true
+    return picked.length > before ? i : 0
   }
 
   /**

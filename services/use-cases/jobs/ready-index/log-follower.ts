@@ -19,6 +19,8 @@ const mayMakeClaimable: ReadonlySet<string> = new Set<JobEventType>([
   'job_priority_changed',
   // A pending job's new payload (a dedup create's): held again with it.
   'job_payload_replaced',
+  // A pending job refused a gate (issue 29) waits on: held again at its new sequence.
+  'job_limit_waiting',
 ])
 /** Event types a running job's worker must hear of at once (FollowerHooks.signalled). */
 const signalsWorker: ReadonlySet<string> = new Set<JobEventType>(['job_cancel_requested', 'job_cancelled'])
@@ -37,7 +39,15 @@ export interface FollowerHooks<X> {
   followed(position: number): void
   /** A message that asks the job's worker to stop (a cancel asked for, or the job cancelled), by its subject and header alone. */
   signalled(jobId: string): void
+  /**
+   * A job message whose events end a running attempt (issue 29), by its header alone; `decode`
+   * reads its state where the listener needs it (the flow gates the attempt held).
+   */
+  attemptEnded(projectId: string, decode: () => Job | null): void
 }
+
+/** The events that end a running attempt, and so free the flow gates it held. */
+const endsAttempt = new Set(['job_succeeded', 'job_attempt_failed', 'job_dead_lettered', 'job_released', 'job_cancelled'])
 
 /**
  * Follows the job events of the log into the lanes, with an ordered consumer from the sequence the
@@ -135,7 +145,9 @@ export class LogFollower<X> {
     this.#position = event.seq
     const where = parseEventSubject(this.#deps.config.namespace, event.subject)
     if (where !== null) {
-      if (types(event).some((t) => signalsWorker.has(t))) this.#hooks.signalled(where.aggregateId)
+      const eventTypes = types(event)
+      if (eventTypes.some((t) => signalsWorker.has(t))) this.#hooks.signalled(where.aggregateId)
+      if (eventTypes.some((t) => endsAttempt.has(t))) this.#hooks.attemptEnded(where.projectId, () => event.decode<JobEvent, Job | null>().state)
       this.#onJobMessage(where.projectId, where.aggregateId, event)
     }
     this.#hooks.followed(this.#position)

@@ -1,4 +1,4 @@
-import { dueBetween, nextDueAfter, type Candidate, type HeldCandidate, type Lane, type Lanes, type Settlement } from './lanes.ts'
+import { dueBetween, nextDueAfter, type Candidate, type FairTake, type HeldCandidate, type Lane, type Lanes, type Settlement } from './lanes.ts'
 
 /** What the wake-ups keep per lane: the polls waiting on it, and the timer of its next due candidate. */
 export interface LaneWakeups {
@@ -135,12 +135,12 @@ export class PollSession {
    * out of every other poll's reach until `settle`d, none of the `paused` queues. Also counts as
    * the poll having seen what it was woken for.
    */
-  take(max: number, paused: ReadonlySet<string> = noQueues): Candidate[] {
+  take(max: number, paused: ReadonlySet<string> = noQueues, fair: FairTake | null = null): Candidate[] {
     this.#offered = 0
     this.#fired = false
     const now = this.#scope.wakeups.now()
     const lanes = paused.size === 0 ? this.#lanes : this.#lanes.filter((l) => !paused.has(l.queue))
-    const picked = this.#scope.lanes.take(lanes, this.#jobTypes, max, now)
+    const picked = this.#scope.lanes.take(lanes, this.#jobTypes, max, now, fair)
     // The clock may have moved since the lanes' timers were set (and tests shift it).
     for (const lane of this.#lanes) this.#scope.wakeups.arm(lane, now)
     return picked

@@ -1,0 +1,139 @@
+import { tokensAt, type BucketRule, type FlowGate, type GateHolder } from '../domain/flow-gate.ts'
+import type { QueueLimits } from '../domain/project/index.ts'
+import type { EventRecord } from '../streams/event-store.ts'
+import type { Queryable } from './database.ts'
+import { latestPerAggregate, readModel } from './projection.ts'
+
+/**
+ * The flow gates (domain/flow-gate.ts) as their last messages left them, one row per gate: what
+ * the limits state route shows, and where the reaper finds slots held by attempts that are gone
+ * (services/use-cases/jobs/flow-gates.ts, reconciliation).
+ */
+async function applyGateRows(db: Queryable, records: readonly EventRecord[]): Promise<void> {
+  for (const r of latestPerAggregate(records.filter((x) => x.message.aggregate === 'gate'))) {
+    const gate = r.message.state as FlowGate | null
+    if (gate === null) continue
+    await db`
+      INSERT INTO flow_gates (project_id, gate_id, queue, key_by, key, holders, running, tokens, refilled_at, held_until, last_seq)
+      VALUES (${r.message.project_id}, ${r.message.aggregate_id}, ${gate.queue}, ${gate.by}, ${gate.key},
+        ${JSON.stringify(gate.holders)}::text::jsonb, ${gate.holders.length}, ${gate.tokens}, ${gate.refilled_at}, ${gate.held_until}, ${r.seq})
+      ON CONFLICT (project_id, gate_id) DO UPDATE SET holders = excluded.holders, running = excluded.running, tokens = excluded.tokens,
+        refilled_at = excluded.refilled_at, held_until = excluded.held_until, last_seq = excluded.last_seq
+      WHERE flow_gates.last_seq < excluded.last_seq`
+  }
+}
+
+interface GateRow {
+  gate_id: string
+  key_by: string | null
+  key: string | null
+  holders: GateHolder[]
+  running: number
+  tokens: number | null
+  refilled_at: Date | null
+  held_until: Date | null
+}
+
+/** Key gates one state reads at most (a queue's busiest). */
+const maxGatesRead = 10_000
+
+export interface KeyState {
+  key: string
+  running: number
+  waiting: number
+  oldest_waiting_since: string | null
+  tokens: number | null
+  held_until: string | null
+}
+
+export interface LimitsState {
+  running: number
+  waiting: number
+  oldest_waiting_since: string | null
+  tokens: number | null
+  held_until: string | null
+  keys_at_limit: number
+  keys: KeyState[]
+}
+
+const iso = (d: Date | null) => (d === null ? null : d.toISOString())
+
+/** What the queue's limits hold back at `now`: its gates' slots, tokens and holds, and its waiting jobs by key. */
+async function stateOf(
+  db: Queryable,
+  projectId: string,
+  queue: string,
+  limits: QueueLimits | null,
+  now: Date,
+  maxKeys: number,
+): Promise<LimitsState> {
+  const rows = await db<GateRow[]>`
+    SELECT gate_id, key_by, key, holders, running, tokens, refilled_at, held_until FROM flow_gates
+    WHERE project_id = ${projectId} AND queue = ${queue} ORDER BY running DESC LIMIT ${maxGatesRead}`
+  const [waiting] = await db<{ n: number; oldest: Date | null }[]>`
+    SELECT count(*)::int AS n, min(available_at) AS oldest FROM jobs
+    WHERE project_id = ${projectId} AND queue = ${queue} AND state = 'pending' AND available_at <= ${now}`
+  const by = limits?.concurrency?.per_key?.by ?? limits?.rate?.by ?? null
+  const rateRule = (forKey: boolean): BucketRule | null => {
+    const rate = limits?.rate ?? null
+    return rate === null || (rate.by !== null) !== forKey ? null : rate
+  }
+  const tokensOf = (row: GateRow | undefined, rule: BucketRule | null) =>
+    rule === null ? null : tokensAt(row === undefined ? null : { tokens: row.tokens, refilled_at: iso(row.refilled_at) }, rule, now.toISOString())
+  const queueGate = rows.find((r) => r.key_by === null)
+  const keyGates = rows.filter((r) => r.key_by !== null && r.key_by === by)
+  let keys: KeyState[] = []
+  if (by !== null) {
+    const keyColumn = by === 'concurrency_key' ? db`concurrency_key` : by === 'job_type' ? db`job_type` : db`(tags ->> ${by.slice('tag:'.length)})`
+    const waitingByKey = await db<{ key: string; n: number; oldest: Date }[]>`
+      SELECT ${keyColumn} AS key, count(*)::int AS n, min(available_at) AS oldest FROM jobs
+      WHERE project_id = ${projectId} AND queue = ${queue} AND state = 'pending' AND available_at <= ${now} AND ${keyColumn} IS NOT NULL
+      GROUP BY 1 ORDER BY 2 DESC LIMIT ${maxKeys}`
+    const gateOf = new Map(keyGates.map((g) => [g.key!, g]))
+    const listed = new Set<string>()
+    const keyState = (key: string, n: number, oldest: Date | null): KeyState => {
+      listed.add(key)
+      const gate = gateOf.get(key)
+      return {
+        key,
+        running: gate?.running ?? 0,
+        waiting: n,
+        oldest_waiting_since: iso(oldest),
+        tokens: tokensOf(gate, rateRule(true)),
+        held_until: gate?.held_until != null && gate.held_until > now ? gate.held_until.toISOString() : null,
+      }
+    }
+    keys = waitingByKey.map((w) => keyState(w.key, w.n, w.oldest))
+    // Keys running but with nothing waiting fill what the list has room for.
+    for (const g of keyGates) {
+      if (keys.length >= maxKeys) break
+      if (g.running > 0 && !listed.has(g.key!)) keys.push(keyState(g.key!, 0, null))
+    }
+  }
+  const perKey = limits?.concurrency?.per_key?.limit ?? null
+  return {
+    running: queueGate !== undefined && limits?.concurrency?.limit != null ? queueGate.running : keyGates.reduce((n, g) => n + g.running, 0),
+    waiting: waiting!.n,
+    oldest_waiting_since: iso(waiting!.oldest),
+    tokens: tokensOf(queueGate, rateRule(false)),
+    held_until: queueGate?.held_until != null && queueGate.held_until > now ? queueGate.held_until.toISOString() : null,
+    keys_at_limit: perKey === null ? 0 : keyGates.filter((g) => g.running >= perKey).length,
+    keys,
+  }
+}
+
+/** Gates holding slots, oldest first, for the reaper's reconciliation: at most `limit`. */
+async function heldSlots(db: Queryable, limit: number): Promise<Array<{ project_id: string; gate_id: string; holders: GateHolder[] }>> {
+  return db<Array<{ project_id: string; gate_id: string; holders: GateHolder[] }>>`
+    SELECT project_id, gate_id, holders FROM flow_gates WHERE running > 0 ORDER BY last_seq LIMIT ${limit}`
+}
+
+export const flowGates = readModel(
+  {
+    name: 'flow_gates',
+    handles: ['gate_slot_taken', 'gate_slot_freed', 'gate_held'],
+    tables: ['flow_gates'],
+    apply: applyGateRows,
+  },
+  { stateOf, heldSlots },
+)
