@@ -411,7 +411,7 @@ class Jobs(_Resource):
         a new job returns the usual 201 body, without "deduplicated". debounce (extension):
         {"key", "seconds", "max_wait_seconds"}: runs once, with the last payload, after a quiet
         period; a create within it returns the scheduled job with "deduplicated": True.
-        concurrency_key (extension, 1-200 characters): the key the queue's per-key flow limits
+        concurrency_key (extension, 1-500 characters): the key the queue's per-key flow limits
         count the job under (Queues.set_limits)."""
         return self._call("POST", "/jobs", body=fields, repeat="key", idempotency_key=idempotency_key)
 

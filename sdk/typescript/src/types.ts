@@ -32,7 +32,7 @@ export type AcceptedBody<P extends Path, M extends Method> = Route<P, M>['respon
 
 export type Job = components['schemas']['Job']
 export type JobState = Job['state']
-export type CreateJobRequest = WithConcurrencyKey<RequestBody<'/jobsvc/v1/jobs', 'post'>>
+export type CreateJobRequest = RequestBody<'/jobsvc/v1/jobs', 'post'>
 /** The 201 of a create: a new job. */
 export type CreatedJob = Route<'/jobsvc/v1/jobs', 'post'>['responses'] extends { 201: infer Created } ? JsonOf<Created> : never
 /**
@@ -57,7 +57,7 @@ export type JobHistoryFilter = Omit<JobHistoryQuery, 'types' | 'since' | 'until'
 }
 /** The job as it was at a moment of its history (`jobs.get(id, { asOf })`), with `as_of`: where the read stopped. */
 export type JobAsOf = components['schemas']['JobAsOf']
-export type BatchCreateRequest = { jobs: Array<WithConcurrencyKey<RequestBody<'/jobsvc/v1/jobs/batch', 'post'>['jobs'][number]>> }
+export type BatchCreateRequest = RequestBody<'/jobsvc/v1/jobs/batch', 'post'>
 export type BatchCreateResult = ResponseBody<'/jobsvc/v1/jobs/batch', 'post'>
 /**
  * An export's query: the route's, with `attest` also as a boolean. `attest: true` (JSONL only;
@@ -68,10 +68,7 @@ export type ExportQuery = Omit<Query<'/jobsvc/v1/jobs/export', 'get'>, 'attest'>
 
 export type PollRequest = RequestBody<'/jobsvc/v1/workers/poll', 'post'>
 export type PolledJob = ResponseBody<'/jobsvc/v1/workers/poll', 'post'>['jobs'][number]
-export type AckRequest = Omit<RequestBody<'/jobsvc/v1/workers/ack', 'post'>, 'status'> & {
-  status: RequestBody<'/jobsvc/v1/workers/ack', 'post'>['status'] | 'rate_limited'
-  retry_after_ms?: number
-}
+export type AckRequest = RequestBody<'/jobsvc/v1/workers/ack', 'post'>
 export type AckResult = ResponseBody<'/jobsvc/v1/workers/ack', 'post'>
 export type BatchAckResult = ResponseBody<'/jobsvc/v1/workers/ack/batch', 'post'>
 export type HeartbeatRequest = RequestBody<'/jobsvc/v1/workers/heartbeat', 'post'>
@@ -123,45 +120,14 @@ export type PauseQueueRequest = NonNullable<RequestBody<'/jobsvc/v1/queues/{queu
 export type QueueSettings = ResponseBody<'/jobsvc/v1/queues/{queue}/settings', 'put'>
 export type QueueSettingsRequest = RequestBody<'/jobsvc/v1/queues/{queue}/settings', 'put'>
 export type ActivityQuery = Query<'/jobsvc/v1/activity', 'get'>
-
-type WithConcurrencyKey<T> = T & { concurrency_key?: string }
-/** What limits a queue's starts: `by` names the key jobs are counted per. */
-export type LimitKeyBy = 'concurrency_key' | 'job_type' | `tag:${string}`
-/** `PUT /queues/{queue}/limits`: at least one of `concurrency` and `rate`; `concurrency` needs `limit` or `per_key`. */
-export interface QueueLimitsRequest {
-  concurrency?: {
-    limit?: number
-    per_key?: { limit: number; by: LimitKeyBy }
-    strategy?: 'queue' | 'cancel_newest' | 'cancel_in_progress'
-  } | null
-  rate?: { limit: number; period_seconds: number; burst?: number; by?: LimitKeyBy | null } | null
-}
-/** A queue's flow limits; `concurrency`, `rate` and `updated_at` are null when it has none. */
-export interface QueueLimits {
-  queue: string
-  concurrency: {
-    limit: number | null
-    per_key: { limit: number; by: string } | null
-    strategy: 'queue' | 'cancel_newest' | 'cancel_in_progress'
-  } | null
-  rate: { limit: number; period_seconds: number; burst: number; by: string | null } | null
-  updated_at: string | null
-}
-interface LimitCounts {
-  running: number
-  waiting: number
-  oldest_waiting_since: string | null
-  tokens: number | null
-  held_until: string | null
-}
-/** `GET /queues/{queue}/limits/state`: the queue's slots, bucket and holds now, and its 50 keys with the most jobs waiting. */
-export interface QueueLimitsState extends LimitCounts {
-  queue: string
-  limits: QueueLimits
-  keys_at_limit: number
-  keys: Array<LimitCounts & { key: string }>
-}
 export type ActivityPage = ResponseBody<'/jobsvc/v1/activity', 'get'>
+
+/** A queue's flow limits (an extension); `concurrency`, `rate` and `updated_at` are null when it has none. */
+export type QueueLimits = components['schemas']['QueueLimits']
+/** `PUT /queues/{queue}/limits`: at least one of `concurrency` and `rate`; `concurrency` needs `limit` or `per_key`. */
+export type QueueLimitsRequest = RequestBody<'/jobsvc/v1/queues/{queue}/limits', 'put'>
+/** `GET /queues/{queue}/limits/state`: the queue's slots, bucket and hold now, and its 50 keys with the most jobs waiting. */
+export type QueueLimitsState = ResponseBody<'/jobsvc/v1/queues/{queue}/limits/state', 'get'>
 
 /** One event of the project's feed (`GET /events`): `cursor` is where to resume after it. */
 export type FeedEvent = components['schemas']['FeedEvent']
