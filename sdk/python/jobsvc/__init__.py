@@ -3,7 +3,7 @@
 from ._version import __version__
 from .client import Client, CursorExpiredError, EventVerdict, Interrupt, JobsvcError, JsonObject, StaleCommitError
 from .webhook import WebhookVerificationError, verify_webhook
-from .worker import Handler, JobCancelled, JobContext, JobTimeout, Worker, WorkerStopped
+from .worker import Handler, JobCancelled, JobContext, JobTimeout, RateLimited, Worker, WorkerStopped
 
 __all__ = [
     "__version__",
@@ -19,6 +19,7 @@ __all__ = [
     "JobContext",
     "JobTimeout",
     "JobCancelled",
+    "RateLimited",
     "WorkerStopped",
     "verify_webhook",
     "WebhookVerificationError",

@@ -410,11 +410,13 @@ class Jobs(_Resource):
         nothing and returns the existing job's detail with "deduplicated": True (the API's 200);
         a new job returns the usual 201 body, without "deduplicated". debounce (extension):
         {"key", "seconds", "max_wait_seconds"}: runs once, with the last payload, after a quiet
-        period; a create within it returns the scheduled job with "deduplicated": True."""
+        period; a create within it returns the scheduled job with "deduplicated": True.
+        concurrency_key (extension, 1-500 characters): the key the queue's per-key flow limits
+        count the job under (Queues.set_limits)."""
         return self._call("POST", "/jobs", body=fields, repeat="key", idempotency_key=idempotency_key)
 
     def create_batch(self, jobs: Iterable[JsonObject], idempotency_key: Optional[str] = None) -> JsonObject:
-        """Each item is a create's body (ttl_seconds and dedup included); a duplicate item's result
+        """Each item is a create's body (ttl_seconds, dedup and concurrency_key included); a duplicate item's result
         is {"status": 200, "body": <the existing job, "deduplicated": True>}."""
         return self._call("POST", "/jobs/batch", body={"jobs": list(jobs)}, repeat="key", idempotency_key=idempotency_key)
 
@@ -553,6 +555,10 @@ class Workers(_Resource):
         return self._call("POST", "/workers/heartbeat", body=fields, repeat="once")
 
     def ack(self, **fields: Any) -> JsonObject:
+        """POST /workers/ack: {job_id, worker_id, status: "succeeded"|"failed", ...}, or (an extension)
+        status="rate_limited" with retry_after_ms (1 to 86,400,000): the job is put back, due that
+        long from now, without spending its attempt, and its concurrency key (or, without a
+        per-key limit, its queue) is held back until then; answers {"action": "retry", "retry_at"}."""
         return self._call("POST", "/workers/ack", body=fields, repeat="once")
 
     def release(self, **fields: Any) -> JsonObject:
@@ -674,7 +680,9 @@ class RetryPolicy(_Resource):
 
 class Queues(_Resource):
     """Pausing and resuming queues: a paused queue's jobs are created but handed to no poll until
-    it is resumed or its until passes. Pausing and resuming need the project role admin."""
+    it is resumed or its until passes. Pausing and resuming need the project role admin. A queue's
+    settings, and its flow limits (an extension): how many of its jobs run at once and how fast
+    they start."""
 
     def list(self, **query: Any) -> JsonObject:
         """The paused queues, then every queue holding jobs: {data: [{queue, paused, reason, until,
@@ -699,6 +707,33 @@ class Queues(_Resource):
         2,592,000; None removes it); a job not claimed within it of becoming due ends cancelled with
         cancel_reason "expired". Needs the project role admin. Answers {queue, default_ttl_seconds}."""
         return self._call("PUT", "/queues/%s/settings" % _quote(queue), body={"default_ttl_seconds": default_ttl_seconds})
+
+    def set_limits(self, queue: str, concurrency: Optional[JsonObject] = None, rate: Optional[JsonObject] = None) -> JsonObject:
+        """Replaces the queue's flow limits; at least one of them. concurrency: {"limit"?, "per_key"?:
+        {"limit", "by"}, "strategy"?: "queue"|"cancel_newest"|"cancel_in_progress"}, with limit or
+        per_key; rate: {"limit", "period_seconds", "burst"?, "by"?}. by is "concurrency_key",
+        "job_type" or "tag:<name>". A poll is handed only the jobs a limit lets start; the others
+        wait, pending. Needs the project role admin. Answers the limits as get_limits does."""
+        body = {name: value for name, value in (("concurrency", concurrency), ("rate", rate)) if value is not None}
+        return self._call("PUT", self._limits(queue), body=body)
+
+    def get_limits(self, queue: str) -> JsonObject:
+        """{queue, concurrency, rate, updated_at}; concurrency, rate and updated_at are None when the
+        queue has no limits."""
+        return self._call("GET", self._limits(queue))
+
+    def delete_limits(self, queue: str) -> None:
+        """The queue's jobs start as they did before it had limits. Needs the project role admin."""
+        return self._call("DELETE", self._limits(queue))
+
+    def get_limits_state(self, queue: str) -> JsonObject:
+        """The limits at work now: {queue, limits, running, waiting, oldest_waiting_since, tokens,
+        held_until, keys_at_limit, keys}; keys holds the same counts for the 50 keys with the most
+        jobs waiting."""
+        return self._call("GET", self._limits(queue) + "/state")
+
+    def _limits(self, queue: str) -> str:
+        return "/queues/%s/limits" % _quote(queue)
 
 
 class Activity(_Resource):

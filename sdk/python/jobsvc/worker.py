@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -23,7 +24,8 @@ SDK_VERSION = "python/" + __version__
 
 Handler = Callable[[JsonObject, "JobContext"], object]
 """Runs one job: fn(job, ctx). A return acks it succeeded, with the returned value (as JSON) the
-job's ``result`` (None: no result); an exception acks it failed."""
+job's ``result`` (None: no result); RateLimited acks it rate_limited (it runs again after
+retry_after_ms, its attempt not spent); another exception acks it failed."""
 _LOST_ATTEMPT_CODES = {"invalid_state", "worker_mismatch", "job_not_found"}
 _MAX_POLL_CAPACITY = 50
 _MAX_ACKS_PER_BATCH = 1000
@@ -34,6 +36,8 @@ _SIGNAL_WAIT_SECONDS = 25
 _MAX_SIGNAL_JOBS = 100
 # How long acks the service cannot take are sent again before they are left to its reaper.
 _ACK_RETRY_SECONDS = 300
+# The longest retry_after_ms the service takes: a day.
+_MAX_RETRY_AFTER_MS = 86_400_000
 
 
 class WorkerStopped(Exception):
@@ -44,6 +48,20 @@ class WorkerStopped(Exception):
 class JobCancelled(Exception):
     """Why ctx.cancelled is set when the job was cancelled while it ran (cancel with
     include_running); the attempt is acked failed at once and the job ends cancelled."""
+
+
+class RateLimited(Exception):
+    """What a handler raises when what the job calls is rate limiting it (an HTTP 429, a quota).
+    The attempt is acked rate_limited: the service puts the job back, due retry_after_ms from now,
+    without spending an attempt, and holds back the job's concurrency key (or, without a per-key
+    limit, its queue) until then, so the other jobs of that key wait too instead of failing.
+    retry_after_ms is rounded up to whole milliseconds, at least 1 and at most a day."""
+
+    def __init__(self, retry_after_ms: float, message: Optional[str] = None) -> None:
+        if isinstance(retry_after_ms, bool) or not isinstance(retry_after_ms, (int, float)) or not 0 <= retry_after_ms < math.inf:
+            raise ValueError("retry_after_ms must be a number of milliseconds, not %r" % (retry_after_ms,))
+        self.retry_after_ms = min(_MAX_RETRY_AFTER_MS, max(1, math.ceil(retry_after_ms)))
+        super().__init__(message or "rate limited; retry after %d ms" % self.retry_after_ms)
 
 
 class JobTimeout(Exception):
@@ -343,13 +361,16 @@ class Worker:
             if handler is None:
                 raise LookupError("no handler for job type %s" % running.job["job_type"])
             value = handler(running.job, JobContext(self, running))
+        except RateLimited as err:
+            self._finish(running, "rate_limited", err)
         except BaseException as err:  # noqa: BLE001 - a handler's failure is its attempt's, not the worker's
             self._finish(running, "failed", err)
         else:
             self._finish(running, "succeeded", value=value)
 
     def _finish(self, running: _Running, status: str, err: Optional[BaseException] = None, value: Any = None) -> None:
-        """Queues the attempt's ack; a success carries the handler's return value as its ``result``."""
+        """Queues the attempt's ack; a success carries the handler's return value as its ``result``,
+        a rate_limited one the RateLimited's retry_after_ms."""
         with running.lock:
             if running.settled:
                 return
@@ -362,6 +383,8 @@ class Worker:
         }
         if status == "failed":
             ack["error"] = _error_detail(err)
+        elif isinstance(err, RateLimited):
+            ack["retry_after_ms"] = err.retry_after_ms
         elif value is not None:
             self._attach_result(ack, value)
         with self._acks_cond:

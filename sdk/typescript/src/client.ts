@@ -44,6 +44,9 @@ import type {
   QueueRetryPolicy,
   RetryPolicyRequest,
   PauseQueueRequest,
+  QueueLimits,
+  QueueLimitsRequest,
+  QueueLimitsState,
   QueueList,
   QueueState,
   QueueSettings,
@@ -171,7 +174,8 @@ export class JobsApi {
   /**
    * `POST /jobs`, with an Idempotency-Key so that the SDK's retries never create twice. With
    * `dedup` (an extension), a create whose key is held answers the existing job with
-   * `deduplicated: true` instead of creating one.
+   * `deduplicated: true` instead of creating one. `concurrency_key` (an extension) is the key the
+   * queue's per-key flow limits count the job under.
    */
   create(body: CreateJobRequest, options?: RequestOptions): Promise<CreatedJob | DeduplicatedJob> {
     return this.call({ method: 'POST', path: `${v1}/jobs`, body, options, repeat: 'key' })
@@ -310,6 +314,11 @@ export class WorkersApi {
     return this.call({ method: 'POST', path: `${v1}/workers/heartbeat`, body, options, repeat: 'once' })
   }
 
+  /**
+   * Ends the attempt: `succeeded`, `failed`, or (an extension) `rate_limited` with
+   * `retry_after_ms`, which puts the job back, due that long from now, without spending its
+   * attempt, and holds back its concurrency key (or, without a per-key limit, its queue) until then.
+   */
   ack(body: AckRequest, options?: RequestOptions): Promise<AckResult> {
     return this.call({ method: 'POST', path: `${v1}/workers/ack`, body, options, repeat: 'once' })
   }
@@ -546,7 +555,8 @@ export class RetryPolicyApi {
 
 /**
  * Pausing and resuming queues (docs/api-notes.md, "Queue pauses"): a paused queue's jobs are
- * created but handed to no poll until it is resumed or its `until` passes.
+ * created but handed to no poll until it is resumed or its `until` passes. A queue's settings, and
+ * its flow limits (an extension): how many of its jobs run at once and how fast they start.
  */
 export class QueuesApi {
   constructor(private readonly call: CallJson) {}
@@ -573,6 +583,35 @@ export class QueuesApi {
    */
   setSettings(queue: string, settings: QueueSettingsRequest, options?: RequestOptions): Promise<QueueSettings> {
     return this.call({ method: 'PUT', path: `${v1}/queues/${id(queue)}/settings`, body: settings, options, repeat: 'safe' })
+  }
+
+  /**
+   * Needs `admin`. Replaces the queue's flow limits: `concurrency` (its running jobs, overall
+   * `limit` and/or `per_key`, counted by `concurrency_key`, `job_type` or `tag:<name>`) and
+   * `rate` (starts per `period_seconds`, with a `burst`, for the queue or per key). A poll is
+   * handed only the jobs a limit lets start; the others wait, pending.
+   */
+  setLimits(queue: string, limits: QueueLimitsRequest, options?: RequestOptions): Promise<QueueLimits> {
+    return this.call({ method: 'PUT', path: `${v1}/queues/${id(queue)}/limits`, body: limits, options, repeat: 'safe' })
+  }
+
+  /** The queue's flow limits; `concurrency`, `rate` and `updated_at` are null when it has none. */
+  getLimits(queue: string, options?: RequestOptions): Promise<QueueLimits> {
+    return this.call({ method: 'GET', path: `${v1}/queues/${id(queue)}/limits`, options, repeat: 'safe' })
+  }
+
+  /** Needs `admin`. The queue's jobs start as they did before it had limits. */
+  deleteLimits(queue: string, options?: RequestOptions): Promise<void> {
+    return this.call({ method: 'DELETE', path: `${v1}/queues/${id(queue)}/limits`, options, repeat: 'safe' })
+  }
+
+  /**
+   * The limits at work now: jobs holding a slot (`running`), due jobs waiting for one, the rate
+   * bucket's `tokens`, a `rate_limited` ack's hold (`held_until`), and the same per key for the 50
+   * keys with the most jobs waiting.
+   */
+  getLimitsState(queue: string, options?: RequestOptions): Promise<QueueLimitsState> {
+    return this.call({ method: 'GET', path: `${v1}/queues/${id(queue)}/limits/state`, options, repeat: 'safe' })
   }
 }
 

@@ -20,7 +20,17 @@ export { EventConsumersApi, type ConsumerHandler, type ConsumerContext, type Con
 export type { EventFeedOptions, EventsPage } from './event-feed.js'
 export { ExportDownload } from './streams.js'
 export type { ClientOptions, RequestOptions } from './transport.js'
-export { Worker, WorkerStopped, JobTimeout, JobCancelled, type WorkerOptions, type Handler, type JobContext, type Logger } from './worker.js'
+export {
+  Worker,
+  WorkerStopped,
+  JobTimeout,
+  JobCancelled,
+  RateLimited,
+  type WorkerOptions,
+  type Handler,
+  type JobContext,
+  type Logger,
+} from './worker.js'
 export { SDK_VERSION } from './version.js'
 export {
   AuditVerificationError,

@@ -122,6 +122,13 @@ export type QueueSettingsRequest = RequestBody<'/jobsvc/v1/queues/{queue}/settin
 export type ActivityQuery = Query<'/jobsvc/v1/activity', 'get'>
 export type ActivityPage = ResponseBody<'/jobsvc/v1/activity', 'get'>
 
+/** A queue's flow limits (an extension); `concurrency`, `rate` and `updated_at` are null when it has none. */
+export type QueueLimits = components['schemas']['QueueLimits']
+/** `PUT /queues/{queue}/limits`: at least one of `concurrency` and `rate`; `concurrency` needs `limit` or `per_key`. */
+export type QueueLimitsRequest = RequestBody<'/jobsvc/v1/queues/{queue}/limits', 'put'>
+/** `GET /queues/{queue}/limits/state`: the queue's slots, bucket and hold now, and its 50 keys with the most jobs waiting. */
+export type QueueLimitsState = ResponseBody<'/jobsvc/v1/queues/{queue}/limits/state', 'get'>
+
 /** One event of the project's feed (`GET /events`): `cursor` is where to resume after it. */
 export type FeedEvent = components['schemas']['FeedEvent']
 export type EventFeedQuery = Query<'/jobsvc/v1/events', 'get'>

@@ -26,7 +26,8 @@ export interface JobContext {
 
 /**
  * Runs one job; a return is `succeeded`, with the returned value (as JSON) the job's `result`,
- * and a throw `failed` with the error's type, message and stack.
+ * a throw `failed` with the error's type, message and stack, and a throw of {@link RateLimited}
+ * `rate_limited`: the job waits `retryAfterMs` and runs again, its attempt not spent.
  */
 export type Handler = (job: PolledJob, ctx: JobContext) => unknown
 
@@ -77,6 +78,28 @@ export class WorkerStopped extends Error {
  */
 export class JobCancelled extends Error {
   override name = 'JobCancelled'
+}
+
+/** The longest `retry_after_ms` the service takes: a day. */
+const maxRetryAfterMs = 86_400_000
+
+/**
+ * What a handler throws when what the job calls is rate limiting it (an HTTP 429, a quota). The
+ * attempt is acked `rate_limited`: the service puts the job back, due `retryAfterMs` from now,
+ * without spending an attempt, and holds back the job's concurrency key (or, without a per-key
+ * limit, its queue) until then, so the other jobs of that key wait too instead of failing.
+ * `retryAfterMs` is rounded up to whole milliseconds, at least 1 and at most a day.
+ */
+export class RateLimited extends Error {
+  override name = 'RateLimited'
+  readonly retryAfterMs: number
+
+  constructor(retryAfterMs: number, message?: string) {
+    if (!Number.isFinite(retryAfterMs) || retryAfterMs < 0) throw new TypeError(`retryAfterMs must be a number of milliseconds, not ${retryAfterMs}`)
+    const ms = Math.min(maxRetryAfterMs, Math.max(1, Math.ceil(retryAfterMs)))
+    super(message ?? `rate limited; retry after ${ms} ms`)
+    this.retryAfterMs = ms
+  }
 }
 
 /** The reason `ctx.signal` carries when the job's timeout passes. */
@@ -364,7 +387,7 @@ export class Worker {
       })
       .then(
         (value: unknown) => this.#finish(running, 'succeeded', undefined, value),
-        (err: unknown) => this.#finish(running, 'failed', err),
+        (err: unknown) => this.#finish(running, err instanceof RateLimited ? 'rate_limited' : 'failed', err),
       )
   }
 
@@ -396,7 +419,7 @@ export class Worker {
     return running.beating
   }
 
-  #finish(running: Running, status: 'succeeded' | 'failed', err?: unknown, value?: unknown): void {
+  #finish(running: Running, status: AckRequest['status'], err?: unknown, value?: unknown): void {
     if (running.settled) return
     running.settled = true
     clearInterval(running.heartbeat)
@@ -405,6 +428,7 @@ export class Worker {
     if (this.#running.size === 0) this.#stopWatching()
     const ack: AckRequest = { job_id: running.job.id, worker_id: this.workerId, status, duration_ms: Date.now() - running.startedAt }
     if (status === 'failed') ack.error = toErrorDetail(err)
+    else if (err instanceof RateLimited) ack.retry_after_ms = err.retryAfterMs
     else this.#attachResult(ack, value)
     this.#acks.push(ack)
     this.#flushing ??= this.#flushAcks().finally(() => (this.#flushing = null))
