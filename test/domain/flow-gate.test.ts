@@ -1,0 +1,183 @@
+import t from 'tap'
+import { InvalidState } from '../../domain/errors.ts'
+import {
+  flowGateDecider,
+  gateNameOf,
+  gatesOf,
+  GateRefusal,
+  holdGateOf,
+  keyOf,
+  queueOfGateName,
+  tokensAt,
+  type BucketRule,
+  type FlowGateCommand,
+  type FlowGateEvent,
+  type FlowGateAggregate,
+} from '../../domain/flow-gate.ts'
+import type { FlowLimits } from '../../domain/project/index.ts'
+import { deciderSpec } from '../support/decider-spec.ts'
+
+// The flow gate (issue 29): slots, tokens and holds, decided without I/O.
+
+const t0 = Date.parse('2026-03-01T12:00:00.000Z')
+const at = (seconds: number) => new Date(t0 + seconds * 1000).toISOString()
+const address = { queue: 'emails', by: 'concurrency_key' as const, key: 'cust-1' }
+
+const take = (
+  jobId: string,
+  options: { attempt?: number; concurrency?: number | null; rate?: BucketRule | null; seconds?: number } = {},
+): FlowGateCommand => ({
+  type: 'take_gate',
+  data: { ...address, job_id: jobId, attempt: options.attempt ?? 1, concurrency: options.concurrency === undefined ? 2 : options.concurrency, rate: options.rate ?? null },
+  meta: { now: at(options.seconds ?? 0) },
+})
+const free = (
+  jobId: string,
+  reason: 'ended' | 'unclaimed' | 'reconciled' = 'ended',
+  rate: BucketRule | null = null,
+  seconds = 0,
+): FlowGateCommand => ({
+  type: 'free_gate',
+  data: { job_id: jobId, attempt: 1, reason, rate },
+  meta: { now: at(seconds) },
+})
+const taken = (jobId: string, seconds = 0, token: number | null = null): FlowGateEvent => ({
+  type: 'gate_slot_taken',
+  data: { ...address, job_id: jobId, attempt: 1, taken_at: at(seconds), slot: true, token: token !== null, tokens: token },
+})
+
+/** Decides `command` on the state the events make, expecting a refusal; resolves to it. */
+function refusalOf(given: FlowGateEvent[], command: FlowGateCommand): GateRefusal {
+  const state = given.reduce<FlowGateAggregate>((s, e) => flowGateDecider.evolve(s, e), null)
+  try {
+    flowGateDecider.decide(command, state)
+  } catch (err) {
+    if (err instanceof GateRefusal) return err
+    throw err
+  }
+  throw new Error('not refused')
+}
+
+t.test('slots up to the limit, then a refusal naming the oldest holder', async (t) => {
+  const state = deciderSpec(t, flowGateDecider)
+    .given([taken('job_a')])
+    .when(take('job_b', { seconds: 1 }))
+    .then([taken('job_b', 1)])
+  t.same(
+    state!.holders.map((h) => h.job_id),
+    ['job_a', 'job_b'],
+    'two holders, oldest first',
+  )
+  const refusal = refusalOf([taken('job_a'), taken('job_b', 1)], take('job_c'))
+  t.equal(refusal.reason, 'concurrency')
+  t.equal(refusal.oldestHolder?.job_id, 'job_a', 'the oldest holder is named (cancel_in_progress asks it to stop)')
+  t.equal(refusal.retryAtMs, null, 'no time: a slot frees when an attempt ends')
+})
+
+t.test("another claim of the same attempt cannot count the first one's slot as its own", async (t) => {
+  deciderSpec(t, flowGateDecider)
+    .given([taken('job_a')])
+    .when(take('job_a'))
+    .thenThrows(InvalidState, 'invalid_state')
+})
+
+t.test('a freed slot makes room; a free of an attempt holding none changes nothing', async (t) => {
+  const state = deciderSpec(t, flowGateDecider)
+    .given([taken('job_a'), taken('job_b')])
+    .when(free('job_a'))
+    .then([{ type: 'gate_slot_freed', data: { job_id: 'job_a', attempt: 1, freed_at: at(0), reason: 'ended' } }])
+  t.same(
+    state!.holders.map((h) => h.job_id),
+    ['job_b'],
+  )
+  deciderSpec(t, flowGateDecider)
+    .given([taken('job_b')])
+    .when(free('job_a'))
+    .then([])
+})
+
+t.test('a bucket of starts: burst at once, then refill at limit per period', async (t) => {
+  const rule = { limit: 2, period_seconds: 10, burst: 2 }
+  const rateOnly = { concurrency: null, rate: rule }
+  let state: FlowGateAggregate = null
+  for (const [i, jobId] of ['job_a', 'job_b'].entries()) {
+    const events = flowGateDecider.decide(take(jobId, rateOnly), state)
+    t.equal(events.length, 1, `start ${i + 1} takes a token`)
+    state = events.reduce(flowGateDecider.evolve, state)
+  }
+  t.equal(state?.holders.length, 0, 'a rate alone holds no slot')
+  try {
+    flowGateDecider.decide(take('job_c', rateOnly), state)
+    t.fail('the third start in the same instant is refused')
+  } catch (err) {
+    t.type(err, GateRefusal)
+    t.equal((err as GateRefusal).reason, 'rate')
+    t.equal((err as GateRefusal).retryAtMs, t0 + 5_000, 'one token comes back after period / limit')
+  }
+  t.equal(tokensAt(state, rule, at(5)), 1, 'refilled by one after 5 s')
+  t.equal(tokensAt(state, rule, at(3600)), 2, 'never above the burst')
+})
+
+t.test('a token goes back only for the start that took it and did not happen', async (t) => {
+  const rule = { limit: 1, period_seconds: 60, burst: 1 }
+  const tokenTaken: FlowGateEvent = {
+    type: 'gate_slot_taken',
+    data: { ...address, job_id: 'job_a', attempt: 1, taken_at: at(0), slot: false, token: true, tokens: 0 },
+  }
+  const state = deciderSpec(t, flowGateDecider)
+    .given([tokenTaken])
+    .when(free('job_a', 'unclaimed', rule))
+    .then([{ type: 'gate_slot_freed', data: { job_id: 'job_a', attempt: 1, freed_at: at(0), reason: 'unclaimed', tokens: 1 } }])
+  t.equal(state!.tokens, 1)
+  deciderSpec(t, flowGateDecider)
+    .given([tokenTaken])
+    .when(free('job_b', 'unclaimed', rule))
+    .then([])
+})
+
+t.test("a worker's hold refuses every start until its time", async (t) => {
+  const held: FlowGateEvent = { type: 'gate_held', data: { ...address, job_id: 'job_a', until: at(30), held_at: at(0) } }
+  const refusal = refusalOf([held], take('job_b', { seconds: 10 }))
+  t.equal(refusal.reason, 'held')
+  t.equal(refusal.retryAtMs, t0 + 30_000)
+  deciderSpec(t, flowGateDecider)
+    .given([held])
+    .when(take('job_b', { seconds: 31 }))
+    .then([taken('job_b', 31)])
+  deciderSpec(t, flowGateDecider)
+    .given([held])
+    .when({ type: 'hold_gate', data: { ...address, job_id: 'job_c', until: at(20) }, meta: { now: at(1) } })
+    .then([])
+})
+
+t.test("a job's gates under its queue's limits", async (t) => {
+  const job = { queue: 'emails', job_type: 'send', tags: { tenant: 't-9' }, concurrency_key: 'cust-1' }
+  t.equal(keyOf(job, 'concurrency_key'), 'cust-1')
+  t.equal(keyOf(job, 'job_type'), 'send')
+  t.equal(keyOf(job, 'tag:tenant'), 't-9')
+  t.equal(keyOf(job, 'tag:other'), null)
+  const limits: FlowLimits = {
+    concurrency: { limit: 10, per_key: { limit: 2, by: 'concurrency_key' }, strategy: 'cancel_newest' },
+    rate: { limit: 5, period_seconds: 60, burst: 5, by: 'concurrency_key' },
+  }
+  const gates = gatesOf(limits, job)
+  t.same(
+    gates.map((g) => [g.by, g.key, g.concurrency, g.rate?.limit ?? null, g.strategy]),
+    [
+      ['concurrency_key', 'cust-1', 2, 5, 'cancel_newest'],
+      [null, null, 10, null, 'cancel_newest'],
+    ],
+    "the key's concurrency and rate share its gate; the queue's gate comes last",
+  )
+  t.equal(holdGateOf(gates)?.key, 'cust-1', 'a rate_limited ack holds the gate that counts the starts')
+  t.same(
+    gatesOf(
+      { concurrency: { limit: null, per_key: { limit: 1, by: 'concurrency_key' }, strategy: 'queue' }, rate: null },
+      { ...job, concurrency_key: undefined },
+    ),
+    [],
+    'no key, no gate',
+  )
+  const name = gateNameOf({ queue: 'a|b"c', by: 'concurrency_key', key: 'x' })
+  t.equal(queueOfGateName(name), 'a|b"c', 'a gate name keeps any queue name apart from its key')
+})
