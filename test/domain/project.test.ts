@@ -87,6 +87,7 @@ t.test('create project: the project and its first API key', async (t) => {
     history_expired_through: 0,
     queue_pauses: [],
     queue_settings: [],
+    queue_limits: [],
   })
 })
 

@@ -50,6 +50,7 @@ const noneYet = {
   history_expired_through: 0,
   queue_pauses: [],
   queue_settings: [],
+  queue_limits: [],
 }
 const defaultsOfOldProjects = { ...noTeam, ...billingNeverSet, ...noneYet }
 
