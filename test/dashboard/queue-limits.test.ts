@@ -100,7 +100,11 @@ t.test('an admin sets limits through the form, reads them back, and sees a key r
 
 t.test('a viewer sees the limits and the state, and no control', async (t) => {
   const viewer = await joinProject(h, owner, owner.projectId, 'viewer')
-  const page = await openQueue(viewer, 'exports')
+  const page = await logIn(viewer)
+  await page.goto(`${h.url}/dashboard/projects/${owner.projectId}`)
+  // The queue has jobs now: its row on the owner's overview leads to its page.
+  await page.getByRole('link', { name: 'Limits of the queue exports' }).click()
+  await page.getByRole('heading', { name: 'Queue exports' }).waitFor()
   await page.locator('[data-limits=set] [data-limit=per-key]', { hasText: '1 running per concurrency key' }).waitFor()
   await page.locator('tr[data-key="cust-1"]').waitFor()
   t.equal(await page.getByRole('button', { name: /limits/ }).count(), 0, 'no Save or Remove')

@@ -245,19 +245,17 @@ export function OverviewPage({ project }) {
     ${
       queues.length === 0
         ? html`<p class="empty">No queue has jobs waiting.</p>`
-        : html`<${Table} columns=${['Queue', 'Pending', 'Scheduled', 'Processing', 'Oldest waiting', 'State', 'Expire waiting jobs after']}>
+        : html`<${Table} columns=${['Queue', 'Pending', 'Scheduled', 'Processing', 'Oldest waiting', 'State', 'Expire waiting jobs after', 'Flow limits']}>
                 ${queues.map(
                   (q) => html`<tr data-queue=${q.queue}>
-                  <td>
-                    <${Link} to=${`/projects/${project.id}/jobs?queue=${encodeURIComponent(q.queue)}`}>${q.queue}</${Link}>
-                    <${Link} to=${queuePath(project, q.queue)} class="small" aria-label=${`Limits of the queue ${q.queue}`}>limits</${Link}>
-                  </td>
+                  <td><${Link} to=${`/projects/${project.id}/jobs?queue=${encodeURIComponent(q.queue)}`}>${q.queue}</${Link}></td>
                   <td>${q.pending}</td>
                   <td>${q.scheduled}</td>
                   <td>${q.processing}</td>
                   <td>${q.oldest_pending_at ? html`${formatDuration(q.oldest_pending_age_ms)} <span class="muted small">(since ${formatTime(q.oldest_pending_at)})</span>` : '—'}</td>
                   <${PauseCell} project=${project} queue=${q.queue} state=${q.state} onChanged=${reload} />
                   <${TtlCell} project=${project} queue=${q.queue} state=${q.state} onChanged=${reload} />
+                  <td><${Link} to=${queuePath(project, q.queue)} aria-label=${`Limits of the queue ${q.queue}`}>Limits and state</${Link}></td>
                 </tr>`,
                 )}
           </${Table}>`
