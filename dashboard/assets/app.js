@@ -11,6 +11,7 @@ import { EventsPage } from './pages/events.js'
 import { WorkersPage } from './pages/workers.js'
 import { JobPage, JobsPage } from './pages/jobs.js'
 import { OverviewPage } from './pages/overview.js'
+import { QueuePage } from './pages/queue.js'
 import { RecurringPage } from './pages/recurring.js'
 import { SettingsPage } from './pages/settings.js'
 import { TeamPage } from './pages/team.js'
@@ -111,6 +112,7 @@ function ProjectPages({ me, projects, path, onLogout, reloadProjects }) {
   else if (section === '') page = html`<${OverviewPage} project=${project} />`
   else if (section === '/jobs') page = html`<${JobsPage} project=${project} />`
   else if (section.startsWith('/jobs/')) page = html`<${JobPage} project=${project} jobId=${decodeURIComponent(section.slice(6))} />`
+  else if (section.startsWith('/queues/')) page = html`<${QueuePage} project=${project} queue=${decodeURIComponent(section.slice(8))} />`
   else if (section === '/workers') page = html`<${WorkersPage} project=${project} />`
   else if (section === '/recurring') page = html`<${RecurringPage} project=${project} />`
   else if (section === '/alerts') page = html`<${AlertsPage} project=${project} />`

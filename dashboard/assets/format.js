@@ -50,3 +50,32 @@ export const toLocalInput = (date) =>
 
 /** A `datetime-local` value as RFC 3339 (UTC); '' stays '' (no bound). */
 export const toInstant = (local) => (local === '' ? '' : new Date(local).toISOString())
+
+/** A job history event's type as the timeline names it: without the `job_` prefix, a few in words. */
+const eventLabels = { job_limit_waiting: 'waiting for its limits' }
+
+export const eventLabel = (type) => eventLabels[type] ?? type.replace(/^job_/, '').replaceAll('_', ' ')
+
+/** Why a job waits for its queue's limits (a `job_limit_waiting` event's `reason`). */
+const limitWaitReasons = {
+  concurrency: 'concurrency limit',
+  rate: 'rate limit',
+  held: 'held back after a worker said it was rate limited',
+}
+
+/** A job cancelled with `cancel_reason: "concurrency_limit"` (the queue's strategy `cancel_newest`). */
+export const concurrencyCancelNote = "Cancelled by its queue's limits: its key was at its concurrency limit (strategy cancel_newest)"
+
+/** What a job event means where its data says more than its type (issue 29's limits); null for the rest. */
+export function eventNote(event) {
+  const d = event.data ?? {}
+  if (event.type === 'job_limit_waiting')
+    return `Waiting for ${d.key === null ? 'its queue' : `key ${d.key}`}: ${limitWaitReasons[d.reason] ?? d.reason}, since ${formatTime(d.since)}`
+  if (event.type === 'job_claimed' && d.limit_wait_ms != null) return `Waited ${formatDuration(d.limit_wait_ms)} for its limits`
+  if (event.type === 'job_released' && d.reason === 'rate_limited') return `Rate limited by the worker; due again at ${formatTime(d.run_at)}`
+  if (event.type === 'job_cancelled' && d.reason === 'concurrency_limit') return concurrencyCancelNote
+  return null
+}
+
+/** A key dimension of queue limits (`concurrency_key`, `job_type`, `tag:<name>`) in words. */
+export const keyDimensionLabel = (by) => (by.startsWith('tag:') ? `tag ${by.slice(4)}` : by.replace('_', ' '))

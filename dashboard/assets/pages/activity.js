@@ -37,10 +37,12 @@ const kindGroups = {
   },
 }
 
-/** A job row links to its page; other targets are shown as their id. */
+/** A job or queue row links to its page; other targets are shown as their id. */
 function Target({ project, row }) {
   if (!row.target_id) return '—'
   if (row.target_type === 'job') return html`<${Link} to=${`/projects/${project.id}/jobs/${row.target_id}`}><code>${row.target_id}</code></${Link}>`
+  if (row.target_type === 'queue')
+    return html`<span class="muted small">queue</span> <${Link} to=${`/projects/${project.id}/queues/${encodeURIComponent(row.target_id)}`}><code>${row.target_id}</code></${Link}>`
   return html`<span class="muted small">${row.target_type}</span> <code>${row.target_id}</code>`
 }
 

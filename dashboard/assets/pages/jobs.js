@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks'
 import { call, followJob } from '../api.js'
-import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
+import { concurrencyCancelNote, eventLabel, eventNote, formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
 import { BulkActions } from './bulk-actions.js'
 import {
   ErrorNotice,
@@ -99,7 +99,10 @@ export function JobsPage({ project }) {
   </section>`
 }
 
-const eventLabel = (type) => type.replace(/^job_/, '').replaceAll('_', ' ')
+function EventNote({ event }) {
+  const note = eventNote(event)
+  return note === null ? null : html`<p class="event-note">${note}</p>`
+}
 
 function Timeline({ events, at }) {
   if (events.length === 0) return html`<p class="empty">No events yet.</p>`
@@ -109,6 +112,7 @@ function Timeline({ events, at }) {
         html`<li data-event=${event.type} class=${i === at ? 'as-of-selected' : undefined} aria-current=${i === at ? 'step' : undefined}>
           <span class="event-type">${eventLabel(event.type)}</span>
           <time datetime=${event.time}>${formatTime(event.time)}</time>
+          <${EventNote} event=${event} />
           ${
             event.data?.error
               ? html`<p class="attempt-error">
@@ -265,6 +269,7 @@ export function JobPage({ project, jobId }) {
             >`
           : null
       }
+      ${state === 'cancelled' && job.cancel_reason === 'concurrency_limit' ? html`<span class="muted" data-field="cancel-reason">${concurrencyCancelNote}</span>` : null}
       ${progress !== null && progress !== undefined ? html`<progress max="1" value=${progress} aria-label="Progress">${Math.round(progress * 100)}%</progress>` : null}
       ${
         mayAct && ['failed', 'dead_letter'].includes(state)
@@ -295,7 +300,18 @@ export function JobPage({ project, jobId }) {
     ${at !== null ? html`<${ErrorNotice} error=${past.error} />` : null}
     <dl class="details" data-as-of=${at === null ? 'now' : 'past'} aria-busy=${at !== null && past.loading}>
       <div><dt>Type</dt><dd>${job.job_type}</dd></div>
-      <div><dt>Queue</dt><dd>${job.queue}</dd></div>
+      <div>
+        <dt>Queue</dt>
+        <dd><${Link} to=${`/projects/${project.id}/queues/${encodeURIComponent(job.queue)}`}>${job.queue}</${Link}></dd>
+      </div>
+      ${
+        job.concurrency_key !== undefined
+          ? html`<div>
+              <dt>Concurrency key</dt>
+              <dd data-field="concurrency-key"><code>${job.concurrency_key}</code></dd>
+            </div>`
+          : null
+      }
       <div>
         <dt>Attempt</dt>
         <dd data-field="attempt">${then ? then.attempt : (live?.attempt ?? job.attempt)} of ${then ? then.max_attempts : (live?.max_attempts ?? job.max_attempts)}</dd>

@@ -1,7 +1,8 @@
+import { useState } from 'preact/hooks'
 import { call } from '../api.js'
 import { formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
 import { TimeChart } from '../chart.js'
-import { ErrorNotice, html, Link, Loading, NumberForm, Table, useEvery, useLoad, useSubmit } from '../ui.js'
+import { ErrorNotice, html, Link, Loading, navigate, NumberForm, Table, useEvery, useLoad, useSubmit } from '../ui.js'
 
 const stateLabel = (state) => state.replace('_', ' ')
 
@@ -156,6 +157,29 @@ function queueRows(depths, states) {
   return rows
 }
 
+const queuePath = (project, queue) => `/projects/${project.id}/queues/${encodeURIComponent(queue)}`
+
+/** Opens a queue's page by name: limits are often set before the queue has a job, and so a row. */
+function OpenQueue({ project }) {
+  const [queue, setQueue] = useState('')
+  const open = (event) => {
+    event.preventDefault()
+    navigate(queuePath(project, queue.trim()))
+  }
+  return html`<form class="inline" onSubmit=${open} aria-label="Open a queue's limits">
+    <input
+      name="queue"
+      required
+      maxlength="100"
+      placeholder="queue name"
+      aria-label="Queue name"
+      value=${queue}
+      onInput=${(e) => setQueue(e.currentTarget.value)}
+    />
+    <button type="submit" class="small">Open its limits</button>
+  </form>`
+}
+
 /** How often the overview is read again while open (five requests of the project's hourly limit each time). */
 const overviewRefreshMs = 15000
 
@@ -221,7 +245,7 @@ export function OverviewPage({ project }) {
     ${
       queues.length === 0
         ? html`<p class="empty">No queue has jobs waiting.</p>`
-        : html`<${Table} columns=${['Queue', 'Pending', 'Scheduled', 'Processing', 'Oldest waiting', 'State', 'Expire waiting jobs after']}>
+        : html`<${Table} columns=${['Queue', 'Pending', 'Scheduled', 'Processing', 'Oldest waiting', 'State', 'Expire waiting jobs after', 'Flow limits']}>
                 ${queues.map(
                   (q) => html`<tr data-queue=${q.queue}>
                   <td><${Link} to=${`/projects/${project.id}/jobs?queue=${encodeURIComponent(q.queue)}`}>${q.queue}</${Link}></td>
@@ -231,9 +255,11 @@ export function OverviewPage({ project }) {
                   <td>${q.oldest_pending_at ? html`${formatDuration(q.oldest_pending_age_ms)} <span class="muted small">(since ${formatTime(q.oldest_pending_at)})</span>` : '—'}</td>
                   <${PauseCell} project=${project} queue=${q.queue} state=${q.state} onChanged=${reload} />
                   <${TtlCell} project=${project} queue=${q.queue} state=${q.state} onChanged=${reload} />
+                  <td><${Link} to=${queuePath(project, q.queue)} aria-label=${`Limits of the queue ${q.queue}`}>Limits and state</${Link}></td>
                 </tr>`,
                 )}
           </${Table}>`
     }
+    <${OpenQueue} project=${project} />
   </section>`
 }
