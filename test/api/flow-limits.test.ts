@@ -11,7 +11,7 @@ import { eventually, httpRequest, startHarness, withClockShifted } from '../supp
 // the limits say, whichever process claimed.
 const h = await startHarness(t, import.meta.filename, {
   roles: ['api', 'projector', 'scheduler'],
-  tunables: { scheduler_interval_ms: 100, reaper_interval_ms: 200 },
+  tunables: { scheduler_interval_ms: 100, reaper_interval_ms: 200, reaper_grace_ms: 300 },
 })
 const second = await startApiProcess(t, h.runtime)
 const urls = [h.url, second.url]
@@ -79,50 +79,132 @@ t.test('limits are set, read and removed; bad limits are 400', async (t) => {
   t.equal(badAck.status, 400, 'rate_limited without retry_after_ms is 400')
 })
 
-t.test('2 processes × 8 pollers: no key ever runs more than its limit, and every job runs once', async (t) => {
-  const queue = 'fl-keys'
-  await setLimits(queue, { concurrency: { per_key: { limit: 2, by: 'concurrency_key' } } })
-  const keys = ['a', 'b', 'c', 'd', 'e']
-  const ids = await createMany(
-    queue,
-    Array.from({ length: 200 }, (_, i) => ({ key: keys[i % keys.length]!, i })),
-  )
-  const keyOf = new Map(ids.map((id, i) => [id, keys[i % keys.length]!]))
-  const running = new Map<string, number>()
-  let most = 0
-  const done = new Set<string>()
-  const ranTwice: string[] = []
-  let failedOnce = false
-  const worker = async (process: number, name: string) => {
-    while (done.size < ids.length) {
-      const jobs = await poll(process, queue, name, 2)
-      await Promise.all(
-        jobs.map(async (job) => {
-          const key = keyOf.get(job.id)!
-          running.set(key, (running.get(key) ?? 0) + 1)
-          most = Math.max(most, running.get(key)!)
-          await new Promise((r) => setTimeout(r, 5))
-          running.set(key, running.get(key)! - 1)
-          // One failure on the way: a retried attempt frees its slot and takes one again.
-          if (!failedOnce && job.attempt === 1) {
-            failedOnce = true
-            await ack(process, job.id, name, 'failed', { error: { type: 'E', message: 'once', stack_trace: '' } })
-            return
-          }
-          if (done.has(job.id)) ranTwice.push(job.id)
-          done.add(job.id)
-          await ack(process, job.id, name)
-        }),
-      )
+t.test(
+  '2 processes × 8 pollers over 5,000 jobs: no key ever runs more than its limit, through failures, releases, cancels and a dead worker',
+  async (t) => {
+    const queue = 'fl-keys'
+    const limit = 3
+    await setLimits(queue, { concurrency: { per_key: { limit, by: 'concurrency_key' } } })
+    // Failures retry at once, so the test need not wait out the spec's 15 s backoff.
+    await ok(
+      on(0, 'PUT', `/jobsvc/v1/queues/${queue}/retry-policy`, {
+        base_delay_seconds: 1,
+        factor: 1,
+        max_delay_seconds: 1,
+        jitter_seconds: 0,
+        max_attempts: 5,
+      }),
+    )
+    const keys = Array.from({ length: 10 }, (_, i) => `key-${i}`)
+    const total = 5_000
+    const ids: string[] = []
+    for (let at = 0; at < total; at += 1000) {
+      const jobs = Array.from({ length: 1000 }, (_, i) => ({
+        job_type: 'fl',
+        queue,
+        payload: { i: at + i },
+        concurrency_key: keys[(at + i) % keys.length]!,
+        // A dead worker's attempt is reaped once its timeout passes without a heartbeat.
+        timeout_seconds: 5,
+      }))
+      const body = await ok(on(0, 'POST', '/jobsvc/v1/jobs/batch', { jobs }))
+      ids.push(...(body.results as Array<{ body: { id: string } }>).map((r) => r.body.id))
     }
-  }
-  // The failed job retries after its backoff; the test waits for it through the pollers.
-  await Promise.all(Array.from({ length: 16 }, (_, i) => worker(i % 2, `w-${i}`)))
-  t.equal(done.size, ids.length, 'every job ran')
-  t.strictSame(ranTwice, [], 'none twice')
-  t.ok(most <= 2, `at most 2 of a key ran at once (seen: ${most})`)
-  t.equal(most, 2, 'and the limit was used')
-})
+    const keyOf = new Map(ids.map((id, i) => [id, keys[i % keys.length]!]))
+
+    // What the workers themselves see running, per key: from a claim until its work ends (before its ack).
+    const running = new Map<string, number>()
+    let most = 0
+    const start = (id: string) => {
+      const key = keyOf.get(id)!
+      running.set(key, (running.get(key) ?? 0) + 1)
+      most = Math.max(most, running.get(key)!)
+    }
+    const end = (id: string) => {
+      const key = keyOf.get(id)!
+      running.set(key, running.get(key)! - 1)
+    }
+    const succeeded = new Map<string, number>()
+    const seen = { failed: 0, released: 0, cancelled: 0, dead: 0 }
+    // The dead worker's attempts count as running until the job has left them (the reaper's doing).
+    const abandoned = new Map<string, number>()
+    let claims = 0
+    let dying = true
+    // One failing worker stops them all, so the test ends with its failure instead of at its timeout.
+    let stopped = false
+    const unfinished = () => !stopped && succeeded.size + seen.cancelled < total
+
+    const worker = async (process: number, name: string) => {
+      while (unfinished()) {
+        const jobs = await poll(process, queue, name, 4)
+        await Promise.all(
+          jobs.map(async (job) => {
+            start(job.id)
+            const n = ++claims
+            if (dying && n === 100) {
+              // This worker dies holding its job: no heartbeat, no ack.
+              dying = false
+              seen.dead++
+              abandoned.set(job.id, job.attempt)
+              return
+            }
+            await new Promise((r) => setTimeout(r, 2))
+            end(job.id)
+            if (n % 500 === 0) {
+              seen.failed++
+              await ack(process, job.id, name, 'failed', { error: { type: 'E', message: 'retry me', stack_trace: '' } })
+            } else if (n % 400 === 0) {
+              seen.released++
+              await ok(on(process, 'POST', '/jobsvc/v1/workers/release', { job_id: job.id, worker_id: name }))
+            } else if (n % 700 === 0) {
+              await ok(on(1 - process, 'POST', `/jobsvc/v1/jobs/${job.id}/cancel`, { include_running: true }), 202)
+              seen.cancelled++
+              await ack(process, job.id, name, 'failed', { error: { type: 'Cancelled', message: 'stopped', stack_trace: '' } })
+            } else {
+              const res = await on(process, 'POST', '/jobsvc/v1/workers/ack', { job_id: job.id, worker_id: name, status: 'succeeded' })
+              if (res.status === 200) succeeded.set(job.id, (succeeded.get(job.id) ?? 0) + 1)
+            }
+          }),
+        )
+      }
+    }
+    const watchAbandoned = async () => {
+      while (unfinished()) {
+        for (const [id, attempt] of abandoned) {
+          const job = await ok(on(0, 'GET', `/jobsvc/v1/jobs/${id}`))
+          if (job.state !== 'processing' || job.attempt !== attempt) {
+            abandoned.delete(id)
+            end(id)
+          }
+        }
+        await new Promise((r) => setTimeout(r, 100))
+      }
+    }
+    const stopOnFailure = (running: Promise<void>) =>
+      running.catch((err) => {
+        stopped = true
+        throw err
+      })
+    await Promise.all([watchAbandoned(), ...Array.from({ length: 16 }, (_, i) => worker(i % 2, `w-${i}`))].map(stopOnFailure))
+    t.equal(succeeded.size + seen.cancelled, total, 'every job succeeded or was cancelled')
+    t.strictSame(
+      [...succeeded].filter(([, n]) => n > 1),
+      [],
+      'none succeeded twice',
+    )
+    t.ok(
+      seen.failed > 0 && seen.released > 0 && seen.cancelled > 0 && seen.dead === 1,
+      `failures, releases, cancels and a dead worker (${JSON.stringify(seen)})`,
+    )
+    t.ok(most <= limit, `at most ${limit} of a key ran at once, as the workers saw it (seen: ${most})`)
+    t.equal(most, limit, 'and the limit was used')
+    const state = await eventually(async () => {
+      const s = await ok(on(0, 'GET', `/jobsvc/v1/queues/${queue}/limits/state`))
+      return s.running === 0 ? s : null
+    })
+    t.equal(state.running, 0, 'every slot freed at the end')
+  },
+)
 
 t.test("one key's 10,000 waiting jobs at limit 1 never hold back ten other keys", async (t) => {
   const queue = 'fl-fair'

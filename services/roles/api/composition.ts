@@ -52,7 +52,10 @@ export async function composeContext(deps: Deps, stopping: AbortSignal): Promise
   const keys = new ApiKeyDirectory(deps)
   // Flow limits (issue 29): the queues' limits from the projects this process follows, and the
   // gates its claims found full, freed again by this process's acks and by the log's.
-  const flow = new FlowControl((projectId) => keys.current(projectId))
+  const flow = new FlowControl(
+    (projectId) => keys.current(projectId),
+    (projectId, queue) => ready.wakeQueue(projectId, queue),
+  )
   jobs.gateFreed = (projectId, gates) => flow.freed(projectId, gates)
   ready.onAttemptEnded = (projectId, decode) => flow.attemptEnded(projectId, decode)
   const context: ApiContext = {

@@ -8,7 +8,7 @@ import type { Deps } from '../../infrastructure/runtime.ts'
 import type { ClaimLine, ClaimRequest, ClaimTarget, PollDemand } from './claim-line.ts'
 import type { JobService } from './job-service.ts'
 import type { FlowLimits } from '../../../domain/project/index.ts'
-import { LimitRefused } from './flow-gates.ts'
+import { GateContended, LimitRefused } from './flow-gates.ts'
 import type { FlowControl } from './flow-control.ts'
 import type { Candidate, PollSession } from './ready-index/index.ts'
 
@@ -159,6 +159,11 @@ async function claimCandidate(
       session.settle(c, cancelled ? 'lost' : 'unknown')
       return 'refused'
     }
+    if (err instanceof GateContended) {
+      flow!.contended(c.projectId, err.gate)
+      session.settle(c, 'unknown')
+      return 'refused'
+    }
     if (err instanceof ConcurrencyConflict || err instanceof InvalidState || err instanceof JobNotFound) {
       session.settle(c, 'lost')
       return 'lost'
@@ -273,6 +278,10 @@ async function claimRow(
     if (err instanceof InvalidState) return null
     if (err instanceof LimitRefused) {
       flow!.refused(projectId, err)
+      return null
+    }
+    if (err instanceof GateContended) {
+      flow!.contended(projectId, err.gate)
       return null
     }
     throw err

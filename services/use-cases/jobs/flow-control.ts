@@ -18,17 +18,37 @@ import type { FairTake } from './ready-index/index.ts'
  * reaper's reconciliation makes no job event); one for want of a token, or a hold, until its time.
  */
 
+/**
+ * A gate passed over until `until`, unless slots were freed since: those are offered, one poll
+ * each (so a freed slot wakes one claim per process, not every waiting poll at once).
+ */
+interface Blocked {
+  until: number
+  gate: GateSpec
+  freedSlots: number
+}
+
 /** The longest a full gate stays passed over without news of a freed slot. */
 const recheckAfterMs = 1_000
+/** How long a contended gate is passed over. */
+const contendedPassOverMs = 20
 
 export class FlowControl {
   readonly #projectOf: (projectId: string) => Pick<Project, 'queue_limits'> | undefined
   readonly #now: () => number
   /** Per project, blocked gate names and until when (ms since the epoch). */
-  readonly #blocked = new Map<string, Map<string, { until: number; gate: GateSpec }>>()
+  readonly #blocked = new Map<string, Map<string, Blocked>>()
 
-  constructor(projectOf: (projectId: string) => Pick<Project, 'queue_limits'> | undefined, now: () => number = Date.now) {
+  /** Wakes the polls waiting on a queue whose gate opened again (the ready index's wakeQueue). */
+  readonly #wake: (projectId: string, queue: string) => void
+
+  constructor(
+    projectOf: (projectId: string) => Pick<Project, 'queue_limits'> | undefined,
+    wake: (projectId: string, queue: string) => void = () => undefined,
+    now: () => number = Date.now,
+  ) {
     this.#projectOf = projectOf
+    this.#wake = wake
     this.#now = now
   }
 
@@ -46,7 +66,23 @@ export class FlowControl {
     const until = refusal.retryAtMs ?? this.#now() + recheckAfterMs
     let blocked = this.#blocked.get(projectId)
     if (blocked === undefined) this.#blocked.set(projectId, (blocked = new Map()))
-    blocked.set(gateNameOf(gate), { until, gate })
+    blocked.set(gateNameOf(gate), { until, gate, freedSlots: 0 })
+    // A waiting poll is woken when the gate opens by itself: no job event says so.
+    setTimeout(() => this.#wake(projectId, gate.queue), Math.max(0, until - this.#now())).unref()
+  }
+
+  /**
+   * A gate that lost every re-decision to other claims of its key: passed over for a moment, so
+   * the polls woken together do not all try it again at once.
+   */
+  contended(projectId: string, gate: GateSpec): void {
+    let blocked = this.#blocked.get(projectId)
+    if (blocked === undefined) this.#blocked.set(projectId, (blocked = new Map()))
+    const name = gateNameOf(gate)
+    if (blocked.has(name)) return
+    const until = this.#now() + contendedPassOverMs
+    blocked.set(name, { until, gate, freedSlots: 0 })
+    setTimeout(() => this.#wake(projectId, gate.queue), contendedPassOverMs).unref()
   }
 
   /** Gates an ended attempt freed: their keys are offered again at once. */
@@ -56,7 +92,9 @@ export class FlowControl {
     for (const name of gates) {
       // A hold or an empty bucket is not ended by a freed slot.
       const entry = blocked.get(name)
-      if (entry !== undefined && entry.gate.concurrency !== null) blocked.delete(name)
+      if (entry === undefined || entry.gate.concurrency === null) continue
+      entry.freedSlots++
+      this.#wake(projectId, entry.gate.queue)
     }
     if (blocked.size === 0) this.#blocked.delete(projectId)
   }
@@ -73,12 +111,17 @@ export class FlowControl {
     if (gates !== undefined) this.freed(projectId, gates)
   }
 
-  #isBlocked(projectId: string, name: string): boolean {
+  /** The gate's entry while it is passed over; an expired one is forgotten. */
+  #entry(projectId: string, name: string): Blocked | undefined {
     const entry = this.#blocked.get(projectId)?.get(name)
-    if (entry === undefined) return false
-    if (entry.until > this.#now()) return true
+    if (entry === undefined || entry.until > this.#now()) return entry
     this.#blocked.get(projectId)!.delete(name)
-    return false
+    return undefined
+  }
+
+  #isBlocked(projectId: string, name: string): boolean {
+    const entry = this.#entry(projectId, name)
+    return entry !== undefined && entry.freedSlots === 0
   }
 
   /** The queues of `queues` whose own gate is blocked now: a poll leaves them alone, as it does paused ones. */
@@ -129,8 +172,13 @@ export class FlowControl {
         return key === null ? null : gateNameOf({ queue: job.queue, by: t.by, key })
       },
       room: (projectId, name) => {
-        if (this.#isBlocked(projectId, name)) return 0
-        return turns(projectId, queueOfGateName(name))?.room ?? Number.POSITIVE_INFINITY
+        const limit = turns(projectId, queueOfGateName(name))?.room ?? Number.POSITIVE_INFINITY
+        const entry = this.#entry(projectId, name)
+        if (entry === undefined) return limit
+        // The slots freed since the refusal are taken by this take; the next waits for more.
+        const room = Math.min(entry.freedSlots, limit)
+        entry.freedSlots -= room
+        return room
       },
     }
   }

@@ -9,6 +9,7 @@ import {
 } from '../../../domain/flow-gate.ts'
 import type { Ref } from '../../../streams/aggregate-handler.ts'
 import { gateHandler } from '../../../streams/aggregates.ts'
+import { ConcurrencyConflict } from '../../../streams/errors.ts'
 import { sha256Hex } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
@@ -40,6 +41,17 @@ export class LimitRefused extends Error {
   }
 }
 
+/**
+ * A gate so contended that the take lost every re-decision (many claims of one key at once): the
+ * job is not claimed now, and not refused either; it stays a candidate (the job itself did not move).
+ */
+export class GateContended extends Error {
+  constructor(readonly gate: GateSpec) {
+    super(`gate ${gateNameOf(gate)} is contended`)
+    this.name = 'GateContended'
+  }
+}
+
 const meta = (deps: GateDeps) => ({ now: deps.now().toISOString() })
 
 /**
@@ -59,6 +71,8 @@ export async function takeGates(deps: GateDeps, projectId: string, jobId: string
     } catch (err) {
       await giveBack(deps, projectId, jobId, attempt, taken)
       if (err instanceof GateRefusal) throw new LimitRefused(err, gate)
+      // A conflict on the gate is not one on the job: the caller must not take the job as moved on.
+      if (err instanceof ConcurrencyConflict) throw new GateContended(gate)
       throw err
     }
   }
