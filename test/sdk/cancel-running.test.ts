@@ -108,3 +108,40 @@ t.test('stop() hands back what still runs after its grace: another worker claims
   await jobReaches(client, job.id, 'succeeded', 10_000)
   t.strictSame(attempts, [1], 'claimed again as attempt 1 of 1')
 })
+
+t.test('cancel_in_progress (issue 29): a newer job of a full key asks the running one to stop, through its handler, and then runs', async (t) => {
+  const queue = 'sdk-in-progress'
+  await client.queues.setLimits(queue, { concurrency: { per_key: { limit: 1, by: 'concurrency_key' }, strategy: 'cancel_in_progress' } })
+  const started = gate()
+  let reason: unknown
+  const ran: string[] = []
+  // Room for two, so the worker's poll tries the newer job while the old one runs.
+  const worker = new Worker({
+    client,
+    queues: [queue],
+    concurrency: 2,
+    logger: recordingLogger(),
+    handlers: {
+      sync: (job, ctx) =>
+        new Promise((resolve, reject) => {
+          ran.push(job.id)
+          if (ran.length > 1) return resolve(undefined)
+          started.open()
+          ctx.signal.addEventListener('abort', () => {
+            reason = ctx.signal.reason
+            reject(ctx.signal.reason)
+          })
+        }),
+    },
+  })
+  t.teardown(() => worker.stop())
+  await worker.start()
+  const old = await client.jobs.create({ job_type: 'sync', queue, payload: {}, concurrency_key: 'doc-1', timeout_seconds: 600 })
+  await started.opened
+  const newer = await client.jobs.create({ job_type: 'sync', queue, payload: {}, concurrency_key: 'doc-1' })
+  const stopped = await jobReaches(client, old.id, 'cancelled', 15_000)
+  t.ok(reason instanceof JobCancelled, "the running job's handler was told to stop")
+  t.equal(stopped.attempt, 1, 'the old one ends cancelled, not retried')
+  await jobReaches(client, newer.id, 'succeeded', 15_000)
+  t.same(ran, [old.id, newer.id], 'then the newer one ran')
+})
