@@ -28,7 +28,13 @@ const take = (
   options: { attempt?: number; concurrency?: number | null; rate?: BucketRule | null; seconds?: number } = {},
 ): FlowGateCommand => ({
   type: 'take_gate',
-  data: { ...address, job_id: jobId, attempt: options.attempt ?? 1, concurrency: options.concurrency === undefined ? 2 : options.concurrency, rate: options.rate ?? null },
+  data: {
+    ...address,
+    job_id: jobId,
+    attempt: options.attempt ?? 1,
+    concurrency: options.concurrency === undefined ? 2 : options.concurrency,
+    rate: options.rate ?? null,
+  },
   meta: { now: at(options.seconds ?? 0) },
 })
 const free = (

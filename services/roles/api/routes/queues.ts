@@ -2,6 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { jobStates } from '../../../../domain/job.ts'
+import type { Actor } from '../../../../domain/decider.ts'
 import { flowGates } from '../../../../projections/flow-gates.ts'
 import {
   concurrencyStrategies,
@@ -268,18 +269,32 @@ export function queueRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys' | 'wa
   /** Appends the pause or resume; this process's polls see it at once, the others when its event reaches them. */
   async function change(request: FastifyRequest, reply: FastifyReply, pause: { reason: string | null; until: string | null } | null) {
     const queue = (request.params as { queue: string }).queue
+    const project = await changeQueue(request, reply, queue, (acting, meta) =>
+      pause === null ? { type: 'resume_queue', data: acting, meta } : { type: 'pause_queue', data: { ...acting, ...pause }, meta },
+    )
+    return stateOf(queue, pauseOf(project, queue, deps.now()))
+  }
+
+  /**
+   * Appends a change of the queue to the project, as the caller (a dashboard member, or an API key
+   * acting as the owner); this process's polls and creates follow it at once, the other processes
+   * when its event reaches them. The answer carries `X-Event-Seq`. Resolves to the project after it.
+   */
+  async function changeQueue(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    queue: string,
+    commandOf: (acting: { actor_user_id: string | null; queue: string }, meta: { now: string; actor?: Actor }) => ProjectCommand,
+  ): Promise<Project> {
     const actor = request.principal.actor ?? null
-    const acting = { actor_user_id: actor?.user_id ?? null, queue }
-    const meta = { now: deps.now().toISOString(), actor: actor ?? undefined }
-    const command: ProjectCommand =
-      pause === null ? { type: 'resume_queue', data: acting, meta } : { type: 'pause_queue', data: { ...acting, ...pause }, meta }
+    const command = commandOf({ actor_user_id: actor?.user_id ?? null, queue }, { now: deps.now().toISOString(), actor: actor ?? undefined })
     const result = await commandProject(deps, request.principal.projectId, command)
     if (result.appended) {
       ctx.keys.note(result.state!)
       ctx.jobs.noteWritten(request.principal.projectId, result.seq)
     }
     void reply.header('X-Event-Seq', String(result.seq))
-    return stateOf(queue, pauseOf(result.state!, queue, deps.now()))
+    return result.state!
   }
 
   return async (plugin) => {
@@ -311,22 +326,9 @@ export function queueRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys' | 'wa
 
     app.post('/:queue/resume', { schema: resumeSchema, config: { role: 'admin' } }, async (request, reply) => change(request, reply, null))
 
-    /** Appends the limits (null: removed); this process's polls see them at once, the others when the event reaches them. */
-    async function setLimits(request: FastifyRequest, reply: FastifyReply, queue: string, limits: FlowLimits | null) {
-      const actor = request.principal.actor ?? null
-      const command: ProjectCommand = {
-        type: 'set_queue_limits',
-        data: { actor_user_id: actor?.user_id ?? null, queue, limits },
-        meta: { now: deps.now().toISOString(), actor: actor ?? undefined },
-      }
-      const result = await commandProject(deps, request.principal.projectId, command)
-      if (result.appended) {
-        ctx.keys.note(result.state!)
-        ctx.jobs.noteWritten(request.principal.projectId, result.seq)
-      }
-      void reply.header('X-Event-Seq', String(result.seq))
-      return result.state!
-    }
+    /** Appends the limits (null: removed). */
+    const setLimits = (request: FastifyRequest, reply: FastifyReply, queue: string, limits: FlowLimits | null) =>
+      changeQueue(request, reply, queue, (acting, meta) => ({ type: 'set_queue_limits', data: { ...acting, limits }, meta }))
 
     app.put('/:queue/limits', { schema: putLimitsSchema, config: { role: 'admin' } }, async (request, reply) => {
       const { queue } = request.params
@@ -354,20 +356,13 @@ export function queueRoutes(ctx: Pick<ApiContext, 'deps' | 'jobs' | 'keys' | 'wa
 
     app.put('/:queue/settings', { schema: settingsSchema, config: { role: 'admin' } }, async (request, reply) => {
       const { queue } = request.params
-      const actor = request.principal.actor ?? null
-      const command: ProjectCommand = {
+      const ttl = request.body.default_ttl_seconds
+      const project = await changeQueue(request, reply, queue, (acting, meta) => ({
         type: 'set_queue_settings',
-        data: { actor_user_id: actor?.user_id ?? null, queue, default_ttl_seconds: request.body.default_ttl_seconds },
-        meta: { now: deps.now().toISOString(), actor: actor ?? undefined },
-      }
-      const result = await commandProject(deps, request.principal.projectId, command)
-      // This process's creates use the new default at once; the others when its event reaches them.
-      if (result.appended) {
-        ctx.keys.note(result.state!)
-        ctx.jobs.noteWritten(request.principal.projectId, result.seq)
-      }
-      void reply.header('X-Event-Seq', String(result.seq))
-      return { queue, default_ttl_seconds: defaultTtlOf(result.state!, queue) }
+        data: { ...acting, default_ttl_seconds: ttl },
+        meta,
+      }))
+      return { queue, default_ttl_seconds: defaultTtlOf(project, queue) }
     })
   }
 }
