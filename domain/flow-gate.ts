@@ -114,6 +114,28 @@ export class GateRefusal extends Error {
   }
 }
 
+/** A claim refused by one of its gates, and which (never reaches a client: the claimer passes over the job). */
+export class LimitRefused extends Error {
+  constructor(
+    readonly refusal: GateRefusal,
+    readonly gate: GateSpec,
+  ) {
+    super(`job refused by gate ${gateNameOf(gate)}: ${refusal.reason}`)
+    this.name = 'LimitRefused'
+  }
+}
+
+/**
+ * A gate so contended that the take lost every re-decision (many claims of one key at once): the
+ * job is not claimed now, and not refused either; it stays a candidate (the job itself did not move).
+ */
+export class GateContended extends Error {
+  constructor(readonly gate: GateSpec) {
+    super(`gate ${gateNameOf(gate)} is contended`)
+    this.name = 'GateContended'
+  }
+}
+
 /** The bucket's tokens at `now`: what it had, refilled at `limit` per `period_seconds`, never above `burst`. */
 export function tokensAt(gate: Pick<FlowGate, 'tokens' | 'refilled_at'> | null, rule: BucketRule, now: string): number {
   if (gate === null || gate.tokens === null || gate.refilled_at === null) return rule.burst

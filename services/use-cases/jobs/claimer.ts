@@ -8,7 +8,7 @@ import type { Deps } from '../../infrastructure/runtime.ts'
 import type { ClaimLine, ClaimRequest, ClaimTarget, PollDemand } from './claim-line.ts'
 import type { JobService } from './job-service.ts'
 import type { FlowLimits } from '../../../domain/project/index.ts'
-import { GateContended, LimitRefused } from './flow-gates.ts'
+import { GateContended, LimitRefused } from '../../../domain/flow-gate.ts'
 import type { FlowControl } from './flow-control.ts'
 import type { Candidate, PollSession } from './ready-index/index.ts'
 

@@ -2,7 +2,7 @@ import { gateNameOf, keyOf, queueOfGateName, type GateSpec } from '../../../doma
 import type { Job } from '../../../domain/job.ts'
 import { queueLimitsOf, type FlowLimits, type Project } from '../../../domain/project/index.ts'
 import type { KeyPassOver } from '../../../projections/job-list.ts'
-import type { LimitRefused } from './flow-gates.ts'
+import type { LimitRefused } from '../../../domain/flow-gate.ts'
 import type { FairTake } from './ready-index/index.ts'
 
 /**

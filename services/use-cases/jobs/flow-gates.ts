@@ -1,6 +1,8 @@
 import {
+  GateContended,
   gateNameOf,
   GateRefusal,
+  LimitRefused,
   type BucketRule,
   type FlowGate,
   type GateAddress,
@@ -28,28 +30,6 @@ export function gateRef(projectId: string, name: string): Ref<'gate'> {
 
 export function gateRefOf(projectId: string, address: GateAddress): Ref<'gate'> {
   return gateRef(projectId, gateNameOf(address))
-}
-
-/** A claim refused by one of its gates, and which. */
-export class LimitRefused extends Error {
-  constructor(
-    readonly refusal: GateRefusal,
-    readonly gate: GateSpec,
-  ) {
-    super(`job refused by gate ${gateNameOf(gate)}: ${refusal.reason}`)
-    this.name = 'LimitRefused'
-  }
-}
-
-/**
- * A gate so contended that the take lost every re-decision (many claims of one key at once): the
- * job is not claimed now, and not refused either; it stays a candidate (the job itself did not move).
- */
-export class GateContended extends Error {
-  constructor(readonly gate: GateSpec) {
-    super(`gate ${gateNameOf(gate)} is contended`)
-    this.name = 'GateContended'
-  }
 }
 
 const meta = (deps: GateDeps) => ({ now: deps.now().toISOString() })

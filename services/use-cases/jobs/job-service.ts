@@ -23,8 +23,8 @@ import {
   isClaimable,
 } from '../../../domain/job.ts'
 import { InvalidState } from '../../../domain/errors.ts'
-import { freeGate, giveBack, holdGate, LimitRefused, takeGates } from './flow-gates.ts'
-import { gatesOf, holdGateOf, type GateSpec } from '../../../domain/flow-gate.ts'
+import { freeGate, giveBack, holdGate, takeGates } from './flow-gates.ts'
+import { gatesOf, holdGateOf, LimitRefused, type GateSpec } from '../../../domain/flow-gate.ts'
 import type { FlowLimits } from '../../../domain/project/index.ts'
 import { jobProgressDecider, progressOf, type JobProgress, type JobProgressCommand } from '../../../domain/job-progress.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
