@@ -20,7 +20,7 @@ import type { ProjectionTracker } from './projection-trackers.ts'
 const pollWaitSeconds = 1
 
 /** How many jobs a cycle runs, by how many producers and workers, at what pace. */
-export type Load = Pick<Options, 'jobs' | 'producers' | 'workers' | 'rate' | 'priorities' | 'pausedQueue'>
+export type Load = Pick<Options, 'jobs' | 'producers' | 'workers' | 'rate' | 'priorities' | 'pausedQueue' | 'flowKeys' | 'flowLimit'>
 
 /** Creates sent to the paused queue (--paused-queue): one after every this many jobs of the run. */
 const pausedQueueEvery = 10
@@ -70,7 +70,13 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
   // A queue of its own, so that against a shared project the workers claim only this run's jobs.
   const queue = `bench_${runId}`
   const pausedQueue = load.pausedQueue ? `bench_${runId}_paused` : null
-  const jobBody = (i: number) => ({ job_type: 'bench', queue, payload: { i }, ...(load.priorities ? { priority: randomPriority() } : {}) })
+  const jobBody = (i: number) => ({
+    job_type: 'bench',
+    queue,
+    payload: { i },
+    ...(load.priorities ? { priority: randomPriority() } : {}),
+    ...(load.flowKeys === null ? {} : { concurrency_key: `key-${i % load.flowKeys}` }),
+  })
   const createLatencies: number[] = []
   const claimLatencies: number[] = []
   const createdAt = new Map<string, number>()
@@ -278,6 +284,10 @@ export async function drive(client: Client, load: Load, cycle: Cycle, tracker: P
     if (pausedQueue !== null) {
       const path = `/jobsvc/v1/queues/${pausedQueue}/pause`
       await withRetries('pause', stop, () => client.request('POST', path, { reason: 'bench' }), 200)
+    }
+    if (load.flowKeys !== null) {
+      const limits = { concurrency: { per_key: { limit: load.flowLimit, by: 'concurrency_key' }, strategy: 'queue' } }
+      await withRetries('limits', stop, () => client.request('PUT', `/jobsvc/v1/queues/${queue}/limits`, limits), 200)
     }
     await Promise.all([
       ...Array.from({ length: load.producers }, () => guard(producer())),

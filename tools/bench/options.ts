@@ -5,6 +5,7 @@ const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS]
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
   [--nats-url URL] [--service-log FILE] [--service-cpu-prof DIR] [--no-metering] [--webhooks]
   [--idle N] [--batch B] [--retention-jobs N] [--priorities] [--paused-queue]
+  [--flow-keys N [--flow-limit L]]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
        npm run bench -- --spawn --feed-jobs N
@@ -33,6 +34,10 @@ take due jobs by due time minus priority instead of by due time alone.
 --paused-queue pauses one more queue of the run before it starts and sends it a create after every
 tenth job of the single-request cycles; the workers poll it beside the run's queue, so every poll
 leaves a paused queue out (its jobs are never claimed and not counted).
+
+--flow-keys N puts a per-key concurrency limit (--flow-limit L, default 2, by concurrency_key) on
+each cycle's queue before it starts and gives the jobs N concurrency keys in turn (issue 29): every
+claim then takes its key's slot on the log and every ack frees it. Compare with a run without it.
 
 --service-cpu-prof writes a V8 CPU profile of the spawned service into DIR when it stops (node
 --cpu-prof), to see where the service's share of the CPU per job goes.
@@ -93,6 +98,10 @@ export interface Options {
   priorities: boolean
   /** A paused queue beside the run's, polled and sent creates, whose jobs are never claimed. */
   pausedQueue: boolean
+  /** Concurrency keys the jobs are given in turn, under a per-key limit on the run's queue; null: no limits. */
+  flowKeys: number | null
+  /** The per-key limit of --flow-keys. */
+  flowLimit: number
   jobs: number
   producers: number
   workers: number
@@ -177,6 +186,8 @@ function toOptions(argv: string[]): Options {
       webhooks: { type: 'boolean', default: false },
       priorities: { type: 'boolean', default: false },
       'paused-queue': { type: 'boolean', default: false },
+      'flow-keys': { type: 'string' },
+      'flow-limit': { type: 'string' },
       'export-jobs': { type: 'string' },
       'export-read-mbps': { type: 'string' },
       'metrics-jobs': { type: 'string' },
@@ -224,6 +235,8 @@ function toOptions(argv: string[]): Options {
     webhooks: values.webhooks,
     priorities: values.priorities,
     pausedQueue: values['paused-queue'],
+    flowKeys: values['flow-keys'] === undefined ? null : positiveInt('flow-keys', values['flow-keys'], 0, 1_000_000),
+    flowLimit: positiveInt('flow-limit', values['flow-limit'], 2, 1000),
     exportJobs: values['export-jobs'] === undefined ? null : positiveInt('export-jobs', values['export-jobs'], 0, 10_000_000),
     exportReadMbps: positiveInt('export-read-mbps', values['export-read-mbps'], 16, 10_000),
     metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),

@@ -75,6 +75,7 @@ export function report(
   const r = single.result
   const b = batched?.result
   const summary = {
+    ...(opts.flowKeys === null ? {} : { flow_keys: opts.flowKeys, flow_limit: opts.flowLimit }),
     jobs_per_s: jobsPerS(r),
     ...latencySummary(r),
     ...(idle === null
@@ -98,7 +99,7 @@ export function report(
           `  idle claim: created -> claimed ${describePercentiles(idle.claimLatencies)}; create p50 ${ms(percentileMs(idle.createLatencies, 50))}`,
         ]),
     '',
-    `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers${opts.rate === null ? '' : ` paced at ${opts.rate}/s`}, ${opts.workers} workers x capacity ${opts.capacity}${opts.priorities ? ', random priorities' : ''}${opts.pausedQueue ? ', a paused queue polled beside' : ''}${r.complete ? '' : ' (INCOMPLETE)'}`,
+    `jobsvc bench: ${r.jobs} jobs, ${opts.producers} producers${opts.rate === null ? '' : ` paced at ${opts.rate}/s`}, ${opts.workers} workers x capacity ${opts.capacity}${opts.priorities ? ', random priorities' : ''}${opts.pausedQueue ? ', a paused queue polled beside' : ''}${opts.flowKeys === null ? '' : `, ${opts.flowKeys} concurrency keys at a per-key limit of ${opts.flowLimit}`}${r.complete ? '' : ' (INCOMPLETE)'}`,
     ...describeCycle(r, 'creates'),
     ...(webhooks
       ? [
