@@ -10,17 +10,22 @@ import { latestPerAggregate, readModel } from './projection.ts'
  * (services/use-cases/jobs/flow-gates.ts, reconciliation).
  */
 async function applyGateRows(db: Queryable, records: readonly EventRecord[]): Promise<void> {
-  for (const r of latestPerAggregate(records.filter((x) => x.message.aggregate === 'gate'))) {
+  const rows = latestPerAggregate(records.filter((x) => x.message.aggregate === 'gate')).flatMap((r) => {
     const gate = r.message.state as FlowGate | null
-    if (gate === null) continue
-    await db`
-      INSERT INTO flow_gates (project_id, gate_id, queue, key_by, key, holders, running, tokens, refilled_at, held_until, last_seq)
-      VALUES (${r.message.project_id}, ${r.message.aggregate_id}, ${gate.queue}, ${gate.by}, ${gate.key},
-        ${JSON.stringify(gate.holders)}::text::jsonb, ${gate.holders.length}, ${gate.tokens}, ${gate.refilled_at}, ${gate.held_until}, ${r.seq})
-      ON CONFLICT (project_id, gate_id) DO UPDATE SET holders = excluded.holders, running = excluded.running, tokens = excluded.tokens,
-        refilled_at = excluded.refilled_at, held_until = excluded.held_until, last_seq = excluded.last_seq
-      WHERE flow_gates.last_seq < excluded.last_seq`
-  }
+    if (gate === null) return []
+    const { queue, by: key_by, key, holders, tokens, refilled_at, held_until } = gate
+    const { project_id, aggregate_id: gate_id } = r.message
+    return [{ project_id, gate_id, queue, key_by, key, holders, running: holders.length, tokens, refilled_at, held_until, last_seq: r.seq }]
+  })
+  if (rows.length === 0) return
+  // One statement for the batch's gates, as one json document (as the jobs' rows are written).
+  await db`
+    INSERT INTO flow_gates (project_id, gate_id, queue, key_by, key, holders, running, tokens, refilled_at, held_until, last_seq)
+    SELECT project_id, gate_id, queue, key_by, key, holders, running, tokens, refilled_at, held_until, last_seq
+    FROM json_populate_recordset(null::flow_gates, ${JSON.stringify(rows)}::text::json)
+    ON CONFLICT (project_id, gate_id) DO UPDATE SET holders = excluded.holders, running = excluded.running, tokens = excluded.tokens,
+      refilled_at = excluded.refilled_at, held_until = excluded.held_until, last_seq = excluded.last_seq
+    WHERE flow_gates.last_seq < excluded.last_seq`
 }
 
 interface GateRow {
