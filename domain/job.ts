@@ -170,6 +170,9 @@ export interface JobDefinition {
   concurrency_key?: string | null
 }
 
+/** Why a job was handed back other than by a worker's plain release (see job_released). */
+export type ReleaseReason = 'rate_limited' | 'limit_refused'
+
 export type JobEvent =
   | {
       type: 'job_created'
@@ -240,14 +243,19 @@ export type JobEvent =
   // The worker handed the attempt back: the next claim gets the same attempt number.
   | {
       type: 'job_released'
-      /** `reason` `rate_limited`: the worker's ack said so (issue 29); absent for a plain release. */
+      /**
+       * `reason` `rate_limited`: the worker's ack said so (issue 29); `limit_refused`: the claim was
+       * appended beside its flow gate's take and the gate turned out full after all (another process
+       * took the last slot), so the claim was handed back before any worker saw the job; absent for
+       * a worker's plain release.
+       */
       data: {
         worker_id: string
         attempt: number
         state: 'pending' | 'scheduled'
         run_at: string | null
         released_at: string
-        reason?: 'rate_limited'
+        reason?: ReleaseReason
       }
     }
   | {
@@ -312,7 +320,7 @@ export type JobCommand =
   /** The end of a cancel's grace period: the attempt named ends cancelled if it is still running. */
   | { type: 'expire_cancel'; data: { attempt: number }; meta: CommandMeta }
   /** `run_at`: when the job may be claimed again (null: at once). */
-  | { type: 'release_job'; data: { worker_id: string; run_at: string | null; reason?: 'rate_limited' }; meta: CommandMeta }
+  | { type: 'release_job'; data: { worker_id: string; run_at: string | null; reason?: ReleaseReason }; meta: CommandMeta }
   /** `operation_id`: the bulk operation asking, recorded on the event. */
   | { type: 'retry_job'; data: { operation_id?: string }; meta: CommandMeta }
   /** A waiting job's claim order offset; `operation_id`: the bulk operation asking, if any. */
@@ -604,7 +612,8 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       if (isCancelRequested(job)) return [cancelledAttempt(job, now, true)]
       const runAt = command.data.run_at
       // A rate-limited job waits pending, as a retry's backoff does; a release to later is scheduled.
-      const rateLimited = command.data.reason === 'rate_limited'
+      const { reason } = command.data
+      const rateLimited = reason === 'rate_limited'
       return [
         {
           type: 'job_released',
@@ -614,7 +623,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
             state: rateLimited || isDue(runAt, now) ? 'pending' : 'scheduled',
             run_at: runAt,
             released_at: now,
-            ...(rateLimited ? { reason: 'rate_limited' as const } : {}),
+            ...(reason === undefined ? {} : { reason }),
           },
         },
       ]

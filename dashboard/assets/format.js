@@ -73,6 +73,8 @@ export function eventNote(event) {
     return `Waiting for ${d.key === null ? 'its queue' : `key ${d.key}`}: ${limitWaitReasons[d.reason] ?? d.reason}, since ${formatTime(d.since)}`
   if (event.type === 'job_claimed' && d.limit_wait_ms != null) return `Waited ${formatDuration(d.limit_wait_ms)} for its limits`
   if (event.type === 'job_released' && d.reason === 'rate_limited') return `Rate limited by the worker; due again at ${formatTime(d.run_at)}`
+  if (event.type === 'job_released' && d.reason === 'limit_refused')
+    return 'Claim handed back before any worker saw it: its concurrency key filled up meanwhile'
   if (event.type === 'job_cancelled' && d.reason === 'concurrency_limit') return concurrencyCancelNote
   return null
 }

@@ -1,16 +1,20 @@
 import {
+  flowGateDecider,
   GateContended,
   gateNameOf,
   GateRefusal,
   LimitRefused,
   type BucketRule,
   type FlowGate,
+  type FlowGateCommand,
+  type FlowGateEvent,
   type GateAddress,
   type GateHolder,
   type GateSpec,
 } from '../../../domain/flow-gate.ts'
-import type { Ref } from '../../../streams/aggregate-handler.ts'
+import type { CommandResult, Ref } from '../../../streams/aggregate-handler.ts'
 import { gateHandler } from '../../../streams/aggregates.ts'
+import type { Loaded } from '../../../streams/event-store.ts'
 import { ConcurrencyConflict } from '../../../streams/errors.ts'
 import { sha256Hex } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -21,7 +25,47 @@ import type { Deps } from '../../infrastructure/runtime.ts'
  * append with an expected sequence on the gate's subject; nothing is counted in memory.
  */
 
-type GateDeps = Pick<Deps, 'store' | 'newUlid' | 'now'>
+/**
+ * The gates this process decided on last, state and sequence, so its next decision on one needs
+ * no load (the hint of handleCommand): a gate another process moved since makes the append
+ * conflict, and the decision is made again on the loaded state. Bounded; the oldest go first.
+ */
+export class GateStates {
+  readonly #known = new Map<string, Loaded<FlowGate>>()
+  constructor(readonly capacity = 50_000) {}
+
+  get(ref: Ref<'gate'>): Loaded<FlowGate> | undefined {
+    return this.#known.get(`${ref.projectId}/${ref.id}`)
+  }
+
+  remember(ref: Ref<'gate'>, result: CommandResult<FlowGateEvent, FlowGate>): void {
+    const key = `${ref.projectId}/${ref.id}`
+    this.#known.delete(key)
+    if (result.state === null) return
+    if (this.#known.size >= this.capacity) this.#known.delete(this.#known.keys().next().value!)
+    this.#known.set(key, { state: result.state, seq: result.seq })
+  }
+
+  forget(ref: Ref<'gate'>): void {
+    this.#known.delete(`${ref.projectId}/${ref.id}`)
+  }
+}
+
+type GateDeps = Pick<Deps, 'store' | 'newUlid' | 'now'> & { gateStates?: GateStates }
+
+/** A decision on a gate, from the state this process knows of it when it knows one. */
+async function decideOnGate(deps: GateDeps, ref: Ref<'gate'>, command: FlowGateCommand): Promise<CommandResult<FlowGateEvent, FlowGate>> {
+  const states = deps.gateStates
+  try {
+    const result = await gateHandler.decide(deps, ref, command, { hint: states?.get(ref) })
+    states?.remember(ref, result)
+    return result
+  } catch (err) {
+    // A refusal, a conflict or a failure leaves the gate's latest state unknown here.
+    states?.forget(ref)
+    throw err
+  }
+}
 
 /** A gate's subject: a digest of its name (a key may hold any character; a subject token may not). */
 export function gateRef(projectId: string, name: string): Ref<'gate'> {
@@ -34,6 +78,30 @@ export function gateRefOf(projectId: string, address: GateAddress): Ref<'gate'> 
 
 const meta = (deps: GateDeps) => ({ now: deps.now().toISOString() })
 
+function takeCommand(deps: GateDeps, gate: GateSpec, jobId: string, attempt: number): FlowGateCommand {
+  const { queue, by, key, concurrency, rate } = gate
+  return { type: 'take_gate', data: { queue, by, key, job_id: jobId, attempt, concurrency, rate }, meta: meta(deps) }
+}
+
+/**
+ * Whether this process's last word on each of the gates says it has room for the attempt now: a
+ * forecast (another process may have taken the room since), which lets the claim append its take
+ * and the job's claim together instead of one after the other. False when a gate is unknown here.
+ */
+export function expectRoom(deps: GateDeps, projectId: string, jobId: string, attempt: number, gates: readonly GateSpec[]): boolean {
+  const states = deps.gateStates
+  if (states === undefined) return false
+  return gates.every((gate) => {
+    const known = states.get(gateRefOf(projectId, gate))
+    if (known === undefined) return false
+    try {
+      return flowGateDecider.decide(takeCommand(deps, gate, jobId, attempt), known.state).length > 0
+    } catch {
+      return false
+    }
+  })
+}
+
 /**
  * Takes a slot (and a token) in each gate for the attempt, in order; on a refusal gives back what
  * it took and throws LimitRefused. Resolves to the names of the gates taken.
@@ -42,11 +110,7 @@ export async function takeGates(deps: GateDeps, projectId: string, jobId: string
   const taken: GateSpec[] = []
   for (const gate of gates) {
     try {
-      await gateHandler.decide(deps, gateRefOf(projectId, gate), {
-        type: 'take_gate',
-        data: { queue: gate.queue, by: gate.by, key: gate.key, job_id: jobId, attempt, concurrency: gate.concurrency, rate: gate.rate },
-        meta: meta(deps),
-      })
+      await decideOnGate(deps, gateRefOf(projectId, gate), takeCommand(deps, gate, jobId, attempt))
       taken.push(gate)
     } catch (err) {
       await giveBack(deps, projectId, jobId, attempt, taken)
@@ -74,7 +138,7 @@ export async function freeGate(
   reason: 'ended' | 'unclaimed' | 'reconciled',
   rate: BucketRule | null = null,
 ): Promise<void> {
-  await gateHandler.decide(deps, gateRef(projectId, name), { type: 'free_gate', data: { job_id: jobId, attempt, reason, rate }, meta: meta(deps) })
+  await decideOnGate(deps, gateRef(projectId, name), { type: 'free_gate', data: { job_id: jobId, attempt, reason, rate }, meta: meta(deps) })
 }
 
 /**
@@ -114,7 +178,7 @@ export async function reconcileGate(
 
 /** Holds the gate shut until `until` (a worker's `rate_limited` ack). */
 export async function holdGate(deps: GateDeps, projectId: string, gate: GateAddress, jobId: string, until: string): Promise<void> {
-  await gateHandler.decide(deps, gateRefOf(projectId, gate), {
+  await decideOnGate(deps, gateRefOf(projectId, gate), {
     type: 'hold_gate',
     data: { queue: gate.queue, by: gate.by, key: gate.key, job_id: jobId, until },
     meta: meta(deps),

@@ -23,8 +23,8 @@ import {
   isClaimable,
 } from '../../../domain/job.ts'
 import { InvalidState } from '../../../domain/errors.ts'
-import { freeGate, giveBack, holdGate, takeGates } from './flow-gates.ts'
-import { gatesOf, holdGateOf, LimitRefused, type GateSpec } from '../../../domain/flow-gate.ts'
+import { expectRoom, freeGate, GateStates, giveBack, holdGate, takeGates } from './flow-gates.ts'
+import { gateNameOf, gatesOf, holdGateOf, LimitRefused, type GateSpec } from '../../../domain/flow-gate.ts'
 import type { FlowLimits } from '../../../domain/project/index.ts'
 import { jobProgressDecider, progressOf, type JobProgress, type JobProgressCommand } from '../../../domain/job-progress.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
@@ -155,6 +155,15 @@ export class JobService {
     this.#deps = deps
   }
 
+  /** The flow gates this process decided on last (flow-gates.ts), so its next take or free needs no load. */
+  readonly #gateStates = new GateStates()
+
+  /** What a decision on a flow gate needs: the runtime's log and clock as they are now, and the gates' known states. */
+  get #gateDeps() {
+    const { store, newUlid, now } = this.#deps
+    return { store, newUlid, now, gateStates: this.#gateStates }
+  }
+
   /** `actor`: the dashboard member who asked, recorded on the events (none for keys, workers and roles). */
   #meta(actor?: Actor): CommandMeta {
     return { now: this.#deps.now().toISOString(), random: Math.random(), actor }
@@ -232,7 +241,7 @@ export class JobService {
     if (ended === undefined) return
     const attempt = (ended.data as { attempt?: number }).attempt ?? job!.attempt
     try {
-      await Promise.all(gates.map((name) => freeGate(this.#deps, projectId, name, jobId, attempt, 'ended')))
+      await Promise.all(gates.map((name) => freeGate(this.#gateDeps, projectId, name, jobId, attempt, 'ended')))
     } catch (err) {
       // The attempt's end stands; the reaper's reconciliation frees what could not be freed here.
       this.#deps.log.warn({ err, projectId, jobId, gates }, 'could not free the flow gates of an ended attempt')
@@ -568,9 +577,10 @@ export class JobService {
     const gates = gatesOf(limits, job)
     if (gates.length === 0) return this.#run(projectId, jobId, command(), known, trustKnown)
     const attempt = job.attempt + 1
+    if (expectRoom(this.#gateDeps, projectId, jobId, attempt, gates)) return this.#claimBesideTake(projectId, job, workerId, gates, known, trustKnown)
     let taken: string[]
     try {
-      taken = await takeGates(this.#deps, projectId, jobId, attempt, gates)
+      taken = await takeGates(this.#gateDeps, projectId, jobId, attempt, gates)
     } catch (err) {
       if (err instanceof LimitRefused) {
         limitRefusals.inc({ reason: err.refusal.reason })
@@ -582,9 +592,53 @@ export class JobService {
     try {
       return await this.#run(projectId, jobId, command(taken), known, trustKnown)
     } catch (err) {
-      await giveBack(this.#deps, projectId, jobId, attempt, gates).catch(() => undefined)
+      await giveBack(this.#gateDeps, projectId, jobId, attempt, gates).catch(() => undefined)
       throw err
     }
+  }
+
+  /**
+   * The claim when this process's last word on the job's gates says they have room: the takes
+   * and the job's claim are appended together, one round trip instead of two. No worker sees
+   * the job before both stand, so a key never runs more than its limit; when the claim stands
+   * and a take does not (another process took the last slot since), the job is handed back
+   * (job_released, reason `limit_refused`) and the refusal handled as the sequential claim does.
+   */
+  async #claimBesideTake(
+    projectId: string,
+    job: Job,
+    workerId: string,
+    gates: readonly GateSpec[],
+    known: Loaded<Job> | undefined,
+    trustKnown: boolean,
+  ): Promise<CommandResult<JobEvent, Job>> {
+    const attempt = job.attempt + 1
+    const claim: JobCommand = { type: 'claim_job', data: { worker_id: workerId, gates: gates.map(gateNameOf) }, meta: this.#meta() }
+    const [take, claimed] = await Promise.allSettled([
+      takeGates(this.#gateDeps, projectId, job.id, attempt, gates),
+      this.#run(projectId, job.id, claim, known, trustKnown),
+    ])
+    if (take.status === 'fulfilled' && claimed.status === 'fulfilled') {
+      limitSlotsTaken.inc()
+      return claimed.value
+    }
+    if (take.status === 'fulfilled') {
+      await giveBack(this.#gateDeps, projectId, job.id, attempt, gates).catch(() => undefined)
+      throw (claimed as PromiseRejectedResult).reason
+    }
+    // The job was lost too (another claim won it): nothing of this claim stands.
+    if (claimed.status === 'rejected') throw claimed.reason
+    const released = await this.#run(projectId, job.id, {
+      type: 'release_job',
+      data: { worker_id: workerId, run_at: null, reason: 'limit_refused' },
+      meta: this.#meta(),
+    })
+    const refused = take.reason
+    if (refused instanceof LimitRefused) {
+      limitRefusals.inc({ reason: refused.refusal.reason })
+      if (released.state !== null) await this.#refused(projectId, released.state, refused)
+    }
+    throw refused
   }
 
   /**
@@ -633,7 +687,7 @@ export class JobService {
     await this.cascade(projectId, result.events, job)
     const limits = limitsOf(job.queue)
     const hold: GateSpec | null = limits === null ? null : holdGateOf(gatesOf(limits, job))
-    if (hold !== null && job.state === 'pending') await holdGate(this.#deps, projectId, hold, jobId, until)
+    if (hold !== null && job.state === 'pending') await holdGate(this.#gateDeps, projectId, hold, jobId, until)
     const outcome: AckOutcome = job.state === 'pending' ? { action: 'retry', retry_at: job.run_at! } : { action: 'done' }
     return { outcome, seq: result.seq }
   }
