@@ -59,6 +59,7 @@ const jobTypes: Record<JobEventType, true> = {
   job_child_attached: true,
   job_promoted: true,
   job_activated: true,
+  job_parent_settled: true,
   job_claimed: true,
   job_limit_waiting: true,
   job_progressed: true,

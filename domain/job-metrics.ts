@@ -126,6 +126,7 @@ export function metricsOfJobEvent(event: JobEvent): JobEventMetrics {
     case 'job_priority_changed':
     case 'job_payload_replaced':
     case 'job_limit_waiting':
+    case 'job_parent_settled':
       return none
   }
 }

@@ -27,6 +27,9 @@ export const maxTagValueLength = 500
 /** A job's `concurrency_key` (issue 29) is bounded like a tag's value. */
 export const maxConcurrencyKeyLength = maxTagValueLength
 
+/** The most parents a job of a graph may wait for (issue 30, `depends_on`). */
+export const maxParents = 100
+
 export const jobDefaults = { queue: 'default', max_attempts: defaultMaxAttempts, timeout_seconds: 1800 } as const
 
 /**

@@ -105,7 +105,29 @@ export interface Job {
   gates?: string[]
   /** Since when, and why, the waiting job has been refused a gate (issue 29): cleared by its next claim. */
   limit_waiting?: LimitWait
+  /**
+   * A job of a graph (issue 30): the parents it was created with (`depends_on`, less those a
+   * failure dropped under `on_parent_failure: "ignore"`), the ones it still waits for
+   * (`waiting_for`: none once activated) and what a parent's dead-letter or cancel does to it.
+   * Present only for a job created with `depends_on`, so every other job keeps the shape of
+   * older messages; a spec continuation (`parent_job_id`) has none of them.
+   */
+  depends_on?: string[]
+  waiting_for?: string[]
+  on_parent_failure?: ParentFailureRule
 }
+
+/**
+ * What a parent that ends without success (dead-lettered or cancelled) does to a job of a graph:
+ * `cancel` cancels it (the continuation's rule), `run` counts the parent as settled so the job
+ * runs once every parent has ended (a fan-in of whatever finished), `ignore` drops the parent
+ * from the job's parents altogether.
+ */
+export const parentFailureRules = ['cancel', 'run', 'ignore'] as const
+export type ParentFailureRule = (typeof parentFailureRules)[number]
+
+/** How a parent of a graph job ended, as its `job_parent_settled` records it. */
+export type ParentOutcome = 'succeeded' | 'dead_letter' | 'cancelled'
 
 /** A job waiting for a gate: a slot of its key or queue (`concurrency`), a token (`rate`), or a worker's hold (`held`). */
 export interface LimitWait {
@@ -168,6 +190,10 @@ export interface JobDefinition {
   ttl_seconds?: number | null
   /** The key per-key limits may count it by (issue 29); absent or null: none. */
   concurrency_key?: string | null
+  /** Its parents (issue 30): it runs once each has succeeded; absent or null: none (or `parent_job_id`'s one). */
+  depends_on?: string[] | null
+  /** With `depends_on`: what a parent's dead-letter or cancel does to it (default `cancel`). */
+  on_parent_failure?: ParentFailureRule | null
 }
 
 /** Why a job was handed back other than by a worker's plain release (see job_released). */
@@ -179,6 +205,8 @@ export type JobEvent =
       data: JobDefinition & {
         state: 'pending' | 'scheduled'
         waiting_for_parent: boolean
+        /** With `depends_on` (issue 30): the parents that had yet to succeed when it was attached to them. */
+        waiting_for?: string[]
         /** Absent from events written before trace context was kept. */
         traceparent?: string | null
         created_at: string
@@ -187,6 +215,12 @@ export type JobEvent =
   | { type: 'job_child_attached'; data: { child_job_id: string; attached_at: string } }
   | { type: 'job_promoted'; data: { promoted_at: string } }
   | { type: 'job_activated'; data: { parent_job_id: string; state: 'pending' | 'scheduled'; activated_at: string } }
+  // A parent of a graph job ended (issue 30): `waiting` parents are left; `dropped` under
+  // `on_parent_failure: "ignore"`. The last one settled comes with the job_activated.
+  | {
+      type: 'job_parent_settled'
+      data: { parent_job_id: string; outcome: ParentOutcome; dropped: boolean; waiting: number; of: number; settled_at: string }
+    }
   // `gates`: the flow gates the attempt holds (issue 29); `limit_wait_ms`: how long the job waited
   // for them since it was first refused. Both only where there were any.
   | { type: 'job_claimed'; data: { worker_id: string; attempt: number; started_at: string; gates?: string[]; limit_wait_ms?: number } }
@@ -282,8 +316,10 @@ export type JobCommand =
   | {
       type: 'create_job'
       data: JobDefinition & {
-        /** Decided on the parent first: true when the parent has yet to succeed. */
+        /** Decided on the parent first: true when the parent has yet to succeed (with `depends_on`: when `waiting_for` is not empty). */
         waits_for_parent: boolean
+        /** With `depends_on` (issue 30), decided on the parents first: those that had yet to succeed. */
+        waiting_for?: string[]
         /** As the caller sent it, if at all; an invalid one is dropped, not refused (domain/trace-context.ts). */
         traceparent?: string | null
       }
@@ -292,7 +328,7 @@ export type JobCommand =
   | { type: 'attach_child'; data: { child_job_id: string }; meta: CommandMeta }
   | { type: 'promote_job'; data: Record<string, never>; meta: CommandMeta }
   | { type: 'activate_child'; data: { parent_job_id: string }; meta: CommandMeta }
-  | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested' | 'expired'> }; meta: CommandMeta }
+  | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested' | 'expired'>; parent_job_id?: string }; meta: CommandMeta }
   /** `gates`: the flow gates the claimer took for the attempt (issue 29), by aggregate id. */
   | { type: 'claim_job'; data: { worker_id: string; gates?: string[] }; meta: CommandMeta }
   /** A claim was refused a gate: the waiting job records why, once per wait. */
@@ -478,6 +514,27 @@ export function cascadeOf(event: JobEvent): CascadeStep | null {
   return endState === undefined ? null : (cascadeByEndState[endState] ?? null)
 }
 
+/**
+ * A parent of a graph job ended in `outcome`: it leaves the job's wait (a parent it no longer
+ * waits for is a no-op: a repeat, or a second process's cascade), and the last one activates the
+ * job. Each is an append at the job's expected sequence, so two parents ending at once settle one
+ * after the other and the job is activated exactly once.
+ */
+function parentSettled(job: Job, parentId: string, outcome: ParentOutcome, now: string): JobEvent[] {
+  const waitingFor = job.waiting_for ?? []
+  if (!waitingFor.includes(parentId)) return []
+  const waiting = waitingFor.length - 1
+  const dropped = outcome !== 'succeeded' && job.on_parent_failure === 'ignore'
+  const of = (job.depends_on?.length ?? 0) - (dropped ? 1 : 0)
+  const settled: JobEvent = { type: 'job_parent_settled', data: { parent_job_id: parentId, outcome, dropped, waiting, of, settled_at: now } }
+  if (waiting > 0) return [settled]
+  const activated: JobEvent = {
+    type: 'job_activated',
+    data: { parent_job_id: parentId, state: isDue(job.run_at, now) ? 'pending' : 'scheduled', activated_at: now },
+  }
+  return [settled, activated]
+}
+
 function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
   const { now } = command.meta
   switch (command.type) {
@@ -507,6 +564,10 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
             // Only when given: a job without a ttl is created as before expiry existed.
             ...(d.ttl_seconds === undefined || d.ttl_seconds === null ? {} : { ttl_seconds: d.ttl_seconds }),
             ...(d.concurrency_key === undefined || d.concurrency_key === null ? {} : { concurrency_key: d.concurrency_key }),
+            // Only for a job of a graph, so every other job is created as before graphs existed.
+            ...(d.depends_on === undefined || d.depends_on === null
+              ? {}
+              : { depends_on: d.depends_on, waiting_for: d.waiting_for ?? [], on_parent_failure: d.on_parent_failure ?? 'cancel' }),
             created_at: now,
           },
         },
@@ -528,6 +589,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
     }
     case 'activate_child': {
       if (state === null || state.state !== 'scheduled' || !state.waiting_for_parent) return []
+      if (state.waiting_for !== undefined) return parentSettled(state, command.data.parent_job_id, 'succeeded', now)
       return [
         {
           type: 'job_activated',
@@ -541,6 +603,13 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
     }
     case 'cancel_by_parent': {
       if (state === null || state.state !== 'scheduled' || !state.waiting_for_parent) return []
+      const parentId = command.data.parent_job_id
+      if (state.waiting_for !== undefined && parentId !== undefined) {
+        if (!state.waiting_for.includes(parentId)) return []
+        if (state.on_parent_failure !== 'cancel') {
+          return parentSettled(state, parentId, command.data.reason === 'parent_cancelled' ? 'cancelled' : 'dead_letter', now)
+        }
+      }
       return [{ type: 'job_cancelled', data: { reason: command.data.reason, previous_state: 'scheduled', cancelled_at: now } }]
     }
     case 'claim_job': {
@@ -813,6 +882,9 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       updated_at: d.created_at,
       ...(d.priority === undefined ? {} : { priority: d.priority }),
       ...(d.concurrency_key === undefined || d.concurrency_key === null ? {} : { concurrency_key: d.concurrency_key }),
+      ...(d.depends_on === undefined || d.depends_on === null
+        ? {}
+        : { depends_on: d.depends_on, waiting_for: d.waiting_for ?? [], on_parent_failure: d.on_parent_failure ?? 'cancel' }),
     }
     if (d.ttl_seconds === undefined || d.ttl_seconds === null) return created
     const withTtl = { ...created, ttl_seconds: d.ttl_seconds }
@@ -825,6 +897,15 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       return { ...state, children: [...state.children, event.data.child_job_id], updated_at: event.data.attached_at }
     case 'job_promoted':
       return { ...state, state: 'pending', updated_at: event.data.promoted_at }
+    case 'job_parent_settled': {
+      const { parent_job_id: parentId, dropped, settled_at: at } = event.data
+      return {
+        ...state,
+        waiting_for: (state.waiting_for ?? []).filter((id) => id !== parentId),
+        ...(dropped ? { depends_on: (state.depends_on ?? []).filter((id) => id !== parentId) } : {}),
+        updated_at: at,
+      }
+    }
     case 'job_activated':
       return waitingFrom(
         { ...state, state: event.data.state, waiting_for_parent: false, updated_at: event.data.activated_at },

@@ -11,6 +11,7 @@ const handledTypes: readonly JobEventType[] = [
   'job_child_attached',
   'job_promoted',
   'job_activated',
+  'job_parent_settled',
   'job_claimed',
   'job_progressed',
   'job_succeeded',
@@ -64,6 +65,9 @@ const columns = [
   'payload_seq',
   'concurrency_key',
   'limit_waiting',
+  'depends_on',
+  'waiting_for',
+  'on_parent_failure',
 ] as const
 
 /** What a row holds that the job's state only refers to, as far as the batch that writes it knows. */
@@ -116,6 +120,9 @@ function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[
     payload_seq: job.payload_seq ?? null,
     concurrency_key: job.concurrency_key ?? null,
     limit_waiting: job.limit_waiting ?? null,
+    depends_on: job.depends_on ?? null,
+    waiting_for: job.waiting_for ?? null,
+    on_parent_failure: job.on_parent_failure ?? null,
   }
 }
 
@@ -165,6 +172,11 @@ export function jobFromRow(r: Record<string, unknown>): Job {
   if (r.cancel_reason === 'concurrency_limit') job.cancel_reason = 'concurrency_limit'
   if (typeof r.concurrency_key === 'string') job.concurrency_key = r.concurrency_key
   if (r.limit_waiting !== null && r.limit_waiting !== undefined) job.limit_waiting = r.limit_waiting as Job['limit_waiting']
+  if (Array.isArray(r.depends_on)) {
+    job.depends_on = r.depends_on as string[]
+    job.waiting_for = (r.waiting_for as string[] | null) ?? []
+    job.on_parent_failure = (r.on_parent_failure as Job['on_parent_failure']) ?? 'cancel'
+  }
   const error = (r.error as JobError | null) ?? null
   return job.error_seq === null && error !== null ? { ...job, error } : job
 }
@@ -249,7 +261,8 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
         updated_at = excluded.updated_at, children = excluded.children, last_seq = excluded.last_seq,
         cancel_requested_at = excluded.cancel_requested_at, priority = excluded.priority, claim_rank_at = excluded.claim_rank_at,
         ttl_seconds = excluded.ttl_seconds, expires_at = excluded.expires_at, cancel_reason = excluded.cancel_reason,
-        payload_seq = excluded.payload_seq, concurrency_key = excluded.concurrency_key, limit_waiting = excluded.limit_waiting
+        payload_seq = excluded.payload_seq, concurrency_key = excluded.concurrency_key, limit_waiting = excluded.limit_waiting,
+        depends_on = excluded.depends_on, waiting_for = excluded.waiting_for, on_parent_failure = excluded.on_parent_failure
       WHERE jobs.last_seq < excluded.last_seq
         AND (excluded.error IS NOT NULL OR excluded.error_seq IS NULL OR excluded.error_seq = jobs.error_seq)`
   }
@@ -562,6 +575,10 @@ async function parentsOfWaitingChildren(db: Queryable, heldBack: readonly string
     SELECT DISTINCT p.project_id, p.id FROM jobs c JOIN jobs p ON p.id = c.parent_job_id
     WHERE c.state = 'scheduled' AND c.waiting_for_parent AND p.state IN ('succeeded', 'dead_letter', 'cancelled')
       AND p.id <> ALL(${heldBack as string[]}::text[])
+    UNION
+    SELECT DISTINCT p.project_id, p.id FROM jobs c JOIN jobs p ON p.id = ANY(c.waiting_for) AND p.project_id = c.project_id
+    WHERE c.state = 'scheduled' AND c.waiting_for_parent AND c.waiting_for IS NOT NULL
+      AND p.state IN ('succeeded', 'dead_letter', 'cancelled') AND p.id <> ALL(${heldBack as string[]}::text[])
     LIMIT ${limit}`
 }
 

@@ -17,6 +17,7 @@ const catalogue = {
     'job_child_attached',
     'job_promoted',
     'job_activated',
+    'job_parent_settled',
     'job_claimed',
     'job_limit_waiting',
     'job_succeeded',

@@ -36,6 +36,10 @@ export function toJobDetail(job: JobView) {
     ...(job.ttl_seconds === undefined ? {} : { ttl_seconds: job.ttl_seconds, expires_at: job.expires_at ?? null }),
     ...(job.cancel_reason === undefined ? {} : { cancel_reason: job.cancel_reason }),
     ...(job.concurrency_key === undefined ? {} : { concurrency_key: job.concurrency_key }),
+    // Extension (issue 30): only a job of a graph shows its parents.
+    ...(job.depends_on === undefined
+      ? {}
+      : { depends_on: job.depends_on, waiting_for: job.waiting_for ?? [], on_parent_failure: job.on_parent_failure ?? 'cancel' }),
   }
 }
 

@@ -1,6 +1,6 @@
 import type { Actor } from '../../../domain/decider.ts'
 import { BillingStateBlocked, MonthlyAllowanceExceeded, SpendCapReached } from '../../../domain/errors.ts'
-import type { Job } from '../../../domain/job.ts'
+import type { Job, ParentFailureRule } from '../../../domain/job.ts'
 import { jobDefaults } from '../../../domain/job-options.ts'
 import { billingOf, defaultTtlOf, type Project } from '../../../domain/project/index.ts'
 import { retryPolicyFor, type RetryPolicies } from '../../../domain/retry-policy.ts'
@@ -31,6 +31,10 @@ export interface JobRequest {
   debounce?: DebounceOption | null | undefined
   /** Extension (issue 29): the key per-key limits may count the job by. */
   concurrency_key?: string | null | undefined
+  /** Extension (issue 30): the job's parents; it runs once each has succeeded. */
+  depends_on?: string[] | null | undefined
+  /** Extension (issue 30): with `depends_on`, what a parent's dead-letter or cancel does to it. */
+  on_parent_failure?: ParentFailureRule | null | undefined
 }
 
 export interface CreationItem {
@@ -100,6 +104,9 @@ export function toNewJob(
     ...(request.priority === undefined || request.priority === null ? {} : { priority: request.priority }),
     ttl_seconds: request.ttl_seconds ?? queueTtl(queue),
     ...(request.concurrency_key === undefined || request.concurrency_key === null ? {} : { concurrency_key: request.concurrency_key }),
+    ...(request.depends_on === undefined || request.depends_on === null
+      ? {}
+      : { depends_on: request.depends_on, on_parent_failure: request.on_parent_failure ?? 'cancel' }),
   }
 }
 

@@ -1,6 +1,6 @@
 import type { Actor, CommandMeta } from '../../../domain/decider.ts'
 import type { FeedPosition } from '../../../domain/event-feed.ts'
-import { JobNotFound, ParentNotFound } from '../../../domain/errors.ts'
+import { JobNotFound, ParentNotFound, ParentTerminal } from '../../../domain/errors.ts'
 
 import {
   assertHeartbeatAllowed,
@@ -20,9 +20,12 @@ import {
   type JobError,
   type JobEvent,
   type JobView,
+  type ParentFailureRule,
   isClaimable,
 } from '../../../domain/job.ts'
 import { InvalidState } from '../../../domain/errors.ts'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { ConcurrencyConflict } from '../../../streams/errors.ts'
 import { expectRoom, freeGate, GateStates, giveBack, holdGate, takeGates } from './flow-gates.ts'
 import { gateNameOf, gatesOf, holdGateOf, LimitRefused, type GateSpec } from '../../../domain/flow-gate.ts'
 import type { FlowLimits } from '../../../domain/project/index.ts'
@@ -126,6 +129,8 @@ const maxKnownJobs = 20_000
 
 /** Children are re-decided a few at a time so a parent with thousands of them stays polite. */
 const cascadeConcurrency = 16
+/** A child's move decided again after conflicts at most this often (each a fresh load and append). */
+const maxChildMoveRounds = 50
 
 /**
  * The job use cases shared by the API and the scheduler: each one is a command on
@@ -384,14 +389,32 @@ export class JobService {
   /**
    * A continuation is attached to its parent before it exists, so a parent that succeeds in
    * between still finds it; a crash between the two leaves the parent naming a child that never
-   * appeared, which activation skips.
-   */
-  /**
+   * appeared, which activation skips. A job of a graph (`depends_on`, issue 30) is attached to
+   * each of its parents the same way (#attachToParents).
+   *
    * `options.jobId`: an id decided by the caller (a recurring occurrence); InvalidState if it
    * exists. `options.actor`: the dashboard member creating it.
    */
   async create(projectId: string, input: NewJob, options: { jobId?: string; actor?: Actor } = {}): Promise<Written> {
     const jobId = options.jobId ?? this.newJobId()
+    if (input.depends_on != null) {
+      const rule = input.on_parent_failure ?? 'cancel'
+      const { dependsOn, waitingFor } = await this.#attachToParents(projectId, jobId, input.depends_on, rule)
+      const created = await this.#run(projectId, jobId, {
+        type: 'create_job',
+        data: {
+          ...input,
+          depends_on: dependsOn,
+          on_parent_failure: rule,
+          job_id: jobId,
+          project_id: projectId,
+          waits_for_parent: waitingFor.length > 0,
+          waiting_for: waitingFor,
+        },
+        meta: this.#meta(options.actor),
+      })
+      return { job: created.state!, seq: created.seq }
+    }
     let waitsForParent = false
     if (input.parent_job_id !== null) {
       if (!isJobId(input.parent_job_id)) throw new ParentNotFound(input.parent_job_id)
@@ -413,6 +436,42 @@ export class JobService {
       meta: this.#meta(options.actor),
     })
     return { job: created.state!, seq: created.seq }
+  }
+
+  /**
+   * Attaches a graph job to each of its parents (at most `cascadeConcurrency` at once). Resolves
+   * to its parents (less those dropped) and those it waits for: the ones that had yet to succeed.
+   * A parent that already ended without success refuses the job under `cancel` (409
+   * `parent_terminal`, as a continuation's parent does); under `run` it is settled and under
+   * `ignore` dropped, neither waited for. An unknown parent is 422 `parent_not_found`. A refusal
+   * leaves the parents attached so far naming a job that never appears, which activation skips.
+   */
+  async #attachToParents(
+    projectId: string,
+    childId: string,
+    parents: readonly string[],
+    rule: ParentFailureRule,
+  ): Promise<{ dependsOn: string[]; waitingFor: string[] }> {
+    for (const parentId of parents) if (!isJobId(parentId)) throw new ParentNotFound(parentId)
+    const outcome = new Map<string, 'waiting' | 'succeeded' | 'dropped' | 'settled'>()
+    const todo = [...parents]
+    const attach = async () => {
+      for (let parentId = todo.shift(); parentId !== undefined; parentId = todo.shift()) {
+        try {
+          const attached = await this.#run(projectId, parentId, { type: 'attach_child', data: { child_job_id: childId }, meta: this.#meta() })
+          outcome.set(parentId, attached.appended || isAttached(attached.state, childId) ? 'waiting' : 'succeeded')
+        } catch (err) {
+          if (err instanceof JobNotFound) throw new ParentNotFound(parentId)
+          if (err instanceof ParentTerminal && rule !== 'cancel') outcome.set(parentId, rule === 'ignore' ? 'dropped' : 'settled')
+          else throw err
+        }
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(cascadeConcurrency, parents.length) }, attach))
+    return {
+      dependsOn: parents.filter((id) => outcome.get(id) !== 'dropped'),
+      waitingFor: parents.filter((id) => outcome.get(id) === 'waiting'),
+    }
   }
 
   /**
@@ -730,21 +789,42 @@ export class JobService {
   async #moveChildren(projectId: string, job: Job, step: CascadeStep): Promise<number> {
     let moved = 0
     const children = [...job.children]
+    const command = (): JobCommand =>
+      step.kind === 'activate'
+        ? { type: 'activate_child', data: { parent_job_id: job.id }, meta: this.#meta() }
+        : { type: 'cancel_by_parent', data: { reason: step.reason, parent_job_id: job.id }, meta: this.#meta() }
     const worker = async () => {
       for (let childId = children.shift(); childId !== undefined; childId = children.shift()) {
-        const command: JobCommand =
-          step.kind === 'activate'
-            ? { type: 'activate_child', data: { parent_job_id: job.id }, meta: this.#meta() }
-            : { type: 'cancel_by_parent', data: { reason: step.reason }, meta: this.#meta() }
-        const result = await this.#run(projectId, childId, command)
-        // The scheduler's sweep may race this request and move a child first; for activation the
-        // child still counts in `children_activated` (a child leaves waiting_for_parent only by
-        // activation or cancellation).
-        if (result.appended || (step.kind === 'activate' && isActivated(result.state))) moved++
+        try {
+          const result = await this.#moveChild(projectId, childId, command)
+          // The scheduler's sweep may race this request and move a child first; for activation the
+          // child still counts in `children_activated` (a child leaves waiting_for_parent only by
+          // activation or cancellation).
+          if (result.appended || (step.kind === 'activate' && isActivated(result.state))) moved++
+        } catch (err) {
+          // The parent's end stands, and the scheduler's sweep moves what could not be moved here.
+          this.#deps.log.warn({ err, projectId, parentId: job.id, childId }, 'could not move a child of an ended parent; the sweep will')
+        }
       }
     }
     await Promise.all(Array.from({ length: Math.min(cascadeConcurrency, children.length) }, worker))
     return moved
+  }
+
+  /**
+   * One child's move. A job of a graph may have its parents end at the same moment in several
+   * processes, each deciding on the child at once: the losers of the child's expected sequence
+   * decide again, after a short random pause so that they do not meet again, as often as needed.
+   */
+  async #moveChild(projectId: string, childId: string, command: () => JobCommand): Promise<CommandResult<JobEvent, Job>> {
+    for (let round = 1; ; round++) {
+      try {
+        return await this.#run(projectId, childId, command())
+      } catch (err) {
+        if (!(err instanceof ConcurrencyConflict) || round >= maxChildMoveRounds) throw err
+        await sleep(Math.random() * Math.min(50, 2 * round))
+      }
+    }
   }
 
   /** Writes read-model rows for records this process appended (the scheduler's promotion and reaping paths). */
@@ -761,6 +841,11 @@ function assertJobAddress(projectId: string, jobId: string): void {
 /** The payload a job's message holds (its `job_created`, or a replacement); `{}` once that message has left the log (retention). */
 function payloadIn(record: EventRecord<JobEvent, unknown> | null): Record<string, unknown> {
   return payloadInEvents(record?.message.events ?? []) ?? {}
+}
+
+/** Whether the parent holds the child among its children, still to be moved by its end (a repeated attach). */
+function isAttached(parent: Job | null, childId: string): boolean {
+  return parent !== null && parent.state !== 'succeeded' && parent.children.includes(childId)
 }
 
 function isActivated(child: Job | null): boolean {

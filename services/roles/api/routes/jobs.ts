@@ -2,9 +2,9 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandle
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { Forbidden } from '../../../../domain/errors.ts'
-import { jobStates, type Job } from '../../../../domain/job.ts'
+import { jobStates, parentFailureRules, type Job } from '../../../../domain/job.ts'
 import { hasRoleAtLeast } from '../../../../domain/project/index.ts'
-import { maxConcurrencyKeyLength, maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
+import { maxConcurrencyKeyLength, maxParents, maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
 import type { ApiContext } from '../context.ts'
 import { invalidRequest, itemFailure, rateLimitExceeded, type ItemFailure } from '../errors.ts'
 import { exportCooldownMs, parseExportWindow, sendJobsExport, wantsAttestation } from '../export-stream.ts'
@@ -76,11 +76,39 @@ export const createJobBody = z
       .describe(
         'extension (issue 29): the key the queue\'s per-key limits count the job by when they are `by: "concurrency_key"` (`PUT /queues/{queue}/limits`); absent or null: none',
       ),
+    depends_on: z
+      .array(text(1, 36))
+      .min(1)
+      .max(maxParents)
+      .refine((ids) => new Set(ids).size === ids.length, 'a parent may be named once')
+      .nullish()
+      .describe(
+        `extension (issue 30): 1–${maxParents} parent job ids of the project; the job waits \`scheduled\` until every parent has succeeded, then becomes \`pending\` (or stays scheduled until its \`run_at\`). Not with \`parent_job_id\` (its one-parent form) or \`debounce\``,
+      ),
+    on_parent_failure: z
+      .enum(parentFailureRules)
+      .nullish()
+      .describe(
+        'extension (issue 30), with `depends_on`: what a parent that is dead-lettered or cancelled does to the job: `cancel` (default) cancels it, `run` runs it once every parent has ended (a fan-in of whatever finished), `ignore` drops that parent from its parents',
+      ),
   })
   .superRefine((body, ctx) => {
+    if (body.depends_on != null && body.parent_job_id != null)
+      ctx.addIssue({ code: 'custom', path: ['depends_on'], message: 'depends_on cannot be combined with parent_job_id (its one-parent form)' })
+    if (body.on_parent_failure != null && body.depends_on == null)
+      ctx.addIssue({ code: 'custom', path: ['on_parent_failure'], message: 'on_parent_failure needs depends_on' })
     // A debounce decides the job's due time and its key; a parent would decide the due time too.
     if (body.debounce == null) return
-    const clash = body.dedup != null ? 'dedup' : body.run_at != null ? 'run_at' : body.parent_job_id != null ? 'parent_job_id' : null
+    const clash =
+      body.dedup != null
+        ? 'dedup'
+        : body.run_at != null
+          ? 'run_at'
+          : body.parent_job_id != null
+            ? 'parent_job_id'
+            : body.depends_on != null
+              ? 'depends_on'
+              : null
     if (clash !== null) ctx.addIssue({ code: 'custom', path: ['debounce'], message: `debounce cannot be combined with ${clash}` })
   })
 
@@ -140,6 +168,15 @@ export const jobDetail = z
         'extension: present only on a job cancelled because it was not claimed within its ttl (`expired`) or because its key was full under `cancel_newest` (`concurrency_limit`)',
       ),
     concurrency_key: z.string().optional().describe('extension (issue 29): present only for a job created with one'),
+    depends_on: z
+      .array(z.string())
+      .optional()
+      .describe('extension (issue 30): present only for a job created with `depends_on`: its parents (less those dropped under `ignore`)'),
+    waiting_for: z
+      .array(z.string())
+      .optional()
+      .describe('extension (issue 30), with `depends_on`: the parents it still waits for (empty once activated)'),
+    on_parent_failure: z.enum(parentFailureRules).optional().describe('extension (issue 30), with `depends_on`'),
   })
   .meta({ id: 'Job' })
 
@@ -171,6 +208,9 @@ const createdJob = z
     run_at: instant.nullable(),
     attempt: z.number().int(),
     max_attempts: z.number().int(),
+    depends_on: z.array(z.string()).optional().describe('extension (issue 30): only for a job created with `depends_on`, as on the job'),
+    waiting_for: z.array(z.string()).optional().describe('extension (issue 30): only with `depends_on`: the parents it waits for'),
+    on_parent_failure: z.enum(parentFailureRules).optional().describe('extension (issue 30): only with `depends_on`'),
   })
   .describe('The created job')
 
@@ -184,6 +224,10 @@ function toCreatedJob(job: Job): z.output<typeof createdJob> {
     run_at: job.run_at,
     attempt: job.attempt,
     max_attempts: job.max_attempts,
+    // Extension (issue 30): a job of a graph says what it waits for.
+    ...(job.depends_on === undefined
+      ? {}
+      : { depends_on: job.depends_on, waiting_for: job.waiting_for ?? [], on_parent_failure: job.on_parent_failure ?? 'cancel' }),
   }
 }
 

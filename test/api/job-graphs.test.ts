@@ -1,0 +1,187 @@
+import t from 'tap'
+import { startApiProcess } from '../support/api-process.ts'
+import { eventually, httpRequest, startHarness } from '../support/harness.ts'
+import { isError, jobsApi } from '../support/jobs-api.ts'
+import { jobHandler } from '../../streams/aggregates.ts'
+
+// Jobs with several parents (issue 30, items 1 and 4): `depends_on` and `on_parent_failure`, an
+// activation that happens once however many parents end together and in whichever process, and a
+// crash between a parent's end and its children's moves healed by the scheduler's sweep.
+const h = await startHarness(t, import.meta.filename, { tunables: { scheduler_interval_ms: 100 } })
+const { create, getJob, ack, claimOne } = jobsApi(h, { jobType: 'graph' })
+
+/** Claims the job on its own queue and acks it as `status`. */
+async function finish(job: { id: string; queue: string }, status: 'succeeded' | 'failed' = 'succeeded'): Promise<void> {
+  const claimed = await claimOne(job.queue, 'wrk_g')
+  if (claimed.id !== job.id) throw new Error(`claimed ${claimed.id}, not ${job.id}`)
+  const res = await ack({ job_id: job.id, worker_id: 'wrk_g', status, ...(status === 'failed' ? { error: { type: 'E', message: 'm' } } : {}) })
+  if (res.status !== 200) throw new Error(`ack answered ${res.status}: ${JSON.stringify(res.body)}`)
+}
+
+const historyTypes = async (jobId: string) =>
+  (await jobHandler.history(h.runtime.store, jobHandler.ref(h.projectId, jobId))).flatMap((m) => m.message.events.map((e) => e.type))
+
+/** The diamond A → (B, C) → D, each on its own queue, D with `rule`. */
+async function diamond(name: string, rule?: string) {
+  const a = await create({ queue: `${name}-a` })
+  const b = await create({ queue: `${name}-b`, parent_job_id: a.id })
+  const c = await create({ queue: `${name}-c`, parent_job_id: a.id, max_attempts: 1 })
+  const d = await create({ queue: `${name}-d`, depends_on: [b.id, c.id], ...(rule === undefined ? {} : { on_parent_failure: rule }) })
+  return { a, b, c, d }
+}
+
+t.test('the diamond runs its fan-in only once both branches have succeeded', async (t) => {
+  const { a, b, c, d } = await diamond('g-ok')
+  t.equal(d.state, 'scheduled', 'D waits')
+  t.same(d.depends_on, [b.id, c.id], 'its parents, in order')
+  t.same(d.waiting_for, [b.id, c.id])
+  t.equal(d.on_parent_failure, 'cancel', 'the default rule')
+  await finish(a)
+  await finish(b)
+  const half = await getJob(d.id)
+  t.equal(half.state, 'scheduled', 'one branch done: D still waits')
+  t.same(half.waiting_for, [c.id], 'for C')
+  await finish(c)
+  const done = await eventually(async () => ((await getJob(d.id)).state === 'pending' ? getJob(d.id) : null), 5_000, 'D pending')
+  t.same(done.waiting_for, [], 'waits for nothing')
+  t.equal((await claimOne(d.queue, 'wrk_d')).id, d.id, 'and runs')
+  const types = await historyTypes(d.id)
+  t.equal(types.filter((x) => x === 'job_parent_settled').length, 2, 'each parent settled once')
+  t.equal(types.filter((x) => x === 'job_activated').length, 1, 'activated once')
+})
+
+t.test('on_parent_failure: cancel, run and ignore', async (t) => {
+  const cancel = await diamond('g-cancel')
+  const run = await diamond('g-run', 'run')
+  const ignore = await diamond('g-ignore', 'ignore')
+  for (const g of [cancel, run, ignore]) {
+    await finish(g.a)
+    await finish(g.b)
+    await finish(g.c, 'failed')
+    t.equal((await getJob(g.c.id)).state, 'dead_letter')
+  }
+  const cancelled = await eventually(async () => {
+    const d = await getJob(cancel.d.id)
+    return d.state === 'cancelled' ? d : null
+  }, 5_000)
+  t.equal(cancelled.state, 'cancelled', 'cancel: the fan-in is cancelled')
+  const ran = await getJob(run.d.id)
+  t.equal(ran.state, 'pending', 'run: the fan-in runs with what finished')
+  t.same(ran.depends_on, [run.b.id, run.c.id], 'run: both stay its parents')
+  const ignored = await getJob(ignore.d.id)
+  t.equal(ignored.state, 'pending', 'ignore: the fan-in runs')
+  t.same(ignored.depends_on, [ignore.b.id], 'ignore: the failed parent is dropped')
+
+  // A parent cancelled while the child waits, under run: settled, and the child runs.
+  const p1 = await create({ queue: 'g-run2-p' })
+  const p2 = await create({ queue: 'g-run2-p' })
+  const child = await create({ queue: 'g-run2-c', depends_on: [p1.id, p2.id], on_parent_failure: 'run' })
+  t.equal((await h.request('POST', `/jobsvc/v1/jobs/${p1.id}/cancel`)).status, 200)
+  t.equal((await getJob(child.id)).state, 'scheduled', 'one parent cancelled: still waiting for the other')
+  t.equal((await h.request('POST', `/jobsvc/v1/jobs/${p2.id}/cancel`)).status, 200)
+  t.equal((await getJob(child.id)).state, 'pending', 'every parent ended: it runs')
+})
+
+t.test('parents that ended before the child was created', async (t) => {
+  const done = await create({ queue: 'g-pre' })
+  await finish(done)
+  const dead = await create({ queue: 'g-pre', max_attempts: 1 })
+  await finish(dead, 'failed')
+  const running = await create({ queue: 'g-pre-r' })
+  await claimOne('g-pre-r', 'wrk_r')
+
+  const ready = await create({ queue: 'g-pre-c', depends_on: [done.id] })
+  t.equal(ready.state, 'pending', 'every parent succeeded already: pending at once')
+  t.same(ready.waiting_for, [])
+  isError(
+    t,
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'x', payload: {}, depends_on: [done.id, dead.id] }),
+    409,
+    'parent_terminal',
+    'cancel',
+  )
+  const run = await create({ queue: 'g-pre-c', depends_on: [done.id, dead.id, running.id], on_parent_failure: 'run' })
+  t.same(run.waiting_for, [running.id], 'run: waits for the running parent only')
+  t.same(run.depends_on, [done.id, dead.id, running.id])
+  const ignore = await create({ queue: 'g-pre-c', depends_on: [dead.id, done.id], on_parent_failure: 'ignore' })
+  t.equal(ignore.state, 'pending', 'ignore: the dead parent dropped, the other succeeded')
+  t.same(ignore.depends_on, [done.id])
+})
+
+t.test('bad depends_on is 400, an unknown parent 422', async (t) => {
+  const p = await create({ queue: 'g-bad' })
+  const bad = async (body: Record<string, unknown>, what: string) =>
+    isError(t, await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'x', payload: {}, ...body }), 400, 'invalid_request', what)
+  await bad({ depends_on: [] }, 'empty')
+  await bad({ depends_on: [p.id, p.id] }, 'a parent twice')
+  await bad({ depends_on: Array.from({ length: 101 }, (_, i) => `job_${i}`) }, '101 parents')
+  await bad({ depends_on: [p.id], parent_job_id: p.id }, 'with parent_job_id')
+  await bad({ on_parent_failure: 'run' }, 'a rule without parents')
+  await bad({ depends_on: [p.id], on_parent_failure: 'sometimes' }, 'an unknown rule')
+  await bad({ depends_on: [p.id], debounce: { key: 'k', seconds: 5 } }, 'with debounce')
+  isError(
+    t,
+    await h.request('POST', '/jobsvc/v1/jobs', { job_type: 'x', payload: {}, depends_on: [p.id, 'job_01ARZ3NDEKTSV4RRFFQ69G5FAV'] }),
+    422,
+    'parent_not_found',
+    'unknown parent',
+  )
+  const batch = await h.request('POST', '/jobsvc/v1/jobs/batch', {
+    jobs: [
+      { job_type: 'x', payload: {}, queue: 'g-bad-b', depends_on: [p.id] },
+      { job_type: 'x', payload: {}, depends_on: [] },
+    ],
+  })
+  t.equal(batch.status, 200)
+  t.equal(batch.body.results[0].status, 201, 'a batch item with depends_on is created')
+  t.same(batch.body.results[0].body.waiting_for, [p.id])
+  t.equal(batch.body.results[1].status, 400, 'and a bad one is its own 400')
+})
+
+t.test('100 parents acked at once through two API processes activate their child exactly once', async (t) => {
+  const second = await startApiProcess(t, h.runtime)
+  const urls = [h.url, second.url]
+  const parents = (
+    await h.request('POST', '/jobsvc/v1/jobs/batch', { jobs: Array.from({ length: 100 }, () => ({ job_type: 'p', payload: {}, queue: 'g-fan' })) })
+  ).body.results.map((r: { body: { id: string } }) => r.body.id) as string[]
+  const child = await create({ queue: 'g-fan-in', depends_on: parents })
+  t.equal(child.waiting_for.length, 100)
+  const claimed: string[] = []
+  while (claimed.length < 100) {
+    const res = await h.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'wrk_fan', queues: ['g-fan'], capacity: 50, wait_seconds: 1 })
+    claimed.push(...res.body.jobs.map((j: { id: string }) => j.id))
+  }
+  const answers = await Promise.all(
+    claimed.map((id, i) =>
+      httpRequest(urls[i % 2]!, h.apiKey, 'POST', '/jobsvc/v1/workers/ack', { job_id: id, worker_id: 'wrk_fan', status: 'succeeded' }),
+    ),
+  )
+  t.same(
+    answers.filter((a) => a.status !== 200).map((a) => [a.status, a.body]),
+    [],
+    'every ack answered 200',
+  )
+  const job = await eventually(async () => ((await getJob(child.id)).state === 'pending' ? getJob(child.id) : null), 10_000, 'the child pending')
+  t.same(job.waiting_for, [])
+  const types = await historyTypes(child.id)
+  t.equal(types.filter((x) => x === 'job_parent_settled').length, 100, 'each of the 100 parents settled once')
+  t.equal(types.filter((x) => x === 'job_activated').length, 1, 'the child activated exactly once')
+  await second.stop()
+})
+
+t.test("a parent's end whose cascade never ran is healed by the scheduler's sweep", async (t) => {
+  const p1 = await create({ queue: 'g-heal' })
+  const p2 = await create({ queue: 'g-heal' })
+  const child = await create({ queue: 'g-heal-c', depends_on: [p1.id, p2.id] })
+  await finish(p1)
+  // p2 succeeds by an append of its own with no cascade after it: a process that died between the two.
+  await claimOne('g-heal', 'wrk_h')
+  await jobHandler.decide(h.runtime, jobHandler.ref(h.projectId, p2.id), {
+    type: 'ack_job',
+    data: { worker_id: 'wrk_h', status: 'succeeded', duration_ms: 1, error: null },
+    meta: { now: new Date().toISOString(), random: 0 },
+  })
+  const healed = await eventually(async () => ((await getJob(child.id)).state === 'pending' ? getJob(child.id) : null), 10_000, 'the sweep')
+  t.same(healed.waiting_for, [], 'activated by the sweep')
+  t.equal((await historyTypes(child.id)).filter((x) => x === 'job_activated').length, 1, 'once')
+})
