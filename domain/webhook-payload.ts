@@ -17,7 +17,13 @@ export interface WebhookEventContent {
 }
 
 /** The job events that become webhook events; the rest of a job's history is not sent. */
-export const jobEventsSent = ['job_created', 'job_succeeded', 'job_dead_lettered', 'job_cancelled'] as const satisfies readonly JobEvent['type'][]
+export const jobEventsSent = [
+  'job_created',
+  'job_succeeded',
+  'job_dead_lettered',
+  'job_cancelled',
+  'job_activated',
+] as const satisfies readonly JobEvent['type'][]
 
 /** The alert events that become webhook events, for alerts that ask for them (`webhook: true`). */
 export const alertEventsSent = ['alert_triggered', 'alert_resolved'] as const satisfies readonly AlertEvent['type'][]
@@ -65,6 +71,24 @@ export function webhookEventOf(event: { type: string; data: unknown }, job: Job 
           ttl_seconds: job.ttl_seconds ?? null,
           expires_at: job.expires_at ?? null,
           cancelled_at: d.cancelled_at,
+        },
+      }
+    }
+    case 'job_activated': {
+      // Issue 30: a continuation's parent, or the last of a graph job's parents, let it run.
+      const d = event.data as Extract<JobEvent, { type: 'job_activated' }>['data']
+      return {
+        type: 'job.activated',
+        data: {
+          schema_version: 1,
+          job_id: job.id,
+          project_id: job.project_id,
+          job_type: job.job_type,
+          queue: job.queue,
+          state: d.state,
+          parent_job_id: d.parent_job_id,
+          depends_on: job.depends_on ?? null,
+          activated_at: d.activated_at,
         },
       }
     }

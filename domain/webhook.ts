@@ -21,6 +21,7 @@ export const webhookEventTypes = [
   'queue.paused',
   'queue.resumed',
   'job.expired',
+  'job.activated',
 ] as const
 export type WebhookEventType = (typeof webhookEventTypes)[number]
 export type EventFilter = '*' | WebhookEventType[]
@@ -29,7 +30,13 @@ export type EventFilter = '*' | WebhookEventType[]
  * Types a subscription receives only when it names them: `*` keeps meaning what it meant before
  * they existed, so a receiver written for the spec's events never meets one.
  */
-const namedOnly: ReadonlySet<string> = new Set<WebhookEventType>(['audit.checkpoint', 'queue.paused', 'queue.resumed', 'job.expired'])
+const namedOnly: ReadonlySet<string> = new Set<WebhookEventType>([
+  'audit.checkpoint',
+  'queue.paused',
+  'queue.resumed',
+  'job.expired',
+  'job.activated',
+])
 
 export const secretGraceMs = 24 * 60 * 60 * 1000
 

@@ -32,10 +32,11 @@ export const webhookEventTypes = [
   'queue.paused',
   'queue.resumed',
   'job.expired',
+  'job.activated',
 ]
 
 /** The types a `*` subscription does not receive: only a subscription that names them does (domain/webhook.ts). */
-export const namedOnlyWebhookEventTypes = ['audit.checkpoint', 'queue.paused', 'queue.resumed', 'job.expired']
+export const namedOnlyWebhookEventTypes = ['audit.checkpoint', 'queue.paused', 'queue.resumed', 'job.expired', 'job.activated']
 
 const roleRank = { viewer: 0, member: 1, admin: 2, owner: 3 }
 

@@ -10,11 +10,12 @@ import { jobHandler } from '../../streams/aggregates.ts'
 const h = await startHarness(t, import.meta.filename, { tunables: { scheduler_interval_ms: 100 } })
 const { create, getJob, ack, claimOne } = jobsApi(h, { jobType: 'graph' })
 
-/** Claims the job on its own queue and acks it as `status`. */
-async function finish(job: { id: string; queue: string }, status: 'succeeded' | 'failed' = 'succeeded'): Promise<void> {
+/** Claims the job on its own queue and acks it as `status` (with `result`, when given). */
+async function finish(job: { id: string; queue: string }, status: 'succeeded' | 'failed' = 'succeeded', result?: unknown): Promise<void> {
   const claimed = await claimOne(job.queue, 'wrk_g')
   if (claimed.id !== job.id) throw new Error(`claimed ${claimed.id}, not ${job.id}`)
-  const res = await ack({ job_id: job.id, worker_id: 'wrk_g', status, ...(status === 'failed' ? { error: { type: 'E', message: 'm' } } : {}) })
+  const outcome = status === 'failed' ? { error: { type: 'E', message: 'm' } } : result === undefined ? {} : { result }
+  const res = await ack({ job_id: job.id, worker_id: 'wrk_g', status, ...outcome })
   if (res.status !== 200) throw new Error(`ack answered ${res.status}: ${JSON.stringify(res.body)}`)
 }
 
@@ -48,6 +49,16 @@ t.test('the diamond runs its fan-in only once both branches have succeeded', asy
   const types = await historyTypes(d.id)
   t.equal(types.filter((x) => x === 'job_parent_settled').length, 2, 'each parent settled once')
   t.equal(types.filter((x) => x === 'job_activated').length, 1, 'activated once')
+  const feed = await h.request('GET', `/jobsvc/v1/events?job_id=${d.id}&types=job_parent_settled,job_activated&limit=10`)
+  t.same(
+    feed.body.data.map((e: { type: string; data: { waiting?: number; of?: number } }) => [e.type, e.data.waiting ?? null, e.data.of ?? null]),
+    [
+      ['job_parent_settled', 1, 2],
+      ['job_parent_settled', 0, 2],
+      ['job_activated', null, null],
+    ],
+    'the event feed carries each settlement ("1 of 2 left") and the activation',
+  )
 })
 
 t.test('on_parent_failure: cancel, run and ignore', async (t) => {
@@ -106,6 +117,51 @@ t.test('parents that ended before the child was created', async (t) => {
   const ignore = await create({ queue: 'g-pre-c', depends_on: [dead.id, done.id], on_parent_failure: 'ignore' })
   t.equal(ignore.state, 'pending', 'ignore: the dead parent dropped, the other succeeded')
   t.same(ignore.depends_on, [done.id])
+})
+
+t.test("a graph job is handed its parents' results, and its dependencies say how each ended", async (t) => {
+  const a = await create({ queue: 'g-res-a' })
+  const b = await create({ queue: 'g-res-b' })
+  const c = await create({ queue: 'g-res-c', max_attempts: 1 })
+  const big = await create({ queue: 'g-res-big' })
+  const child = await create({ queue: 'g-res', depends_on: [a.id, b.id, c.id, big.id], on_parent_failure: 'run' })
+  const large = { blob: 'x'.repeat(60_000) }
+  await finish(a, 'succeeded', { rows: 3, files: ['a.png'] })
+  await finish(b)
+  const deps = (await h.request('GET', `/jobsvc/v1/jobs/${child.id}/dependencies`)).body
+  t.same(
+    deps.parents.map((p: { job_id: string; state: string; waiting: boolean }) => [p.job_id, p.state, p.waiting]),
+    [
+      [a.id, 'succeeded', false],
+      [b.id, 'succeeded', false],
+      [c.id, 'pending', true],
+      [big.id, 'pending', true],
+    ],
+    'two done, two waited for',
+  )
+  t.equal(deps.waiting_for, 2)
+  await finish(c, 'failed')
+  await finish(big, 'succeeded', large)
+  const claimed = await claimOne('g-res', 'wrk_res')
+  t.equal(claimed.id, child.id)
+  t.same(
+    claimed.parent_results,
+    { [a.id]: { rows: 3, files: ['a.png'] }, [b.id]: null, [big.id]: large },
+    "each succeeded parent's result (null: none), whole up to the ack's bound; the failed parent has none",
+  )
+  const after = (await h.request('GET', `/jobsvc/v1/jobs/${child.id}/dependencies`)).body
+  t.equal(after.on_parent_failure, 'run')
+  const failed = after.parents.find((p: { job_id: string }) => p.job_id === c.id)
+  t.equal(failed.state, 'dead_letter')
+  t.equal(failed.error.type, 'E', "the failed parent's error")
+  t.same(after.parents[0].result, { rows: 3, files: ['a.png'] })
+
+  // A job that is not a graph's: no parent_results in its poll answer, and no parents.
+  const plain = await create({ queue: 'g-res-plain' })
+  const polled = await claimOne('g-res-plain', 'wrk_res')
+  t.notOk('parent_results' in polled, 'a plain job answers as the spec says')
+  t.same((await h.request('GET', `/jobsvc/v1/jobs/${plain.id}/dependencies`)).body.parents, [])
+  t.equal((await h.request('GET', '/jobsvc/v1/jobs/job_01ARZ3NDEKTSV4RRFFQ69G5FAV/dependencies')).status, 404)
 })
 
 t.test('bad depends_on is 400, an unknown parent 422', async (t) => {

@@ -128,3 +128,15 @@ t.test('the body is the envelope in the spec’s order, the data as given', asyn
   const body = webhookBody({ id: 'evt_1', time: at }, { type: 'job.created', data: { schema_version: 1, job_id: 'job_1', queue: 'mail' } })
   t.equal(body, `{"event_id":"evt_1","event_type":"job.created","created_at":"${at}","data":{"schema_version":1,"job_id":"job_1","queue":"mail"}}`)
 })
+
+t.test('an activation (issue 30) is job.activated, with the parent that let it run and the graph job’s parents', async (t) => {
+  const child: Job = { ...job, state: 'pending', depends_on: ['job_a', 'job_b'], waiting_for: [], on_parent_failure: 'run' }
+  const activated = { type: 'job_activated', data: { parent_job_id: 'job_b', state: 'pending', activated_at: done } }
+  t.same(webhookEventOf(activated, child), {
+    type: 'job.activated',
+    data: { ...finishedJobFields, state: 'pending', parent_job_id: 'job_b', depends_on: ['job_a', 'job_b'], activated_at: done },
+  })
+  const continuation: Job = { ...job, state: 'scheduled', parent_job_id: 'job_p' }
+  const later = { type: 'job_activated', data: { parent_job_id: 'job_p', state: 'scheduled', activated_at: done } }
+  t.match(webhookEventOf(later, continuation)?.data, { parent_job_id: 'job_p', depends_on: null, state: 'scheduled' }, 'a continuation’s too')
+})

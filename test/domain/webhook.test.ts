@@ -130,6 +130,8 @@ t.test('delete: webhook_deleted, and the subscription is inactive; a second dele
 t.test('matchesFilter: * lets every type through, a list only its own', async (t) => {
   t.ok(matchesFilter('*', 'job.failed'))
   t.ok(matchesFilter('*', 'alert.triggered'))
+  t.notOk(matchesFilter('*', 'job.activated'), 'an activation goes only to subscriptions that name it (issue 30)')
+  t.ok(matchesFilter(['job.activated'], 'job.activated'))
   t.ok(matchesFilter(['job.succeeded', 'job.failed'], 'job.failed'))
   t.notOk(matchesFilter(['job.succeeded'], 'job.failed'))
   t.notOk(matchesFilter([], 'job.created'), 'an empty list matches nothing')

@@ -19,6 +19,7 @@ import {
   type JobCommand,
   type JobError,
   type JobEvent,
+  type JobState,
   type JobView,
   type ParentFailureRule,
   isClaimable,
@@ -99,6 +100,15 @@ const maxExaminedPerHistoryPage = 1000
  */
 const historyClockMarginMs = 10_000
 
+/** A parent of a graph job as its children see it (JobService.dependencies). */
+export interface ParentView {
+  job_id: string
+  /** null: gone from the log (retention). */
+  state: JobState | null
+  result: unknown
+  error: JobError | null
+}
+
 export interface Written {
   job: Job
   seq: number
@@ -129,6 +139,8 @@ const maxKnownJobs = 20_000
 
 /** Children are re-decided a few at a time so a parent with thousands of them stays polite. */
 const cascadeConcurrency = 16
+/** Parents of one graph job read from the log at once (its poll's results, its dependencies). */
+const parentReadConcurrency = 16
 /** A child's move decided again after conflicts at most this often (each a fresh load and append). */
 const maxChildMoveRounds = 50
 
@@ -307,6 +319,64 @@ export class JobService {
       if (events.some((e) => e.type === 'job_succeeded')) return resultOf(events)
     }
     return null
+  }
+
+  /**
+   * A parent of a graph job (issue 30) as its children see it, from the log: its state, the
+   * result of its successful attempt and its last error; null when it is gone (retention).
+   */
+  async #parentView(projectId: string, parentId: string): Promise<ParentView | null> {
+    const store = this.#deps.store
+    const ref = jobHandler.ref(projectId, parentId)
+    const last = await jobHandler.last(store, ref)
+    const job = last?.message.state ?? null
+    if (last === null || job === null) return null
+    const error =
+      job.error ??
+      (job.error_seq === null
+        ? null
+        : errorOf((job.error_seq === last.seq ? last : await jobHandler.at(store, ref, job.error_seq))?.message.events ?? []))
+    return { job_id: parentId, state: job.state, result: await this.#resultOf(job, last), error }
+  }
+
+  /** Each of `parentIds` as #parentView reads it, `parentReadConcurrency` at a time, in order. */
+  async #parentViews(projectId: string, parentIds: readonly string[]): Promise<Array<ParentView | null>> {
+    const views = new Array<ParentView | null>(parentIds.length).fill(null)
+    let next = 0
+    const reader = async () => {
+      for (let i = next++; i < parentIds.length; i = next++) views[i] = await this.#parentView(projectId, parentIds[i]!)
+    }
+    await Promise.all(Array.from({ length: Math.min(parentReadConcurrency, parentIds.length) }, reader))
+    return views
+  }
+
+  /**
+   * What a graph job's parents hand it when it is claimed (the poll's `parent_results`): the
+   * result of each parent that succeeded (null when its handler returned none), by id. A parent
+   * that ended otherwise (the job runs under `on_parent_failure: "run"`) is not in it; its error
+   * is in `dependencies`. Each result is at most the ack's bound (64 KiB).
+   */
+  async parentResults(projectId: string, job: Pick<Job, 'depends_on'>): Promise<Record<string, unknown>> {
+    const results: Record<string, unknown> = {}
+    for (const view of await this.#parentViews(projectId, job.depends_on ?? [])) {
+      if (view?.state === 'succeeded') results[view.job_id] = view.result ?? null
+    }
+    return results
+  }
+
+  /**
+   * A graph job's parents (`GET /jobsvc/v1/jobs/{id}/dependencies`): each with its state, result
+   * and error, and whether the job still waits for it; a parent gone from the log (retention)
+   * reads `state: null`. Empty for a job without `depends_on` (a continuation names its one
+   * parent as `parent_job_id`).
+   */
+  async dependencies(projectId: string, jobId: string): Promise<{ job: Job; parents: Array<ParentView & { waiting: boolean }> }> {
+    const { job } = await this.load(projectId, jobId)
+    const ids = job.depends_on ?? []
+    const views = await this.#parentViews(projectId, ids)
+    const waiting = new Set(job.waiting_for ?? [])
+    const parents = ids.map((id, i) => ({ ...(views[i] ?? { job_id: id, state: null, result: null, error: null }), waiting: waiting.has(id) }))
+    return { job, parents }
   }
 
   /** The job's state and its last progress report, read at once: what the progress stream shows. */

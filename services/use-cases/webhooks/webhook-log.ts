@@ -34,6 +34,7 @@ const logEventTypeOf: Record<WebhookEventType, string> = {
   'queue.paused': 'queue_paused',
   'queue.resumed': 'queue_resumed',
   'job.expired': 'job_cancelled',
+  'job.activated': 'job_activated',
 }
 
 /** The aggregate each webhook event type's log events are on. */

@@ -391,6 +391,32 @@ const readSchema = {
   },
 }
 
+const dependenciesSchema = {
+  summary: "A graph job's parents, with their states and results",
+  description:
+    'Extension (issue 30). For a job created with `depends_on`: each parent, in the order given, with its state, the result of its successful attempt (null without one), its last error and whether the job still waits for it; a parent gone from the log (retention) has `state` null. Read from the log. A job without `depends_on` has no parents here (a continuation names its one parent as `parent_job_id`).',
+  tags: ['Jobs'],
+  params: jobIdParams,
+  response: {
+    200: z.strictObject({
+      job_id: z.string(),
+      state: z.enum(jobStates),
+      on_parent_failure: z.enum(parentFailureRules).nullable().describe('null for a job without `depends_on`'),
+      waiting_for: z.number().int().describe('parents it still waits for'),
+      parents: z.array(
+        z.strictObject({
+          job_id: z.string(),
+          state: z.enum(jobStates).nullable(),
+          result: z.unknown(),
+          error: jobError.nullable(),
+          waiting: z.boolean().describe('the job still waits for this parent'),
+        }),
+      ),
+    }),
+    ...errorResponses('job_not_found'),
+  },
+}
+
 /** A page of a job's history: a job can hold thousands of events (progress reports). */
 const historyLimit = { fallback: 100, max: 500 }
 
@@ -792,6 +818,17 @@ export function jobRoutes(
       }
       const { job, seq } = await jobs.get(projectId, request.params.jobId)
       return reply.header('X-Event-Seq', String(seq)).send(toJobDetail(job))
+    })
+
+    app.get('/:jobId/dependencies', { schema: dependenciesSchema, config: { role: 'viewer' } }, async (request) => {
+      const { job, parents } = await jobs.dependencies(request.principal.projectId, request.params.jobId)
+      return {
+        job_id: job.id,
+        state: job.state,
+        on_parent_failure: job.on_parent_failure ?? null,
+        waiting_for: job.waiting_for?.length ?? 0,
+        parents: parents.map((p) => ({ job_id: p.job_id, state: p.state, result: p.result ?? null, error: p.error, waiting: p.waiting })),
+      }
     })
 
     app.get('/:jobId/history', { schema: historySchema, config: { role: 'viewer' } }, async (request) => {

@@ -197,6 +197,12 @@ const pollSchema = {
             .string()
             .nullable()
             .describe("the W3C `traceparent` the job was created with (null without one): continue the creator's trace from it"),
+          parent_results: z
+            .record(z.string(), z.unknown())
+            .optional()
+            .describe(
+              'extension (issue 30): only for a job created with `depends_on`: the result of each parent that succeeded (null when its handler returned none), by parent id; each at most 64 KiB',
+            ),
         }),
       ),
     }),
@@ -364,7 +370,7 @@ const getWorkerSchema = {
   response: { 200: workerSchema, ...errorResponses('forbidden', 'worker_not_found') },
 }
 
-function toPolledJob({ job, payload }: ClaimedJob) {
+function toPolledJob({ job, payload }: ClaimedJob, parentResults?: Record<string, unknown>) {
   return {
     id: job.id,
     job_type: job.job_type,
@@ -374,6 +380,7 @@ function toPolledJob({ job, payload }: ClaimedJob) {
     timeout_seconds: job.timeout_seconds,
     enqueued_at: job.created_at,
     traceparent: job.traceparent,
+    ...(parentResults === undefined ? {} : { parent_results: parentResults }),
   }
 }
 
@@ -415,6 +422,16 @@ export function workerRoutes(
         held.end()
       }
 
+      /**
+       * A graph job is handed its parents' results (issue 30). Their claims stand whatever
+       * happens here: a failure to read them is this poll's, and the reaper retries the attempt,
+       * as for a payload that could not be read.
+       */
+      async function withParentResults(c: ClaimedJob) {
+        if (c.job.depends_on === undefined) return toPolledJob(c)
+        return toPolledJob(c, await jobs.parentResults(claim.projectId, c.job))
+      }
+
       async function pollUntilClaimedOrDeadline() {
         const restarting = () => serviceUnavailable('the service is restarting; poll again with backoff')
         // Open before the first claim, so that a job that becomes claimable between a claim and
@@ -430,7 +447,7 @@ export function workerRoutes(
             // A claim still waiting for its turn when shutdown began was withdrawn, not run.
             if (claimed.length === 0 && ctx.stopping.aborted) throw restarting()
             const remaining = deadline - Date.now()
-            if (claimed.length > 0 || gone.aborted) return { jobs: claimed.map(toPolledJob) }
+            if (claimed.length > 0 || gone.aborted) return { jobs: await Promise.all(claimed.map(withParentResults)) }
             if (remaining <= 0) {
               if (waited) refundProjectRequest(ctx, request, reply)
               return { jobs: [] }
