@@ -41,6 +41,20 @@ export class ParentTerminal extends DomainError {
   }
 }
 
+/**
+ * An item of a graph batch (issue 30) that was not created because another item of the graph
+ * could not be: a graph is created whole or not at all. `failedIndex` names the item whose own
+ * error decided it.
+ */
+export class GraphNotCreated extends DomainError {
+  constructor(
+    readonly failedIndex: number,
+    reason: string,
+  ) {
+    super('graph_not_created', `not created: item ${failedIndex} of the graph failed (${reason}), and a graph batch creates all of its jobs or none`)
+  }
+}
+
 export class ProjectNotFound extends DomainError {
   constructor(projectId: string) {
     super('project_not_found', `project ${projectId} was not found`)

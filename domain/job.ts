@@ -207,6 +207,8 @@ export type JobEvent =
         waiting_for_parent: boolean
         /** With `depends_on` (issue 30): the parents that had yet to succeed when it was attached to them. */
         waiting_for?: string[]
+        /** A job of a graph batch (issue 30): its children of the batch, created before it (leaves first). */
+        children?: string[]
         /** Absent from events written before trace context was kept. */
         traceparent?: string | null
         created_at: string
@@ -320,6 +322,8 @@ export type JobCommand =
         waits_for_parent: boolean
         /** With `depends_on` (issue 30), decided on the parents first: those that had yet to succeed. */
         waiting_for?: string[]
+        /** A job of a graph batch (issue 30): its children of the batch, which exist already (job-graph.ts). */
+        children?: string[]
         /** As the caller sent it, if at all; an invalid one is dropped, not refused (domain/trace-context.ts). */
         traceparent?: string | null
       }
@@ -568,6 +572,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
             ...(d.depends_on === undefined || d.depends_on === null
               ? {}
               : { depends_on: d.depends_on, waiting_for: d.waiting_for ?? [], on_parent_failure: d.on_parent_failure ?? 'cancel' }),
+            ...(d.children === undefined || d.children.length === 0 ? {} : { children: d.children }),
             created_at: now,
           },
         },
@@ -875,7 +880,7 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
       tags: d.tags,
       parent_job_id: d.parent_job_id,
       waiting_for_parent: d.waiting_for_parent,
-      children: [],
+      children: d.children ?? [],
       worker_id: null,
       idempotency_key: d.idempotency_key,
       traceparent: d.traceparent ?? null,

@@ -241,3 +241,113 @@ t.test("a parent's end whose cascade never ran is healed by the scheduler's swee
   t.same(healed.waiting_for, [], 'activated by the sweep')
   t.equal((await historyTypes(child.id)).filter((x) => x === 'job_activated').length, 1, 'once')
 })
+
+t.test('a whole graph in one batch: refs name earlier items, and it is created whole', async (t) => {
+  const item = (ref: string | null, refs: string[] | null, extra: Record<string, unknown> = {}) => ({
+    job_type: 'g',
+    payload: { ref },
+    queue: `g-batch-${ref ?? 'x'}`,
+    ...(ref === null ? {} : { ref }),
+    ...(refs === null ? {} : { depends_on_refs: refs }),
+    ...extra,
+  })
+  const res = await h.request('POST', '/jobsvc/v1/jobs/batch', {
+    jobs: [item('a', null), item('b', ['a']), item('c', ['a']), item('d', ['b', 'c'], { on_parent_failure: 'run' })],
+  })
+  t.equal(res.status, 200)
+  t.same(
+    res.body.results.map((r: { status: number }) => r.status),
+    [201, 201, 201, 201],
+  )
+  const [a, b, c, d] = res.body.results.map((r: { body: { id: string; queue: string } }) => r.body)
+  t.equal(a.state, 'pending', 'the root runs')
+  t.same([b.waiting_for, c.waiting_for, d.waiting_for], [[a.id], [a.id], [b.id, c.id]], 'each waits for its parents by id')
+  t.equal(d.on_parent_failure, 'run')
+  await finish(a)
+  await finish(b, 'succeeded', 'from b')
+  await finish(c, 'succeeded', 'from c')
+  const claimed = await claimOne(d.queue, 'wrk_batch')
+  t.equal(claimed.id, d.id, 'the fan-in runs once both branches succeeded')
+  t.same(claimed.parent_results, { [b.id]: 'from b', [c.id]: 'from c' })
+})
+
+t.test('a graph batch that is not a valid graph creates nothing', async (t) => {
+  const stray = await create({ queue: 'g-inv-ext' })
+  const count = async () => (await h.request('GET', '/jobsvc/v1/jobs?job_type=g-inv&limit=100')).body.data.length
+  const cases: Array<[string, unknown[], number, number, string]> = [
+    ['an unknown ref', [{ ref: 'a' }, { depends_on_refs: ['zz'] }], 1, 400, 'invalid_request'],
+    ['a later ref (parents come first)', [{ depends_on_refs: ['b'] }, { ref: 'b' }], 0, 400, 'invalid_request'],
+    ['its own ref', [{ ref: 'a' }, { ref: 'b', depends_on_refs: ['b'] }], 1, 400, 'invalid_request'],
+    ['a ref used twice', [{ ref: 'a' }, { ref: 'a' }], 1, 400, 'invalid_request'],
+    [
+      'more than 100 parents',
+      [
+        ...Array.from({ length: 51 }, (_, i) => ({ ref: `p${i}` })),
+        {
+          depends_on: Array.from({ length: 50 }, () => stray.id).map((id, i) =>
+            i === 0 ? id : `job_01ARZ3NDEKTSV4RRFFQ69G5F${String(i).padStart(2, '0')}`,
+          ),
+          depends_on_refs: Array.from({ length: 51 }, (_, i) => `p${i}`),
+        },
+      ],
+      51,
+      400,
+      'invalid_request',
+    ],
+    ['dedup in a graph', [{ ref: 'a' }, { depends_on_refs: ['a'], dedup: { key: 'k' } }], 1, 400, 'invalid_request'],
+    ['a bad item', [{ ref: 'a' }, { depends_on_refs: ['a'], max_attempts: 0 }], 1, 400, 'invalid_request'],
+    [
+      'an unknown outside parent',
+      [{ ref: 'a' }, { depends_on_refs: ['a'], depends_on: ['job_01ARZ3NDEKTSV4RRFFQ69G5FAV'] }],
+      1,
+      422,
+      'parent_not_found',
+    ],
+  ]
+  for (const [what, items, bad, status, code] of cases) {
+    const jobs = items.map((i) => ({ job_type: 'g-inv', payload: {}, queue: 'g-inv', ...(i as object) }))
+    const res = await h.request('POST', '/jobsvc/v1/jobs/batch', { jobs })
+    t.equal(res.status, 200, what)
+    const results = res.body.results as Array<{ status: number; error?: { code: string } }>
+    t.equal(results[bad]!.status, status, `${what}: the item's own ${status}`)
+    t.equal(results[bad]!.error?.code, code, `${what}: ${code}`)
+    t.ok(
+      results.every((r, i) => i === bad || (r.status === 424 && r.error?.code === 'graph_not_created')),
+      `${what}: every other item 424 graph_not_created`,
+    )
+    t.equal(res.body.created, 0, `${what}: none created`)
+  }
+  t.equal(await count(), 0, 'no job of any of them exists')
+})
+
+t.test('many jobs attach to one parent at once: a batch of 200 and 20 single creates, all created, all activated', async (t) => {
+  const parent = await create({ queue: 'g-many-p' })
+  const batch = await h.request('POST', '/jobsvc/v1/jobs/batch', {
+    jobs: Array.from({ length: 200 }, () => ({ job_type: 'g-many', payload: {}, queue: 'g-many', depends_on: [parent.id] })),
+  })
+  t.same(
+    batch.body.results.filter((r: { status: number }) => r.status !== 201).map((r: { error?: unknown }) => r.error),
+    [],
+    'every item of the batch is created',
+  )
+  const singles = await Promise.all(
+    Array.from({ length: 20 }, () =>
+      h.request('POST', '/jobsvc/v1/jobs', { job_type: 'g-many', payload: {}, queue: 'g-many', depends_on: [parent.id] }),
+    ),
+  )
+  t.same(
+    singles.filter((r) => r.status !== 201).map((r) => r.body),
+    [],
+    'every single create too',
+  )
+  await finish(parent)
+  const pending = await eventually(
+    async () => {
+      const [row] = await h.runtime.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM jobs WHERE queue = 'g-many' AND state = 'pending'`
+      return row!.n === 220 ? row!.n : null
+    },
+    15_000,
+    'all 220 children pending',
+  )
+  t.equal(pending, 220)
+})

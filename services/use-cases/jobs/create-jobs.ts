@@ -1,5 +1,16 @@
 import type { Actor } from '../../../domain/decider.ts'
-import { BillingStateBlocked, MonthlyAllowanceExceeded, SpendCapReached } from '../../../domain/errors.ts'
+import {
+  BillingStateBlocked,
+  DomainError,
+  GraphNotCreated,
+  InvalidState,
+  JobNotFound,
+  MonthlyAllowanceExceeded,
+  ParentNotFound,
+  ParentTerminal,
+  SpendCapReached,
+} from '../../../domain/errors.ts'
+import type { GraphPlan } from '../../../domain/job-graph.ts'
 import type { Job, ParentFailureRule } from '../../../domain/job.ts'
 import { jobDefaults } from '../../../domain/job-options.ts'
 import { billingOf, defaultTtlOf, type Project } from '../../../domain/project/index.ts'
@@ -104,9 +115,9 @@ export function toNewJob(
     ...(request.priority === undefined || request.priority === null ? {} : { priority: request.priority }),
     ttl_seconds: request.ttl_seconds ?? queueTtl(queue),
     ...(request.concurrency_key === undefined || request.concurrency_key === null ? {} : { concurrency_key: request.concurrency_key }),
-    ...(request.depends_on === undefined || request.depends_on === null
-      ? {}
-      : { depends_on: request.depends_on, on_parent_failure: request.on_parent_failure ?? 'cancel' }),
+    ...(request.depends_on === undefined || request.depends_on === null ? {} : { depends_on: request.depends_on }),
+    // A graph batch's item may name its parents by ref only (createGraph adds them to depends_on).
+    ...(request.on_parent_failure === undefined || request.on_parent_failure === null ? {} : { on_parent_failure: request.on_parent_failure }),
   }
 }
 
@@ -158,6 +169,137 @@ export async function createJobs(ports: CreationPorts, project: Project, items: 
   })
   if (grant !== null) await settleUnits(ports, project, terms, grant, results)
   return { results, reading: grant?.reading ?? null }
+}
+
+/**
+ * A graph batch (issue 30, domain/job-graph.ts): every job of the graph is created, or none is.
+ * Before any append: the billing state, the allowance for all of its jobs at once (a partial
+ * grant is given back whole), and every parent outside the batch (it must exist, and under
+ * `cancel` must not have ended without success). Then the jobs are created leaves first, each
+ * naming its children of the batch on its own `job_created` and waiting for its parents of the
+ * batch, which do not exist yet: until the roots (created last) exist no job of the graph can
+ * run, and a failure on the way cancels what was created (none of it ran) and gives every unit
+ * back. Each item then answers its own error, or GraphNotCreated naming the item that failed.
+ */
+export async function createGraph(ports: CreationPorts, project: Project, items: readonly CreationItem[], plan: GraphPlan): Promise<Creation> {
+  const { deps, billing, jobs } = ports
+  const billingState = billingOf(project).state
+  if (billingState !== 'active') throw new BillingStateBlocked(`the project's billing state is ${billingState}; job reads still work`)
+  const refuseAll = (failed: number, error: unknown): CreationResult[] =>
+    items.map((_, i) => ({ ok: false, error: i === failed ? error : new GraphNotCreated(failed, errorCodeOf(error)) }))
+  const terms = billing.termsOf(project)
+  const grant = deps.config.tunables.metering_enabled ? await billing.allowance.take(project.id, terms, deps.now(), items.length) : null
+  const giveBackAll = async () => {
+    if (grant === null) return
+    await billing.allowance.release(project.id, grant.period, grant.units).catch((err) => {
+      deps.log.warn({ err, project_id: project.id, units: grant.units.length }, 'allowance units of a graph not created could not be given back')
+    })
+  }
+  if (grant !== null && grant.units.length < items.length) {
+    await giveBackAll()
+    return { results: refuseAll(grant.units.length, refusalError(grant.refusal!)), reading: grant.reading }
+  }
+  const outside = await firstRefusedOutsideParent(jobs, project.id, items)
+  if (outside !== null) {
+    await giveBackAll()
+    return { results: refuseAll(outside.index, outside.error), reading: grant?.reading ?? null }
+  }
+  const ids = items.map(() => jobs.newJobId())
+  const created: Array<{ job: Job; seq: number } | undefined> = new Array(items.length)
+  try {
+    for (const level of plan.creationOrder) {
+      await runSerialPerKey(
+        level.map(() => null),
+        appendsInFlight,
+        async (k) => {
+          const i = level[k]!
+          const item = items[i]!
+          const unborn = plan.parentsOf[i]!.map((p) => ids[p]!)
+          const asked = toNewJob(item.request, project.retry_policies, item.traceparent ?? null, (queue) => defaultTtlOf(project, queue))
+          const input =
+            unborn.length === 0
+              ? asked
+              : { ...asked, depends_on: [...(asked.depends_on ?? []), ...unborn], on_parent_failure: asked.on_parent_failure ?? 'cancel' }
+          const graph = { children: plan.childrenOf[i]!.map((c) => ids[c]!), unbornParents: new Set(unborn) }
+          try {
+            created[i] = await jobs.create(project.id, input, { jobId: ids[i]!, actor: item.actor, graph })
+          } catch (err) {
+            throw new ItemFailed(i, err)
+          }
+        },
+      )
+    }
+  } catch (err) {
+    const failed = err instanceof ItemFailed ? err : new ItemFailed(0, err)
+    await cancelCreated(ports, project.id, created)
+    await giveBackAll()
+    return { results: refuseAll(failed.index, failed.cause), reading: grant?.reading ?? null }
+  }
+  const results: CreationResult[] = created.map((c) => ({ ok: true, job: c!.job, seq: c!.seq }))
+  if (grant !== null) await settleUnits(ports, project, terms, grant, results)
+  return { results, reading: grant?.reading ?? null }
+}
+
+/** An item of a graph whose creation failed, and why. */
+class ItemFailed extends Error {
+  constructor(
+    readonly index: number,
+    override readonly cause: unknown,
+  ) {
+    super(`item ${index} was not created`)
+  }
+}
+
+const errorCodeOf = (err: unknown): string => (err instanceof DomainError ? err.code : 'service_unavailable')
+
+/**
+ * The first item whose parent outside the batch refuses it, as creating it would: unknown
+ * (ParentNotFound) or, under `cancel` (and for a continuation's `parent_job_id`), ended without
+ * success (ParentTerminal). Read from the log, before anything of the graph is appended.
+ */
+async function firstRefusedOutsideParent(
+  jobs: JobService,
+  projectId: string,
+  items: readonly CreationItem[],
+): Promise<{ index: number; error: DomainError } | null> {
+  const states = new Map<string, Job | null>()
+  const stateOf = async (id: string) => {
+    if (!states.has(id))
+      states.set(
+        id,
+        await jobs.load(projectId, id).then(
+          (r) => r.job,
+          (err) => (err instanceof JobNotFound ? null : Promise.reject(err)),
+        ),
+      )
+    return states.get(id)!
+  }
+  for (const [index, { request }] of items.entries()) {
+    const outside = [...(request.depends_on ?? []), ...(request.parent_job_id == null ? [] : [request.parent_job_id])]
+    const strict = request.parent_job_id != null || (request.on_parent_failure ?? 'cancel') === 'cancel'
+    for (const id of outside) {
+      const parent = await stateOf(id)
+      if (parent === null) return { index, error: new ParentNotFound(id) }
+      if (strict && (parent.state === 'cancelled' || parent.state === 'dead_letter')) return { index, error: new ParentTerminal(id, parent.state) }
+    }
+  }
+  return null
+}
+
+/**
+ * Cancels the jobs of a graph that could not be created whole, children first (in the batch's
+ * order a child comes after its parents): those wait for parents and never ran; a root created
+ * before the failure may have been claimed the moment it existed, and is asked to stop. A job
+ * that cannot be cancelled now is logged.
+ */
+async function cancelCreated(ports: CreationPorts, projectId: string, created: ReadonlyArray<{ job: Job } | undefined>): Promise<void> {
+  const jobs = created.filter((c) => c !== undefined).map((c) => c.job.id)
+  for (const jobId of jobs.reverse()) {
+    await ports.jobs.cancel(projectId, jobId, undefined, true).catch((err: unknown) => {
+      if (err instanceof InvalidState) return
+      ports.deps.log.warn({ err, project_id: projectId, job_id: jobId }, 'a job of a graph not created whole could not be cancelled')
+    })
+  }
 }
 
 /**

@@ -141,8 +141,8 @@ const maxKnownJobs = 20_000
 const cascadeConcurrency = 16
 /** Parents of one graph job read from the log at once (its poll's results, its dependencies). */
 const parentReadConcurrency = 16
-/** A child's move decided again after conflicts at most this often (each a fresh load and append). */
-const maxChildMoveRounds = 50
+/** A contended decision (#retryingConflicts) made again after conflicts at most this often (each a fresh load and append). */
+const maxConflictRounds = 50
 
 /**
  * The job use cases shared by the API and the scheduler: each one is a command on
@@ -462,14 +462,31 @@ export class JobService {
    * appeared, which activation skips. A job of a graph (`depends_on`, issue 30) is attached to
    * each of its parents the same way (#attachToParents).
    *
-   * `options.jobId`: an id decided by the caller (a recurring occurrence); InvalidState if it
-   * exists. `options.actor`: the dashboard member creating it.
+   * `options.jobId`: an id decided by the caller (a recurring occurrence, a graph batch's item);
+   * InvalidState if it exists. `options.actor`: the dashboard member creating it. `options.graph`:
+   * a graph batch's item (create-jobs.ts, createGraph), created before its parents of the batch:
+   * those (`unbornParents`, named in `depends_on`) are waited for without an attach, since each is
+   * created later with its `children` (this job among them) on its own `job_created`.
    */
-  async create(projectId: string, input: NewJob, options: { jobId?: string; actor?: Actor } = {}): Promise<Written> {
+  async create(
+    projectId: string,
+    input: NewJob,
+    options: { jobId?: string; actor?: Actor; graph?: { children: string[]; unbornParents: ReadonlySet<string> } } = {},
+  ): Promise<Written> {
     const jobId = options.jobId ?? this.newJobId()
     if (input.depends_on != null) {
       const rule = input.on_parent_failure ?? 'cancel'
-      const { dependsOn, waitingFor } = await this.#attachToParents(projectId, jobId, input.depends_on, rule)
+      const unborn = options.graph?.unbornParents ?? new Set<string>()
+      const attached = await this.#attachToParents(
+        projectId,
+        jobId,
+        input.depends_on.filter((id) => !unborn.has(id)),
+        rule,
+      )
+      const kept = new Set(attached.dependsOn)
+      const waiting = new Set(attached.waitingFor)
+      const dependsOn = input.depends_on.filter((id) => unborn.has(id) || kept.has(id))
+      const waitingFor = input.depends_on.filter((id) => unborn.has(id) || waiting.has(id))
       const created = await this.#run(projectId, jobId, {
         type: 'create_job',
         data: {
@@ -480,6 +497,7 @@ export class JobService {
           project_id: projectId,
           waits_for_parent: waitingFor.length > 0,
           waiting_for: waitingFor,
+          ...(options.graph === undefined ? {} : { children: options.graph.children }),
         },
         meta: this.#meta(options.actor),
       })
@@ -502,7 +520,13 @@ export class JobService {
     }
     const created = await this.#run(projectId, jobId, {
       type: 'create_job',
-      data: { ...input, job_id: jobId, project_id: projectId, waits_for_parent: waitsForParent },
+      data: {
+        ...input,
+        job_id: jobId,
+        project_id: projectId,
+        waits_for_parent: waitsForParent,
+        ...(options.graph === undefined ? {} : { children: options.graph.children }),
+      },
       meta: this.#meta(options.actor),
     })
     return { job: created.state!, seq: created.seq }
@@ -528,7 +552,10 @@ export class JobService {
     const attach = async () => {
       for (let parentId = todo.shift(); parentId !== undefined; parentId = todo.shift()) {
         try {
-          const attached = await this.#run(projectId, parentId, { type: 'attach_child', data: { child_job_id: childId }, meta: this.#meta() })
+          // Many jobs may attach to one parent at once (a fan-in's siblings, a batch's items).
+          const attached = await this.#retryingConflicts(() =>
+            this.#run(projectId, parentId, { type: 'attach_child', data: { child_job_id: childId }, meta: this.#meta() }),
+          )
           outcome.set(parentId, attached.appended || isAttached(attached.state, childId) ? 'waiting' : 'succeeded')
         } catch (err) {
           if (err instanceof JobNotFound) throw new ParentNotFound(parentId)
@@ -881,17 +908,23 @@ export class JobService {
     return moved
   }
 
+  /** One child's move, decided again on its conflicts (#retryingConflicts). */
+  #moveChild(projectId: string, childId: string, command: () => JobCommand): Promise<CommandResult<JobEvent, Job>> {
+    return this.#retryingConflicts(() => this.#run(projectId, childId, command()))
+  }
+
   /**
-   * One child's move. A job of a graph may have its parents end at the same moment in several
-   * processes, each deciding on the child at once: the losers of the child's expected sequence
-   * decide again, after a short random pause so that they do not meet again, as often as needed.
+   * A decision on a job that many deciders may want at the same moment: a graph job whose parents
+   * end together in several processes, a parent that many jobs attach to at once. The losers of
+   * the job's expected sequence decide again (handleCommand already does, a few times), after a
+   * short random pause so that they do not meet again, as often as needed.
    */
-  async #moveChild(projectId: string, childId: string, command: () => JobCommand): Promise<CommandResult<JobEvent, Job>> {
+  async #retryingConflicts<T>(decide: () => Promise<T>): Promise<T> {
     for (let round = 1; ; round++) {
       try {
-        return await this.#run(projectId, childId, command())
+        return await decide()
       } catch (err) {
-        if (!(err instanceof ConcurrencyConflict) || round >= maxChildMoveRounds) throw err
+        if (!(err instanceof ConcurrencyConflict) || round >= maxConflictRounds) throw err
         await sleep(Math.random() * Math.min(50, 2 * round))
       }
     }

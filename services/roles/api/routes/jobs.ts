@@ -1,7 +1,8 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
-import { Forbidden } from '../../../../domain/errors.ts'
+import { Forbidden, GraphNotCreated } from '../../../../domain/errors.ts'
+import { isGraphBatch, maxRefLength, planGraph } from '../../../../domain/job-graph.ts'
 import { jobStates, parentFailureRules, type Job } from '../../../../domain/job.ts'
 import { hasRoleAtLeast } from '../../../../domain/project/index.ts'
 import { maxConcurrencyKeyLength, maxParents, maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
@@ -12,7 +13,7 @@ import { ExportAttestation } from '../../../use-cases/audit/export-attestation.t
 import { assertAuditLogKept } from './audit.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import { quotaHeaders } from '../../../use-cases/metering/allowance.ts'
-import { createJobs } from '../../../use-cases/jobs/create-jobs.ts'
+import { createGraph, createJobs } from '../../../use-cases/jobs/create-jobs.ts'
 import { runSerialPerKey } from '../../../use-cases/jobs/serial-per-key.ts'
 import {
   bodyKeyDeprecation,
@@ -48,69 +49,85 @@ export const isoInstant = boundedString(64)
 /** Goes into a `text` column of the read model. */
 const text = storableText
 
-export const createJobBody = z
-  .object({
-    job_type: jobTypeText,
-    payload: jobPayload.meta({ examples: [{ to: 'ada@example.com' }] }),
-    queue: queueNameText.nullish(),
-    run_at: isoInstant.nullish(),
-    max_attempts: maxAttemptsNumber.nullish().describe("default: the `max_attempts` of the queue's retry policy (3 unless the project set one)"),
-    timeout_seconds: timeoutSecondsNumber.nullish(),
-    idempotency_key: text(1, 200).nullish(),
-    tags: z
-      .record(boundedString(maxTagKeyLength, 1), text(0, maxTagValueLength))
-      .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
-      .refine((t) => Object.keys(t).every(isStorableText), `a key ${unstorableTextMessage}`)
-      .nullish(),
-    parent_job_id: text(1, 36).nullish(),
-    priority: priorityNumber.nullish(),
-    ttl_seconds: ttlSecondsNumber
+const createJobFields = z.object({
+  job_type: jobTypeText,
+  payload: jobPayload.meta({ examples: [{ to: 'ada@example.com' }] }),
+  queue: queueNameText.nullish(),
+  run_at: isoInstant.nullish(),
+  max_attempts: maxAttemptsNumber.nullish().describe("default: the `max_attempts` of the queue's retry policy (3 unless the project set one)"),
+  timeout_seconds: timeoutSecondsNumber.nullish(),
+  idempotency_key: text(1, 200).nullish(),
+  tags: z
+    .record(boundedString(maxTagKeyLength, 1), text(0, maxTagValueLength))
+    .refine((t) => Object.keys(t).length <= maxTags, `at most ${maxTags} tags`)
+    .refine((t) => Object.keys(t).every(isStorableText), `a key ${unstorableTextMessage}`)
+    .nullish(),
+  parent_job_id: text(1, 36).nullish(),
+  priority: priorityNumber.nullish(),
+  ttl_seconds: ttlSecondsNumber
+    .nullish()
+    .describe(
+      'extension (issue 28): seconds the job may wait to be claimed once due (1–2,592,000); not claimed by then, it ends `cancelled` with `cancel_reason: "expired"`. Absent or null: the queue\'s default ttl, if it has one',
+    ),
+  dedup: dedupField.nullish(),
+  debounce: debounceField.nullish(),
+  concurrency_key: text(1, maxConcurrencyKeyLength)
+    .nullish()
+    .describe(
+      'extension (issue 29): the key the queue\'s per-key limits count the job by when they are `by: "concurrency_key"` (`PUT /queues/{queue}/limits`); absent or null: none',
+    ),
+  depends_on: z
+    .array(text(1, 36))
+    .min(1)
+    .max(maxParents)
+    .refine((ids) => new Set(ids).size === ids.length, 'a parent may be named once')
+    .nullish()
+    .describe(
+      `extension (issue 30): 1–${maxParents} parent job ids of the project; the job waits \`scheduled\` until every parent has succeeded, then becomes \`pending\` (or stays scheduled until its \`run_at\`). Not with \`parent_job_id\` (its one-parent form) or \`debounce\``,
+    ),
+  on_parent_failure: z
+    .enum(parentFailureRules)
+    .nullish()
+    .describe(
+      'extension (issue 30), with `depends_on` (or `depends_on_refs` in a batch): what a parent that is dead-lettered or cancelled does to the job: `cancel` (default) cancels it, `run` runs it once every parent has ended (a fan-in of whatever finished), `ignore` drops that parent from its parents',
+    ),
+})
+
+/** The rules across a create's fields; `hasParentRefs`: a graph batch's item names parents by ref. */
+function refineCreate(body: z.output<typeof createJobFields>, ctx: z.RefinementCtx, hasParentRefs = false): void {
+  const hasParents = body.depends_on != null || hasParentRefs
+  if (hasParents && body.parent_job_id != null)
+    ctx.addIssue({ code: 'custom', path: ['depends_on'], message: 'depends_on cannot be combined with parent_job_id (its one-parent form)' })
+  if (body.on_parent_failure != null && !hasParents)
+    ctx.addIssue({ code: 'custom', path: ['on_parent_failure'], message: 'on_parent_failure needs depends_on' })
+  // A debounce decides the job's due time and its key; a parent would decide the due time too.
+  if (body.debounce == null) return
+  const clash =
+    body.dedup != null ? 'dedup' : body.run_at != null ? 'run_at' : body.parent_job_id != null ? 'parent_job_id' : hasParents ? 'depends_on' : null
+  if (clash !== null) ctx.addIssue({ code: 'custom', path: ['debounce'], message: `debounce cannot be combined with ${clash}` })
+}
+
+export const createJobBody = createJobFields.superRefine((body, ctx) => refineCreate(body, ctx))
+
+/**
+ * A batch item: a single create's body, and (issue 30) a graph's `ref` and `depends_on_refs`
+ * (domain/job-graph.ts: a ref names an earlier item only, so parents come first).
+ */
+const batchItemBody = createJobFields
+  .extend({
+    ref: text(1, maxRefLength)
       .nullish()
-      .describe(
-        'extension (issue 28): seconds the job may wait to be claimed once due (1–2,592,000); not claimed by then, it ends `cancelled` with `cancel_reason: "expired"`. Absent or null: the queue\'s default ttl, if it has one',
-      ),
-    dedup: dedupField.nullish(),
-    debounce: debounceField.nullish(),
-    concurrency_key: text(1, maxConcurrencyKeyLength)
-      .nullish()
-      .describe(
-        'extension (issue 29): the key the queue\'s per-key limits count the job by when they are `by: "concurrency_key"` (`PUT /queues/{queue}/limits`); absent or null: none',
-      ),
-    depends_on: z
-      .array(text(1, 36))
+      .describe('extension (issue 30): names the item for later items of the same batch (`depends_on_refs`); unique in the batch'),
+    depends_on_refs: z
+      .array(text(1, maxRefLength))
       .min(1)
       .max(maxParents)
-      .refine((ids) => new Set(ids).size === ids.length, 'a parent may be named once')
       .nullish()
       .describe(
-        `extension (issue 30): 1–${maxParents} parent job ids of the project; the job waits \`scheduled\` until every parent has succeeded, then becomes \`pending\` (or stays scheduled until its \`run_at\`). Not with \`parent_job_id\` (its one-parent form) or \`debounce\``,
-      ),
-    on_parent_failure: z
-      .enum(parentFailureRules)
-      .nullish()
-      .describe(
-        'extension (issue 30), with `depends_on`: what a parent that is dead-lettered or cancelled does to the job: `cancel` (default) cancels it, `run` runs it once every parent has ended (a fan-in of whatever finished), `ignore` drops that parent from its parents',
+        `extension (issue 30): refs of EARLIER items of the batch the job depends on, beside \`depends_on\` (${maxParents} parents at most in all). A batch using refs is a graph: it is created whole or not at all`,
       ),
   })
-  .superRefine((body, ctx) => {
-    if (body.depends_on != null && body.parent_job_id != null)
-      ctx.addIssue({ code: 'custom', path: ['depends_on'], message: 'depends_on cannot be combined with parent_job_id (its one-parent form)' })
-    if (body.on_parent_failure != null && body.depends_on == null)
-      ctx.addIssue({ code: 'custom', path: ['on_parent_failure'], message: 'on_parent_failure needs depends_on' })
-    // A debounce decides the job's due time and its key; a parent would decide the due time too.
-    if (body.debounce == null) return
-    const clash =
-      body.dedup != null
-        ? 'dedup'
-        : body.run_at != null
-          ? 'run_at'
-          : body.parent_job_id != null
-            ? 'parent_job_id'
-            : body.depends_on != null
-              ? 'depends_on'
-              : null
-    if (clash !== null) ctx.addIssue({ code: 'custom', path: ['debounce'], message: `debounce cannot be combined with ${clash}` })
-  })
+  .superRefine((body, ctx) => refineCreate(body, ctx, body.depends_on_refs != null))
 
 /** Longer ids are unknown, like any other id this service did not issue (404 `job_not_found`). */
 const jobIdParams = z.object({ jobId: anyText() })
@@ -275,8 +292,8 @@ export const maxBatchJobs = 1000
 /** Items are validated one by one in the handler, each exactly as a single create's body: one bad item fails alone. */
 const batchBody = z.object({ jobs: z.array(z.unknown()).min(1).max(maxBatchJobs) })
 
-/** Documented only: the route validates each item itself, so one bad item fails alone. */
-const documentedBatchBody = z.object({ jobs: z.array(createJobBody).min(1).max(maxBatchJobs) })
+/** Documented only: the route validates each item itself, so one bad item fails alone (in a graph batch, none is created then). */
+const documentedBatchBody = z.object({ jobs: z.array(batchItemBody).min(1).max(maxBatchJobs) })
 
 const batchConfig = {
   role: 'member',
@@ -293,7 +310,14 @@ const batchItem = z.union([
   z.strictObject({ status: z.literal(200), body: deduplicatedJob }),
   z.strictObject({
     status: z.number().int().describe('the status a single create of this item would have answered'),
-    error: itemErrorObject('invalid_request', 'idempotency_key_reuse', ...creationCodes, 'service_unavailable', 'internal_error'),
+    error: itemErrorObject(
+      'invalid_request',
+      'idempotency_key_reuse',
+      ...creationCodes,
+      'graph_not_created',
+      'service_unavailable',
+      'internal_error',
+    ),
   }),
 ])
 
@@ -551,7 +575,7 @@ type ReservedKey = Extract<ItemKey, { outcome: 'reserved' }>
 /** A batch item that passed the single create's validation. */
 interface ValidItem {
   index: number
-  body: z.output<typeof createJobBody>
+  body: z.output<typeof batchItemBody>
 }
 
 /** Body-field keys of one batch reserved at once (each reservation is a read and a write of the KV bucket). */
@@ -569,7 +593,7 @@ function validateBatchItems(request: FastifyRequest, items: readonly unknown[], 
   const valid: ValidItem[] = []
   items.forEach((raw, index) => {
     const at = `body.jobs[${index}]`
-    const parsed = createJobBody.safeParse(raw)
+    const parsed = batchItemBody.safeParse(raw)
     if (!parsed.success) return void (results[index] = itemFailure(request, invalidRequest(describeItemIssue(parsed.error, at))))
     try {
       assertPayloadSize(parsed.data.payload, bodyBytes, maxPayloadBytes, `${at}.payload`)
@@ -666,6 +690,7 @@ async function createBatch(
   const store = ctx.idempotency
   const results = new Array<BatchItem>(items.length)
   const valid = validateBatchItems(request, items, ctx.deps.config.tunables.max_payload_bytes, results)
+  if (isGraphBatch(valid.map((v) => v.body))) return createGraphBatch(ctx, request, reply, valid, results)
   if (valid.some((v) => v.body.idempotency_key != null)) void reply.header('Deprecation', bodyKeyDeprecation)
   const plans = await settleItemKeys(ctx, request, valid, results)
   const toCreate = valid.flatMap((item, at) => {
@@ -717,6 +742,51 @@ async function createBatch(
     if (plan.kind !== 'repeat') return
     const first = results[plan.of]!
     results[index] = first.status === 201 && 'body' in first ? { status: 201, body: first.body, idempotent_replay: true } : first
+  })
+  return { results, lastSeq }
+}
+
+/**
+ * A batch whose items name each other by ref (issue 30): a graph, created whole or not at all
+ * (createGraph). An invalid item, or a graph that is not one (domain/job-graph.ts), fails alone
+ * and every other item answers 424 `graph_not_created` naming it. Body-field keys, `dedup` and
+ * `debounce` (which may answer an existing job instead of creating one) are refused in a graph.
+ */
+async function createGraphBatch(
+  ctx: Pick<ApiContext, 'deps' | 'jobs' | 'billing'>,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  valid: readonly ValidItem[],
+  results: BatchItem[],
+): Promise<{ results: BatchItem[]; lastSeq: number }> {
+  for (const { index, body } of valid) {
+    const misplaced = body.idempotency_key != null ? 'idempotency_key' : body.dedup != null ? 'dedup' : body.debounce != null ? 'debounce' : null
+    if (misplaced !== null)
+      results[index] = itemFailure(request, invalidRequest(`body.jobs[${index}].${misplaced}: not available in a graph batch (items using ref)`))
+  }
+  const planned = planGraph(valid.map((v) => v.body))
+  if (!planned.ok)
+    for (const [at, message] of planned.errors)
+      results[valid[at]!.index] = itemFailure(request, invalidRequest(`body.jobs[${valid[at]!.index}].${message}`))
+  const failed = results.findIndex((r) => r !== undefined)
+  if (failed >= 0 || !planned.ok) {
+    const code = (results[failed] as ItemFailure).error.code
+    for (const { index } of valid) results[index] ??= itemFailure(request, new GraphNotCreated(failed, code))
+    return { results, lastSeq: 0 }
+  }
+  const creation = await createGraph(
+    ctx,
+    request.principal.project,
+    valid.map((v) => ({ request: v.body, traceparent: traceparentOf(request), actor: request.principal.actor })),
+    planned.plan,
+  )
+  if (creation.reading !== null) void reply.headers(quotaHeaders(creation.reading))
+  let lastSeq = 0
+  creation.results.forEach((result, k) => {
+    const { index } = valid[k]!
+    if (!result.ok) return void (results[index] = itemFailure(request, result.error))
+    results[index] = { status: 201, body: toCreatedJob(result.job) }
+    lastSeq = Math.max(lastSeq, result.seq)
   })
   return { results, lastSeq }
 }

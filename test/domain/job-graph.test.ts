@@ -1,0 +1,97 @@
+import t from 'tap'
+import { isGraphBatch, planGraph } from '../../domain/job-graph.ts'
+import { jobDecider, type Job, type JobCommand } from '../../domain/job.ts'
+
+t.test('a batch is a graph when an item uses ref or depends_on_refs', async (t) => {
+  t.notOk(isGraphBatch([{}, { depends_on: ['job_1'] }]))
+  t.ok(isGraphBatch([{ ref: 'a' }, {}]))
+  t.ok(isGraphBatch([{}, { depends_on_refs: ['a'] }]))
+})
+
+t.test('the diamond is created leaves first, roots last', async (t) => {
+  const planned = planGraph([
+    { ref: 'a' },
+    { ref: 'b', depends_on_refs: ['a'] },
+    { ref: 'c', depends_on_refs: ['a'] },
+    { depends_on_refs: ['b', 'c'] },
+  ])
+  if (!planned.ok) return t.fail('a valid graph')
+  t.same(planned.plan.parentsOf, [[], [0], [0], [1, 2]])
+  t.same(planned.plan.childrenOf, [[1, 2], [3], [3], []])
+  t.same(planned.plan.creationOrder, [[3], [1, 2], [0]], 'D, then B and C, then A')
+})
+
+t.test('a chain, a fan-out and unconnected items', async (t) => {
+  const planned = planGraph([
+    { ref: 'a' },
+    { ref: 'x' },
+    { ref: 'b', depends_on_refs: ['a'] },
+    { depends_on_refs: ['b'] },
+    { depends_on_refs: ['a'] },
+  ])
+  if (!planned.ok) return t.fail('a valid graph')
+  t.same(planned.plan.creationOrder, [[1, 3, 4], [2], [0]], 'every item at its height above its deepest child')
+})
+
+t.test('what is not a graph, item by item', async (t) => {
+  const errorsOf = (items: Parameters<typeof planGraph>[0]) => {
+    const planned = planGraph(items)
+    return planned.ok ? null : [...planned.errors.keys()]
+  }
+  t.same(errorsOf([{ depends_on_refs: ['a'] }, { ref: 'a' }]), [0], 'a ref to a later item: parents come first')
+  t.same(errorsOf([{ ref: 'a', depends_on_refs: ['a'] }]), [0], 'its own ref')
+  t.same(errorsOf([{ ref: 'a' }, { ref: 'a' }]), [1], 'a ref used twice')
+  t.same(errorsOf([{ ref: 'a' }, { depends_on_refs: ['a', 'a'] }]), [1], 'a parent named twice')
+  const many = Array.from({ length: 60 }, (_, i) => ({ ref: `p${i}` }))
+  t.same(
+    errorsOf([...many, { depends_on_refs: many.map((m) => m.ref), depends_on: Array.from({ length: 41 }, (_, i) => `job_${i}`) }]),
+    [60],
+    '101 parents',
+  )
+})
+
+t.test('a graph job settles each parent once and is activated by the last', async (t) => {
+  const now = '2026-01-01T00:00:00.000Z'
+  const meta = { now, random: 0 }
+  const created = jobDecider.decide(
+    {
+      type: 'create_job',
+      data: {
+        job_id: 'job_c',
+        project_id: 'prj',
+        job_type: 't',
+        queue: 'q',
+        payload: {},
+        run_at: null,
+        max_attempts: 3,
+        timeout_seconds: 60,
+        tags: null,
+        parent_job_id: null,
+        idempotency_key: null,
+        depends_on: ['job_a', 'job_b'],
+        on_parent_failure: 'cancel',
+        waits_for_parent: true,
+        waiting_for: ['job_a', 'job_b'],
+      },
+      meta,
+    },
+    null,
+  )
+  let job = created.reduce<Job | null>((s, e) => jobDecider.evolve(s, e), null)!
+  const apply = (command: JobCommand) => {
+    const events = jobDecider.decide(command, job)
+    job = events.reduce<Job | null>((s, e) => jobDecider.evolve(s, e), job)!
+    return events.map((e) => e.type)
+  }
+  t.equal(job.state, 'scheduled')
+  t.same(apply({ type: 'activate_child', data: { parent_job_id: 'job_a' }, meta }), ['job_parent_settled'])
+  t.same(apply({ type: 'activate_child', data: { parent_job_id: 'job_a' }, meta }), [], 'a repeat is a no-op')
+  t.same(job.waiting_for, ['job_b'])
+  t.same(apply({ type: 'activate_child', data: { parent_job_id: 'job_b' }, meta }), ['job_parent_settled', 'job_activated'])
+  t.equal(job.state, 'pending')
+  t.same(
+    apply({ type: 'cancel_by_parent', data: { reason: 'parent_cancelled', parent_job_id: 'job_b' }, meta }),
+    [],
+    'an activated job is not cancelled by a parent',
+  )
+})
