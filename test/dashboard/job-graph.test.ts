@@ -125,6 +125,26 @@ t.test("the fan-in's page draws its parents and the history says how each settle
   t.strictSame(failures, [], 'no script error on the page')
 })
 
+t.test('a parent dead-lettered under ignore is said dropped, and the count goes on without it', async (t) => {
+  const failing = await api.create({ queue: 'dg-ignore-f', max_attempts: 1 })
+  const passing = await api.create({ queue: 'dg-ignore-p' })
+  const fanIn = await api.create({ queue: 'dg-ignore', depends_on: [failing.id, passing.id], on_parent_failure: 'ignore' })
+  const claimed = await api.claimOne(failing.queue, 'wrk_graph')
+  t.equal(claimed.id, failing.id)
+  t.equal((await api.ack({ job_id: failing.id, worker_id: 'wrk_graph', status: 'failed', error: { type: 'E', message: 'no' } })).status, 200)
+  await finish(passing)
+
+  await page.goto(`${h.url}/dashboard/projects/${owner.projectId}/jobs/${fanIn.id}`)
+  await page.locator('.timeline li[data-event=job_activated]').waitFor()
+  t.same(
+    await page.locator('.timeline li[data-event=job_parent_settled] .event-note').allTextContents(),
+    [`Parent ${failing.id} dead-lettered — dropped (ignore) — waiting for 1 of 1 parent`, `Parent ${passing.id} succeeded — all parents settled`],
+    'the dropped parent leaves the count',
+  )
+  t.same(await layer('parent'), [[passing.id, 'succeeded']], 'only the parent it kept is drawn')
+  t.strictSame(failures, [], 'no script error on the page')
+})
+
 t.test('a job outside any workflow shows no graph', async (t) => {
   const plain = await api.create({ queue: 'dg-plain' })
   await page.goto(`${h.url}/dashboard/projects/${owner.projectId}/jobs/${plain.id}`)
