@@ -11,7 +11,13 @@ export function JobGraph({ project, job, state, dependencies, continuationParent
     dependencies.parents.length > 0
       ? dependencies.parents
       : continuationParent
-        ? [{ job_id: continuationParent.id, state: continuationParent.state, waiting: state === 'scheduled' }]
+        ? [
+            {
+              job_id: continuationParent.id,
+              state: continuationParent.state,
+              waiting: state === 'scheduled' && continuationParent.state !== 'succeeded',
+            },
+          ]
         : []
   const { children, children_total: childrenTotal } = dependencies
   if (parents.length === 0 && childrenTotal === 0) return null

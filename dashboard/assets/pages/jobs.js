@@ -219,9 +219,13 @@ export function JobPage({ project, jobId }) {
       call('GET', `/jobsvc/v1/jobs/${encodeURIComponent(jobId)}/dependencies`, { project: project.id }),
     ])
     // A continuation's one parent is not among its dependencies' parents (those are `depends_on`'s): its state comes from its own detail.
+    // A parent retention removed is drawn without a state rather than failing the page.
     const continuationParent =
       job.parent_job_id && dependencies.parents.length === 0
-        ? await call('GET', `/jobsvc/v1/jobs/${encodeURIComponent(job.parent_job_id)}`, { project: project.id }).catch(() => null)
+        ? await call('GET', `/jobsvc/v1/jobs/${encodeURIComponent(job.parent_job_id)}`, { project: project.id }).catch((err) => {
+            if (err.status === 404) return { id: job.parent_job_id, state: null }
+            throw err
+          })
         : null
     return { job, history, dependencies, continuationParent }
   }, [project.id, jobId])
