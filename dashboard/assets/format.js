@@ -67,9 +67,28 @@ const limitWaitReasons = {
 /** A job cancelled with `cancel_reason: "concurrency_limit"` (the queue's strategy `cancel_newest`). */
 export const concurrencyCancelNote = "Cancelled by its queue's limits: its key was at its concurrency limit (strategy cancel_newest)"
 
-/** What a job event means where its data says more than its type (issue 29's limits); null for the rest. */
-export function eventNote(event) {
+/** How a graph job's parent ended, as a `job_parent_settled` says it. */
+const parentOutcomes = { succeeded: 'succeeded', dead_letter: 'dead-lettered', cancelled: 'was cancelled' }
+
+/** A `job_parent_settled`: how the parent ended and how many of the job's parents are still waited for. */
+function parentSettledNote(d) {
+  const dropped = d.dropped ? ' — dropped (ignore)' : ''
+  const left = d.waiting === 0 ? 'all parents settled' : `waiting for ${d.waiting} of ${d.of} ${d.of === 1 ? 'parent' : 'parents'}`
+  return `Parent ${d.parent_job_id} ${parentOutcomes[d.outcome] ?? d.outcome}${dropped} — ${left}`
+}
+
+/**
+ * What a job event means where its data says more than its type (issue 29's limits, issue 30's
+ * parents); null for the rest. `job` tells a graph job's activation (it has `depends_on`) from a
+ * continuation's.
+ */
+export function eventNote(event, job) {
   const d = event.data ?? {}
+  if (event.type === 'job_parent_settled') return parentSettledNote(d)
+  if (event.type === 'job_activated') {
+    const due = d.state === 'scheduled' ? '; due at its run time' : ''
+    return job?.depends_on !== undefined ? `Activated: every parent settled${due}` : `Activated: parent ${d.parent_job_id} succeeded${due}`
+  }
   if (event.type === 'job_limit_waiting')
     return `Waiting for ${d.key === null ? 'its queue' : `key ${d.key}`}: ${limitWaitReasons[d.reason] ?? d.reason}, since ${formatTime(d.since)}`
   if (event.type === 'job_claimed' && d.limit_wait_ms != null) return `Waited ${formatDuration(d.limit_wait_ms)} for its limits`

@@ -59,6 +59,40 @@ t.test('the diamond runs its fan-in only once both branches have succeeded', asy
     ],
     'the event feed carries each settlement ("1 of 2 left") and the activation',
   )
+  const top = (await h.request('GET', `/jobsvc/v1/jobs/${a.id}/dependencies`)).body
+  t.same(top.parents, [], 'A has no parents')
+  t.same(
+    top.children,
+    [
+      { job_id: b.id, state: 'succeeded' },
+      { job_id: c.id, state: 'succeeded' },
+    ],
+    'its continuations are its children, with their states, in creation order',
+  )
+  t.equal(top.children_total, 2)
+  const branch = (await h.request('GET', `/jobsvc/v1/jobs/${b.id}/dependencies`)).body
+  t.same(branch.children, [{ job_id: d.id, state: 'processing' }], 'the fan-in is a child of each branch')
+  const fanIn = (await h.request('GET', `/jobsvc/v1/jobs/${d.id}/dependencies`)).body
+  t.same([fanIn.children, fanIn.children_total], [[], 0], 'and has none itself')
+})
+
+t.test("a job's dependencies name its first 200 children and count them all", async (t) => {
+  const parent = await create({ queue: 'g-kids-p' })
+  // One at a time, so that creation order is attach order: the order this test checks.
+  const ids: string[] = []
+  for (let i = 0; i < 201; i++) ids.push((await create({ queue: 'g-kids', depends_on: [parent.id] })).id)
+  const deps = (await h.request('GET', `/jobsvc/v1/jobs/${parent.id}/dependencies`)).body
+  t.equal(deps.children_total, 201, 'every child counted')
+  t.equal(deps.children.length, 200, 'the first 200 shown')
+  t.ok(
+    deps.children.every((c: { state: string }) => c.state === 'scheduled'),
+    'each with its state: waiting for the parent',
+  )
+  t.same(
+    deps.children.map((c: { job_id: string }) => c.job_id),
+    ids.slice(0, 200),
+    'the earliest, in creation order',
+  )
 })
 
 t.test('on_parent_failure: cancel, run and ignore', async (t) => {

@@ -2,6 +2,7 @@ import { useEffect, useState } from 'preact/hooks'
 import { call, followJob } from '../api.js'
 import { concurrencyCancelNote, eventLabel, eventNote, formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
 import { BulkActions } from './bulk-actions.js'
+import { JobGraph } from './job-graph.js'
 import {
   ErrorNotice,
   html,
@@ -99,12 +100,12 @@ export function JobsPage({ project }) {
   </section>`
 }
 
-function EventNote({ event }) {
-  const note = eventNote(event)
+function EventNote({ event, job }) {
+  const note = eventNote(event, job)
   return note === null ? null : html`<p class="event-note">${note}</p>`
 }
 
-function Timeline({ events, at }) {
+function Timeline({ events, at, job }) {
   if (events.length === 0) return html`<p class="empty">No events yet.</p>`
   return html`<ol class="timeline">
     ${events.map(
@@ -112,7 +113,7 @@ function Timeline({ events, at }) {
         html`<li data-event=${event.type} class=${i === at ? 'as-of-selected' : undefined} aria-current=${i === at ? 'step' : undefined}>
           <span class="event-type">${eventLabel(event.type)}</span>
           <time datetime=${event.time}>${formatTime(event.time)}</time>
-          <${EventNote} event=${event} />
+          <${EventNote} event=${event} job=${job} />
           ${
             event.data?.error
               ? html`<p class="attempt-error">
@@ -212,11 +213,21 @@ function PriorityField({ project, job, state, mayChange, onChanged }) {
 
 export function JobPage({ project, jobId }) {
   const { data, error, loading, reload } = useLoad(async () => {
-    const [job, history] = await Promise.all([
+    const [job, history, dependencies] = await Promise.all([
       call('GET', `/jobsvc/v1/jobs/${encodeURIComponent(jobId)}`, { project: project.id }),
       call('GET', `/jobsvc/v1/jobs/${encodeURIComponent(jobId)}/history`, { project: project.id, query: { limit: 100 } }),
+      call('GET', `/jobsvc/v1/jobs/${encodeURIComponent(jobId)}/dependencies`, { project: project.id }),
     ])
-    return { job, history }
+    // A continuation's one parent is not among its dependencies' parents (those are `depends_on`'s): its state comes from its own detail.
+    // A parent retention removed is drawn without a state rather than failing the page.
+    const continuationParent =
+      job.parent_job_id && dependencies.parents.length === 0
+        ? await call('GET', `/jobsvc/v1/jobs/${encodeURIComponent(job.parent_job_id)}`, { project: project.id }).catch((err) => {
+            if (err.status === 404) return { id: job.parent_job_id, state: null }
+            throw err
+          })
+        : null
+    return { job, history, dependencies, continuationParent }
   }, [project.id, jobId])
   const [live, setLive] = useState(null)
   // Bumped after a retry: the previous stream ended with the job's final state, a new one follows the new run.
@@ -364,9 +375,16 @@ export function JobPage({ project, jobId }) {
             <pre class="result">${JSON.stringify(job.result, null, 2)}</pre>`
         : null
     }
+    <${JobGraph}
+      project=${project}
+      job=${data.job}
+      state=${live?.state ?? data.job.state}
+      dependencies=${data.dependencies}
+      continuationParent=${data.continuationParent}
+    />
     <h2>Payload</h2>
     <pre class="payload">${JSON.stringify(job.payload, null, 2)}</pre>
     <h2>History ${loading ? html`<span class="muted small">(refreshing)</span>` : null}</h2>
-    <${Timeline} events=${history.data} at=${at} />
+    <${Timeline} events=${history.data} at=${at} job=${data.job} />
   </section>`
 }

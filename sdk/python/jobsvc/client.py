@@ -412,11 +412,14 @@ class Jobs(_Resource):
         {"key", "seconds", "max_wait_seconds"}: runs once, with the last payload, after a quiet
         period; a create within it returns the scheduled job with "deduplicated": True.
         concurrency_key (extension, 1-500 characters): the key the queue's per-key flow limits
-        count the job under (Queues.set_limits)."""
+        count the job under (Queues.set_limits). depends_on (extension, 1-100 job ids): the job waits
+        "scheduled" until every parent has ended, then runs with their results (the worker's
+        ctx.parent_results); on_parent_failure ("cancel", the default, "run" or "ignore") says what
+        a parent that is dead-lettered or cancelled does to it."""
         return self._call("POST", "/jobs", body=fields, repeat="key", idempotency_key=idempotency_key)
 
     def create_batch(self, jobs: Iterable[JsonObject], idempotency_key: Optional[str] = None) -> JsonObject:
-        """Each item is a create's body (ttl_seconds, dedup and concurrency_key included); a duplicate item's result
+        """Each item is a create's body (ttl_seconds, dedup, concurrency_key and depends_on included); a duplicate item's result
         is {"status": 200, "body": <the existing job, "deduplicated": True>}."""
         return self._call("POST", "/jobs/batch", body={"jobs": list(jobs)}, repeat="key", idempotency_key=idempotency_key)
 
@@ -490,6 +493,14 @@ class Jobs(_Resource):
             "until": None if until is None else _instant(until),
         }
         return self._call("GET", "/jobs/%s/history" % _quote(job_id), query=dict(query, **filters))
+
+    def dependencies(self, job_id: str) -> JsonObject:
+        """The job's workflow (an extension): {"job_id", "state", "on_parent_failure", "waiting_for",
+        "parents", "children", "children_total"}. Each parent named in its depends_on, in order, with
+        its "state", "result", last "error" and "waiting" (the job still waits for it); its
+        children (graph jobs and continuations) with their "state", the first 200. A continuation's
+        one parent is its parent_job_id, not among "parents"."""
+        return self._call("GET", "/jobs/%s/dependencies" % _quote(job_id))
 
     def events(self, job_id: str) -> Iterator[JsonObject]:
         """The progress stream: yields each snapshot dict until a terminal state."""

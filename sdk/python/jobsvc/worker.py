@@ -75,11 +75,15 @@ class JobContext:
     (WorkerStopped); `cancel_reason` says which. Long handlers should check it. `traceparent` is the W3C trace
     context the job was created with, or None: a handler that traces continues the creator's
     trace from it (with OpenTelemetry, `TraceContextTextMapPropagator().extract({"traceparent":
-    ctx.traceparent})`)."""
+    ctx.traceparent})`). `parent_results`, for a job created with depends_on (an extension), maps
+    each parent that succeeded to its result (None when its handler returned nothing); a parent
+    that ended otherwise (on_parent_failure "run") is not in it (Jobs.dependencies says how it
+    ended). It is empty for any other job, whose poll answer carries no "parent_results"."""
 
     def __init__(self, worker: Worker, running: _Running) -> None:
         self.worker_id = worker.worker_id
         self.traceparent = running.job.get("traceparent")
+        self.parent_results: Dict[str, Any] = running.job.get("parent_results") or {}
         self.cancelled = running.cancelled
         self._worker = worker
         self._running = running

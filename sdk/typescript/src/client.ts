@@ -57,6 +57,7 @@ import type {
   HeartbeatResult,
   Job,
   JobAsOf,
+  JobDependencies,
   JobHistory,
   JobHistoryFilter,
   JobList,
@@ -175,7 +176,9 @@ export class JobsApi {
    * `POST /jobs`, with an Idempotency-Key so that the SDK's retries never create twice. With
    * `dedup` (an extension), a create whose key is held answers the existing job with
    * `deduplicated: true` instead of creating one. `concurrency_key` (an extension) is the key the
-   * queue's per-key flow limits count the job under.
+   * queue's per-key flow limits count the job under. `depends_on` (an extension, 1 to 100 job ids)
+   * makes the job wait `scheduled` until every parent has ended, and `on_parent_failure` (`cancel`,
+   * `run` or `ignore`) says what a parent that does not succeed does to it.
    */
   create(body: CreateJobRequest, options?: RequestOptions): Promise<CreatedJob | DeduplicatedJob> {
     return this.call({ method: 'POST', path: `${v1}/jobs`, body, options, repeat: 'key' })
@@ -264,6 +267,16 @@ export class JobsApi {
       options,
       repeat: 'safe',
     })
+  }
+
+  /**
+   * The job's workflow (an extension): each parent named in its `depends_on`, in order, with its
+   * state, result, last error and `waiting` (the job still waits for it), and its children with
+   * their states (the first 200; `children_total` counts them all). A continuation's one parent is
+   * its `parent_job_id`, not among `parents`.
+   */
+  dependencies(jobId: string, options?: RequestOptions): Promise<JobDependencies> {
+    return this.call({ method: 'GET', path: `${v1}/jobs/${id(jobId)}/dependencies`, options, repeat: 'safe' })
   }
 
   /**

@@ -55,6 +55,13 @@ export type JobHistoryFilter = Omit<JobHistoryQuery, 'types' | 'since' | 'until'
   since?: string | Date
   until?: string | Date
 }
+/**
+ * A job's place in its workflow (`GET /jobs/{jobId}/dependencies`, an extension): its parents
+ * (those of `depends_on`) with their states, results, errors and whether it still waits for them,
+ * and its children (graph jobs and continuations) with their states, the first 200 of
+ * `children_total`.
+ */
+export type JobDependencies = ResponseBody<'/jobsvc/v1/jobs/{jobId}/dependencies', 'get'>
 /** The job as it was at a moment of its history (`jobs.get(id, { asOf })`), with `as_of`: where the read stopped. */
 export type JobAsOf = components['schemas']['JobAsOf']
 export type BatchCreateRequest = RequestBody<'/jobsvc/v1/jobs/batch', 'post'>

@@ -20,6 +20,14 @@ export interface JobContext {
    * the creator's trace.
    */
   readonly traceparent: string | null
+  /**
+   * For a job created with `depends_on` (an extension): the result of each parent that succeeded,
+   * by parent id (null for a parent whose handler returned nothing). A parent that ended otherwise
+   * (the job runs under `on_parent_failure: "run"`) is not in it; `client.jobs.dependencies()`
+   * says how it ended. Empty for any other job. The same as `job.parent_results`, which the poll
+   * answer carries only for such jobs.
+   */
+  readonly parentResults: Readonly<Record<string, unknown>>
   /** Reports progress (0.0 to 1.0) with a heartbeat now; the progress stream shows it. */
   progress(value: number): Promise<void>
 }
@@ -374,6 +382,7 @@ export class Worker {
       workerId: this.workerId,
       signal: running.controller.signal,
       traceparent: job.traceparent ?? null,
+      parentResults: job.parent_results ?? {},
       progress: (value) => {
         running.progress = value
         return this.#beat(running)

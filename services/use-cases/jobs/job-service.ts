@@ -109,6 +109,13 @@ export interface ParentView {
   error: JobError | null
 }
 
+/** A child of a job (a graph job or a continuation) as its parent's dependencies show it. */
+export interface ChildView {
+  job_id: string
+  /** null: gone from the log (retention), or attached by a create that never landed. */
+  state: JobState | null
+}
+
 export interface Written {
   job: Job
   seq: number
@@ -139,8 +146,10 @@ const maxKnownJobs = 20_000
 
 /** Children are re-decided a few at a time so a parent with thousands of them stays polite. */
 const cascadeConcurrency = 16
-/** Parents of one graph job read from the log at once (its poll's results, its dependencies). */
+/** Parents (or children) of one job read from the log at once (its poll's results, its dependencies). */
 const parentReadConcurrency = 16
+/** Children a job's dependencies name with their states; `children_total` counts them all. */
+export const maxChildrenShown = 200
 /** A contended decision (#retryingConflicts) made again after conflicts at most this often (each a fresh load and append). */
 const maxConflictRounds = 50
 
@@ -368,15 +377,41 @@ export class JobService {
    * A graph job's parents (`GET /jobsvc/v1/jobs/{id}/dependencies`): each with its state, result
    * and error, and whether the job still waits for it; a parent gone from the log (retention)
    * reads `state: null`. Empty for a job without `depends_on` (a continuation names its one
-   * parent as `parent_job_id`).
+   * parent as `parent_job_id`). Also the job's children (graph jobs and continuations attached to
+   * it, in attach order), the first `maxChildrenShown` of them with their states: a fan-out can
+   * hold thousands and each costs a read of the log.
    */
-  async dependencies(projectId: string, jobId: string): Promise<{ job: Job; parents: Array<ParentView & { waiting: boolean }> }> {
+  async dependencies(
+    projectId: string,
+    jobId: string,
+  ): Promise<{ job: Job; parents: Array<ParentView & { waiting: boolean }>; children: ChildView[]; childrenTotal: number }> {
     const { job } = await this.load(projectId, jobId)
     const ids = job.depends_on ?? []
-    const views = await this.#parentViews(projectId, ids)
+    const [views, children] = await Promise.all([
+      this.#parentViews(projectId, ids),
+      this.#childViews(projectId, job.children.slice(0, maxChildrenShown)),
+    ])
     const waiting = new Set(job.waiting_for ?? [])
     const parents = ids.map((id, i) => ({ ...(views[i] ?? { job_id: id, state: null, result: null, error: null }), waiting: waiting.has(id) }))
-    return { job, parents }
+    return { job, parents, children, childrenTotal: job.children.length }
+  }
+
+  /**
+   * Each of `childIds` with its state from the log, `parentReadConcurrency` at a time, in order;
+   * a child gone from the log (retention) reads `state: null`. A child is attached before its
+   * first append, so one whose create never landed reads null too.
+   */
+  async #childViews(projectId: string, childIds: readonly string[]): Promise<ChildView[]> {
+    const views: ChildView[] = childIds.map((id) => ({ job_id: id, state: null }))
+    let next = 0
+    const reader = async () => {
+      for (let i = next++; i < childIds.length; i = next++) {
+        const last = await jobHandler.last(this.#deps.store, jobHandler.ref(projectId, childIds[i]!))
+        views[i]!.state = last?.message.state?.state ?? null
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(parentReadConcurrency, childIds.length) }, reader))
+    return views
   }
 
   /** The job's state and its last progress report, read at once: what the progress stream shows. */

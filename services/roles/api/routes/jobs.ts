@@ -14,6 +14,7 @@ import { assertAuditLogKept } from './audit.ts'
 import { commandProject } from '../../../use-cases/projects/project-service.ts'
 import { quotaHeaders } from '../../../use-cases/metering/allowance.ts'
 import { createGraph, createJobs } from '../../../use-cases/jobs/create-jobs.ts'
+import { maxChildrenShown } from '../../../use-cases/jobs/job-service.ts'
 import { runSerialPerKey } from '../../../use-cases/jobs/serial-per-key.ts'
 import {
   bodyKeyDeprecation,
@@ -416,9 +417,9 @@ const readSchema = {
 }
 
 const dependenciesSchema = {
-  summary: "A graph job's parents, with their states and results",
+  summary: "A job's parents, with their states and results, and its children",
   description:
-    'Extension (issue 30). For a job created with `depends_on`: each parent, in the order given, with its state, the result of its successful attempt (null without one), its last error and whether the job still waits for it; a parent gone from the log (retention) has `state` null. Read from the log. A job without `depends_on` has no parents here (a continuation names its one parent as `parent_job_id`).',
+    'Extension (issue 30). For a job created with `depends_on`: each parent, in the order given, with its state, the result of its successful attempt (null without one), its last error and whether the job still waits for it; a parent gone from the log (retention) has `state` null. Read from the log. A job without `depends_on` has no parents here (a continuation names its one parent as `parent_job_id`). `children` lists the jobs that depend on this one (through `depends_on` or `parent_job_id`) with their states.',
   tags: ['Jobs'],
   params: jobIdParams,
   response: {
@@ -436,6 +437,10 @@ const dependenciesSchema = {
           waiting: z.boolean().describe('the job still waits for this parent'),
         }),
       ),
+      children: z
+        .array(z.strictObject({ job_id: z.string(), state: z.enum(jobStates).nullable().describe('null: gone from the log') }))
+        .describe(`jobs created with this one in \`depends_on\` or as \`parent_job_id\`, in creation order; the first ${maxChildrenShown}`),
+      children_total: z.number().int().describe('all its children, shown or not'),
     }),
     ...errorResponses('job_not_found'),
   },
@@ -891,13 +896,15 @@ export function jobRoutes(
     })
 
     app.get('/:jobId/dependencies', { schema: dependenciesSchema, config: { role: 'viewer' } }, async (request) => {
-      const { job, parents } = await jobs.dependencies(request.principal.projectId, request.params.jobId)
+      const { job, parents, children, childrenTotal } = await jobs.dependencies(request.principal.projectId, request.params.jobId)
       return {
         job_id: job.id,
         state: job.state,
         on_parent_failure: job.on_parent_failure ?? null,
         waiting_for: job.waiting_for?.length ?? 0,
         parents: parents.map((p) => ({ job_id: p.job_id, state: p.state, result: p.result ?? null, error: p.error, waiting: p.waiting })),
+        children,
+        children_total: childrenTotal,
       }
     })
 
