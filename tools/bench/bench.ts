@@ -11,7 +11,8 @@
  * streams a jobs export of N rows (export-memory.ts). So does `--metrics-jobs N`: the metrics
  * routes' latency with N jobs in the read model (metrics-routes.ts). `--feed-jobs N`: the event
  * feed's reading rate, page latency and live-tail lag (event-feed.ts). `--retention-jobs N` adds a
- * backlog of N expired jobs and times retention purging it (retention.ts).
+ * backlog of N expired jobs and times retention purging it (retention.ts). `--workflows N`: issue 30's
+ * fan-out/fan-in against independent jobs, and a 100-parent child's activation (workflows.ts).
  */
 import { benchAuditProofs } from './audit-proofs.ts'
 import { connectNats, type NatsHandles } from '../../streams/connection.ts'
@@ -32,6 +33,7 @@ import { RunStopped, startRunControl } from './run-control.ts'
 import { prepareServiceEnvironment, removeServiceEnvironment } from './service-environment.ts'
 import { createBenchProject, spawnService, stopService, type BenchProject, type SpawnedService } from './service-process.ts'
 import { WebhookReceiver } from './webhook-receiver.ts'
+import { benchWorkflows } from './workflows.ts'
 
 const log = (line: string) => process.stderr.write(`${line}\n`)
 
@@ -102,6 +104,11 @@ async function main(argv: string[]): Promise<boolean> {
         signal: run.signal,
         log,
       })
+      process.stdout.write(JSON.stringify(result) + '\n')
+      return true
+    }
+    if (opts.workflows !== null) {
+      const result = await benchWorkflows(client, opts.workflows, log)
       process.stdout.write(JSON.stringify(result) + '\n')
       return true
     }

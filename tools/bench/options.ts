@@ -11,6 +11,7 @@ const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS]
        npm run bench -- --spawn --feed-jobs N
        npm run bench -- --spawn --bulk-retry N
        npm run bench -- --spawn --audit-leaves N
+       npm run bench -- --spawn --workflows N
 
 A run measures, one after another: an idle phase (--idle N jobs, default 300, paced at 50/s by 2
 producers for 4 workers: claim latency on an idle system), the single-request cycle (--jobs,
@@ -59,6 +60,12 @@ an event's decision to its arrival); see event-feed.ts.
 --bulk-retry dead-letters N jobs through the job commands, runs a steady workload (500 jobs/s,
 one request each) alone for 10 s, then again while POST /jobsvc/v1/jobs/bulk retries the N jobs:
 the operation's jobs/s and the workload's claim latency alone and beside it; see bulk-retry.ts.
+
+--workflows N measures issue 30's workflows instead of the throughput run: N alternated pairs of
+1,012 independent jobs and a fan-out/fan-in of the same size (a root, 1,000 children, ten fan-ins
+of 100 and a sink, created as graph batches), each from the first create to the last ack by 8
+workers; then a child of 100 parents, from its last parent's ack to a waiting poll handing it
+out (at least 20 times: p50, p99); see workflows.ts.
 
 --no-audit-log runs the spawned service without the projects' Merkle logs (audit_log_enabled off),
 to compare the cycles' rates with and without them.
@@ -119,6 +126,8 @@ export interface Options {
   batchCapacity: number
   /** Jobs to run to their end before measuring the event feed instead of the throughput run; null: the throughput run. */
   feedJobs: number | null
+  /** Alternated runs of the workflows' measures (workflows.ts) instead of the throughput run; null: the throughput run. */
+  workflows: number | null
   /** Dead-lettered jobs to retry in bulk beside a steady workload instead of the throughput run; null: the throughput run. */
   bulkRetry: number | null
   /** Jobs to seed and export instead of the throughput run; null: the throughput run. */
@@ -195,6 +204,7 @@ function toOptions(argv: string[]): Options {
       'retention-jobs': { type: 'string' },
       'feed-jobs': { type: 'string' },
       'bulk-retry': { type: 'string' },
+      workflows: { type: 'string' },
     },
   })
   if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
@@ -242,6 +252,7 @@ function toOptions(argv: string[]): Options {
     metricsJobs: values['metrics-jobs'] === undefined ? null : positiveInt('metrics-jobs', values['metrics-jobs'], 0, 10_000_000),
     metricsRequests: positiveInt('metrics-requests', values['metrics-requests'], 200, 100_000),
     feedJobs: values['feed-jobs'] === undefined ? null : positiveInt('feed-jobs', values['feed-jobs'], 0, 10_000_000),
+    workflows: values.workflows === undefined ? null : positiveInt('workflows', values.workflows, 0, 100),
     bulkRetry: values['bulk-retry'] === undefined ? null : positiveInt('bulk-retry', values['bulk-retry'], 0, 1_000_000),
     retentionJobs: phaseCount('retention-jobs', values['retention-jobs'], values.spawn ? 20_000 : 0, 10_000_000),
     dev: values.dev,

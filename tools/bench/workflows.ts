@@ -1,0 +1,155 @@
+import { performance } from 'node:perf_hooks'
+import type { Client, Reply } from './http-client.ts'
+import { percentileMs } from './percentiles.ts'
+
+/**
+ * `npm run bench -- --spawn --workflows N`: issue 30's targets, measured over HTTP as clients
+ * and workers would.
+ * - Fan-out/fan-in: a root, 1,000 children of it, and their fan-in. A job has at most 100
+ *   parents, so the fan-in is ten jobs of 100 parents each and one sink of those ten: 1,012 jobs
+ *   (the issue's 1,002 plus the ten in between). Created as graph batches (refs), run by the same
+ *   workers as the baseline: 1,012 independent jobs. Each from the first create to the last ack.
+ *   Alternated N times.
+ * - Activation: a child of 100 parents; the time from the answer of its last parent's ack to the
+ *   answer of a poll (waiting on the child's queue all along) that hands it out. N times, p50/p99.
+ */
+
+const workers = 8
+const capacity = 10
+const fanOut = 1_000
+/** The issue's cap on one job's parents. */
+const maxParents = 100
+const activationParents = 100
+
+export interface WorkflowResult {
+  workflow_runs: number
+  independent_ms: number[]
+  fan_out_in_ms: number[]
+  /** fan-out/fan-in time over the independent jobs' time, per pair. */
+  fan_ratio: number[]
+  activation_p50_ms: number | null
+  activation_p99_ms: number | null
+}
+
+async function ok(what: string, reply: Promise<Reply>, status = 200): Promise<any> {
+  const r = await reply
+  if (r.status !== status) throw new Error(`${what} answered ${r.status}: ${JSON.stringify(r.body).slice(0, 300)}`)
+  return r.body
+}
+
+/** Creates the items in batches of at most 1,000; resolves to the created ids in order. */
+async function createBatch(client: Client, jobs: unknown[]): Promise<string[]> {
+  const body = await ok('batch create', client.request('POST', '/jobsvc/v1/jobs/batch', { jobs }))
+  const results = body.results as Array<{ status: number; body?: { id: string }; error?: unknown }>
+  const failed = results.find((r) => r.status !== 201)
+  if (failed !== undefined) throw new Error(`a batch item answered ${failed.status}: ${JSON.stringify(failed.error)}`)
+  return results.map((r) => r.body!.id)
+}
+
+/** Workers poll `queue` and ack every job until `total` jobs were acked; resolves when they have. */
+async function work(client: Client, queue: string, total: number): Promise<number> {
+  let acked = 0
+  let last = 0
+  const worker = async (w: number) => {
+    while (acked < total) {
+      const polled = await ok(
+        'poll',
+        client.request('POST', '/jobsvc/v1/workers/poll', { worker_id: `wf-${w}`, queues: [queue], capacity, wait_seconds: 1 }),
+      )
+      await Promise.all(
+        (polled.jobs as Array<{ id: string }>).map(async (job) => {
+          const reply = await client.request('POST', '/jobsvc/v1/workers/ack', { job_id: job.id, worker_id: `wf-${w}`, status: 'succeeded' })
+          if (reply.status !== 200) throw new Error(`ack answered ${reply.status}`)
+          acked++
+          last = Math.max(last, reply.at)
+        }),
+      )
+    }
+  }
+  await Promise.all(Array.from({ length: workers }, (_, w) => worker(w)))
+  return last
+}
+
+/** 1,012 independent jobs on a queue of their own: first create to last ack, in ms. */
+async function runIndependent(client: Client, run: number): Promise<number> {
+  const queue = `wf-ind-${run}-${Date.now()}`
+  const total = 1 + fanOut + fanOut / maxParents + 1
+  const started = performance.now()
+  const working = work(client, queue, total)
+  const item = () => ({ job_type: 'wf', payload: {}, queue })
+  await createBatch(client, Array.from({ length: fanOut }, item))
+  await createBatch(client, Array.from({ length: total - fanOut }, item))
+  return (await working) - started
+}
+
+/** The root, its 1,000 children, ten fan-ins of 100 and the sink, as graph batches: first create to the sink's ack, in ms. */
+async function runFanOutIn(client: Client, run: number): Promise<number> {
+  const queue = `wf-fan-${run}-${Date.now()}`
+  const total = 1 + fanOut + fanOut / maxParents + 1
+  const started = performance.now()
+  const working = work(client, queue, total)
+  const item = (extra: Record<string, unknown>) => ({ job_type: 'wf', payload: {}, queue, ...extra })
+  // Batch 1: the root and 999 children by ref.
+  const first = await createBatch(client, [item({ ref: 'root' }), ...Array.from({ length: fanOut - 1 }, () => item({ depends_on_refs: ['root'] }))])
+  const root = first[0]!
+  // Batch 2: the last child, the ten fan-ins (by id and by ref) and the sink.
+  const children = [...first.slice(1)]
+  const second = [item({ ref: 'last', depends_on: [root] })]
+  for (let k = 0; k < fanOut / maxParents; k++) {
+    const parents = children.slice(k * maxParents, (k + 1) * maxParents)
+    const last = parents.length < maxParents
+    second.push(item({ ref: `in${k}`, depends_on: parents, ...(last ? { depends_on_refs: ['last'] } : {}) }))
+  }
+  second.push(item({ depends_on_refs: Array.from({ length: fanOut / maxParents }, (_, k) => `in${k}`) }))
+  await createBatch(client, second)
+  return (await working) - started
+}
+
+/** A child of 100 parents: from the answer of the last parent's ack to the poll answer that hands the child out, in ms. */
+async function measureActivation(client: Client, run: number): Promise<number> {
+  const queue = `wf-act-${run}-${Date.now()}`
+  const parents = await createBatch(
+    client,
+    Array.from({ length: activationParents }, () => ({ job_type: 'wf', payload: {}, queue: `${queue}-p` })),
+  )
+  const [child] = await createBatch(client, [{ job_type: 'wf', payload: {}, queue, depends_on: parents }])
+  const claimed: string[] = []
+  while (claimed.length < activationParents) {
+    const polled = await ok(
+      'poll',
+      client.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'wf-p', queues: [`${queue}-p`], capacity: 50, wait_seconds: 1 }),
+    )
+    claimed.push(...(polled.jobs as Array<{ id: string }>).map((j) => j.id))
+  }
+  const ack = (id: string) => ok('ack', client.request('POST', '/jobsvc/v1/workers/ack', { job_id: id, worker_id: 'wf-p', status: 'succeeded' }))
+  await Promise.all(claimed.slice(0, -1).map(ack))
+  // The child's poll waits before the last ack is sent.
+  const waiting = client.request('POST', '/jobsvc/v1/workers/poll', { worker_id: 'wf-c', queues: [queue], capacity: 1, wait_seconds: 10 })
+  await new Promise((r) => setTimeout(r, 50))
+  const lastAck = await client.request('POST', '/jobsvc/v1/workers/ack', { job_id: claimed.at(-1)!, worker_id: 'wf-p', status: 'succeeded' })
+  const handed = await waiting
+  const jobs = (handed.body as { jobs: Array<{ id: string }> }).jobs
+  if (jobs[0]?.id !== child) throw new Error(`the child's poll answered ${JSON.stringify(handed.body).slice(0, 200)}`)
+  await ok('ack', client.request('POST', '/jobsvc/v1/workers/ack', { job_id: child, worker_id: 'wf-c', status: 'succeeded' }))
+  return handed.at - lastAck.at
+}
+
+export async function benchWorkflows(client: Client, runs: number, log: (line: string) => void): Promise<WorkflowResult> {
+  const independent: number[] = []
+  const fan: number[] = []
+  for (let run = 0; run < runs; run++) {
+    independent.push(await runIndependent(client, run))
+    fan.push(await runFanOutIn(client, run))
+    log(`bench: workflows run ${run + 1}: independent ${independent.at(-1)!.toFixed(0)} ms, fan-out/fan-in ${fan.at(-1)!.toFixed(0)} ms`)
+  }
+  const activations: number[] = []
+  for (let run = 0; run < Math.max(20, runs * 10); run++) activations.push(await measureActivation(client, run))
+  return {
+    workflow_runs: runs,
+    independent_ms: independent.map(Math.round),
+    fan_out_in_ms: fan.map(Math.round),
+    fan_ratio: fan.map((f, i) => Math.round((f / independent[i]!) * 100) / 100),
+    activation_p50_ms: percentileMs(activations, 50),
+    activation_p99_ms: percentileMs(activations, 99),
+  }
+}
