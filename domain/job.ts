@@ -333,6 +333,8 @@ export type JobCommand =
   | { type: 'promote_job'; data: Record<string, never>; meta: CommandMeta }
   | { type: 'activate_child'; data: { parent_job_id: string }; meta: CommandMeta }
   | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested' | 'expired'>; parent_job_id?: string }; meta: CommandMeta }
+  /** Several parents of a graph job ended (issue 30): their settlements decided together, in order, as one append. */
+  | { type: 'settle_parents'; data: { parents: Array<{ parent_job_id: string; outcome: ParentOutcome }> }; meta: CommandMeta }
   /** `gates`: the flow gates the claimer took for the attempt (issue 29), by aggregate id. */
   | { type: 'claim_job'; data: { worker_id: string; gates?: string[] }; meta: CommandMeta }
   /** A claim was refused a gate: the waiting job records why, once per wait. */
@@ -605,6 +607,32 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
           },
         },
       ]
+    }
+    case 'settle_parents': {
+      // Each in turn on the state the previous ones left; a settled or cancelled job takes no more.
+      const events: JobEvent[] = []
+      let job = state
+      for (const { parent_job_id: parentId, outcome } of command.data.parents) {
+        if (job === null || job.state !== 'scheduled' || !job.waiting_for_parent || !(job.waiting_for ?? []).includes(parentId)) continue
+        const decided: JobEvent[] =
+          outcome !== 'succeeded' && job.on_parent_failure === 'cancel'
+            ? [
+                {
+                  type: 'job_cancelled',
+                  data: {
+                    reason: outcome === 'cancelled' ? 'parent_cancelled' : 'parent_dead_lettered',
+                    previous_state: 'scheduled',
+                    cancelled_at: now,
+                  },
+                },
+              ]
+            : parentSettled(job, parentId, outcome, now)
+        for (const e of decided) {
+          events.push(e)
+          job = evolve(job, e)
+        }
+      }
+      return events
     }
     case 'cancel_by_parent': {
       if (state === null || state.state !== 'scheduled' || !state.waiting_for_parent) return []

@@ -46,8 +46,11 @@ async function createBatch(client: Client, jobs: unknown[]): Promise<string[]> {
   return results.map((r) => r.body!.id)
 }
 
+/** When the last job of each job type was acked (performance.now()), for the run's breakdown. */
+type LastAcks = Map<string, number>
+
 /** Workers poll `queue` and ack every job until `total` jobs were acked; resolves when they have. */
-async function work(client: Client, queue: string, total: number): Promise<number> {
+async function work(client: Client, queue: string, total: number, lastAcks: LastAcks = new Map()): Promise<number> {
   let acked = 0
   let last = 0
   const worker = async (w: number) => {
@@ -57,11 +60,12 @@ async function work(client: Client, queue: string, total: number): Promise<numbe
         client.request('POST', '/jobsvc/v1/workers/poll', { worker_id: `wf-${w}`, queues: [queue], capacity, wait_seconds: 1 }),
       )
       await Promise.all(
-        (polled.jobs as Array<{ id: string }>).map(async (job) => {
+        (polled.jobs as Array<{ id: string; job_type: string }>).map(async (job) => {
           const reply = await client.request('POST', '/jobsvc/v1/workers/ack', { job_id: job.id, worker_id: `wf-${w}`, status: 'succeeded' })
           if (reply.status !== 200) throw new Error(`ack answered ${reply.status}`)
           acked++
           last = Math.max(last, reply.at)
+          lastAcks.set(job.job_type, Math.max(lastAcks.get(job.job_type) ?? 0, reply.at))
         }),
       )
     }
@@ -83,26 +87,37 @@ async function runIndependent(client: Client, run: number): Promise<number> {
 }
 
 /** The root, its 1,000 children, ten fan-ins of 100 and the sink, as graph batches: first create to the sink's ack, in ms. */
-async function runFanOutIn(client: Client, run: number): Promise<number> {
+async function runFanOutIn(client: Client, run: number, log: (line: string) => void): Promise<number> {
   const queue = `wf-fan-${run}-${Date.now()}`
   const total = 1 + fanOut + fanOut / maxParents + 1
   const started = performance.now()
-  const working = work(client, queue, total)
-  const item = (extra: Record<string, unknown>) => ({ job_type: 'wf', payload: {}, queue, ...extra })
+  const lastAcks: LastAcks = new Map()
+  const working = work(client, queue, total, lastAcks)
+  const item = (type: string, extra: Record<string, unknown>) => ({ job_type: `wf-${type}`, payload: {}, queue, ...extra })
   // Batch 1: the root and 999 children by ref.
-  const first = await createBatch(client, [item({ ref: 'root' }), ...Array.from({ length: fanOut - 1 }, () => item({ depends_on_refs: ['root'] }))])
+  const first = await createBatch(client, [
+    item('root', { ref: 'root' }),
+    ...Array.from({ length: fanOut - 1 }, () => item('child', { depends_on_refs: ['root'] })),
+  ])
+  const createdFirst = performance.now()
   const root = first[0]!
   // Batch 2: the last child, the ten fan-ins (by id and by ref) and the sink.
   const children = [...first.slice(1)]
-  const second = [item({ ref: 'last', depends_on: [root] })]
+  const second = [item('child', { ref: 'last', depends_on: [root] })]
   for (let k = 0; k < fanOut / maxParents; k++) {
     const parents = children.slice(k * maxParents, (k + 1) * maxParents)
     const last = parents.length < maxParents
-    second.push(item({ ref: `in${k}`, depends_on: parents, ...(last ? { depends_on_refs: ['last'] } : {}) }))
+    second.push(item('in', { ref: `in${k}`, depends_on: parents, ...(last ? { depends_on_refs: ['last'] } : {}) }))
   }
-  second.push(item({ depends_on_refs: Array.from({ length: fanOut / maxParents }, (_, k) => `in${k}`) }))
+  second.push(item('sink', { depends_on_refs: Array.from({ length: fanOut / maxParents }, (_, k) => `in${k}`) }))
   await createBatch(client, second)
-  return (await working) - started
+  const createdSecond = performance.now()
+  const end = await working
+  const at = (type: string) => `${((lastAcks.get(`wf-${type}`) ?? 0) - started).toFixed(0)}`
+  log(
+    `bench: fan-out/fan-in: batch 1 created at ${(createdFirst - started).toFixed(0)} ms, batch 2 at ${(createdSecond - started).toFixed(0)} ms; last acks: root ${at('root')}, children ${at('child')}, fan-ins ${at('in')}, sink ${at('sink')} ms`,
+  )
+  return end - started
 }
 
 /** A child of 100 parents: from the answer of the last parent's ack to the poll answer that hands the child out, in ms. */
@@ -139,7 +154,7 @@ export async function benchWorkflows(client: Client, runs: number, log: (line: s
   const fan: number[] = []
   for (let run = 0; run < runs; run++) {
     independent.push(await runIndependent(client, run))
-    fan.push(await runFanOutIn(client, run))
+    fan.push(await runFanOutIn(client, run, log))
     log(`bench: workflows run ${run + 1}: independent ${independent.at(-1)!.toFixed(0)} ms, fan-out/fan-in ${fan.at(-1)!.toFixed(0)} ms`)
   }
   const activations: number[] = []

@@ -262,23 +262,25 @@ async function firstRefusedOutsideParent(
   projectId: string,
   items: readonly CreationItem[],
 ): Promise<{ index: number; error: DomainError } | null> {
+  const outsideOf = ({ request }: CreationItem) => [...(request.depends_on ?? []), ...(request.parent_job_id == null ? [] : [request.parent_job_id])]
+  const ids = [...new Set(items.flatMap(outsideOf))]
   const states = new Map<string, Job | null>()
-  const stateOf = async (id: string) => {
-    if (!states.has(id))
-      states.set(
-        id,
-        await jobs.load(projectId, id).then(
-          (r) => r.job,
-          (err) => (err instanceof JobNotFound ? null : Promise.reject(err)),
-        ),
+  await runSerialPerKey(
+    ids.map(() => null),
+    appendsInFlight,
+    async (k) => {
+      const id = ids[k]!
+      const read = await jobs.load(projectId, id).then(
+        (r) => r.job,
+        (err: unknown) => (err instanceof JobNotFound ? null : Promise.reject(err)),
       )
-    return states.get(id)!
-  }
-  for (const [index, { request }] of items.entries()) {
-    const outside = [...(request.depends_on ?? []), ...(request.parent_job_id == null ? [] : [request.parent_job_id])]
-    const strict = request.parent_job_id != null || (request.on_parent_failure ?? 'cancel') === 'cancel'
-    for (const id of outside) {
-      const parent = await stateOf(id)
+      states.set(id, read)
+    },
+  )
+  for (const [index, item] of items.entries()) {
+    const strict = item.request.parent_job_id != null || (item.request.on_parent_failure ?? 'cancel') === 'cancel'
+    for (const id of outsideOf(item)) {
+      const parent = states.get(id) ?? null
       if (parent === null) return { index, error: new ParentNotFound(id) }
       if (strict && (parent.state === 'cancelled' || parent.state === 'dead_letter')) return { index, error: new ParentTerminal(id, parent.state) }
     }

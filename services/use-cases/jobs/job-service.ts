@@ -22,6 +22,7 @@ import {
   type JobState,
   type JobView,
   type ParentFailureRule,
+  type ParentOutcome,
   isClaimable,
 } from '../../../domain/job.ts'
 import { InvalidState } from '../../../domain/errors.ts'
@@ -100,6 +101,14 @@ const maxExaminedPerHistoryPage = 1000
  */
 const historyClockMarginMs = 10_000
 
+/** A parent's end asking to move one of its children (JobService's #moveChild). */
+interface ChildMove {
+  parentId: string
+  step: CascadeStep
+  resolve: (result: CommandResult<JobEvent, Job>) => void
+  reject: (err: unknown) => void
+}
+
 /** A parent of a graph job as its children see it (JobService.dependencies). */
 export interface ParentView {
   job_id: string
@@ -145,7 +154,7 @@ export interface JobAppendObserver {
 const maxKnownJobs = 20_000
 
 /** Children are re-decided a few at a time so a parent with thousands of them stays polite. */
-const cascadeConcurrency = 16
+const cascadeConcurrency = 64
 /** Parents (or children) of one job read from the log at once (its poll's results, its dependencies). */
 const parentReadConcurrency = 16
 /** Children a job's dependencies name with their states; `children_total` counts them all. */
@@ -588,7 +597,7 @@ export class JobService {
       for (let parentId = todo.shift(); parentId !== undefined; parentId = todo.shift()) {
         try {
           // Many jobs may attach to one parent at once (a fan-in's siblings, a batch's items).
-          const attached = await this.#retryingConflicts(() =>
+          const attached = await this.#retryingConflicts(parentId, () =>
             this.#run(projectId, parentId, { type: 'attach_child', data: { child_job_id: childId }, meta: this.#meta() }),
           )
           outcome.set(parentId, attached.appended || isAttached(attached.state, childId) ? 'waiting' : 'succeeded')
@@ -921,14 +930,10 @@ export class JobService {
   async #moveChildren(projectId: string, job: Job, step: CascadeStep): Promise<number> {
     let moved = 0
     const children = [...job.children]
-    const command = (): JobCommand =>
-      step.kind === 'activate'
-        ? { type: 'activate_child', data: { parent_job_id: job.id }, meta: this.#meta() }
-        : { type: 'cancel_by_parent', data: { reason: step.reason, parent_job_id: job.id }, meta: this.#meta() }
     const worker = async () => {
       for (let childId = children.shift(); childId !== undefined; childId = children.shift()) {
         try {
-          const result = await this.#moveChild(projectId, childId, command)
+          const result = await this.#moveChild(projectId, childId, job.id, step)
           // The scheduler's sweep may race this request and move a child first; for activation the
           // child still counts in `children_activated` (a child leaves waiting_for_parent only by
           // activation or cancellation).
@@ -943,25 +948,91 @@ export class JobService {
     return moved
   }
 
-  /** One child's move, decided again on its conflicts (#retryingConflicts). */
-  #moveChild(projectId: string, childId: string, command: () => JobCommand): Promise<CommandResult<JobEvent, Job>> {
-    return this.#retryingConflicts(() => this.#run(projectId, childId, command()))
+  /**
+   * One child's move by one parent's end. A fan-in's parents end together, each of them in this
+   * process asking to move the same child: while one decision on the child is in flight, the
+   * moves asked meanwhile wait, then go together as one decision and one append (a hundred
+   * parents' settlements in a few messages, not a hundred conflicting ones). Decided again on
+   * conflicts with other processes (#retryingConflicts).
+   */
+  #moveChild(projectId: string, childId: string, parentId: string, step: CascadeStep): Promise<CommandResult<JobEvent, Job>> {
+    return new Promise((resolve, reject) => {
+      const asked: ChildMove = { parentId, step, resolve, reject }
+      const waiting = this.#childMoves.get(childId)
+      if (waiting !== undefined) return void waiting.push(asked)
+      const line = [asked]
+      this.#childMoves.set(childId, line)
+      void this.#drainChildMoves(projectId, childId, line)
+    })
+  }
+
+  /** Per child, the moves asked and not yet decided (#moveChild). */
+  readonly #childMoves = new Map<string, ChildMove[]>()
+
+  async #drainChildMoves(projectId: string, childId: string, line: ChildMove[]): Promise<void> {
+    while (line.length > 0) {
+      const moves = line.splice(0)
+      try {
+        const result = await this.#retryingConflicts(childId, () => this.#run(projectId, childId, this.#moveCommand(moves)))
+        for (const m of moves) m.resolve(result)
+      } catch (err) {
+        for (const m of moves) m.reject(err)
+      }
+    }
+    this.#childMoves.delete(childId)
+  }
+
+  /** One parent's move is the continuation's command; several (only a graph job has several parents) settle together. */
+  #moveCommand(moves: readonly ChildMove[]): JobCommand {
+    const meta = this.#meta()
+    if (moves.length === 1) {
+      const { parentId, step } = moves[0]!
+      return step.kind === 'activate'
+        ? { type: 'activate_child', data: { parent_job_id: parentId }, meta }
+        : { type: 'cancel_by_parent', data: { reason: step.reason, parent_job_id: parentId }, meta }
+    }
+    const outcomeOf = (step: CascadeStep): ParentOutcome =>
+      step.kind === 'activate' ? 'succeeded' : step.reason === 'parent_cancelled' ? 'cancelled' : 'dead_letter'
+    return { type: 'settle_parents', data: { parents: moves.map((m) => ({ parent_job_id: m.parentId, outcome: outcomeOf(m.step) })) }, meta }
   }
 
   /**
    * A decision on a job that many deciders may want at the same moment: a graph job whose parents
-   * end together in several processes, a parent that many jobs attach to at once. The losers of
-   * the job's expected sequence decide again (handleCommand already does, a few times), after a
-   * short random pause so that they do not meet again, as often as needed.
+   * end together, a parent that many jobs attach to at once. This process makes its own ones on
+   * the job one after another (a fan-in's hundred settlements would otherwise conflict with each
+   * other over and over); another process's make the append conflict, and the loser decides
+   * again (handleCommand already does, a few times) after a short random pause so that they do
+   * not meet again, as often as needed.
    */
-  async #retryingConflicts<T>(decide: () => Promise<T>): Promise<T> {
-    for (let round = 1; ; round++) {
-      try {
-        return await decide()
-      } catch (err) {
-        if (!(err instanceof ConcurrencyConflict) || round >= maxConflictRounds) throw err
-        await sleep(Math.random() * Math.min(50, 2 * round))
+  async #retryingConflicts<T>(jobId: string, decide: () => Promise<T>): Promise<T> {
+    return this.#inLine(jobId, async () => {
+      for (let round = 1; ; round++) {
+        try {
+          return await decide()
+        } catch (err) {
+          if (!(err instanceof ConcurrencyConflict) || round >= maxConflictRounds) throw err
+          await sleep(Math.random() * Math.min(50, 2 * round))
+        }
       }
+    })
+  }
+
+  /** The contended decisions this process has in flight or waiting, by job: the last one's end. */
+  readonly #lines = new Map<string, Promise<unknown>>()
+
+  /** Runs `decide` after this process's earlier contended decisions on the job have ended. */
+  async #inLine<T>(jobId: string, decide: () => Promise<T>): Promise<T> {
+    const before = this.#lines.get(jobId) ?? Promise.resolve()
+    const mine = before.then(decide, decide)
+    const end = mine.then(
+      () => undefined,
+      () => undefined,
+    )
+    this.#lines.set(jobId, end)
+    try {
+      return await mine
+    } finally {
+      if (this.#lines.get(jobId) === end) this.#lines.delete(jobId)
     }
   }
 
