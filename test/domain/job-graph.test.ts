@@ -95,3 +95,76 @@ t.test('a graph job settles each parent once and is activated by the last', asyn
     'an activated job is not cancelled by a parent',
   )
 })
+
+t.test('settlements decided together: in order, each on what the previous left', async (t) => {
+  const now = '2026-01-01T00:00:00.000Z'
+  const meta = { now, random: 0 }
+  const graphJob = (rule: 'cancel' | 'run', parents: string[]): Job => {
+    const events = jobDecider.decide(
+      {
+        type: 'create_job',
+        data: {
+          job_id: 'job_c',
+          project_id: 'prj',
+          job_type: 't',
+          queue: 'q',
+          payload: {},
+          run_at: null,
+          max_attempts: 3,
+          timeout_seconds: 60,
+          tags: null,
+          parent_job_id: null,
+          idempotency_key: null,
+          depends_on: parents,
+          on_parent_failure: rule,
+          waits_for_parent: true,
+          waiting_for: parents,
+        },
+        meta,
+      },
+      null,
+    )
+    return events.reduce<Job | null>((s, e) => jobDecider.evolve(s, e), null)!
+  }
+  const settle = (job: Job, parents: Array<[string, 'succeeded' | 'dead_letter' | 'cancelled']>) =>
+    jobDecider.decide({ type: 'settle_parents', data: { parents: parents.map(([id, outcome]) => ({ parent_job_id: id, outcome })) }, meta }, job)
+
+  const three = graphJob('cancel', ['a', 'b', 'c'])
+  t.same(
+    settle(three, [
+      ['a', 'succeeded'],
+      ['a', 'succeeded'],
+      ['b', 'succeeded'],
+    ]).map((e) => [e.type, e.type === 'job_parent_settled' ? e.data.waiting : null]),
+    [
+      ['job_parent_settled', 2],
+      ['job_parent_settled', 1],
+    ],
+    'a repeat within the batch settles nothing',
+  )
+  t.same(
+    settle(three, [
+      ['a', 'succeeded'],
+      ['b', 'succeeded'],
+      ['c', 'succeeded'],
+    ]).map((e) => e.type),
+    ['job_parent_settled', 'job_parent_settled', 'job_parent_settled', 'job_activated'],
+    'the last one activates, once',
+  )
+  t.same(
+    settle(three, [
+      ['a', 'dead_letter'],
+      ['b', 'succeeded'],
+    ]).map((e) => e.type),
+    ['job_cancelled'],
+    'under cancel a failed parent cancels the job, and nothing after it counts',
+  )
+  t.same(
+    settle(graphJob('run', ['a', 'b']), [
+      ['a', 'cancelled'],
+      ['b', 'succeeded'],
+    ]).map((e) => e.type),
+    ['job_parent_settled', 'job_parent_settled', 'job_activated'],
+    'under run it settles and the job runs',
+  )
+})
