@@ -1,6 +1,7 @@
 import t from 'tap'
 import { isGraphBatch, planGraph } from '../../domain/job-graph.ts'
 import { jobDecider, type Job, type JobCommand } from '../../domain/job.ts'
+import { createJobData } from '../support/job-commands.ts'
 
 t.test('a batch is a graph when an item uses ref or depends_on_refs', async (t) => {
   t.notOk(isGraphBatch([{}, { depends_on: ['job_1'] }]))
@@ -50,34 +51,24 @@ t.test('what is not a graph, item by item', async (t) => {
   )
 })
 
+const now = '2026-01-01T00:00:00.000Z'
+const meta = { now, random: 0 }
+
+/** A graph job `job_c` waiting for `parents` under `rule`, as its create leaves it. */
+function graphJob(rule: 'cancel' | 'run', parents: string[]): Job {
+  const data = {
+    ...createJobData({ job_id: 'job_c', project_id: 'prj' }),
+    depends_on: parents,
+    on_parent_failure: rule,
+    waits_for_parent: true,
+    waiting_for: parents,
+  }
+  const events = jobDecider.decide({ type: 'create_job', data, meta }, null)
+  return events.reduce<Job | null>((s, e) => jobDecider.evolve(s, e), null)!
+}
+
 t.test('a graph job settles each parent once and is activated by the last', async (t) => {
-  const now = '2026-01-01T00:00:00.000Z'
-  const meta = { now, random: 0 }
-  const created = jobDecider.decide(
-    {
-      type: 'create_job',
-      data: {
-        job_id: 'job_c',
-        project_id: 'prj',
-        job_type: 't',
-        queue: 'q',
-        payload: {},
-        run_at: null,
-        max_attempts: 3,
-        timeout_seconds: 60,
-        tags: null,
-        parent_job_id: null,
-        idempotency_key: null,
-        depends_on: ['job_a', 'job_b'],
-        on_parent_failure: 'cancel',
-        waits_for_parent: true,
-        waiting_for: ['job_a', 'job_b'],
-      },
-      meta,
-    },
-    null,
-  )
-  let job = created.reduce<Job | null>((s, e) => jobDecider.evolve(s, e), null)!
+  let job = graphJob('cancel', ['job_a', 'job_b'])
   const apply = (command: JobCommand) => {
     const events = jobDecider.decide(command, job)
     job = events.reduce<Job | null>((s, e) => jobDecider.evolve(s, e), job)!
@@ -97,35 +88,6 @@ t.test('a graph job settles each parent once and is activated by the last', asyn
 })
 
 t.test('settlements decided together: in order, each on what the previous left', async (t) => {
-  const now = '2026-01-01T00:00:00.000Z'
-  const meta = { now, random: 0 }
-  const graphJob = (rule: 'cancel' | 'run', parents: string[]): Job => {
-    const events = jobDecider.decide(
-      {
-        type: 'create_job',
-        data: {
-          job_id: 'job_c',
-          project_id: 'prj',
-          job_type: 't',
-          queue: 'q',
-          payload: {},
-          run_at: null,
-          max_attempts: 3,
-          timeout_seconds: 60,
-          tags: null,
-          parent_job_id: null,
-          idempotency_key: null,
-          depends_on: parents,
-          on_parent_failure: rule,
-          waits_for_parent: true,
-          waiting_for: parents,
-        },
-        meta,
-      },
-      null,
-    )
-    return events.reduce<Job | null>((s, e) => jobDecider.evolve(s, e), null)!
-  }
   const settle = (job: Job, parents: Array<[string, 'succeeded' | 'dead_letter' | 'cancelled']>) =>
     jobDecider.decide({ type: 'settle_parents', data: { parents: parents.map(([id, outcome]) => ({ parent_job_id: id, outcome })) }, meta }, job)
 
