@@ -12,11 +12,15 @@ import type { ConcurrencyStrategy, FlowLimits, KeyDimension } from './project/qu
  * conflicts, it decides again on the winner's state and is refused. Nothing of this lives in one
  * process's memory.
  *
- * The end of an attempt frees its slots (JobService, after the job's own append); a crash between
- * the two appends leaves a slot held by a job that no longer runs, which the reaper's
- * reconciliation frees (services/use-cases/jobs/flow-gates.ts). The limits themselves are the
- * queue's (domain/project/queue-limits.ts) and arrive on each command, so a change applies to the
- * next claim.
+ * An attempt that ends by spending its number (succeeded, failed, dead-lettered, cancelled while
+ * running) keeps its slot on the log until a take needs the room: the take names the holders its
+ * caller verified ended on the log (`isHolderEnded`, a fact that never becomes untrue) and frees
+ * them in its own event, so a job's end costs no append on its gates. A release does not spend
+ * the attempt (the next claim reuses the number), so it frees its slots at once. The reaper's
+ * reconciliation frees what an idle gate still holds: ended attempts, and the slots a crash left
+ * between a gate's append and the job's (services/use-cases/jobs/flow-gates.ts). The limits
+ * themselves are the queue's (domain/project/queue-limits.ts) and arrive on each command, so a
+ * change applies to the next claim.
  */
 
 /** What names a gate: its queue, and for a key's gate the key's dimension and value. */
@@ -27,14 +31,18 @@ export interface GateAddress {
   key: string | null
 }
 
-export interface GateHolder {
+/** One attempt of a job, as a gate names its holders. */
+export interface AttemptRef {
   job_id: string
   attempt: number
+}
+
+export interface GateHolder extends AttemptRef {
   taken_at: string
 }
 
 export interface FlowGate extends GateAddress {
-  /** The running attempts holding a slot, oldest first. */
+  /** The attempts holding a slot, oldest first: running ones, and ended ones no take has needed the room of yet. */
   holders: GateHolder[]
   /** The bucket's tokens at `refilled_at`; null before the first start it counted (a full bucket). */
   tokens: number | null
@@ -65,6 +73,8 @@ export type FlowGateEvent =
         token: boolean
         /** The bucket's tokens after this start; null when the gate counts no starts. */
         tokens: number | null
+        /** Ended attempts whose slots this take freed first (absent when none, and in events written before it existed). */
+        freed?: AttemptRef[]
       }
     }
   | {
@@ -84,13 +94,20 @@ export type FlowGateEvent =
 export type FlowGateCommand =
   | {
       type: 'take_gate'
-      data: GateAddress & { job_id: string; attempt: number; concurrency: number | null; rate: BucketRule | null }
+      /** `ended`: holders the caller verified ended on the log (isHolderEnded); their slots are freed before the room is counted. */
+      data: GateAddress & { job_id: string; attempt: number; concurrency: number | null; rate: BucketRule | null; ended: readonly AttemptRef[] }
       meta: CommandMeta
     }
   | {
       type: 'free_gate'
       /** `rate`: the gate's bucket, when a token is to be given back (`unclaimed`). */
       data: { job_id: string; attempt: number; reason: 'ended' | 'unclaimed' | 'reconciled'; rate?: BucketRule | null }
+      meta: CommandMeta
+    }
+  | {
+      type: 'free_gate_slots'
+      /** Several attempts' slots at once, one event each in one message (the reaper's reconciliation of an idle gate). */
+      data: { holders: readonly AttemptRef[]; reason: 'ended' | 'reconciled' }
       meta: CommandMeta
     }
   | { type: 'hold_gate'; data: GateAddress & { job_id: string; until: string }; meta: CommandMeta }
@@ -147,28 +164,45 @@ function holds(gate: FlowGate | null, jobId: string, attempt: number): boolean {
   return gate?.holders.some((h) => h.job_id === jobId && h.attempt === attempt) ?? false
 }
 
+const isSameAttempt = (a: AttemptRef, b: AttemptRef) => a.job_id === b.job_id && a.attempt === b.attempt
+
+/**
+ * Whether a gate's holder has ended, given its job as the log has it now (null: the job is gone,
+ * deleted by retention). An attempt that spent its number never runs again: the job's attempt
+ * only moves past it, and a job on that attempt is not running it any more. A released attempt
+ * is not spent (the job goes back to the number before it), so it never counts as ended here:
+ * the next claim may take the same number.
+ */
+export function isHolderEnded(job: Pick<Job, 'attempt' | 'state'> | null, holder: AttemptRef): boolean {
+  if (job === null) return true
+  return job.attempt > holder.attempt || (job.attempt === holder.attempt && job.state !== 'processing')
+}
+
 const attemptName = (jobId: string, attempt: number) => `${jobId}#${attempt}`
 
 function decide(command: FlowGateCommand, state: FlowGateAggregate): FlowGateEvent[] {
   const { now } = command.meta
   switch (command.type) {
     case 'take_gate': {
-      const { job_id, attempt, concurrency, rate, queue, by, key } = command.data
+      const { job_id, attempt, concurrency, rate, queue, by, key, ended } = command.data
+      // The ended holders' slots are free already; the room is counted without them.
+      const freed = state?.holders.filter((h) => ended.some((e) => isSameAttempt(e, h))) ?? []
+      const gate: FlowGateAggregate = freed.length === 0 ? state : { ...state!, holders: state!.holders.filter((h) => !freed.includes(h)) }
       // Another claim of the same attempt (another poll, another process) took it first: this
       // claim will lose the job's append too, so it must not count the other's slot as its own
       // (giving it back would free a slot that a running job holds).
-      if (holds(state, job_id, attempt) || state?.last_token === attemptName(job_id, attempt)) {
+      if (holds(gate, job_id, attempt) || gate?.last_token === attemptName(job_id, attempt)) {
         throw new InvalidState(`attempt ${attempt} of job ${job_id} holds this gate already`)
       }
-      if (state?.held_until != null && Date.parse(state.held_until) > Date.parse(now)) {
-        throw new GateRefusal('held', Date.parse(state.held_until), null)
+      if (gate?.held_until != null && Date.parse(gate.held_until) > Date.parse(now)) {
+        throw new GateRefusal('held', Date.parse(gate.held_until), null)
       }
-      if (concurrency !== null && (state?.holders.length ?? 0) >= concurrency) {
-        throw new GateRefusal('concurrency', null, state!.holders[0] ?? null)
+      if (concurrency !== null && (gate?.holders.length ?? 0) >= concurrency) {
+        throw new GateRefusal('concurrency', null, gate!.holders[0] ?? null)
       }
-      let tokens: number | null = state?.tokens ?? null
+      let tokens: number | null = gate?.tokens ?? null
       if (rate !== null) {
-        const available = tokensAt(state, rate, now)
+        const available = tokensAt(gate, rate, now)
         if (available < 1)
           throw new GateRefusal('rate', Date.parse(now) + Math.ceil(((1 - available) * rate.period_seconds * 1000) / rate.limit), null)
         tokens = available - 1
@@ -186,6 +220,7 @@ function decide(command: FlowGateCommand, state: FlowGateAggregate): FlowGateEve
             slot: concurrency !== null,
             token: rate !== null,
             tokens: rate === null ? null : tokens,
+            ...(freed.length === 0 ? {} : { freed: freed.map((h) => ({ job_id: h.job_id, attempt: h.attempt })) }),
           },
         },
       ]
@@ -200,6 +235,13 @@ function decide(command: FlowGateCommand, state: FlowGateAggregate): FlowGateEve
       if (!held && !tokenBack) return []
       const tokens = tokenBack ? { tokens: Math.min(rule.burst, tokensAt(state, rule, now) + 1) } : {}
       return [{ type: 'gate_slot_freed', data: { job_id, attempt, freed_at: now, reason, ...tokens } }]
+    }
+    case 'free_gate_slots': {
+      const { holders, reason } = command.data
+      if (state === null) return []
+      return state.holders
+        .filter((h) => holders.some((x) => isSameAttempt(x, h)))
+        .map((h) => ({ type: 'gate_slot_freed' as const, data: { job_id: h.job_id, attempt: h.attempt, freed_at: now, reason } }))
     }
     case 'hold_gate': {
       const { queue, by, key, job_id, until } = command.data
@@ -217,10 +259,11 @@ function evolve(state: FlowGateAggregate, event: FlowGateEvent): FlowGateAggrega
   switch (event.type) {
     case 'gate_slot_taken': {
       const gate = state ?? created(event.data)
-      const { job_id, attempt, taken_at, slot, token, tokens } = event.data
+      const { job_id, attempt, taken_at, slot, token, tokens, freed = [] } = event.data
+      const kept = freed.length === 0 ? gate.holders : gate.holders.filter((h) => !freed.some((f) => isSameAttempt(f, h)))
       return {
         ...gate,
-        holders: slot ? [...gate.holders, { job_id, attempt, taken_at }] : gate.holders,
+        holders: slot ? [...kept, { job_id, attempt, taken_at }] : kept,
         ...(token ? { tokens, refilled_at: taken_at, last_token: attemptName(job_id, attempt) } : {}),
       }
     }

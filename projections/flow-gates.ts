@@ -8,6 +8,10 @@ import { latestPerAggregate, readModel } from './projection.ts'
  * The flow gates (domain/flow-gate.ts) as their last messages left them, one row per gate: what
  * the limits state route shows, and where the reaper finds slots held by attempts that are gone
  * (services/use-cases/jobs/flow-gates.ts, reconciliation).
+ *
+ * `holders` (and `running`, its length) lists what the log holds, which includes attempts that
+ * ended and whose slots no take has needed yet. What runs is counted by joining the holders with
+ * the jobs read model: a holder is live while its job is processing that attempt.
  */
 async function applyGateRows(db: Queryable, records: readonly EventRecord[]): Promise<void> {
   const rows = latestPerAggregate(records.filter((x) => x.message.aggregate === 'gate')).flatMap((r) => {
@@ -32,7 +36,7 @@ interface GateRow {
   gate_id: string
   key_by: string | null
   key: string | null
-  holders: GateHolder[]
+  /** Live holders: their jobs run their attempts. */
   running: number
   tokens: number | null
   refilled_at: Date | null
@@ -61,6 +65,11 @@ export interface LimitsState {
   keys: KeyState[]
 }
 
+/** The number of a gate row `g`'s holders whose jobs are running those attempts (one index lookup per holder). */
+const liveHolders = (db: Queryable) => db`(
+  SELECT count(*)::int FROM jsonb_array_elements(g.holders) h
+  JOIN jobs j ON j.id = h ->> 'job_id' AND j.project_id = g.project_id AND j.state = 'processing' AND j.attempt = (h ->> 'attempt')::int)`
+
 const iso = (d: Date | null) => (d === null ? null : d.toISOString())
 
 /** What the queue's limits hold back at `now`: its gates' slots, tokens and holds, and its waiting jobs by key. */
@@ -73,8 +82,8 @@ async function stateOf(
   maxKeys: number,
 ): Promise<LimitsState> {
   const rows = await db<GateRow[]>`
-    SELECT gate_id, key_by, key, holders, running, tokens, refilled_at, held_until FROM flow_gates
-    WHERE project_id = ${projectId} AND queue = ${queue} ORDER BY running DESC LIMIT ${maxGatesRead}`
+    SELECT g.gate_id, g.key_by, g.key, ${liveHolders(db)} AS running, g.tokens, g.refilled_at, g.held_until FROM flow_gates g
+    WHERE g.project_id = ${projectId} AND g.queue = ${queue} ORDER BY g.running DESC LIMIT ${maxGatesRead}`
   const [waiting] = await db<{ n: number; oldest: Date | null }[]>`
     SELECT count(*)::int AS n, min(available_at) AS oldest FROM jobs
     WHERE project_id = ${projectId} AND queue = ${queue} AND state = 'pending' AND available_at <= ${now}`
@@ -127,23 +136,38 @@ async function stateOf(
   }
 }
 
-/** Gates holding slots, oldest first, for the reaper's reconciliation: at most `limit`. */
+/**
+ * Gates for the reaper's reconciliation, the least recently changed first, at most `limit`: those
+ * holding a slot taken before `takenBefore` by an attempt the jobs read model does not show
+ * running (ended, never claimed, or gone). A gate whose takes keep coming frees its ended holders
+ * itself (a take frees those its process ended, and any it needs the room of), so such a gate is
+ * mostly one that went idle, or one a crash left a slot on; once reconciled it holds only live
+ * attempts and is not returned again.
+ */
 async function heldSlots(
   db: Queryable,
   heldBack: readonly string[],
+  takenBefore: Date,
   limit: number,
 ): Promise<Array<{ id: string; project_id: string; gate_id: string; holders: GateHolder[] }>> {
   // `id` names the item for the pass that isolates failing ones (services/infrastructure/failing-items.ts).
   return db<Array<{ id: string; project_id: string; gate_id: string; holders: GateHolder[] }>>`
-    SELECT project_id || '/' || gate_id AS id, project_id, gate_id, holders FROM flow_gates
-    WHERE running > 0 AND project_id || '/' || gate_id <> ALL(${heldBack as string[]}::text[])
-    ORDER BY last_seq LIMIT ${limit}`
+    SELECT g.project_id || '/' || g.gate_id AS id, g.project_id, g.gate_id, g.holders FROM flow_gates g
+    WHERE g.running > 0 AND g.project_id || '/' || g.gate_id <> ALL(${heldBack as string[]}::text[])
+      AND EXISTS (
+        SELECT 1 FROM jsonb_array_elements(g.holders) h
+        LEFT JOIN jobs j ON j.id = h ->> 'job_id' AND j.project_id = g.project_id
+        WHERE (h ->> 'taken_at')::timestamptz < ${takenBefore}
+          AND (j.id IS NULL OR j.state <> 'processing' OR j.attempt <> (h ->> 'attempt')::int))
+    ORDER BY g.last_seq LIMIT ${limit}`
 }
 
-/** All projects together, for /metrics: attempts holding a slot, pending jobs a gate refused, gates held shut now. */
+/** All projects together, for /metrics: running attempts holding a slot, pending jobs a gate refused, gates held shut now. */
 async function totals(db: Queryable, now: Date): Promise<{ running: number; waiting: number; held: number }> {
   const [gates] = await db<{ running: number; held: number }[]>`
-    SELECT (SELECT count(DISTINCT (h ->> 'job_id', h ->> 'attempt'))::int FROM flow_gates, jsonb_array_elements(holders) h WHERE running > 0) AS running,
+    SELECT (SELECT count(DISTINCT j.id)::int FROM flow_gates g CROSS JOIN LATERAL jsonb_array_elements(g.holders) h
+        JOIN jobs j ON j.id = h ->> 'job_id' AND j.project_id = g.project_id AND j.state = 'processing' AND j.attempt = (h ->> 'attempt')::int
+        WHERE g.running > 0) AS running,
       (SELECT count(*)::int FROM flow_gates WHERE held_until > ${now}) AS held`
   const [jobs] = await db<{ n: number }[]>`SELECT count(*)::int AS n FROM jobs WHERE state = 'pending' AND limit_waiting IS NOT NULL`
   return { running: gates!.running, waiting: jobs!.n, held: gates!.held }

@@ -340,6 +340,31 @@ t.test('a worker\'s "rate limited" ack spends no attempt and holds its key back'
   if (again !== undefined) t.equal(again.attempt, 1, 'with the same attempt number')
 })
 
+t.test('the limits state counts running attempts only: an ended one whose slot no take has needed yet is not running', async (t) => {
+  const queue = 'fl-live'
+  await setLimits(queue, { concurrency: { per_key: { limit: 2, by: 'concurrency_key' } } })
+  const [a, b] = await createMany(queue, [
+    { key: 'k', i: 1 },
+    { key: 'k', i: 2 },
+  ])
+  // A poll answers with what it has: both may come in one poll or in two.
+  const got: string[] = []
+  await eventually(async () => {
+    got.push(...(await poll(0, queue, 'l-1', 2 - got.length)).map((j) => j.id))
+    return got.length === 2
+  })
+  t.same(got.sort(), [a, b].sort(), 'both run')
+  await ack(0, a!, 'l-1')
+  const state = await eventually(async () => {
+    const s = await ok(on(1, 'GET', `/jobsvc/v1/queues/${queue}/limits/state`))
+    return s.keys.find((k: { key: string }) => k.key === 'k')?.running === 1 ? s : null
+  })
+  t.equal(state.running, 1, 'the queue counts one running')
+  t.equal(state.keys_at_limit, 0, 'the key is not at its limit')
+  const [row] = await h.runtime.sql<{ running: number }[]>`SELECT running FROM flow_gates WHERE queue = ${queue} AND key = 'k'`
+  t.equal(row?.running, 2, "while the gate still lists a's ended attempt (no take needed its slot)")
+})
+
 t.test('a slot a crash left held by an attempt that never ran is freed by the reaper', async (t) => {
   const queue = 'fl-crash'
   const limits = { concurrency: { limit: null, per_key: { limit: 1, by: 'concurrency_key' as const }, strategy: 'queue' as const }, rate: null }

@@ -6,9 +6,11 @@ import {
   gatesOf,
   GateRefusal,
   holdGateOf,
+  isHolderEnded,
   keyOf,
   queueOfGateName,
   tokensAt,
+  type AttemptRef,
   type BucketRule,
   type FlowGateCommand,
   type FlowGateEvent,
@@ -25,7 +27,7 @@ const address = { queue: 'emails', by: 'concurrency_key' as const, key: 'cust-1'
 
 const take = (
   jobId: string,
-  options: { attempt?: number; concurrency?: number | null; rate?: BucketRule | null; seconds?: number } = {},
+  options: { attempt?: number; concurrency?: number | null; rate?: BucketRule | null; seconds?: number; ended?: AttemptRef[] } = {},
 ): FlowGateCommand => ({
   type: 'take_gate',
   data: {
@@ -34,6 +36,7 @@ const take = (
     attempt: options.attempt ?? 1,
     concurrency: options.concurrency === undefined ? 2 : options.concurrency,
     rate: options.rate ?? null,
+    ended: options.ended ?? [],
   },
   meta: { now: at(options.seconds ?? 0) },
 })
@@ -100,6 +103,78 @@ t.test('a freed slot makes room; a free of an attempt holding none changes nothi
     .given([taken('job_b')])
     .when(free('job_a'))
     .then([])
+})
+
+t.test('a take frees the ended holders its caller names, in its own event, before it counts the room', async (t) => {
+  const ended = { job_id: 'job_a', attempt: 1 }
+  const state = deciderSpec(t, flowGateDecider)
+    .given([taken('job_a'), taken('job_b')])
+    .when(take('job_c', { seconds: 2, ended: [ended, { job_id: 'job_gone', attempt: 3 }] }))
+    .then([
+      {
+        type: 'gate_slot_taken',
+        data: { ...address, job_id: 'job_c', attempt: 1, taken_at: at(2), slot: true, token: false, tokens: null, freed: [ended] },
+      },
+    ])
+  t.same(
+    state!.holders.map((h) => h.job_id),
+    ['job_b', 'job_c'],
+    'the ended holder is gone, the running one stays; an attempt the gate does not hold frees nothing',
+  )
+  const refusal = refusalOf([taken('job_a'), taken('job_b')], take('job_c', { ended: [{ job_id: 'job_a', attempt: 2 }] }))
+  t.equal(refusal.reason, 'concurrency', "another attempt of a holder's job is not the holder")
+  t.equal(refusal.oldestHolder?.job_id, 'job_a')
+  const ofLiveOnly = refusalOf([taken('job_a'), taken('job_b'), taken('job_c')], take('job_d', { ended: [ended] }))
+  t.equal(ofLiveOnly.oldestHolder?.job_id, 'job_b', 'a refusal names the oldest holder still running (cancel_in_progress asks it to stop)')
+  deciderSpec(t, flowGateDecider)
+    .given([taken('job_a')])
+    .when(take('job_a', { ended: [ended] }))
+    .then([
+      {
+        type: 'gate_slot_taken',
+        data: { ...address, job_id: 'job_a', attempt: 1, taken_at: at(0), slot: true, token: false, tokens: null, freed: [ended] },
+      },
+    ])
+})
+
+t.test('one decision frees several ended holders, one event each (the reaper, once per idle gate)', async (t) => {
+  const state = deciderSpec(t, flowGateDecider)
+    .given([taken('job_a'), taken('job_b'), taken('job_c')])
+    .when({
+      type: 'free_gate_slots',
+      data: {
+        holders: [
+          { job_id: 'job_c', attempt: 1 },
+          { job_id: 'job_a', attempt: 1 },
+          { job_id: 'job_x', attempt: 1 },
+        ],
+        reason: 'reconciled',
+      },
+      meta: { now: at(30) },
+    })
+    .then([
+      { type: 'gate_slot_freed', data: { job_id: 'job_a', attempt: 1, freed_at: at(30), reason: 'reconciled' } },
+      { type: 'gate_slot_freed', data: { job_id: 'job_c', attempt: 1, freed_at: at(30), reason: 'reconciled' } },
+    ])
+  t.same(
+    state!.holders.map((h) => h.job_id),
+    ['job_b'],
+  )
+  deciderSpec(t, flowGateDecider)
+    .given([taken('job_b')])
+    .when({ type: 'free_gate_slots', data: { holders: [{ job_id: 'job_a', attempt: 1 }], reason: 'reconciled' }, meta: { now: at(30) } })
+    .then([], 'nothing held, nothing freed')
+})
+
+t.test('a holder ended when its job has moved past the attempt or stopped running it, or is gone', async (t) => {
+  const holder = { job_id: 'job_a', attempt: 2 }
+  t.equal(isHolderEnded({ attempt: 2, state: 'processing' }, holder), false, 'running it')
+  t.equal(isHolderEnded({ attempt: 1, state: 'pending' }, holder), false, 'not claimed yet (the take comes before the claim), or released')
+  t.equal(isHolderEnded({ attempt: 2, state: 'succeeded' }, holder), true, 'succeeded')
+  t.equal(isHolderEnded({ attempt: 2, state: 'pending' }, holder), true, 'failed, waiting for its retry')
+  t.equal(isHolderEnded({ attempt: 2, state: 'cancelled' }, holder), true, 'cancelled while running')
+  t.equal(isHolderEnded({ attempt: 3, state: 'processing' }, holder), true, 'running a later attempt')
+  t.equal(isHolderEnded(null, holder), true, 'deleted by retention')
 })
 
 t.test('a bucket of starts: burst at once, then refill at limit per period', async (t) => {

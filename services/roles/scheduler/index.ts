@@ -4,7 +4,7 @@ import { JobNotFound } from '../../../domain/errors.ts'
 import { isAttemptStale } from '../../../domain/job.ts'
 import { flowGates } from '../../../projections/flow-gates.ts'
 import { jobList } from '../../../projections/job-list.ts'
-import { reconcileGate } from '../../use-cases/jobs/flow-gates.ts'
+import { reconcileGate, unclaimedSlotGraceMs } from '../../use-cases/jobs/flow-gates.ts'
 import { projectDirectory } from '../../../projections/project-directory.ts'
 import type { RetryPolicies } from '../../../domain/retry-policy.ts'
 import { projectHandler } from '../../../streams/aggregates.ts'
@@ -221,26 +221,28 @@ export async function reapStaleAttempts(deps: Deps, jobs: JobService, pass = new
 }
 
 /**
- * Frees the flow-gate slots (issue 29) held by attempts that are not running: what a crash between
- * a gate's append and the job's left behind (services/use-cases/jobs/flow-gates.ts,
- * reconcileGate). The gates holding slots come from their read model, the least recently changed
- * first; each holder is checked against the job's state on the log.
+ * Frees the flow-gate slots (issue 29) held by attempts that are not running: the ended attempts
+ * of a gate that went idle (a take frees them only when it needs their room), and what a crash
+ * between a gate's append and the job's left behind (services/use-cases/jobs/flow-gates.ts,
+ * reconcileGate). The gates come from their read model, the least recently changed first, only
+ * those with a slot older than the grace that the jobs read model does not show running; each
+ * holder is checked against the job's state on the log, and each gate costs one append.
  */
 export async function reconcileGateSlots(deps: Deps, jobs: JobService, pass = new IsolatedPass(deps.log, 'gate reconciliation')): Promise<number> {
-  const held = await flowGates.heldSlots(deps.sql, pass.heldBack(), passLimit)
+  const takenBefore = new Date(deps.now().getTime() - unclaimedSlotGraceMs)
+  const held = await flowGates.heldSlots(deps.sql, pass.heldBack(), takenBefore, passLimit)
   let freed = 0
   await pass.each(held, passConcurrency, async (gate) => {
-    const attemptOf = async (jobId: string) => {
-      const job = (await jobs.load(gate.project_id, jobId).catch((err) => (err instanceof JobNotFound ? null : Promise.reject(err))))?.job
-      return job?.state === 'processing' ? job.attempt : null
-    }
-    const n = await reconcileGate(deps, gate.project_id, gate.gate_id, gate.holders, attemptOf)
-    if (n > 0)
+    const jobOf = async (jobId: string) =>
+      (await jobs.load(gate.project_id, jobId).catch((err) => (err instanceof JobNotFound ? null : Promise.reject(err))))?.job ?? null
+    const { ended, unclaimed } = await reconcileGate(deps, gate.project_id, gate.gate_id, gate.holders, jobOf)
+    // Ended attempts are an idle gate's routine; a slot held by an attempt that never ran (or was released) is a crash's leftover.
+    if (unclaimed > 0)
       deps.log.warn(
-        { project_id: gate.project_id, gate_id: gate.gate_id, freed: n },
-        'scheduler: freed flow-gate slots of attempts that are not running',
+        { project_id: gate.project_id, gate_id: gate.gate_id, freed: unclaimed },
+        'scheduler: freed flow-gate slots held by attempts that are not running',
       )
-    freed += n
+    freed += ended + unclaimed
   })
   return freed
 }

@@ -1,9 +1,12 @@
+import { InvalidState } from '../../../domain/errors.ts'
 import {
   flowGateDecider,
   GateContended,
   gateNameOf,
   GateRefusal,
+  isHolderEnded,
   LimitRefused,
+  type AttemptRef,
   type BucketRule,
   type FlowGate,
   type FlowGateCommand,
@@ -13,16 +16,19 @@ import {
   type GateSpec,
 } from '../../../domain/flow-gate.ts'
 import type { CommandResult, Ref } from '../../../streams/aggregate-handler.ts'
-import { gateHandler } from '../../../streams/aggregates.ts'
+import type { Job } from '../../../domain/job.ts'
+import { gateHandler, jobHandler } from '../../../streams/aggregates.ts'
 import type { Loaded } from '../../../streams/event-store.ts'
 import { ConcurrencyConflict } from '../../../streams/errors.ts'
 import { sha256Hex } from '../../infrastructure/secrets.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 
 /**
- * The edge of the flow gates (domain/flow-gate.ts): where a claim takes its job's gates, where
- * the end of an attempt frees them, where a worker's "rate limited" holds one. Every step is an
- * append with an expected sequence on the gate's subject; nothing is counted in memory.
+ * The edge of the flow gates (domain/flow-gate.ts): where a claim takes its job's gates (freeing
+ * on the way the slots of attempts that ended), where a release or a claim that did not happen
+ * frees them, where a worker's "rate limited" holds one, and where the reaper tidies an idle gate.
+ * Every step is an append with an expected sequence on the gate's subject; what memory holds
+ * (GateStates, EndedAttempts) only saves loads, never decides.
  */
 
 /**
@@ -51,7 +57,31 @@ export class GateStates {
   }
 }
 
-type GateDeps = Pick<Deps, 'store' | 'newUlid' | 'now'> & { gateStates?: GateStates }
+/**
+ * Attempts this process ended by spending them (an ack, a reap, a running cancel), whose slots
+ * stay on their gates until a take needs the room: a take finds them here instead of loading
+ * their jobs. That an attempt spent its number never becomes untrue, so an entry can only be
+ * forgotten, never wrong. Bounded; the oldest go first (a take then loads the job).
+ */
+export class EndedAttempts {
+  readonly #ended = new Set<string>()
+  constructor(readonly capacity = 100_000) {}
+
+  add(projectId: string, jobId: string, attempt: number): void {
+    const name = endedName(projectId, { job_id: jobId, attempt })
+    this.#ended.delete(name)
+    if (this.#ended.size >= this.capacity) this.#ended.delete(this.#ended.values().next().value!)
+    this.#ended.add(name)
+  }
+
+  has(projectId: string, holder: AttemptRef): boolean {
+    return this.#ended.has(endedName(projectId, holder))
+  }
+}
+
+const endedName = (projectId: string, holder: AttemptRef) => `${projectId}/${holder.job_id}#${holder.attempt}`
+
+type GateDeps = Pick<Deps, 'store' | 'newUlid' | 'now'> & { gateStates?: GateStates; endedAttempts?: EndedAttempts }
 
 /** A decision on a gate, from the state this process knows of it when it knows one. */
 async function decideOnGate(deps: GateDeps, ref: Ref<'gate'>, command: FlowGateCommand): Promise<CommandResult<FlowGateEvent, FlowGate>> {
@@ -78,15 +108,38 @@ export function gateRefOf(projectId: string, address: GateAddress): Ref<'gate'> 
 
 const meta = (deps: GateDeps) => ({ now: deps.now().toISOString() })
 
-function takeCommand(deps: GateDeps, gate: GateSpec, jobId: string, attempt: number): FlowGateCommand {
+function takeCommand(deps: GateDeps, gate: GateSpec, jobId: string, attempt: number, ended: readonly AttemptRef[]): FlowGateCommand {
   const { queue, by, key, concurrency, rate } = gate
-  return { type: 'take_gate', data: { queue, by, key, job_id: jobId, attempt, concurrency, rate }, meta: meta(deps) }
+  return { type: 'take_gate', data: { queue, by, key, job_id: jobId, attempt, concurrency, rate, ended }, meta: meta(deps) }
+}
+
+/** The gate's holders this process knows ended (EndedAttempts): no I/O. */
+function knownEndedOf(deps: GateDeps, projectId: string, gate: FlowGate | null): AttemptRef[] {
+  const ended = deps.endedAttempts
+  if (gate === null || ended === undefined) return []
+  return gate.holders.filter((h) => ended.has(projectId, h))
 }
 
 /**
- * Whether this process's last word on each of the gates says it has room for the attempt now: a
- * forecast (another process may have taken the room since), which lets the claim append its take
- * and the job's claim together instead of one after the other. False when a gate is unknown here.
+ * The gate's holders that ended, as far as a take needs to know: those this process knows of,
+ * and when they leave the gate full, every other holder checked against its job on the log (one
+ * direct get each, at once). A holder found ended is remembered, so the next take knows it.
+ */
+async function endedHoldersOf(deps: GateDeps, projectId: string, spec: GateSpec, gate: FlowGate | null): Promise<AttemptRef[]> {
+  const known = knownEndedOf(deps, projectId, gate)
+  if (gate === null || spec.concurrency === null || gate.holders.length - known.length < spec.concurrency) return known
+  const unknown = gate.holders.filter((h) => !known.includes(h))
+  const jobs = await Promise.all(unknown.map((h) => jobHandler.load(deps.store, jobHandler.ref(projectId, h.job_id))))
+  const found = unknown.filter((h, i) => isHolderEnded(jobs[i]!.state, h))
+  for (const h of found) deps.endedAttempts?.add(projectId, h.job_id, h.attempt)
+  return [...known, ...found]
+}
+
+/**
+ * Whether this process's last word on each of the gates says it has room for the attempt now
+ * (counting the slots of attempts it knows ended as room): a forecast (another process may have
+ * taken the room since), which lets the claim append its take and the job's claim together
+ * instead of one after the other. False when a gate is unknown here.
  */
 export function expectRoom(deps: GateDeps, projectId: string, jobId: string, attempt: number, gates: readonly GateSpec[]): boolean {
   const states = deps.gateStates
@@ -95,11 +148,46 @@ export function expectRoom(deps: GateDeps, projectId: string, jobId: string, att
     const known = states.get(gateRefOf(projectId, gate))
     if (known === undefined) return false
     try {
-      return flowGateDecider.decide(takeCommand(deps, gate, jobId, attempt), known.state).length > 0
+      const ended = knownEndedOf(deps, projectId, known.state)
+      return flowGateDecider.decide(takeCommand(deps, gate, jobId, attempt, ended), known.state).length > 0
     } catch {
       return false
     }
   })
+}
+
+/** Decisions of one take, each on a newer state of the gate, before it counts as contended (handleCommand's 1 + 3). */
+const maxTakeDecisions = 4
+
+/**
+ * Takes a slot (and a token) in one gate for the attempt. The ended holders a take frees depend
+ * on the state it is decided on, so the take decides on its state itself rather than letting
+ * handleCommand decide the same command again on a newer one: each decision starts from a state
+ * (this process's last word on the gate, else a load), finds its ended holders, and is appended
+ * once at that state's sequence. A conflict, or a refusal decided on a remembered state, is
+ * decided again on a loaded one; a refusal is final only on a state just loaded, whose every
+ * holder was checked.
+ */
+async function takeGate(deps: GateDeps, projectId: string, gate: GateSpec, jobId: string, attempt: number): Promise<void> {
+  const ref = gateRefOf(projectId, gate)
+  const states = deps.gateStates
+  let known = states?.get(ref)
+  for (let decision = 1; ; decision++) {
+    const loaded = known === undefined
+    const at = known ?? (await gateHandler.load(deps.store, ref))
+    known = undefined
+    try {
+      const ended = await endedHoldersOf(deps, projectId, gate, at.state)
+      const command = takeCommand(deps, gate, jobId, attempt, ended)
+      const result = await gateHandler.decide(deps, ref, command, { hint: at, trustHint: true })
+      states?.remember(ref, result)
+      return
+    } catch (err) {
+      states?.forget(ref)
+      const decidedOnStale = err instanceof ConcurrencyConflict || (!loaded && (err instanceof GateRefusal || err instanceof InvalidState))
+      if (!decidedOnStale || decision >= maxTakeDecisions) throw err
+    }
+  }
 }
 
 /**
@@ -110,7 +198,7 @@ export async function takeGates(deps: GateDeps, projectId: string, jobId: string
   const taken: GateSpec[] = []
   for (const gate of gates) {
     try {
-      await decideOnGate(deps, gateRefOf(projectId, gate), takeCommand(deps, gate, jobId, attempt))
+      await takeGate(deps, projectId, gate, jobId, attempt)
       taken.push(gate)
     } catch (err) {
       await giveBack(deps, projectId, jobId, attempt, taken)
@@ -142,38 +230,44 @@ export async function freeGate(
 }
 
 /**
- * How long a slot may be held by an attempt that is not running before the reconciliation frees
- * it: well past the milliseconds between a claim's gate append and its job append.
+ * How long a slot may be held by an attempt that is not running (and has not ended) before the
+ * reconciliation frees it: well past the milliseconds between a claim's gate append and its job
+ * append. It is also how long a gate's slot stays unchecked by the reaper.
  */
 export const unclaimedSlotGraceMs = 10_000
 
 /**
- * The reaper's reconciliation of one gate (issue 29): frees each slot whose attempt is not the
- * job's running attempt any more and was taken more than `unclaimedSlotGraceMs` ago, the slots a
- * crash left between a gate's append and the job's (a claim that never happened, or an end whose
- * free never ran). `attemptOf` is the job's running attempt, null when it is not running.
- * Resolves to the slots freed.
+ * The reaper's reconciliation of one gate (issue 29), one append for all it frees: the slots of
+ * attempts that ended (no take needed their room; `isHolderEnded`), and those of attempts that
+ * are not running and were taken more than `unclaimedSlotGraceMs` ago, which a crash left between
+ * a gate's append and the job's (a claim that never happened, or a release whose free never ran).
+ * `jobOf` is the job as the log has it now, null when it is gone. Resolves to the slots freed, of each kind.
  */
 export async function reconcileGate(
   deps: GateDeps,
   projectId: string,
   gateId: string,
   holders: readonly GateHolder[],
-  attemptOf: (jobId: string) => Promise<number | null>,
-): Promise<number> {
+  jobOf: (jobId: string) => Promise<Pick<Job, 'attempt' | 'state'> | null>,
+): Promise<{ ended: number; unclaimed: number }> {
   const before = deps.now().getTime() - unclaimedSlotGraceMs
-  let freed = 0
-  for (const holder of holders) {
-    if (Date.parse(holder.taken_at) > before) continue
-    if ((await attemptOf(holder.job_id)) === holder.attempt) continue
-    const result = await gateHandler.decide(deps, gateHandler.ref(projectId, gateId), {
-      type: 'free_gate',
-      data: { job_id: holder.job_id, attempt: holder.attempt, reason: 'reconciled' },
-      meta: meta(deps),
-    })
-    if (result.appended) freed++
-  }
-  return freed
+  const jobs = await Promise.all(holders.map((h) => jobOf(h.job_id)))
+  const ended: GateHolder[] = []
+  const unclaimed: GateHolder[] = []
+  holders.forEach((h, i) => {
+    const job = jobs[i] ?? null
+    if (isHolderEnded(job, h)) ended.push(h)
+    else if (job !== null && !(job.state === 'processing' && job.attempt === h.attempt) && Date.parse(h.taken_at) <= before) unclaimed.push(h)
+  })
+  if (ended.length + unclaimed.length === 0) return { ended: 0, unclaimed: 0 }
+  const result = await gateHandler.decide(deps, gateHandler.ref(projectId, gateId), {
+    type: 'free_gate_slots',
+    data: { holders: [...ended, ...unclaimed].map((h) => ({ job_id: h.job_id, attempt: h.attempt })), reason: 'reconciled' },
+    meta: meta(deps),
+  })
+  const freed = new Set(result.events.map((e) => endedName(projectId, e.data as AttemptRef)))
+  const count = (of: GateHolder[]) => of.filter((h) => freed.has(endedName(projectId, h))).length
+  return { ended: count(ended), unclaimed: count(unclaimed) }
 }
 
 /** Holds the gate shut until `until` (a worker's `rate_limited` ack). */

@@ -28,7 +28,7 @@ import {
 import { InvalidState } from '../../../domain/errors.ts'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ConcurrencyConflict } from '../../../streams/errors.ts'
-import { expectRoom, freeGate, GateStates, giveBack, holdGate, takeGates } from './flow-gates.ts'
+import { EndedAttempts, expectRoom, freeGate, GateStates, giveBack, holdGate, takeGates } from './flow-gates.ts'
 import { gateNameOf, gatesOf, holdGateOf, LimitRefused, type GateSpec } from '../../../domain/flow-gate.ts'
 import type { FlowLimits } from '../../../domain/project/index.ts'
 import { jobProgressDecider, progressOf, type JobProgress, type JobProgressCommand } from '../../../domain/job-progress.ts'
@@ -192,11 +192,13 @@ export class JobService {
 
   /** The flow gates this process decided on last (flow-gates.ts), so its next take or free needs no load. */
   readonly #gateStates = new GateStates()
+  /** Attempts this process ended by spending them, whose slots a take frees without loading their jobs (flow-gates.ts). */
+  readonly #endedAttempts = new EndedAttempts()
 
-  /** What a decision on a flow gate needs: the runtime's log and clock as they are now, and the gates' known states. */
+  /** What a decision on a flow gate needs: the runtime's log and clock as they are now, and what this process knows of the gates. */
   get #gateDeps() {
     const { store, newUlid, now } = this.#deps
-    return { store, newUlid, now, gateStates: this.#gateStates }
+    return { store, newUlid, now, gateStates: this.#gateStates, endedAttempts: this.#endedAttempts }
   }
 
   /** `actor`: the dashboard member who asked, recorded on the events (none for keys, workers and roles). */
@@ -258,9 +260,13 @@ export class JobService {
   }
 
   /**
-   * After an append that ended a running attempt (an ack, a reap, a cancel, a release), frees the
-   * flow gates the attempt held, so its key's next job can start. A crash before this leaves the
-   * slots held; the reaper's reconciliation frees them (services/use-cases/jobs/flow-gates.ts).
+   * After an append that ended a running attempt (an ack, a reap, a cancel, a release), the flow
+   * gates the attempt held have room again for its key's next job. An end that spends the attempt
+   * appends nothing on them: that it ended is on the job's log for good, and the next take that
+   * needs the slot frees it in its own append (flow-gates.ts); this process remembers the attempt
+   * so its takes know without a load. A release does not spend the attempt (its next claim takes
+   * the same number, which a gate cannot tell from this one), so its slots are freed now; a crash
+   * before that leaves them held until the reaper's reconciliation.
    */
   async #freeEndedAttempt(projectId: string, jobId: string, events: readonly JobEvent[], job: Job | null): Promise<void> {
     const gates = job?.gates
@@ -275,11 +281,14 @@ export class JobService {
     )
     if (ended === undefined) return
     const attempt = (ended.data as { attempt?: number }).attempt ?? job!.attempt
-    try {
-      await Promise.all(gates.map((name) => freeGate(this.#gateDeps, projectId, name, jobId, attempt, 'ended')))
-    } catch (err) {
-      // The attempt's end stands; the reaper's reconciliation frees what could not be freed here.
-      this.#deps.log.warn({ err, projectId, jobId, gates }, 'could not free the flow gates of an ended attempt')
+    if (ended.type !== 'job_released') this.#endedAttempts.add(projectId, jobId, attempt)
+    else {
+      try {
+        await Promise.all(gates.map((name) => freeGate(this.#gateDeps, projectId, name, jobId, attempt, 'ended')))
+      } catch (err) {
+        // The release stands; the reaper's reconciliation frees what could not be freed here.
+        this.#deps.log.warn({ err, projectId, jobId, gates }, 'could not free the flow gates of a released attempt')
+      }
     }
     this.gateFreed?.(projectId, gates)
   }
