@@ -110,14 +110,46 @@ async function runFanOutIn(client: Client, run: number, log: (line: string) => v
     second.push(item('in', { ref: `in${k}`, depends_on: parents, ...(last ? { depends_on_refs: ['last'] } : {}) }))
   }
   second.push(item('sink', { depends_on_refs: Array.from({ length: fanOut / maxParents }, (_, k) => `in${k}`) }))
-  await createBatch(client, second)
+  const secondIds = await createBatch(client, second)
   const createdSecond = performance.now()
   const end = await working
   const at = (type: string) => `${((lastAcks.get(`wf-${type}`) ?? 0) - started).toFixed(0)}`
   log(
     `bench: fan-out/fan-in: batch 1 created at ${(createdFirst - started).toFixed(0)} ms, batch 2 at ${(createdSecond - started).toFixed(0)} ms; last acks: root ${at('root')}, children ${at('child')}, fan-ins ${at('in')}, sink ${at('sink')} ms`,
   )
+  log(`bench: fan-out/fan-in, the service's clock: ${await fanInTimeline(client, root, secondIds.slice(1))}`)
   return end - started
+}
+
+/** Times in a job's history, by event type (the first of each), in ms of the service's clock. */
+async function historyTimes(client: Client, jobId: string): Promise<Map<string, number[]>> {
+  const types = 'job_created,job_parent_settled,job_activated,job_claimed,job_succeeded'
+  const times = new Map<string, number[]>()
+  for (let cursor: string | null = null; ; ) {
+    const page = await ok('history', client.request('GET', `/jobsvc/v1/jobs/${jobId}/history?limit=100&types=${types}${cursor === null ? '' : `&cursor=${cursor}`}`))
+    for (const e of page.data as Array<{ type: string; time: string }>) times.set(e.type, [...(times.get(e.type) ?? []), Date.parse(e.time)])
+    if (!page.has_more) return times
+    cursor = page.next_cursor
+  }
+}
+
+/**
+ * Where a fan-out/fan-in's time went, from the jobs' histories: the root's end, and for the
+ * fan-ins (the last of them) and the sink their first and last settlement, activation, claim and
+ * end, each in ms after the root's job_created.
+ */
+async function fanInTimeline(client: Client, root: string, fanIns: string[]): Promise<string> {
+  const rootTimes = await historyTimes(client, root)
+  const zero = rootTimes.get('job_created')![0]!
+  const rel = (t: number | undefined) => (t === undefined ? '-' : `${t - zero}`)
+  const steps = async (id: string) => {
+    const h = await historyTimes(client, id)
+    const settled = h.get('job_parent_settled') ?? []
+    return `settled ${rel(settled[0])}..${rel(settled.at(-1))} (${settled.length}), activated ${rel(h.get('job_activated')?.[0])}, claimed ${rel(h.get('job_claimed')?.[0])}, succeeded ${rel(h.get('job_succeeded')?.[0])}`
+  }
+  const ins = await Promise.all(fanIns.slice(0, -1).map(async (id) => ({ id, h: await historyTimes(client, id) })))
+  const lastIn = ins.reduce((a, b) => ((a.h.get('job_activated')?.[0] ?? 0) >= (b.h.get('job_activated')?.[0] ?? 0) ? a : b))
+  return `root claimed ${rel(rootTimes.get('job_claimed')?.[0])}, succeeded ${rel(rootTimes.get('job_succeeded')?.[0])}; last fan-in ${await steps(lastIn.id)}; sink ${await steps(fanIns.at(-1)!)}`
 }
 
 /** A child of 100 parents: from the answer of the last parent's ack to the poll answer that hands the child out, in ms. */

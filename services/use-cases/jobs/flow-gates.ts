@@ -99,7 +99,20 @@ async function decideOnGate(deps: GateDeps, ref: Ref<'gate'>, command: FlowGateC
 
 /** A gate's subject: a digest of its name (a key may hold any character; a subject token may not). */
 export function gateRef(projectId: string, name: string): Ref<'gate'> {
-  return gateHandler.ref(projectId, `fgt_${sha256Hex(name).slice(0, 40)}`)
+  return gateHandler.ref(projectId, gateIdOf(name))
+}
+
+/** Digests of the gate names met lately: every limited claim names its gates, mostly the same few thousand. */
+const gateIds = new Map<string, string>()
+const gateIdsKept = 20_000
+
+function gateIdOf(name: string): string {
+  let id = gateIds.get(name)
+  if (id !== undefined) return id
+  id = `fgt_${sha256Hex(name).slice(0, 40)}`
+  if (gateIds.size >= gateIdsKept) gateIds.delete(gateIds.keys().next().value!)
+  gateIds.set(name, id)
+  return id
 }
 
 export function gateRefOf(projectId: string, address: GateAddress): Ref<'gate'> {
