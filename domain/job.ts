@@ -85,7 +85,7 @@ export interface Job {
    */
   ttl_seconds?: number
   expires_at?: string
-  cancel_reason?: 'expired' | 'concurrency_limit'
+  cancel_reason?: 'expired' | 'concurrency_limit' | 'parent_never_created'
   /**
    * Where the payload is kept once a dedup create replaced it (issue 29, `job_payload_replaced`):
    * the stream sequence of the message holding the latest one, 0 in that message itself. Absent
@@ -165,8 +165,13 @@ export type JobAggregate = Job | null
 export const ackStatuses = ['succeeded', 'failed'] as const
 export type AckStatus = (typeof ackStatuses)[number]
 
-/** `expired`: not claimed within its ttl of becoming due (expire_job); `concurrency_limit`: its key was full under `cancel_newest` (issue 29). */
-export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered' | 'expired' | 'concurrency_limit'
+/**
+ * `expired`: not claimed within its ttl of becoming due (expire_job); `concurrency_limit`: its key
+ * was full under `cancel_newest` (issue 29); `parent_never_created`: a job of a graph batch that
+ * the process died in, left waiting for a parent of the batch that was never appended (issue 30),
+ * and the jobs of that batch waiting on it in turn.
+ */
+export type CancelReason = 'requested' | 'parent_cancelled' | 'parent_dead_lettered' | 'expired' | 'concurrency_limit' | 'parent_never_created'
 
 /** The error type of the failure ack by which a worker says it stopped a job whose cancel it was told of. */
 export const cancelledErrorType = 'Cancelled'
@@ -332,6 +337,10 @@ export type JobCommand =
   | { type: 'attach_child'; data: { child_job_id: string }; meta: CommandMeta }
   | { type: 'promote_job'; data: Record<string, never>; meta: CommandMeta }
   | { type: 'activate_child'; data: { parent_job_id: string }; meta: CommandMeta }
+  /**
+   * `parent_never_created`: the scheduler's orphan sweep names a parent of the job's graph batch
+   * that the log does not hold; it cancels the job whatever its `on_parent_failure` (neverCreatedStep).
+   */
   | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested' | 'expired'>; parent_job_id?: string }; meta: CommandMeta }
   /** Several parents of a graph job ended (issue 30): their settlements decided together, in order, as one append. */
   | { type: 'settle_parents'; data: { parents: Array<{ parent_job_id: string; outcome: ParentOutcome }> }; meta: CommandMeta }
@@ -483,6 +492,13 @@ export function isAttemptStale(
 
 export type CascadeStep = { kind: 'activate' } | { kind: 'cancel'; reason: Exclude<CancelReason, 'requested' | 'expired'> }
 
+/**
+ * A graph batch is created whole or not at all, so a job of it whose parent was never created
+ * takes the rest of the batch waiting on it with it, whatever their `on_parent_failure`: under
+ * `run` or `ignore` they would otherwise run as part of a graph that does not exist.
+ */
+const neverCreatedStep: CascadeStep = { kind: 'cancel', reason: 'parent_never_created' }
+
 /** What a parent ending in each state does to the continuations still waiting on it. */
 const cascadeByEndState: Partial<Record<JobState, CascadeStep>> = {
   succeeded: { kind: 'activate' },
@@ -511,11 +527,13 @@ const endStateOf: Partial<Record<JobEventType, JobState>> = {
  * scheduler's sweep, which finishes cascades a crash interrupted.
  */
 export function cascadeOfState(job: Job): CascadeStep | null {
+  if (job.state === 'cancelled' && job.cancel_reason === 'parent_never_created') return neverCreatedStep
   return cascadeByEndState[job.state] ?? null
 }
 
 /** What a terminal move of a parent does to its continuations, if anything. */
 export function cascadeOf(event: JobEvent): CascadeStep | null {
+  if (event.type === 'job_cancelled' && event.data.reason === 'parent_never_created') return neverCreatedStep
   const endState = endStateOf[event.type]
   return endState === undefined ? null : (cascadeByEndState[endState] ?? null)
 }
@@ -639,7 +657,7 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       const parentId = command.data.parent_job_id
       if (state.waiting_for !== undefined && parentId !== undefined) {
         if (!state.waiting_for.includes(parentId)) return []
-        if (state.on_parent_failure !== 'cancel') {
+        if (state.on_parent_failure !== 'cancel' && command.data.reason !== 'parent_never_created') {
           return parentSettled(state, parentId, command.data.reason === 'parent_cancelled' ? 'cancelled' : 'dead_letter', now)
         }
       }
@@ -986,7 +1004,11 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
     case 'job_cancelled': {
       const cancelled: Job = { ...state, state: 'cancelled', waiting_for_parent: false, updated_at: event.data.cancelled_at }
       // An expired job keeps the deadline it missed; any other cancel ends the wait.
-      if (event.data.reason === 'concurrency_limit') return { ...notWaiting(cancelled), cancel_reason: 'concurrency_limit' }
+      if (event.data.reason === 'concurrency_limit' || event.data.reason === 'parent_never_created') {
+        // Both shown with the job; `parent_never_created` also lets the sweep, re-running an
+        // interrupted cascade from state, cancel the job's waiting children as the event did.
+        return { ...notWaiting(cancelled), cancel_reason: event.data.reason }
+      }
       return event.data.reason === 'expired' ? { ...cancelled, cancel_reason: 'expired' } : notWaiting(cancelled)
     }
     case 'job_cancel_requested':

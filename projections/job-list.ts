@@ -169,7 +169,7 @@ export function jobFromRow(r: Record<string, unknown>): Job {
   if (expiresAt !== null) job.expires_at = expiresAt
   if (r.cancel_reason === 'expired') job.cancel_reason = 'expired'
   if (r.payload_seq !== null && r.payload_seq !== undefined) job.payload_seq = Number(r.payload_seq)
-  if (r.cancel_reason === 'concurrency_limit') job.cancel_reason = 'concurrency_limit'
+  if (r.cancel_reason === 'concurrency_limit' || r.cancel_reason === 'parent_never_created') job.cancel_reason = r.cancel_reason
   if (typeof r.concurrency_key === 'string') job.concurrency_key = r.concurrency_key
   if (r.limit_waiting !== null && r.limit_waiting !== undefined) job.limit_waiting = r.limit_waiting as Job['limit_waiting']
   if (Array.isArray(r.depends_on)) {
@@ -582,6 +582,22 @@ async function parentsOfWaitingChildren(db: Queryable, heldBack: readonly string
     LIMIT ${limit}`
 }
 
+/**
+ * Graph jobs created before `createdBefore` and still waiting for a parent that this read model
+ * does not hold, one parent each (the first such), except `heldBack`: the leaves of a graph batch
+ * whose process died before it appended their parents (create-jobs.ts, createGraph), or parents
+ * the projector has yet to reach, which the caller tells apart on the log.
+ */
+async function graphJobsWaitingForMissingParents(db: Queryable, createdBefore: Date, heldBack: readonly string[], limit: number) {
+  return db<{ project_id: string; id: string; parent_id: string }[]>`
+    SELECT DISTINCT ON (c.id) c.project_id, c.id, missing.id AS parent_id
+    FROM jobs c CROSS JOIN LATERAL unnest(c.waiting_for) AS missing(id)
+    WHERE c.state = 'scheduled' AND c.waiting_for_parent AND c.waiting_for IS NOT NULL AND c.created_at < ${createdBefore}
+      AND c.id <> ALL(${heldBack as string[]}::text[])
+      AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.id = missing.id AND p.project_id = c.project_id)
+    ORDER BY c.id, missing.id LIMIT ${limit}`
+}
+
 /** A job as the jobs export writes it: the row's columns, JSON ones as their text. */
 export interface ExportedJobRow {
   id: string
@@ -728,6 +744,7 @@ export const jobList = readModel(
     expiredWaiting,
     runningOf,
     parentsOfWaitingChildren,
+    graphJobsWaitingForMissingParents,
     exportRows,
     deadLetteredSince,
     pendingCount,

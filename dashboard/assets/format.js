@@ -67,6 +67,9 @@ const limitWaitReasons = {
 /** A job cancelled with `cancel_reason: "concurrency_limit"` (the queue's strategy `cancel_newest`). */
 export const concurrencyCancelNote = "Cancelled by its queue's limits: its key was at its concurrency limit (strategy cancel_newest)"
 
+/** A job cancelled with `cancel_reason: "parent_never_created"` (the orphan sweep of the scheduler, issue 30). */
+export const neverCreatedParentNote = 'Cancelled: a parent of its graph batch was never created (the batch was cut short)'
+
 /** How a graph job's parent ended, as a `job_parent_settled` says it. */
 const parentOutcomes = { succeeded: 'succeeded', dead_letter: 'dead-lettered', cancelled: 'was cancelled' }
 
@@ -96,6 +99,7 @@ export function eventNote(event, job) {
   if (event.type === 'job_released' && d.reason === 'limit_refused')
     return 'Claim handed back before any worker saw it: its concurrency key filled up meanwhile'
   if (event.type === 'job_cancelled' && d.reason === 'concurrency_limit') return concurrencyCancelNote
+  if (event.type === 'job_cancelled' && d.reason === 'parent_never_created') return neverCreatedParentNote
   return null
 }
 

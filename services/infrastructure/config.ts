@@ -147,6 +147,12 @@ export const tunablesSchema = z
     cancel_grace_ms: z.number().int().min(0).default(30_000),
     /** How often the scheduler looks for continuations left waiting on a parent that has ended. */
     cascade_sweep_interval_ms: z.number().int().min(50).default(1_000),
+    /**
+     * How old a graph job must be before the cascade sweep cancels it for waiting on a parent that
+     * was never created (a graph batch the process died in): a batch still being created names
+     * parents it has yet to append, so this is far longer than any batch takes to create.
+     */
+    graph_orphan_grace_ms: z.number().int().min(0).default(300_000),
     /** How often the scheduler moves due scheduled jobs to pending. */
     scheduler_interval_ms: z.number().int().min(10).default(250),
     /** The spec's long-poll re-check interval, which also asks the read model; wake-ups normally answer far sooner. */

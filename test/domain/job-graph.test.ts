@@ -1,6 +1,6 @@
 import t from 'tap'
 import { isGraphBatch, planGraph } from '../../domain/job-graph.ts'
-import { jobDecider, type Job, type JobCommand } from '../../domain/job.ts'
+import { cascadeOf, cascadeOfState, jobDecider, type Job, type JobCommand } from '../../domain/job.ts'
 import { createJobData } from '../support/job-commands.ts'
 
 t.test('a batch is a graph when an item uses ref or depends_on_refs', async (t) => {
@@ -128,5 +128,23 @@ t.test('settlements decided together: in order, each on what the previous left',
     ]).map((e) => e.type),
     ['job_parent_settled', 'job_parent_settled', 'job_activated'],
     'under run it settles and the job runs',
+  )
+})
+
+t.test('a parent never created cancels the job whatever its rule, and its waiting children after it', async (t) => {
+  const neverCreated: JobCommand = { type: 'cancel_by_parent', data: { reason: 'parent_never_created', parent_job_id: 'job_a' }, meta }
+  for (const rule of ['cancel', 'run'] as const) {
+    const job = graphJob(rule, ['job_a', 'job_b'])
+    const events = jobDecider.decide(neverCreated, job)
+    t.same(events, [{ type: 'job_cancelled', data: { reason: 'parent_never_created', previous_state: 'scheduled', cancelled_at: now } }], rule)
+    const cancelled = events.reduce<Job | null>((s, e) => jobDecider.evolve(s, e), job)!
+    t.equal(cancelled.cancel_reason, 'parent_never_created', `${rule}: the reason is kept on the job`)
+    t.same(cascadeOf(events[0]!), { kind: 'cancel', reason: 'parent_never_created' }, `${rule}: its waiting children are cancelled alike`)
+    t.same(cascadeOfState(cancelled), { kind: 'cancel', reason: 'parent_never_created' }, `${rule}: and so by the sweep, from its state`)
+  }
+  t.same(
+    jobDecider.decide({ ...neverCreated, data: { ...neverCreated.data, parent_job_id: 'job_z' } }, graphJob('cancel', ['job_a'])),
+    [],
+    'a parent it does not wait for changes nothing',
   )
 })

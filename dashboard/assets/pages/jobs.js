@@ -1,6 +1,15 @@
 import { useEffect, useState } from 'preact/hooks'
 import { call, followJob } from '../api.js'
-import { concurrencyCancelNote, eventLabel, eventNote, formatDuration, formatTime, hasRoleAtLeast, jobStates } from '../format.js'
+import {
+  concurrencyCancelNote,
+  eventLabel,
+  eventNote,
+  formatDuration,
+  formatTime,
+  hasRoleAtLeast,
+  jobStates,
+  neverCreatedParentNote,
+} from '../format.js'
 import { BulkActions } from './bulk-actions.js'
 import { JobGraph } from './job-graph.js'
 import {
@@ -281,6 +290,7 @@ export function JobPage({ project, jobId }) {
           : null
       }
       ${state === 'cancelled' && job.cancel_reason === 'concurrency_limit' ? html`<span class="muted" data-field="cancel-reason">${concurrencyCancelNote}</span>` : null}
+      ${state === 'cancelled' && job.cancel_reason === 'parent_never_created' ? html`<span class="muted" data-field="cancel-reason">${neverCreatedParentNote}</span>` : null}
       ${progress !== null && progress !== undefined ? html`<progress max="1" value=${progress} aria-label="Progress">${Math.round(progress * 100)}%</progress>` : null}
       ${
         mayAct && ['failed', 'dead_letter'].includes(state)

@@ -33,7 +33,7 @@ const endedPausesPage = 100
 
 /**
  * The scheduler role: moves due scheduled jobs to pending, expires jobs not claimed within their ttl, fires recurring schedules, reaps attempts whose heartbeat went stale, finishes
- * continuation cascades that a crash interrupted, starts billing periods and deletes terminal
+ * continuation cascades that a crash interrupted, cancels graph jobs whose batch a crash cut short, starts billing periods and deletes terminal
  * jobs past their plan's retention, and signs the hourly checkpoints of the projects' audit logs. Every move is a command on the job aggregate, so several schedulers may run:
  * the expected-sequence append lets exactly one of them win each move.
  */
@@ -53,6 +53,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
   const expiry = new IsolatedPass(deps.log, 'expiry sweep')
   const reaper = new IsolatedPass(deps.log, 'reaper pass')
   const cascades = new IsolatedPass(deps.log, 'cascade sweep')
+  const orphans = new IsolatedPass(deps.log, 'orphaned graph jobs sweep')
   const gates = new IsolatedPass(deps.log, 'gate reconciliation')
   const alerts = new IsolatedPass(deps.log, 'alert pass')
   const billingPeriods = new IsolatedPass(deps.log, 'billing period pass')
@@ -92,7 +93,10 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       await reapStaleAttempts(deps, jobs, reaper)
       await reconcileGateSlots(deps, jobs, gates)
     }),
-    loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => void (await healInterruptedCascades(deps, jobs, cascades))),
+    loop(t.cascade_sweep_interval_ms, 'cascade sweep', async () => {
+      await healInterruptedCascades(deps, jobs, cascades)
+      await cancelOrphanedGraphJobs(deps, jobs, orphans)
+    }),
     loop(t.alert_interval_ms, 'alert pass', async () => void (await evaluateAlerts(deps, alerts))),
     loop(t.retention_interval_ms, 'retention pass', async () => {
       // Back to back while passes come back full, so a backlog drains at the rate passes
@@ -285,6 +289,41 @@ export async function healInterruptedCascades(deps: Deps, jobs: JobService, pass
   })
   if (moved > 0) deps.log.warn({ moved }, 'scheduler: finished interrupted continuation cascades')
   return moved
+}
+
+/**
+ * Cancels the leaves of graph batches a crash cut short. createGraph (create-jobs.ts) appends a
+ * batch's jobs leaves first, each naming parents of the batch not appended yet; a process that
+ * died on the way left them waiting for ids that will never exist. A job waits past
+ * `graph_orphan_grace_ms` (a batch still being created must not be touched), and its parent is
+ * missing from the log too (the read model alone may simply lag), before it is cancelled with
+ * reason `parent_never_created`, and the jobs of its batch waiting on it with it. Resolves to the
+ * number of jobs cancelled here (their cascades not counted).
+ */
+export async function cancelOrphanedGraphJobs(
+  deps: Deps,
+  jobs: JobService,
+  pass = new IsolatedPass(deps.log, 'orphaned graph jobs sweep'),
+): Promise<number> {
+  const createdBefore = new Date(deps.now().getTime() - deps.config.tunables.graph_orphan_grace_ms)
+  const waiting = await jobList.graphJobsWaitingForMissingParents(deps.sql, createdBefore, pass.heldBack(), passLimit)
+  let cancelled = 0
+  await pass.each(waiting, passConcurrency, async (c) => {
+    const onLog = await jobs.load(c.project_id, c.parent_id).then(
+      () => true,
+      (err: unknown) => (err instanceof JobNotFound ? false : Promise.reject(err)),
+    )
+    if (onLog) return
+    const result = await jobs.cancelForNeverCreatedParent(c.project_id, c.id, c.parent_id)
+    if (result.appended) {
+      cancelled++
+      deps.log.warn(
+        { project_id: c.project_id, job_id: c.id, parent_job_id: c.parent_id },
+        'scheduler: cancelled a graph job whose parent was never created',
+      )
+    }
+  })
+  return cancelled
 }
 
 /**

@@ -912,6 +912,18 @@ export class JobService {
     return result
   }
 
+  /**
+   * The orphan sweep's move: a graph job waiting for `parentId`, which the log does not hold,
+   * ends cancelled (reason `parent_never_created`), and so do the jobs of its batch waiting on
+   * it; a no-op once it no longer waits for that parent.
+   */
+  async cancelForNeverCreatedParent(projectId: string, jobId: string, parentId: string): Promise<CommandResult<JobEvent, Job>> {
+    const command: JobCommand = { type: 'cancel_by_parent', data: { reason: 'parent_never_created', parent_job_id: parentId }, meta: this.#meta() }
+    const result = await this.#run(projectId, jobId, command)
+    await this.cascade(projectId, result.events, result.state)
+    return result
+  }
+
   async promote(projectId: string, jobId: string): Promise<CommandResult<JobEvent, Job>> {
     return this.#run(projectId, jobId, { type: 'promote_job', data: {}, meta: this.#meta() })
   }
@@ -994,8 +1006,10 @@ export class JobService {
   /** One parent's move is the continuation's command; several (only a graph job has several parents) settle together. */
   #moveCommand(moves: readonly ChildMove[]): JobCommand {
     const meta = this.#meta()
-    if (moves.length === 1) {
-      const { parentId, step } = moves[0]!
+    // A parent never created cancels the job whatever its rule, which settle_parents would not.
+    const neverCreated = moves.find((m) => m.step.kind === 'cancel' && m.step.reason === 'parent_never_created')
+    if (moves.length === 1 || neverCreated !== undefined) {
+      const { parentId, step } = neverCreated ?? moves[0]!
       return step.kind === 'activate'
         ? { type: 'activate_child', data: { parent_job_id: parentId }, meta }
         : { type: 'cancel_by_parent', data: { reason: step.reason, parent_job_id: parentId }, meta }

@@ -180,10 +180,10 @@ export const jobDetail = z
         'extension: present only with `ttl_seconds`: when its current wait to be claimed runs out; null while it runs, waits for its parent, or has ended after running',
       ),
     cancel_reason: z
-      .enum(['expired', 'concurrency_limit'])
+      .enum(['expired', 'concurrency_limit', 'parent_never_created'])
       .optional()
       .describe(
-        'extension: present only on a job cancelled because it was not claimed within its ttl (`expired`) or because its key was full under `cancel_newest` (`concurrency_limit`)',
+        'extension: present only on a job cancelled because it was not claimed within its ttl (`expired`), because its key was full under `cancel_newest` (`concurrency_limit`), or because a parent of its graph batch was never created, the batch cut short by a crash (`parent_never_created`)',
       ),
     concurrency_key: z.string().optional().describe('extension (issue 29): present only for a job created with one'),
     depends_on: z
