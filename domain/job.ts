@@ -1096,7 +1096,44 @@ export function errorOf(events: readonly { type: string; data: unknown }[]): Job
  * (absent) or before payloads, errors and progress were kept once (schema 1, with `payload` and
  * the last error inline).
  */
-export type StoredJob = Omit<Job, 'traceparent'> & { traceparent?: string | null; payload?: unknown }
+export type StoredJob = Omit<Job, 'traceparent' | 'waiting_for'> & {
+  traceparent?: string | null
+  payload?: unknown
+  waiting_for?: string[]
+  waiting_mask?: string
+}
+
+/**
+ * The job's state as its messages carry it: a graph job's `waiting_for` as a mask over its
+ * `depends_on` (hex, four parents a digit, in their order) rather than the ids again. Every
+ * settlement of a 100-parent fan-in is a message of its own, and the ids twice made each about
+ * 6 KB, twice what one holds. A `waiting_for` the mask cannot say exactly is kept as it is.
+ */
+export function toStoredJob(job: Job): StoredJob {
+  const { depends_on: parents, waiting_for: waiting } = job
+  if (parents === undefined || waiting === undefined || waiting.length === 0) return job
+  const mask = waitingMaskOf(parents, waiting)
+  if (!sameIds(waitingOfMask(parents, mask), waiting)) return job
+  const { waiting_for: _ids, ...rest } = job
+  return { ...rest, waiting_mask: mask }
+}
+
+function waitingMaskOf(parents: readonly string[], waiting: readonly string[]): string {
+  const waits = new Set(waiting)
+  let mask = ''
+  for (let i = 0; i < parents.length; i += 4) {
+    let digit = 0
+    for (let bit = 0; bit < 4 && i + bit < parents.length; bit++) if (waits.has(parents[i + bit]!)) digit |= 1 << bit
+    mask += digit.toString(16)
+  }
+  return mask
+}
+
+function waitingOfMask(parents: readonly string[], mask: string): string[] {
+  return parents.filter((_, i) => ((parseInt(mask[i >> 2] ?? '0', 16) >> (i & 3)) & 1) === 1)
+}
+
+const sameIds = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((id, i) => id === b[i])
 
 /**
  * The job's state as a message stored at `seq` carries it, in today's form (`seq` null: a message
@@ -1108,13 +1145,21 @@ export type StoredJob = Omit<Job, 'traceparent'> & { traceparent?: string | null
  * - a state written before payloads, errors and progress were kept once (schema 1) holds the
  *   payload, which is dropped (it is in the job's `job_created`), and the last error inline, which
  *   becomes a reference when this message recorded it and otherwise stays inline (`error`);
- *   its `progress` keeps its meaning (the job's own messages set it then).
+ *   its `progress` keeps its meaning (the job's own messages set it then);
+ * - a graph job's `waiting_mask` (toStoredJob) becomes the `waiting_for` ids again.
  */
 export function upgradeJob(saved: StoredJob, seq: number | null, events: readonly { type: string; data: unknown }[]): Job {
-  const stored: Job & { payload?: unknown } = saved.traceparent === undefined ? { ...saved, traceparent: null } : (saved as Job)
+  const stored: Job & { payload?: unknown } = withWaitingIds(saved.traceparent === undefined ? { ...saved, traceparent: null } : saved)
   if (!('payload' in stored)) return seq === null ? stored : placedAt(stored, seq)
   const { payload: _payload, error, ...rest } = stored
   if (error === null || error === undefined) return { ...rest, error_seq: null }
   if (seq !== null && errorOf(events) !== null) return { ...rest, error_seq: seq }
   return { ...rest, error_seq: null, error }
+}
+
+/** A stored state's `waiting_mask` read back as the `waiting_for` ids it stands for. */
+function withWaitingIds(stored: StoredJob): Job & { payload?: unknown } {
+  if (stored.waiting_mask === undefined) return stored as Job
+  const { waiting_mask: mask, ...rest } = stored
+  return { ...rest, waiting_for: waitingOfMask(rest.depends_on ?? [], mask) } as Job
 }

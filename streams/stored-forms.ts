@@ -1,5 +1,5 @@
 import { upgradeDelivery, type StoredDelivery } from '../domain/delivery.ts'
-import { upgradeJob, type StoredJob } from '../domain/job.ts'
+import { toStoredJob, upgradeJob, type Job, type StoredJob } from '../domain/job.ts'
 import { lastReportOf } from '../domain/job-progress.ts'
 import { upgradeProject, type StoredProject } from '../domain/project/index.ts'
 import { upgradeRecurringJob, type StoredRecurringJob } from '../domain/recurring-job.ts'
@@ -12,7 +12,8 @@ type Events = readonly { type: string; data: unknown }[]
  * How an aggregate's state is written into its messages and read back, where that is not the
  * state as decided:
  * - `job`: the state refers to what it does not carry (the payload, the last error; see
- *   domain/job.ts), and a reference to the message itself is resolved once its sequence is known.
+ *   domain/job.ts), and a reference to the message itself is resolved once its sequence is known;
+ *   a graph job's `waiting_for` is written as a mask over its `depends_on` (toStoredJob).
  *   Messages written before (schema 1) are upgraded when read.
  * - `progress`: the message carries only its `job_progressed` event; the state (the last report)
  *   is read from it.
@@ -37,7 +38,7 @@ function upgradedBy<Stored>(upgrade: (stored: Stored) => unknown): StoredForm {
 
 const storedForms: Partial<Record<AggregateKind, StoredForm>> = {
   job: {
-    toStored: (state) => state,
+    toStored: (state) => (state === null || state === undefined ? state : toStoredJob(state as Job)),
     fromStored: (stored, seq, events) => (stored === null || stored === undefined ? null : upgradeJob(stored as StoredJob, seq, events)),
   },
   progress: {

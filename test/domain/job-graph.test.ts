@@ -1,6 +1,6 @@
 import t from 'tap'
 import { isGraphBatch, planGraph } from '../../domain/job-graph.ts'
-import { cascadeOf, cascadeOfState, jobDecider, type Job, type JobCommand } from '../../domain/job.ts'
+import { cascadeOf, cascadeOfState, jobDecider, toStoredJob, upgradeJob, type Job, type JobCommand } from '../../domain/job.ts'
 import { createJobData } from '../support/job-commands.ts'
 
 t.test('a batch is a graph when an item uses ref or depends_on_refs', async (t) => {
@@ -147,4 +147,22 @@ t.test('a parent never created cancels the job whatever its rule, and its waitin
     [],
     'a parent it does not wait for changes nothing',
   )
+})
+
+t.test("a graph job's messages carry what it waits for as a mask over its parents, read back as the ids", async (t) => {
+  const parents = Array.from({ length: 100 }, (_, i) => `job_${String(i).padStart(26, '0')}`)
+  const job = { ...graphJob('cancel', parents), waiting_for: parents.filter((_, i) => i % 3 !== 0) }
+  const stored = toStoredJob(job)
+  t.equal(stored.waiting_for, undefined, 'the ids are not written twice')
+  t.equal(stored.waiting_mask?.length, 25, 'four parents a digit')
+  const size = (x: unknown) => JSON.stringify(x).length
+  t.ok(size(stored) < size(job) - size(job.waiting_for) + 50, 'smaller by the ids it no longer repeats')
+  t.same(upgradeJob(stored, 7, []).waiting_for, job.waiting_for, 'read back exactly, in order')
+  t.same(upgradeJob(job, 7, []).waiting_for, job.waiting_for, 'a state written with the ids (before the mask) reads as it did')
+  const settled = { ...job, waiting_for: [] }
+  t.same(upgradeJob(toStoredJob(settled), 7, []).waiting_for, [], 'nothing left to wait for')
+  const unordered = { ...job, waiting_for: [parents[5]!, parents[1]!] }
+  t.same(toStoredJob(unordered).waiting_for, unordered.waiting_for, 'what a mask cannot say exactly is kept as the ids')
+  const plain = jobDecider.evolve(null, { type: 'job_created', data: createJobData({ job_id: 'job_p', project_id: 'prj' }) } as never)!
+  t.equal(toStoredJob(plain), plain, 'a job outside a graph is stored as decided')
 })

@@ -16,6 +16,7 @@
  */
 import { benchAuditProofs } from './audit-proofs.ts'
 import { connectNats, type NatsHandles } from '../../streams/connection.ts'
+import { eventsStreamName } from '../../streams/names.ts'
 import { ConfigError } from '../../services/infrastructure/config.ts'
 import type { CycleResults } from './cycle.ts'
 import { benchBulkRetry } from './bulk-retry.ts'
@@ -108,7 +109,15 @@ async function main(argv: string[]): Promise<boolean> {
       return true
     }
     if (opts.workflows !== null) {
-      const result = await benchWorkflows(client, opts.workflows, log)
+      const handles = nats
+      const logState =
+        handles === null || namespace === null
+          ? null
+          : async () => {
+              const { state } = await handles.jsm.streams.info(eventsStreamName(namespace))
+              return { messages: state.messages, bytes: state.bytes }
+            }
+      const result = await benchWorkflows(client, opts.workflows, log, { logState, servicePid: service?.child.pid })
       process.stdout.write(JSON.stringify(result) + '\n')
       return true
     }

@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import type { Client, Reply } from './http-client.ts'
+import { withCpuMeter } from './cpu.ts'
 import { percentileMs } from './percentiles.ts'
 
 /**
@@ -9,7 +10,7 @@ import { percentileMs } from './percentiles.ts'
  *   parents, so the fan-in is ten jobs of 100 parents each and one sink of those ten: 1,012 jobs
  *   (the issue's 1,002 plus the ten in between). Created as graph batches (refs), run by the same
  *   workers as the baseline: 1,012 independent jobs. Each from the first create to the last ack.
- *   Alternated N times.
+ *   Alternated N times, after a pair that warms the service up.
  * - Activation: a child of 100 parents; the time from the answer of its last parent's ack to the
  *   answer of a poll (waiting on the child's queue all along) that hands it out. N times, p50/p99.
  */
@@ -49,19 +50,32 @@ async function createBatch(client: Client, jobs: unknown[]): Promise<string[]> {
 /** When the last job of each job type was acked (performance.now()), for the run's breakdown. */
 type LastAcks = Map<string, number>
 
+/** Request latencies of a run's workers, for its breakdown. */
+interface WorkerTimings {
+  pollMs: number[]
+  ackMs: number[]
+}
+
+const timingsLine = (t: WorkerTimings) =>
+  `polls p50 ${percentileMs(t.pollMs, 50)} ms (${t.pollMs.length}), acks p50 ${percentileMs(t.ackMs, 50)} p99 ${percentileMs(t.ackMs, 99)} ms`
+
 /** Workers poll `queue` and ack every job until `total` jobs were acked; resolves when they have. */
-async function work(client: Client, queue: string, total: number, lastAcks: LastAcks = new Map()): Promise<number> {
+async function work(client: Client, queue: string, total: number, lastAcks: LastAcks, timings: WorkerTimings): Promise<number> {
   let acked = 0
   let last = 0
   const worker = async (w: number) => {
     while (acked < total) {
+      const sent = performance.now()
       const polled = await ok(
         'poll',
         client.request('POST', '/jobsvc/v1/workers/poll', { worker_id: `wf-${w}`, queues: [queue], capacity, wait_seconds: 1 }),
       )
+      if (polled.jobs.length > 0) timings.pollMs.push(performance.now() - sent)
       await Promise.all(
         (polled.jobs as Array<{ id: string; job_type: string }>).map(async (job) => {
+          const sent = performance.now()
           const reply = await client.request('POST', '/jobsvc/v1/workers/ack', { job_id: job.id, worker_id: `wf-${w}`, status: 'succeeded' })
+          timings.ackMs.push(reply.at - sent)
           if (reply.status !== 200) throw new Error(`ack answered ${reply.status}`)
           acked++
           last = Math.max(last, reply.at)
@@ -75,15 +89,18 @@ async function work(client: Client, queue: string, total: number, lastAcks: Last
 }
 
 /** 1,012 independent jobs on a queue of their own: first create to last ack, in ms. */
-async function runIndependent(client: Client, run: number): Promise<number> {
+async function runIndependent(client: Client, run: number, log: (line: string) => void): Promise<number> {
   const queue = `wf-ind-${run}-${Date.now()}`
   const total = 1 + fanOut + fanOut / maxParents + 1
   const started = performance.now()
-  const working = work(client, queue, total)
+  const timings: WorkerTimings = { pollMs: [], ackMs: [] }
+  const working = work(client, queue, total, new Map(), timings)
   const item = () => ({ job_type: 'wf', payload: {}, queue })
   await createBatch(client, Array.from({ length: fanOut }, item))
   await createBatch(client, Array.from({ length: total - fanOut }, item))
-  return (await working) - started
+  const end = await working
+  log(`bench: independent: ${timingsLine(timings)}`)
+  return end - started
 }
 
 /** The root, its 1,000 children, ten fan-ins of 100 and the sink, as graph batches: first create to the sink's ack, in ms. */
@@ -92,7 +109,8 @@ async function runFanOutIn(client: Client, run: number, log: (line: string) => v
   const total = 1 + fanOut + fanOut / maxParents + 1
   const started = performance.now()
   const lastAcks: LastAcks = new Map()
-  const working = work(client, queue, total, lastAcks)
+  const timings: WorkerTimings = { pollMs: [], ackMs: [] }
+  const working = work(client, queue, total, lastAcks, timings)
   const item = (type: string, extra: Record<string, unknown>) => ({ job_type: `wf-${type}`, payload: {}, queue, ...extra })
   // Batch 1: the root and 999 children by ref.
   const first = await createBatch(client, [
@@ -117,6 +135,7 @@ async function runFanOutIn(client: Client, run: number, log: (line: string) => v
   log(
     `bench: fan-out/fan-in: batch 1 created at ${(createdFirst - started).toFixed(0)} ms, batch 2 at ${(createdSecond - started).toFixed(0)} ms; last acks: root ${at('root')}, children ${at('child')}, fan-ins ${at('in')}, sink ${at('sink')} ms`,
   )
+  log(`bench: fan-out/fan-in: ${timingsLine(timings)}`)
   log(`bench: fan-out/fan-in, the service's clock: ${await fanInTimeline(client, root, secondIds.slice(1))}`)
   return end - started
 }
@@ -181,12 +200,47 @@ async function measureActivation(client: Client, run: number): Promise<number> {
   return handed.at - lastAck.at
 }
 
-export async function benchWorkflows(client: Client, runs: number, log: (line: string) => void): Promise<WorkflowResult> {
+/** The events stream's size, to say what a run appended; null against --url. */
+export type LogState = (() => Promise<{ messages: number; bytes: number }>) | null
+
+/** Where the bench reads what a run cost: the events stream's size and the spawned service's process. */
+export interface RunCosts {
+  logState: LogState
+  servicePid: number | undefined
+}
+
+/** Runs `step` and logs the messages and bytes it appended to the log and the CPU it took, where they can be read. */
+async function measured<T>(costs: RunCosts, what: string, log: (line: string) => void, step: () => Promise<T>): Promise<T> {
+  const before = await costs.logState?.()
+  const { result, cpu } = await withCpuMeter(costs.servicePid, step)
+  const after = await costs.logState?.()
+  const parts: string[] = []
+  if (before !== undefined && after !== undefined) {
+    parts.push(`appended ${after.messages - before.messages} messages, ${((after.bytes - before.bytes) / 1e6).toFixed(2)} MB`)
+  }
+  if (cpu !== null) {
+    const ms = (s: number | null) => (s === null ? 'n/a' : `${Math.round(s * 1000)} ms`)
+    parts.push(`CPU: service ${ms(cpu.seconds.service)}, nats-server ${ms(cpu.seconds['nats-server'])}, postgres ${ms(cpu.seconds.postgres)}, machine ${ms(cpu.machineSeconds)}`)
+  }
+  if (parts.length > 0) log(`bench: ${what}: ${parts.join('; ')}`)
+  return result
+}
+
+export async function benchWorkflows(
+  client: Client,
+  runs: number,
+  log: (line: string) => void,
+  costs: RunCosts = { logState: null, servicePid: undefined },
+): Promise<WorkflowResult> {
   const independent: number[] = []
   const fan: number[] = []
+  // A first pair warms the service (JIT, pools, the ready index's lanes); the first measured
+  // independent run was otherwise twice as slow as the next ones, and flattered its pair's ratio.
+  await runIndependent(client, -1, () => undefined)
+  await runFanOutIn(client, -1, () => undefined)
   for (let run = 0; run < runs; run++) {
-    independent.push(await runIndependent(client, run))
-    fan.push(await runFanOutIn(client, run, log))
+    independent.push(await measured(costs, 'independent', log, () => runIndependent(client, run, log)))
+    fan.push(await measured(costs, 'fan-out/fan-in', log, () => runFanOutIn(client, run, log)))
     log(`bench: workflows run ${run + 1}: independent ${independent.at(-1)!.toFixed(0)} ms, fan-out/fan-in ${fan.at(-1)!.toFixed(0)} ms`)
   }
   const activations: number[] = []

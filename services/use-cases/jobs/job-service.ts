@@ -153,6 +153,37 @@ export interface JobAppendObserver {
 /** Jobs whose last known state this process keeps as hints. */
 const maxKnownJobs = 20_000
 
+/**
+ * The results of jobs that succeeded, by project and id: a success is final (only a failed or
+ * dead-lettered job is retried) and its result is in its job_succeeded, so a child's poll need
+ * not read a parent from the log again, and a fan-out's thousand children do not each read their
+ * one parent's message (which names every child). Bounded in entries and in the size of what it
+ * keeps; a result over `largestKept` is read from the log each time.
+ */
+class SucceededResults {
+  readonly #results = new Map<string, unknown>()
+  constructor(
+    readonly capacity = 10_000,
+    readonly largestKept = 4_096,
+  ) {}
+
+  has(projectId: string, jobId: string): boolean {
+    return this.#results.has(`${projectId}/${jobId}`)
+  }
+
+  get(projectId: string, jobId: string): unknown {
+    return this.#results.get(`${projectId}/${jobId}`)
+  }
+
+  remember(projectId: string, jobId: string, result: unknown): void {
+    if (result !== null && JSON.stringify(result).length > this.largestKept) return
+    const key = `${projectId}/${jobId}`
+    this.#results.delete(key)
+    if (this.#results.size >= this.capacity) this.#results.delete(this.#results.keys().next().value!)
+    this.#results.set(key, result)
+  }
+}
+
 /** Children are re-decided a few at a time so a parent with thousands of them stays polite. */
 const cascadeConcurrency = 64
 /** Parents (or children) of one job read from the log at once (its poll's results, its dependencies). */
@@ -189,6 +220,9 @@ export class JobService {
   constructor(deps: Deps) {
     this.#deps = deps
   }
+
+  /** Results of parents that succeeded, read or acked here lately: what every child's poll hands out (parentResults). */
+  readonly #succeededResults = new SucceededResults()
 
   /** The flow gates this process decided on last (flow-gates.ts), so its next take or free needs no load. */
   readonly #gateStates = new GateStates()
@@ -243,6 +277,9 @@ export class JobService {
       result = creating ? await decide() : await this.#deps.guard.serialize(this.#deps.store.subjectOf(ref), decide)
       if (result.appended) {
         this.observer?.appended(result.record)
+        if (result.state !== null && result.state.children.length > 0 && result.state.state === 'succeeded') {
+          this.#succeededResults.remember(projectId, jobId, resultOf(result.events))
+        }
         recordJobEvents(result.events, result.state)
         if (result.state?.state === 'pending') this.#notePending(projectId, result.seq)
         await this.#freeEndedAttempt(projectId, jobId, result.events, result.state)
@@ -384,9 +421,18 @@ export class JobService {
    * is in `dependencies`. Each result is at most the ack's bound (64 KiB).
    */
   async parentResults(projectId: string, job: Pick<Job, 'depends_on'>): Promise<Record<string, unknown>> {
+    const parents = job.depends_on ?? []
+    const read = new Map<string, unknown>()
+    const unknown = parents.filter((id) => !this.#succeededResults.has(projectId, id))
+    for (const view of await this.#parentViews(projectId, unknown)) {
+      if (view?.state !== 'succeeded') continue
+      read.set(view.job_id, view.result ?? null)
+      this.#succeededResults.remember(projectId, view.job_id, view.result ?? null)
+    }
     const results: Record<string, unknown> = {}
-    for (const view of await this.#parentViews(projectId, job.depends_on ?? [])) {
-      if (view?.state === 'succeeded') results[view.job_id] = view.result ?? null
+    for (const id of parents) {
+      if (read.has(id)) results[id] = read.get(id)
+      else if (this.#succeededResults.has(projectId, id)) results[id] = this.#succeededResults.get(projectId, id)
     }
     return results
   }
