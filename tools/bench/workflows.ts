@@ -144,8 +144,11 @@ async function runFanOutIn(client: Client, run: number, log: (line: string) => v
 async function historyTimes(client: Client, jobId: string): Promise<Map<string, number[]>> {
   const types = 'job_created,job_parent_settled,job_activated,job_claimed,job_succeeded'
   const times = new Map<string, number[]>()
-  for (let cursor: string | null = null; ; ) {
-    const page = await ok('history', client.request('GET', `/jobsvc/v1/jobs/${jobId}/history?limit=100&types=${types}${cursor === null ? '' : `&cursor=${cursor}`}`))
+  for (let cursor: string | null = null; ;) {
+    const page = await ok(
+      'history',
+      client.request('GET', `/jobsvc/v1/jobs/${jobId}/history?limit=100&types=${types}${cursor === null ? '' : `&cursor=${cursor}`}`),
+    )
     for (const e of page.data as Array<{ type: string; time: string }>) times.set(e.type, [...(times.get(e.type) ?? []), Date.parse(e.time)])
     if (!page.has_more) return times
     cursor = page.next_cursor
@@ -220,7 +223,9 @@ async function measured<T>(costs: RunCosts, what: string, log: (line: string) =>
   }
   if (cpu !== null) {
     const ms = (s: number | null) => (s === null ? 'n/a' : `${Math.round(s * 1000)} ms`)
-    parts.push(`CPU: service ${ms(cpu.seconds.service)}, nats-server ${ms(cpu.seconds['nats-server'])}, postgres ${ms(cpu.seconds.postgres)}, machine ${ms(cpu.machineSeconds)}`)
+    parts.push(
+      `CPU: service ${ms(cpu.seconds.service)}, nats-server ${ms(cpu.seconds['nats-server'])}, postgres ${ms(cpu.seconds.postgres)}, machine ${ms(cpu.machineSeconds)}`,
+    )
   }
   if (parts.length > 0) log(`bench: ${what}: ${parts.join('; ')}`)
   return result
