@@ -11,6 +11,14 @@ import { maxParents } from './job-options.ts'
 /** A `ref`'s length at most. */
 export const maxRefLength = 100
 
+/**
+ * Jobs one graph batch may create, where a plain batch may create 1,000: a fan-out of 1,000 with
+ * its fan-ins (ten of 100 parents, the most a job may have) and their sink fits in one request,
+ * created whole. Split in two, its fan-ins would name the running children by id, and each
+ * such parent costs an append of its own (job_child_attached) that refs do not.
+ */
+export const maxGraphBatchJobs = 2_000
+
 export interface GraphItem {
   ref?: string | null
   depends_on_refs?: readonly string[] | null
@@ -29,6 +37,11 @@ export interface GraphPlan {
 /** Whether the batch is a graph: some item has a `ref` or names parents by ref. */
 export function isGraphBatch(items: readonly GraphItem[]): boolean {
   return items.some((item) => item.ref != null || item.depends_on_refs != null)
+}
+
+/** isGraphBatch of items not validated yet (anything a request's `jobs` may hold). */
+export function looksLikeGraphBatch(items: readonly unknown[]): boolean {
+  return isGraphBatch(items.filter((item): item is GraphItem => typeof item === 'object' && item !== null && !Array.isArray(item)))
 }
 
 /**

@@ -385,3 +385,27 @@ t.test('many jobs attach to one parent at once: a batch of 200 and 20 single cre
   )
   t.equal(pending, 220)
 })
+
+t.test('a graph batch holds up to 2,000 items: a fan-out of 1,000 with its fan-ins is one request', async (t) => {
+  const item = (extra: Record<string, unknown>) => ({ job_type: 'g', payload: {}, queue: 'g-big', ...extra })
+  const children = Array.from({ length: 1000 }, (_, i) => item({ ref: `c${i}`, depends_on_refs: ['root'] }))
+  const fanIns = Array.from({ length: 10 }, (_, k) =>
+    item({ ref: `in${k}`, depends_on_refs: Array.from({ length: 100 }, (_, i) => `c${k * 100 + i}`) }),
+  )
+  const sink = item({ depends_on_refs: fanIns.map((_, k) => `in${k}`) })
+  const res = await h.request('POST', '/jobsvc/v1/jobs/batch', { jobs: [item({ ref: 'root' }), ...children, ...fanIns, sink] })
+  t.equal(res.status, 200)
+  t.equal(res.body.created, 1012, 'every job of the graph created')
+  const [root, ...rest] = res.body.results.map((r: { body: { id: string; state: string; waiting_for?: string[] } }) => r.body)
+  t.equal(root.state, 'pending', 'the root runs')
+  t.same(
+    rest.at(-1).waiting_for,
+    rest.slice(1000, 1010).map((f: { id: string }) => f.id),
+    'the sink waits for the ten fan-ins',
+  )
+  const over = await h.request('POST', '/jobsvc/v1/jobs/batch', { jobs: Array.from({ length: 2001 }, (_, i) => item({ ref: `r${i}` })) })
+  isError(t, over, 400, 'invalid_request', 'a graph batch of 2,001')
+  const plain = await h.request('POST', '/jobsvc/v1/jobs/batch', { jobs: Array.from({ length: 1001 }, () => item({})) })
+  isError(t, plain, 400, 'invalid_request', 'a plain batch of 1,001')
+  t.match(plain.body.error.message, /body\.jobs: at most 1,000 items/)
+})

@@ -8,9 +8,10 @@ import { percentileMs } from './percentiles.ts'
  * and workers would.
  * - Fan-out/fan-in: a root, 1,000 children of it, and their fan-in. A job has at most 100
  *   parents, so the fan-in is ten jobs of 100 parents each and one sink of those ten: 1,012 jobs
- *   (the issue's 1,002 plus the ten in between). Created as graph batches (refs), run by the same
- *   workers as the baseline: 1,012 independent jobs. Each from the first create to the last ack.
- *   Alternated N times, after a pair that warms the service up.
+ *   (the issue's 1,002 plus the ten in between). Created as one graph batch (refs), and again as
+ *   two (as a client whose batches hold 1,000 would: the fan-ins name 999 children by id), run by
+ *   the same workers as the baseline: 1,012 independent jobs. Each from the first create to the
+ *   last ack. Alternated N times, after a pair that warms the service up.
  * - Activation: a child of 100 parents; the time from the answer of its last parent's ack to the
  *   answer of a poll (waiting on the child's queue all along) that hands it out. N times, p50/p99.
  */
@@ -28,6 +29,9 @@ export interface WorkflowResult {
   fan_out_in_ms: number[]
   /** fan-out/fan-in time over the independent jobs' time, per pair. */
   fan_ratio: number[]
+  /** The same graph created in two batches, and its time over the independent jobs'. */
+  fan_split_ms: number[]
+  fan_split_ratio: number[]
   activation_p50_ms: number | null
   activation_p99_ms: number | null
 }
@@ -103,8 +107,14 @@ async function runIndependent(client: Client, run: number, log: (line: string) =
   return end - started
 }
 
-/** The root, its 1,000 children, ten fan-ins of 100 and the sink, as graph batches: first create to the sink's ack, in ms. */
-async function runFanOutIn(client: Client, run: number, log: (line: string) => void): Promise<number> {
+/**
+ * The root, its 1,000 children, ten fan-ins of 100 and the sink: first create to the sink's ack,
+ * in ms. Created whole in one graph batch, or `split` as two (the root and 999 children, then the
+ * last child, the fan-ins naming the first 999 by id and the sink), as a client whose batches
+ * hold 1,000 would.
+ */
+async function runFanOutIn(client: Client, run: number, log: (line: string) => void, split: boolean): Promise<number> {
+  const what = split ? 'fan-out/fan-in in two batches' : 'fan-out/fan-in'
   const queue = `wf-fan-${run}-${Date.now()}`
   const total = 1 + fanOut + fanOut / maxParents + 1
   const started = performance.now()
@@ -112,31 +122,48 @@ async function runFanOutIn(client: Client, run: number, log: (line: string) => v
   const timings: WorkerTimings = { pollMs: [], ackMs: [] }
   const working = work(client, queue, total, lastAcks, timings)
   const item = (type: string, extra: Record<string, unknown>) => ({ job_type: `wf-${type}`, payload: {}, queue, ...extra })
-  // Batch 1: the root and 999 children by ref.
-  const first = await createBatch(client, [
-    item('root', { ref: 'root' }),
-    ...Array.from({ length: fanOut - 1 }, () => item('child', { depends_on_refs: ['root'] })),
-  ])
-  const createdFirst = performance.now()
-  const root = first[0]!
-  // Batch 2: the last child, the ten fan-ins (by id and by ref) and the sink.
-  const children = [...first.slice(1)]
-  const second = [item('child', { ref: 'last', depends_on: [root] })]
-  for (let k = 0; k < fanOut / maxParents; k++) {
-    const parents = children.slice(k * maxParents, (k + 1) * maxParents)
-    const last = parents.length < maxParents
-    second.push(item('in', { ref: `in${k}`, depends_on: parents, ...(last ? { depends_on_refs: ['last'] } : {}) }))
+  let firstIds: string[]
+  let secondIds: string[] = []
+  let createdFirst: number
+  let createdSecond: number | null = null
+  if (!split) {
+    // The whole graph in one batch, every parent named by ref.
+    const children = Array.from({ length: fanOut }, (_, i) => item('child', { ref: `c${i}`, depends_on_refs: ['root'] }))
+    const fanIns = Array.from({ length: fanOut / maxParents }, (_, k) =>
+      item('in', { ref: `in${k}`, depends_on_refs: Array.from({ length: maxParents }, (_, i) => `c${k * maxParents + i}`) }),
+    )
+    const sink = item('sink', { depends_on_refs: fanIns.map((_, k) => `in${k}`) })
+    const ids = await createBatch(client, [item('root', { ref: 'root' }), ...children, ...fanIns, sink])
+    createdFirst = performance.now()
+    firstIds = ids.slice(0, 1)
+    secondIds = [ids[fanOut]!, ...ids.slice(fanOut + 1)]
+  } else {
+    // Batch 1: the root and 999 children by ref.
+    firstIds = await createBatch(client, [
+      item('root', { ref: 'root' }),
+      ...Array.from({ length: fanOut - 1 }, () => item('child', { depends_on_refs: ['root'] })),
+    ])
+    createdFirst = performance.now()
+    // Batch 2: the last child, the ten fan-ins (by id, each an attach to a running child, and by ref) and the sink.
+    const children = [...firstIds.slice(1)]
+    const second = [item('child', { ref: 'last', depends_on: [firstIds[0]!] })]
+    for (let k = 0; k < fanOut / maxParents; k++) {
+      const parents = children.slice(k * maxParents, (k + 1) * maxParents)
+      const last = parents.length < maxParents
+      second.push(item('in', { ref: `in${k}`, depends_on: parents, ...(last ? { depends_on_refs: ['last'] } : {}) }))
+    }
+    second.push(item('sink', { depends_on_refs: Array.from({ length: fanOut / maxParents }, (_, k) => `in${k}`) }))
+    secondIds = await createBatch(client, second)
+    createdSecond = performance.now()
   }
-  second.push(item('sink', { depends_on_refs: Array.from({ length: fanOut / maxParents }, (_, k) => `in${k}`) }))
-  const secondIds = await createBatch(client, second)
-  const createdSecond = performance.now()
+  const root = firstIds[0]!
   const end = await working
   const at = (type: string) => `${((lastAcks.get(`wf-${type}`) ?? 0) - started).toFixed(0)}`
   log(
-    `bench: fan-out/fan-in: batch 1 created at ${(createdFirst - started).toFixed(0)} ms, batch 2 at ${(createdSecond - started).toFixed(0)} ms; last acks: root ${at('root')}, children ${at('child')}, fan-ins ${at('in')}, sink ${at('sink')} ms`,
+    `bench: ${what}: created at ${(createdFirst - started).toFixed(0)} ms${createdSecond === null ? '' : `, its second batch at ${(createdSecond - started).toFixed(0)} ms`}; last acks: root ${at('root')}, children ${at('child')}, fan-ins ${at('in')}, sink ${at('sink')} ms`,
   )
-  log(`bench: fan-out/fan-in: ${timingsLine(timings)}`)
-  log(`bench: fan-out/fan-in, the service's clock: ${await fanInTimeline(client, root, secondIds.slice(1))}`)
+  log(`bench: ${what}: ${timingsLine(timings)}`)
+  log(`bench: ${what}, the service's clock: ${await fanInTimeline(client, root, secondIds.slice(1))}`)
   return end - started
 }
 
@@ -242,11 +269,15 @@ export async function benchWorkflows(
   // A first pair warms the service (JIT, pools, the ready index's lanes); the first measured
   // independent run was otherwise twice as slow as the next ones, and flattered its pair's ratio.
   await runIndependent(client, -1, () => undefined)
-  await runFanOutIn(client, -1, () => undefined)
+  await runFanOutIn(client, -1, () => undefined, false)
+  const split: number[] = []
   for (let run = 0; run < runs; run++) {
     independent.push(await measured(costs, 'independent', log, () => runIndependent(client, run, log)))
-    fan.push(await measured(costs, 'fan-out/fan-in', log, () => runFanOutIn(client, run, log)))
-    log(`bench: workflows run ${run + 1}: independent ${independent.at(-1)!.toFixed(0)} ms, fan-out/fan-in ${fan.at(-1)!.toFixed(0)} ms`)
+    fan.push(await measured(costs, 'fan-out/fan-in', log, () => runFanOutIn(client, run, log, false)))
+    split.push(await measured(costs, 'fan-out/fan-in in two batches', log, () => runFanOutIn(client, run, log, true)))
+    log(
+      `bench: workflows run ${run + 1}: independent ${independent.at(-1)!.toFixed(0)} ms, fan-out/fan-in ${fan.at(-1)!.toFixed(0)} ms, in two batches ${split.at(-1)!.toFixed(0)} ms`,
+    )
   }
   const activations: number[] = []
   for (let run = 0; run < Math.max(20, runs * 10); run++) activations.push(await measureActivation(client, run))
@@ -255,6 +286,8 @@ export async function benchWorkflows(
     independent_ms: independent.map(Math.round),
     fan_out_in_ms: fan.map(Math.round),
     fan_ratio: fan.map((f, i) => Math.round((f / independent[i]!) * 100) / 100),
+    fan_split_ms: split.map(Math.round),
+    fan_split_ratio: split.map((f, i) => Math.round((f / independent[i]!) * 100) / 100),
     activation_p50_ms: percentileMs(activations, 50),
     activation_p99_ms: percentileMs(activations, 99),
   }

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandle
 import type { ZodTypeProvider } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { Forbidden, GraphNotCreated } from '../../../../domain/errors.ts'
-import { isGraphBatch, maxRefLength, planGraph } from '../../../../domain/job-graph.ts'
+import { isGraphBatch, looksLikeGraphBatch, maxGraphBatchJobs, maxRefLength, planGraph } from '../../../../domain/job-graph.ts'
 import { jobStates, parentFailureRules, type Job } from '../../../../domain/job.ts'
 import { hasRoleAtLeast } from '../../../../domain/project/index.ts'
 import { maxConcurrencyKeyLength, maxParents, maxTagKeyLength, maxTags, maxTagValueLength } from '../../../../domain/job-options.ts'
@@ -290,11 +290,22 @@ const createSchema = {
 /** Jobs one batch may create (README, "Security and limits"). */
 export const maxBatchJobs = 1000
 
-/** Items are validated one by one in the handler, each exactly as a single create's body: one bad item fails alone. */
-const batchBody = z.object({ jobs: z.array(z.unknown()).min(1).max(maxBatchJobs) })
+/**
+ * Items are validated one by one in the handler, each exactly as a single create's body: one bad
+ * item fails alone. A graph batch may hold more than a plain one (assertBatchSize).
+ */
+const batchBody = z.object({ jobs: z.array(z.unknown()).min(1).max(maxGraphBatchJobs) })
 
 /** Documented only: the route validates each item itself, so one bad item fails alone (in a graph batch, none is created then). */
-const documentedBatchBody = z.object({ jobs: z.array(batchItemBody).min(1).max(maxBatchJobs) })
+const documentedBatchBody = z.object({ jobs: z.array(batchItemBody).min(1).max(maxGraphBatchJobs) })
+
+/** A plain batch holds at most maxBatchJobs items; one whose items carry `ref` or `depends_on_refs`, maxGraphBatchJobs. */
+function assertBatchSize(items: readonly unknown[]): void {
+  if (items.length <= maxBatchJobs || looksLikeGraphBatch(items)) return
+  throw invalidRequest(
+    `body.jobs: at most ${maxBatchJobs.toLocaleString('en-US')} items (${maxGraphBatchJobs.toLocaleString('en-US')} in a graph batch, whose items carry ref or depends_on_refs)`,
+  )
+}
 
 const batchConfig = {
   role: 'member',
@@ -323,11 +334,11 @@ const batchItem = z.union([
 ])
 
 const batchSchema = {
-  summary: 'Create up to 1,000 jobs',
+  summary: 'Create up to 1,000 jobs (2,000 in a graph batch)',
   description: [
-    `\`jobs\` holds 1 to ${maxBatchJobs.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/jobs\`, each validated and created exactly as a single create; \`results\` answers them in the same order, each with the status a single create would have had and its 201 body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes.`,
+    `\`jobs\` holds 1 to ${maxBatchJobs.toLocaleString('en-US')} bodies of \`POST /jobsvc/v1/jobs\` (extension: up to ${maxGraphBatchJobs.toLocaleString('en-US')} in a graph batch, whose items carry \`ref\` or \`depends_on_refs\`), each validated and created exactly as a single create; \`results\` answers them in the same order, each with the status a single create would have had and its 201 body or its error object. The request answers 200 when the batch was processed, whatever its items' outcomes.`,
     "Each created job takes a unit of the monthly allowance: when fewer units are left than valid items, the first ones are created and the rest answer 429 `monthly_allowance_exceeded` or `spend_cap_reached`. The `X-Quota-*` headers count before the first job of the batch; `X-Event-Seq` is the last created job's.",
-    "The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}`, the project's billing state is not active (402), by the hourly request limit (the batch counts one request per item, all or none; a replay counts one) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item's body-field `idempotency_key` works as on a single create, in the same key space.",
+    "The whole request is refused (the error envelope, no `results`) when its body is not `{jobs: [1 to 1,000 items]}` (2,000 in a graph batch), the project's billing state is not active (402), by the hourly request limit (the batch counts one request per item, all or none; a replay counts one) and by the `Idempotency-Key` rules: a key covers the whole batch, and a replay repeats the whole answer. An item's body-field `idempotency_key` works as on a single create, in the same key space.",
   ].join('\n\n'),
   tags: ['Jobs'],
   headers: creationHeaders,
@@ -839,6 +850,7 @@ export function jobRoutes(
     })
 
     app.post('/batch', { schema: batchSchema, config: batchConfig, onSend: fillQuotaHeaders }, async (request, reply) => {
+      assertBatchSize(request.body.jobs)
       const answer = await createBatch(ctx, request, reply, request.body.jobs)
       if (answer.lastSeq > 0) void reply.header('X-Event-Seq', String(answer.lastSeq))
       const created = answer.results.filter((r) => r.status === 201).length
