@@ -20,6 +20,7 @@ import { eventsStreamName } from '../../streams/names.ts'
 import { ConfigError } from '../../services/infrastructure/config.ts'
 import type { CycleResults } from './cycle.ts'
 import { benchBulkRetry } from './bulk-retry.ts'
+import { burndownCapacity, enqueueInFlight, runBurndown } from './burndown.ts'
 import { benchEventFeed } from './event-feed.ts'
 import { benchExport } from './export-memory.ts'
 import { awaitAccess, Client, HttpError } from './http-client.ts'
@@ -150,6 +151,15 @@ async function main(argv: string[]): Promise<boolean> {
     if (single !== null && receiver !== null) await receiver.settle(single.result.jobs, 60_000)
     const webhooks = receiver?.summary() ?? null
     const batched = opts.batch !== null && single?.result.complete ? await runBatchedCycle(phases, opts.batch) : null
+    let burndown: ReportSection | null = null
+    if (opts.burndownJobs !== null) {
+      const drainer = new Client(url!, apiKey!, enqueueInFlight + opts.workers * burndownCapacity + 4)
+      try {
+        burndown = await runBurndown(drainer, { jobs: opts.burndownJobs, workers: opts.workers }, service?.child.pid, run.signal)
+      } finally {
+        drainer.close()
+      }
+    }
     let retentionReport: ReportSection | null = null
     if (retention !== null) {
       log(`bench: retention of ${retention.seeded.jobs.length} expired jobs, nothing else running`)
@@ -161,7 +171,7 @@ async function main(argv: string[]): Promise<boolean> {
       writeReport([...sections.flatMap((s) => s.lines), ''], Object.assign({}, ...sections.map((s) => s.summary)))
       return true
     }
-    report(opts, single, webhooks, idle, batched, retentionReport, logBytes)
+    report(opts, single, webhooks, idle, batched, retentionReport, logBytes, burndown)
     if (service !== null && service.child.exitCode !== null) log(`bench: the service died:\n${service.output()}`)
     const isClean = (r: CycleResults | null) => r === null || (r.complete && r.duplicateClaims === 0)
     return isClean(idle) && isClean(single.result) && isClean(batched?.result ?? null)

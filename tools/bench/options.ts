@@ -4,7 +4,7 @@ import { ConfigError, devSecretFileName, loadConfig, type Config } from '../../s
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
   [--nats-url URL] [--service-log FILE] [--service-cpu-prof DIR] [--no-metering] [--webhooks]
-  [--idle N] [--batch B] [--retention-jobs N] [--priorities] [--paused-queue]
+  [--idle N] [--batch B] [--burndown-jobs N] [--retention-jobs N] [--priorities] [--paused-queue]
   [--flow-keys N [--flow-limit L]]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
@@ -15,10 +15,17 @@ const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS]
 
 A run measures, one after another: an idle phase (--idle N jobs, default 300, paced at 50/s by 2
 producers for 4 workers: claim latency on an idle system), the single-request cycle (--jobs,
-default 10,000), the batched cycle (--batch B, default 100) and, with --spawn, retention of a
-backlog alone (--retention-jobs N, default 20,000). Each figure is printed on its own line and
-the JSON last line carries jobs_per_s, idle_claim_p50_ms, batch_jobs_per_s and
-retention_jobs_per_s with the rest. 0 turns a phase off (--jobs 0: no cycles, retention alone).
+default 10,000), the batched cycle (--batch B, default 100), the burn-down (--burndown-jobs N,
+default 20,000) and, with --spawn, retention of a backlog alone (--retention-jobs N, default
+20,000). Each figure is printed on its own line and the JSON last line carries jobs_per_s,
+idle_claim_p50_ms, batch_jobs_per_s, enqueue_jobs_per_s, burndown_jobs_per_s,
+burndown_batch_ack_jobs_per_s and retention_jobs_per_s with the rest. 0 turns a phase off (--jobs
+0: no cycles and no burn-down, retention alone).
+
+--burndown-jobs N measures, each alone: the enqueue of N single creates with 50 in flight; the
+burn-down of that backlog by the workers (capacity 50 each), one ack request per job; and the
+burn-down of a second backlog of N (created in batches, not timed) with each poll's jobs acked in
+one request. Each with the CPU per job of the service, the client, NATS and Postgres.
 
 Without --rate producers create as fast as the service answers, so created->claimed includes the
 backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
@@ -139,6 +146,8 @@ export interface Options {
   metricsRequests: number
   /** Expired jobs to seed and time retention on, after the cycles; null: no retention run. */
   retentionJobs: number | null
+  /** The burn-down phase's jobs (burndown.ts); null: no burn-down. */
+  burndownJobs: number | null
   /**
    * `--dev` (which `npm run bench` passes, as `npm start` does): without JOBSVC_SECRET, the
    * spawned service and command line use the development mode's secret file too.
@@ -202,6 +211,7 @@ function toOptions(argv: string[]): Options {
       'metrics-jobs': { type: 'string' },
       'metrics-requests': { type: 'string' },
       'retention-jobs': { type: 'string' },
+      'burndown-jobs': { type: 'string' },
       'feed-jobs': { type: 'string' },
       'bulk-retry': { type: 'string' },
       workflows: { type: 'string' },
@@ -254,6 +264,7 @@ function toOptions(argv: string[]): Options {
     feedJobs: values['feed-jobs'] === undefined ? null : positiveInt('feed-jobs', values['feed-jobs'], 0, 10_000_000),
     workflows: values.workflows === undefined ? null : positiveInt('workflows', values.workflows, 0, 100),
     bulkRetry: values['bulk-retry'] === undefined ? null : positiveInt('bulk-retry', values['bulk-retry'], 0, 1_000_000),
+    burndownJobs: noLoad ? null : phaseCount('burndown-jobs', values['burndown-jobs'], 20_000, 1_000_000),
     retentionJobs: phaseCount('retention-jobs', values['retention-jobs'], values.spawn ? 20_000 : 0, 10_000_000),
     dev: values.dev,
   }

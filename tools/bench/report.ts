@@ -62,7 +62,7 @@ function withPrefix(prefix: string, figures: Record<string, number | null>): Rec
   return Object.fromEntries(Object.entries(figures).map(([key, value]) => [`${prefix}${key}`, value]))
 }
 
-/** The throughput run's report: the idle phase, the single-request cycle, the batched cycle, retention, then the log's bytes. */
+/** The throughput run's report: the idle phase, the single-request cycle, the batched cycle, the burn-down, retention, then the log's bytes. */
 export function report(
   opts: Options,
   single: Metered<CycleResults>,
@@ -71,6 +71,7 @@ export function report(
   batched: Metered<CycleResults> | null,
   retention: ReportSection | null,
   logBytes: ReportSection | null,
+  burndown: ReportSection | null = null,
 ): void {
   const r = single.result
   const b = batched?.result
@@ -87,6 +88,7 @@ export function report(
         }),
     ...(webhooks ?? {}),
     ...(b === undefined ? {} : { batch_jobs_per_s: jobsPerS(b), batch_size: opts.batch, ...withPrefix('batch_', latencySummary(b)) }),
+    ...(burndown?.summary ?? {}),
     ...(retention?.summary ?? {}),
     ...(logBytes?.summary ?? {}),
   }
@@ -116,6 +118,7 @@ export function report(
           ...describeCycle(b, `batch creates of up to ${opts.batch}`),
           ...describeCycleCpu(batched!),
         ]),
+    ...(burndown?.lines ?? []),
     ...(retention?.lines ?? []),
     ...(logBytes?.lines ?? []),
     '',
