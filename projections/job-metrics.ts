@@ -53,6 +53,18 @@ export class MetricDeltas {
   readonly states = new Map<string, { project_id: string; queue: string; state: string; count: number }>()
   readonly throughput = new Map<string, ThroughputRow>()
   readonly types = new Map<string, TypeStatsRow>()
+  /** Bucket starts as the rows write them, by resolution and start: a batch's events fall into a few. */
+  readonly #startTexts = new Map<number, string>()
+
+  #startText(atMs: number, resolution: Resolution): string {
+    const start = bucketStart(atMs, resolution)
+    let text = this.#startTexts.get(start)
+    if (text === undefined) {
+      text = new Date(start).toISOString()
+      this.#startTexts.set(start, text)
+    }
+    return text
+  }
 
   add(job: Pick<Job, 'project_id' | 'queue' | 'job_type'>, event: StoredEvent<JobEvent>): void {
     const effect = metricsOfJobEvent(event)
@@ -67,7 +79,7 @@ export class MetricDeltas {
     const at = Date.parse(event.time)
     const durationIndex = effect.duration_ms === null ? null : histogramIndex(effect.duration_ms)
     for (const resolution of throughputResolutions) {
-      const start = new Date(bucketStart(at, resolution)).toISOString()
+      const start = this.#startText(at, resolution)
       // The queue's own row and the project's all-queues row.
       for (const queue of [job.queue, allQueues]) {
         const key = `${job.project_id}\u0000${resolution}\u0000${start}\u0000${queue}`
@@ -88,7 +100,7 @@ export class MetricDeltas {
       }
     }
     for (const resolution of jobTypeResolutions) {
-      const start = new Date(bucketStart(at, resolution)).toISOString()
+      const start = this.#startText(at, resolution)
       const key = `${job.project_id}\u0000${resolution}\u0000${start}\u0000${job.job_type}`
       const stats = this.types.get(key) ?? {
         project_id: job.project_id,
