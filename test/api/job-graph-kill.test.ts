@@ -51,6 +51,22 @@ t.test("a kill between a parent's append and its children's moves is healed: eac
     for (const e of events) times.set(e.aggregate_id, (times.get(e.aggregate_id) ?? 0) + 1)
     return [...times.values()]
   }
+  /** Waits until the feed holds a `type` event for as many jobs of `queue` as `ids`, then asserts each of `ids` has exactly one. */
+  const onceEach = async (queue: string, type: string, ids: readonly string[], what: string, timeoutMs = 30_000) => {
+    const events = await eventually(
+      async () => {
+        const found = await feed(queue, type)
+        return found.length >= ids.length ? found : null
+      },
+      timeoutMs,
+      what,
+    )
+    t.same(
+      timesEach(ids, events).filter((n) => n !== 1),
+      [],
+      what,
+    )
+  }
 
   const p = await create({ queue: 'drill-p' })
   const q = await create({ queue: 'drill-q' })
@@ -99,19 +115,7 @@ t.test("a kill between a parent's append and its children's moves is healed: eac
 
   svc = await install.start()
   t.equal((await call('GET', `/jobsvc/v1/jobs/${p.id}`)).body.state, 'succeeded', "P's success stands")
-  const activated = await eventually(
-    async () => {
-      const events = await feed('drill-kids', 'job_activated')
-      return events.length >= onlyP ? events : null
-    },
-    45_000,
-    'every child of P alone activated',
-  )
-  t.same(
-    timesEach(children, activated).filter((n) => n !== 1),
-    [],
-    'each child of P alone activated exactly once',
-  )
+  await onceEach('drill-kids', 'job_activated', children, 'each child of P alone activated exactly once', 45_000)
   await eventually(
     async () => (await call('GET', '/jobsvc/v1/jobs?queue=drill-kids&state=scheduled&limit=1')).body.data.length === 0,
     30_000,
@@ -120,19 +124,7 @@ t.test("a kill between a parent's append and its children's moves is healed: eac
   const cancelled = async () => [...(await feed('drill-kids', 'job_cancelled')), ...(await feed('drill-fan', 'job_cancelled'))]
   t.same(await cancelled(), [], 'no child cancelled')
 
-  const settled = await eventually(
-    async () => {
-      const events = await feed('drill-fan', 'job_parent_settled')
-      return events.length >= withQ ? events : null
-    },
-    30_000,
-    "P's settlement on each two-parent child",
-  )
-  t.same(
-    timesEach(fanIns, settled).filter((n) => n !== 1),
-    [],
-    'each two-parent child settled P once',
-  )
+  await onceEach('drill-fan', 'job_parent_settled', fanIns, 'each two-parent child settled P once')
   t.same(await feed('drill-fan', 'job_activated'), [], 'and none activated while Q runs')
   const fanIn = (await call('GET', `/jobsvc/v1/jobs/${fanIns[0]}`)).body
   t.same([fanIn.state, fanIn.waiting_for], ['scheduled', [q.id]], 'a two-parent child waits for Q only')
@@ -140,19 +132,7 @@ t.test("a kill between a parent's append and its children's moves is healed: eac
   await claim('drill-q')
   const ackQ = await call('POST', '/jobsvc/v1/workers/ack', { job_id: q.id, worker_id: 'w-drill', status: 'succeeded' })
   t.equal(ackQ.status, 200)
-  const fanActivated = await eventually(
-    async () => {
-      const events = await feed('drill-fan', 'job_activated')
-      return events.length >= withQ ? events : null
-    },
-    30_000,
-    'every two-parent child activated',
-  )
-  t.same(
-    timesEach(fanIns, fanActivated).filter((n) => n !== 1),
-    [],
-    'each two-parent child activated exactly once, after Q',
-  )
+  await onceEach('drill-fan', 'job_activated', fanIns, 'each two-parent child activated exactly once, after Q')
   t.same(await cancelled(), [], 'still none cancelled')
   t.equal(await install.stop(svc), 0, 'the restarted process shuts down cleanly')
 })
