@@ -178,11 +178,12 @@ t.test(
         throw err
       })
     await Promise.all(Array.from({ length: 16 }, (_, i) => worker(i % 2, `w-${i}`)).map(stopOnFailure))
-    /** When the job's log left `attempt`: the event after its claim. */
+    /** When the job's log left `attempt`: the event after its last claim. */
     const leftAt = async (id: string, attempt: number) => {
       const history = await ok(on(0, 'GET', `/jobsvc/v1/jobs/${id}/history?limit=100`))
       const events = history.data as Array<{ type: string; time: string; data: { attempt?: number } }>
-      const claimed = events.findIndex((e) => e.type === 'job_claimed' && e.data.attempt === attempt)
+      // The last claim of that number: a claim handed back (a limit refusal, a release) reuses it.
+      const claimed = events.map((e) => e.type === 'job_claimed' && e.data.attempt === attempt).lastIndexOf(true)
       const left = events[claimed + 1]
       return claimed >= 0 && left !== undefined ? Date.parse(left.time) : null
     }
