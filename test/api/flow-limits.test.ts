@@ -23,7 +23,16 @@ async function ok(res: Promise<{ status: number; body: any }>, status = 200): Pr
   return r.body
 }
 
-const setLimits = (queue: string, body: unknown) => ok(on(0, 'PUT', `/jobsvc/v1/queues/${queue}/limits`, body))
+/**
+ * Sets a queue's limits through the first process and waits until the second applies them too:
+ * each process reads a project's limits from its own copy of the project, which learns of a
+ * change from the log a moment later (a claim in between is not limited; the issue stays open on it).
+ */
+const setLimits = async (queue: string, body: unknown) => {
+  const set = await ok(on(0, 'PUT', `/jobsvc/v1/queues/${queue}/limits`, body))
+  await eventually(async () => second.context.flow.limitsOf(h.projectId, queue) !== null || null, 10_000, 'the second process to apply the limits')
+  return set
+}
 
 async function createMany(queue: string, items: Array<{ key: string | null; i: number }>): Promise<string[]> {
   const ids: string[] = []
