@@ -37,7 +37,18 @@ export interface AttemptRef {
   attempt: number
 }
 
-export interface GateHolder extends AttemptRef {
+/**
+ * One claim's hold on its attempt's slots: `hold` names the claim that took them (one id for all
+ * the gates of one claim), because an attempt number alone does not name it — a claim handed back
+ * (a release, a take that lost) leaves the next claim the same number, and a free meant for the
+ * first must not free the second's slot. Absent in events written before holds were named (such a
+ * holder is freed by its attempt alone).
+ */
+export interface HoldRef extends AttemptRef {
+  hold?: string
+}
+
+export interface GateHolder extends HoldRef {
   taken_at: string
 }
 
@@ -47,7 +58,7 @@ export interface FlowGate extends GateAddress {
   /** The bucket's tokens at `refilled_at`; null before the first start it counted (a full bucket). */
   tokens: number | null
   refilled_at: string | null
-  /** The attempt that took the last token, which a claim that failed after it may give back. */
+  /** The hold (`job#attempt#hold`) that took the last token, which a claim that failed after it may give back. */
   last_token: string | null
   /** Until when a worker's `rate_limited` ack holds the gate shut; null: not held. */
   held_until: string | null
@@ -73,8 +84,10 @@ export type FlowGateEvent =
         token: boolean
         /** The bucket's tokens after this start; null when the gate counts no starts. */
         tokens: number | null
+        /** The claim's hold (HoldRef); absent in events written before holds were named. */
+        hold?: string
         /** Ended attempts whose slots this take freed first (absent when none, and in events written before it existed). */
-        freed?: AttemptRef[]
+        freed?: HoldRef[]
       }
     }
   | {
@@ -82,6 +95,8 @@ export type FlowGateEvent =
       data: {
         job_id: string
         attempt: number
+        /** The hold freed; absent: every hold of the attempt (events written before holds were named). */
+        hold?: string
         freed_at: string
         /** `ended`: the attempt ended (ack, reap, cancel, release); `unclaimed`: its claim did not happen; `reconciled`: the reaper found it gone. */
         reason: 'ended' | 'unclaimed' | 'reconciled'
@@ -95,19 +110,27 @@ export type FlowGateCommand =
   | {
       type: 'take_gate'
       /** `ended`: holders the caller verified ended on the log (isHolderEnded); their slots are freed before the room is counted. */
-      data: GateAddress & { job_id: string; attempt: number; concurrency: number | null; rate: BucketRule | null; ended: readonly AttemptRef[] }
+      data: GateAddress & {
+        job_id: string
+        attempt: number
+        /** The claim's hold, one id for all the gates one claim takes (HoldRef). */
+        hold?: string
+        concurrency: number | null
+        rate: BucketRule | null
+        ended: readonly AttemptRef[]
+      }
       meta: CommandMeta
     }
   | {
       type: 'free_gate'
       /** `rate`: the gate's bucket, when a token is to be given back (`unclaimed`). */
-      data: { job_id: string; attempt: number; reason: 'ended' | 'unclaimed' | 'reconciled'; rate?: BucketRule | null }
+      data: { job_id: string; attempt: number; hold?: string; reason: 'ended' | 'unclaimed' | 'reconciled'; rate?: BucketRule | null }
       meta: CommandMeta
     }
   | {
       type: 'free_gate_slots'
       /** Several attempts' slots at once, one event each in one message (the reaper's reconciliation of an idle gate). */
-      data: { holders: readonly AttemptRef[]; reason: 'ended' | 'reconciled' }
+      data: { holders: readonly HoldRef[]; reason: 'ended' | 'reconciled' }
       meta: CommandMeta
     }
   | { type: 'hold_gate'; data: GateAddress & { job_id: string; until: string }; meta: CommandMeta }
@@ -166,6 +189,12 @@ function holds(gate: FlowGate | null, jobId: string, attempt: number): boolean {
 
 const isSameAttempt = (a: AttemptRef, b: AttemptRef) => a.job_id === b.job_id && a.attempt === b.attempt
 
+/** Whether `ref` names the holder's hold: the same attempt, and the same claim where both name theirs. */
+const isSameHold = (ref: HoldRef, holder: HoldRef) =>
+  isSameAttempt(ref, holder) && (ref.hold === undefined || holder.hold === undefined || ref.hold === holder.hold)
+
+const holdData = (hold: string | undefined) => (hold === undefined ? {} : { hold })
+
 /**
  * Whether a gate's holder has ended, given its job as the log has it now (null: the job is gone,
  * deleted by retention). An attempt that spent its number never runs again: the job's attempt
@@ -180,18 +209,30 @@ export function isHolderEnded(job: Pick<Job, 'attempt' | 'state'> | null, holder
 
 const attemptName = (jobId: string, attempt: number) => `${jobId}#${attempt}`
 
+/** What `last_token` records: the attempt and, where named, its hold. */
+const tokenName = (ref: HoldRef) =>
+  ref.hold === undefined ? attemptName(ref.job_id, ref.attempt) : `${attemptName(ref.job_id, ref.attempt)}#${ref.hold}`
+
+/** Whether the gate's last token was taken by the attempt (any of its holds). */
+const tookLastToken = (gate: FlowGate | null, jobId: string, attempt: number) =>
+  gate?.last_token != null && (gate.last_token === attemptName(jobId, attempt) || gate.last_token.startsWith(`${attemptName(jobId, attempt)}#`))
+
+/** Whether the gate's last token is the hold's (a token taken before holds were named is its attempt's). */
+const isLastTokenOf = (gate: FlowGate, ref: HoldRef) =>
+  gate.last_token === tokenName(ref) || (ref.hold !== undefined && gate.last_token === attemptName(ref.job_id, ref.attempt))
+
 function decide(command: FlowGateCommand, state: FlowGateAggregate): FlowGateEvent[] {
   const { now } = command.meta
   switch (command.type) {
     case 'take_gate': {
-      const { job_id, attempt, concurrency, rate, queue, by, key, ended } = command.data
+      const { job_id, attempt, hold, concurrency, rate, queue, by, key, ended } = command.data
       // The ended holders' slots are free already; the room is counted without them.
       const freed = state?.holders.filter((h) => ended.some((e) => isSameAttempt(e, h))) ?? []
       const gate: FlowGateAggregate = freed.length === 0 ? state : { ...state!, holders: state!.holders.filter((h) => !freed.includes(h)) }
       // Another claim of the same attempt (another poll, another process) took it first: this
       // claim will lose the job's append too, so it must not count the other's slot as its own
       // (giving it back would free a slot that a running job holds).
-      if (holds(gate, job_id, attempt) || gate?.last_token === attemptName(job_id, attempt)) {
+      if (holds(gate, job_id, attempt) || tookLastToken(gate, job_id, attempt)) {
         throw new InvalidState(`attempt ${attempt} of job ${job_id} holds this gate already`)
       }
       if (gate?.held_until != null && Date.parse(gate.held_until) > Date.parse(now)) {
@@ -216,32 +257,38 @@ function decide(command: FlowGateCommand, state: FlowGateAggregate): FlowGateEve
             key,
             job_id,
             attempt,
+            ...holdData(hold),
             taken_at: now,
             slot: concurrency !== null,
             token: rate !== null,
             tokens: rate === null ? null : tokens,
-            ...(freed.length === 0 ? {} : { freed: freed.map((h) => ({ job_id: h.job_id, attempt: h.attempt })) }),
+            ...(freed.length === 0 ? {} : { freed: freed.map((h) => ({ job_id: h.job_id, attempt: h.attempt, ...holdData(h.hold) })) }),
           },
         },
       ]
     }
     case 'free_gate': {
-      const { job_id, attempt, reason } = command.data
+      const { job_id, attempt, hold, reason } = command.data
       if (state === null) return []
-      const held = holds(state, job_id, attempt)
+      // Only the named claim's hold: a free meant for a claim that was handed back must not free
+      // the slot of the next claim of the same attempt number.
+      const held = state.holders.some((h) => isSameHold({ job_id, attempt, hold }, h))
       // A token goes back only for the start that took it and did not happen, once.
       const rule = command.data.rate ?? null
-      const tokenBack = reason === 'unclaimed' && rule !== null && state.last_token === attemptName(job_id, attempt)
+      const tokenBack = reason === 'unclaimed' && rule !== null && isLastTokenOf(state, { job_id, attempt, hold })
       if (!held && !tokenBack) return []
       const tokens = tokenBack ? { tokens: Math.min(rule.burst, tokensAt(state, rule, now) + 1) } : {}
-      return [{ type: 'gate_slot_freed', data: { job_id, attempt, freed_at: now, reason, ...tokens } }]
+      return [{ type: 'gate_slot_freed', data: { job_id, attempt, ...holdData(hold), freed_at: now, reason, ...tokens } }]
     }
     case 'free_gate_slots': {
       const { holders, reason } = command.data
       if (state === null) return []
       return state.holders
-        .filter((h) => holders.some((x) => isSameAttempt(x, h)))
-        .map((h) => ({ type: 'gate_slot_freed' as const, data: { job_id: h.job_id, attempt: h.attempt, freed_at: now, reason } }))
+        .filter((h) => holders.some((x) => isSameHold(x, h)))
+        .map((h) => ({
+          type: 'gate_slot_freed' as const,
+          data: { job_id: h.job_id, attempt: h.attempt, ...holdData(h.hold), freed_at: now, reason },
+        }))
     }
     case 'hold_gate': {
       const { queue, by, key, job_id, until } = command.data
@@ -259,20 +306,20 @@ function evolve(state: FlowGateAggregate, event: FlowGateEvent): FlowGateAggrega
   switch (event.type) {
     case 'gate_slot_taken': {
       const gate = state ?? created(event.data)
-      const { job_id, attempt, taken_at, slot, token, tokens, freed = [] } = event.data
-      const kept = freed.length === 0 ? gate.holders : gate.holders.filter((h) => !freed.some((f) => isSameAttempt(f, h)))
+      const { job_id, attempt, hold, taken_at, slot, token, tokens, freed = [] } = event.data
+      const kept = freed.length === 0 ? gate.holders : gate.holders.filter((h) => !freed.some((f) => isSameHold(f, h)))
       return {
         ...gate,
-        holders: slot ? [...kept, { job_id, attempt, taken_at }] : kept,
-        ...(token ? { tokens, refilled_at: taken_at, last_token: attemptName(job_id, attempt) } : {}),
+        holders: slot ? [...kept, { job_id, attempt, ...holdData(hold), taken_at }] : kept,
+        ...(token ? { tokens, refilled_at: taken_at, last_token: tokenName({ job_id, attempt, hold }) } : {}),
       }
     }
     case 'gate_slot_freed': {
       if (state === null) throw new EventBeforeCreation(event.type, 'gate_slot_taken')
-      const { job_id, attempt, freed_at, tokens } = event.data
+      const { job_id, attempt, hold, freed_at, tokens } = event.data
       return {
         ...state,
-        holders: state.holders.filter((h) => h.job_id !== job_id || h.attempt !== attempt),
+        holders: state.holders.filter((h) => !isSameHold({ job_id, attempt, hold }, h)),
         ...(tokens === undefined ? {} : { tokens, refilled_at: freed_at, last_token: null }),
       }
     }

@@ -103,6 +103,12 @@ export interface Job {
    * their aggregate ids: freed when the attempt ends. Present only once a claim took one.
    */
   gates?: string[]
+  /**
+   * The claim's hold in those gates (domain/flow-gate.ts HoldRef): what a release frees, so it
+   * frees this claim's slots and never those of a later claim of the same attempt number.
+   * Present with `gates` on claims written since holds were named.
+   */
+  gate_hold?: string
   /** Since when, and why, the waiting job has been refused a gate (issue 29): cleared by its next claim. */
   limit_waiting?: LimitWait
   /**
@@ -230,7 +236,10 @@ export type JobEvent =
     }
   // `gates`: the flow gates the attempt holds (issue 29); `limit_wait_ms`: how long the job waited
   // for them since it was first refused. Both only where there were any.
-  | { type: 'job_claimed'; data: { worker_id: string; attempt: number; started_at: string; gates?: string[]; limit_wait_ms?: number } }
+  | {
+      type: 'job_claimed'
+      data: { worker_id: string; attempt: number; started_at: string; gates?: string[]; hold?: string; limit_wait_ms?: number }
+    }
   // A claim found the job's key (or queue) at its limit, out of tokens or held (issue 29): recorded once per wait.
   | { type: 'job_limit_waiting'; data: LimitWait }
   // On the job's progress subject (domain/job-progress.ts); `attempt` is absent from the reports that
@@ -344,8 +353,8 @@ export type JobCommand =
   | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested' | 'expired'>; parent_job_id?: string }; meta: CommandMeta }
   /** Several parents of a graph job ended (issue 30): their settlements decided together, in order, as one append. */
   | { type: 'settle_parents'; data: { parents: Array<{ parent_job_id: string; outcome: ParentOutcome }> }; meta: CommandMeta }
-  /** `gates`: the flow gates the claimer took for the attempt (issue 29), by aggregate id. */
-  | { type: 'claim_job'; data: { worker_id: string; gates?: string[] }; meta: CommandMeta }
+  /** `gates`: the flow gates the claimer took for the attempt (issue 29), by aggregate id; `hold`: the claim's hold in them. */
+  | { type: 'claim_job'; data: { worker_id: string; gates?: string[]; hold?: string }; meta: CommandMeta }
   /** A claim was refused a gate: the waiting job records why, once per wait. */
   | { type: 'note_limit_wait'; data: { reason: LimitWait['reason']; key: string | null }; meta: CommandMeta }
   | {
@@ -667,11 +676,13 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       const job = requireJob(state)
       if (!isClaimable(job, now)) throw new InvalidState(`job ${job.id} is ${job.state} and cannot be claimed now`)
       const gates = command.data.gates ?? []
+      const { hold } = command.data
+      const held = gates.length === 0 ? {} : hold === undefined ? { gates } : { gates, hold }
       const waited = job.limit_waiting === undefined ? {} : { limit_wait_ms: elapsedMs(job.limit_waiting.since, now) }
       return [
         {
           type: 'job_claimed',
-          data: { worker_id: command.data.worker_id, attempt: job.attempt + 1, started_at: now, ...(gates.length > 0 ? { gates } : {}), ...waited },
+          data: { worker_id: command.data.worker_id, attempt: job.attempt + 1, started_at: now, ...held, ...waited },
         },
       ]
     }
@@ -964,10 +975,11 @@ function evolve(state: JobAggregate, event: JobEvent): JobAggregate {
         event.data.activated_at,
       )
     case 'job_claimed': {
-      const { gates: _held, limit_waiting: _wait, ...unlimited } = notWaiting(state)
+      const { gates: _held, gate_hold: _hold, limit_waiting: _wait, ...unlimited } = notWaiting(state)
       return {
         ...unlimited,
         ...(event.data.gates === undefined ? {} : { gates: event.data.gates }),
+        ...(event.data.hold === undefined ? {} : { gate_hold: event.data.hold }),
         state: 'processing',
         attempt: event.data.attempt,
         worker_id: event.data.worker_id,

@@ -413,7 +413,9 @@ t.test('a slot a crash left held by an attempt that never ran is freed by the re
   ])
   // A claim that took its gate and died before the job's append, 30 s ago.
   const job = (await ok(on(0, 'GET', `/jobsvc/v1/jobs/${first}`))) as { queue: string; job_type: string; tags: null; concurrency_key: string }
-  await withClockShifted(h.runtime, -30_000, () => takeGates(h.runtime, h.projectId, first!, 1, gatesOf(limits, job)))
+  await withClockShifted(h.runtime, -30_000, () =>
+    takeGates(h.runtime, h.projectId, { job_id: first!, attempt: 1, hold: 'crashed' }, gatesOf(limits, job)),
+  )
   const gate = gateRefOf(h.projectId, gatesOf(limits, job)[0]!)
   const freed = await eventually(
     async () => {

@@ -105,6 +105,55 @@ t.test('a freed slot makes room; a free of an attempt holding none changes nothi
     .then([])
 })
 
+t.test("a free names its claim's hold: one meant for a claim handed back never frees the next claim of the same attempt", async (t) => {
+  const takeHeld = (jobId: string, hold: string, seconds = 0): FlowGateCommand => {
+    const command = take(jobId, { seconds })
+    return { ...command, data: { ...(command.data as Extract<FlowGateCommand, { type: 'take_gate' }>['data']), hold } } as FlowGateCommand
+  }
+  const freeHeld = (jobId: string, hold: string, reason: 'ended' | 'unclaimed' = 'ended'): FlowGateCommand => ({
+    type: 'free_gate',
+    data: { job_id: jobId, attempt: 1, hold, reason, rate: null },
+    meta: { now: at(0) },
+  })
+  const takenHeld = (jobId: string, hold: string, seconds = 0): FlowGateEvent => ({
+    type: 'gate_slot_taken',
+    data: { ...address, job_id: jobId, attempt: 1, hold, taken_at: at(seconds), slot: true, token: false, tokens: null },
+  })
+  deciderSpec(t, flowGateDecider)
+    .given([])
+    .when(takeHeld('job_a', 'h1'))
+    .then([takenHeld('job_a', 'h1')])
+  // Two claims of job_a's attempt 1 raced: h1's take stood and its job append lost; h2's job
+  // append stood and its take did not. h2's hand-back frees nothing of h1's ...
+  deciderSpec(t, flowGateDecider)
+    .given([takenHeld('job_a', 'h1')])
+    .when(freeHeld('job_a', 'h2'))
+    .then([])
+  // ... h1's give-back frees its own slot ...
+  const freed = deciderSpec(t, flowGateDecider)
+    .given([takenHeld('job_a', 'h1')])
+    .when(freeHeld('job_a', 'h1', 'unclaimed'))
+    .then([{ type: 'gate_slot_freed', data: { job_id: 'job_a', attempt: 1, hold: 'h1', freed_at: at(0), reason: 'unclaimed' } }])
+  t.same(freed!.holders, [], 'the slot is free')
+  // ... and once the next claim of the same number (h3) holds it, a late free of h1 or h2 changes nothing.
+  const retaken: FlowGateEvent[] = [
+    takenHeld('job_a', 'h1'),
+    { type: 'gate_slot_freed', data: { job_id: 'job_a', attempt: 1, hold: 'h1', freed_at: at(0), reason: 'unclaimed' } },
+    takenHeld('job_a', 'h3', 1),
+  ]
+  for (const late of ['h1', 'h2']) deciderSpec(t, flowGateDecider).given(retaken).when(freeHeld('job_a', late)).then([])
+  const state = deciderSpec(t, flowGateDecider)
+    .given(retaken)
+    .when(freeHeld('job_a', 'h3'))
+    .then([{ type: 'gate_slot_freed', data: { job_id: 'job_a', attempt: 1, hold: 'h3', freed_at: at(0), reason: 'ended' } }])
+  t.same(state!.holders, [], "h3's own free frees it")
+  // A holder written before holds were named is freed by its attempt alone.
+  deciderSpec(t, flowGateDecider)
+    .given([taken('job_a')])
+    .when(freeHeld('job_a', 'h9'))
+    .then([{ type: 'gate_slot_freed', data: { job_id: 'job_a', attempt: 1, hold: 'h9', freed_at: at(0), reason: 'ended' } }])
+})
+
 t.test('a take frees the ended holders its caller names, in its own event, before it counts the room', async (t) => {
   const ended = { job_id: 'job_a', attempt: 1 }
   const state = deciderSpec(t, flowGateDecider)

@@ -14,7 +14,9 @@ import {
   type GateAddress,
   type GateHolder,
   type GateSpec,
+  type HoldRef,
 } from '../../../domain/flow-gate.ts'
+import { randomBytes } from 'node:crypto'
 import type { CommandResult, Ref } from '../../../streams/aggregate-handler.ts'
 import type { Job } from '../../../domain/job.ts'
 import { gateHandler, jobHandler } from '../../../streams/aggregates.ts'
@@ -121,10 +123,21 @@ export function gateRefOf(projectId: string, address: GateAddress): Ref<'gate'> 
 
 const meta = (deps: GateDeps) => ({ now: deps.now().toISOString() })
 
-function takeCommand(deps: GateDeps, gate: GateSpec, jobId: string, attempt: number, ended: readonly AttemptRef[]): FlowGateCommand {
+function takeCommand(deps: GateDeps, gate: GateSpec, claim: ClaimHold, ended: readonly AttemptRef[]): FlowGateCommand {
   const { queue, by, key, concurrency, rate } = gate
-  return { type: 'take_gate', data: { queue, by, key, job_id: jobId, attempt, concurrency, rate, ended }, meta: meta(deps) }
+  const { job_id, attempt, hold } = claim
+  return { type: 'take_gate', data: { queue, by, key, job_id, attempt, hold, concurrency, rate, ended }, meta: meta(deps) }
 }
+
+/** One claim of a job's attempt, as its gates name it: the hold is the claim's own id, the same in each of its gates and on the job's claim. */
+export interface ClaimHold {
+  job_id: string
+  attempt: number
+  hold: string
+}
+
+/** A new claim's hold id: it tells apart claims of one attempt number (a claim handed back leaves the next one its number). */
+export const newHoldId = (): string => randomBytes(6).toString('base64url')
 
 /** The gate's holders this process knows ended (EndedAttempts): no I/O. */
 function knownEndedOf(deps: GateDeps, projectId: string, gate: FlowGate | null): AttemptRef[] {
@@ -154,7 +167,7 @@ async function endedHoldersOf(deps: GateDeps, projectId: string, spec: GateSpec,
  * taken the room since), which lets the claim append its take and the job's claim together
  * instead of one after the other. False when a gate is unknown here.
  */
-export function expectRoom(deps: GateDeps, projectId: string, jobId: string, attempt: number, gates: readonly GateSpec[]): boolean {
+export function expectRoom(deps: GateDeps, projectId: string, claim: ClaimHold, gates: readonly GateSpec[]): boolean {
   const states = deps.gateStates
   if (states === undefined) return false
   return gates.every((gate) => {
@@ -162,7 +175,7 @@ export function expectRoom(deps: GateDeps, projectId: string, jobId: string, att
     if (known === undefined) return false
     try {
       const ended = knownEndedOf(deps, projectId, known.state)
-      return flowGateDecider.decide(takeCommand(deps, gate, jobId, attempt, ended), known.state).length > 0
+      return flowGateDecider.decide(takeCommand(deps, gate, claim, ended), known.state).length > 0
     } catch {
       return false
     }
@@ -181,7 +194,7 @@ const maxTakeDecisions = 4
  * decided again on a loaded one; a refusal is final only on a state just loaded, whose every
  * holder was checked.
  */
-async function takeGate(deps: GateDeps, projectId: string, gate: GateSpec, jobId: string, attempt: number): Promise<void> {
+async function takeGate(deps: GateDeps, projectId: string, gate: GateSpec, claim: ClaimHold): Promise<void> {
   const ref = gateRefOf(projectId, gate)
   const states = deps.gateStates
   let known = states?.get(ref)
@@ -191,7 +204,7 @@ async function takeGate(deps: GateDeps, projectId: string, gate: GateSpec, jobId
     known = undefined
     try {
       const ended = await endedHoldersOf(deps, projectId, gate, at.state)
-      const command = takeCommand(deps, gate, jobId, attempt, ended)
+      const command = takeCommand(deps, gate, claim, ended)
       const result = await gateHandler.decide(deps, ref, command, { hint: at, trustHint: true })
       states?.remember(ref, result)
       return
@@ -207,14 +220,14 @@ async function takeGate(deps: GateDeps, projectId: string, gate: GateSpec, jobId
  * Takes a slot (and a token) in each gate for the attempt, in order; on a refusal gives back what
  * it took and throws LimitRefused. Resolves to the names of the gates taken.
  */
-export async function takeGates(deps: GateDeps, projectId: string, jobId: string, attempt: number, gates: readonly GateSpec[]): Promise<string[]> {
+export async function takeGates(deps: GateDeps, projectId: string, claim: ClaimHold, gates: readonly GateSpec[]): Promise<string[]> {
   const taken: GateSpec[] = []
   for (const gate of gates) {
     try {
-      await takeGate(deps, projectId, gate, jobId, attempt)
+      await takeGate(deps, projectId, gate, claim)
       taken.push(gate)
     } catch (err) {
-      await giveBack(deps, projectId, jobId, attempt, taken)
+      await giveBack(deps, projectId, claim, taken)
       if (err instanceof GateRefusal) throw new LimitRefused(err, gate)
       // A conflict on the gate is not one on the job: the caller must not take the job as moved on.
       if (err instanceof ConcurrencyConflict) throw new GateContended(gate)
@@ -225,21 +238,21 @@ export async function takeGates(deps: GateDeps, projectId: string, jobId: string
 }
 
 /** Gives back the slots and tokens of a claim that did not happen (its append lost or failed). */
-export async function giveBack(deps: GateDeps, projectId: string, jobId: string, attempt: number, gates: readonly GateSpec[]): Promise<void> {
-  await Promise.all(gates.map((g) => freeGate(deps, projectId, gateNameOf(g), jobId, attempt, 'unclaimed', g.rate)))
+export async function giveBack(deps: GateDeps, projectId: string, claim: ClaimHold, gates: readonly GateSpec[]): Promise<void> {
+  await Promise.all(gates.map((g) => freeGate(deps, projectId, gateNameOf(g), claim, 'unclaimed', g.rate)))
 }
 
-/** Frees the attempt's slot in the named gate (a no-op when it holds none there). */
+/** Frees the claim's slot in the named gate (a no-op when it holds none there; `hold` absent: any hold of the attempt). */
 export async function freeGate(
   deps: GateDeps,
   projectId: string,
   name: string,
-  jobId: string,
-  attempt: number,
+  claim: HoldRef,
   reason: 'ended' | 'unclaimed' | 'reconciled',
   rate: BucketRule | null = null,
 ): Promise<void> {
-  await decideOnGate(deps, gateRef(projectId, name), { type: 'free_gate', data: { job_id: jobId, attempt, reason, rate }, meta: meta(deps) })
+  const { job_id, attempt, hold } = claim
+  await decideOnGate(deps, gateRef(projectId, name), { type: 'free_gate', data: { job_id, attempt, hold, reason, rate }, meta: meta(deps) })
 }
 
 /**
@@ -261,7 +274,7 @@ export async function reconcileGate(
   projectId: string,
   gateId: string,
   holders: readonly GateHolder[],
-  jobOf: (jobId: string) => Promise<Pick<Job, 'attempt' | 'state'> | null>,
+  jobOf: (jobId: string) => Promise<Pick<Job, 'attempt' | 'state' | 'gate_hold'> | null>,
 ): Promise<{ ended: number; unclaimed: number }> {
   const before = deps.now().getTime() - unclaimedSlotGraceMs
   const jobs = await Promise.all(holders.map((h) => jobOf(h.job_id)))
@@ -270,17 +283,23 @@ export async function reconcileGate(
   holders.forEach((h, i) => {
     const job = jobs[i] ?? null
     if (isHolderEnded(job, h)) ended.push(h)
-    else if (job !== null && !(job.state === 'processing' && job.attempt === h.attempt) && Date.parse(h.taken_at) <= before) unclaimed.push(h)
+    else if (job !== null && !isRunningHold(job, h) && Date.parse(h.taken_at) <= before) unclaimed.push(h)
   })
   if (ended.length + unclaimed.length === 0) return { ended: 0, unclaimed: 0 }
   const result = await gateHandler.decide(deps, gateHandler.ref(projectId, gateId), {
     type: 'free_gate_slots',
-    data: { holders: [...ended, ...unclaimed].map((h) => ({ job_id: h.job_id, attempt: h.attempt })), reason: 'reconciled' },
+    data: { holders: [...ended, ...unclaimed].map(({ job_id, attempt, hold }) => ({ job_id, attempt, hold })), reason: 'reconciled' },
     meta: meta(deps),
   })
   const freed = new Set(result.events.map((e) => endedName(projectId, e.data as AttemptRef)))
   const count = (of: GateHolder[]) => of.filter((h) => freed.has(endedName(projectId, h))).length
   return { ended: count(ended), unclaimed: count(unclaimed) }
+}
+
+/** Whether the job is running the holder's claim: its attempt, under the same hold where both name one. */
+function isRunningHold(job: Pick<Job, 'attempt' | 'state' | 'gate_hold'>, holder: HoldRef): boolean {
+  if (job.state !== 'processing' || job.attempt !== holder.attempt) return false
+  return job.gate_hold === undefined || holder.hold === undefined || job.gate_hold === holder.hold
 }
 
 /** Holds the gate shut until `until` (a worker's `rate_limited` ack). */

@@ -28,7 +28,7 @@ import {
 import { InvalidState } from '../../../domain/errors.ts'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ConcurrencyConflict } from '../../../streams/errors.ts'
-import { EndedAttempts, expectRoom, freeGate, GateStates, giveBack, holdGate, takeGates } from './flow-gates.ts'
+import { EndedAttempts, expectRoom, freeGate, GateStates, giveBack, holdGate, newHoldId, takeGates, type ClaimHold } from './flow-gates.ts'
 import { gateNameOf, gatesOf, holdGateOf, LimitRefused, type GateSpec } from '../../../domain/flow-gate.ts'
 import type { FlowLimits } from '../../../domain/project/index.ts'
 import { jobProgressDecider, progressOf, type JobProgress, type JobProgressCommand } from '../../../domain/job-progress.ts'
@@ -321,7 +321,9 @@ export class JobService {
     if (ended.type !== 'job_released') this.#endedAttempts.add(projectId, jobId, attempt)
     else {
       try {
-        await Promise.all(gates.map((name) => freeGate(this.#gateDeps, projectId, name, jobId, attempt, 'ended')))
+        // This claim's hold only: a later claim of the same number holds under its own.
+        const hold = { job_id: jobId, attempt, ...(job!.gate_hold === undefined ? {} : { hold: job!.gate_hold }) }
+        await Promise.all(gates.map((name) => freeGate(this.#gateDeps, projectId, name, hold, 'ended')))
       } catch (err) {
         // The release stands; the reaper's reconciliation frees what could not be freed here.
         this.#deps.log.warn({ err, projectId, jobId, gates }, 'could not free the flow gates of a released attempt')
@@ -819,9 +821,9 @@ export class JobService {
     trustKnown = false,
     limits: FlowLimits | null = null,
   ): Promise<CommandResult<JobEvent, Job>> {
-    const command = (gates?: string[]): JobCommand => ({
+    const command = (gates?: string[], hold?: string): JobCommand => ({
       type: 'claim_job',
-      data: gates === undefined || gates.length === 0 ? { worker_id: workerId } : { worker_id: workerId, gates },
+      data: gates === undefined || gates.length === 0 ? { worker_id: workerId } : { worker_id: workerId, gates, hold },
       meta: this.#meta(),
     })
     if (limits === null) return this.#run(projectId, jobId, command(), known, trustKnown)
@@ -831,11 +833,11 @@ export class JobService {
     if (!isClaimable(job, this.#meta().now)) throw new InvalidState(`job ${job.id} is ${job.state} and cannot be claimed now`)
     const gates = gatesOf(limits, job)
     if (gates.length === 0) return this.#run(projectId, jobId, command(), known, trustKnown)
-    const attempt = job.attempt + 1
-    if (expectRoom(this.#gateDeps, projectId, jobId, attempt, gates)) return this.#claimBesideTake(projectId, job, workerId, gates, known, trustKnown)
+    const hold: ClaimHold = { job_id: jobId, attempt: job.attempt + 1, hold: newHoldId() }
+    if (expectRoom(this.#gateDeps, projectId, hold, gates)) return this.#claimBesideTake(projectId, job, workerId, gates, hold, known, trustKnown)
     let taken: string[]
     try {
-      taken = await takeGates(this.#gateDeps, projectId, jobId, attempt, gates)
+      taken = await takeGates(this.#gateDeps, projectId, hold, gates)
     } catch (err) {
       if (err instanceof LimitRefused) {
         limitRefusals.inc({ reason: err.refusal.reason })
@@ -845,9 +847,9 @@ export class JobService {
     }
     limitSlotsTaken.inc()
     try {
-      return await this.#run(projectId, jobId, command(taken), known, trustKnown)
+      return await this.#run(projectId, jobId, command(taken, hold.hold), known, trustKnown)
     } catch (err) {
-      await giveBack(this.#gateDeps, projectId, jobId, attempt, gates).catch(() => undefined)
+      await giveBack(this.#gateDeps, projectId, hold, gates).catch(() => undefined)
       throw err
     }
   }
@@ -864,13 +866,13 @@ export class JobService {
     job: Job,
     workerId: string,
     gates: readonly GateSpec[],
+    hold: ClaimHold,
     known: Loaded<Job> | undefined,
     trustKnown: boolean,
   ): Promise<CommandResult<JobEvent, Job>> {
-    const attempt = job.attempt + 1
-    const claim: JobCommand = { type: 'claim_job', data: { worker_id: workerId, gates: gates.map(gateNameOf) }, meta: this.#meta() }
+    const claim: JobCommand = { type: 'claim_job', data: { worker_id: workerId, gates: gates.map(gateNameOf), hold: hold.hold }, meta: this.#meta() }
     const [take, claimed] = await Promise.allSettled([
-      takeGates(this.#gateDeps, projectId, job.id, attempt, gates),
+      takeGates(this.#gateDeps, projectId, hold, gates),
       this.#run(projectId, job.id, claim, known, trustKnown),
     ])
     if (take.status === 'fulfilled' && claimed.status === 'fulfilled') {
@@ -878,7 +880,7 @@ export class JobService {
       return claimed.value
     }
     if (take.status === 'fulfilled') {
-      await giveBack(this.#gateDeps, projectId, job.id, attempt, gates).catch(() => undefined)
+      await giveBack(this.#gateDeps, projectId, hold, gates).catch(() => undefined)
       throw (claimed as PromiseRejectedResult).reason
     }
     // The job was lost too (another claim won it): nothing of this claim stands.
