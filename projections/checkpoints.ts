@@ -11,6 +11,9 @@ export interface ApplyOptions {
   assertLeader?: (tx: Tx) => Promise<void>
 }
 
+/** Postgres's "current transaction is aborted": a statement sent after another one failed. */
+const inFailedTransaction = '25P02'
+
 type ApplyTo = (tx: Tx, projection: Projection, fresh: readonly EventRecord[]) => Promise<ProjectionFailure[]>
 
 /**
@@ -24,10 +27,17 @@ export async function applyBatch(
   records: readonly EventRecord[],
   options: ApplyOptions = {},
 ): Promise<number> {
-  await applyBatchWith(sql, projections, records, options, async (tx, p, fresh) => {
-    await p.apply(tx, fresh)
-    return []
-  })
+  await applyBatchWith(
+    sql,
+    projections,
+    records,
+    options,
+    async (tx, p, fresh) => {
+      await p.apply(tx, fresh)
+      return []
+    },
+    true,
+  )
   return lastSeqOf(records)
 }
 
@@ -35,23 +45,49 @@ function lastSeqOf(records: readonly EventRecord[]): number {
   return records.reduce((m, r) => Math.max(m, r.seq), 0)
 }
 
-/** The batch's transaction: checkpoints locked, each projection given its fresh messages, failures recorded, checkpoints advanced. */
+/**
+ * The batch's transaction: checkpoints locked, each projection given its fresh messages, failures
+ * recorded, checkpoints advanced. `together`: the projections are applied side by side on the
+ * transaction (each writes only its own tables), so one's statements are sent while Postgres
+ * still runs another's and the batch costs the slower of the projector's CPU and Postgres's
+ * rather than their sum; the isolating path, whose savepoints must not interleave, applies them
+ * one after another.
+ */
 async function applyBatchWith(
   sql: Sql,
   projections: readonly Projection[],
   records: readonly EventRecord[],
   options: ApplyOptions,
   applyTo: ApplyTo,
+  together = false,
 ): Promise<ProjectionFailure[]> {
   if (records.length === 0) return []
   return (await sql.begin(async (tx) => {
     const checkpoints = await readCheckpoints(tx, projections, true)
     await options.assertLeader?.(tx)
     const failures: ProjectionFailure[] = []
-    for (const p of projections) {
+    const freshFor = (p: Projection) => {
       const from = checkpoints.get(p.name) ?? 0
-      const fresh = records.filter((r) => r.seq > from && isHandledBy(p, r))
-      if (fresh.length > 0) failures.push(...(await applyTo(tx, p, fresh)))
+      return records.filter((r) => r.seq > from && isHandledBy(p, r))
+    }
+    if (together) {
+      const applied = await Promise.allSettled(
+        projections.map((p) => {
+          const fresh = freshFor(p)
+          return fresh.length > 0 ? applyTo(tx, p, fresh) : Promise.resolve([])
+        }),
+      )
+      // Every projection has settled before the transaction ends. One failed statement aborts the
+      // transaction, so the others' later statements fail as well (25P02): the batch fails with
+      // the one that caused it, which is what tells a data error (isolated and recorded) apart.
+      const rejected = applied.filter((a) => a.status === 'rejected').map((a) => a.reason as { code?: unknown })
+      if (rejected.length > 0) throw rejected.find((err) => err?.code !== inFailedTransaction) ?? rejected[0]
+      for (const a of applied) failures.push(...(a as PromiseFulfilledResult<ProjectionFailure[]>).value)
+    } else {
+      for (const p of projections) {
+        const fresh = freshFor(p)
+        if (fresh.length > 0) failures.push(...(await applyTo(tx, p, fresh)))
+      }
     }
     await recordFailures(tx, failures)
     await advanceCheckpoints(tx, projections, lastSeqOf(records))

@@ -126,6 +126,18 @@ function toRow(job: Job, seq: number, facts: RowFacts): Record<(typeof columns)[
   }
 }
 
+/**
+ * The row as the upsert's json document carries it: json_populate_recordset reads a column it
+ * finds no key for as NULL, just as it reads a json null, so the null columns (most of a row's)
+ * are left out — a replay writes every job's row once per batch it changed in, hundreds of MB.
+ * Only the row's own keys: a null inside a payload or a result is kept.
+ */
+function withoutNulls(row: Record<string, unknown>): Record<string, unknown> {
+  const kept: Record<string, unknown> = {}
+  for (const key in row) if (row[key] !== null) kept[key] = row[key]
+  return kept
+}
+
 function toIso(v: unknown): string | null {
   return v instanceof Date ? v.toISOString() : v === null || v === undefined ? null : String(v)
 }
@@ -234,7 +246,7 @@ export async function upsertJobRows(db: Queryable, records: readonly EventRecord
       const job = r.message.state as Job
       const error = job.error ?? (job.error_seq === null ? null : (errorsAt.get(job.error_seq) ?? null))
       const progress = reportedOnOwnSubject.has(job.id) ? job.progress : null
-      return toRow(job, r.seq, { payload: payloads.get(job.id) ?? null, error, progress, result: results.get(job.id) ?? null })
+      return withoutNulls(toRow(job, r.seq, { payload: payloads.get(job.id) ?? null, error, progress, result: results.get(job.id) ?? null }))
     })
   for (let i = 0; i < rows.length; i += rowsPerStatement) {
     const chunk = rows.slice(i, i + rowsPerStatement)

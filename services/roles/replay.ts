@@ -40,8 +40,12 @@ async function main(): Promise<void> {
     if (values.failures) await printFailures(runtime, scope)
     else if (scope !== null) await reproject(runtime, log, scope)
     else {
-      const { through, ms } = await rebuildReadModels(runtime, (m) => log.info(m))
-      log.info({ through, ms }, `replay: read models rebuilt through sequence ${through} in ${ms} ms`)
+      const { through, messages, events, ms } = await rebuildReadModels(runtime, (m) => log.info(m))
+      const eventsPerS = Math.round(events / (Math.max(ms, 1) / 1000))
+      log.info(
+        { through, messages, events, ms, events_per_s: eventsPerS },
+        `replay: read models rebuilt through sequence ${through} in ${ms} ms (${events} events in ${messages} messages, ${eventsPerS} events/s)`,
+      )
     }
   } finally {
     await runtime.close()

@@ -184,5 +184,9 @@ t.test('npm run replay, while the projector runs, rebuilds read models identical
   )
   const reference = await rebuildReadModels(h.runtime, () => undefined)
   t.equal(reference.through, busyLast, 'the reference rebuild read the whole log')
+  t.ok(
+    reference.messages > 0 && reference.events >= reference.messages,
+    `it counts what it projected (${reference.events} events in ${reference.messages} messages)`,
+  )
   t.same(await readModels(sql), afterTraffic, 'read models after a replay under traffic equal a quiet rebuild row by row')
 })

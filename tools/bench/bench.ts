@@ -36,6 +36,7 @@ import { prepareServiceEnvironment, removeServiceEnvironment } from './service-e
 import { createBenchProject, spawnService, stopService, type BenchProject, type SpawnedService } from './service-process.ts'
 import { WebhookReceiver } from './webhook-receiver.ts'
 import { benchWorkflows } from './workflows.ts'
+import { runReplay } from './replay.ts'
 
 const log = (line: string) => process.stderr.write(`${line}\n`)
 
@@ -160,6 +161,15 @@ async function main(argv: string[]): Promise<boolean> {
         drainer.close()
       }
     }
+    let replay: ReportSection | null = null
+    if (opts.replayEvents !== null && nats !== null && namespace !== null) {
+      const drainer = new Client(url!, apiKey!, opts.workers * burndownCapacity + 4)
+      try {
+        replay = await runReplay(drainer, nats, { events: opts.replayEvents, workers: opts.workers, namespace, env, dev: opts.dev }, run.signal, log)
+      } finally {
+        drainer.close()
+      }
+    }
     let retentionReport: ReportSection | null = null
     if (retention !== null) {
       log(`bench: retention of ${retention.seeded.jobs.length} expired jobs, nothing else running`)
@@ -171,7 +181,7 @@ async function main(argv: string[]): Promise<boolean> {
       writeReport([...sections.flatMap((s) => s.lines), ''], Object.assign({}, ...sections.map((s) => s.summary)))
       return true
     }
-    report(opts, single, webhooks, idle, batched, retentionReport, logBytes, burndown)
+    report(opts, single, webhooks, idle, batched, retentionReport, logBytes, burndown, replay)
     if (service !== null && service.child.exitCode !== null) log(`bench: the service died:\n${service.output()}`)
     const isClean = (r: CycleResults | null) => r === null || (r.complete && r.duplicateClaims === 0)
     return isClean(idle) && isClean(single.result) && isClean(batched?.result ?? null)

@@ -53,7 +53,7 @@ async function enqueue(client: Client, queue: string, jobs: number, signal: Abor
 }
 
 /** Creates `jobs` jobs on `queue` in batches of 1,000 (not timed): a backlog to drain. */
-async function seedBacklog(client: Client, queue: string, jobs: number, signal: AbortSignal): Promise<void> {
+export async function seedBacklog(client: Client, queue: string, jobs: number, signal: AbortSignal): Promise<void> {
   for (let made = 0; made < jobs; made += 1000) {
     const items = Array.from({ length: Math.min(1000, jobs - made) }, (_, k) => ({ job_type: 'burndown', queue, payload: { i: made + k } }))
     const reply = await withRetries('batch create', signal, () => client.request('POST', '/jobsvc/v1/jobs/batch', { jobs: items }), 200)
@@ -62,7 +62,7 @@ async function seedBacklog(client: Client, queue: string, jobs: number, signal: 
 }
 
 /** Workers drain `jobs` jobs from `queue`, acking each with its own request or each poll's in one; their rate. */
-async function drain(client: Client, queue: string, load: BurndownLoad, batchAcks: boolean, signal: AbortSignal): Promise<number> {
+export async function drain(client: Client, queue: string, load: BurndownLoad, batchAcks: boolean, signal: AbortSignal): Promise<number> {
   let acked = 0
   let last = 0
   const started = performance.now()

@@ -4,7 +4,7 @@ import { ConfigError, devSecretFileName, loadConfig, type Config } from '../../s
 const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS] | --spawn)
   [--jobs N] [--producers P] [--workers W] [--capacity C] [--rate JOBS_PER_S] [--timeout-s S]
   [--nats-url URL] [--service-log FILE] [--service-cpu-prof DIR] [--no-metering] [--webhooks]
-  [--idle N] [--batch B] [--burndown-jobs N] [--retention-jobs N] [--priorities] [--paused-queue]
+  [--idle N] [--batch B] [--burndown-jobs N] [--replay-events N] [--retention-jobs N] [--priorities] [--paused-queue]
   [--flow-keys N [--flow-limit L]]
        npm run bench -- --spawn --export-jobs N [--export-read-mbps MB_PER_S]
        npm run bench -- --spawn --metrics-jobs N [--metrics-requests R]
@@ -16,16 +16,22 @@ const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS]
 A run measures, one after another: an idle phase (--idle N jobs, default 300, paced at 50/s by 2
 producers for 4 workers: claim latency on an idle system), the single-request cycle (--jobs,
 default 10,000), the batched cycle (--batch B, default 100), the burn-down (--burndown-jobs N,
-default 20,000) and, with --spawn, retention of a backlog alone (--retention-jobs N, default
-20,000). Each figure is printed on its own line and the JSON last line carries jobs_per_s,
-idle_claim_p50_ms, batch_jobs_per_s, enqueue_jobs_per_s, burndown_jobs_per_s,
-burndown_batch_ack_jobs_per_s and retention_jobs_per_s with the rest. 0 turns a phase off (--jobs
-0: no cycles and no burn-down, retention alone).
+default 20,000) and, with --spawn, the replay (--replay-events N, default 1,000,000) and retention
+of a backlog alone (--retention-jobs N, default 20,000). Each figure is printed on its own line
+and the JSON last line carries jobs_per_s, idle_claim_p50_ms, batch_jobs_per_s,
+enqueue_jobs_per_s, burndown_jobs_per_s, burndown_batch_ack_jobs_per_s, replay_events_per_s and
+retention_jobs_per_s with the rest. 0 turns a phase off (--jobs 0: no cycles, no burn-down and no
+replay, retention alone).
 
 --burndown-jobs N measures, each alone: the enqueue of N single creates with 50 in flight; the
 burn-down of that backlog by the workers (capacity 50 each), one ack request per job; and the
 burn-down of a second backlog of N (created in batches, not timed) with each poll's jobs acked in
 one request. Each with the CPU per job of the service, the client, NATS and Postgres.
+
+--replay-events N (with --spawn) measures the projector alone: the run's log is topped up to at
+least N messages (jobs created in batches and drained with batch acks), then \`npm run replay\`
+rebuilds every read model from sequence 1 in a process of its own while the service idles; its
+events/s is replay_events_per_s.
 
 Without --rate producers create as fast as the service answers, so created->claimed includes the
 backlog when creation outpaces the workers; --rate paces creation (open loop) to measure claim
@@ -148,6 +154,8 @@ export interface Options {
   retentionJobs: number | null
   /** The burn-down phase's jobs (burndown.ts); null: no burn-down. */
   burndownJobs: number | null
+  /** Events the log holds at least before `npm run replay` is timed over it (--spawn only); null: no replay. */
+  replayEvents: number | null
   /**
    * `--dev` (which `npm run bench` passes, as `npm start` does): without JOBSVC_SECRET, the
    * spawned service and command line use the development mode's secret file too.
@@ -212,6 +220,7 @@ function toOptions(argv: string[]): Options {
       'metrics-requests': { type: 'string' },
       'retention-jobs': { type: 'string' },
       'burndown-jobs': { type: 'string' },
+      'replay-events': { type: 'string' },
       'feed-jobs': { type: 'string' },
       'bulk-retry': { type: 'string' },
       workflows: { type: 'string' },
@@ -225,6 +234,8 @@ function toOptions(argv: string[]): Options {
   if (values['feed-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--feed-jobs needs --spawn\n${usage}`)
   if (values['bulk-retry'] !== undefined && !values.spawn) throw new ConfigError(`--bulk-retry needs --spawn\n${usage}`)
   if (values['audit-leaves'] !== undefined && !values.spawn) throw new ConfigError(`--audit-leaves needs --spawn\n${usage}`)
+  if (values['replay-events'] !== undefined && values['replay-events'] !== '0' && !values.spawn)
+    throw new ConfigError(`--replay-events needs --spawn\n${usage}`)
   if (values['retention-jobs'] !== undefined && values['retention-jobs'] !== '0' && !values.spawn)
     throw new ConfigError(`--retention-jobs needs --spawn\n${usage}`)
   // --jobs 0: no cycles (retention alone).
@@ -265,6 +276,7 @@ function toOptions(argv: string[]): Options {
     workflows: values.workflows === undefined ? null : positiveInt('workflows', values.workflows, 0, 100),
     bulkRetry: values['bulk-retry'] === undefined ? null : positiveInt('bulk-retry', values['bulk-retry'], 0, 1_000_000),
     burndownJobs: noLoad ? null : phaseCount('burndown-jobs', values['burndown-jobs'], 20_000, 1_000_000),
+    replayEvents: noLoad ? null : phaseCount('replay-events', values['replay-events'], values.spawn ? 1_000_000 : 0, 100_000_000),
     retentionJobs: phaseCount('retention-jobs', values['retention-jobs'], values.spawn ? 20_000 : 0, 10_000_000),
     dev: values.dev,
   }

@@ -72,6 +72,7 @@ export function report(
   retention: ReportSection | null,
   logBytes: ReportSection | null,
   burndown: ReportSection | null = null,
+  replay: ReportSection | null = null,
 ): void {
   const r = single.result
   const b = batched?.result
@@ -89,6 +90,7 @@ export function report(
     ...(webhooks ?? {}),
     ...(b === undefined ? {} : { batch_jobs_per_s: jobsPerS(b), batch_size: opts.batch, ...withPrefix('batch_', latencySummary(b)) }),
     ...(burndown?.summary ?? {}),
+    ...(replay?.summary ?? {}),
     ...(retention?.summary ?? {}),
     ...(logBytes?.summary ?? {}),
   }
@@ -119,6 +121,7 @@ export function report(
           ...describeCycleCpu(batched!),
         ]),
     ...(burndown?.lines ?? []),
+    ...(replay?.lines ?? []),
     ...(retention?.lines ?? []),
     ...(logBytes?.lines ?? []),
     '',

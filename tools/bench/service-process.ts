@@ -4,7 +4,7 @@ import { dirname, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 /** The service and its command line run from the repository root, as `npm start` runs them. */
-const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
 
 /** A project the bench drives, as the command line prints it. */
 export interface BenchProject {
