@@ -163,12 +163,7 @@ async function main(argv: string[]): Promise<boolean> {
     }
     let replay: ReportSection | null = null
     if (opts.replayEvents !== null && nats !== null && namespace !== null) {
-      const drainer = new Client(url!, apiKey!, opts.workers * burndownCapacity + 4)
-      try {
-        replay = await runReplay(drainer, nats, { events: opts.replayEvents, workers: opts.workers, namespace, env, dev: opts.dev }, run.signal, log)
-      } finally {
-        drainer.close()
-      }
+      replay = await runReplay(nats, { events: opts.replayEvents, workers: opts.workers, namespace, env, dev: opts.dev, url: url! }, run.signal, log)
     }
     let retentionReport: ReportSection | null = null
     if (retention !== null) {

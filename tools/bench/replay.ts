@@ -9,13 +9,18 @@ import { spawn } from 'node:child_process'
 import { eventsStreamName } from '../../streams/names.ts'
 import type { NatsHandles } from '../../streams/connection.ts'
 import { withCpuMeter, type CpuBreakdown } from './cpu.ts'
-import { drain, seedBacklog } from './burndown.ts'
-import type { Client } from './http-client.ts'
+import { burndownCapacity, drain, seedBacklog } from './burndown.ts'
+import { Client } from './http-client.ts'
 import type { ReportSection } from './report.ts'
-import { repoRoot } from './service-process.ts'
+import { createBenchProject, repoRoot } from './service-process.ts'
 
 /** Jobs created and drained per top-up round. */
 const roundJobs = 20_000
+/**
+ * Rounds one project appends before the top-up moves to a new one: a round is about 80 MB of log,
+ * and a project on the business plan may append 1 GiB an hour (domain/plans.ts).
+ */
+const roundsPerProject = 8
 
 export interface ReplayLoad {
   events: number
@@ -23,6 +28,8 @@ export interface ReplayLoad {
   namespace: string
   env: NodeJS.ProcessEnv
   dev: boolean
+  /** The service's URL, for the projects the top-up makes. */
+  url: string
 }
 
 interface Rebuilt {
@@ -33,15 +40,28 @@ interface Rebuilt {
   events_per_s: number
 }
 
-/** Appends jobs' lives until the run's log holds at least `events` messages (each a job's event or more). */
-async function topUp(client: Client, nats: NatsHandles, load: ReplayLoad, signal: AbortSignal, log: (line: string) => void): Promise<number> {
+/**
+ * Appends jobs' lives until the run's log holds at least `events` messages (each a job's event or
+ * more), in projects of its own (a project's hourly log budget holds about `roundsPerProject` rounds).
+ */
+async function topUp(nats: NatsHandles, load: ReplayLoad, signal: AbortSignal, log: (line: string) => void): Promise<number> {
   const messages = async () => (await nats.jsm.streams.info(eventsStreamName(load.namespace))).state.messages
-  for (let round = 0, held = await messages(); held < load.events && !signal.aborted; round++, held = await messages()) {
-    const jobs = Math.min(roundJobs, Math.ceil((load.events - held) / 3))
-    log(`bench: replay: the log holds ${held} messages; appending ${jobs} more jobs' lives`)
-    const queue = `replay_${round}`
-    await seedBacklog(client, queue, jobs, signal)
-    await drain(client, queue, { jobs, workers: load.workers }, true, signal)
+  let client: Client | null = null
+  try {
+    for (let round = 0, held = await messages(); held < load.events && !signal.aborted; round++, held = await messages()) {
+      if (round % roundsPerProject === 0) {
+        client?.close()
+        const project = await createBenchProject(load.env, load.dev)
+        client = new Client(load.url, project.api_key, load.workers * burndownCapacity + 4)
+      }
+      const jobs = Math.min(roundJobs, Math.ceil((load.events - held) / 3))
+      log(`bench: replay: the log holds ${held} messages; appending ${jobs} more jobs' lives`)
+      const queue = `replay_${round}`
+      await seedBacklog(client!, queue, jobs, signal)
+      await drain(client!, queue, { jobs, workers: load.workers }, true, signal)
+    }
+  } finally {
+    client?.close()
   }
   return messages()
 }
@@ -73,14 +93,8 @@ function cpuPerEvent(cpu: CpuBreakdown | null, events: number): string {
   return `; CPU per event (µs): nats-server ${per(cpu.seconds['nats-server'])}, postgres ${per(cpu.seconds.postgres)}, machine ${per(cpu.machineSeconds)}`
 }
 
-export async function runReplay(
-  client: Client,
-  nats: NatsHandles,
-  load: ReplayLoad,
-  signal: AbortSignal,
-  log: (line: string) => void,
-): Promise<ReportSection> {
-  const held = await topUp(client, nats, load, signal, log)
+export async function runReplay(nats: NatsHandles, load: ReplayLoad, signal: AbortSignal, log: (line: string) => void): Promise<ReportSection> {
+  const held = await topUp(nats, load, signal, log)
   log(`bench: replay of the log (${held} messages): every read model rebuilt from sequence 1, the service idle`)
   const { result: rebuilt, cpu } = await withCpuMeter(undefined, () => runReplayProcess(load, signal))
   return {

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { dropDatabase } from '../../projections/database.ts'
 import type { NatsHandles } from '../../streams/connection.ts'
-import { deleteNamespace } from '../../streams/definitions.ts'
+import { defaultEventsMaxBytes, deleteNamespace } from '../../streams/definitions.ts'
 import type { Options } from './options.ts'
 
 /**
@@ -35,13 +35,15 @@ export function prepareServiceEnvironment(opts: Options, webhookPort: number | n
   }
   if (webhookPort !== null && opts.spawn) env.WEBHOOK_ALLOW_HOSTS = `127.0.0.1:${webhookPort}`
   let configPath: string | null = null
-  if (opts.spawn && (!opts.metering || !opts.auditLog || opts.retentionJobs !== null)) {
+  if (opts.spawn && (!opts.metering || !opts.auditLog || opts.retentionJobs !== null || opts.replayEvents !== null)) {
     configPath = join(tmpdir(), `jobsvc-bench-${runId}.json`)
     const tunables = {
       ...(opts.metering ? {} : { metering_enabled: false }),
       ...(opts.auditLog ? {} : { audit_log_enabled: false }),
       // The retention timed is this process's; the service's would share the backlog.
       ...(opts.retentionJobs === null ? {} : { retention_interval_ms: 86_400_000 }),
+      // The replay's log (about 1.3 KB a message) must fit the events stream beside the other phases'.
+      ...(opts.replayEvents === null ? {} : { events_max_bytes: Math.max(defaultEventsMaxBytes, opts.replayEvents * 2048 + 2 ** 29) }),
     }
     writeFileSync(configPath, JSON.stringify({ tunables }))
     env.JOBSVC_CONFIG = configPath
