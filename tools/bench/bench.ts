@@ -37,6 +37,7 @@ import { createBenchProject, spawnService, stopService, type BenchProject, type 
 import { WebhookReceiver } from './webhook-receiver.ts'
 import { benchWorkflows } from './workflows.ts'
 import { runReplay } from './replay.ts'
+import { benchScaleOut } from './scale-out.ts'
 
 const log = (line: string) => process.stderr.write(`${line}\n`)
 
@@ -54,6 +55,12 @@ async function main(argv: string[]): Promise<boolean> {
   let retention: RetentionBench | null = null
   try {
     if (namespace !== null) nats = await connectNats(opts.natsUrl, 'jobsvc-bench')
+    if (opts.scaleOut && nats !== null && namespace !== null) {
+      const load = { jobs: opts.burndownJobs ?? 20_000, workers: opts.workers, env, databaseUrl: environment.databaseUrl, namespace, dev: opts.dev }
+      const section = await benchScaleOut(load, nats, run.signal, log)
+      writeReport([...section.lines, ''], section.summary)
+      return true
+    }
     let url = opts.url
     let apiKey = opts.apiKey
     const projects: BenchProject[] = []

@@ -16,6 +16,9 @@ import { withCpuMeter, type CpuBreakdown } from './cpu.ts'
 import { HttpError, withRetries, type Client } from './http-client.ts'
 import type { ReportSection } from './report.ts'
 
+/** What the phases send their requests through: one client, or several API processes' in turn (scale-out.ts). */
+export type Requester = Pick<Client, 'request'>
+
 /** Creates in flight during the enqueue, as the issue's peers were measured. */
 export const enqueueInFlight = 50
 /** Jobs a worker's poll asks for in a burn-down (the SDK's default capacity). */
@@ -32,7 +35,7 @@ interface Timed {
 }
 
 /** Creates `jobs` jobs on `queue` with `inFlight` single creates at a time; their rate. */
-async function enqueue(client: Client, queue: string, jobs: number, signal: AbortSignal): Promise<number> {
+export async function enqueue(client: Requester, queue: string, jobs: number, signal: AbortSignal): Promise<number> {
   let next = 0
   let last = 0
   const started = performance.now()
@@ -53,7 +56,7 @@ async function enqueue(client: Client, queue: string, jobs: number, signal: Abor
 }
 
 /** Creates `jobs` jobs on `queue` in batches of 1,000 (not timed): a backlog to drain. */
-export async function seedBacklog(client: Client, queue: string, jobs: number, signal: AbortSignal): Promise<void> {
+export async function seedBacklog(client: Requester, queue: string, jobs: number, signal: AbortSignal): Promise<void> {
   for (let made = 0; made < jobs; made += 1000) {
     const items = Array.from({ length: Math.min(1000, jobs - made) }, (_, k) => ({ job_type: 'burndown', queue, payload: { i: made + k } }))
     const reply = await withRetries('batch create', signal, () => client.request('POST', '/jobsvc/v1/jobs/batch', { jobs: items }), 200)
@@ -62,7 +65,7 @@ export async function seedBacklog(client: Client, queue: string, jobs: number, s
 }
 
 /** Workers drain `jobs` jobs from `queue`, acking each with its own request or each poll's in one; their rate. */
-export async function drain(client: Client, queue: string, load: BurndownLoad, batchAcks: boolean, signal: AbortSignal): Promise<number> {
+export async function drain(client: Requester, queue: string, load: BurndownLoad, batchAcks: boolean, signal: AbortSignal): Promise<number> {
   let acked = 0
   let last = 0
   const started = performance.now()

@@ -28,6 +28,12 @@ interface ProcessTicks {
   ticks: number
 }
 
+/** CPU seconds a process has spent so far (all its threads), or null once it has gone. */
+export function processCpuSeconds(pid: number): number | null {
+  const p = readProcess(pid)
+  return p === null ? null : p.ticks / ticksPerSecond
+}
+
 /** utime + stime of a process (all its threads), or null once it has gone. */
 function readProcess(pid: number): { comm: string; ticks: number } | null {
   try {

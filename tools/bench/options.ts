@@ -12,6 +12,7 @@ const usage = `usage: npm run bench -- (--url URL --api-key KEY [--namespace NS]
        npm run bench -- --spawn --bulk-retry N
        npm run bench -- --spawn --audit-leaves N
        npm run bench -- --spawn --workflows N
+       npm run bench -- --spawn --scale-out [--burndown-jobs N]
 
 A run measures, one after another: an idle phase (--idle N jobs, default 300, paced at 50/s by 2
 producers for 4 workers: claim latency on an idle system), the single-request cycle (--jobs,
@@ -27,6 +28,11 @@ replay, retention alone).
 burn-down of that backlog by the workers (capacity 50 each), one ack request per job; and the
 burn-down of a second backlog of N (created in batches, not timed) with each poll's jobs acked in
 one request. Each with the CPU per job of the service, the client, NATS and Postgres.
+
+--scale-out (with --spawn) runs the roles as separate processes instead (two API processes, a
+projector, a dispatcher and a scheduler) and measures the burn-down's three steps against the two
+API processes in turn, each with the CPU per job of every process, counted until the projector has
+caught up (issue 31: what scale-out buys, and the sizing rule).
 
 --replay-events N (with --spawn) measures the projector alone: the run's log is topped up to at
 least N messages (jobs created in batches and drained with batch acks), then \`npm run replay\`
@@ -154,6 +160,8 @@ export interface Options {
   retentionJobs: number | null
   /** The burn-down phase's jobs (burndown.ts); null: no burn-down. */
   burndownJobs: number | null
+  /** The roles as separate processes, the burn-down against two API processes (issue 31). */
+  scaleOut: boolean
   /** Events the log holds at least before `npm run replay` is timed over it (--spawn only); null: no replay. */
   replayEvents: number | null
   /**
@@ -224,6 +232,7 @@ function toOptions(argv: string[]): Options {
       'feed-jobs': { type: 'string' },
       'bulk-retry': { type: 'string' },
       workflows: { type: 'string' },
+      'scale-out': { type: 'boolean', default: false },
     },
   })
   if (values.spawn === (values.url !== undefined)) throw new ConfigError(`give exactly one of --url and --spawn\n${usage}`)
@@ -234,6 +243,7 @@ function toOptions(argv: string[]): Options {
   if (values['feed-jobs'] !== undefined && !values.spawn) throw new ConfigError(`--feed-jobs needs --spawn\n${usage}`)
   if (values['bulk-retry'] !== undefined && !values.spawn) throw new ConfigError(`--bulk-retry needs --spawn\n${usage}`)
   if (values['audit-leaves'] !== undefined && !values.spawn) throw new ConfigError(`--audit-leaves needs --spawn\n${usage}`)
+  if (values['scale-out'] && !values.spawn) throw new ConfigError(`--scale-out needs --spawn\n${usage}`)
   if (values['replay-events'] !== undefined && values['replay-events'] !== '0' && !values.spawn)
     throw new ConfigError(`--replay-events needs --spawn\n${usage}`)
   if (values['retention-jobs'] !== undefined && values['retention-jobs'] !== '0' && !values.spawn)
@@ -276,6 +286,7 @@ function toOptions(argv: string[]): Options {
     workflows: values.workflows === undefined ? null : positiveInt('workflows', values.workflows, 0, 100),
     bulkRetry: values['bulk-retry'] === undefined ? null : positiveInt('bulk-retry', values['bulk-retry'], 0, 1_000_000),
     burndownJobs: noLoad ? null : phaseCount('burndown-jobs', values['burndown-jobs'], 20_000, 1_000_000),
+    scaleOut: values['scale-out'],
     replayEvents: noLoad ? null : phaseCount('replay-events', values['replay-events'], values.spawn ? 1_000_000 : 0, 100_000_000),
     retentionJobs: phaseCount('retention-jobs', values['retention-jobs'], values.spawn ? 20_000 : 0, 10_000_000),
     dev: values.dev,

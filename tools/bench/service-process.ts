@@ -31,8 +31,9 @@ function tailBuffer(limit = 64 * 1024) {
 }
 
 /**
- * Starts the service (every role, one process) and resolves with the URL it logs once listening;
- * `env` carries its namespace, database and port 0.
+ * Starts the service (every role, one process, unless `roles` names some) and resolves once it
+ * says it is ready, with the URL it logs when it serves the API (else ''); `env` carries its
+ * namespace, database and port 0.
  */
 export async function spawnService(
   env: NodeJS.ProcessEnv,
@@ -40,6 +41,7 @@ export async function spawnService(
   cpuProfileDir: string | null,
   dev: boolean,
   signal: AbortSignal,
+  roles: readonly string[] = [],
 ): Promise<SpawnedService> {
   const args = [
     ...(cpuProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfileDir}`]),
@@ -47,6 +49,7 @@ export async function spawnService(
     'tsx',
     'services/roles/main.ts',
     ...(dev ? ['--dev'] : []),
+    ...(roles.length === 0 ? [] : ['--role', roles.join(',')]),
   ]
   const child = spawn(process.execPath, args, { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
   const out = tailBuffer()
@@ -65,11 +68,11 @@ export async function spawnService(
     }
     const timer = setTimeout(() => fail('the service did not start within 30 s'), 30_000)
     const onData = () => {
-      const m = /jobsvc listening on (http:\/\/[^"\s]+)/.exec(out.text())
+      const m = /jobsvc listening on (http:\/\/[^"\s]+)|jobsvc ready \(/.exec(out.text())
       if (m) {
         clearTimeout(timer)
         child.stdout!.off('data', onData)
-        resolvePromise(m[1]!)
+        resolvePromise(m[1] ?? '')
       }
     }
     child.stdout!.on('data', onData)
