@@ -353,8 +353,11 @@ export type JobCommand =
   | { type: 'cancel_by_parent'; data: { reason: Exclude<CancelReason, 'requested' | 'expired'>; parent_job_id?: string }; meta: CommandMeta }
   /** Several parents of a graph job ended (issue 30): their settlements decided together, in order, as one append. */
   | { type: 'settle_parents'; data: { parents: Array<{ parent_job_id: string; outcome: ParentOutcome }> }; meta: CommandMeta }
-  /** `gates`: the flow gates the claimer took for the attempt (issue 29), by aggregate id; `hold`: the claim's hold in them. */
-  | { type: 'claim_job'; data: { worker_id: string; gates?: string[]; hold?: string }; meta: CommandMeta }
+  /**
+   * `gates`: the flow gates the claimer took for the attempt (issue 29), by aggregate id; `hold`:
+   * the claim's hold in them; `attempt`: the attempt they were taken for.
+   */
+  | { type: 'claim_job'; data: { worker_id: string; gates?: string[]; hold?: string; attempt?: number }; meta: CommandMeta }
   /** A claim was refused a gate: the waiting job records why, once per wait. */
   | { type: 'note_limit_wait'; data: { reason: LimitWait['reason']; key: string | null }; meta: CommandMeta }
   | {
@@ -677,6 +680,11 @@ function decide(command: JobCommand, state: JobAggregate): JobEvent[] {
       if (!isClaimable(job, now)) throw new InvalidState(`job ${job.id} is ${job.state} and cannot be claimed now`)
       const gates = command.data.gates ?? []
       const { hold } = command.data
+      // Slots taken for one attempt never cover another: a take names its attempt, and the next
+      // take counts a slot whose job has moved past that attempt as ended (domain/flow-gate.ts).
+      if (command.data.attempt !== undefined && command.data.attempt !== job.attempt + 1) {
+        throw new InvalidState(`job ${job.id}'s gates were taken for attempt ${command.data.attempt}, but its next attempt is ${job.attempt + 1}`)
+      }
       const held = gates.length === 0 ? {} : hold === undefined ? { gates } : { gates, hold }
       const waited = job.limit_waiting === undefined ? {} : { limit_wait_ms: elapsedMs(job.limit_waiting.since, now) }
       return [

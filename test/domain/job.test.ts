@@ -337,6 +337,22 @@ t.test('claim (worker poll)', async (t) => {
   t.test('a missing job is not found', async (t) => {
     deciderSpec(t, jobDecider).given([]).when(cmd.claim()).thenThrows(JobNotFound, 'job_not_found')
   })
+
+  t.test("a claim under flow gates names its hold and the attempt they were taken for; another attempt's gates are refused", async (t) => {
+    const gated = (attempt: number): JobCommand => ({
+      type: 'claim_job',
+      data: { worker_id: 'w1', gates: ['fgt_a'], hold: 'h1', attempt },
+      meta: { now: at(4) },
+    })
+    const job = deciderSpec(t, jobDecider)
+      .given(histories.pending)
+      .when(gated(1))
+      .then([{ type: 'job_claimed', data: { worker_id: 'w1', attempt: 1, started_at: at(4), gates: ['fgt_a'], hold: 'h1' } }])
+    t.same([job?.gates, job?.gate_hold], [['fgt_a'], 'h1'], "the job holds the gates under the claim's hold")
+    // Gates taken for attempt 1 on a state since moved on (the attempt ran and failed) must not cover attempt 2.
+    const retried = [ev.created(), ev.claimed(), ev.attemptFailed(1, 0, 0)]
+    deciderSpec(t, jobDecider).given(retried).when(gated(1)).thenThrows(InvalidState, 'invalid_state')
+  })
 })
 
 t.test('ack with status succeeded', async (t) => {

@@ -821,9 +821,12 @@ export class JobService {
     trustKnown = false,
     limits: FlowLimits | null = null,
   ): Promise<CommandResult<JobEvent, Job>> {
-    const command = (gates?: string[], hold?: string): JobCommand => ({
+    const command = (gates?: string[], hold?: ClaimHold): JobCommand => ({
       type: 'claim_job',
-      data: gates === undefined || gates.length === 0 ? { worker_id: workerId } : { worker_id: workerId, gates, hold },
+      data:
+        gates === undefined || gates.length === 0 || hold === undefined
+          ? { worker_id: workerId }
+          : { worker_id: workerId, gates, hold: hold.hold, attempt: hold.attempt },
       meta: this.#meta(),
     })
     if (limits === null) return this.#run(projectId, jobId, command(), known, trustKnown)
@@ -847,7 +850,7 @@ export class JobService {
     }
     limitSlotsTaken.inc()
     try {
-      return await this.#run(projectId, jobId, command(taken, hold.hold), known, trustKnown)
+      return await this.#run(projectId, jobId, command(taken, hold), known, trustKnown)
     } catch (err) {
       await giveBack(this.#gateDeps, projectId, hold, gates).catch(() => undefined)
       throw err
@@ -870,7 +873,11 @@ export class JobService {
     known: Loaded<Job> | undefined,
     trustKnown: boolean,
   ): Promise<CommandResult<JobEvent, Job>> {
-    const claim: JobCommand = { type: 'claim_job', data: { worker_id: workerId, gates: gates.map(gateNameOf), hold: hold.hold }, meta: this.#meta() }
+    const claim: JobCommand = {
+      type: 'claim_job',
+      data: { worker_id: workerId, gates: gates.map(gateNameOf), hold: hold.hold, attempt: hold.attempt },
+      meta: this.#meta(),
+    }
     const [take, claimed] = await Promise.allSettled([
       takeGates(this.#gateDeps, projectId, hold, gates),
       this.#run(projectId, job.id, claim, known, trustKnown),
