@@ -47,6 +47,9 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       filterSubject: aggregateKindFilter(ns, 'job'),
       maxBatch: 200,
       accept: (message) => fanOut.acceptsJobEvent(message),
+      // Nearly every job message is left out by its header (no webhook event, or a project without
+      // subscriptions): the bodies of the few kept are read by sequence.
+      headersOnly: true,
     },
     (records) => fanOut.handle(records),
     controller.signal,

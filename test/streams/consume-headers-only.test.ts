@@ -1,0 +1,91 @@
+import t from 'tap'
+import { ulid } from 'ulid'
+import { consumeBatches, ensureDurable } from '../../streams/consume.ts'
+import type { AggregateRef, EventRecord, StoredEvent } from '../../streams/event-store.ts'
+import { aggregateKindFilter, eventsStreamName } from '../../streams/names.ts'
+import { eventually } from '../support/harness.ts'
+import { openIsolatedStore } from '../support/isolated-store.ts'
+
+// Issue 31, item 1: a reader that keeps few messages (the dispatcher's fan-out) takes the log's
+// headers alone and reads the bodies of those it keeps by sequence.
+const { names, nats, store } = await openIsolatedStore(t, import.meta.filename, { database: false })
+const stream = eventsStreamName(names.namespace)
+const filterSubject = aggregateKindFilter(names.namespace, 'job')
+
+const jobRef = (): AggregateRef => ({ aggregate: 'job', projectId: 'prj_headers', id: `job_${ulid()}` })
+const event = (type: string, data: Record<string, unknown> = {}): StoredEvent => ({ type, data, id: `evt_${ulid()}`, time: new Date().toISOString() })
+
+t.test('a headers-only consumer hands over the kept messages whole, in order, and acks the rest unread', async (t) => {
+  const durable = `ho_${ulid().toLowerCase()}`
+  const kept: EventRecord[] = []
+  const seen: string[] = []
+  const stop = new AbortController()
+  const done = consumeBatches(
+    nats,
+    {
+      stream,
+      durable,
+      filterSubject,
+      maxBatch: 50,
+      headersOnly: true,
+      accept: ({ eventTypes }) => {
+        seen.push(eventTypes)
+        return eventTypes.includes('job_succeeded')
+      },
+    },
+    async (records) => void kept.push(...records),
+    stop.signal,
+    (err) => t.fail(String(err)),
+  )
+  t.teardown(async () => {
+    stop.abort()
+    await done
+    await nats.jsm.consumers.delete(stream, durable).catch(() => undefined)
+  })
+  const expected: number[] = []
+  for (let i = 0; i < 40; i++) {
+    const ref = jobRef()
+    const created = await store.append(ref, [event('job_created', { i })], { i, step: 'created' }, 0)
+    const claimed = await store.append(ref, [event('job_claimed')], { i, step: 'claimed' }, created.seq)
+    const acked = await store.append(ref, [event('job_succeeded', { result: { i } })], { i, step: 'succeeded' }, claimed.seq)
+    expected.push(acked.seq)
+  }
+  await eventually(async () => kept.length >= 40, 15_000, 'every kept message handed over')
+  t.same(
+    kept.map((r) => r.seq),
+    expected,
+    'the kept messages, in stream order',
+  )
+  t.same(
+    kept.map((r) => [
+      r.message.events[0]!.type,
+      (r.message.state as { step: string }).step,
+      (r.message.events[0]!.data as { result: { i: number } }).result.i,
+    ]),
+    expected.map((_, i) => ['job_succeeded', 'succeeded', i]),
+    'each with its body: events and state',
+  )
+  t.equal(seen.length, 120, 'every message was offered by its header')
+  const info = await nats.jsm.consumers.info(stream, durable)
+  t.equal(info.config.headers_only, true, 'the consumer delivers headers alone')
+  await eventually(async () => (await nats.jsm.consumers.info(stream, durable)).ack_floor.stream_seq >= expected.at(-1)!, 15_000, 'all acked')
+})
+
+t.test('a durable made with bodies is turned headers-only in place, keeping its position', async (t) => {
+  const durable = `ho_${ulid().toLowerCase()}`
+  const ref = jobRef()
+  const first = await store.append(ref, [event('job_created')], { step: 1 }, 0)
+  await ensureDurable(nats, { stream, durable, filterSubject }, first.seq + 1)
+  t.teardown(() => nats.jsm.consumers.delete(stream, durable).catch(() => undefined))
+  t.equal((await nats.jsm.consumers.info(stream, durable)).config.headers_only ?? false, false)
+  await ensureDurable(nats, { stream, durable, filterSubject, headersOnly: true })
+  const info = await nats.jsm.consumers.info(stream, durable)
+  t.equal(info.config.headers_only, true, 'now headers-only')
+  t.equal(info.config.opt_start_seq, first.seq + 1, 'same start')
+  const second = await store.append(ref, [event('job_succeeded')], { step: 2 }, first.seq)
+  const consumer = await nats.js.consumers.get(stream, durable)
+  const m = await consumer.next({ expires: 5_000 })
+  t.equal(m?.seq, second.seq, 'it delivers from where it stood')
+  t.equal(m?.data.length, 0, 'without the body')
+  t.ok(Number(m?.headers?.get('Nats-Msg-Size')) > 0, 'the size of the body left out is in its header')
+})
