@@ -72,9 +72,12 @@ async function readTiles(db: Queryable, projects: readonly string[], keys: reado
   return out
 }
 
-/** The leaf hash of each event of a leaf message, in order. */
+/**
+ * The leaf hash of each event of a leaf message, in order: SHA-256 of 0x00 and the leaf's text,
+ * hashed as one string ("\u0000" is the byte 0x00 in UTF-8), so no buffer is made per leaf.
+ */
 function leafHashesOf(record: EventRecord): Uint8Array[] {
-  return record.message.events.map((event) => sha256(leafPrefix, Buffer.from(auditLeafText(auditLeafOf(record.message, event)))))
+  return record.message.events.map((event) => hash('sha256', '\u0000' + auditLeafText(auditLeafOf(record.message, event)), 'buffer'))
 }
 
 /**

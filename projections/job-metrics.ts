@@ -48,16 +48,32 @@ interface TypeStatsRow {
   duration_count: number
 }
 
+/**
+ * A group's rollup rows by resolution and bucket start (ms): a batch's events fall into a few
+ * buckets, so after the group is found each event costs a number lookup per resolution, not a
+ * text key built per row it adds to.
+ */
+type RowsByBucket<R> = Map<number, R>[]
+
 /** A batch's metric deltas, summed in memory so the batch writes each rollup row once. */
 export class MetricDeltas {
   readonly states = new Map<string, { project_id: string; queue: string; state: string; count: number }>()
-  readonly throughput = new Map<string, ThroughputRow>()
-  readonly types = new Map<string, TypeStatsRow>()
-  /** Bucket starts as the rows write them, by resolution and start: a batch's events fall into a few. */
+  /** Throughput rows by project and queue (a project's all-queues rows under `allQueues`), then bucket. */
+  readonly #throughput = new Map<string, RowsByBucket<ThroughputRow>>()
+  /** Job-type rows by project and job type, then bucket. */
+  readonly #types = new Map<string, RowsByBucket<TypeStatsRow>>()
+  /** Bucket starts as the rows write them: a batch's events fall into a few. */
   readonly #startTexts = new Map<number, string>()
 
-  #startText(atMs: number, resolution: Resolution): string {
-    const start = bucketStart(atMs, resolution)
+  get throughput(): ThroughputRow[] {
+    return [...this.#throughput.values()].flatMap((byResolution) => byResolution.flatMap((rows) => [...rows.values()]))
+  }
+
+  get types(): TypeStatsRow[] {
+    return [...this.#types.values()].flatMap((byResolution) => byResolution.flatMap((rows) => [...rows.values()]))
+  }
+
+  #startText(start: number): string {
     let text = this.#startTexts.get(start)
     if (text === undefined) {
       text = new Date(start).toISOString()
@@ -66,47 +82,36 @@ export class MetricDeltas {
     return text
   }
 
-  add(job: Pick<Job, 'project_id' | 'queue' | 'job_type'>, event: StoredEvent<JobEvent>): void {
-    const effect = metricsOfJobEvent(event)
-    for (const [state, delta] of Object.entries(effect.states)) {
-      const key = `${job.project_id}\u0000${job.queue}\u0000${state}`
-      const row = this.states.get(key) ?? { project_id: job.project_id, queue: job.queue, state, count: 0 }
-      row.count += delta
-      this.states.set(key, row)
-    }
-    const counted = Object.keys(effect.counts).length > 0 || effect.duration_ms !== null
-    if (!counted) return
-    const at = Date.parse(event.time)
-    const durationIndex = effect.duration_ms === null ? null : histogramIndex(effect.duration_ms)
-    for (const resolution of throughputResolutions) {
-      const start = this.#startText(at, resolution)
-      // The queue's own row and the project's all-queues row.
-      for (const queue of [job.queue, allQueues]) {
-        const key = `${job.project_id}\u0000${resolution}\u0000${start}\u0000${queue}`
-        const row = this.throughput.get(key) ?? {
-          project_id: job.project_id,
-          resolution,
-          bucket_start: start,
-          queue,
-          ...emptyThroughput(),
-          durations: [],
-        }
-        for (const [name, n] of Object.entries(effect.counts) as Array<[keyof ThroughputCounts, number]>) row[name] += n
-        if (durationIndex !== null) {
-          while (row.durations.length <= durationIndex) row.durations.push(0)
-          row.durations[durationIndex]! += 1
-        }
-        this.throughput.set(key, row)
+  #throughputRow(projectId: string, queue: string, r: number, start: number): ThroughputRow {
+    const key = `${projectId}\u0000${queue}`
+    let group = this.#throughput.get(key)
+    if (group === undefined) this.#throughput.set(key, (group = throughputResolutions.map(() => new Map())))
+    let row = group[r]!.get(start)
+    if (row === undefined) {
+      row = {
+        project_id: projectId,
+        resolution: throughputResolutions[r]!,
+        bucket_start: this.#startText(start),
+        queue,
+        ...emptyThroughput(),
+        durations: [],
       }
+      group[r]!.set(start, row)
     }
-    for (const resolution of jobTypeResolutions) {
-      const start = this.#startText(at, resolution)
-      const key = `${job.project_id}\u0000${resolution}\u0000${start}\u0000${job.job_type}`
-      const stats = this.types.get(key) ?? {
-        project_id: job.project_id,
-        resolution,
-        bucket_start: start,
-        job_type: job.job_type,
+    return row
+  }
+
+  #typeRow(projectId: string, jobType: string, r: number, start: number): TypeStatsRow {
+    const key = `${projectId}\u0000${jobType}`
+    let group = this.#types.get(key)
+    if (group === undefined) this.#types.set(key, (group = jobTypeResolutions.map(() => new Map())))
+    let row = group[r]!.get(start)
+    if (row === undefined) {
+      row = {
+        project_id: projectId,
+        resolution: jobTypeResolutions[r]!,
+        bucket_start: this.#startText(start),
+        job_type: jobType,
         created: 0,
         succeeded: 0,
         failed: 0,
@@ -114,6 +119,38 @@ export class MetricDeltas {
         duration_sum_ms: 0,
         duration_count: 0,
       }
+      group[r]!.set(start, row)
+    }
+    return row
+  }
+
+  add(job: Pick<Job, 'project_id' | 'queue' | 'job_type'>, event: StoredEvent<JobEvent>): void {
+    const effect = metricsOfJobEvent(event)
+    for (const state in effect.states) {
+      const delta = effect.states[state as JobState]!
+      const key = `${job.project_id}\u0000${job.queue}\u0000${state}`
+      const row = this.states.get(key)
+      if (row === undefined) this.states.set(key, { project_id: job.project_id, queue: job.queue, state, count: delta })
+      else row.count += delta
+    }
+    const counts = Object.entries(effect.counts) as Array<[keyof ThroughputCounts, number]>
+    if (counts.length === 0 && effect.duration_ms === null) return
+    const at = Date.parse(event.time)
+    const durationIndex = effect.duration_ms === null ? null : histogramIndex(effect.duration_ms)
+    for (let r = 0; r < throughputResolutions.length; r++) {
+      const start = bucketStart(at, throughputResolutions[r]!)
+      // The queue's own row and the project's all-queues row.
+      for (const queue of [job.queue, allQueues]) {
+        const row = this.#throughputRow(job.project_id, queue, r, start)
+        for (const [name, n] of counts) row[name] += n
+        if (durationIndex !== null) {
+          while (row.durations.length <= durationIndex) row.durations.push(0)
+          row.durations[durationIndex]! += 1
+        }
+      }
+    }
+    for (let r = 0; r < jobTypeResolutions.length; r++) {
+      const stats = this.#typeRow(job.project_id, job.job_type, r, bucketStart(at, jobTypeResolutions[r]!))
       stats.created += effect.counts.created ?? 0
       stats.succeeded += effect.counts.succeeded ?? 0
       stats.failed += effect.counts.failed ?? 0
@@ -122,7 +159,6 @@ export class MetricDeltas {
         stats.duration_sum_ms += effect.duration_ms
         stats.duration_count += 1
       }
-      this.types.set(key, stats)
     }
   }
 }
@@ -160,7 +196,7 @@ export async function applyMetricDeltas(tx: Tx, deltas: MetricDeltas): Promise<v
       DELETE FROM job_state_counts c USING json_populate_recordset(null::job_state_counts, ${JSON.stringify(states)}::text::json) d
       WHERE c.count = 0 AND c.project_id = d.project_id AND c.queue = d.queue AND c.state = d.state`
   }
-  const throughput = [...deltas.throughput.values()]
+  const throughput = deltas.throughput
   if (throughput.length > 0) {
     await tx`
       INSERT INTO job_throughput (project_id, resolution, bucket_start, queue, created, succeeded, failed, dead_lettered, cancelled, retried, durations)
@@ -175,7 +211,7 @@ export async function applyMetricDeltas(tx: Tx, deltas: MetricDeltas): Promise<v
         retried = job_throughput.retried + excluded.retried,
         durations = add_histograms(job_throughput.durations, excluded.durations)`
   }
-  const types = [...deltas.types.values()]
+  const types = deltas.types
   if (types.length > 0) {
     await tx`
       INSERT INTO job_type_stats (project_id, resolution, bucket_start, job_type, created, succeeded, failed, dead_lettered, duration_sum_ms, duration_count)
