@@ -37,24 +37,12 @@ export function keptProjections(options: { auditLog: boolean }): readonly Projec
   return options.auditLog ? projections : projections.filter((p) => p !== auditLog)
 }
 
-/** A lane of a replay: read models rebuilt together, and how many of the reading's batches each of its transactions takes. */
-export interface ReplayLane {
-  projections: readonly Projection[]
-  batchesPerWrite: number
-}
-
 /**
  * How a replay splits the read models into lanes rebuilt side by side (services/roles/projector/
  * rebuild.ts): the jobs' rows alone, a third of a replay's time and nearly all of it in Postgres,
  * and every other read model together. Each projection writes only its own tables, so the lanes
- * never touch the same rows. The jobs' lane writes eight batches at a time: a job's row is
- * written once per transaction it changed in, and a life's messages (created, claimed, succeeded)
- * are often thousands of messages apart, so a wider window writes most rows once instead of
- * three times.
+ * never touch the same rows.
  */
-export function replayLanes(kept: readonly Projection[]): ReplayLane[] {
-  return [
-    { projections: kept.filter((p) => p === jobList), batchesPerWrite: 8 },
-    { projections: kept.filter((p) => p !== jobList), batchesPerWrite: 1 },
-  ].filter((lane) => lane.projections.length > 0)
+export function replayLanes(kept: readonly Projection[]): Array<readonly Projection[]> {
+  return [kept.filter((p) => p === jobList), kept.filter((p) => p !== jobList)].filter((lane) => lane.length > 0)
 }

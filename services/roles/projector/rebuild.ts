@@ -1,13 +1,13 @@
 import { applyBatchIsolatingFailures, resetReadModels } from '../../../projections/checkpoints.ts'
 import { auditLog } from '../../../projections/audit-log.ts'
-import { keptProjections, replayLanes, type ReplayLane } from '../../../projections/index.ts'
+import { keptProjections, replayLanes } from '../../../projections/index.ts'
 import type { Projection } from '../../../projections/projection.ts'
 import { decodeEventMessage, type EventRecord } from '../../../streams/event-store.ts'
 import { aggregateKindFilter, eventsStreamName, eventsSubjectFilter, projectorConsumerName, projectorYieldSubject } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
 import { holdLeadership } from '../../infrastructure/leadership.ts'
 
-export const batchSize = 1000
+const batchSize = 1000
 
 /** What a rebuild did: the sequence it reached, the messages and events it projected, and how long it took once it held the lock. */
 export interface Rebuilt {
@@ -134,52 +134,32 @@ const maxBatchesAhead = 4
  * The read models rebuilt side by side in lanes (projections/index.ts, replayLanes), each on a
  * connection and in transactions of its own, each taking the batches in order: one lane's
  * statements run in Postgres while the other's rows are built here, and the reading decodes the
- * next batches meanwhile. A lane that writes several batches at a time gathers them first. A
- * lane's checkpoints are its projections' own, so a replay stopped in the middle resumes each
- * where it stood.
+ * next batches meanwhile. A lane's checkpoints are its projections' own, so a replay stopped in
+ * the middle resumes each where it stood.
  */
-export class ReplayLanes {
+class ReplayLanes {
   readonly #tails: Promise<number>[]
-  readonly #gathered: EventRecord[][]
-  /** Each lane's writes not yet done, oldest first. */
-  readonly #writing: Promise<number>[][]
+  readonly #batches: Promise<unknown>[] = []
 
   constructor(
-    readonly lanes: readonly ReplayLane[],
+    readonly lanes: readonly (readonly Projection[])[],
     readonly apply: (projections: readonly Projection[], records: readonly EventRecord[]) => Promise<number>,
   ) {
     this.#tails = lanes.map(() => Promise.resolve(0))
-    this.#gathered = lanes.map(() => [])
-    this.#writing = lanes.map(() => [])
   }
 
-  /** Queues the batch on every lane; waits only when a lane is `maxBatchesAhead` batches behind. */
+  /** Queues the batch on every lane; waits only when a lane is `maxBatchesAhead` behind. */
   async add(records: readonly EventRecord[]): Promise<void> {
-    for (let i = 0; i < this.lanes.length; i++) {
-      const gathered = this.#gathered[i]!
-      for (const r of records) gathered.push(r)
-      const perWrite = this.lanes[i]!.batchesPerWrite
-      // A lane writing batch by batch writes each as it came, a short one too.
-      if (perWrite > 1 && gathered.length < perWrite * batchSize) continue
-      const writing = this.#writing[i]!
-      writing.push(this.#write(i))
-      // At least one write in flight while the next one gathers.
-      if (writing.length > Math.max(1, Math.floor(maxBatchesAhead / perWrite))) await writing.shift()
-    }
-  }
-
-  #write(i: number): Promise<number> {
-    const records = this.#gathered[i]!
-    this.#gathered[i] = []
-    const written = (this.#tails[i] = this.#tails[i]!.then(() => this.apply(this.lanes[i]!.projections, records)))
-    // A failure surfaces when the write is awaited (in `add` or in `finish`), not as an unhandled rejection.
-    written.catch(() => undefined)
-    return written
+    const done = this.lanes.map((lane, i) => (this.#tails[i] = this.#tails[i]!.then(() => this.apply(lane, records))))
+    const batch = Promise.all(done)
+    // A failure surfaces when its batch is awaited (here or in `finish`), not as an unhandled rejection.
+    batch.catch(() => undefined)
+    this.#batches.push(batch)
+    if (this.#batches.length > maxBatchesAhead) await this.#batches.shift()
   }
 
   /** The sequence every lane reached once all are done. */
   async finish(): Promise<number> {
-    for (let i = 0; i < this.lanes.length; i++) if (this.#gathered[i]!.length > 0) this.#write(i)
     return Math.min(...(await Promise.all(this.#tails)))
   }
 }
