@@ -25,7 +25,17 @@ export interface BatchConsumerOptions {
    * reader that accepts few messages, most of the log costs it neither the bytes nor the decoding.
    */
   headersOnly?: boolean
+  /**
+   * A durable of an earlier version this one takes over from: when this one is missing, it is
+   * created where that one stood (its ack floor + 1), and that one is given an inactivity limit
+   * so the server removes it once no process of the earlier version pulls from it. Both may run
+   * during a rolling upgrade; the handler must then take a message twice without harm.
+   */
+  replaces?: string
 }
+
+/** How long a replaced durable lasts once nothing pulls from it. */
+const replacedDurableInactiveMs = 10 * 60_000
 
 /**
  * Creates the durable consumer if it is missing. NATS 2.9 takes one filter subject (a string,
@@ -33,18 +43,24 @@ export interface BatchConsumerOptions {
  * in order, so acking a batch's last message acks the batch.
  */
 export async function ensureDurable(nats: NatsHandles, opts: Omit<BatchConsumerOptions, 'maxBatch'>, startSeq = 1): Promise<void> {
-  const headersOnly = opts.headersOnly ?? false
-  const info = await nats.jsm.consumers.info(opts.stream, opts.durable).catch(() => null)
-  if (info !== null) {
-    // A durable made by an earlier version, with or without bodies: changed in place, keeping its position.
-    if ((info.config.headers_only ?? false) !== headersOnly) await nats.jsm.consumers.update(opts.stream, opts.durable, { headers_only: headersOnly })
+  try {
+    await nats.jsm.consumers.info(opts.stream, opts.durable)
     return
+  } catch {
+    // missing: created below
+  }
+  if (opts.replaces !== undefined && startSeq === 1) {
+    const former = await nats.jsm.consumers.info(opts.stream, opts.replaces).catch(() => null)
+    if (former !== null) {
+      startSeq = former.ack_floor.stream_seq + 1
+      await nats.jsm.consumers.update(opts.stream, opts.replaces, { inactive_threshold: replacedDurableInactiveMs * 1_000_000 })
+    }
   }
   await nats.jsm.consumers.add(opts.stream, {
     durable_name: opts.durable,
     ack_policy: AckPolicy.All,
     filter_subject: opts.filterSubject,
-    headers_only: headersOnly,
+    headers_only: opts.headersOnly ?? false,
     ...(startSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq } : { deliver_policy: DeliverPolicy.All }),
     ack_wait: 60_000_000_000,
     max_ack_pending: 20_000,

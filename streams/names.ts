@@ -189,8 +189,17 @@ export function mailerConsumerName(ns: string): string {
   return `${ns}_mailer`
 }
 
-/** The dispatcher's durable consumer of job events. */
+/** The dispatcher's durable consumer of job events (headers only, streams/consume.ts). */
 export function dispatcherConsumerName(ns: string): string {
+  return `${ns}_dispatcher_jobs`
+}
+
+/**
+ * The durable the dispatchers of versions before headers-only reading consumed job events with
+ * (whole messages). Left to them while they run: the new durable starts where it stood, and the
+ * server removes it once none pulls from it.
+ */
+export function formerDispatcherConsumerName(ns: string): string {
   return `${ns}_dispatcher`
 }
 

@@ -4,7 +4,7 @@ import { alertHandler } from '../../streams/aggregates.ts'
 import { eventually, httpRequest, withClockShifted, type Harness } from '../support/harness.ts'
 import { isError, jobsApi } from '../support/jobs-api.ts'
 import { freshEmail, joinProject, newVerifiedUser, startPlatformHarness } from '../support/platform.ts'
-import { dispatcherConsumerName, eventsStreamName, mailStreamName } from '../../streams/names.ts'
+import { alertDispatcherConsumerName, eventsStreamName, mailStreamName } from '../../streams/names.ts'
 
 /**
  * The alert routes over HTTP, and evaluation driven by hand: no scheduler role runs, so each
@@ -65,7 +65,7 @@ async function mailSettled(): Promise<void> {
   const jsm = h.runtime.nats.jsm
   await eventually(
     async () => {
-      const consumer = await jsm.consumers.info(eventsStreamName(ns), `${dispatcherConsumerName(ns)}_alerts`)
+      const consumer = await jsm.consumers.info(eventsStreamName(ns), alertDispatcherConsumerName(ns))
       const queue = await jsm.streams.info(mailStreamName(ns))
       return consumer.num_pending === 0 && consumer.num_ack_pending === 0 && queue.state.messages === 0
     },

@@ -71,21 +71,33 @@ t.test('a headers-only consumer hands over the kept messages whole, in order, an
   await eventually(async () => (await nats.jsm.consumers.info(stream, durable)).ack_floor.stream_seq >= expected.at(-1)!, 15_000, 'all acked')
 })
 
-t.test('a durable made with bodies is turned headers-only in place, keeping its position', async (t) => {
-  const durable = `ho_${ulid().toLowerCase()}`
+t.test('a headers-only durable that replaces an earlier one starts where that one stood, and leaves it to expire', async (t) => {
+  const former = `ho_${ulid().toLowerCase()}`
+  const durable = `${former}_jobs`
   const ref = jobRef()
   const first = await store.append(ref, [event('job_created')], { step: 1 }, 0)
-  await ensureDurable(nats, { stream, durable, filterSubject }, first.seq + 1)
-  t.teardown(() => nats.jsm.consumers.delete(stream, durable).catch(() => undefined))
-  t.equal((await nats.jsm.consumers.info(stream, durable)).config.headers_only ?? false, false)
-  await ensureDurable(nats, { stream, durable, filterSubject, headersOnly: true })
+  const second = await store.append(ref, [event('job_claimed')], { step: 2 }, first.seq)
+  await ensureDurable(nats, { stream, durable: former, filterSubject }, first.seq)
+  t.teardown(async () => {
+    await nats.jsm.consumers.delete(stream, former).catch(() => undefined)
+    await nats.jsm.consumers.delete(stream, durable).catch(() => undefined)
+  })
+  // The earlier version handled and acked the first message.
+  const old = await nats.js.consumers.get(stream, former)
+  const handled = await old.next({ expires: 5_000 })
+  t.equal(handled?.seq, first.seq)
+  await handled!.ackAck()
+  await ensureDurable(nats, { stream, durable, filterSubject, headersOnly: true, replaces: former })
   const info = await nats.jsm.consumers.info(stream, durable)
-  t.equal(info.config.headers_only, true, 'now headers-only')
-  t.equal(info.config.opt_start_seq, first.seq + 1, 'same start')
-  const second = await store.append(ref, [event('job_succeeded')], { step: 2 }, first.seq)
-  const consumer = await nats.js.consumers.get(stream, durable)
-  const m = await consumer.next({ expires: 5_000 })
-  t.equal(m?.seq, second.seq, 'it delivers from where it stood')
+  t.equal(info.config.headers_only, true, 'the new durable delivers headers alone')
+  t.equal(info.config.opt_start_seq, second.seq, "it starts after the earlier durable's ack floor")
+  const m = await (await nats.js.consumers.get(stream, durable)).next({ expires: 5_000 })
+  t.equal(m?.seq, second.seq, 'the first message it delivers is the first the earlier one had not acked')
   t.equal(m?.data.length, 0, 'without the body')
   t.ok(Number(m?.headers?.get('Nats-Msg-Size')) > 0, 'the size of the body left out is in its header')
+  const left = await nats.jsm.consumers.info(stream, former)
+  t.equal(left.config.headers_only ?? false, false, 'the earlier durable still serves processes of the earlier version as it did')
+  t.equal(left.config.inactive_threshold, 10 * 60_000 * 1_000_000, 'and the server removes it once none pulls from it for 10 minutes')
+  await ensureDurable(nats, { stream, durable, filterSubject, headersOnly: true, replaces: former })
+  t.equal((await nats.jsm.consumers.info(stream, durable)).config.opt_start_seq, second.seq, 'a durable that exists is left as it is')
 })

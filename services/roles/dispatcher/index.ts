@@ -6,6 +6,7 @@ import {
   auditDispatcherConsumerName,
   dispatcherConsumerName,
   eventsStreamName,
+  formerDispatcherConsumerName,
   projectDispatcherConsumerName,
 } from '../../../streams/names.ts'
 import type { Deps } from '../../infrastructure/runtime.ts'
@@ -48,8 +49,11 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
       maxBatch: 200,
       accept: (message) => fanOut.acceptsJobEvent(message),
       // Nearly every job message is left out by its header (no webhook event, or a project without
-      // subscriptions): the bodies of the few kept are read by sequence.
+      // subscriptions): the bodies of the few kept are read by sequence. A fan-out taken twice
+      // (beside a dispatcher of an earlier version, on the durable this one replaces) schedules
+      // each delivery once: delivery ids derive from event and subscription.
       headersOnly: true,
+      replaces: formerDispatcherConsumerName(ns),
     },
     (records) => fanOut.handle(records),
     controller.signal,
