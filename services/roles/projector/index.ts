@@ -45,6 +45,7 @@ export async function start(deps: Deps): Promise<() => Promise<void>> {
           durable: projectorConsumerName(ns),
           filterSubject: eventsSubjectFilter(ns),
           maxBatch,
+          lingerMs: deps.config.tunables.projector_linger_ms,
           resumeFrom: async () => {
             // An audit log built from nothing (a new database on an old log) needs retention's records first.
             if (kept.includes(auditLog) && ((await readCheckpoints(deps.sql, [auditLog])).get(auditLog.name) ?? 0) === 0)
