@@ -1,10 +1,10 @@
 import t from 'tap'
 import { ulid } from 'ulid'
-import { consumeBatches, ensureDurable } from '../../streams/consume.ts'
+import { ensureDurable } from '../../streams/consume.ts'
 import type { AggregateRef, EventRecord, StoredEvent } from '../../streams/event-store.ts'
 import { aggregateKindFilter, eventsStreamName } from '../../streams/names.ts'
 import { eventually } from '../support/harness.ts'
-import { openIsolatedStore } from '../support/isolated-store.ts'
+import { consumeDuringTest, openIsolatedStore } from '../support/isolated-store.ts'
 
 // Issue 31, item 1: a reader that keeps few messages (the dispatcher's fan-out) takes the log's
 // headers alone and reads the bodies of those it keeps by sequence.
@@ -19,8 +19,8 @@ t.test('a headers-only consumer hands over the kept messages whole, in order, an
   const durable = `ho_${ulid().toLowerCase()}`
   const kept: EventRecord[] = []
   const seen: string[] = []
-  const stop = new AbortController()
-  const done = consumeBatches(
+  consumeDuringTest(
+    t,
     nats,
     {
       stream,
@@ -34,14 +34,7 @@ t.test('a headers-only consumer hands over the kept messages whole, in order, an
       },
     },
     async (records) => void kept.push(...records),
-    stop.signal,
-    (err) => t.fail(String(err)),
   )
-  t.teardown(async () => {
-    stop.abort()
-    await done
-    await nats.jsm.consumers.delete(stream, durable).catch(() => undefined)
-  })
   const expected: number[] = []
   for (let i = 0; i < 40; i++) {
     const ref = jobRef()

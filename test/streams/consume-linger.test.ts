@@ -1,10 +1,9 @@
 import t from 'tap'
 import { ulid } from 'ulid'
-import { consumeBatches } from '../../streams/consume.ts'
 import type { AggregateRef, EventRecord, StoredEvent } from '../../streams/event-store.ts'
 import { aggregateKindFilter, eventsStreamName } from '../../streams/names.ts'
 import { eventually } from '../support/harness.ts'
-import { openIsolatedStore } from '../support/isolated-store.ts'
+import { consumeDuringTest, openIsolatedStore } from '../support/isolated-store.ts'
 
 // Issue 31: the projector's batches wait a moment for more messages while the log is busy
 // (`lingerMs`, the `projector_linger_ms` tunable), so a trickle of messages is written in a few
@@ -25,19 +24,12 @@ const appendJob = async (): Promise<number> => {
 function recordBatches(t: Tap, lingerMs: number): number[][] {
   const durable = `linger_${ulid().toLowerCase()}`
   const batches: number[][] = []
-  const stop = new AbortController()
-  const done = consumeBatches(
+  consumeDuringTest(
+    t,
     nats,
     { stream, durable, filterSubject, maxBatch: 1000, lingerMs, resumeFrom: async () => (await store.lastSequence()) + 1 },
     async (records: EventRecord[]) => void batches.push(records.map((r) => r.seq)),
-    stop.signal,
-    (err) => t.fail(String(err)),
   )
-  t.teardown(async () => {
-    stop.abort()
-    await done
-    await nats.jsm.consumers.delete(stream, durable).catch(() => undefined)
-  })
   return batches
 }
 

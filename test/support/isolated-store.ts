@@ -2,8 +2,9 @@ import { basename } from 'node:path'
 import { ensureDatabase, openSql, type Sql } from '../../projections/database.ts'
 import { migrate } from '../../projections/migrate.ts'
 import { connectNats, type NatsHandles } from '../../streams/connection.ts'
+import { consumeBatches, type BatchConsumerOptions } from '../../streams/consume.ts'
 import { ensureStreams } from '../../streams/definitions.ts'
-import { EventStore } from '../../streams/event-store.ts'
+import { EventStore, type EventRecord } from '../../streams/event-store.ts'
 import { isolatedNames, removeIsolated, type TestLike } from './harness.ts'
 
 export interface IsolatedStore {
@@ -37,4 +38,23 @@ export async function openIsolatedStore(t: TestLike, file: string, options: { da
   await ensureStreams(nats.jsm, names.namespace)
   const store = new EventStore(names.namespace, nats.nc, nats.jsm)
   return { names, sql, nats, store }
+}
+
+/**
+ * Runs `consumeBatches` for the rest of the test: a consumer error fails the test, and the
+ * teardown stops the consumer, waits for it and removes its durable.
+ */
+export function consumeDuringTest(
+  t: TestLike & { fail(message: string): unknown },
+  nats: NatsHandles,
+  opts: BatchConsumerOptions,
+  handle: (records: EventRecord[]) => Promise<void>,
+): void {
+  const stop = new AbortController()
+  const done = consumeBatches(nats, opts, handle, stop.signal, (err) => t.fail(String(err)))
+  t.teardown(async () => {
+    stop.abort()
+    await done
+    await nats.jsm.consumers.delete(opts.stream, opts.durable).catch(() => undefined)
+  })
 }
